@@ -1,0 +1,12 @@
+"""posttrain: RL post-training for language models, readable end to end.
+
+The six roles around the loss live in `posttrain.framework`, one algorithm per file in
+`posttrain.algorithms`, the built-in model in `posttrain.models.gpt_mini`, and one entry
+point per stage in `posttrain.recipes`. See DESIGN.md for the map.
+"""
+
+__version__ = "0.1.0"
+
+
+class UsageError(Exception):
+    """A mistake the user can fix (config key, file, dataset row): printed as one line, exit 2."""

@@ -1,0 +1,213 @@
+"""Configs: one typed dataclass per stage, YAML files, dotted `key=value` overrides.
+
+    cfg = load_config(SFTConfig, "configs/sft_cot.yaml", ["steps=200", "model.preset=micro"])
+
+Every field carries a comment that says what it does. Unknown keys fail with the closest
+valid name; wrong types fail naming the key and the expected type (both `UsageError`, so
+the CLI prints one line and exits 2). The fully resolved config is saved in the run
+directory as `config.yaml`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from posttrain import UsageError
+from posttrain.models.gpt_mini import ModelConfig
+from posttrain.tasks.arithmetic import ArithmeticConfig
+
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
+
+
+@dataclass
+class RunConfig:
+    """Keys every stage accepts."""
+    out: str = ""                 # run directory; "" = runs/<stage>
+    seed: int = 0                 # seeds model init, data order and sampling
+    steps: int = 100              # optimizer steps
+    save_every: int = 0           # checkpoint every N steps (0 = only at the end)
+    keep_last: int = 2            # checkpoints kept on disk (older ones are deleted)
+    eval_every: int = 0           # evaluate every N steps (0 = only at the end)
+    log_every: int = 10           # print/log metrics every N steps
+    device: str = "auto"          # auto | cpu | cuda | cuda:N ; auto = cuda if available
+    dtype: str = "auto"           # auto | float32 | bfloat16 ; auto = fp32 on CPU, bf16 autocast on CUDA
+    threads: int = 0              # torch CPU threads (0 = torch's default)
+    overwrite: bool = False       # allow reusing a non-empty `out` without --resume
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 3e-4              # peak learning rate (AdamW)
+    betas: tuple[float, float] = (0.9, 0.95)  # AdamW betas; 0.95 forgets faster than 0.999, steadier for small batches
+    weight_decay: float = 0.1     # decoupled, applied to matrices only (not norms)
+    grad_clip: float = 1.0        # clip the global gradient norm to this (0 = off)
+    warmup_steps: int = 0         # linear warm-up from 0 to lr
+    schedule: str = "cosine"      # constant | cosine | linear ; decay after warm-up, to min_lr_frac·lr
+    min_lr_frac: float = 0.1      # floor of the decay as a fraction of lr
+    micro_batch_tokens: int = 8192  # largest micro-batch (padded tokens); bigger batches accumulate gradients
+
+
+@dataclass
+class PretrainConfig(RunConfig):
+    steps: int = 400
+    model: ModelConfig = field(default_factory=ModelConfig)
+    task: ArithmeticConfig = field(default_factory=ArithmeticConfig)  # the corpus is traces of train-split sums
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=2e-3, warmup_steps=50))
+    batch_size: int = 32          # sequences per step
+    seq_len: int = 96             # tokens per sequence (random windows of the corpus)
+    corpus_chars: int = 400_000   # size of the generated corpus
+
+
+@dataclass
+class SFTConfig(RunConfig):
+    steps: int = 600
+    init: str = ""                # checkpoint or run dir to start from ("" = random init from `model`)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    task: ArithmeticConfig = field(default_factory=ArithmeticConfig)
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-3, warmup_steps=30))
+    cot: bool = True              # train on chain-of-thought traces (True) or direct answers (False)
+    mask_prompt: bool = True      # loss on response tokens only; False = also learn to predict the prompt
+    batch_size: int = 64          # examples per step
+    num_problems: int = 20000     # distinct training problems generated (train split only)
+    eval_problems: int = 600      # held-out problems in the end-of-stage evaluation
+
+
+def _resolve_path(path: str | None) -> Path | None:
+    if path is None:
+        return None
+    p = Path(path)
+    if p.exists():
+        return p
+    for cand in (CONFIG_DIR / path, CONFIG_DIR / f"{path}.yaml"):
+        if cand.exists():
+            return cand
+    names = sorted(x.stem for x in CONFIG_DIR.glob("*.yaml")) if CONFIG_DIR.exists() else []
+    raise UsageError(f"config file {path!r} not found; give a YAML path or a preset name ({', '.join(names)})")
+
+
+def load_config(cls, path: str | None = None, overrides: typing.Sequence[str] = ()):
+    """Build `cls` from an optional YAML file and `key=value` overrides (dotted for nesting)."""
+    data: dict = {}
+    p = _resolve_path(path)
+    if p is not None:
+        try:
+            data = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise UsageError(f"config file {p} is not valid YAML: {str(e).splitlines()[0]}") from None
+        if not isinstance(data, dict):
+            raise UsageError(f"config file {p} must hold a mapping of keys to values")
+    for item in overrides:
+        if "=" not in item:
+            raise UsageError(f"override {item!r} must look like key=value (e.g. steps=100)")
+        key, raw = item.split("=", 1)
+        try:
+            value = yaml.safe_load(raw) if raw != "" else ""
+        except yaml.YAMLError:
+            value = raw
+        node = data
+        parts = key.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise UsageError(f"override {key!r}: {part!r} is not a section")
+        node[parts[-1]] = value
+    return build(cls, data)
+
+
+def build(cls, data: dict, prefix: str = "", base=None):
+    """Turn a nested dict into the dataclass `cls` (on top of `base`, default `cls()`),
+    validating every key and type. Nested sections keep the stage's own defaults."""
+    obj = base if base is not None else cls()
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    kwargs = {}
+    for key, value in data.items():
+        if key not in hints:
+            raise UsageError(f"unknown config key '{prefix}{key}' for {cls.__name__}{_suggest(cls, key, names, prefix)}")
+        if dataclasses.is_dataclass(hints[key]) and isinstance(value, dict):
+            kwargs[key] = build(hints[key], value, f"{prefix}{key}.", getattr(obj, key))
+        else:
+            kwargs[key] = _coerce(hints[key], value, f"{prefix}{key}")
+    return dataclasses.replace(obj, **kwargs)
+
+
+def _dotted_keys(cls, prefix=""):
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(hints[f.name]):
+            yield from _dotted_keys(hints[f.name], f"{prefix}{f.name}.")
+        else:
+            yield f"{prefix}{f.name}"
+
+
+def _suggest(cls, key, names, prefix) -> str:
+    close = difflib.get_close_matches(key, names, n=1)
+    if close:
+        return f"; did you mean '{prefix}{close[0]}'?"
+    # a key given at the wrong level: `lr=...` for `optim.lr`
+    leafs = {k.rsplit(".", 1)[-1]: k for k in _dotted_keys(cls)}
+    close = difflib.get_close_matches(key, list(leafs), n=1)
+    if close:
+        return f"; did you mean '{prefix}{leafs[close[0]]}'?"
+    return f"; valid keys: {', '.join(names)}"
+
+
+def _coerce(tp, value, key):
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        if not isinstance(value, dict):
+            raise UsageError(f"config key {key!r} is a section; give it as {key}.<field>=value")
+        return build(tp, value, f"{key}.")
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if value is None:
+            return None
+        return _coerce(args[0], value, key)
+    if origin in (tuple, list):
+        if not isinstance(value, (list, tuple)):
+            raise UsageError(f"config key {key!r} expects a list, got {value!r}")
+        args = typing.get_args(tp)
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            if len(args) != len(value):
+                raise UsageError(f"config key {key!r} expects {len(args)} values, got {len(value)}")
+            return tuple(_coerce(a, v, key) for a, v in zip(args, value))
+        item = args[0] if args else typing.Any
+        return origin(_coerce(item, v, key) for v in value)
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if tp is float and isinstance(value, str):
+        try:
+            return float(value)  # YAML 1.1 reads "1e-3" as a string
+        except ValueError:
+            pass
+    if tp is str and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    if tp in (int, float, str, bool) and not (isinstance(value, tp) and not (tp is int and isinstance(value, bool))):
+        raise UsageError(f"config key {key!r} expects {tp.__name__}, got {value!r} ({type(value).__name__})")
+    return value
+
+
+def to_dict(cfg) -> dict:
+    d = dataclasses.asdict(cfg)
+    return _plain(d)
+
+
+def _plain(x):
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    return x
+
+
+def save_config(cfg, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))

@@ -1,0 +1,250 @@
+"""gpt_mini: the built-in tiny GPT, Llama-shaped.
+
+The course's MiniGPT is GPT-2-shaped (learned positions, LayerNorm, GELU, biases). Ours
+keeps its size and role but takes the Llama shape — RMSNorm, rotary positions, SwiGLU MLP,
+no biases, optional tied embeddings — so a checkpoint exports to a Hugging Face
+`LlamaForCausalLM` directory and gives the same logits there (tests/test_export.py).
+
+Deviations from a textbook Llama, all for speed on small CPUs and all invisible to the
+export: q/k/v are one fused Linear, gate/up are one fused Linear (split on export).
+
+Decoding goes through a KV cache whose protocol is three methods, so the rollout engine can
+bring its own (slots, continuous batching) without touching this file:
+
+    cache.positions                  # [B, T] absolute positions of the new tokens
+    cache.update(layer, k, v)        # store k, v [B, Hkv, T, hd]; return (K, V, mask)
+    cache.advance(T)                 # after the forward: the new tokens are now history
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, asdict
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+# name -> (d_model, n_layers, n_heads, d_ff). Head size 32 throughout.
+PRESETS = {
+    "nano": (128, 4, 4, 344),     # ≈0.80M params: the course's MiniGPT size
+    "micro": (256, 6, 8, 688),    # ≈4.8M params: the size of the 4.5M HF Llama benchmarks
+    "mini": (384, 8, 12, 1024),   # ≈14M params
+}
+
+
+@dataclass
+class ModelConfig:
+    preset: str = "nano"          # named size (nano ≈0.8M, micro ≈4.8M, mini ≈14M); explicit fields below override it when > 0
+    vocab_size: int = 0           # set from the tokenizer when 0
+    d_model: int = 0              # residual width
+    n_layers: int = 0             # transformer blocks
+    n_heads: int = 0              # query heads
+    n_kv_heads: int = 0           # key/value heads (< n_heads = grouped-query attention); 0 = n_heads
+    d_ff: int = 0                 # SwiGLU hidden width
+    max_seq_len: int = 256        # longest sequence (prompt + response) the rotary table covers
+    rope_theta: float = 10000.0   # rotary base frequency
+    norm_eps: float = 1e-5        # RMSNorm epsilon
+    tie_embeddings: bool = False  # share the input embedding with the output head
+
+    def resolved(self, vocab_size: int | None = None) -> "ModelConfig":
+        if self.preset not in PRESETS:
+            from posttrain import UsageError
+            raise UsageError(f"model.preset={self.preset!r} is unknown; use one of {sorted(PRESETS)}")
+        d, n_l, n_h, d_ff = PRESETS[self.preset]
+        c = ModelConfig(**asdict(self))
+        c.d_model = c.d_model or d
+        c.n_layers = c.n_layers or n_l
+        c.n_heads = c.n_heads or n_h
+        c.n_kv_heads = c.n_kv_heads or c.n_heads
+        c.d_ff = c.d_ff or d_ff
+        c.vocab_size = c.vocab_size or (vocab_size or 0)
+        if c.d_model % c.n_heads or c.n_heads % c.n_kv_heads:
+            from posttrain import UsageError
+            raise UsageError("model: d_model must divide by n_heads and n_heads by n_kv_heads")
+        return c
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+
+def count_params(c: ModelConfig) -> int:
+    """Parameters by formula (the test checks it against the module)."""
+    hd = c.head_dim
+    attn = c.d_model * (c.n_heads * hd + 2 * c.n_kv_heads * hd) + c.n_heads * hd * c.d_model
+    mlp = 3 * c.d_model * c.d_ff
+    block = attn + mlp + 2 * c.d_model          # two RMSNorm weights
+    emb = c.vocab_size * c.d_model
+    head = 0 if c.tie_embeddings else c.vocab_size * c.d_model
+    return emb + c.n_layers * block + c.d_model + head
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class Attention(nn.Module):
+    def __init__(self, c: ModelConfig, layer: int):
+        super().__init__()
+        self.layer, self.n_heads, self.n_kv, self.hd = layer, c.n_heads, c.n_kv_heads, c.head_dim
+        self.qkv = nn.Linear(c.d_model, (c.n_heads + 2 * c.n_kv_heads) * self.hd, bias=False)
+        self.o = nn.Linear(c.n_heads * self.hd, c.d_model, bias=False)
+
+    def forward(self, x, cos, sin, cache=None):
+        B, T, _ = x.shape
+        q, k, v = self.qkv(x).split([self.n_heads * self.hd, self.n_kv * self.hd, self.n_kv * self.hd], -1)
+        q = q.view(B, T, self.n_heads, self.hd).transpose(1, 2)     # [B, H, T, hd]
+        k = k.view(B, T, self.n_kv, self.hd).transpose(1, 2)        # [B, Hkv, T, hd]
+        v = v.view(B, T, self.n_kv, self.hd).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin                          # rotary positions (HF convention)
+        k = k * cos + rotate_half(k) * sin
+        if cache is None:
+            k, v = self._expand(k), self._expand(v)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            k, v, mask = cache.update(self.layer, k, v)             # [B, Hkv, S, hd], mask [B, 1, T, S]
+            y = F.scaled_dot_product_attention(q, self._expand(k), self._expand(v), attn_mask=mask)
+        return self.o(y.transpose(1, 2).reshape(B, T, self.n_heads * self.hd))
+
+    def _expand(self, kv):
+        rep = self.n_heads // self.n_kv
+        return kv if rep == 1 else kv.repeat_interleave(rep, dim=1)
+
+
+class MLP(nn.Module):
+    def __init__(self, c: ModelConfig):
+        super().__init__()
+        self.gate_up = nn.Linear(c.d_model, 2 * c.d_ff, bias=False)
+        self.down = nn.Linear(c.d_ff, c.d_model, bias=False)
+
+    def forward(self, x):
+        gate, up = self.gate_up(x).chunk(2, dim=-1)
+        return self.down(F.silu(gate) * up)                         # SwiGLU
+
+
+class Block(nn.Module):
+    def __init__(self, c: ModelConfig, layer: int):
+        super().__init__()
+        self.attn_norm = nn.RMSNorm(c.d_model, eps=c.norm_eps)
+        self.attn = Attention(c, layer)
+        self.mlp_norm = nn.RMSNorm(c.d_model, eps=c.norm_eps)
+        self.mlp = MLP(c)
+
+    def forward(self, x, cos, sin, cache=None):
+        x = x + self.attn(self.attn_norm(x), cos, sin, cache)       # pre-norm residual
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class GPTMini(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        assert config.vocab_size > 0 and config.d_model > 0, "pass a resolved ModelConfig"
+        self.config = c = config
+        self.embed = nn.Embedding(c.vocab_size, c.d_model)
+        self.blocks = nn.ModuleList(Block(c, i) for i in range(c.n_layers))
+        self.norm = nn.RMSNorm(c.d_model, eps=c.norm_eps)
+        self.head = nn.Linear(c.d_model, c.vocab_size, bias=False)
+        if c.tie_embeddings:
+            self.head.weight = self.embed.weight
+        inv_freq = 1.0 / (c.rope_theta ** (torch.arange(0, c.head_dim, 2).float() / c.head_dim))
+        freqs = torch.outer(torch.arange(c.max_seq_len).float(), inv_freq)
+        emb = torch.cat((freqs, freqs), dim=-1)                    # [Tmax, hd]
+        self.register_buffer("rope_cos", emb.cos(), persistent=False)
+        self.register_buffer("rope_sin", emb.sin(), persistent=False)
+        self.apply(self._init)
+        for name, p in self.named_parameters():                    # GPT-2 scaled residual init
+            if name.endswith("attn.o.weight") or name.endswith("mlp.down.weight"):
+                nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * c.n_layers))
+
+    @staticmethod
+    def _init(m):
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, 0.0, 0.02)
+
+    def hidden(self, input_ids: torch.Tensor, cache=None) -> torch.Tensor:
+        """Final normed hidden states [B, T, d]; value and reward heads read these."""
+        T = input_ids.shape[1]
+        if cache is None:
+            if T > self.config.max_seq_len:
+                from posttrain import UsageError
+                raise UsageError(f"sequence of {T} tokens exceeds model.max_seq_len={self.config.max_seq_len}; raise it")
+            cos, sin = self.rope_cos[:T], self.rope_sin[:T]          # [T, hd], broadcast over B, H
+        else:
+            pos = cache.positions                                    # [B, T]
+            cos, sin = self.rope_cos[pos].unsqueeze(1), self.rope_sin[pos].unsqueeze(1)  # [B, 1, T, hd]
+        x = self.embed(input_ids)
+        for block in self.blocks:
+            x = block(x, cos, sin, cache)
+        if cache is not None:
+            cache.advance(T)
+        return self.norm(x)
+
+    def forward(self, input_ids: torch.Tensor, cache=None) -> torch.Tensor:
+        """Logits [B, T, V]; logits[:, t] predicts input_ids[:, t + 1]."""
+        return self.head(self.hidden(input_ids, cache))
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+
+class KVCache:
+    """A contiguous cache with one row per sequence and its own length per row.
+
+    Rows may hold sequences of different lengths (left as they are, no padding tokens in
+    the cache): each row's keys live at [0, lengths[b]) and the mask hides the rest. The
+    rollout engine reuses rows (slots) as sequences finish: `reset_rows` forgets a row and
+    `copy_row` clones a prompt's cache into the slots of its group.
+    """
+
+    def __init__(self, config: ModelConfig, rows: int, max_len: int | None = None,
+                 device=None, dtype=torch.float32):
+        self.max_len = max_len or config.max_seq_len
+        shape = (config.n_layers, rows, config.n_kv_heads, self.max_len, config.head_dim)
+        self.k = torch.zeros(shape, device=device, dtype=dtype)
+        self.v = torch.zeros(shape, device=device, dtype=dtype)
+        self.lengths = torch.zeros(rows, dtype=torch.long, device=device)
+        self.rows = None              # which rows the current forward writes (None = all)
+        self.positions = None
+
+    def begin(self, n_new: int, rows: torch.Tensor | None = None) -> None:
+        """Prepare a forward of `n_new` tokens per row for `rows` (default all rows)."""
+        self.rows = rows
+        start = self.lengths if rows is None else self.lengths[rows]
+        self.positions = start[:, None] + torch.arange(n_new, device=start.device)   # [B, T]
+        if int(self.positions.max()) >= self.max_len:
+            raise RuntimeError(f"KV cache overflow: {int(self.positions.max()) + 1} > {self.max_len} positions")
+        span = int(self.positions.max()) + 1
+        keys = torch.arange(span, device=start.device)
+        self._mask = (keys[None, None, :] <= self.positions[:, :, None]).unsqueeze(1)  # [B, 1, T, S]
+        self._span = span
+
+    def update(self, layer, k, v):
+        pos, rows = self.positions, self.rows
+        r = torch.arange(pos.shape[0], device=pos.device) if rows is None else rows
+        kc, vc = self.k[layer], self.v[layer]                       # [R, Hkv, Tmax, hd]
+        kc[r[:, None], :, pos] = k.transpose(1, 2)                  # scatter [B, T, Hkv, hd]
+        vc[r[:, None], :, pos] = v.transpose(1, 2)
+        if rows is None:
+            return kc[:, :, :self._span], vc[:, :, :self._span], self._mask
+        return kc[rows, :, :self._span], vc[rows, :, :self._span], self._mask
+
+    def advance(self, n_new: int) -> None:
+        if self.rows is None:
+            self.lengths += n_new
+        else:
+            self.lengths[self.rows] += n_new
+
+    def copy_row(self, src: int, dst: torch.Tensor) -> None:
+        n = int(self.lengths[src])
+        self.k[:, dst, :, :n] = self.k[:, src:src + 1, :, :n]
+        self.v[:, dst, :, :n] = self.v[:, src:src + 1, :, :n]
+        self.lengths[dst] = n
+
+    def reset_rows(self, rows) -> None:
+        self.lengths[rows] = 0
+
+
+def build_model(config: ModelConfig, vocab_size: int) -> GPTMini:
+    return GPTMini(config.resolved(vocab_size))

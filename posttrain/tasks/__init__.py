@@ -1,0 +1,1 @@
+"""Tasks: prompts, gold answers and verifiers (reward functions). See tasks/base.py."""

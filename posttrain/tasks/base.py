@@ -1,0 +1,50 @@
+"""The Task protocol: what the controller needs from an environment with a verifier.
+
+A task hands out items (whatever its verifier needs), renders each as a prompt, and scores
+a response text. Rewards are plain callables returning a `RewardResult`: the scalar the
+algorithm sees plus named components that are logged (`reward/<name>`), and an error
+string when the verifier could not score (the reward is then 0 and the error is counted).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, Sequence
+
+
+@dataclass
+class RewardResult:
+    reward: float
+    components: dict[str, float] = field(default_factory=dict)
+    error: str | None = None
+
+
+class Task(Protocol):
+    name: str
+
+    def items(self, n: int, split: str, seed: int) -> list[Any]:
+        """`n` items of `split` ("train" or "test"), deterministic in `seed`."""
+
+    def prompt(self, item: Any) -> str:
+        """The question text (the chat template is applied by the tokenizer)."""
+
+    def reward(self, item: Any, response: str) -> RewardResult:
+        """Score one response text."""
+
+
+def safe_reward(task: Task, item: Any, response: str) -> RewardResult:
+    """Call the verifier; an exception or a non-finite/non-numeric reward becomes 0 with a reason."""
+    try:
+        result = task.reward(item, response)
+    except Exception as e:  # a verifier bug must never kill a step; it is counted instead
+        return RewardResult(0.0, error=f"{type(e).__name__}: {e}")
+    if not isinstance(result, RewardResult):
+        return RewardResult(0.0, error=f"verifier returned {type(result).__name__}, not RewardResult")
+    r = result.reward
+    if not isinstance(r, (int, float)) or r != r or r in (float("inf"), float("-inf")):
+        return RewardResult(0.0, error=f"verifier returned a non-finite reward {r!r}")
+    return result
+
+
+def mean_reward(results: Sequence[RewardResult]) -> float:
+    return sum(r.reward for r in results) / max(len(results), 1)
