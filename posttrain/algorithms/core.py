@@ -1,0 +1,216 @@
+"""Shared math of every RL loss: masked reductions, loss aggregation, KL estimators, entropy,
+group statistics, the PPO clip and its diagnostics.
+
+Everything is a pure function on tensors; algorithms import it and never re-implement it.
+Conventions (DESIGN.md §3):
+
+- `[B, T]` tensors are aligned so that `logprobs[:, t] = log π(input_ids[:, t] | input_ids[:, :t])`.
+- `loss_mask` is 1 on policy-generated response tokens only. A position with mask 0 never
+  contributes to a loss, a gradient or a metric, whatever value it holds (NaN and inf included):
+  every reduction goes through `masked_sum`, which selects with `torch.where`, not a product.
+- Losses are quantities to MINIMISE.
+- Normalisers are those of the WHOLE batch (`batch_norm`), so that the trainer can sum the
+  losses of its micro-batches and get the loss, and gradient, of the whole batch.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from posttrain import UsageError
+
+AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+KL_ESTIMATORS = ("k1", "k2", "k3")
+STD_MODES = ("unbiased", "population")
+LOG_RATIO_CLAMP = 20.0  # |log r| bound before exp(): e^20 ≈ 5e8 is finite in fp16/bf16/fp32 (as verl)
+
+
+# ----------------------------------------------------------------------------- masked reductions
+
+def masked_sum(x: torch.Tensor, mask: torch.Tensor, dim=None) -> torch.Tensor:
+    """Σ mask·x over `dim` (all dims if None). Positions with mask 0 are selected away, so a
+    NaN/inf there neither leaks into the value nor into the gradient of x."""
+    xm = torch.where(mask != 0, x * mask, torch.zeros((), dtype=x.dtype, device=x.device))
+    return xm.sum() if dim is None else xm.sum(dim)
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim=None) -> torch.Tensor:
+    """Σ mask·x / Σ mask over `dim`; 0 (not NaN) where the mask is empty."""
+    num = masked_sum(x, mask, dim)
+    den = mask.sum() if dim is None else mask.sum(dim)
+    den = den.to(num.dtype)
+    return torch.where(den > 0, num / torch.where(den > 0, den, torch.ones_like(den)), torch.zeros_like(num))
+
+
+def broadcast(adv: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
+    """Outcome advantage [B] → per-token [B, T], 0 where loss_mask is 0."""
+    return adv.to(loss_mask.dtype).unsqueeze(-1) * loss_mask          # [B, T]
+
+
+# ----------------------------------------------------------------------------- aggregation
+
+def batch_norm(loss_mask: torch.Tensor, max_len: float | None = None) -> dict:
+    """Normalisers of the WHOLE batch, computed once before it is split into micro-batches.
+
+    tokens  = Σ mask (loss tokens in the batch)
+    seqs    = sequences with at least one loss token (as verl: a fully masked row, e.g. a
+              filtered sample, neither counts nor dilutes the mean)
+    max_len = the constant L_max of `seq-mean-token-sum-norm` (Dr. GRPO: the generation cap);
+              None falls back to the padded width T (verl's fallback).
+    """
+    return {
+        "tokens": float(loss_mask.sum()),
+        "seqs": float((loss_mask.sum(-1) > 0).sum()),
+        "max_len": float(loss_mask.shape[-1] if max_len is None else max_len),
+    }
+
+
+def _pos(x: float) -> float:
+    return x if x > 0 else 1.0  # an empty batch gives a 0 loss, not 0/0
+
+
+def aggregate(per_token: torch.Tensor, mask: torch.Tensor, mode: str, norm: dict) -> torch.Tensor:
+    """Reduce a per-token loss [B, T] to a scalar with a named mode (ALGORITHMS.md §2).
+
+    token-mean               Σ mℓ / tokens                      (DAPO "token-level")
+    seq-mean-token-mean      (1/seqs) Σ_i (Σ_t mℓ / |y_i|)       (original GRPO)
+    seq-mean-token-sum       Σ mℓ / seqs                         (REINFORCE, RLOO)
+    seq-mean-token-sum-norm  Σ mℓ / (seqs · max_len)            (Dr. GRPO, constant normaliser)
+
+    Every mode is a sum over rows divided by a batch constant (|y_i| is per row), so with the
+    same `norm` the sum of aggregate() over micro-batches equals aggregate() of the batch.
+    """
+    if mode == "token-mean":
+        return masked_sum(per_token, mask) / _pos(norm["tokens"])
+    if mode == "seq-mean-token-mean":
+        per_seq = masked_sum(per_token, mask, dim=-1)                  # [B]
+        lengths = mask.sum(-1).to(per_seq.dtype).clamp_min(1.0)        # [B]  |y_i|
+        return (per_seq / lengths).sum() / _pos(norm["seqs"])
+    if mode == "seq-mean-token-sum":
+        return masked_sum(per_token, mask) / _pos(norm["seqs"])
+    if mode == "seq-mean-token-sum-norm":
+        return masked_sum(per_token, mask) / _pos(norm["seqs"] * norm["max_len"])
+    raise UsageError(f"unknown aggregation {mode!r}; valid: {', '.join(AGGREGATIONS)}")
+
+
+def as_token_weighted(value: torch.Tensor, loss_mask: torch.Tensor, norm: dict) -> torch.Tensor:
+    """Rescale a micro-batch's additive share of a batch quantity (e.g. its aggregate()) into
+    a metric the trainer can average with token weights (local tokens / batch tokens): the
+    weighted mean over micro-batches is then exactly the batch quantity."""
+    local = float(loss_mask.sum())
+    return value.detach() * (norm["tokens"] / local) if local > 0 else value.detach() * 0.0
+
+
+# ----------------------------------------------------------------------------- KL and entropy
+
+def kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kind: str = "k3") -> torch.Tensor:
+    """Per-token estimate of KL(π_θ ‖ π_ref) on tokens sampled from π_θ (Schulman's k1/k2/k3,
+    ALGORITHMS.md §8). Argument order is pinned: first the policy, second the reference.
+
+    k1 = log π_θ − log π_ref                       unbiased, can be < 0
+    k2 = ½ (log π_θ − log π_ref)²                   biased, ≥ 0
+    k3 = e^d − 1 − d,  d = log π_ref − log π_θ     unbiased, ≥ 0 (GRPO's D_{i,t})
+    k3 uses expm1 (exact near d = 0, where e^d − 1 would cancel) and clamps d to ±20 (as verl).
+    """
+    if kind == "k1":
+        return logprobs - ref_logprobs
+    if kind == "k2":
+        return 0.5 * (logprobs - ref_logprobs) ** 2
+    if kind == "k3":
+        d = (ref_logprobs - logprobs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+        return torch.expm1(d) - d
+    raise UsageError(f"unknown KL estimator {kind!r}; valid: {', '.join(KL_ESTIMATORS)}")
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Token entropy H = −Σ_v p_v log p_v of the categorical given by logits [B, T, V] → [B, T].
+    Computed in float32 at least; −inf logits (banned tokens) contribute exactly 0."""
+    x = logits if logits.dtype in (torch.float32, torch.float64) else logits.float()
+    logp = torch.log_softmax(x, dim=-1)                                # [B, T, V]
+    p = logp.exp()
+    # clamp turns log 0 = −inf into a finite number, so 0·log 0 = 0 in value and in gradient
+    return -(p * logp.clamp_min(torch.finfo(logp.dtype).min)).sum(-1)  # [B, T]
+
+
+# ----------------------------------------------------------------------------- group statistics
+
+def group_stats(rewards: torch.Tensor, group_index: torch.Tensor, std: str = "unbiased"):
+    """Per-group mean, std and size of `rewards` [B], broadcast back to each sample.
+
+    Returns (mean [B], std [B], size [B]), all in rewards' dtype. `group_index` [B] may hold any
+    integers (samples of a group need not be contiguous). std="unbiased" divides by n−1 (torch,
+    TRL, verl), "population" by n (the course's tables).
+    A group whose rewards are all equal (singletons included) gets std exactly 0 and mean
+    exactly its common value, so `rewards − mean` is exactly 0 there: degenerate groups never
+    turn a rounding error into a large advantage.
+    """
+    if std not in STD_MODES:
+        raise UsageError(f"unknown std convention {std!r}; valid: {', '.join(STD_MODES)}")
+    if rewards.numel() == 0:
+        return rewards.clone(), rewards.clone(), rewards.clone()
+    _, inv = torch.unique(group_index, return_inverse=True)            # [B] → 0..G-1
+    G = int(inv.max()) + 1
+    r = rewards.detach().double()                                      # stats in float64
+    zeros = torch.zeros(G, dtype=r.dtype, device=r.device)
+    size = zeros.index_add(0, inv, torch.ones_like(r))                 # [G]
+    mean = zeros.index_add(0, inv, r) / size                           # [G]
+    ss = zeros.index_add(0, inv, (r - mean[inv]) ** 2)                 # [G]  Σ (r − μ)²
+    dof = size - 1 if std == "unbiased" else size
+    sd = torch.where(dof > 0, ss / dof.clamp_min(1), zeros).sqrt()     # [G]
+    rmax = zeros.scatter_reduce(0, inv, r, reduce="amax", include_self=False)
+    rmin = zeros.scatter_reduce(0, inv, r, reduce="amin", include_self=False)
+    same = (rmax == rmin)[inv]                                         # [B] degenerate group
+    mean_b = torch.where(same, r, mean[inv])
+    sd_b = torch.where(same, torch.zeros_like(r), sd[inv])
+    return mean_b.to(rewards.dtype), sd_b.to(rewards.dtype), size[inv].to(rewards.dtype)
+
+
+# ----------------------------------------------------------------------------- PPO clip
+
+def ppo_clip_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
+                  eps_low: float, eps_high: float, dual_clip: float | None = None):
+    """Per-token clipped surrogate, to minimise (ALGORITHMS.md §4.5):
+
+        ℓ = −min(r·A, clip(r, 1−ε_low, 1+ε_high)·A),   r = exp(logp − old_logp)
+        dual clip (c > 1), only where A < 0:  ℓ = min(ℓ, −c·A)   (loss bounded by c·|A|)
+
+    The log-ratio is clamped to ±20 before exp. Returns (per_token_loss [B, T],
+    clipped_mask [B, T] bool). clipped_mask marks tokens where a clipped branch is strictly
+    the active one, i.e. the clip zeroes the token's gradient: A>0 and r>1+ε_high, A<0 and
+    r<1−ε_low, or (dual clip) A<0 and r>c. Tokens with r outside the band but on the
+    improving side (A>0, r<1−ε_low; A<0, r>1+ε_high) still pass their gradient: not clipped.
+    """
+    log_ratio = (logprobs - old_logprobs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    ratio = torch.exp(log_ratio)                                       # [B, T]
+    s1 = ratio * advantages                                            # [B, T]
+    s2 = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high) * advantages
+    loss = -torch.minimum(s1, s2)                                      # [B, T]  the PPO clip
+    r = ratio.detach()
+    clipped = ((advantages > 0) & (r > 1.0 + eps_high)) | ((advantages < 0) & (r < 1.0 - eps_low))
+    if dual_clip is not None:
+        if dual_clip <= 1.0:
+            raise UsageError(f"dual_clip must be > 1 (got {dual_clip}); the paper uses 3")
+        capped = torch.minimum(loss, -dual_clip * advantages)
+        loss = torch.where(advantages < 0, capped, loss)
+        clipped = clipped | ((advantages < 0) & (r > dual_clip))
+    return loss, clipped
+
+
+def ratio_metrics(logprobs: torch.Tensor, old_logprobs: torch.Tensor, loss_mask: torch.Tensor,
+                  clipped_mask: torch.Tensor) -> dict:
+    """Diagnostics of the importance ratio over loss tokens (0-dim detached tensors).
+
+    clip/frac   fraction of loss tokens in `clipped_mask` (gradient zeroed by a clip; see
+                ppo_clip_loss), the number CleanRL logs as clipfrac
+    ratio/mean  mean of r = π_θ/π_old; exactly 1 on-policy with one update per batch
+    ratio/max   largest r (0 on an empty mask)
+    """
+    with torch.no_grad():
+        m = loss_mask
+        ratio = torch.exp((logprobs - old_logprobs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+        rmax = torch.where(m != 0, ratio, torch.zeros_like(ratio)).max() if ratio.numel() else ratio.new_zeros(())
+        return {
+            "clip/frac": masked_mean(clipped_mask.to(m.dtype), m),
+            "ratio/mean": masked_mean(ratio, m),
+            "ratio/max": rmax,
+        }
