@@ -211,3 +211,28 @@ def _plain(x):
 
 def save_config(cfg, path: str | Path) -> None:
     Path(path).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+
+
+@dataclass
+class RLConfig(RunConfig):
+    steps: int = 60
+    eval_every: int = 20
+    init: str = ""                # SFT checkpoint or run dir; "" = the default SFT(CoT) checkpoint (trained once, cached)
+    task: ArithmeticConfig = field(default_factory=ArithmeticConfig)
+    algorithm: str = "grpo"       # name in posttrain.algorithms (grpo, ...)
+    algo: dict = field(default_factory=dict)  # the algorithm's own keys, e.g. algo.kl_coef=0.01 (see its Config)
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(
+        lr=1e-4, weight_decay=0.0, schedule="constant", micro_batch_tokens=8192))
+    prompts_per_step: int = 16    # prompts (groups) per step
+    samples_per_prompt: int = 8   # responses per prompt: the group size G
+    temperature: float = 1.0      # sampling temperature; the trainer recomputes logprobs at the same one
+    max_new_tokens: int = 0       # response cap; 0 = what a correct trace of the task needs, plus slack
+    degenerate: str = "keep"      # groups whose rewards are all equal: keep | skip | resample
+    max_resample_attempts: int = 3  # with degenerate=resample: rollout rounds per step at most
+    epochs: int = 1               # passes over each batch (PPO-style reuse; 1 = strictly on-policy)
+    minibatches: int = 1          # optimizer steps per pass
+    weight_sync: str = "colocated"  # colocated (sampler shares the module) | separate (a copy, synced)
+    max_slots: int = 256          # rollout engine decode slots (continuous batching)
+    eval_problems: int = 200      # held-out problems per evaluation
+    eval_samples: int = 8         # samples per held-out problem: pass@1 and pass@<eval_samples>
+    save_samples: int = 8         # audited samples written to samples.jsonl at each eval (top-reward + random)

@@ -48,3 +48,23 @@ def safe_reward(task: Task, item: Any, response: str) -> RewardResult:
 
 def mean_reward(results: Sequence[RewardResult]) -> float:
     return sum(r.reward for r in results) / max(len(results), 1)
+
+
+def score_samples(task: Task, samples) -> dict:
+    """Fill `reward`, `reward_components` and `reward_error` of every sample; return metrics.
+
+    A verifier error scores 0 and is counted (`reward/errors`); a sample whose generation
+    failed (`finish_reason == "error"`) is scored 0 without calling the verifier.
+    """
+    errors, comps = 0, {}
+    for s in samples:
+        if s.finish_reason == "error":
+            res = RewardResult(0.0, error="generation failed")
+        else:
+            res = safe_reward(task, s.item, s.text)
+        s.reward, s.reward_components, s.reward_error = float(res.reward), res.components, res.error
+        errors += res.error is not None
+        for k, v in res.components.items():
+            comps.setdefault(k, []).append(v)
+    n = max(len(samples), 1)
+    return {"reward/errors": float(errors), **{f"reward/{k}": sum(v) / n for k, v in comps.items()}}

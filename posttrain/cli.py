@@ -1,0 +1,150 @@
+"""The `posttrain` command: one sub-command per stage (DESIGN.md §6).
+
+    posttrain pipeline [CONFIG] [key=value ...]
+    posttrain pretrain|sft|rl CONFIG [key=value ...] [--resume RUN_DIR]
+    posttrain eval RUN_OR_CHECKPOINT [--k 1,8]
+    posttrain export CHECKPOINT --format hf OUT_DIR
+    posttrain bench train|rollout [--out FILE.json]
+
+A usage mistake (unknown key, wrong type, missing file, unreadable checkpoint) prints one
+line naming the problem and the fix, and exits with code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from pathlib import Path
+
+from posttrain import UsageError
+
+STAGES = {  # name -> (config class path, recipe module)
+    "pretrain": ("posttrain.config:PretrainConfig", "posttrain.recipes.pretrain"),
+    "sft": ("posttrain.config:SFTConfig", "posttrain.recipes.sft"),
+    "rl": ("posttrain.config:RLConfig", "posttrain.recipes.rl"),
+    "pipeline": ("posttrain.recipes.pipeline:PipelineConfig", "posttrain.recipes.pipeline"),
+}
+BENCHES = {"train": "posttrain.bench.train", "rollout": "posttrain.bench.rollout"}
+
+
+def _load(path: str):
+    module, name = path.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _split_config(args) -> tuple[str | None, list[str]]:
+    """`posttrain sft steps=10` has no config file: a first argument with '=' is an override."""
+    config, overrides = args.config, list(args.overrides)
+    if config is not None and "=" in config and not Path(config).exists():
+        overrides.insert(0, config)
+        config = None
+    return config, overrides
+
+
+def run_stage(stage: str, args) -> None:
+    from posttrain.config import load_config
+    cls_path, module = STAGES[stage]
+    config, overrides = _split_config(args)
+    if args.resume and config is None and Path(args.resume, "config.yaml").exists():
+        config = str(Path(args.resume, "config.yaml"))
+    if args.preset:
+        config = args.preset
+    if args.resume:
+        overrides.append(f"out={args.resume}")
+    cfg = load_config(_load(cls_path), config, overrides)
+    importlib.import_module(module).run(cfg, resume=bool(args.resume))
+
+
+def run_eval(args) -> None:
+    import json
+
+    import yaml
+
+    from posttrain import checkpoint
+    from posttrain.config import build
+    from posttrain.eval import evaluate, format_per_k
+    from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
+    model, tok, path = checkpoint.load_model(args.checkpoint)
+    task_cfg: dict = {}
+    run_cfg = path.parent.parent / "config.yaml"
+    if run_cfg.exists():
+        task_cfg = (yaml.safe_load(run_cfg.read_text()) or {}).get("task", {}) or {}
+    for item in args.overrides:
+        key, _, value = item.partition("=")
+        if not key.startswith("task."):
+            raise UsageError(f"eval override {item!r}: only task.<key>=value is accepted here")
+        task_cfg[key[5:]] = yaml.safe_load(value)
+    task = ArithmeticTask(build(ArithmeticConfig, task_cfg, "task."))
+    ks = sorted({int(k) for k in args.k.split(",")})
+    n = args.n or max(ks)
+    items = task.items(args.problems, "test", args.seed)
+    res = evaluate(model, tok, task, items, n=n if n > 1 else 0, ks=ks, temperature=args.temperature, seed=args.seed)
+    per_k = res.pop("per_k")
+    print(f"checkpoint: {path}")
+    for k, v in res.items():
+        print(f"{k:24s} {v:.4f}")
+    print(format_per_k(per_k, "held-out accuracy by number of terms K"))
+    if args.out:
+        Path(args.out).write_text(json.dumps({"checkpoint": str(path), **res, "per_k": per_k}, indent=1))
+
+
+def run_export(args) -> None:
+    from posttrain import checkpoint
+    from posttrain.models.export import export_hf
+    if args.format != "hf":
+        raise UsageError(f"--format {args.format!r} is unknown; use --format hf")
+    model, tok, path = checkpoint.load_model(args.checkpoint)
+    export_hf(model, tok, args.out_dir)
+    print(f"exported {path} -> {args.out_dir} (Hugging Face LlamaForCausalLM)")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="posttrain", description="RL post-training for language models.")
+    sub = p.add_subparsers(dest="command", required=True)
+    for stage in STAGES:
+        s = sub.add_parser(stage, help=f"run the {stage} stage")
+        s.add_argument("config", nargs="?", help="YAML config file or preset name in configs/")
+        s.add_argument("overrides", nargs="*", help="key=value overrides (dotted for sections)")
+        s.add_argument("--preset", help="a preset name from configs/")
+        s.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
+    e = sub.add_parser("eval", help="evaluate a checkpoint on held-out problems")
+    e.add_argument("checkpoint", help="run directory or checkpoints/step_N")
+    e.add_argument("overrides", nargs="*", help="task.<key>=value to change the evaluated problems")
+    e.add_argument("--k", default="1,8", help="comma-separated k for pass@k (default 1,8)")
+    e.add_argument("--n", type=int, default=0, help="samples per problem (default max k)")
+    e.add_argument("--problems", type=int, default=500)
+    e.add_argument("--temperature", type=float, default=1.0)
+    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--out", help="write the results as JSON")
+    x = sub.add_parser("export", help="export a checkpoint (Hugging Face directory)")
+    x.add_argument("checkpoint")
+    x.add_argument("--format", default="hf")
+    x.add_argument("out_dir")
+    b = sub.add_parser("bench", help="benchmarks that write JSON")
+    b.add_argument("which", choices=sorted(BENCHES))
+    b.add_argument("rest", nargs=argparse.REMAINDER)
+    return p
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        if args.command in STAGES:
+            run_stage(args.command, args)
+        elif args.command == "eval":
+            run_eval(args)
+        elif args.command == "export":
+            run_export(args)
+        elif args.command == "bench":
+            importlib.import_module(BENCHES[args.which]).main(args.rest)
+    except UsageError as e:
+        print(f"posttrain {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

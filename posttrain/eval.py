@@ -1,0 +1,100 @@
+"""Evaluation: greedy and sampled accuracy, pass@k, majority vote, a per-K table.
+
+pass@k uses the unbiased estimator of Chen et al. 2021 (HumanEval): with n samples of which
+c are correct, pass@k = 1 − C(n−c, k) / C(n, k), averaged over problems. It is the chance
+that at least one of k samples drawn without replacement from the n is correct.
+Majority vote (maj@n) is correct when the most frequent final answer among the n samples
+equals the gold answer (ties broken by first occurrence).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+import numpy as np
+import torch
+
+from posttrain.framework.rollout import Engine, SamplingParams
+from posttrain.tasks.arithmetic import last_integer
+from posttrain.tasks.base import safe_reward
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    if k > n:
+        raise ValueError(f"pass@{k} needs at least {k} samples per problem, got {n}")
+    if n - c < k:
+        return 1.0
+    # 1 - prod_{i=n-c+1}^{n} (1 - k/i): the stable product form of C(n-c,k)/C(n,k)
+    return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
+
+
+def majority_correct(answers: list, gold) -> bool:
+    votes = Counter(a for a in answers if a is not None)
+    if not votes:
+        return False
+    return votes.most_common(1)[0][0] == gold
+
+
+def response_budget(task, items) -> int:
+    """Tokens a correct chain-of-thought response needs, plus slack for wrong ones."""
+    longest = max(len(it.target(True)) for it in items) if hasattr(items[0], "target") else 64
+    return longest + 8
+
+
+@torch.no_grad()
+def evaluate(model, tokenizer, task, items, n: int = 0, ks=(1,), temperature: float = 1.0,
+             max_new_tokens: int | None = None, seed: int = 0, engine: Engine | None = None,
+             greedy: bool = True, prefix: str = "eval/") -> dict:
+    """Greedy accuracy, and with n > 0 sampled pass@1, pass@k for k in ks, and maj@n.
+
+    Returns a flat dict of metrics plus `per_k`: {K: {...}} for tasks whose items have `k`.
+    """
+    model.eval()
+    engine = engine or Engine(model, tokenizer)
+    max_new = max_new_tokens or response_budget(task, items)
+    prompts = [tokenizer.encode(tokenizer.chat_prompt(task.prompt(it))) for it in items]
+    out: dict = {}
+    rows: dict = defaultdict(lambda: defaultdict(list))
+    kof = (lambda it: it.k) if hasattr(items[0], "k") else (lambda it: 0)
+    if greedy:
+        samples = engine.generate(prompts, 1, SamplingParams(temperature=0.0, max_new_tokens=max_new), seed=seed)
+        correct = [safe_reward(task, it, s.text).reward for it, s in zip(items, samples)]
+        out[f"{prefix}greedy_acc"] = float(np.mean(correct))
+        out[f"{prefix}length_mean"] = float(np.mean([len(s.response_ids) for s in samples]))
+        for it, c in zip(items, correct):
+            rows[kof(it)]["greedy"].append(c)
+    if n > 0:
+        samples = engine.generate(prompts, n, SamplingParams(temperature=temperature, max_new_tokens=max_new), seed=seed)
+        p1, pk, maj = [], defaultdict(list), []
+        for i, it in enumerate(items):
+            group = samples[i * n:(i + 1) * n]
+            rewards = [safe_reward(task, it, s.text).reward for s in group]
+            c = sum(r >= 1.0 for r in rewards)
+            p1.append(c / n)
+            for k in ks:
+                if k <= n:
+                    pk[k].append(pass_at_k(n, c, k))
+            gold = task.gold(it) if hasattr(task, "gold") else None
+            maj.append(float(majority_correct([last_integer(s.text) for s in group], gold)))
+            rows[kof(it)]["pass@1"].append(c / n)
+            for k in ks:
+                if k <= n and k != 1:
+                    rows[kof(it)][f"pass@{k}"].append(pass_at_k(n, c, k))
+        out[f"{prefix}pass@1"] = float(np.mean(p1))
+        for k, v in pk.items():
+            out[f"{prefix}pass@{k}"] = float(np.mean(v))
+        out[f"{prefix}maj@{n}"] = float(np.mean(maj))
+    out["per_k"] = {k: {name: float(np.mean(v)) for name, v in cols.items()} | {"n": len(cols[next(iter(cols))])}
+                    for k, cols in sorted(rows.items())}
+    return out
+
+
+def format_per_k(per_k: dict, title: str = "") -> str:
+    if not per_k:
+        return ""
+    cols = [c for c in next(iter(per_k.values())) if c != "n"]
+    lines = [title] if title else []
+    lines.append("K    n     " + "  ".join(f"{c:>8}" for c in cols))
+    for k, row in per_k.items():
+        lines.append(f"{k:<4} {row['n']:<5} " + "  ".join(f"{row[c]:>8.3f}" for c in cols))
+    return "\n".join(lines)

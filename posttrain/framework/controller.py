@@ -1,0 +1,126 @@
+"""Role 6, the controller: one RL step as numbered calls to the other roles.
+
+    ❶ rollout     engine.generate(prompts, n)            samples with behaviour logprobs
+    ❷ reward      score_samples(task, samples)           verifier per sample, errors counted
+    ❸ groups      degenerate groups kept / skipped / resampled (config `degenerate`)
+    ❹ collate     collate_samples(samples)               padded RolloutBatch
+    ❺ reference   reference.score(batch)                 ref_logprobs (only when needed)
+    ❻ advantages  algorithm.advantages(rewards, groups)
+    ❼ train       trainer.step(batch, loss_fn)           epochs × minibatches of optimizer steps
+    ❽ sync        weight_sync.sync()                     the sampler gets the new weights
+    ❾ metrics     one flat dict, with a timer per role
+
+The controller never touches parameters, logits or rewards itself: each line hands data
+from one role to the next. The step loop around it (resume, eval, checkpoints, logs) is
+framework/loop.py.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+
+import numpy as np
+import torch
+
+from posttrain.algorithms.core import broadcast
+from posttrain.framework.batch import collate_samples
+from posttrain.framework.rollout import SamplingParams
+from posttrain.framework.trainer import policy_loss_fn
+from posttrain.tasks.base import score_samples
+
+
+class Controller:
+    def __init__(self, cfg, task, tokenizer, engine, reference, algorithm, algo_cfg, trainer, sync):
+        self.cfg, self.task, self.tok = cfg, task, tokenizer
+        self.engine, self.reference, self.trainer, self.sync = engine, reference, trainer, sync
+        self.algorithm, self.algo_cfg = algorithm, algo_cfg
+        self.sampling = SamplingParams(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens)
+        self.loss_fn = policy_loss_fn(algorithm, algo_cfg, cfg.temperature)
+        self.timers: dict[str, float] = {}
+        self.last_samples: list = []
+
+    @contextmanager
+    def timer(self, name: str):
+        t0 = time.perf_counter()
+        yield
+        self.timers[f"time/{name}_s"] = self.timers.get(f"time/{name}_s", 0.0) + time.perf_counter() - t0
+
+    def step(self, step: int) -> dict:
+        cfg, self.timers = self.cfg, {}
+        samples, metrics = self.collect(step)                                   # ❶ ❷ ❸
+        self.last_samples = samples                                             # for the audit log
+        if not samples:                                                         # every group degenerate: no update
+            return {**metrics, **self.timers, "train/skipped_step": 1.0}
+        with self.timer("collate"):
+            batch = collate_samples(samples, self.tok.pad_id)                   # ❹
+            batch = {k: v.to(self.trainer.device) for k, v in batch.items()}
+        if self.reference is not None:
+            with self.timer("reference"):
+                batch["ref_logprobs"] = self.reference.score(batch)             # ❺
+        with self.timer("algorithm"):
+            adv = self.algorithm.advantages(batch["rewards"], batch["group_index"], self.algo_cfg, batch=batch)
+            batch["advantages"] = broadcast(adv, batch["loss_mask"]) if adv.dim() == 1 else adv * batch["loss_mask"]  # ❻
+        with self.timer("train"):
+            train = self.trainer.train(batch, self.loss_fn, cfg.epochs, cfg.minibatches, cfg.max_new_tokens)  # ❼
+        with self.timer("sync"):
+            sync = self.sync.sync()                                             # ❽
+        metrics.update(train)
+        metrics.update(sync)
+        metrics.update(self.timers)                                             # ❾
+        metrics["train/skipped_step"] = 0.0
+        return metrics
+
+    def collect(self, step: int):
+        """Generate and score groups until `prompts_per_step` groups are usable (or the
+        attempt cap is hit). `degenerate`: keep = use every group; skip = drop groups whose
+        rewards are all equal; resample = also draw fresh prompts to refill the batch."""
+        cfg, kept, first = self.cfg, [], None
+        attempts = cfg.max_resample_attempts if cfg.degenerate == "resample" else 1
+        for attempt in range(attempts):
+            want = cfg.prompts_per_step - len(kept) // cfg.samples_per_prompt
+            items = self.task.items(want, "train", seed=f"{cfg.seed}/{step}/{attempt}")
+            prompts = [self.tok.encode(self.tok.chat_prompt(self.task.prompt(it))) for it in items]
+            with self.timer("rollout"):
+                samples = self.engine.generate(prompts, cfg.samples_per_prompt, self.sampling, seed=cfg.seed,
+                                               step=step * 1000 + attempt, items=items,
+                                               group_offset=len(kept) // cfg.samples_per_prompt)
+            with self.timer("reward"):
+                reward_metrics = score_samples(self.task, samples)
+            groups = group_rewards(samples)
+            if first is None:                                                   # metrics of the first draw
+                first = {**reward_metrics, **group_metrics(groups), **sample_metrics(samples, cfg.max_new_tokens),
+                         **{k if k.startswith("rollout/") else f"rollout/{k}": float(v) for k, v in self.engine.stats.items()}}
+            useful = [s for s in samples if cfg.degenerate == "keep" or not groups[s.group][1]]
+            kept.extend(useful)
+            if len(kept) >= cfg.prompts_per_step * cfg.samples_per_prompt:
+                break
+        first["rollout/attempts"] = float(attempt + 1)
+        first["group/kept_frac"] = len(kept) / (cfg.prompts_per_step * cfg.samples_per_prompt)
+        return kept[:cfg.prompts_per_step * cfg.samples_per_prompt], first
+
+
+def group_rewards(samples) -> dict:
+    """group -> (rewards, degenerate?) ; degenerate = every reward of the group equal."""
+    by_group: dict[int, list[float]] = {}
+    for s in samples:
+        by_group.setdefault(s.group, []).append(s.reward)
+    return {g: (r, max(r) - min(r) < 1e-8) for g, r in by_group.items()}
+
+
+def group_metrics(groups: dict) -> dict:
+    n = max(len(groups), 1)
+    return {"group/all_pass_frac": sum(min(r) >= 1.0 for r, _ in groups.values()) / n,
+            "group/all_fail_frac": sum(max(r) <= 0.0 for r, _ in groups.values()) / n,
+            "group/degenerate_frac": sum(d for _, d in groups.values()) / n}
+
+
+def sample_metrics(samples, max_new_tokens: int) -> dict:
+    lengths = np.array([len(s.response_ids) for s in samples], dtype=float)
+    rewards = np.array([s.reward for s in samples], dtype=float)
+    ok = rewards >= 1.0
+    return {"reward/mean": float(rewards.mean()), "reward/std": float(rewards.std()),
+            "length/mean": float(lengths.mean()), "length/max": float(lengths.max()),
+            "length/correct_mean": float(lengths[ok].mean()) if ok.any() else 0.0,
+            "length/wrong_mean": float(lengths[~ok].mean()) if (~ok).any() else 0.0,
+            "length/truncated_frac": float(np.mean([s.finish_reason == "length" for s in samples]))}

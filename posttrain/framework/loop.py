@@ -1,0 +1,73 @@
+"""The step loop every stage shares: resume, signals, checkpoints, evaluation, logs.
+
+A stage supplies `step_fn(step) -> metrics`. Everything a step consumes is a pure function
+of (seed, step) — the SFT batch, the RL prompts and the sampling keys — so the data
+position is the step counter and a resumed run sees exactly what it would have seen.
+SIGINT/SIGTERM finish the current step, save a checkpoint, then stop.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+from posttrain import checkpoint, runtime
+from posttrain.framework.trainer import Trainer
+from posttrain.logging import RunLogger
+
+
+def train_loop(run, model, tokenizer, trainer: Trainer, step_fn, *, evaluate=None,
+               meta: dict | None = None, show=("loss",), extra_state=None) -> dict:
+    """Call `step_fn(step) -> metrics` from the resume point to cfg.steps; checkpoint, evaluate, log.
+
+    `run` has .cfg (common keys), .dir, .stage and .resume_from (a checkpoint or None).
+    `extra_state` is an optional (get, set) pair for state beyond model/optimizer/RNG.
+    """
+    cfg = run.cfg
+    start = 0
+    if run.resume_from is not None:
+        state = checkpoint.load_trainer_state(run.resume_from)
+        model.load_state_dict(checkpoint.load_model(run.resume_from)[0].state_dict())
+        trainer.load_state_dict(state["trainer"])
+        runtime.set_rng_state(state["rng"])
+        start = state["step"]
+        if extra_state is not None:
+            extra_state[1](state.get("extra", {}))
+        print(f"resumed from {run.resume_from} at step {start}")
+    logger = RunLogger(run.dir, run.stage, cfg.steps, cfg.log_every, show=show, start_step=start)
+
+    def save(step):
+        state = {"trainer": trainer.state_dict(), "rng": runtime.rng_state(), "step": step, "data_position": step,
+                 "extra": extra_state[0]() if extra_state is not None else {}}
+        return checkpoint.save(run.dir, step, model, tokenizer, state, {"stage": run.stage, **(meta or {})}, cfg.keep_last)
+
+    # SIGINT/SIGTERM finish the current step, save a checkpoint, then stop (never mid-step).
+    stop = []
+    handlers = {}
+    if threading.current_thread() is threading.main_thread():
+        handlers = {sig: signal.signal(sig, lambda signum, frame: stop.append(signum))
+                    for sig in (signal.SIGINT, signal.SIGTERM)}
+    last = {}
+    try:
+        for step in range(start + 1, cfg.steps + 1):
+            t0 = time.perf_counter()
+            metrics = step_fn(step)
+            metrics["time/step_s"] = time.perf_counter() - t0
+            if evaluate is not None and ((cfg.eval_every and step % cfg.eval_every == 0) or step == cfg.steps):
+                metrics.update(evaluate(model))
+            logger.log(step, metrics)
+            last = metrics
+            if stop and step < cfg.steps:
+                path = save(step)
+                logger.message(f"stopped by signal: checkpoint saved to {path}; continue with --resume {run.dir}")
+                logger.close()
+                raise KeyboardInterrupt
+            if cfg.save_every and step % cfg.save_every == 0 and step < cfg.steps:
+                save(step)
+    finally:
+        for sig, h in handlers.items():
+            signal.signal(sig, h)
+    path = save(cfg.steps)
+    logger.close()
+    return {"checkpoint": str(path), **last}

@@ -1,0 +1,183 @@
+"""Role 4, the trainer: micro-batches, loss, backward, clip, optimizer step.
+
+The trainer takes the loss as a function; it knows nothing about any algorithm:
+
+    metrics = trainer.step(batch, loss_fn)      # loss_fn(model, micro_batch, norm) -> (loss, metrics)
+
+`batch` is a dict of tensors with `[B, T]` or `[B]` leading dims (DESIGN.md §3); it is split
+into micro-batches of at most `micro_batch_tokens` padded tokens. Every loss is normalised
+by `norm`, the token and sequence counts of the WHOLE batch (algorithms/core.batch_norm),
+so summing micro-batch gradients gives exactly the gradient of one big batch, for every
+aggregation mode (tests/test_trainer.py). `.backward()` is called here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import torch
+import torch.nn.functional as F
+
+from posttrain.algorithms.core import batch_norm
+from posttrain.framework.rollout import token_logprobs
+
+
+def sequence_logprobs(model, input_ids: torch.Tensor, temperature: float = 1.0,
+                      with_entropy: bool = False):
+    """logprobs[:, t] = log π(input_ids[:, t] | input_ids[:, :t]) at the sampler's temperature.
+
+    Position 0 has no prediction and holds 0. Returns (logprobs [B, T], entropy [B, T] | None).
+    """
+    logits = model(input_ids)[:, :-1]                                 # [B, T-1, V]
+    lp = token_logprobs(logits, input_ids[:, 1:], temperature)       # [B, T-1]
+    lp = F.pad(lp, (1, 0))                                           # [B, T]
+    ent = None
+    if with_entropy:
+        from posttrain.algorithms.core import entropy_from_logits
+        t = temperature if temperature > 0 else 1.0
+        ent = F.pad(entropy_from_logits(logits.float() / t), (1, 0))
+    return lp, ent
+
+
+def split_micro_batches(batch: dict, max_tokens: int) -> list[dict]:
+    """Consecutive rows, each micro-batch at most `max_tokens` padded tokens (at least one row).
+    Columns past the last real token of a micro-batch are trimmed."""
+    mask = batch["attention_mask"]
+    lengths = mask.sum(1)
+    B = mask.shape[0]
+    out, start = [], 0
+    while start < B:
+        end, width = start + 1, int(lengths[start])
+        while end < B and (end + 1 - start) * max(width, int(lengths[end])) <= max_tokens:
+            width = max(width, int(lengths[end]))
+            end += 1
+        out.append({k: _slice(v, start, end, width, mask.shape[1]) for k, v in batch.items()})
+        start = end
+    return out
+
+
+def _slice(v, start, end, width, T):
+    if not torch.is_tensor(v):
+        return v
+    v = v[start:end]
+    return v[:, :width] if v.dim() >= 2 and v.shape[1] == T else v
+
+
+def policy_loss_fn(algorithm, algo_cfg, temperature: float):
+    """The RL loss as the trainer sees it: recompute logprobs (sampler's temperature), call the
+    algorithm, and measure the sampler/trainer mismatch on the same tokens."""
+    from posttrain.algorithms.core import masked_mean
+
+    def loss_fn(model, mb, norm):
+        lp, ent = sequence_logprobs(model, mb["input_ids"], temperature, with_entropy=True)
+        loss, metrics = algorithm.loss(lp, mb, algo_cfg, norm, ent)
+        metrics["mismatch/logprob_abs"] = float(masked_mean((lp.detach() - mb["old_logprobs"]).abs(), mb["loss_mask"]))
+        return loss, metrics
+    return loss_fn
+
+
+class Trainer:
+    def __init__(self, model: torch.nn.Module, optim, total_steps: int, runtime=None):
+        self.model, self.cfg, self.runtime = model, optim, runtime
+        self.device = next(model.parameters()).device
+        decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
+        no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
+        groups = [{"params": decay, "weight_decay": optim.weight_decay},
+                  {"params": no_decay, "weight_decay": 0.0}]
+        self.optimizer = torch.optim.AdamW(groups, lr=optim.lr, betas=tuple(optim.betas), foreach=True)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: lr_factor(s, optim, total_steps))
+        self.nonfinite_in_a_row = 0
+        self.nonfinite_total = 0
+
+    def step(self, batch: dict, loss_fn, max_len: float | None = None) -> dict:
+        """One optimizer step on `batch` (accumulating over micro-batches)."""
+        self.model.train()
+        norm = batch_norm(batch["loss_mask"], max_len if max_len is not None else batch["loss_mask"].shape[1])
+        self.optimizer.zero_grad(set_to_none=True)
+        sums: dict[str, float] = {}
+        maxes: dict[str, float] = {}
+        total_loss = 0.0
+        micro = split_micro_batches(batch, self.cfg.micro_batch_tokens)
+        for mb in micro:
+            ctx = self.runtime.autocast() if self.runtime else torch.autocast("cpu", enabled=False)
+            with ctx:
+                loss, metrics = loss_fn(self.model, mb, norm)
+            loss.backward()                                          # the one backward of the project
+            total_loss += float(loss.detach())
+            share = float(mb["loss_mask"].sum()) / max(norm["tokens"], 1.0)
+            for k, v in metrics.items():
+                v = float(v)
+                if k.endswith("/max"):
+                    maxes[k] = max(maxes.get(k, -math.inf), v)
+                else:
+                    sums[k] = sums.get(k, 0.0) + share * v          # token-weighted mean over micro-batches
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        clip = self.cfg.grad_clip if self.cfg.grad_clip > 0 else math.inf
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip))
+        out = {**sums, **maxes, "loss": total_loss, "grad/norm": grad_norm,
+               "lr": self.scheduler.get_last_lr()[0], "train/micro_batches": len(micro)}
+        if not (math.isfinite(total_loss) and math.isfinite(grad_norm)):
+            # A non-finite step is skipped and counted, never applied (and never silent).
+            self.optimizer.zero_grad(set_to_none=True)
+            self.nonfinite_in_a_row += 1
+            self.nonfinite_total += 1
+            out["train/nonfinite_skipped"] = 1.0
+        else:
+            self.optimizer.step()
+            self.nonfinite_in_a_row = 0
+            out["train/nonfinite_skipped"] = 0.0
+        with warnings.catch_warnings():   # a skipped step still advances the schedule
+            warnings.simplefilter("ignore", UserWarning)
+            self.scheduler.step()
+        out["train/nonfinite_total"] = float(self.nonfinite_total)
+        return out
+
+    def train(self, batch: dict, loss_fn, epochs: int = 1, minibatches: int = 1,
+              max_len: float | None = None) -> dict:
+        """`epochs` passes over `batch` split into `minibatches` optimizer steps (PPO-style reuse).
+
+        Only the first step sees weights equal to the sampler's, so `mismatch/*` is taken from
+        it; other metrics are averaged over steps (`*/max` takes the max).
+        """
+        B = batch["loss_mask"].shape[0]
+        if minibatches > B:
+            from posttrain import UsageError
+            raise UsageError(f"minibatches={minibatches} exceeds the {B} samples of a step; lower it")
+        bounds = [round(i * B / minibatches) for i in range(minibatches + 1)]
+        steps = []
+        for _ in range(epochs):
+            for a, b in zip(bounds[:-1], bounds[1:]):
+                steps.append(self.step({k: v[a:b] for k, v in batch.items()}, loss_fn, max_len))
+        out = {}
+        for k in steps[0]:
+            vals = [m[k] for m in steps if k in m]
+            out[k] = max(vals) if k.endswith("/max") else (vals[0] if k.startswith("mismatch/") else sum(vals) / len(vals))
+        out["train/optimizer_steps"] = float(len(steps))
+        return out
+
+    def state_dict(self) -> dict:
+        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                "nonfinite_total": self.nonfinite_total}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.nonfinite_total = state.get("nonfinite_total", 0)
+
+
+def lr_factor(step: int, cfg, total_steps: int) -> float:
+    """Linear warm-up, then constant / cosine / linear decay to `min_lr_frac`."""
+    if cfg.warmup_steps > 0 and step < cfg.warmup_steps:
+        return (step + 1) / cfg.warmup_steps
+    if cfg.schedule == "constant":
+        return 1.0
+    progress = min(1.0, (step - cfg.warmup_steps) / max(1, total_steps - cfg.warmup_steps))
+    if cfg.schedule == "cosine":
+        decay = 0.5 * (1 + math.cos(math.pi * progress))
+    elif cfg.schedule == "linear":
+        decay = 1 - progress
+    else:
+        from posttrain import UsageError
+        raise UsageError(f"optim.schedule={cfg.schedule!r} is unknown; use constant, cosine or linear")
+    return cfg.min_lr_frac + (1 - cfg.min_lr_frac) * decay

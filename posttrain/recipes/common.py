@@ -1,0 +1,73 @@
+"""What every stage shares: the run directory, the starting model, the step plan, the LM loss.
+
+The step loop itself (resume, signals, checkpoints, evals, logs) is framework/loop.py.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+
+from posttrain import UsageError, checkpoint, runtime
+from posttrain.config import save_config
+from posttrain.framework.trainer import sequence_logprobs
+from posttrain.models.gpt_mini import GPTMini
+from posttrain.models.tokenizer import CharTokenizer
+
+
+class Run:
+    """The run directory of one stage, with its runtime and the checkpoint to resume from."""
+
+    def __init__(self, cfg, stage: str, resume: bool = False):
+        self.cfg, self.stage = cfg, stage
+        self.dir = Path(cfg.out or f"runs/{stage}")
+        self.resume_from = None
+        if resume:
+            self.resume_from = checkpoint.latest(self.dir)
+            if self.resume_from is None:
+                raise UsageError(f"--resume {self.dir}: no complete checkpoint there; start without --resume")
+        elif checkpoint.latest(self.dir) is not None and not cfg.overwrite:
+            raise UsageError(f"run directory {str(self.dir)!r} already holds checkpoints; "
+                             f"pass --resume {self.dir} to continue, overwrite=true to start over, or out=NEW_DIR")
+        self.dir.mkdir(parents=True, exist_ok=True)
+        save_config(cfg, self.dir / "config.yaml")
+        self.rt = runtime.resolve(cfg.device, cfg.dtype, cfg.threads)
+        runtime.seed_everything(cfg.seed)
+
+
+def init_model(cfg, init: str, device) -> tuple[GPTMini, CharTokenizer]:
+    """Start from a checkpoint (`init`) or from random weights shaped by `cfg.model`."""
+    if init:
+        model, tok, path = checkpoint.load_model(init, device)
+        print(f"init: {path}")
+        return model, tok
+    tok = CharTokenizer()
+    model = GPTMini(cfg.model.resolved(tok.vocab_size)).to(device)
+    return model, tok
+
+
+def print_plan(stage: str, lines: dict) -> None:
+    """The step plan in units (DESIGN §6 / issue 'step plan'): never ambiguous batch semantics."""
+    body = "  ".join(f"{k}: {v:,}" if isinstance(v, int) and not isinstance(v, bool) else f"{k}: {v}" for k, v in lines.items())
+    print(f"[{stage}] {body}", flush=True)
+
+
+def lm_loss(model, mb, norm):
+    """Next-token cross-entropy on `loss_mask` positions, normalised by the whole batch's tokens."""
+    lp, _ = sequence_logprobs(model, mb["input_ids"])
+    mask = mb["loss_mask"]
+    loss = -(lp * mask).sum() / max(norm["tokens"], 1.0)
+    return loss, {"train/nll": float(-(lp.detach() * mask).sum() / mask.sum().clamp(min=1))}
+
+
+def supervised_step(trainer, batch_fn, loss_fn, device):
+    """`step_fn` for the supervised stages: the batch of step s, one optimizer step."""
+    def step_fn(step: int) -> dict:
+        t0 = time.perf_counter()
+        batch = {k: v.to(device) for k, v in batch_fn(step).items()}
+        metrics = trainer.step(batch, loss_fn)
+        metrics["train/tokens_per_s"] = float(batch["attention_mask"].sum()) / (time.perf_counter() - t0)
+        return metrics
+    return step_fn

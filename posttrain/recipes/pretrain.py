@@ -1,0 +1,56 @@
+"""Stage 1, pretraining: next-token prediction on a generated corpus.
+
+The corpus is the arithmetic task's chain-of-thought traces written as plain lines
+(`3+4=7;7+5=12`), drawn from the train split only; the validation corpus is drawn from the
+held-out split. Batches are random windows of `seq_len` tokens, a pure function of
+(seed, step). The loss is cross-entropy on every position but the first.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from posttrain.config import PretrainConfig
+from posttrain.framework.trainer import Trainer, sequence_logprobs
+from posttrain.framework.loop import train_loop
+from posttrain.recipes.common import Run, init_model, lm_loss, print_plan, supervised_step
+from posttrain.tasks.arithmetic import ArithmeticTask
+
+
+class CorpusWindows:
+    def __init__(self, ids: torch.Tensor, seq_len: int, batch_size: int, seed: int):
+        if len(ids) <= seq_len + 1:
+            raise ValueError(f"corpus of {len(ids)} tokens is shorter than seq_len={seq_len}")
+        self.ids, self.T, self.B, self.seed = ids, seq_len, batch_size, seed
+
+    def __call__(self, step: int) -> dict:
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
+        start = torch.randint(0, len(self.ids) - self.T, (self.B,), generator=g)
+        x = torch.stack([self.ids[s:s + self.T] for s in start.tolist()])     # [B, T]
+        loss_mask = torch.ones_like(x, dtype=torch.float)
+        loss_mask[:, 0] = 0                                                  # nothing predicts token 0
+        return {"input_ids": x, "attention_mask": torch.ones_like(loss_mask), "loss_mask": loss_mask}
+
+
+def run(cfg: PretrainConfig, resume: bool = False) -> dict:
+    r = Run(cfg, "pretrain", resume)
+    model, tok = init_model(cfg, "", r.rt.device)
+    task = ArithmeticTask(cfg.task)
+    train_ids = torch.tensor(tok.encode(task.corpus(cfg.corpus_chars, cfg.seed)))
+    val_text = "".join(p.trace()[1:-1] + "\n" for p in task.items(400, "test", cfg.seed))
+    val = CorpusWindows(torch.tensor(tok.encode(val_text)), min(cfg.seq_len, 64), 32, cfg.seed + 1)(0)
+    trainer = Trainer(model, cfg.optim, cfg.steps, r.rt)
+    tokens = cfg.batch_size * cfg.seq_len
+    print_plan("pretrain", {"params": model.num_params(), "corpus tokens": len(train_ids),
+                            "tokens/step": tokens, "steps": cfg.steps, "total tokens": tokens * cfg.steps,
+                            "micro-batches/step": -(-tokens // cfg.optim.micro_batch_tokens)})
+
+    @torch.no_grad()
+    def evaluate(m):
+        m.eval()
+        lp, _ = sequence_logprobs(m, val["input_ids"].to(r.rt.device))
+        mask = val["loss_mask"].to(r.rt.device)
+        return {"eval/val_loss": float(-(lp * mask).sum() / mask.sum())}
+
+    step_fn = supervised_step(trainer, CorpusWindows(train_ids, cfg.seq_len, cfg.batch_size, cfg.seed), lm_loss, r.rt.device)
+    return train_loop(r, model, tok, trainer, step_fn, evaluate=evaluate, meta={"task": "arithmetic"}, show=("loss", "eval/val_loss"))

@@ -1,0 +1,78 @@
+"""Stage 2, supervised fine-tuning with the chat template (and chain-of-thought data).
+
+    <3+4+5>{3+4=7;7+5=12}12#        cot=true   (CoT: the course's lesson 04)
+    <3+4+5>12#                      cot=false  (direct answer)
+
+The loss is next-token cross-entropy on the response tokens only (`mask_prompt=true`): the
+first learned position predicts the first response token from the full prompt. With
+`mask_prompt=false` the model also spends capacity predicting the random prompt digits —
+the course's lesson 03 ablation. CoT changes the data, not the loss.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from posttrain.config import SFTConfig
+from posttrain.eval import evaluate
+from posttrain.framework.trainer import Trainer
+from posttrain.framework.batch import collate
+from posttrain.framework.loop import train_loop
+from posttrain.recipes.common import Run, init_model, lm_loss, print_plan, supervised_step
+from posttrain.tasks.arithmetic import ArithmeticTask
+
+
+class SFTBatches:
+    """Batch for step s: rows of an epoch-wise permutation of the examples (pure in (seed, s))."""
+
+    def __init__(self, prompts, responses, batch_size, pad_id, seed, mask_prompt=True):
+        self.prompts, self.responses, self.B, self.pad_id = prompts, responses, batch_size, pad_id
+        self.seed, self.mask_prompt, self.N = seed, mask_prompt, len(prompts)
+
+    def __call__(self, step: int) -> dict:
+        first = (step - 1) * self.B
+        idx = []
+        for pos in range(first, first + self.B):
+            epoch, off = divmod(pos, self.N)
+            idx.append(int(self._perm(epoch)[off]))
+        return collate([self.prompts[i] for i in idx], [self.responses[i] for i in idx], self.pad_id, self.mask_prompt)
+
+    def _perm(self, epoch: int):
+        if getattr(self, "_epoch", None) != epoch:
+            g = torch.Generator().manual_seed(self.seed * 7919 + epoch)
+            self._epoch, self._p = epoch, torch.randperm(self.N, generator=g)
+        return self._p
+
+
+def examples(task: ArithmeticTask, tok, n: int, seed: int, cot: bool):
+    items = task.items(n, "train", seed)
+    prompts = [tok.encode(tok.chat_prompt(task.prompt(it))) for it in items]
+    responses = [tok.encode(tok.chat_response(it.target(cot))) for it in items]
+    return prompts, responses
+
+
+def run(cfg: SFTConfig, resume: bool = False) -> dict:
+    r = Run(cfg, "sft", resume)
+    model, tok = init_model(cfg, cfg.init, r.rt.device)
+    task = ArithmeticTask(cfg.task)
+    prompts, responses = examples(task, tok, cfg.num_problems, cfg.seed, cfg.cot)
+    heldout = task.items(cfg.eval_problems, "test", cfg.seed)
+    trainer = Trainer(model, cfg.optim, cfg.steps, r.rt)
+    mean_len = sum(len(p) + len(q) for p, q in zip(prompts, responses)) / len(prompts)
+    print_plan("sft", {"params": model.num_params(), "examples": len(prompts), "examples/step": cfg.batch_size,
+                       "≈tokens/step": int(mean_len * cfg.batch_size), "steps": cfg.steps,
+                       "epochs": round(cfg.steps * cfg.batch_size / len(prompts), 2),
+                       "cot": cfg.cot, "mask_prompt": cfg.mask_prompt})
+
+    def evaluate_fn(m):
+        res = evaluate(m, tok, task, heldout, seed=cfg.seed)
+        per_k = res.pop("per_k")
+        return {**res, **{f"eval/greedy_acc_k{k}": row["greedy"] for k, row in per_k.items()}}
+
+    batches = SFTBatches(prompts, responses, cfg.batch_size, tok.pad_id, cfg.seed, cfg.mask_prompt)
+    step_fn = supervised_step(trainer, batches, lm_loss, r.rt.device)
+    summary = train_loop(r, model, tok, trainer, step_fn, evaluate=evaluate_fn,
+                         meta={"task": "arithmetic", "cot": cfg.cot}, show=("loss", "eval/greedy_acc"))
+    table = {k: v for k, v in summary.items() if k.startswith("eval/greedy_acc_k")}
+    print("held-out greedy accuracy by K: " + "  ".join(f"K={k.rsplit('k', 1)[1]}: {v:.3f}" for k, v in table.items()))
+    return summary
