@@ -41,13 +41,13 @@ def default_init() -> str:
 
 
 def run(cfg: RLConfig, resume: bool = False) -> dict:
-    init = cfg.init or default_init()
-    r = Run(cfg, "rl", resume)
-    algorithm = algorithms.get(cfg.algorithm)
+    algorithm = algorithms.get(cfg.algorithm)             # validate everything before any work
     algo_cfg = build(algorithm.Config, cfg.algo, "algo.")
     if cfg.degenerate not in ("keep", "skip", "resample"):
         from posttrain import UsageError
         raise UsageError(f"degenerate={cfg.degenerate!r} is unknown; use keep, skip or resample")
+    init = cfg.init or default_init()
+    r = Run(cfg, "rl", resume)
     model, tok = init_model(cfg, init, r.rt.device)
     task = ArithmeticTask(cfg.task)
     max_new = cfg.max_new_tokens or response_budget(task, task.items(500, "train", cfg.seed))

@@ -1,0 +1,45 @@
+"""Every CLI entry point as a subprocess: bad input is one line on stderr and exit code 2."""
+
+import subprocess
+import sys
+
+import pytest
+
+
+def posttrain(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "posttrain.cli", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=300)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["sft", "lrr=0.1"], "posttrain sft: error: unknown config key 'lrr' for SFTConfig; did you mean 'optim.lr'?"),
+    (["sft", "steps=abc"], "posttrain sft: error: config key 'steps' expects int, got 'abc' (str)"),
+    (["pretrain", "missing.yaml"], "posttrain pretrain: error: config file 'missing.yaml' not found"),
+    (["rl", "algorithm=gpro"], "posttrain rl: error: unknown algorithm 'gpro'; did you mean 'grpo'?"),
+    (["eval", "no/such/run"], "posttrain eval: error: checkpoint 'no/such/run' does not exist; give a run directory"),
+])
+def test_usage_errors_exit_2_with_one_line(tmp_path, args, message):
+    r = posttrain(*args, cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(message), r.stderr
+
+
+def test_unreadable_checkpoint(tmp_path):
+    ckpt = tmp_path / "run" / "checkpoints" / "step_000001"
+    ckpt.mkdir(parents=True)
+    (ckpt / "model.safetensors").write_bytes(b"not a safetensors file")
+    (ckpt / "model.json").write_text("{}")
+    r = posttrain("eval", str(tmp_path / "run"), cwd=tmp_path)
+    assert r.returncode == 2
+    assert r.stderr.strip().startswith(f"posttrain eval: error: checkpoint '{ckpt}' is unreadable (")
+    assert r.stderr.strip().endswith("point to a complete checkpoints/step_N written by posttrain")
+
+
+def test_existing_run_dir_needs_resume_or_overwrite(tmp_path):
+    ok = posttrain("pretrain", "steps=2", "model.preset=nano", "out=run", "batch_size=4", "seq_len=32",
+                   "corpus_chars=5000", cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    again = posttrain("pretrain", "steps=2", "out=run", cwd=tmp_path)
+    assert again.returncode == 2
+    assert "already holds checkpoints; pass --resume run to continue" in again.stderr
