@@ -214,3 +214,94 @@ def ratio_metrics(logprobs: torch.Tensor, old_logprobs: torch.Tensor, loss_mask:
             "ratio/mean": masked_mean(ratio, m),
             "ratio/max": rmax,
         }
+
+
+def importance_ratio(logprobs: torch.Tensor, old_logprobs: torch.Tensor) -> torch.Tensor:
+    """r = π_θ/π_old = exp(logp − old_logp) per token [B, T], the log-ratio clamped to ±20 as
+    in ppo_clip_loss. Losses that use r only as a detached weight (CISPO, DPPO) take it here."""
+    return torch.exp((logprobs - old_logprobs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+
+
+# ----------------------------------------------------------------------------- shared by several algorithms
+
+def masked_whiten(x: torch.Tensor, mask: torch.Tensor, std: str = "unbiased", eps: float = 1e-8,
+                  scale: bool = True) -> torch.Tensor:
+    """Token-level z-score over the loss tokens of the whole batch [B, T] → [B, T], 0 off the mask:
+
+        (x − mean) / √(var + eps)       (verl `masked_whiten`: eps inside the root; OpenRLHF alike)
+
+    Every loss token weighs the same, so long sequences weigh more (ALGORITHMS.md §14.13).
+    std="unbiased" divides the variance by n−1 (verl), "population" by n. scale=False only
+    centres. If every loss token holds the same value the result is exactly 0 (a float mean
+    of equal values need not be exact, and eps = 1e-8 would blow its error up to ~1e-9·x).
+    Used by REINFORCE++ and by PPO's whitened GAE.
+    """
+    if std not in STD_MODES:
+        raise UsageError(f"unknown std convention {std!r}; valid: {', '.join(STD_MODES)}")
+    on = mask != 0
+    zero = torch.zeros_like(x)
+    if not bool(on.any()):
+        return zero
+    xd = x.double()                                                    # stats in float64
+    vals = xd[on]
+    if bool(vals.max() == vals.min()):
+        return zero
+    n = vals.numel()
+    centred = xd - vals.mean()                                         # [B, T]
+    if scale:
+        var = (vals - vals.mean()).pow(2).sum() / (n - 1 if std == "unbiased" and n > 1 else n)
+        centred = centred / torch.sqrt(var + eps)
+    return torch.where(on, centred.to(x.dtype), zero)
+
+
+def bernoulli_kl(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """KL(Bern(p) ‖ Bern(q)) = p·log(p/q) + (1−p)·log((1−p)/(1−q)), elementwise, 0·log 0 = 0.
+
+    DPPO's binary-KL trust region (p = π_old(y_t), q = π_θ(y_t)) and MGPO's max-entropy
+    deviation (p = pass rate, q = ½) are both this one function.
+    """
+    return (torch.xlogy(p, p) - torch.xlogy(p, q)
+            + torch.xlogy(1 - p, 1 - p) - torch.xlogy(1 - p, 1 - q))
+
+
+def check_config(cfg, who: str) -> None:
+    """Validate the fields that loss configs share (whichever of them `cfg` has): aggregation,
+    kl_estimator, std, and kl_coef / adv_eps ≥ 0. Raises UsageError naming the algorithm."""
+    checks = (("aggregation", AGGREGATIONS), ("kl_estimator", KL_ESTIMATORS), ("std", STD_MODES))
+    for name, valid in checks:
+        if hasattr(cfg, name) and getattr(cfg, name) not in valid:
+            raise UsageError(f"{who}: {name}={getattr(cfg, name)!r} is unknown; valid: {', '.join(valid)}")
+    for name in ("kl_coef", "adv_eps"):
+        if getattr(cfg, name, 0.0) < 0:
+            raise UsageError(f"{who}: {name} must be ≥ 0 (got {getattr(cfg, name)})")
+
+
+def finish_loss(pg: torch.Tensor, logprobs: torch.Tensor, batch: dict, cfg, norm: dict,
+                entropy: torch.Tensor | None = None, who: str = "loss"):
+    """The tail every policy loss shares once its per-token policy term `pg` [B, T] is known:
+
+        ℓ_{i,t} = pg_{i,t} + β·KL_{i,t}(π_θ ‖ π_ref) − c_H·H_{i,t},   L = Agg(ℓ)
+
+    as grpo.loss does it (KL and entropy per token, before aggregation, same mode as verl).
+    `cfg` needs `aggregation`, `kl_coef`, `kl_estimator`, `entropy_coef`. The KL is measured
+    (`kl/ref`) whenever batch has ref_logprobs, the entropy whenever it is given. Returns
+    (loss, metrics) with `loss/policy` scaled for the trainer's token-weighted mean.
+    """
+    mask = batch["loss_mask"]                                          # [B, T]
+    per_token = pg
+    metrics = {"loss/policy": as_token_weighted(aggregate(pg.detach(), mask, cfg.aggregation, norm), mask, norm)}
+    ref = batch.get("ref_logprobs")
+    if cfg.kl_coef > 0 and ref is None:
+        raise UsageError(f"{who}: kl_coef > 0 needs batch['ref_logprobs']; load a reference or set kl_coef=0")
+    if ref is not None:
+        kl_tok = kl(logprobs, ref, cfg.kl_estimator)                   # [B, T]
+        metrics["kl/ref"] = masked_mean(kl_tok.detach(), mask)
+        if cfg.kl_coef > 0:
+            per_token = per_token + cfg.kl_coef * kl_tok
+    if cfg.entropy_coef != 0 and entropy is None:
+        raise UsageError(f"{who}: entropy_coef != 0 needs the token entropy; ask the trainer for it")
+    if entropy is not None:
+        metrics["entropy"] = masked_mean(entropy.detach(), mask)
+        if cfg.entropy_coef != 0:
+            per_token = per_token - cfg.entropy_coef * entropy
+    return aggregate(per_token, mask, cfg.aggregation, norm), metrics
