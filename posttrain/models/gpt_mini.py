@@ -196,6 +196,10 @@ class KVCache:
     the cache): each row's keys live at [0, lengths[b]) and the mask hides the rest. The
     rollout engine reuses rows (slots) as sequences finish: `reset_rows` forgets a row and
     `copy_row` clones a prompt's cache into the slots of its group.
+
+    `rows` in `begin` may be None (all rows), a LongTensor of row indices, or a `slice` of
+    contiguous rows. A slice is the fast path for decoding: keys and values come back as
+    views of the cache, where an index tensor has to gather (copy) them every layer.
     """
 
     def __init__(self, config: ModelConfig, rows: int, max_len: int | None = None,
@@ -205,42 +209,53 @@ class KVCache:
         self.k = torch.zeros(shape, device=device, dtype=dtype)
         self.v = torch.zeros(shape, device=device, dtype=dtype)
         self.lengths = torch.zeros(rows, dtype=torch.long, device=device)
-        self.rows = None              # which rows the current forward writes (None = all)
+        self.rows = None              # which rows the current forward writes (set by begin)
         self.positions = None
 
-    def begin(self, n_new: int, rows: torch.Tensor | None = None) -> None:
+    def begin(self, n_new: int, rows: torch.Tensor | slice | None = None) -> None:
         """Prepare a forward of `n_new` tokens per row for `rows` (default all rows)."""
+        if rows is None:
+            rows = slice(0, self.lengths.shape[0])
         self.rows = rows
-        start = self.lengths if rows is None else self.lengths[rows]
+        start = self.lengths[rows]                                   # [B]
         self.positions = start[:, None] + torch.arange(n_new, device=start.device)   # [B, T]
-        if int(self.positions.max()) >= self.max_len:
-            raise RuntimeError(f"KV cache overflow: {int(self.positions.max()) + 1} > {self.max_len} positions")
-        span = int(self.positions.max()) + 1
+        span = int(start.max()) + n_new                              # attend over the used span only
+        if span > self.max_len:
+            raise RuntimeError(f"KV cache overflow: {span} > {self.max_len} positions")
         keys = torch.arange(span, device=start.device)
         self._mask = (keys[None, None, :] <= self.positions[:, :, None]).unsqueeze(1)  # [B, 1, T, S]
         self._span = span
+        # row index of each written token, computed once here rather than in every layer
+        r = rows if isinstance(rows, torch.Tensor) else torch.arange(
+            rows.start, rows.stop, device=start.device)
+        self._write = (r[:, None].expand_as(self.positions), self.positions)          # [B, T] each
 
     def update(self, layer, k, v):
-        pos, rows = self.positions, self.rows
-        r = torch.arange(pos.shape[0], device=pos.device) if rows is None else rows
+        rows, span = self.rows, self._span
         kc, vc = self.k[layer], self.v[layer]                       # [R, Hkv, Tmax, hd]
-        kc[r[:, None], :, pos] = k.transpose(1, 2)                  # scatter [B, T, Hkv, hd]
-        vc[r[:, None], :, pos] = v.transpose(1, 2)
-        if rows is None:
-            return kc[:, :, :self._span], vc[:, :, :self._span], self._mask
-        return kc[rows, :, :self._span], vc[rows, :, :self._span], self._mask
+        r, pos = self._write
+        kc[r, :, pos] = k.transpose(1, 2)                           # scatter [B, T, Hkv, hd]
+        vc[r, :, pos] = v.transpose(1, 2)
+        return kc[rows, :, :span], vc[rows, :, :span], self._mask   # views for a slice, gathers for a tensor
 
     def advance(self, n_new: int) -> None:
-        if self.rows is None:
-            self.lengths += n_new
-        else:
-            self.lengths[self.rows] += n_new
+        self.lengths[self.rows] += n_new
 
-    def copy_row(self, src: int, dst: torch.Tensor) -> None:
-        n = int(self.lengths[src])
-        self.k[:, dst, :, :n] = self.k[:, src:src + 1, :, :n]
-        self.v[:, dst, :, :n] = self.v[:, src:src + 1, :, :n]
-        self.lengths[dst] = n
+    def copy_row(self, src, dst, source: "KVCache | None" = None) -> None:
+        """Copy row(s) `src` of `source` (default: this cache) into rows `dst`, lengths too.
+
+        `src` is one row (broadcast to every `dst` row: a prompt into its group's slots) or
+        a LongTensor matching `dst` (many rows at once). Only the used prefix is copied.
+        """
+        source = self if source is None else source
+        if isinstance(src, int):
+            src = slice(src, src + 1)
+        if isinstance(dst, int):
+            dst = slice(dst, dst + 1)
+        n = int(source.lengths[src].max())
+        self.k[:, dst, :, :n] = source.k[:, src, :, :n]
+        self.v[:, dst, :, :n] = source.v[:, src, :, :n]
+        self.lengths[dst] = source.lengths[src]
 
     def reset_rows(self, rows) -> None:
         self.lengths[rows] = 0

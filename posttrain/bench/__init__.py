@@ -1,0 +1,55 @@
+"""Benchmarks that write JSON (`posttrain bench rollout|train --out FILE.json`).
+
+Shared helpers: the measured matmul peak every throughput number is compared against, and
+a JSON writer that never leaves a half-written file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import torch
+
+
+def matmul_peak_gflops(threads: int | None = None, n: int = 1024, dtype=torch.float32,
+                       repeats: int = 5) -> float:
+    """Measured dense matmul throughput, GFLOP/s: an [n, n] @ [n, n] product (2·n³ FLOPs),
+    best of `repeats` timed runs after a warm-up, on `threads` threads (default: as set).
+
+    This is the "FLOP limit" of the benchmarks: model FLOPs per second ÷ this number says
+    how much of what the BLAS can do on this machine a workload achieves.
+    """
+    old = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        a = torch.randn(n, n, dtype=dtype)
+        b = torch.randn(n, n, dtype=dtype)
+        out = torch.empty(n, n, dtype=dtype)
+        for _ in range(2):                                   # warm-up: page in, pick kernels
+            torch.mm(a, b, out=out)
+        # each timed run repeats the product enough to last ≳50 ms, so timer noise is small
+        t0 = time.perf_counter()
+        torch.mm(a, b, out=out)
+        reps = max(1, int(0.05 / max(time.perf_counter() - t0, 1e-6)))
+        best = float("inf")
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                torch.mm(a, b, out=out)
+            best = min(best, (time.perf_counter() - t0) / reps)
+        return 2 * n ** 3 / best / 1e9
+    finally:
+        torch.set_num_threads(old)
+
+
+def write_json(path: str | os.PathLike, obj) -> None:
+    """Write `obj` as indented JSON: to a temporary name first, then rename (DESIGN.md §8)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n")
+    tmp.replace(path)
