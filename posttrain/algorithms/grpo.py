@@ -96,25 +96,7 @@ def loss(logprobs: torch.Tensor, batch: dict, cfg: Config, norm: dict,
         adv = core.broadcast(adv, mask)                                # [B] → [B, T]
     pg, clipped = core.ppo_clip_loss(logprobs, batch["old_logprobs"], adv,
                                      cfg.eps_low, cfg.eps_high, cfg.dual_clip)  # [B, T]
-    per_token = pg
-    metrics = {"loss/policy": core.as_token_weighted(
-        core.aggregate(pg.detach(), mask, cfg.aggregation, norm), mask, norm)}
-
-    ref = batch.get("ref_logprobs")
-    if cfg.kl_coef > 0 and ref is None:
-        raise UsageError("grpo: kl_coef > 0 needs batch['ref_logprobs']; load a reference or set kl_coef=0")
-    if ref is not None:
-        kl_tok = core.kl(logprobs, ref, cfg.kl_estimator)              # [B, T]
-        metrics["kl/ref"] = core.masked_mean(kl_tok.detach(), mask)
-        if cfg.kl_coef > 0:
-            per_token = per_token + cfg.kl_coef * kl_tok               # ← β·k3 per token, before aggregation
-
-    if cfg.entropy_coef != 0 and entropy is None:
-        raise UsageError("grpo: entropy_coef != 0 needs the token entropy; ask the trainer for it")
-    if entropy is not None:
-        metrics["entropy"] = core.masked_mean(entropy.detach(), mask)
-        if cfg.entropy_coef != 0:
-            per_token = per_token - cfg.entropy_coef * entropy         # bonus: higher entropy, lower loss
-
+    # ← β·k3 per token before aggregation, then the entropy bonus: core.finish_loss
+    total, metrics = core.finish_loss(pg, logprobs, batch, cfg, norm, entropy, who="grpo")
     metrics.update(core.ratio_metrics(logprobs, batch["old_logprobs"], mask, clipped))
-    return core.aggregate(per_token, mask, cfg.aggregation, norm), metrics
+    return total, metrics
