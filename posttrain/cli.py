@@ -128,7 +128,14 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    args = parser().parse_args(argv)
+    p = parser()
+    args, extra = p.parse_known_args(argv)
+    if extra and args.command == "bench":
+        args.rest += extra
+    elif extra and all("=" in x and not x.startswith("-") for x in extra) and hasattr(args, "overrides"):
+        args.overrides += extra                      # key=value given after an --option
+    elif extra:
+        p.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         if args.command in STAGES:
             run_stage(args.command, args)

@@ -87,8 +87,9 @@ def test_rl_runs_and_resumes_exactly(sft_ckpt, tmp_path, monkeypatch):
     run_killed(monkeypatch, rl, cfg, die_on_step=3)
     rl.run(cfg, resume=True)
     full = read_metrics(tmp_path / "full")
-    assert len(full) == 3 and all(m["ratio/mean"] == pytest.approx(1.0, abs=1e-4) for m in full)
-    assert all(m["mismatch/logprob_abs"] < 1e-4 for m in full)
+    assert [m["step"] for m in full] == [0, 1, 2, 3] and "eval/pass@1" in full[0]   # step 0: the start
+    assert all(m["ratio/mean"] == pytest.approx(1.0, abs=1e-4) for m in full[1:])
+    assert all(m["mismatch/logprob_abs"] < 1e-4 for m in full[1:])
     assert "eval/pass@1" in full[-1] and "eval/pass@2" in full[-1]
     assert _same_weights(tmp_path / "full", tmp_path / "half")
     assert _metrics_without_time(tmp_path / "full") == _metrics_without_time(tmp_path / "half")

@@ -11,12 +11,13 @@ from __future__ import annotations
 import difflib
 
 from posttrain import UsageError
-from posttrain.algorithms import (cispo, dapo, dppo, dr_grpo, grpo, gspo, maxrl, mgpo, reinforce, reinforce_pp,
-                                  rloo)
+from posttrain.algorithms import (cispo, dapo, dppo, dr_grpo, grpo, gspo, maxrl, mgpo, ppo, reinforce,
+                                  reinforce_pp, rloo)
 
 ALGORITHMS = {
     "reinforce": reinforce,           # −A·log π, A = R or R − μ_G
     "rloo": rloo,                     # leave-one-out baseline
+    "ppo": ppo,                       # learned critic V(s) + GAE + PPO clip + clipped value loss
     "reinforce_pp": reinforce_pp,     # KL-in-reward reward-to-go, batch whitening, PPO clip (baseline=True: -baseline)
     "grpo": grpo,                     # group-normalised advantage, PPO clip, k3 KL in the loss
     "dr_grpo": dr_grpo,               # GRPO without /σ_G and /|y_i|

@@ -65,3 +65,8 @@ def loss(logprobs: torch.Tensor, batch: dict, cfg: Config, norm: dict, entropy: 
     clipped = (ratio > 1.0 + cfg.eps_high) | (ratio < floor)
     metrics.update(core.ratio_metrics(logprobs, batch["old_logprobs"], mask, clipped))
     return total, metrics
+
+
+if __name__ == "__main__":  # python -m posttrain.algorithms.cispo [key=value ...]
+    from posttrain.recipes.rl import demo
+    demo("cispo")

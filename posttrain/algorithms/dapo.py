@@ -110,3 +110,8 @@ def loss(logprobs: torch.Tensor, batch: dict, cfg: Config, norm: dict, entropy: 
     metrics["dapo/truncated_token_frac"] = (full - kept).sum() / n_full if n_full > 0 else full.sum() * 0.0
     return total, metrics
 
+
+
+if __name__ == "__main__":  # python -m posttrain.algorithms.dapo [key=value ...]
+    from posttrain.recipes.rl import demo
+    demo("dapo")

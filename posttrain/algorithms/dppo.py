@@ -104,3 +104,8 @@ def loss(logprobs: torch.Tensor, batch: dict, cfg: Config, norm: dict, entropy: 
     total, metrics = core.finish_loss(pg, logprobs, batch, cfg, norm, entropy, "dppo")
     metrics.update(core.ratio_metrics(logprobs, old, mask, ~keep))
     return total, metrics
+
+
+if __name__ == "__main__":  # python -m posttrain.algorithms.dppo [key=value ...]
+    from posttrain.recipes.rl import demo
+    demo("dppo")

@@ -100,3 +100,8 @@ def loss(logprobs: torch.Tensor, batch: dict, cfg: Config, norm: dict,
     total, metrics = core.finish_loss(pg, logprobs, batch, cfg, norm, entropy, who="grpo")
     metrics.update(core.ratio_metrics(logprobs, batch["old_logprobs"], mask, clipped))
     return total, metrics
+
+
+if __name__ == "__main__":  # python -m posttrain.algorithms.grpo [key=value ...]
+    from posttrain.recipes.rl import demo
+    demo("grpo")

@@ -74,3 +74,8 @@ def loss(logprobs: torch.Tensor, batch: dict, cfg: Config, norm: dict, entropy: 
     total, metrics = core.finish_loss(pg, logprobs, batch, cfg, norm, entropy, "gspo")
     metrics.update(core.ratio_metrics(log_s, zero, mask, clipped))
     return total, metrics
+
+
+if __name__ == "__main__":  # python -m posttrain.algorithms.gspo [key=value ...]
+    from posttrain.recipes.rl import demo
+    demo("gspo")

@@ -92,3 +92,8 @@ def loss(logprobs: torch.Tensor, batch: dict, cfg, norm: dict, entropy: torch.Te
     never = torch.zeros_like(mask, dtype=torch.bool)
     metrics.update(core.ratio_metrics(logprobs, batch["old_logprobs"], mask, never))
     return total, metrics
+
+
+if __name__ == "__main__":  # python -m posttrain.algorithms.reinforce [key=value ...]
+    from posttrain.recipes.rl import demo
+    demo("reinforce")

@@ -118,3 +118,8 @@ def advantages(rewards: torch.Tensor, group_index: torch.Tensor, cfg: Config, ba
 
 
 loss = grpo.loss
+
+
+if __name__ == "__main__":  # python -m posttrain.algorithms.reinforce_pp [key=value ...]
+    from posttrain.recipes.rl import demo
+    demo("reinforce_pp")

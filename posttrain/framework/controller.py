@@ -5,6 +5,7 @@
     ❸ groups      degenerate groups kept / skipped / resampled (config `degenerate`)
     ❹ collate     collate_samples(samples)               padded RolloutBatch
     ❺ reference   reference.score(batch)                 ref_logprobs (only when needed)
+       critic      critic_values(trainer.model, batch)    V_old, before ❻ (only with a critic: PPO)
     ❻ advantages  algorithm.advantages(rewards, groups)
     ❼ train       trainer.step(batch, loss_fn)           epochs × minibatches of optimizer steps
     ❽ sync        weight_sync.sync()                     the sampler gets the new weights
@@ -26,7 +27,7 @@ import torch
 from posttrain.algorithms.core import broadcast
 from posttrain.framework.batch import collate_samples
 from posttrain.framework.rollout import SamplingParams
-from posttrain.framework.trainer import policy_loss_fn
+from posttrain.framework.trainer import critic_values, needs_critic, policy_loss_fn
 from posttrain.tasks.base import score_samples
 
 
@@ -58,6 +59,9 @@ class Controller:
         if self.reference is not None:
             with self.timer("reference"):
                 batch["ref_logprobs"] = self.reference.score(batch)             # ❺
+        if needs_critic(self.algorithm, self.algo_cfg):                        # critic hook (PPO only):
+            with self.timer("critic"):                                          # V_old of the rollout for GAE
+                batch["values"] = critic_values(self.trainer.model, batch, self.trainer.cfg.micro_batch_tokens)
         with self.timer("algorithm"):
             adv = self.algorithm.advantages(batch["rewards"], batch["group_index"], self.algo_cfg, batch=batch)
             batch["advantages"] = broadcast(adv, batch["loss_mask"]) if adv.dim() == 1 else adv * batch["loss_mask"]  # ❻

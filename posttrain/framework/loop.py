@@ -18,11 +18,12 @@ from posttrain.logging import RunLogger
 
 
 def train_loop(run, model, tokenizer, trainer: Trainer, step_fn, *, evaluate=None,
-               meta: dict | None = None, show=("loss",), extra_state=None) -> dict:
+               meta: dict | None = None, show=("loss",), extra_state=None, eval_at_start: bool = False) -> dict:
     """Call `step_fn(step) -> metrics` from the resume point to cfg.steps; checkpoint, evaluate, log.
 
     `run` has .cfg (common keys), .dir, .stage and .resume_from (a checkpoint or None).
     `extra_state` is an optional (get, set) pair for state beyond model/optimizer/RNG.
+    `eval_at_start` logs an evaluation of the starting weights as step 0 (RL: before/after).
     """
     cfg = run.cfg
     start = 0
@@ -36,6 +37,8 @@ def train_loop(run, model, tokenizer, trainer: Trainer, step_fn, *, evaluate=Non
             extra_state[1](state.get("extra", {}))
         print(f"resumed from {run.resume_from} at step {start}")
     logger = RunLogger(run.dir, run.stage, cfg.steps, cfg.log_every, show=show, start_step=start)
+    if evaluate is not None and eval_at_start and start == 0:
+        logger.log(0, evaluate(model))
 
     def save(step):
         state = {"trainer": trainer.state_dict(), "rng": runtime.rng_state(), "step": step, "data_position": step,

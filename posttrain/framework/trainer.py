@@ -29,7 +29,13 @@ def sequence_logprobs(model, input_ids: torch.Tensor, temperature: float = 1.0,
 
     Position 0 has no prediction and holds 0. Returns (logprobs [B, T], entropy [B, T] | None).
     """
-    logits = model(input_ids)[:, :-1]                                 # [B, T-1, V]
+    return logits_logprobs(model(input_ids), input_ids, temperature, with_entropy)
+
+
+def logits_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, temperature: float = 1.0,
+                    with_entropy: bool = False):
+    """sequence_logprobs from logits [B, T, V] already computed (a forward that also gave values)."""
+    logits = logits[:, :-1]                                          # [B, T-1, V]
     lp = token_logprobs(logits, input_ids[:, 1:], temperature)       # [B, T-1]
     lp = F.pad(lp, (1, 0))                                           # [B, T]
     ent = None
@@ -64,13 +70,47 @@ def _slice(v, start, end, width, T):
     return v[:, :width] if v.dim() >= 2 and v.shape[1] == T else v
 
 
+def needs_critic(algorithm, algo_cfg) -> bool:
+    """True for an algorithm with a learned value function (PPO), which declares `needs_critic(cfg)`."""
+    fn = getattr(algorithm, "needs_critic", None)
+    return bool(fn is not None and fn(algo_cfg))
+
+
+@torch.no_grad()
+def critic_values(model, batch: dict, micro_batch_tokens: int = 16384) -> torch.Tensor:
+    """V_old [B, T] of a batch before any update (PPO's GAE and value clip), zero where loss_mask
+    is 0; `model` is a models.heads.ActorCritic. Micro-batched like Reference.score."""
+    out = torch.zeros_like(batch["loss_mask"])
+    row = 0
+    for mb in split_micro_batches(batch, micro_batch_tokens):
+        v = model.values(mb["input_ids"])                            # [b, w]
+        n, w = v.shape
+        out[row:row + n, :w] = v.to(out.dtype) * mb["loss_mask"]
+        row += n
+    return out
+
+
 def policy_loss_fn(algorithm, algo_cfg, temperature: float):
     """The RL loss as the trainer sees it: recompute logprobs (sampler's temperature), call the
-    algorithm, and measure the sampler/trainer mismatch on the same tokens."""
+    algorithm, and measure the sampler/trainer mismatch on the same tokens.
+
+    Critic hook (PPO, `needs_critic`): `model` is then a models.heads.ActorCritic; the same
+    forward also gives V(s_t) [B, T], handed to the loss as `new_values` in a copy of the
+    micro-batch. Every other algorithm takes the unchanged path."""
     from posttrain.algorithms.core import masked_mean
+    with_critic = needs_critic(algorithm, algo_cfg)
 
     def loss_fn(model, mb, norm):
-        lp, ent = sequence_logprobs(model, mb["input_ids"], temperature, with_entropy=True)
+        if with_critic:                                              # ← critic hook (PPO only)
+            if not hasattr(model, "logits_and_values"):
+                from posttrain import UsageError
+                raise UsageError("this algorithm learns a critic: train a models.heads.ActorCritic "
+                                 "(recipes/rl.py builds one), not the bare policy")
+            logits, values = model.logits_and_values(mb["input_ids"])
+            lp, ent = logits_logprobs(logits, mb["input_ids"], temperature, with_entropy=True)
+            mb = {**mb, "new_values": values}
+        else:
+            lp, ent = sequence_logprobs(model, mb["input_ids"], temperature, with_entropy=True)
         loss, metrics = algorithm.loss(lp, mb, algo_cfg, norm, ent)
         metrics["mismatch/logprob_abs"] = float(masked_mean((lp.detach() - mb["old_logprobs"]).abs(), mb["loss_mask"]))
         return loss, metrics

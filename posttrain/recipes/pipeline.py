@@ -1,6 +1,6 @@
-"""The whole recipe in one command: pretrain → SFT (chain-of-thought) → eval → table.
+"""The whole recipe in one command: pretrain → SFT (chain-of-thought) → RL (GRPO) → eval → table.
 
-One run directory with a sub-directory per stage (`pretrain/`, `sft/`). A stage whose final
+One run directory with a sub-directory per stage (`pretrain/`, `sft/`, `rl/`). A stage whose final
 checkpoint exists is skipped; a stage with a partial run is resumed; so re-running the
 command after a crash or a Ctrl-C continues where it stopped. Each stage's checkpoint is the
 next stage's `init`. The final table (stage × held-out pass@1, pass@8, greedy accuracy,
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from posttrain import checkpoint
-from posttrain.config import PretrainConfig, SFTConfig, save_config
+from posttrain.config import PretrainConfig, RLConfig, SFTConfig, save_config
 from posttrain.eval import evaluate
 from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
 
@@ -33,6 +33,7 @@ class PipelineConfig:
     eval_samples: int = 8         # samples per problem for pass@1 / pass@8
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
+    rl: RLConfig = field(default_factory=RLConfig)
 
 
 def _stage_cfg(cfg: PipelineConfig, stage_cfg, name: str, **extra):
@@ -51,16 +52,19 @@ def _run_stage(module, stage_cfg, run_dir: Path) -> float:
     return time.time() - t0
 
 
-def train_chain(cfg: PipelineConfig) -> dict[str, float]:
-    """Run (or resume, or skip) each stage in order; returns stage -> wall seconds."""
-    from posttrain.recipes import pretrain, sft
+def train_chain(cfg: PipelineConfig, upto: str = "rl") -> dict[str, float]:
+    """Run (or resume, or skip) each stage in order up to `upto`; returns stage -> wall seconds."""
+    from posttrain.recipes import pretrain, rl, sft
     root = Path(cfg.out)
     root.mkdir(parents=True, exist_ok=True)
     save_config(cfg, root / "config.yaml")
     stages = [
         ("pretrain", pretrain, _stage_cfg(cfg, cfg.pretrain, "pretrain")),
         ("sft", sft, _stage_cfg(cfg, cfg.sft, "sft", init=str(root / "pretrain"))),
+        ("rl", rl, _stage_cfg(cfg, cfg.rl, "rl", init=str(root / "sft"))),
     ]
+    names = [name for name, _, _ in stages]
+    stages = stages[:names.index(upto) + 1]
     return {name: _run_stage(module, stage_cfg, root / name) for name, module, stage_cfg in stages}
 
 

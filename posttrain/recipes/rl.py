@@ -21,8 +21,9 @@ from posttrain.framework.controller import Controller
 from posttrain.framework.loop import train_loop
 from posttrain.framework.reference import Reference
 from posttrain.framework.rollout import Engine
-from posttrain.framework.trainer import Trainer
+from posttrain.framework.trainer import Trainer, needs_critic
 from posttrain.framework.weight_sync import WeightSync
+from posttrain.models.heads import ActorCritic
 from posttrain.recipes.common import Run, init_model, print_plan
 from posttrain.tasks.arithmetic import ArithmeticTask
 
@@ -31,12 +32,13 @@ CACHE = Path(os.environ.get("POSTTRAIN_CACHE", "runs/cache"))
 
 def default_init() -> str:
     """The default SFT(CoT) checkpoint: trained once with the pipeline's defaults, then cached."""
+    from posttrain.config import load_config
     from posttrain.recipes.pipeline import PipelineConfig, train_chain
     root = CACHE / "sft_cot"
     if checkpoint.latest(root / "sft") is None:
         print(f"no init= given: training the default SFT(CoT) checkpoint once into {root} "
               "(pretrain → SFT); later runs reuse it")
-    train_chain(PipelineConfig(out=str(root)))
+    train_chain(load_config(PipelineConfig, "pipeline", [f"out={root}"]), upto="sft")
     return str(root / "sft")
 
 
@@ -55,14 +57,20 @@ def run(cfg: RLConfig, resume: bool = False) -> dict:
     engine = Engine(model, tok, max_slots=cfg.max_slots)
     sync = WeightSync(model, engine, cfg.weight_sync)
     reference = Reference(model, cfg.temperature) if algorithm.needs_reference(algo_cfg) else None
-    trainer = Trainer(model, cfg.optim, cfg.steps * cfg.epochs * cfg.minibatches, r.rt)
+    # Critic (PPO): the trainer optimises policy + value head (+ a separate critic trunk) as one
+    # module; the sampler, the reference and model.safetensors keep the bare policy, and the
+    # critic's weights travel in trainer.pt with the optimizer (extra state below).
+    actor_critic = ActorCritic(model, algo_cfg.critic) if needs_critic(algorithm, algo_cfg) else None
+    trainer = Trainer(actor_critic if actor_critic is not None else model, cfg.optim,
+                      cfg.steps * cfg.epochs * cfg.minibatches, r.rt)
     controller = Controller(cfg, task, tok, engine, reference, algorithm, algo_cfg, trainer, sync)
     n = cfg.prompts_per_step * cfg.samples_per_prompt
     print_plan("rl", {"params": model.num_params(), "prompts/step": cfg.prompts_per_step,
                       "samples/prompt": cfg.samples_per_prompt, "samples/step": n,
                       "max tokens/step": n * max_new, "optimizer steps/step": cfg.epochs * cfg.minibatches,
                       "steps": cfg.steps, "algorithm": cfg.algorithm, "reference": reference is not None,
-                      "weight_sync": cfg.weight_sync})
+                      "weight_sync": cfg.weight_sync,
+                      **({"critic": algo_cfg.critic} if actor_critic is not None else {})})
     heldout = task.items(cfg.eval_problems, "test", cfg.seed)
     k = cfg.eval_samples
 
@@ -73,9 +81,16 @@ def run(cfg: RLConfig, resume: bool = False) -> dict:
         audit(r.dir, controller, cfg)
         return res
 
-    state = (lambda: {"policy_version": engine.policy_version},
-             lambda s: setattr(engine, "policy_version", s.get("policy_version", 0)))
-    return train_loop(r, model, tok, trainer, controller.step, evaluate=evaluate_fn, extra_state=state,
+    def get_state():
+        critic = {"critic": actor_critic.critic_state_dict()} if actor_critic is not None else {}
+        return {"policy_version": engine.policy_version, **critic}
+
+    def set_state(s):
+        engine.policy_version = s.get("policy_version", 0)
+        if actor_critic is not None and "critic" in s:
+            actor_critic.load_critic_state_dict(s["critic"])
+    state = (get_state, set_state)
+    return train_loop(r, model, tok, trainer, controller.step, evaluate=evaluate_fn, extra_state=state, eval_at_start=True,
                       meta={"task": "arithmetic", "algorithm": cfg.algorithm},
                       show=("reward/mean", "eval/pass@1", "kl/ref", "clip/frac"))
 
@@ -94,3 +109,19 @@ def audit(run_dir: Path, controller: Controller, cfg: RLConfig) -> None:
                                 "behaviour_logprobs": [round(x, 5) for x in s.response_logprobs],
                                 "reward": s.reward, "components": s.reward_components,
                                 "finish_reason": s.finish_reason, "error": s.reward_error}) + "\n")
+
+
+def demo(name: str, steps: int = 30, argv: list[str] | None = None) -> dict:
+    """`python -m posttrain.algorithms.<name>`: a short run of one algorithm on the shared task
+    from the default SFT(CoT) checkpoint; prints reward and held-out accuracy before/after."""
+    import sys
+
+    from posttrain.config import load_config
+    overrides = [f"algorithm={name}", f"steps={steps}", f"out=runs/demo_{name}", "overwrite=true",
+                 f"eval_every={max(steps // 3, 1)}", *(sys.argv[1:] if argv is None else argv)]
+    cfg = load_config(RLConfig, "grpo_arith", overrides)
+    summary = run(cfg)
+    print(f"{name}: reward/mean {summary.get('reward/mean', 0):.3f}  "
+          f"held-out pass@1 {summary.get('eval/pass@1', 0):.3f}  pass@{cfg.eval_samples} "
+          f"{summary.get(f'eval/pass@{cfg.eval_samples}', 0):.3f}")
+    return summary
