@@ -56,7 +56,8 @@ class OptimConfig:
 
 @dataclass
 class PretrainConfig(RunConfig):
-    steps: int = 400
+    steps: int = 300
+    eval_every: int = 100
     model: ModelConfig = field(default_factory=ModelConfig)
     task: ArithmeticConfig = field(default_factory=ArithmeticConfig)  # the corpus is traces of train-split sums
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=2e-3, warmup_steps=50))
@@ -67,7 +68,7 @@ class PretrainConfig(RunConfig):
 
 @dataclass
 class SFTConfig(RunConfig):
-    steps: int = 600
+    steps: int = 500
     init: str = ""                # checkpoint or run dir to start from ("" = random init from `model`)
     model: ModelConfig = field(default_factory=ModelConfig)
     task: ArithmeticConfig = field(default_factory=ArithmeticConfig)
@@ -215,14 +216,14 @@ def save_config(cfg, path: str | Path) -> None:
 
 @dataclass
 class RLConfig(RunConfig):
-    steps: int = 60
-    eval_every: int = 20
+    steps: int = 100
+    eval_every: int = 50
     init: str = ""                # SFT checkpoint or run dir; "" = the default SFT(CoT) checkpoint (trained once, cached)
     task: ArithmeticConfig = field(default_factory=ArithmeticConfig)
     algorithm: str = "grpo"       # name in posttrain.algorithms (grpo, ...)
-    algo: dict = field(default_factory=dict)  # the algorithm's own keys, e.g. algo.kl_coef=0.01 (see its Config)
+    algo: dict = field(default_factory=lambda: {"kl_coef": 0.01})  # the algorithm's own keys (see its Config)
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(
-        lr=1e-4, weight_decay=0.0, schedule="constant", micro_batch_tokens=8192))
+        lr=3e-5, weight_decay=0.0, schedule="constant", micro_batch_tokens=8192))  # RL lr ≈ SFT lr / 30
     prompts_per_step: int = 16    # prompts (groups) per step
     samples_per_prompt: int = 8   # responses per prompt: the group size G
     temperature: float = 1.0      # sampling temperature; the trainer recomputes logprobs at the same one
