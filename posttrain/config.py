@@ -216,7 +216,7 @@ def save_config(cfg, path: str | Path) -> None:
 
 @dataclass
 class RLConfig(RunConfig):
-    steps: int = 100
+    steps: int = 150
     eval_every: int = 50
     init: str = ""                # SFT checkpoint or run dir; "" = the default SFT(CoT) checkpoint (trained once, cached)
     task: ArithmeticConfig = field(default_factory=ArithmeticConfig)
