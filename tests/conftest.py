@@ -17,3 +17,19 @@ def nano(tok):
     from posttrain.models.gpt_mini import GPTMini, ModelConfig
     torch.manual_seed(0)
     return GPTMini(ModelConfig(preset="nano").resolved(tok.vocab_size))
+
+
+TINY_TASK = ["task.max_terms=3"]
+
+
+@pytest.fixture(scope="session")
+def sft_ckpt(tmp_path_factory):
+    """A tiny pretrain → SFT chain (a few steps): a real checkpoint for stage tests."""
+    from posttrain.config import PretrainConfig, SFTConfig, load_config
+    from posttrain.recipes import pretrain, sft
+    root = tmp_path_factory.mktemp("chain")
+    pretrain.run(load_config(PretrainConfig, None, [f"out={root}/pt", "steps=3", "batch_size=4", "seq_len=32",
+                                                    "corpus_chars=4000", *TINY_TASK]))
+    sft.run(load_config(SFTConfig, None, [f"out={root}/sft", f"init={root}/pt", "steps=3", "batch_size=8",
+                                          "num_problems=200", "eval_problems=10", *TINY_TASK]))
+    return root / "sft"

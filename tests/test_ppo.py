@@ -401,18 +401,9 @@ def test_accumulation_equals_one_big_batch_with_critic(nano, tok):
 
 # ============================================================================= end to end: rl.run with algorithm=ppo
 
-TINY_TASK = ["task.max_terms=3"]
+from conftest import TINY_TASK
 
 
-@pytest.fixture(scope="module")
-def sft_ckpt(tmp_path_factory):
-    from posttrain.recipes import pretrain, sft
-    root = tmp_path_factory.mktemp("chain")
-    pretrain.run(load_config(PretrainConfig, None, [f"out={root}/pt", "steps=3", "batch_size=4", "seq_len=32",
-                                                    "corpus_chars=4000", *TINY_TASK]))
-    sft.run(load_config(SFTConfig, None, [f"out={root}/sft", f"init={root}/pt", "steps=3", "batch_size=8",
-                                          "num_problems=200", "eval_problems=10", *TINY_TASK]))
-    return root / "sft"
 
 
 def test_rl_run_ppo_logs_value_metrics_and_resumes_exactly(sft_ckpt, tmp_path):
@@ -421,7 +412,7 @@ def test_rl_run_ppo_logs_value_metrics_and_resumes_exactly(sft_ckpt, tmp_path):
               "eval_samples=2", "eval_every=0", "save_every=1", "epochs=2", "minibatches=2", "algo.critic=separate",
               *TINY_TASK]
     rl.run(load_config(RLConfig, None, [f"out={tmp_path}/full", "steps=2", *common]))
-    full = read_metrics(tmp_path / "full")
+    full = read_metrics(tmp_path / "full")[1:]                    # [0] is the step-0 evaluation
     assert len(full) == 2
     for m in full:
         assert {"loss/value", "value/mean", "value/explained_variance", "value/clip_frac", "time/critic_s"} <= set(m)

@@ -11,17 +11,9 @@ from posttrain.config import PretrainConfig, RLConfig, SFTConfig, load_config
 from posttrain.logging import read_metrics
 from posttrain.recipes import pretrain, rl, sft
 
-TINY_TASK = ["task.max_terms=3"]
+from conftest import TINY_TASK
 
 
-@pytest.fixture(scope="module")
-def sft_ckpt(tmp_path_factory):
-    root = tmp_path_factory.mktemp("chain")
-    pretrain.run(load_config(PretrainConfig, None, [f"out={root}/pt", "steps=3", "batch_size=4", "seq_len=32",
-                                                    "corpus_chars=4000", *TINY_TASK]))
-    sft.run(load_config(SFTConfig, None, [f"out={root}/sft", f"init={root}/pt", "steps=3", "batch_size=8",
-                                          "num_problems=200", "eval_problems=10", *TINY_TASK]))
-    return root / "sft"
 
 
 def _weights(run_dir):
