@@ -109,8 +109,19 @@ def _naive_greedy(model, prompt, max_new, stops):
     return out
 
 
+def _stop_token_for_coverage(free, eot):
+    """A stop token that one prompt's greedy output opens with while another prompt's output
+    never produces it (nor end-of-turn) within the cap: both exits of the decode loop."""
+    for a in free:
+        stop = a[0]
+        if stop != eot and any(stop not in b and eot not in b for b in free):
+            return stop
+    raise AssertionError(f"no stop token covers both exits for this init: {free}")
+
+
 def test_greedy_matches_naive_full_recompute(model, tok, prompts):
-    stops = {tok.eot_id, tok.encode("w")[0]}     # this init stops some prompts at once, runs others to the cap
+    free = [_naive_greedy(model, p, 14, set()) for p in prompts]     # no stops: the full 14
+    stops = {tok.eot_id, _stop_token_for_coverage(free, tok.eot_id)}
     sp = SamplingParams(temperature=0.0, max_new_tokens=14, stop_ids=tuple(stops - {tok.eot_id}))
     samples = Engine(model, tok, max_slots=3).generate(prompts, 2, sp)   # 10 samples in 3 slots
     assert len(samples) == 10

@@ -75,3 +75,20 @@ def test_adamw_hyperparameters(nano):
     g = t.optimizer.param_groups
     assert g[0]["betas"] == (0.9, 0.95) and g[0]["weight_decay"] == 0.1 and g[1]["weight_decay"] == 0.0
     assert all(p.dim() < 2 for p in g[1]["params"])          # norms are not decayed
+
+
+def test_micro_batches_keep_units_of_two_together():
+    """Preference pairs (rows 2i, 2i+1) never straddle a micro-batch boundary."""
+    lengths = [3, 9, 4, 4, 8, 2, 5, 5]
+    mask = torch.zeros(8, 10)
+    for i, n in enumerate(lengths):
+        mask[i, :n] = 1
+    batch = {"input_ids": torch.arange(80).view(8, 10), "attention_mask": mask, "loss_mask": mask}
+    parts = split_micro_batches(batch, 36, unit=2)      # pair widths 9, 4, 8, 5
+    rows = [mb["input_ids"][:, 0].div(10, rounding_mode="floor").tolist() for mb in parts]
+    assert [r for part in rows for r in part] == list(range(8))
+    assert all(len(part) % 2 == 0 for part in rows)
+    assert [len(part) for part in rows] == [4, 4]             # 4 rows × 9 = 36; then 4 rows × 8 = 32
+    assert [mb["input_ids"].shape[1] for mb in parts] == [9, 8]
+    with pytest.raises(ValueError):
+        split_micro_batches({k: v[:3] for k, v in batch.items()}, 20, unit=2)

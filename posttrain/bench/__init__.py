@@ -53,3 +53,8 @@ def write_json(path: str | os.PathLike, obj) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n")
     tmp.replace(path)
+
+
+def transformers_version() -> str:
+    import transformers
+    return transformers.__version__

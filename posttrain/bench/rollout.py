@@ -25,7 +25,7 @@ import time
 
 import torch
 
-from posttrain.bench import matmul_peak_gflops, write_json
+from posttrain.bench import matmul_peak_gflops, transformers_version, write_json
 
 
 def _time(fn) -> float:
@@ -102,7 +102,7 @@ def run(out: str | None = None, preset: str = "micro", batches=(1, 8, 64, 256), 
     result = {
         "bench": "rollout", "preset": preset, "params": params, "new_tokens": new_tokens,
         "threads": threads, "matmul_peak_gflops": peak, "torch": torch.__version__,
-        "transformers": _transformers_version() if hf else None, "repeats": repeats,
+        "transformers": transformers_version() if hf else None, "repeats": repeats,
         "cpu_count": os.cpu_count(), "load_avg_before": load_before, "load_avg_after": os.getloadavg(),
         "rows": rows,
     }
@@ -113,11 +113,6 @@ def run(out: str | None = None, preset: str = "micro", batches=(1, 8, 64, 256), 
         write_json(out, result)
         print(f"wrote {out}")
     return result
-
-
-def _transformers_version():
-    import transformers
-    return transformers.__version__
 
 
 def _print_row(r: dict) -> None:

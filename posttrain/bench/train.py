@@ -5,10 +5,10 @@
 One step is what the trainer does for one micro-batch, with plain next-token cross-entropy
 as the loss: forward, cross-entropy, backward, clip the gradient norm to 1, AdamW (betas
 0.9/0.95, foreach, as framework/trainer.py). A seeded gpt_mini is exported in memory to a
-`LlamaForCausalLM` with the same weights (models/export.py, `use_cache=False` as in HF
-training); both train on the same random batch, their steps interleaved so that load from
+`LlamaForCausalLM` with the same weights (models/export.py; `use_cache=False`, as in HF
+training). Both train on the same random batch, their steps interleaved so that load from
 other processes falls on both alike. Same weights, data and optimizer: their losses agree
-step for step, which the report shows as a check that both did the same work.
+step for step, a check that both did the same work.
 
 FLOPs are counted as 6·N per token (N = all parameters: 2 per parameter forward, 4
 backward). `with_attn` adds 12·L·T·d per token for the attention scores and weighted values
@@ -27,7 +27,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from posttrain.bench import matmul_peak_gflops, write_json
+from posttrain.bench import matmul_peak_gflops, transformers_version, write_json
 
 
 def step_flops(params: int, tokens: int, n_layers: int = 0, seq_len: int = 0, d_model: int = 0) -> int:
@@ -67,7 +67,10 @@ def run(out: str | None = None, preset: str = "micro", batch: int = 32, seq_len:
             logits_fns["hf"] = lambda x: hf_model(input_ids=x, use_cache=False).logits
         optimizers = {k: torch.optim.AdamW(m.parameters(), lr=3e-4, betas=(0.9, 0.95), foreach=True)
                       for k, m in modules.items()}
-        ids = torch.randint(0, tok.vocab_size, (batch, seq_len + 1), generator=torch.Generator().manual_seed(seed))
+        # no padding tokens: HF's embedding has padding_idx = pad_id, a row that never trains
+        g = torch.Generator().manual_seed(seed)
+        ids = torch.randint(0, tok.vocab_size - 1, (batch, seq_len + 1), generator=g)
+        ids += ids >= tok.pad_id                                        # [B, T+1], skips pad_id
 
         peak = matmul_peak_gflops(threads)
         times = {k: [] for k in modules}
@@ -90,7 +93,7 @@ def run(out: str | None = None, preset: str = "micro", batch: int = 32, seq_len:
         "batch": batch, "seq_len": seq_len, "tokens_per_step": tokens, "steps": steps, "warmup": warmup,
         "threads": threads, "matmul_peak_gflops": peak, "flops_per_step": flops,
         "flops_per_step_with_attn": flops_attn, "torch": torch.__version__,
-        "transformers": _transformers_version() if hf else None,
+        "transformers": transformers_version() if hf else None,
     }
     for k in modules:
         best, median = min(times[k]), statistics.median(times[k])
@@ -107,11 +110,6 @@ def run(out: str | None = None, preset: str = "micro", batch: int = 32, seq_len:
         write_json(out, result)
         print(f"wrote {out}")
     return result
-
-
-def _transformers_version():
-    import transformers
-    return transformers.__version__
 
 
 def _print(r: dict) -> None:

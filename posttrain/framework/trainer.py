@@ -46,20 +46,24 @@ def logits_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, temperature: 
     return lp, ent
 
 
-def split_micro_batches(batch: dict, max_tokens: int) -> list[dict]:
-    """Consecutive rows, each micro-batch at most `max_tokens` padded tokens (at least one row).
-    Columns past the last real token of a micro-batch are trimmed."""
+def split_micro_batches(batch: dict, max_tokens: int, unit: int = 1) -> list[dict]:
+    """Consecutive rows, each micro-batch at most `max_tokens` padded tokens (at least one
+    unit). Rows go in units of `unit` (2 keeps a preference pair's chosen and rejected
+    together). Columns past the last real token of a micro-batch are trimmed."""
     mask = batch["attention_mask"]
-    lengths = mask.sum(1)
     B = mask.shape[0]
+    if B % unit:
+        raise ValueError(f"batch of {B} rows does not split into units of {unit}")
+    lengths = mask.sum(1).view(-1, unit).amax(1)                     # [B / unit]
     out, start = [], 0
-    while start < B:
+    while start < B // unit:
         end, width = start + 1, int(lengths[start])
-        while end < B and (end + 1 - start) * max(width, int(lengths[end])) <= max_tokens:
+        while end < B // unit and (end + 1 - start) * unit * max(width, int(lengths[end])) <= max_tokens:
             width = max(width, int(lengths[end]))
             end += 1
+        start, end = start * unit, end * unit
         out.append({k: _slice(v, start, end, width, mask.shape[1]) for k, v in batch.items()})
-        start = end
+        start = end // unit
     return out
 
 
@@ -130,15 +134,16 @@ class Trainer:
         self.nonfinite_in_a_row = 0
         self.nonfinite_total = 0
 
-    def step(self, batch: dict, loss_fn, max_len: float | None = None) -> dict:
-        """One optimizer step on `batch` (accumulating over micro-batches)."""
+    def step(self, batch: dict, loss_fn, max_len: float | None = None, unit: int = 1) -> dict:
+        """One optimizer step on `batch` (accumulating over micro-batches of whole `unit`s of
+        rows: 2 for preference pairs)."""
         self.model.train()
         norm = batch_norm(batch["loss_mask"], max_len if max_len is not None else batch["loss_mask"].shape[1])
         self.optimizer.zero_grad(set_to_none=True)
         sums: dict[str, float] = {}
         maxes: dict[str, float] = {}
         total_loss = 0.0
-        micro = split_micro_batches(batch, self.cfg.micro_batch_tokens)
+        micro = split_micro_batches(batch, self.cfg.micro_batch_tokens, unit)
         for mb in micro:
             ctx = self.runtime.autocast() if self.runtime else torch.autocast("cpu", enabled=False)
             with ctx:
