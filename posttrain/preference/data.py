@@ -1,0 +1,171 @@
+"""Preference pairs: built from the task by sampling the policy, or loaded from TRL-style JSONL.
+
+    Pair(prompt="3+4+5", chosen="{3+4=7;7+5=12}12", rejected="{3+4=7;7+5=13}13")
+
+Texts are plain: `prompt` is the question (the chat template is applied when tokenizing),
+`chosen` / `rejected` are responses without the end-of-turn token. Two sources:
+
+- `pairs_from_policy`: sample n responses per train-split prompt, verify them; chosen = a
+  correct one, rejected = a wrong one (the course's verifier-labelled pairs). Prompts whose
+  samples are all right or all wrong give no pair and are counted. `same_length=True` keeps
+  only pairs whose two responses have equal token counts (the course's control for DPO's
+  length bias); a prompt with no equal-length pair is counted as skipped.
+- `load_jsonl`: one object per line with `prompt`, `chosen`, `rejected` (TRL's "standard"
+  format), or the "conversational" one where each is a list of `{"role", "content"}`
+  messages; an optional numeric `margin` (Llama-2-style, used by the reward model).
+  A bad row is a one-line error naming file and line, or with `on_bad="skip"` it is skipped
+  and counted.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from posttrain import UsageError
+from posttrain.framework.batch import collate
+from posttrain.framework.rollout import Engine, SamplingParams
+from posttrain.tasks.base import score_samples
+
+
+@dataclass
+class Pair:
+    prompt: str
+    chosen: str
+    rejected: str
+    margin: float = 0.0
+    item: object = None           # the task item, when the pair came from the task
+
+
+# ---- from the task ------------------------------------------------------------------------
+
+def pairs_from_policy(model, tok, task, items, samples_per_prompt: int = 8, temperature: float = 1.0,
+                      max_new_tokens: int = 64, seed: int = 0, same_length: bool = False,
+                      engine: Engine | None = None) -> tuple[list[Pair], dict]:
+    """One (correct, wrong) pair per prompt whose samples are mixed; stats count the rest."""
+    engine = engine or Engine(model, tok)
+    prompts = [tok.encode(tok.chat_prompt(task.prompt(it))) for it in items]
+    sp = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, stop_ids=(tok.eot_id,))
+    samples = engine.generate(prompts, samples_per_prompt, sp, seed=seed, items=items)
+    score_samples(task, samples)
+    groups: dict[int, list] = {}
+    for s in samples:
+        groups.setdefault(s.group, []).append(s)
+    rng = random.Random(seed)
+    pairs, stats = [], {"prompts": len(items), "all_correct": 0, "all_wrong": 0, "no_equal_length": 0}
+    for g in sorted(groups):
+        good = [s for s in groups[g] if s.reward > 0.5 and s.finish_reason == "stop"]
+        bad = [s for s in groups[g] if s.reward <= 0.5]
+        if not bad:
+            stats["all_correct"] += 1
+            continue
+        if not good:
+            stats["all_wrong"] += 1
+            continue
+        options = [(c, r) for c in good for r in bad]
+        if same_length:
+            options = [(c, r) for c, r in options if len(c.response_ids) == len(r.response_ids)]
+            if not options:
+                stats["no_equal_length"] += 1
+                continue
+        c, r = rng.choice(options)
+        pairs.append(Pair(task.prompt(items[g]), _strip(tok, c), _strip(tok, r), item=items[g]))
+    stats["pairs"] = len(pairs)
+    return pairs, stats
+
+
+def _strip(tok, sample) -> str:
+    ids = sample.response_ids
+    if ids and ids[-1] == tok.eot_id:
+        ids = ids[:-1]
+    return tok.decode(ids)
+
+
+# ---- from a file --------------------------------------------------------------------------
+
+def load_jsonl(path: str | Path, on_bad: str = "error") -> tuple[list[Pair], int]:
+    """(pairs, skipped rows). `on_bad`: "error" raises on the first bad row, "skip" counts it."""
+    if on_bad not in ("error", "skip"):
+        raise UsageError(f"on_bad={on_bad!r} is unknown; use error or skip")
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"preference file {str(path)!r} not found; give a JSONL file with prompt/chosen/rejected")
+    pairs, skipped = [], 0
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            pairs.append(parse_row(line))
+        except ValueError as e:
+            if on_bad == "error":
+                raise UsageError(f"{path}:{n}: {e} (fix the row, or pass on_bad=skip to skip and count it)") from None
+            skipped += 1
+    if not pairs:
+        raise UsageError(f"{path}: no usable preference rows")
+    return pairs, skipped
+
+
+def parse_row(line: str) -> Pair:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not valid JSON ({e.msg})") from None
+    if not isinstance(row, dict):
+        raise ValueError("a row must be a JSON object with prompt, chosen, rejected")
+    texts = {}
+    for key in ("prompt", "chosen", "rejected"):
+        if key not in row:
+            raise ValueError(f"missing field {key!r}")
+        texts[key] = _text(row[key], key, user=key == "prompt")
+        if not texts[key].strip():
+            raise ValueError(f"empty {key!r}")
+    if texts["chosen"] == texts["rejected"]:
+        raise ValueError("chosen and rejected are identical")
+    margin = row.get("margin", 0.0)
+    if not isinstance(margin, (int, float)) or isinstance(margin, bool):
+        raise ValueError(f"margin must be a number, got {margin!r}")
+    return Pair(texts["prompt"], texts["chosen"], texts["rejected"], float(margin))
+
+
+def _text(value, key: str, user: bool) -> str:
+    """A string, or a conversational message list: the user's turns for the prompt, the
+    assistant's for a completion."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(m, dict) and "content" in m for m in value):
+        role = "user" if user else "assistant"
+        return "".join(str(m["content"]) for m in value if m.get("role", role) == role)
+    raise ValueError(f"{key!r} must be a string or a list of {{role, content}} messages")
+
+
+def encode_pairs(tok, pairs: list[Pair]) -> list[tuple[list[int], list[int], list[int]]]:
+    """(prompt ids, chosen ids, rejected ids), chat template applied, end-of-turn appended.
+    A character outside the tokenizer's alphabet is a one-line error naming the pair."""
+    out = []
+    for i, p in enumerate(pairs):
+        try:
+            out.append((tok.encode(tok.chat_prompt(p.prompt)), tok.encode(tok.chat_response(p.chosen)),
+                        tok.encode(tok.chat_response(p.rejected))))
+        except UsageError as e:
+            raise UsageError(f"preference pair {i} (prompt {p.prompt[:40]!r}): {e}") from None
+    return out
+
+
+def collate_pairs(encoded, idx, pad_id: int) -> dict:
+    """Rows interleaved chosen, rejected, chosen, … (pair i = rows 2i, 2i+1); loss_mask on the
+    responses (framework/batch.collate)."""
+    prompts, responses = [], []
+    for i in idx:
+        p, c, r = encoded[i]
+        prompts += [p, p]
+        responses += [c, r]
+    return collate(prompts, responses, pad_id)
+
+
+def seq_logps(lp: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row sums of token logprobs over `mask` and the token counts: ([B], [B])."""
+    return (lp * mask).sum(-1), mask.sum(-1)
