@@ -62,12 +62,34 @@ def lm_loss(model, mb, norm):
     return loss, {"train/nll": float(-(lp.detach() * mask).sum() / mask.sum().clamp(min=1))}
 
 
-def supervised_step(trainer, batch_fn, loss_fn, device):
+class EpochIndices:
+    """Row indices of step s's batch: consecutive slices of an epoch-wise permutation of N
+    examples, pure in (seed, s), so a resumed run sees the same batches."""
+
+    def __init__(self, n: int, batch_size: int, seed: int):
+        self.N, self.B, self.seed = n, batch_size, seed
+
+    def __call__(self, step: int) -> list[int]:
+        first = (step - 1) * self.B
+        idx = []
+        for pos in range(first, first + self.B):
+            epoch, off = divmod(pos, self.N)
+            idx.append(int(self._perm(epoch)[off]))
+        return idx
+
+    def _perm(self, epoch: int):
+        if getattr(self, "_epoch", None) != epoch:
+            g = torch.Generator().manual_seed(self.seed * 7919 + epoch)
+            self._epoch, self._p = epoch, torch.randperm(self.N, generator=g)
+        return self._p
+
+
+def supervised_step(trainer, batch_fn, loss_fn, device, unit: int = 1):
     """`step_fn` for the supervised stages: the batch of step s, one optimizer step."""
     def step_fn(step: int) -> dict:
         t0 = time.perf_counter()
         batch = {k: v.to(device) for k, v in batch_fn(step).items()}
-        metrics = trainer.step(batch, loss_fn)
+        metrics = trainer.step(batch, loss_fn, unit=unit)
         metrics["train/tokens_per_s"] = float(batch["attention_mask"].sum()) / (time.perf_counter() - t0)
         return metrics
     return step_fn

@@ -11,14 +11,13 @@ the course's lesson 03 ablation. CoT changes the data, not the loss.
 
 from __future__ import annotations
 
-import torch
 
 from posttrain.config import SFTConfig
 from posttrain.eval import evaluate
 from posttrain.framework.trainer import Trainer
 from posttrain.framework.batch import collate
 from posttrain.framework.loop import train_loop
-from posttrain.recipes.common import Run, init_model, lm_loss, print_plan, supervised_step
+from posttrain.recipes.common import EpochIndices, Run, init_model, lm_loss, print_plan, supervised_step
 from posttrain.tasks.arithmetic import ArithmeticTask
 
 
@@ -26,22 +25,12 @@ class SFTBatches:
     """Batch for step s: rows of an epoch-wise permutation of the examples (pure in (seed, s))."""
 
     def __init__(self, prompts, responses, batch_size, pad_id, seed, mask_prompt=True):
-        self.prompts, self.responses, self.B, self.pad_id = prompts, responses, batch_size, pad_id
-        self.seed, self.mask_prompt, self.N = seed, mask_prompt, len(prompts)
+        self.prompts, self.responses, self.pad_id, self.mask_prompt = prompts, responses, pad_id, mask_prompt
+        self.indices = EpochIndices(len(prompts), batch_size, seed)
 
     def __call__(self, step: int) -> dict:
-        first = (step - 1) * self.B
-        idx = []
-        for pos in range(first, first + self.B):
-            epoch, off = divmod(pos, self.N)
-            idx.append(int(self._perm(epoch)[off]))
+        idx = self.indices(step)
         return collate([self.prompts[i] for i in idx], [self.responses[i] for i in idx], self.pad_id, self.mask_prompt)
-
-    def _perm(self, epoch: int):
-        if getattr(self, "_epoch", None) != epoch:
-            g = torch.Generator().manual_seed(self.seed * 7919 + epoch)
-            self._epoch, self._p = epoch, torch.randperm(self.N, generator=g)
-        return self._p
 
 
 def examples(task: ArithmeticTask, tok, n: int, seed: int, cot: bool):
