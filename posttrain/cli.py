@@ -1,7 +1,7 @@
 """The `posttrain` command: one sub-command per stage (DESIGN.md §6).
 
     posttrain pipeline [CONFIG] [key=value ...]
-    posttrain pretrain|sft|rl CONFIG [key=value ...] [--resume RUN_DIR]
+    posttrain pretrain|sft|dpo|rl CONFIG [key=value ...] [--resume RUN_DIR]
     posttrain eval RUN_OR_CHECKPOINT [--k 1,8]
     posttrain export CHECKPOINT --format hf OUT_DIR
     posttrain bench train|rollout [--out FILE.json]
@@ -22,6 +22,7 @@ from posttrain import UsageError
 STAGES = {  # name -> (config class path, recipe module)
     "pretrain": ("posttrain.config:PretrainConfig", "posttrain.recipes.pretrain"),
     "sft": ("posttrain.config:SFTConfig", "posttrain.recipes.sft"),
+    "dpo": ("posttrain.recipes.dpo:DPOConfig", "posttrain.recipes.dpo"),
     "rl": ("posttrain.config:RLConfig", "posttrain.recipes.rl"),
     "pipeline": ("posttrain.recipes.pipeline:PipelineConfig", "posttrain.recipes.pipeline"),
 }

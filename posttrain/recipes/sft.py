@@ -11,7 +11,6 @@ the course's lesson 03 ablation. CoT changes the data, not the loss.
 
 from __future__ import annotations
 
-
 from posttrain.config import SFTConfig
 from posttrain.eval import evaluate
 from posttrain.framework.trainer import Trainer

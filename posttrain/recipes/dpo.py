@@ -1,0 +1,151 @@
+"""Stage 3 (offline preferences), DPO and its family on verifier-labelled pairs.
+
+    posttrain dpo [configs/dpo.yaml] [init=RUN_OR_CHECKPOINT] [loss_type=ipo] [key=value ...]
+
+1. Pairs: sampled from the starting (SFT) policy on train-split prompts, chosen = a verified
+   correct response, rejected = a wrong one (preference/data.py); or `pairs=FILE.jsonl` in
+   TRL's format. They are written to `pairs.jsonl` in the run directory, with their counts
+   (prompts with all-correct / all-wrong samples give no pair) in `pairs_stats.json`.
+2. Reference log-probs are computed once for every pair before training (TRL's
+   `precompute_ref_log_probs`): the reference is the starting policy, frozen.
+3. Each step: a batch of pairs as interleaved rows (chosen, rejected), one forward, the
+   per-pair loss of preference/dpo.py averaged over the batch's pairs. Micro-batches keep
+   both rows of a pair together (`Trainer.step(unit=2)`).
+4. Held-out greedy / pass@1 / pass@k at step 0 and every `eval_every` steps, so the change
+   from the SFT start is in metrics.jsonl; `logps/chosen` and `logps/rejected` show the
+   likelihood displacement (both can fall while the margin grows).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from posttrain import UsageError
+from posttrain.config import OptimConfig, RunConfig
+from posttrain.eval import evaluate, response_budget
+from posttrain.framework.reference import Reference
+from posttrain.framework.trainer import Trainer, sequence_logprobs
+from posttrain.framework.loop import train_loop
+from posttrain.preference.data import collate_pairs, encode_pairs, load_jsonl, pairs_from_policy, seq_logps
+from posttrain.preference.dpo import LOSSES, REFERENCE_FREE, DPOLossConfig, SeqLogps, preference_loss
+from posttrain.recipes.common import EpochIndices, Run, init_model, print_plan, supervised_step
+from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
+
+
+@dataclass
+class DPOConfig(RunConfig):
+    steps: int = 150
+    eval_every: int = 50
+    init: str = ""                # SFT checkpoint or run dir; "" = the default SFT(CoT) checkpoint (cached)
+    task: ArithmeticConfig = field(default_factory=ArithmeticConfig)
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(
+        lr=1e-5, weight_decay=0.0, warmup_steps=10, schedule="constant"))
+    loss_type: str = "dpo"        # dpo | cdpo | robust | hinge | ipo | simpo | orpo | kto | dpo_nll
+    beta: float = 0.1             # β (ORPO's λ, IPO's τ); SimPO's paper uses 2.5
+    label_smoothing: float = 0.1  # ε of cdpo / robust
+    simpo_gamma: float = 1.375    # SimPO's target margin γ
+    nll_alpha: float = 1.0        # weight of the chosen NLL in dpo_nll
+    batch_size: int = 32          # pairs per step (64 rows)
+    pairs: str = ""               # JSONL file of prompt/chosen/rejected; "" = sample pairs from the init policy
+    on_bad: str = "error"         # a bad JSONL row: error (one line, file:line) | skip (counted)
+    pair_prompts: int = 2000      # train-split prompts sampled for pairs
+    samples_per_prompt: int = 8   # samples per prompt; a prompt with mixed rewards gives one pair
+    same_length: bool = False     # only pairs whose two responses have equal token counts
+    temperature: float = 1.0      # sampling temperature for pairs and evaluation
+    eval_problems: int = 200      # held-out problems per evaluation
+    eval_samples: int = 8         # samples per held-out problem: pass@1 and pass@<eval_samples>
+
+    def loss_config(self) -> DPOLossConfig:
+        return DPOLossConfig(self.loss_type, self.beta, self.label_smoothing, self.simpo_gamma, self.nll_alpha)
+
+
+def build_pairs(cfg: DPOConfig, r: Run, model, tok, task) -> list:
+    """The pairs of this run: from the run directory on resume, else from a file or the policy."""
+    from posttrain.preference.data import Pair
+    saved = r.dir / "pairs.jsonl"
+    if r.resume_from is not None and saved.exists():
+        return [Pair(**json.loads(line)) for line in saved.read_text().splitlines()]
+    if cfg.pairs:
+        pairs, skipped = load_jsonl(cfg.pairs, cfg.on_bad)
+        stats = {"source": cfg.pairs, "pairs": len(pairs), "skipped_rows": skipped}
+    else:
+        items = task.items(cfg.pair_prompts, "train", cfg.seed)
+        pairs, stats = pairs_from_policy(model, tok, task, items, cfg.samples_per_prompt, cfg.temperature,
+                                         response_budget(task, items), cfg.seed, cfg.same_length)
+        stats["source"] = "policy"
+    if not pairs:
+        raise UsageError(f"no preference pairs ({stats}); raise pair_prompts or samples_per_prompt, "
+                         "or start from a checkpoint that is right on some prompts and wrong on others")
+    saved.write_text("".join(json.dumps({k: v for k, v in asdict(p).items() if k != "item"}) + "\n" for p in pairs))
+    (r.dir / "pairs_stats.json").write_text(json.dumps(stats, indent=1))
+    print(f"[dpo] pairs: {stats}")
+    return pairs
+
+
+@torch.no_grad()
+def reference_logps(model, encoded, pad_id: int, batch_pairs: int = 64) -> torch.Tensor:
+    """[2·P] log π_ref sums of every row (chosen, rejected interleaved), computed once."""
+    ref, out = Reference(model), []
+    for a in range(0, len(encoded), batch_pairs):
+        batch = collate_pairs(encoded, range(a, min(a + batch_pairs, len(encoded))), pad_id)
+        out.append(ref.score(batch).sum(-1))
+    return torch.cat(out)
+
+
+def dpo_loss_fn(loss_cfg: DPOLossConfig):
+    def loss_fn(model, mb, norm):
+        lp, _ = sequence_logprobs(model, mb["input_ids"])
+        sums, counts = seq_logps(lp, mb["loss_mask"])                 # [2P], [2P]
+        ref = mb.get("ref_logps")
+        s = SeqLogps(sums[0::2], sums[1::2], None if ref is None else ref[0::2],
+                     None if ref is None else ref[1::2], counts[0::2], counts[1::2])
+        losses, metrics = preference_loss(loss_cfg, s)                # [P]
+        return losses.sum() / (norm["seqs"] / 2), metrics            # mean over the WHOLE batch's pairs
+    return loss_fn
+
+
+def run(cfg: DPOConfig, resume: bool = False) -> dict:
+    if cfg.loss_type not in LOSSES:
+        raise UsageError(f"loss_type={cfg.loss_type!r} is unknown; use one of {', '.join(LOSSES)}")
+    if cfg.on_bad not in ("error", "skip"):
+        raise UsageError(f"on_bad={cfg.on_bad!r} is unknown; use error or skip")
+    if cfg.loss_type in ("cdpo", "robust") and not 0 <= cfg.label_smoothing < 0.5:
+        raise UsageError(f"label_smoothing={cfg.label_smoothing} must be in [0, 0.5)")
+    if cfg.pairs:
+        load_jsonl(cfg.pairs, cfg.on_bad)                             # validate before any work
+    from posttrain.recipes.rl import default_init
+    init = cfg.init or default_init()
+    r = Run(cfg, "dpo", resume)
+    model, tok = init_model(cfg, init, r.rt.device)
+    task = ArithmeticTask(cfg.task)
+    encoded = encode_pairs(tok, build_pairs(cfg, r, model, tok, task))
+    ref = None if cfg.loss_type in REFERENCE_FREE else reference_logps(model, encoded, tok.pad_id)
+    trainer = Trainer(model, cfg.optim, cfg.steps, r.rt)
+    print_plan("dpo", {"params": model.num_params(), "pairs": len(encoded), "pairs/step": cfg.batch_size,
+                       "steps": cfg.steps, "epochs": round(cfg.steps * cfg.batch_size / len(encoded), 2),
+                       "loss": cfg.loss_type, "beta": cfg.beta, "reference": ref is not None})
+    indices = EpochIndices(len(encoded), cfg.batch_size, cfg.seed)
+
+    def batch_fn(step):
+        idx = indices(step)
+        batch = collate_pairs(encoded, idx, tok.pad_id)
+        if ref is not None:
+            rows = torch.tensor([2 * i + j for i in idx for j in (0, 1)])
+            batch["ref_logps"] = ref[rows]                            # [2B]
+        return batch
+
+    heldout = task.items(cfg.eval_problems, "test", cfg.seed)
+    k = cfg.eval_samples
+
+    def evaluate_fn(m):
+        res = evaluate(m, tok, task, heldout, n=k, ks=(1, k), temperature=cfg.temperature, seed=cfg.seed)
+        res.pop("per_k")
+        return res
+
+    step_fn = supervised_step(trainer, batch_fn, dpo_loss_fn(cfg.loss_config()), r.rt.device, unit=2)
+    return train_loop(r, model, tok, trainer, step_fn, evaluate=evaluate_fn, eval_at_start=True,
+                      meta={"task": "arithmetic", "loss_type": cfg.loss_type},
+                      show=("loss", "pref/accuracy", "pref/margin", "eval/pass@1"))
