@@ -78,6 +78,9 @@ class SFTConfig(RunConfig):
     batch_size: int = 64          # examples per step
     num_problems: int = 20000     # distinct training problems generated (train split only)
     eval_problems: int = 600      # held-out problems in the end-of-stage evaluation
+    data: str = "gold"            # gold: the task's own traces | rejection: the init model's verified samples (RFT)
+    rejection_prompts: int = 2000  # data=rejection: train prompts sampled (at most num_problems)
+    rejection_samples: int = 8    # data=rejection: samples per prompt; correct, distinct ones are kept
 
 
 def _resolve_path(path: str | None) -> Path | None:

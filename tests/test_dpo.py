@@ -160,11 +160,36 @@ def test_pairs_from_policy_chosen_correct_rejected_wrong(tok):
     responses = [["3", "4", "33"],          # mixed: chosen "3", rejected "4" or "33"
                  ["4", "4", "4"],           # all correct
                  ["7", "8", "9"],           # all wrong
-                 ["8", "17", "17"]]         # mixed, but no equal-length pair
+                 ["8", "17", ""]]           # mixed, but no equal-length pair; "" is never rejected
     engine = _ScriptedEngine(tok, responses)
     pairs, stats = pairs_from_policy(None, tok, task, items, samples_per_prompt=3, engine=engine)
     assert [(p.prompt, p.chosen) for p in pairs] == [("1+2", "3"), ("4+4", "8")]
     assert pairs[0].rejected in ("4", "33") and pairs[1].rejected == "17"
-    assert (stats["all_correct"], stats["all_wrong"], stats["pairs"]) == (1, 1, 2)
+    assert (stats["all_correct"], stats["all_wrong"], stats["pairs"], stats["empty_responses"]) == (1, 1, 2, 1)
     pairs, stats = pairs_from_policy(None, tok, task, items, samples_per_prompt=3, engine=engine, same_length=True)
     assert [(p.chosen, p.rejected) for p in pairs] == [("3", "4")] and stats["no_equal_length"] == 1
+
+
+def test_rejection_sample_keeps_verified_distinct_finished(tok):
+    from posttrain.preference.rejection import rejection_sample
+    from posttrain.tasks.arithmetic import ArithmeticTask, Problem
+    items = [Problem((1, 2)), Problem((5, 5))]
+    engine = _ScriptedEngine(tok, [["3", "3", "{1+2=3}3", "4"], ["9", "8", "11", "12"]])
+    prompts, responses, stats = rejection_sample(None, tok, ArithmeticTask(), items, n=4, engine=engine)
+    assert [tok.decode(r) for r in responses] == ["3#", "{1+2=3}3#"]          # the duplicate "3" dropped
+    assert prompts == [tok.encode(tok.chat_prompt("1+2"))] * 2
+    assert stats | {"accept_rate": 0} == {"samples": 8, "accepted": 3, "duplicates": 1, "truncated": 0,
+                                          "prompts_without_any": 1, "kept": 2, "accept_rate": 0}
+    assert stats["accept_rate"] == pytest.approx(3 / 8)
+
+
+def test_sft_data_rejection_bad_inputs(sft_ckpt, tmp_path):
+    from posttrain.config import SFTConfig, load_config
+    from posttrain.recipes import sft
+    with pytest.raises(UsageError, match="give init="):
+        sft.run(load_config(SFTConfig, None, ["data=rejection", f"out={tmp_path}/a"]))
+    with pytest.raises(UsageError, match="data='best' is unknown"):
+        sft.run(load_config(SFTConfig, None, ["data=best", f"out={tmp_path}/b"]))
+    with pytest.raises(UsageError, match="no sample of the init model was verified correct"):
+        sft.run(load_config(SFTConfig, None, ["data=rejection", f"init={sft_ckpt}", "rejection_prompts=4",
+                                              "rejection_samples=2", f"out={tmp_path}/c", "task.max_terms=3"]))

@@ -7,7 +7,8 @@ Texts are plain: `prompt` is the question (the chat template is applied when tok
 
 - `pairs_from_policy`: sample n responses per train-split prompt, verify them; chosen = a
   correct one, rejected = a wrong one (the course's verifier-labelled pairs). Prompts whose
-  samples are all right or all wrong give no pair and are counted. `same_length=True` keeps
+  samples are all right or all wrong give no pair and are counted; an empty response (the
+  model ended its turn at once) is never a rejected text, since a pair file cannot hold it. `same_length=True` keeps
   only pairs whose two responses have equal token counts (the course's control for DPO's
   length bias); a prompt with no equal-length pair is counted as skipped.
 - `load_jsonl`: one object per line with `prompt`, `chosen`, `rejected` (TRL's "standard"
@@ -56,10 +57,12 @@ def pairs_from_policy(model, tok, task, items, samples_per_prompt: int = 8, temp
     for s in samples:
         groups.setdefault(s.group, []).append(s)
     rng = random.Random(seed)
-    pairs, stats = [], {"prompts": len(items), "all_correct": 0, "all_wrong": 0, "no_equal_length": 0}
+    pairs, stats = [], {"prompts": len(items), "all_correct": 0, "all_wrong": 0, "no_equal_length": 0,
+                    "empty_responses": 0}
     for g in sorted(groups):
         good = [s for s in groups[g] if s.reward > 0.5 and s.finish_reason == "stop"]
-        bad = [s for s in groups[g] if s.reward <= 0.5]
+        bad = [s for s in groups[g] if s.reward <= 0.5 and _strip(tok, s).strip()]
+        stats["empty_responses"] += sum(not _strip(tok, s).strip() for s in groups[g])
         if not bad:
             stats["all_correct"] += 1
             continue

@@ -11,6 +11,7 @@ the course's lesson 03 ablation. CoT changes the data, not the loss.
 
 from __future__ import annotations
 
+from posttrain import UsageError
 from posttrain.config import SFTConfig
 from posttrain.eval import evaluate
 from posttrain.framework.trainer import Trainer
@@ -39,18 +40,41 @@ def examples(task: ArithmeticTask, tok, n: int, seed: int, cot: bool):
     return prompts, responses
 
 
+def rejection_examples(cfg: SFTConfig, model, tok, task, run_dir):
+    """RFT data (preference/rejection.py): the init model's own verified, distinct responses."""
+    import json
+    from posttrain.eval import response_budget
+    from posttrain.preference.rejection import rejection_sample
+    items = task.items(min(cfg.rejection_prompts, cfg.num_problems), "train", cfg.seed)
+    prompts, responses, stats = rejection_sample(model, tok, task, items, cfg.rejection_samples,
+                                                 max_new_tokens=response_budget(task, items), seed=cfg.seed)
+    (run_dir / "rejection_stats.json").write_text(json.dumps(stats, indent=1))
+    print(f"[sft] rejection sampling: {stats}")
+    if not responses:
+        raise UsageError(f"data=rejection: no sample of the init model was verified correct ({stats}); "
+                         "start from a better checkpoint or raise rejection_samples")
+    return prompts, responses
+
+
 def run(cfg: SFTConfig, resume: bool = False) -> dict:
+    if cfg.data not in ("gold", "rejection"):
+        raise UsageError(f"data={cfg.data!r} is unknown; use gold or rejection")
+    if cfg.data == "rejection" and not cfg.init:
+        raise UsageError("data=rejection samples from the model being tuned: give init=RUN_OR_CHECKPOINT")
     r = Run(cfg, "sft", resume)
     model, tok = init_model(cfg, cfg.init, r.rt.device)
     task = ArithmeticTask(cfg.task)
-    prompts, responses = examples(task, tok, cfg.num_problems, cfg.seed, cfg.cot)
+    if cfg.data == "rejection":
+        prompts, responses = rejection_examples(cfg, model, tok, task, r.dir)
+    else:
+        prompts, responses = examples(task, tok, cfg.num_problems, cfg.seed, cfg.cot)
     heldout = task.items(cfg.eval_problems, "test", cfg.seed)
     trainer = Trainer(model, cfg.optim, cfg.steps, r.rt)
     mean_len = sum(len(p) + len(q) for p, q in zip(prompts, responses)) / len(prompts)
     print_plan("sft", {"params": model.num_params(), "examples": len(prompts), "examples/step": cfg.batch_size,
                        "≈tokens/step": int(mean_len * cfg.batch_size), "steps": cfg.steps,
                        "epochs": round(cfg.steps * cfg.batch_size / len(prompts), 2),
-                       "cot": cfg.cot, "mask_prompt": cfg.mask_prompt})
+                       "data": cfg.data, "cot": cfg.cot, "mask_prompt": cfg.mask_prompt})
 
     def evaluate_fn(m):
         res = evaluate(m, tok, task, heldout, seed=cfg.seed)
