@@ -153,3 +153,26 @@ def test_dpo_bad_inputs(sft_ckpt, tmp_path):
     with pytest.raises(UsageError, match="no preference pairs .*all_wrong"):
         dpo.run(load_config(dpo.DPOConfig, None, [f"init={sft_ckpt}", "pair_prompts=8", "samples_per_prompt=2",
                                                   f"out={tmp_path}/c", *TINY_TASK]))
+
+
+def test_pipeline_chains_stages_skips_done_ones_and_validates(tmp_path):
+    from posttrain import UsageError
+    from posttrain.recipes import pipeline
+    pairs = _pairs_file(tmp_path / "pairs.jsonl")
+    over = [f"out={tmp_path}/pipe", "eval_problems=4", "eval_samples=2", "task.max_terms=3",
+            "pretrain.steps=2", "pretrain.batch_size=4", "pretrain.seq_len=32", "pretrain.corpus_chars=4000",
+            "sft.steps=2", "sft.batch_size=8", "sft.num_problems=100", "sft.eval_problems=4",
+            "dpo.steps=2", f"dpo.pairs={pairs}", "dpo.batch_size=4", "dpo.eval_problems=4", "dpo.eval_samples=2",
+            "rl.steps=2", "rl.prompts_per_step=2", "rl.samples_per_prompt=2", "rl.eval_problems=4", "rl.eval_samples=2"]
+    cfg = load_config(pipeline.PipelineConfig, None, over)
+    rows = pipeline.run(cfg)["rows"]
+    assert [r["stage"] for r in rows] == ["pretrain", "sft", "dpo", "rl"]
+    assert all(0 <= r["pass@1"] <= 1 and r["wall_s"] > 0 for r in rows)
+    assert json.loads((tmp_path / "pipe" / "summary.json").read_text()) == rows
+    # each stage starts from the one before it
+    for prev, name in [("pretrain", "sft"), ("sft", "dpo"), ("dpo", "rl")]:
+        assert str(tmp_path / "pipe" / prev) in (tmp_path / "pipe" / name / "config.yaml").read_text()
+    again = pipeline.run(cfg)["rows"]                      # everything done: skipped, same weights
+    assert [r["wall_s"] for r in again] == [0.0] * 4
+    with pytest.raises(UsageError, match="stages='sft,pretrain'"):
+        pipeline.run(load_config(pipeline.PipelineConfig, None, [*over, "stages=sft,pretrain"]))

@@ -1,6 +1,7 @@
-"""The whole recipe in one command: pretrain → SFT (chain-of-thought) → RL (GRPO) → eval → table.
+"""The whole recipe in one command: pretrain → SFT (chain-of-thought) → DPO → RL (GRPO) → eval → table.
 
-One run directory with a sub-directory per stage (`pretrain/`, `sft/`, `rl/`). A stage whose final
+One run directory with a sub-directory per stage (`pretrain/`, `sft/`, `dpo/`, `rl/`); `stages`
+picks which run (`stages=pretrain,sft,rl` leaves DPO out; RL then starts from SFT). A stage whose final
 checkpoint exists is skipped; a stage with a partial run is resumed; so re-running the
 command after a crash or a Ctrl-C continues where it stopped. Each stage's checkpoint is the
 next stage's `init`. The final table (stage × held-out pass@1, pass@8, greedy accuracy,
@@ -15,10 +16,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from posttrain import checkpoint
+from posttrain import UsageError, checkpoint
 from posttrain.config import PretrainConfig, RLConfig, SFTConfig, save_config
+from posttrain.recipes.dpo import DPOConfig
 from posttrain.eval import evaluate
 from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
+
+
+ALL_STAGES = ("pretrain", "sft", "dpo", "rl")
 
 
 @dataclass
@@ -32,7 +37,9 @@ class PipelineConfig:
     eval_problems: int = 300      # held-out problems in the final table
     eval_samples: int = 8         # samples per problem for pass@1 / pass@8
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
+    stages: str = "pretrain,sft,dpo,rl"  # comma-separated, in this order; dpo may be left out
     sft: SFTConfig = field(default_factory=SFTConfig)
+    dpo: DPOConfig = field(default_factory=DPOConfig)
     rl: RLConfig = field(default_factory=RLConfig)
 
 
@@ -52,20 +59,31 @@ def _run_stage(module, stage_cfg, run_dir: Path) -> float:
     return time.time() - t0
 
 
-def train_chain(cfg: PipelineConfig, upto: str = "rl") -> dict[str, float]:
-    """Run (or resume, or skip) each stage in order up to `upto`; returns stage -> wall seconds."""
-    from posttrain.recipes import pretrain, rl, sft
+def train_chain(cfg: PipelineConfig, upto: str | None = None) -> dict[str, float]:
+    """Run (or resume, or skip) each stage in order up to `upto` (default: the last one);
+    returns stage -> wall seconds."""
+    from posttrain.recipes import dpo, pretrain, rl, sft
     root = Path(cfg.out)
     root.mkdir(parents=True, exist_ok=True)
     save_config(cfg, root / "config.yaml")
-    stages = [
-        ("pretrain", pretrain, _stage_cfg(cfg, cfg.pretrain, "pretrain")),
-        ("sft", sft, _stage_cfg(cfg, cfg.sft, "sft", init=str(root / "pretrain"))),
-        ("rl", rl, _stage_cfg(cfg, cfg.rl, "rl", init=str(root / "sft"))),
-    ]
-    names = [name for name, _, _ in stages]
-    stages = stages[:names.index(upto) + 1]
-    return {name: _run_stage(module, stage_cfg, root / name) for name, module, stage_cfg in stages}
+    names = stage_names(cfg)
+    upto = upto or names[-1]
+    modules = {"pretrain": pretrain, "sft": sft, "dpo": dpo, "rl": rl}
+    walls, prev = {}, None
+    for name in names[:names.index(upto) + 1]:
+        extra = {"init": str(root / prev)} if prev else {}
+        walls[name] = _run_stage(modules[name], _stage_cfg(cfg, getattr(cfg, name), name, **extra), root / name)
+        prev = name
+    return walls
+
+
+def stage_names(cfg: PipelineConfig) -> list[str]:
+    names = [n.strip() for n in cfg.stages.split(",") if n.strip()]
+    allowed = [n for n in ALL_STAGES if n in names]
+    if names != allowed or not {"pretrain", "sft"} <= set(names):
+        raise UsageError(f"stages={cfg.stages!r}: use stages in the order {','.join(ALL_STAGES)}, "
+                         "with pretrain and sft; dpo and rl may be left out")
+    return names
 
 
 def run(cfg: PipelineConfig, resume: bool = False) -> dict:
