@@ -10,3 +10,8 @@ __version__ = "0.1.0"
 
 class UsageError(Exception):
     """A mistake the user can fix (config key, file, dataset row): printed as one line, exit 2."""
+
+
+class TrainingHalted(RuntimeError):
+    """The run cannot go on (e.g. only non-finite steps): a checkpoint was saved and the message
+    says why and how to continue. Printed as one line, exit 1."""

@@ -1,7 +1,7 @@
 """The `posttrain` command: one sub-command per stage (DESIGN.md §6).
 
     posttrain pipeline [CONFIG] [key=value ...]
-    posttrain pretrain|sft|dpo|rl CONFIG [key=value ...] [--resume RUN_DIR]
+    posttrain pretrain|sft|rm|dpo|rl CONFIG [key=value ...] [--resume RUN_DIR]
     posttrain eval RUN_OR_CHECKPOINT [--k 1,8]
     posttrain export CHECKPOINT --format hf OUT_DIR
     posttrain bench train|rollout [--out FILE.json]
@@ -17,11 +17,12 @@ import importlib
 import sys
 from pathlib import Path
 
-from posttrain import UsageError
+from posttrain import TrainingHalted, UsageError
 
 STAGES = {  # name -> (config class path, recipe module)
     "pretrain": ("posttrain.config:PretrainConfig", "posttrain.recipes.pretrain"),
     "sft": ("posttrain.config:SFTConfig", "posttrain.recipes.sft"),
+    "rm": ("posttrain.recipes.rm:RMConfig", "posttrain.recipes.rm"),
     "dpo": ("posttrain.recipes.dpo:DPOConfig", "posttrain.recipes.dpo"),
     "rl": ("posttrain.config:RLConfig", "posttrain.recipes.rl"),
     "pipeline": ("posttrain.recipes.pipeline:PipelineConfig", "posttrain.recipes.pipeline"),
@@ -149,6 +150,9 @@ def main(argv=None) -> int:
     except UsageError as e:
         print(f"posttrain {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except TrainingHalted as e:
+        print(f"posttrain {args.command}: stopped: {e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
     return 0

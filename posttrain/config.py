@@ -40,6 +40,7 @@ class RunConfig:
     dtype: str = "auto"           # auto | float32 | bfloat16 ; auto = fp32 on CPU, bf16 autocast on CUDA
     threads: int = 0              # torch CPU threads (0 = torch's default)
     overwrite: bool = False       # allow reusing a non-empty `out` without --resume
+    max_nonfinite_steps: int = 10  # stop (with a checkpoint) after this many skipped non-finite steps in a row
 
 
 @dataclass

@@ -176,3 +176,49 @@ def test_pipeline_chains_stages_skips_done_ones_and_validates(tmp_path):
     assert [r["wall_s"] for r in again] == [0.0] * 4
     with pytest.raises(UsageError, match="stages='sft,pretrain'"):
         pipeline.run(load_config(pipeline.PipelineConfig, None, [*over, "stages=sft,pretrain"]))
+
+
+def test_kill_during_checkpoint_write_keeps_the_previous_one(sft_ckpt, tmp_path, monkeypatch):
+    """A crash inside save (here: while writing trainer.pt of step 4) leaves step 2 loadable,
+    no half-written checkpoint under a real name, and --resume finishes to the same weights."""
+    common = [f"init={sft_ckpt}", "batch_size=8", "num_problems=200", "eval_problems=10", "save_every=2",
+              "steps=6", *TINY_TASK]
+    sft.run(load_config(SFTConfig, None, [f"out={tmp_path}/full", *common]))
+    cfg = load_config(SFTConfig, None, [f"out={tmp_path}/half", *common])
+    real_save, calls = torch.save, {"n": 0}
+
+    def dying_save(obj, f, *a, **k):
+        calls["n"] += 1
+        if calls["n"] == 2:                                  # the second checkpoint's trainer.pt
+            with open(f, "wb") as fh:
+                fh.write(b"half")                            # a torn write, then the process dies
+            raise Killed
+        return real_save(obj, f, *a, **k)
+    with monkeypatch.context() as m:
+        m.setattr(torch, "save", dying_save)
+        with pytest.raises(Killed):
+            sft.run(cfg)
+    ckpts = sorted(p.name for p in (tmp_path / "half" / "checkpoints").iterdir())
+    assert ckpts == ["step_000002", "step_000004.tmp"]
+    assert checkpoint.latest(tmp_path / "half").name == "step_000002"
+    checkpoint.load_trainer_state(checkpoint.latest(tmp_path / "half"))     # loadable
+    sft.run(cfg, resume=True)
+    assert _same_weights(tmp_path / "full", tmp_path / "half")
+    assert not any(p.name.endswith(".tmp") for p in (tmp_path / "half" / "checkpoints").iterdir())
+
+
+def test_nonfinite_steps_in_a_row_stop_the_run_with_a_checkpoint(sft_ckpt, tmp_path, monkeypatch, capsys):
+    from posttrain import TrainingHalted, cli
+    from posttrain.recipes import common
+    monkeypatch.setattr(common, "lm_loss", lambda model, mb, norm: (model(mb["input_ids"]).sum() * float("nan"), {}))
+    monkeypatch.setattr(sft, "lm_loss", common.lm_loss)
+    args = ["sft", f"init={sft_ckpt}", "batch_size=4", "num_problems=50", "steps=20", "max_nonfinite_steps=3",
+            f"out={tmp_path}/nan", *TINY_TASK]
+    assert cli.main(args) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("posttrain sft: stopped: 3 steps in a row had a non-finite loss") and "\n" not in err
+    assert checkpoint.latest(tmp_path / "nan").name == "step_000003"
+    ms = read_metrics(tmp_path / "nan")
+    assert [m["train/nonfinite_skipped"] for m in ms] == [1.0, 1.0, 1.0]
+    with pytest.raises(TrainingHalted):
+        sft.run(load_config(SFTConfig, None, args[1:] + ["overwrite=true"]))

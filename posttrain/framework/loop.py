@@ -12,7 +12,7 @@ import signal
 import threading
 import time
 
-from posttrain import checkpoint, runtime
+from posttrain import TrainingHalted, checkpoint, runtime
 from posttrain.framework.trainer import Trainer
 from posttrain.logging import RunLogger
 
@@ -66,6 +66,12 @@ def train_loop(run, model, tokenizer, trainer: Trainer, step_fn, *, evaluate=Non
                 logger.message(f"stopped by signal: checkpoint saved to {path}; continue with --resume {run.dir}")
                 logger.close()
                 raise KeyboardInterrupt
+            if cfg.max_nonfinite_steps and trainer.nonfinite_in_a_row >= cfg.max_nonfinite_steps:
+                path = save(step)
+                logger.close()
+                raise TrainingHalted(
+                    f"{trainer.nonfinite_in_a_row} steps in a row had a non-finite loss or gradient and were "
+                    f"skipped (last checkpoint {path}); lower optim.lr or check the data, then --resume {run.dir}")
             if cfg.save_every and step % cfg.save_every == 0 and step < cfg.steps:
                 save(step)
     finally:
