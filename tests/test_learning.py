@@ -40,3 +40,13 @@ def test_grpo_raises_heldout_pass_at_1(sft_run):
     print(f"held-out pass@1 before {before:.3f} after {after:.3f}")
     assert after >= before + 0.03
     assert all(m["mismatch/logprob_abs"] < 1e-4 for m in metrics[1:])   # sampler and trainer agree
+
+
+@pytest.mark.parametrize("algorithm", ["rloo", "dr_grpo", "dapo", "ppo"])
+def test_zoo_raises_heldout_pass_at_1(sft_run, algorithm):
+    """Each of these improves on the SFT start within 50 steps of the grpo_arith budget
+    (benchmarks/algorithms.py runs all of them and writes the table)."""
+    from posttrain.bench.algorithms import one_run
+    row = one_run(algorithm, f"{sft_run}/pipe/sft", 50, 0, sft_run / f"rl_{algorithm}")
+    print(f"{algorithm}: held-out pass@1 {row['pass@1_start']:.3f} → {row['pass@1_end']:.3f}")
+    assert row["pass@1_end"] >= row["pass@1_start"] + 0.02
