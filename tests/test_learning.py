@@ -33,12 +33,12 @@ def test_sft_cot_checkpoint_is_in_the_learnable_band(sft_run):
 
 
 def test_grpo_raises_heldout_pass_at_1(sft_run):
-    cfg = load_config(RLConfig, "grpo_arith", [f"out={sft_run}/rl_grpo", f"init={sft_run}/pipe/sft"])
+    cfg = load_config(RLConfig, "grpo_arith", [f"out={sft_run}/rl_grpo", f"init={sft_run}/pipe/sft", "steps=100"])
     rl.run(cfg)
     metrics = read_metrics(sft_run / "rl_grpo")
     before, after = metrics[0]["eval/pass@1"], metrics[-1]["eval/pass@1"]
     print(f"held-out pass@1 before {before:.3f} after {after:.3f}")
-    assert after >= before + 0.03
+    assert after >= before + 0.05             # measured here: 0.567 → 0.669 at step 100
     assert all(m["mismatch/logprob_abs"] < 1e-4 for m in metrics[1:])   # sampler and trainer agree
 
 

@@ -5,8 +5,8 @@ answers, entropy, clip fraction, KL, wall time. Writes JSON and prints one table
     posttrain bench algorithms --init runs/pipeline/sft --steps 50 --seeds 0 \
         --out benchmarks/results/algorithms.json      (or python benchmarks/algorithms.py ...)
 
-Each run is `posttrain rl configs/grpo_arith.yaml algorithm=NAME` (16 prompts × 8 samples a
-step, lr 3e-5) with the algorithm's own defaults; only the KL coefficient of the preset
+Each run is `posttrain rl configs/grpo_arith.yaml algorithm=NAME prompts_per_step=16
+optim.lr=3e-5` (16 prompts × 8 samples a step) with the algorithm's own defaults; only the KL coefficient of the preset
 (0.01) is shared, where the algorithm has one. PPO adds its value head on the policy trunk.
 """
 
@@ -24,6 +24,7 @@ from posttrain.config import RLConfig, load_config
 from posttrain.logging import read_metrics
 from posttrain.recipes import rl
 
+BUDGET = ["prompts_per_step=16", "optim.lr=3e-5"]   # on top of configs/grpo_arith.yaml
 ORDER = ["reinforce", "rloo", "grpo", "dr_grpo", "dapo", "gspo", "cispo", "reinforce_pp", "maxrl",
               "dppo", "mgpo", "ppo"]
 
@@ -37,7 +38,8 @@ def one_run(name: str, init: str, steps: int, seed: int, out: Path) -> dict:
     algo_fields = {f.name for f in dataclasses.fields(algorithms.get(name).Config)}
     algo = {"kl_coef": 0.01} if "kl_coef" in algo_fields else {}
     cfg = load_config(RLConfig, "grpo_arith", [f"init={init}", f"out={out}", "overwrite=true", f"steps={steps}",
-                                               f"seed={seed}", f"eval_every={steps}", f"algorithm={name}"])
+                                               f"seed={seed}", f"eval_every={steps}", f"algorithm={name}",
+                                               *BUDGET])
     cfg = dataclasses.replace(cfg, algo=algo)
     t0 = time.time()
     rl.run(cfg)
