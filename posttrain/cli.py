@@ -28,7 +28,7 @@ STAGES = {  # name -> (config class path, recipe module)
     "pipeline": ("posttrain.recipes.pipeline:PipelineConfig", "posttrain.recipes.pipeline"),
 }
 BENCHES = {"train": "posttrain.bench.train", "rollout": "posttrain.bench.rollout",
-           "algorithms": "posttrain.bench.algorithms"}
+           "algorithms": "posttrain.bench.algorithms", "claims": "posttrain.bench.claims"}
 
 
 def _load(path: str):

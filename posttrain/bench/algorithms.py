@@ -34,12 +34,14 @@ def _mean(ms, key):
     return statistics.fmean(vals) if vals else None
 
 
-def one_run(name: str, init: str, steps: int, seed: int, out: Path) -> dict:
+def one_run(name: str, init: str, steps: int, seed: int, out: Path, overrides=(), algo: dict | None = None) -> dict:
+    """One `posttrain rl` run of `name` with the shared budget (plus `overrides`, and `algo`
+    keys on top of the shared KL coefficient); returns its row of the table."""
     algo_fields = {f.name for f in dataclasses.fields(algorithms.get(name).Config)}
-    algo = {"kl_coef": 0.01} if "kl_coef" in algo_fields else {}
+    algo = {**({"kl_coef": 0.01} if "kl_coef" in algo_fields else {}), **(algo or {})}
     cfg = load_config(RLConfig, "grpo_arith", [f"init={init}", f"out={out}", "overwrite=true", f"steps={steps}",
                                                f"seed={seed}", f"eval_every={steps}", f"algorithm={name}",
-                                               *BUDGET])
+                                               *BUDGET, *overrides])
     cfg = dataclasses.replace(cfg, algo=algo)
     t0 = time.time()
     rl.run(cfg)
@@ -51,7 +53,10 @@ def one_run(name: str, init: str, steps: int, seed: int, out: Path) -> dict:
             "length_correct": _mean(train, "length/correct_mean"), "length_wrong": _mean(train, "length/wrong_mean"),
             "entropy": _mean(train, "entropy"), "clip_frac": _mean(train, "clip/frac"), "kl_ref": _mean(train, "kl/ref"),
             "reward_first10": statistics.fmean(m["reward/mean"] for m in train[:10]),
-            "reward_last10": statistics.fmean(m["reward/mean"] for m in train[-10:])}
+            "reward_last10": statistics.fmean(m["reward/mean"] for m in train[-10:]),
+            "curves": {k: [round(m.get(k, float("nan")), 4) for m in train]
+                       for k in ("reward/mean", "entropy", "length/wrong_mean", "length/correct_mean",
+                                 "clip/frac", "group/degenerate_frac")}}
 
 
 def main(argv=None) -> None:

@@ -1,6 +1,7 @@
 """Rollout throughput: our Engine against Hugging Face `generate` on the same weights.
 
     posttrain bench rollout [--preset micro] [--batches 1,8,64,256] [--threads 2] [--out FILE.json]
+    posttrain bench rollout --invariance [--init RUN] [--out FILE.json]   (batch invariance, below)
 
 A randomly initialised (seeded) gpt_mini is exported in memory to a `LlamaForCausalLM`
 with the same weights (models/export.py). Both sample at temperature 1 from the same
@@ -115,6 +116,49 @@ def run(out: str | None = None, preset: str = "micro", batches=(1, 8, 64, 256), 
     return result
 
 
+def invariance(init: str = "", prompts: int = 128, n: int = 8, seed: int = 0, out: str | None = None) -> dict:
+    """Batch invariance on a trained checkpoint: the same (seed, prompt, sample) keys run with
+    every group in one batch (256 slots), 16 slots, and one group at a time. Reports the share
+    of samples whose tokens differ from the one-batch run, the share of tokens from the first
+    divergence on, and the largest logprob difference over the tokens that agree."""
+    from posttrain import checkpoint
+    from posttrain.eval import response_budget
+    from posttrain.framework.rollout import Engine, SamplingParams
+    from posttrain.recipes import rl
+    from posttrain.tasks.arithmetic import ArithmeticTask
+
+    model, tok, path = checkpoint.load_model(init or rl.default_init())
+    task = ArithmeticTask()
+    items = task.items(prompts, "train", seed)
+    ids = [tok.encode(tok.chat_prompt(task.prompt(it))) for it in items]
+    sp = SamplingParams(temperature=1.0, max_new_tokens=response_budget(task, items))
+    base = Engine(model.eval(), tok, max_slots=256).generate(ids, n, sp, seed=seed)
+    runs = {"slots_16": Engine(model, tok, max_slots=16).generate(ids, n, sp, seed=seed),
+            "one_group_at_a_time": [s for g, p in enumerate(ids)
+                                    for s in Engine(model, tok, max_slots=n).generate([p], n, sp, seed=seed,
+                                                                                      group_offset=g)]}
+    result = {"bench": "batch_invariance", "checkpoint": str(path), "prompts": prompts, "samples_per_prompt": n,
+              "tokens": sum(len(s.response_ids) for s in base)}
+    for name, other in runs.items():
+        diff_samples = diff_tokens = 0
+        max_lp = 0.0
+        for a, b in zip(base, other):
+            m = next((i for i, (x, y) in enumerate(zip(a.response_ids, b.response_ids)) if x != y),
+                     min(len(a.response_ids), len(b.response_ids)))
+            if a.response_ids != b.response_ids:
+                diff_samples += 1
+                diff_tokens += len(a.response_ids) - m
+            max_lp = max([max_lp] + [abs(x - y) for x, y in zip(a.response_logprobs[:m], b.response_logprobs[:m])])
+        result[name] = {"differing_samples_frac": diff_samples / len(base),
+                        "differing_tokens_frac": diff_tokens / result["tokens"], "max_logprob_abs_diff": max_lp}
+        print(f"{name:22s} differing samples {diff_samples}/{len(base)}  tokens from the first divergence "
+              f"{diff_tokens}/{result['tokens']}  max |Δ logprob| on agreeing tokens {max_lp:.2e}")
+    if out:
+        write_json(out, result)
+        print(f"wrote {out}")
+    return result
+
+
 def _print_row(r: dict) -> None:
     if not hasattr(_print_row, "done"):
         print(f"{'batch':>6} {'ours tok/s':>11} {'HF tok/s':>10} {'ratio':>6} {'ours %peak':>10} {'HF %peak':>9}")
@@ -133,7 +177,13 @@ def main(argv=None) -> dict:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--repeats", type=int, default=2, help="timed runs per setting; the best counts")
     p.add_argument("--no-hf", action="store_true", help="time our engine only")
+    p.add_argument("--invariance", action="store_true",
+                   help="instead of timing: batch invariance of a trained checkpoint (--init) across batch shapes")
+    p.add_argument("--init", default="", help="with --invariance: checkpoint or run dir (default: the cached SFT(CoT))")
     a = p.parse_args(argv)
+    if a.invariance:
+        torch.set_num_threads(a.threads)
+        return invariance(a.init, out=a.out)
     batches = tuple(int(b) for b in a.batches.split(","))
     return run(a.out, a.preset, batches, a.new_tokens, a.threads, a.repeats, hf=not a.no_hf)
 
