@@ -1,0 +1,410 @@
+"""Memory math: what an RL post-training run holds on each GPU, and whether it fits.
+
+    plan("llama-7b", algo="grpo", gpu="h100", gpus=8)   # -> plain dict, bytes per GPU
+    posttrain memory llama-7b --algo grpo --gpu h100 [--gpus 8 --shard fsdp --lora 16 ...] [--json]
+
+A model is a named shape (`PRESETS`: real Llama / Qwen / Mistral sizes; gpt_mini's nano,
+micro, mini; the course's round sizes "7b", "70b", ... from lesson 22's table), a Hugging
+Face config.json, or one of our YAML configs (its `model:` section). An algorithm decides
+the roles (`ROLES`): a reference when its default KL coefficient is non-zero, a critic for
+PPO, a reward model for RLHF, no rollout for offline preference losses.
+
+Accounting, per GPU (all bytes; "GB" below is 1e9 bytes, as the course writes it):
+
+  persistent   policy weights (bf16, 2 B/param) + fp32 master (4) + fp32 grads (4) + Adam m, v
+               (8): 18 B per trainable param under the default `mixed` recipe (lesson 22);
+               reference and reward model in bf16 (2 B/param, inference only); critic = a
+               full second training state. Sharded by FSDP (ZeRO-3) degree × TP degree.
+  train phase  activations of one micro-batch (+ logits, + FSDP all-gather buffers).
+  rollout      KV cache = layers × 2 × kv_heads × head_dim × tokens × 2 B, split over the
+               pool; under FSDP the sampler also needs the gathered bf16 weights (÷ rollout TP).
+  peak         colocated: persistent + max(train phase, rollout phase) (each phase frees its
+               buffers before the other runs); split placement: each pool on its own.
+
+Decisions where the course is loose or inconsistent (SEED_SPEC Part C/D):
+  * 18 / 16 / 12 B/param (row 59): 18 = 2+4+4+8 is the course's own breakdown. 18 − 4 is
+    14, not 16, so we read "16 without the master" as training the fp32 weights directly
+    (4 weights + 4 grads + 8 Adam) and "12 with bf16 Adam" as that with 2-byte m and v.
+  * Activations: the course formula N·L·B·(12d + 2L)·2 B with checkpointing = ÷8 (rows 61,
+    64, 65) is `activations="course"`. It ignores the MLP width and the logits, so the
+    planner's default `"llama"` counts the tensors a bf16 Llama block saves for backward
+    with a fused attention kernel: (16d + 6·q + 4·kv + 8·ff) B/token/layer, where each
+    RMSNorm keeps its fp32 upcast. With checkpointing it keeps each layer's input (2d B)
+    plus one layer recomputed. Logits: 6 B per vocab entry per token (bf16 logits + fp32
+    log-softmax). Both are estimates; the course mode reproduces the course's numbers.
+  * Row 52 (70B × 256 × 8k KV "≈670 GB"): exact is 687.2 GB = 640 GiB; we print decimal GB
+    and the tests pin both; 670 is the course's rounding slip.
+  * Row 65 (7B on 8 H100): its "131 GB KV total" is 1,048,576 tokens × 131,072 B =
+    137.4 GB (128 GiB); the rollout GPUs hold 14 + 45.8 = 59.8 GB, not 58. Its 200k train
+    tok/s breaks the 6P ceiling (throughput.py).
+  * Row 84 ("70B on 8 H100 → colocated"): 70B × 18 B = 1.26 TB > 640 GB, so a full
+    fine-tune does not fit; the planner says so and points to LoRA (the reference is then
+    the base with the adapter off: no second copy) with a rollout TP that holds the weights.
+  * Capacity: an H100 is 80 GB and an H200 141 GB as sold (decimal). The cards really hold
+    85.5 / 150.7 GB (nvidia-smi: 81,559 / 143,771 MiB); the difference is the margin for the
+    CUDA context and allocator fragmentation.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, replace
+
+from posttrain import UsageError
+from posttrain.shapes import ModelShape, count_params, course_shape, layer_params, lora_params, resolve_model
+
+GB = 1e9
+GPUS = {  # name -> (label, memory bytes as sold, HBM bytes/s, dense bf16 FLOP/s)
+    "h100": ("H100 80GB", 80e9, 3.35e12, 989e12),
+    "h200": ("H200 141GB", 141e9, 4.8e12, 989e12),
+    "a100": ("A100 80GB", 80e9, 2.04e12, 312e12),
+}
+# bytes per TRAINABLE param: (compute weights, fp32 master, grads, optimizer states). Row 59.
+PRECISION = {
+    "mixed": (2, 4, 4, 8),        # bf16 weights + fp32 master + fp32 grads + fp32 Adam m, v = 18
+    "no-master": (4, 0, 4, 8),    # fp32 weights are the master (bf16 only inside autocast) = 16
+    "bf16-adam": (4, 0, 4, 4),    # as no-master with bf16 Adam m, v = 12
+}
+
+
+
+def train_bytes_per_param(precision: str = "mixed") -> int:
+    """18 (mixed), 16 (no-master), 12 (bf16-adam): row 59."""
+    return sum(_precision(precision))
+
+
+def kv_bytes_per_token(s: ModelShape, bytes_per_value: int = 2) -> int:
+    """layers × 2 (K and V) × kv_heads × head_dim × bytes. Llama-3-8B → 131,072 (row 51)."""
+    return s.layers * 2 * s.kv_heads * s.hd * bytes_per_value
+
+
+def course_activation_bytes(layers: int, hidden: int, seq_len: int, batch: int, checkpointing: bool = False,
+                            bytes_per_value: int = 2) -> float:
+    """Lesson 22: N·L·B·(12d + 2L)·bytes; checkpointing keeps 1/8 of it (the widget's factor).
+    7B (32 layers, d=4096) at L=8192, B=4 → 137.4 GB (row 61)."""
+    full = layers * seq_len * batch * (12 * hidden + 2 * seq_len) * bytes_per_value
+    return full / 8 if checkpointing else full
+
+
+def activation_bytes(s: ModelShape, seq_len: int, batch: int, checkpointing: bool = False) -> float:
+    """Saved-for-backward tensors of a bf16 Llama block with a fused attention kernel, per
+    token: 8d per RMSNorm (fp32 upcast 4d + bf16 normed 2d + the next linear's input 2d) × 2,
+    attention q 2q, k 2kv, v 2kv, output 2q, o-proj input 2q, MLP gate 2ff, up 2ff, SiLU out
+    2ff, product 2ff. Checkpointing keeps each layer's bf16 input and recomputes one layer."""
+    q, kv = s.heads * s.hd, s.kv_heads * s.hd
+    per_layer = 16 * s.hidden + 6 * q + 4 * kv + 8 * s.intermediate   # bytes per token
+    tokens = seq_len * batch
+    if checkpointing:
+        return tokens * (s.layers * 2 * s.hidden + per_layer)
+    return tokens * s.layers * per_layer
+
+
+def logits_bytes(tokens: int, vocab: int, bytes_per_value: float = 2, vocab_chunk: int = 0) -> float:
+    """Logits held at once; a vocab chunk computes the log-softmax `vocab_chunk` columns at a
+    time. 32,768 tokens × 131,072 × 2 B = 8.6 GB; 1k chunk → 67 MB (row 86)."""
+    return tokens * min(vocab, vocab_chunk or vocab) * bytes_per_value
+
+
+def min_gpus(total_bytes: float, gpu: str = "h100") -> int:
+    """GPUs to hold `total_bytes` evenly sharded: a power of two up to 8, whole 8-GPU nodes
+    beyond. 126 GB → 2, 1.26 TB → 16, 7.29 TB → 96 H100s (row 60)."""
+    n = max(1, math.ceil(total_bytes / _gpu(gpu)[1]))
+    return 1 << (n - 1).bit_length() if n <= 8 else -(-n // 8) * 8
+
+
+def envelope(params_b: float, seq_len: int = 8192, batch: int = 4, gpus: int = 8, checkpointing: bool = True) -> dict:
+    """Lesson 22's "memory envelope" widget, exactly: train/GPU = 18P/G + activations (not
+    sharded; ÷8 with checkpointing); inference/GPU = (2P + KV of B×L tokens) / min(G, 8).
+    Defaults → 32.9 GB train, 2.3 GB infer, 128 KB/token, fits (row 64)."""
+    s = course_shape(params_b)
+    p, act = count_params(s), course_activation_bytes(s.layers, s.hidden, seq_len, batch, checkpointing)
+    tp, kv_tok = min(gpus, 8), kv_bytes_per_token(s)
+    train = train_bytes_per_param() * p / gpus + act
+    infer = (2 * p + batch * seq_len * kv_tok) / tp
+    return {"train_gb": train / GB, "infer_gb": infer / GB, "kv_kb_per_token": kv_tok / 1024,
+            "activations_gb": act / GB, "fits_h100": train < 80e9 and infer < 80e9}
+
+
+# ---- the planner -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Roles:
+    rollout: bool                 # generates samples (a KV cache); False for offline losses
+    reference: bool               # its default config has a KL to the reference (needs_reference)
+    critic: bool = False          # a learned value model, trained alongside
+    reward_model: bool = False    # a learned reward model scores samples (RLHF)
+
+
+_RL, _RL_REF = Roles(True, False), Roles(True, True)
+ROLES = {  # RL algorithms as posttrain.algorithms defaults them; the test pins it to needs_reference
+    "reinforce": _RL, "rloo": _RL, "grpo": _RL_REF, "mgpo": _RL_REF, "dr_grpo": _RL, "dapo": _RL,
+    "gspo": _RL, "cispo": _RL, "maxrl": _RL, "dppo": _RL, "reinforce_pp": _RL_REF,
+    "ppo": Roles(True, True, critic=True), "rlhf": Roles(True, True, critic=True, reward_model=True),
+    "dpo": Roles(False, True), "ipo": Roles(False, True), "kto": Roles(False, True),
+    "simpo": Roles(False, False), "orpo": Roles(False, False), "sft": Roles(False, False), "rm": Roles(False, False),
+}
+
+
+@dataclass
+class PlanConfig:
+    algo: str = "grpo"            # which roles exist (ROLES)
+    gpu: str = "h100"             # h100 | h200 | a100
+    gpus: int = 1                 # GPUs of the pool (the trainer pool under placement=split)
+    shard: str = "fsdp"           # fsdp: ZeRO-3 shards params, grads, optimizer over data-parallel GPUs | dp
+    tp: int = 1                   # tensor-parallel degree of the trainer (splits weights, activations, logits)
+    rollout_tp: int = 0           # tensor-parallel degree of the sampler; 0 = tp
+    micro_batch: int = 1          # sequences per GPU per forward/backward (DPO: count chosen + rejected)
+    seq_len: int = 4096           # training tokens per sequence (prompt + response)
+    rollout_seqs: int = 64        # sequences decoding at once over the whole rollout pool (prompts × K in flight)
+    rollout_len: int = 0          # tokens per rollout sequence in the KV cache; 0 = seq_len
+    checkpointing: bool = False   # gradient checkpointing: recompute each layer in backward (~33% more compute)
+    lora: int = 0                 # LoRA rank on every linear (0 = full fine-tune); the reference is the base
+    precision: str = "mixed"      # mixed (18 B/param) | no-master (16) | bf16-adam (12)
+    reference: str = "auto"       # auto (as the algorithm needs) | gpu | cpu (offloaded: 0 on GPU) | none
+    reward_model: str = ""        # a learned reward model's shape ("" = none, or the policy's under rlhf)
+    activations: str = "llama"    # llama (tensor count + logits) | course (lesson 22's formula, no logits)
+    placement: str = "colocated"  # colocated (all roles share the pool) | split (trainer / reference / rollout pools)
+    ref_gpus: int = 1             # placement=split: GPUs of the reference (+ reward model) pool
+    rollout_gpus: int = 1         # placement=split: GPUs of the rollout pool
+
+
+def _gpu(name):
+    if name not in GPUS:
+        raise UsageError(f"--gpu {name!r} is unknown; use one of {', '.join(GPUS)}")
+    return GPUS[name]
+
+
+def _precision(name):
+    if name not in PRECISION:
+        raise UsageError(f"precision {name!r} is unknown; use one of {', '.join(PRECISION)}")
+    return PRECISION[name]
+
+
+
+def plan(model, cfg: PlanConfig | None = None, suggest: bool = True, **overrides) -> dict:
+    """Bytes per GPU of every component for `model` trained with `cfg.algo`; plain dict.
+
+    Keys: model, params, trainable_params, roles, config, gpu, capacity_bytes, pools
+    ({name: {gpus, components, phases, peak_bytes, fits}}), peak_bytes, fits, notes
+    (activations/KV sizes for reference) and suggestions (changes that make it fit).
+    """
+    s = resolve_model(model)
+    c = replace(cfg or PlanConfig(), **overrides)
+    roles = _roles(c)
+    label, capacity = _gpu(c.gpu)[:2]
+    bw, bm, bg, bo = _precision(c.precision)
+    _check(c, s)
+    p = count_params(s)
+    pt = lora_params(s, c.lora) if c.lora else p
+    rtp = c.rollout_tp or c.tp
+    shard = c.tp * (c.gpus // c.tp if c.shard == "fsdp" else 1)          # how many ways each weight is split
+    train_state = {"policy weights": (2 * p + bw * pt if c.lora else bw * p) / shard,
+                   "master weights": bm * pt / shard, "gradients": bg * pt / shard,
+                   "optimizer (Adam m, v)": bo * pt / shard}
+    critic = sum(train_state.values()) if roles.critic else 0.0          # a second training state
+    ref_on_gpu = roles.reference and c.reference != "cpu" and not c.lora  # LoRA: base with the adapter off
+    rm = count_params(resolve_model(c.reward_model)) if c.reward_model else p
+    frozen = {"reference": 2 * p if ref_on_gpu else 0.0, "reward model": 2 * rm if roles.reward_model else 0.0}
+
+    seq, mb, rlen = c.seq_len, c.micro_batch, c.rollout_len or c.seq_len
+    if c.activations == "course":
+        act = course_activation_bytes(s.layers, s.hidden, seq, mb, c.checkpointing) / c.tp
+        logits = gather = 0.0
+    else:
+        act = activation_bytes(s, seq, mb, c.checkpointing) / c.tp
+        logits = logits_bytes(seq * mb, s.vocab, 6) / c.tp
+        gather = 2 * 2 * layer_params(s) / c.tp if shard > c.tp else 0.0   # this layer's and the prefetched one's bf16
+    train_phase = {"activations": act, "logits": logits, "FSDP gather buffers": gather}
+    kv_total = kv_bytes_per_token(s) * c.rollout_seqs * rlen if roles.rollout else 0.0
+
+    def kv_per_gpu(n):                                  # batch over replicas, heads over TP (replicated past kv_heads)
+        return kv_total / (n // rtp) / min(rtp, s.kv_heads)
+
+    pools = {}
+    if c.placement == "colocated":
+        gathered = 2 * p / rtp if roles.rollout and (shard > c.tp or rtp != c.tp) else 0.0
+        rollout = {"rollout weights": gathered, "KV cache": kv_per_gpu(c.gpus) if roles.rollout else 0.0}
+        persistent = {**train_state, "critic": critic, **{k: v / shard for k, v in frozen.items()}}
+        pools["colocated"] = _pool(c.gpus, persistent, train_phase, rollout, capacity)
+    else:
+        pools["trainer"] = _pool(c.gpus, {**train_state, "critic": critic}, train_phase, {}, capacity)
+        if any(frozen.values()):
+            pools["reference"] = _pool(c.ref_gpus, {k: v / c.ref_gpus for k, v in frozen.items()}, {}, {}, capacity)
+        if roles.rollout:
+            pools["rollout"] = _pool(c.rollout_gpus, {"rollout weights": 2 * p / rtp},
+                                     {}, {"KV cache": kv_per_gpu(c.rollout_gpus)}, capacity)
+    out = {"model": asdict(s), "params": p, "trainable_params": pt, "roles": asdict(roles), "config": asdict(c),
+           "gpu": label, "capacity_bytes": capacity, "pools": pools,
+           "peak_bytes": max(q["peak_bytes"] for q in pools.values()),
+           "fits": all(q["fits"] for q in pools.values()),
+           "notes": {"activations_with_checkpointing": _act(s, c, True), "activations_without_checkpointing":
+                     _act(s, c, False), "kv_bytes_per_token": kv_bytes_per_token(s), "kv_cache_total": kv_total,
+                     "train_bytes_per_param": bw + bm + bg + bo}}
+    out["suggestions"] = suggestions(s, c) if suggest and not out["fits"] else []
+    return out
+
+
+def _roles(c: PlanConfig) -> Roles:
+    if c.algo not in ROLES:
+        import difflib
+        close = ([a for a in ROLES if sorted(a) == sorted(c.algo)]     # a transposition ("gpro") first
+                 or difflib.get_close_matches(c.algo, list(ROLES), n=1))
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise UsageError(f"--algo {c.algo!r} is unknown{hint} (valid: {', '.join(sorted(ROLES))})")
+    r = ROLES[c.algo]
+    ref = {"auto": r.reference, "gpu": True, "cpu": r.reference, "none": False}.get(c.reference)
+    if ref is None:
+        raise UsageError(f"--reference {c.reference!r} is unknown; use auto, gpu, cpu or none")
+    return replace(r, reference=ref, reward_model=r.reward_model or bool(c.reward_model))
+
+
+def _check(c: PlanConfig, s: ModelShape) -> None:
+    rtp = c.rollout_tp or c.tp
+    for name, n in [("gpus", c.gpus), ("tp", c.tp), ("micro_batch", c.micro_batch), ("seq_len", c.seq_len),
+                    ("rollout_tp", rtp), ("ref_gpus", c.ref_gpus), ("rollout_gpus", c.rollout_gpus)]:
+        if n < 1:
+            raise UsageError(f"{name}={n} must be ≥ 1")
+    rollout_pool = c.rollout_gpus if c.placement == "split" else c.gpus
+    if c.gpus % c.tp or rollout_pool % rtp:
+        raise UsageError(f"tp={c.tp} / rollout_tp={rtp} must divide the pool's GPUs ({c.gpus} / {rollout_pool})")
+    if c.shard not in ("fsdp", "dp") or c.placement not in ("colocated", "split") \
+            or c.activations not in ("llama", "course"):
+        raise UsageError("shard is fsdp|dp, placement colocated|split, activations llama|course")
+
+
+def _act(s, c, ckpt):
+    if c.activations == "course":
+        return course_activation_bytes(s.layers, s.hidden, c.seq_len, c.micro_batch, ckpt) / c.tp
+    return activation_bytes(s, c.seq_len, c.micro_batch, ckpt) / c.tp
+
+
+def _pool(gpus, persistent, train, rollout, capacity) -> dict:
+    phases = {k: sum(v.values()) for k, v in [("persistent", persistent), ("train", train), ("rollout", rollout)]}
+    peak = phases["persistent"] + max(phases["train"], phases["rollout"])
+    return {"gpus": gpus, "components": {**persistent, **train, **rollout}, "phases": phases,
+            "peak_bytes": peak, "fits": peak <= capacity}
+
+
+def suggestions(s: ModelShape, c: PlanConfig) -> list[dict]:
+    """What to change when the plan does not fit: each single change that fits on the same
+    GPUs (cheapest first), the smallest FSDP scale-out that fits alone, and, when no single
+    change fits, the shortest prefix of the cheap changes that fits (on as few GPUs as it takes)."""
+    def fitting(text, **kw):
+        r = plan(s, replace(c, **kw), suggest=False)
+        return [{"change": text, "overrides": kw, "peak_gb": round(r["peak_bytes"] / GB, 1)}] if r["fits"] else []
+
+    cheap = []
+    if not c.checkpointing:
+        cheap.append(("gradient checkpointing on", {"checkpointing": True}))
+    if c.micro_batch > 1:
+        cheap.append(("micro-batch 1 (more accumulation steps)", {"micro_batch": 1}))
+    if _roles(c).reference and c.reference in ("auto", "gpu") and not c.lora:
+        cheap.append(("reference offloaded to CPU", {"reference": "cpu"}))
+    if not c.lora:                                     # last: it changes what is trained
+        cheap.append(("LoRA rank 16 (the reference is the base with the adapter off)", {"lora": 16}))
+    out = [x for text, kw in cheap for x in fitting(text, **kw)]
+    if ROLES[c.algo].rollout:                          # fewer sequences in flight shrink the KV cache
+        n = c.rollout_seqs // 2
+        while n >= 1 and not (hit := fitting(f"rollout concurrency capped at {n} sequences", rollout_seqs=n)):
+            n //= 2
+        out += hit if n >= 1 else []
+    rtp0 = c.rollout_tp or c.tp
+
+    def scale_out(extra: dict, label: str) -> list[dict]:
+        for n in [c.gpus * 2 ** i for i in range(11)]:
+            for rtp in [r for r in (rtp0, 2 * rtp0, 4 * rtp0, 8 * rtp0) if n % r == 0 and r <= max(8, rtp0)]:
+                if n == c.gpus and rtp == rtp0 and not extra:
+                    continue
+                text = ", ".join(x for x in [f"FSDP over {n} GPUs" if n > c.gpus or c.shard != "fsdp" else "",
+                                             f"rollout TP={rtp}" if rtp != rtp0 else "", label] if x)
+                if hit := fitting(text, **extra, gpus=n, shard="fsdp", rollout_tp=rtp):
+                    return hit
+        return []
+
+    out += scale_out({}, "")
+    if not any(x["overrides"].get("gpus", c.gpus) == c.gpus for x in out):
+        combos = []                                    # cheap changes together, on as few GPUs as they allow
+        for k in range(2, len(cheap) + 1):
+            lora = any("lora" in kw for _, kw in cheap[:k])     # LoRA already drops the reference copy
+            picked = [(text, kw) for text, kw in cheap[:k] if not (lora and "reference" in kw)]
+            combo = {key: v for _, kw in picked for key, v in kw.items()}
+            combos += scale_out(combo, " + ".join(text for text, _ in picked))
+        if combos:
+            return out + [min(combos, key=lambda x: x["overrides"]["gpus"])]
+    return out
+
+
+# ---- the command line --------------------------------------------------------------------
+
+def format_plan(r: dict) -> str:
+    """The plan as a table: one row per component, GB per GPU, then the verdict."""
+    m, c = r["model"], r["config"]
+    roles = ["policy"] + [k.replace("_", " ") for k, v in r["roles"].items() if v and k != "rollout"]
+    lines = [f"{m['name']}: {r['params'] / 1e9:.2f}B params ({m['layers']} layers, d={m['hidden']}, "
+             f"{m['heads']}/{m['kv_heads']} q/kv heads, vocab {m['vocab']})"
+             + (f", LoRA r={c['lora']}: {r['trainable_params'] / 1e6:.1f}M trainable" if c["lora"] else ""),
+             f"{c['algo']}: {', '.join(roles)}{'' if r['roles']['rollout'] else ' (offline: no rollout)'} · "
+             f"{c['precision']} precision, {r['notes']['train_bytes_per_param']} B/trainable param · "
+             f"micro-batch {c['micro_batch']} × {c['seq_len']} tokens, checkpointing "
+             f"{'on' if c['checkpointing'] else 'off'}" + (f" · rollout {c['rollout_seqs']} seqs × "
+             f"{c['rollout_len'] or c['seq_len']} tokens" if r["roles"]["rollout"] else "")]
+    for name, pool in r["pools"].items():
+        lines += ["", f"{name} pool: {pool['gpus']} × {r['gpu']} ({_layout(name, c, pool['gpus'])})",
+                  f"  {'component':30s} {'GB/GPU':>8s}"]
+        lines += [f"  {k:30s} {v / GB:8.2f}" for k, v in pool["components"].items() if v]
+        ph = {k: v / GB for k, v in pool["phases"].items()}
+        lines += [f"  {'peak':30s} {pool['peak_bytes'] / GB:8.2f}   = persistent {ph['persistent']:.1f} + "
+                  f"max(train {ph['train']:.1f}, rollout {ph['rollout']:.1f})"]
+    n = r["notes"]
+    lines += ["", f"activations: {n['activations_without_checkpointing'] / GB:.2f} GB without checkpointing, "
+              f"{n['activations_with_checkpointing'] / GB:.2f} GB with; KV {n['kv_bytes_per_token'] / 1e3:.0f} KB/token"
+              + (f", {n['kv_cache_total'] / GB:.1f} GB for the rollout batch" if n["kv_cache_total"] else ""),
+              f"fits on {r['gpu']} (≤ {r['capacity_bytes'] / GB:.0f} GB per GPU): "
+              + ("yes" if r["fits"] else f"NO (peak {r['peak_bytes'] / GB:.1f} GB)")]
+    if not r["fits"]:
+        lines += ["to fit, change one of:" if r["suggestions"] else "no change tried here makes it fit"]
+        lines += [f"  - {s['change']}  → {s['peak_gb']:.1f} GB" for s in r["suggestions"]]
+    return "\n".join(lines)
+
+
+def _layout(pool: str, c: dict, gpus: int) -> str:
+    if pool == "reference":
+        return "sharded"
+    if pool == "rollout":
+        return f"TP={c['rollout_tp'] or c['tp']}"
+    dp = gpus // c["tp"]
+    shard = "one GPU" if gpus == 1 else f"FSDP over {dp}" if c["shard"] == "fsdp" and dp > 1 else f"{dp} replicas"
+    return shard + (f", TP={c['tp']}" if c["tp"] > 1 else "")
+
+
+def main(argv=None) -> None:
+    import argparse
+    d = PlanConfig()
+    p = argparse.ArgumentParser(prog="posttrain memory", description="What fits on which GPU, per algorithm.")
+    p.add_argument("model", help="preset (llama-7b, qwen2.5-7b, nano, ...), a size like 7b, config.json or YAML")
+    p.add_argument("--algo", default=d.algo, help=f"one of {', '.join(ROLES)}")
+    p.add_argument("--gpu", default=d.gpu, help=", ".join(GPUS))
+    p.add_argument("--gpus", type=int, default=d.gpus, help="GPUs in the pool (the trainer pool with --split)")
+    p.add_argument("--shard", default=d.shard, choices=["fsdp", "dp"])
+    p.add_argument("--tp", type=int, default=d.tp)
+    p.add_argument("--rollout-tp", type=int, default=d.rollout_tp)
+    p.add_argument("--micro-batch", type=int, default=d.micro_batch, help="sequences per GPU per forward/backward")
+    p.add_argument("--seq-len", type=int, default=d.seq_len)
+    p.add_argument("--rollout-seqs", type=int, default=d.rollout_seqs, help="sequences decoding at once (prompts × K)")
+    p.add_argument("--rollout-len", type=int, default=d.rollout_len, help="KV tokens per rollout sequence (0 = seq-len)")
+    p.add_argument("--checkpointing", action="store_true", help="gradient checkpointing on")
+    p.add_argument("--lora", type=int, default=0, metavar="RANK")
+    p.add_argument("--precision", default=d.precision, choices=list(PRECISION))
+    p.add_argument("--reference", default=d.reference, choices=["auto", "gpu", "cpu", "none"])
+    p.add_argument("--reward-model", default="", metavar="MODEL")
+    p.add_argument("--activations", default=d.activations, choices=["llama", "course"])
+    p.add_argument("--split", nargs=2, type=int, metavar=("REF_GPUS", "ROLLOUT_GPUS"),
+                   help="disaggregated placement: the reference and rollout pools' GPUs (--gpus = trainer pool)")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    a = p.parse_args(argv)
+    cfg = PlanConfig(a.algo, a.gpu, a.gpus, a.shard, a.tp, a.rollout_tp, a.micro_batch, a.seq_len, a.rollout_seqs,
+                     a.rollout_len, a.checkpointing, a.lora, a.precision, a.reference, a.reward_model,
+                     a.activations, "split" if a.split else "colocated", *(a.split or (1, 1)))
+    r = plan(a.model, cfg)
+    print(json.dumps(r, indent=1) if a.json else format_plan(r))
