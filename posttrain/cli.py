@@ -128,7 +128,7 @@ def parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="benchmarks that write JSON")
     b.add_argument("which", choices=sorted(BENCHES))
     b.add_argument("rest", nargs=argparse.REMAINDER)
-    m = sub.add_parser("memory", help="memory per GPU for a model and an algorithm; does it fit?")
+    m = sub.add_parser("memory", help="memory per GPU for a model and an algorithm; does it fit?", add_help=False)
     m.add_argument("rest", nargs=argparse.REMAINDER, help="MODEL --algo grpo [--gpu h100] (see posttrain memory -h)")
     return p
 

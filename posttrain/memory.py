@@ -18,6 +18,7 @@ Accounting, per GPU (all bytes; "GB" below is 1e9 bytes, as the course writes it
   train phase  activations of one micro-batch (+ logits, + FSDP all-gather buffers).
   rollout      KV cache = layers × 2 × kv_heads × head_dim × tokens × 2 B, split over the
                pool; under FSDP the sampler also needs the gathered bf16 weights (÷ rollout TP).
+               A critic trains in its own pass: its activations are not added to the policy's.
   peak         colocated: persistent + max(train phase, rollout phase) (each phase frees its
                buffers before the other runs); split placement: each pool on its own.
 
@@ -27,11 +28,11 @@ Decisions where the course is loose or inconsistent (SEED_SPEC Part C/D):
     (4 weights + 4 grads + 8 Adam) and "12 with bf16 Adam" as that with 2-byte m and v.
   * Activations: the course formula N·L·B·(12d + 2L)·2 B with checkpointing = ÷8 (rows 61,
     64, 65) is `activations="course"`. It ignores the MLP width and the logits, so the
-    planner's default `"llama"` counts the tensors a bf16 Llama block saves for backward
-    with a fused attention kernel: (16d + 6·q + 4·kv + 8·ff) B/token/layer, where each
-    RMSNorm keeps its fp32 upcast. With checkpointing it keeps each layer's input (2d B)
-    plus one layer recomputed. Logits: 6 B per vocab entry per token (bf16 logits + fp32
-    log-softmax). Both are estimates; the course mode reproduces the course's numbers.
+    planner's default `"llama"` counts the tensors a bf16 Hugging Face Llama saves for
+    backward, ≈(16d + 4·q + 4·kv + 8·ff) B/token/layer (each RMSNorm keeps its fp32 upcast);
+    a test measures them with saved-tensor hooks. With checkpointing it keeps each layer's
+    input (2d B) plus one layer recomputed. Logits: 6 B per vocab entry per token (bf16
+    logits + the fp32 log-softmax the trainer saves). The course mode reproduces the course.
   * Row 52 (70B × 256 × 8k KV "≈670 GB"): exact is 687.2 GB = 640 GiB; we print decimal GB
     and the tests pin both; 670 is the course's rounding slip.
   * Row 65 (7B on 8 H100): its "131 GB KV total" is 1,048,576 tokens × 131,072 B =
@@ -88,16 +89,18 @@ def course_activation_bytes(layers: int, hidden: int, seq_len: int, batch: int, 
 
 
 def activation_bytes(s: ModelShape, seq_len: int, batch: int, checkpointing: bool = False) -> float:
-    """Saved-for-backward tensors of a bf16 Llama block with a fused attention kernel, per
-    token: 8d per RMSNorm (fp32 upcast 4d + bf16 normed 2d + the next linear's input 2d) × 2,
-    attention q 2q, k 2kv, v 2kv, output 2q, o-proj input 2q, MLP gate 2ff, up 2ff, SiLU out
-    2ff, product 2ff. Checkpointing keeps each layer's bf16 input and recomputes one layer."""
+    """Bytes autograd saves in the forward of a bf16 Llama (Hugging Face, SDPA attention),
+    per token, as tests/test_memory.py measures them with saved-tensor hooks:
+      each RMSNorm 8d + 4   fp32 upcast 4d, its rsqrt 4, bf16 normed 2d, the next linear's input 2d
+      attention 4q + 4kv + 4h   q 2q, k 2kv, v 2kv (GQA: not repeated), output 2q, fp32 logsumexp 4/head
+      SwiGLU MLP 8ff        gate, up, SiLU(gate), product
+      once: final norm + head input 8d + 4.
+    Checkpointing keeps each layer's bf16 input (2d) and, in backward, one layer recomputed."""
     q, kv = s.heads * s.hd, s.kv_heads * s.hd
-    per_layer = 16 * s.hidden + 6 * q + 4 * kv + 8 * s.intermediate   # bytes per token
-    tokens = seq_len * batch
-    if checkpointing:
-        return tokens * (s.layers * 2 * s.hidden + per_layer)
-    return tokens * s.layers * per_layer
+    per_layer = 2 * (8 * s.hidden + 4) + 4 * q + 4 * kv + 4 * s.heads + 8 * s.intermediate   # bytes per token
+    head = 8 * s.hidden + 4
+    kept = s.layers * 2 * s.hidden + per_layer if checkpointing else s.layers * per_layer
+    return seq_len * batch * (kept + head)
 
 
 def logits_bytes(tokens: int, vocab: int, bytes_per_value: float = 2, vocab_chunk: int = 0) -> float:
@@ -186,8 +189,8 @@ def plan(model, cfg: PlanConfig | None = None, suggest: bool = True, **overrides
     """Bytes per GPU of every component for `model` trained with `cfg.algo`; plain dict.
 
     Keys: model, params, trainable_params, roles, config, gpu, capacity_bytes, pools
-    ({name: {gpus, components, phases, peak_bytes, fits}}), peak_bytes, fits, notes
-    (activations/KV sizes for reference) and suggestions (changes that make it fit).
+    ({name: {gpus, components, phases, peak_bytes, fits}}), peak_bytes, fits, fits_on (every
+    GPU kind), notes (activation and KV sizes) and suggestions (changes that make it fit).
     """
     s = resolve_model(model)
     c = replace(cfg or PlanConfig(), **overrides)
@@ -238,6 +241,7 @@ def plan(model, cfg: PlanConfig | None = None, suggest: bool = True, **overrides
            "gpu": label, "capacity_bytes": capacity, "pools": pools,
            "peak_bytes": max(q["peak_bytes"] for q in pools.values()),
            "fits": all(q["fits"] for q in pools.values()),
+           "fits_on": {g[0]: all(q["peak_bytes"] <= g[1] for q in pools.values()) for g in GPUS.values()},
            "notes": {"activations_with_checkpointing": _act(s, c, True), "activations_without_checkpointing":
                      _act(s, c, False), "kv_bytes_per_token": kv_bytes_per_token(s), "kv_cache_total": kv_total,
                      "train_bytes_per_param": bw + bm + bg + bo}}
@@ -361,7 +365,8 @@ def format_plan(r: dict) -> str:
               f"{n['activations_with_checkpointing'] / GB:.2f} GB with; KV {n['kv_bytes_per_token'] / 1e3:.0f} KB/token"
               + (f", {n['kv_cache_total'] / GB:.1f} GB for the rollout batch" if n["kv_cache_total"] else ""),
               f"fits on {r['gpu']} (≤ {r['capacity_bytes'] / GB:.0f} GB per GPU): "
-              + ("yes" if r["fits"] else f"NO (peak {r['peak_bytes'] / GB:.1f} GB)")]
+              + ("yes" if r["fits"] else f"NO (peak {r['peak_bytes'] / GB:.1f} GB)")
+              + "  [" + ", ".join(f"{g}: {'yes' if ok else 'no'}" for g, ok in r["fits_on"].items()) + "]"]
     if not r["fits"]:
         lines += ["to fit, change one of:" if r["suggestions"] else "no change tried here makes it fit"]
         lines += [f"  - {s['change']}  → {s['peak_gb']:.1f} GB" for s in r["suggestions"]]
@@ -370,7 +375,7 @@ def format_plan(r: dict) -> str:
 
 def _layout(pool: str, c: dict, gpus: int) -> str:
     if pool == "reference":
-        return "sharded"
+        return "one GPU" if gpus == 1 else f"sharded over {gpus}"
     if pool == "rollout":
         return f"TP={c['rollout_tp'] or c['tp']}"
     dp = gpus // c["tp"]

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from posttrain import UsageError
-from posttrain.memory import (ROLES, course_activation_bytes, envelope, kv_bytes_per_token, logits_bytes,
+from posttrain.memory import (ROLES, activation_bytes, course_activation_bytes, envelope, kv_bytes_per_token, logits_bytes,
                               min_gpus, plan, train_bytes_per_param)
 from posttrain.shapes import PRESETS, ModelShape, count_params, lora_params, resolve_model
 
@@ -154,15 +154,17 @@ def test_llama_7b_grpo_h100_one_gpu_by_hand():
     assert c["optimizer (Adam m, v)"] == 8 * P7 == 53_907_324_928   # fp32 m and v
     assert c["reference"] == 2 * P7 == 13_476_831_232               # GRPO's kl_coef 0.04 > 0: bf16 reference
     assert c["critic"] == 0 and c["reward model"] == 0
-    # per token per layer: 16·4096 + 6·4096 + 4·4096 + 8·11008 = 194,560 B; × 32 layers × 4096 tokens
-    assert c["activations"] == 4096 * 32 * 194_560 == 25_501_368_320
+    # per token per layer: 2 norms 2·(8·4096 + 4) + q 4·4096 + kv 4·4096 + lse 4·32 + MLP 8·11008 = 186,504 B;
+    # × 32 layers, + final norm and head input 8·4096 + 4 = 32,772: 6,000,900 B/token × 4096 tokens
+    assert c["activations"] == 4096 * (32 * 186_504 + 32_772) == 24_579_686_400
     assert c["logits"] == 4096 * 32_000 * 6 == 786_432_000          # bf16 logits + fp32 log-softmax
     assert c["FSDP gather buffers"] == 0 and c["rollout weights"] == 0   # one GPU: the sampler shares the weights
     # KV: 32 layers × 2 × 32 heads × 128 × 2 B = 524,288 B/token × 64 × 4096 tokens
     assert c["KV cache"] == 524_288 * 64 * 4096 == 137_438_953_472
     # peak = 20·P persistent + max(train 26.29 GB, rollout 137.44 GB)
     assert r["peak_bytes"] == 20 * P7 + 137_438_953_472 == 272_207_265_792 and not r["fits"]
-    assert r["notes"]["activations_with_checkpointing"] == 4096 * (32 * 2 * 4096 + 194_560) == 1_870_659_584
+    # checkpointing: each layer's bf16 input 2·4096 B + one layer recomputed + the head's 32,772
+    assert r["notes"]["activations_with_checkpointing"] == 4096 * (32 * 8192 + 186_504 + 32_772) == 1_971_896_320
 
 
 def test_llama_7b_grpo_h100_fsdp_8_by_hand():
@@ -174,8 +176,40 @@ def test_llama_7b_grpo_h100_fsdp_8_by_hand():
     assert c["rollout weights"] == 2 * P7                                                # gathered for TP=1 decode
     assert c["KV cache"] == 137_438_953_472 / 8
     ph = r["pools"]["colocated"]["phases"]
-    assert ph["persistent"] == 20 * P7 / 8 and ph["train"] == 25_501_368_320 + 786_432_000 + 809_533_440
+    assert ph["persistent"] == 20 * P7 / 8 and ph["train"] == 24_579_686_400 + 786_432_000 + 809_533_440
     assert r["peak_bytes"] == 20 * P7 / 8 + 2 * P7 + 137_438_953_472 / 8 == 47_502_739_456 and r["fits"]
+    assert r["fits_on"] == {"H100 80GB": True, "H200 141GB": True, "A100 80GB": True}
+    assert plan("llama-7b", gpus=4)["fits_on"] == {"H100 80GB": False, "H200 141GB": True, "A100 80GB": False}
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_activation_formula_matches_saved_tensors_of_a_hf_llama(checkpointing):
+    """The "llama" activation model against what autograd really saves in a bf16 HF Llama
+    (GQA, SDPA): every saved storage counted once, parameters excluded."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+    d, n, h, kv, ff, v, T, B = 64, 3, 4, 2, 176, 100, 32, 2
+    torch.manual_seed(0)
+    m = LlamaForCausalLM(LlamaConfig(hidden_size=d, num_hidden_layers=n, num_attention_heads=h, num_key_value_heads=kv,
+                                     intermediate_size=ff, vocab_size=v, max_position_embeddings=64, use_cache=False,
+                                     attn_implementation="sdpa")).to(torch.bfloat16)
+    if checkpointing:
+        getattr(m, "activation_checkpointing_enable", m.gradient_checkpointing_enable)()
+    m.train()
+    params, saved = {p.untyped_storage().data_ptr() for p in m.parameters()}, {}
+
+    def pack(x):
+        if x.untyped_storage().data_ptr() not in params:
+            saved[x.untyped_storage().data_ptr()] = x.untyped_storage().nbytes()
+        return x
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x):
+        m(torch.randint(0, v, (B, T)))
+    s = ModelShape("tiny", d, n, h, kv, ff, v)
+    expected = activation_bytes(s, T, B, checkpointing)
+    if checkpointing:                       # the forward keeps only layer inputs; backward adds one layer
+        expected -= B * T * (2 * (8 * d + 4) + 4 * d + 4 * kv * (d // h) + 4 * h + 8 * ff)
+    rotary = 2 * T * (d // h) * 2           # cos and sin tables, shared by every layer and sequence
+    assert expected <= sum(saved.values()) <= expected + rotary + 16 * B * T
 
 
 def test_sharding_invariances():
@@ -241,8 +275,9 @@ def test_cli_prints_the_breakdown():
     assert r.returncode == 0, r.stderr
     for line in ["colocated pool: 1 × H100 80GB (one GPU)", "  master weights                    26.95",
                  "  optimizer (Adam m, v)             53.91", "  KV cache                         137.44",
-                 "  peak                             272.21   = persistent 134.8 + max(train 26.3, rollout 137.4)",
-                 "fits on H100 80GB (≤ 80 GB per GPU): NO (peak 272.2 GB)", "to fit, change one of:"]:
+                 "  peak                             272.21   = persistent 134.8 + max(train 25.4, rollout 137.4)",
+                 "fits on H100 80GB (≤ 80 GB per GPU): NO (peak 272.2 GB)  [H100 80GB: no, H200 141GB: no, A100 80GB: no]",
+                 "to fit, change one of:"]:
         assert line in r.stdout, r.stdout
     j = posttrain("llama-7b", "--algo", "grpo", "--gpus", "8", "--json")
     assert j.returncode == 0 and json.loads(j.stdout)["peak_bytes"] == 47_502_739_456
