@@ -166,7 +166,7 @@ class PlanConfig:
     precision: str = "mixed"      # mixed (18 B/param) | no-master (16) | bf16-adam (12)
     reference: str = "auto"       # auto (as the algorithm needs) | gpu | cpu (offloaded: 0 on GPU) | none
     reward_model: str = ""        # a learned reward model's shape ("" = none, or the policy's under rlhf)
-    activations: str = "llama"    # llama (tensor count + logits) | course (lesson 22's formula, no logits)
+    activations: str = "llama"    # llama (saved tensors + logits + FSDP buffers) | course (lesson 22's formula only)
     placement: str = "colocated"  # colocated (all roles share the pool) | split (trainer / reference / rollout pools)
     ref_gpus: int = 1             # placement=split: GPUs of the reference (+ reward model) pool
     rollout_gpus: int = 1         # placement=split: GPUs of the rollout pool
@@ -182,7 +182,6 @@ def _precision(name):
     if name not in PRECISION:
         raise UsageError(f"precision {name!r} is unknown; use one of {', '.join(PRECISION)}")
     return PRECISION[name]
-
 
 
 def plan(model, cfg: PlanConfig | None = None, suggest: bool = True, **overrides) -> dict:
@@ -211,14 +210,11 @@ def plan(model, cfg: PlanConfig | None = None, suggest: bool = True, **overrides
     frozen = {"reference": 2 * p if ref_on_gpu else 0.0, "reward model": 2 * rm if roles.reward_model else 0.0}
 
     seq, mb, rlen = c.seq_len, c.micro_batch, c.rollout_len or c.seq_len
-    if c.activations == "course":
-        act = course_activation_bytes(s.layers, s.hidden, seq, mb, c.checkpointing) / c.tp
-        logits = gather = 0.0
-    else:
-        act = activation_bytes(s, seq, mb, c.checkpointing) / c.tp
+    logits = gather = 0.0                               # the course's formula counts neither
+    if c.activations == "llama":
         logits = logits_bytes(seq * mb, s.vocab, 6) / c.tp
         gather = 2 * 2 * layer_params(s) / c.tp if shard > c.tp else 0.0   # this layer's and the prefetched one's bf16
-    train_phase = {"activations": act, "logits": logits, "FSDP gather buffers": gather}
+    train_phase = {"activations": _act(s, c, c.checkpointing), "logits": logits, "FSDP gather buffers": gather}
     kv_total = kv_bytes_per_token(s) * c.rollout_seqs * rlen if roles.rollout else 0.0
 
     def kv_per_gpu(n):                                  # batch over replicas, heads over TP (replicated past kv_heads)
@@ -266,9 +262,14 @@ def _roles(c: PlanConfig) -> Roles:
 def _check(c: PlanConfig, s: ModelShape) -> None:
     rtp = c.rollout_tp or c.tp
     for name, n in [("gpus", c.gpus), ("tp", c.tp), ("micro_batch", c.micro_batch), ("seq_len", c.seq_len),
-                    ("rollout_tp", rtp), ("ref_gpus", c.ref_gpus), ("rollout_gpus", c.rollout_gpus)]:
+                    ("rollout_tp", rtp), ("ref_gpus", c.ref_gpus), ("rollout_gpus", c.rollout_gpus),
+                    ("rollout_seqs", c.rollout_seqs)]:
         if n < 1:
             raise UsageError(f"{name}={n} must be ≥ 1")
+    if c.lora < 0 or c.rollout_len < 0:
+        raise UsageError(f"lora={c.lora} and rollout_len={c.rollout_len} must be ≥ 0")
+    if s.heads % c.tp or s.heads % rtp:
+        raise UsageError(f"tp={c.tp} / rollout_tp={rtp} must divide {s.name}'s {s.heads} attention heads")
     rollout_pool = c.rollout_gpus if c.placement == "split" else c.gpus
     if c.gpus % c.tp or rollout_pool % rtp:
         raise UsageError(f"tp={c.tp} / rollout_tp={rtp} must divide the pool's GPUs ({c.gpus} / {rollout_pool})")
@@ -317,7 +318,8 @@ def suggestions(s: ModelShape, c: PlanConfig) -> list[dict]:
 
     def scale_out(extra: dict, label: str) -> list[dict]:
         for n in [c.gpus * 2 ** i for i in range(11)]:
-            for rtp in [r for r in (rtp0, 2 * rtp0, 4 * rtp0, 8 * rtp0) if n % r == 0 and r <= max(8, rtp0)]:
+            for rtp in [r for r in (rtp0, 2 * rtp0, 4 * rtp0, 8 * rtp0)
+                        if n % r == 0 and s.heads % r == 0 and r <= max(8, rtp0)]:
                 if n == c.gpus and rtp == rtp0 and not extra:
                     continue
                 text = ", ".join(x for x in [f"FSDP over {n} GPUs" if n > c.gpus or c.shard != "fsdp" else "",

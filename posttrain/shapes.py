@@ -62,8 +62,9 @@ PRESETS = {s.name: s for s in [
     # the course's MiniGPT (gpt_mini 01): d128, h4, L4, V29, T_max 11
     ModelShape("course-minigpt", 128, 4, 4, 4, 512, 29, True, arch="gpt2", positions=11),
 ]}
-ALIASES = {"1.5b": "qwen2.5-1.5b", "0.5b": "qwen2.5-0.5b", "llama-2-7b": "llama-7b", "llama-3-8b": "llama3-8b",
-           "qwen2.5-7b-instruct": "qwen2.5-7b"}
+MINI_PRESETS = ("nano", "micro", "mini")   # gpt_mini.PRESETS, named here so the planner needs no torch (test pins it)
+ALIASES = {"llama-2-7b": "llama-7b", "llama-2-13b": "llama-13b", "llama-2-70b": "llama-70b",
+           "llama-3-8b": "llama3-8b", "llama-3-70b": "llama3-70b", "llama-3.1-405b": "llama3-405b"}
 # lesson 22's memory widget: (params in B, d_model, n_layers); GQA with 8 KV heads of d/max(8, d/128)
 COURSE_SIZES = [(1, 2048, 22), (3, 3200, 26), (7, 4096, 32), (13, 5120, 40), (34, 8192, 48),
                 (70, 8192, 80), (180, 12288, 96), (405, 16384, 126), (700, 20480, 140)]
@@ -114,8 +115,9 @@ def lora_params(s: ModelShape, rank: int) -> int:
 
 
 def resolve_model(name: str | ModelShape) -> ModelShape:
-    """A preset name, a course size ("7b"), gpt_mini's nano/micro/mini, a HF config.json or
-    a posttrain YAML config (its `model:` section, or ModelConfig keys at the top level)."""
+    """A preset name ("qwen2.5-1.5b"), a bare size ("7b", "1.5b": always the course's table,
+    never a preset), gpt_mini's nano/micro/mini, a HF config.json or a posttrain YAML config
+    (its `model:` section, or ModelConfig keys at the top level)."""
     if isinstance(name, ModelShape):
         return name
     key = ALIASES.get(name.lower(), name.lower())
@@ -125,11 +127,11 @@ def resolve_model(name: str | ModelShape) -> ModelShape:
         return _from_file(Path(name))
     if key.endswith("b") and key[:-1].replace(".", "", 1).isdigit():
         return course_shape(float(key[:-1]))
-    from posttrain.models.gpt_mini import PRESETS as MINI, ModelConfig
-    if key in MINI:
+    if key in MINI_PRESETS:
+        from posttrain.models.gpt_mini import ModelConfig
         return _from_mini(ModelConfig(preset=key), key)
     raise UsageError(f"model {name!r} is unknown; use a preset ({', '.join(sorted(PRESETS))}, "
-                     f"{', '.join(MINI)}), a size like 7b, or a config.json / YAML file")
+                     f"{', '.join(MINI_PRESETS)}), a size like 7b, or a config.json / YAML file")
 
 
 def _from_mini(mc, name):

@@ -10,7 +10,7 @@ import pytest
 from posttrain import UsageError
 from posttrain.memory import (ROLES, activation_bytes, course_activation_bytes, envelope, kv_bytes_per_token, logits_bytes,
                               min_gpus, plan, train_bytes_per_param)
-from posttrain.shapes import PRESETS, ModelShape, count_params, lora_params, resolve_model
+from posttrain.shapes import MINI_PRESETS, PRESETS, ModelShape, count_params, lora_params, resolve_model
 
 GB = 1e9
 P7 = 6_738_415_616                      # Llama-2-7B parameters (model card)
@@ -40,6 +40,7 @@ def test_course_minigpt_param_count_row_97():
 def test_gpt_mini_presets_match_the_module():
     from posttrain.models import gpt_mini
     from posttrain.models.tokenizer import CharTokenizer
+    assert MINI_PRESETS == tuple(gpt_mini.PRESETS)
     for name in gpt_mini.PRESETS:
         c = gpt_mini.ModelConfig(preset=name).resolved(CharTokenizer().vocab_size)
         assert count_params(resolve_model(name)) == gpt_mini.count_params(c)
@@ -257,10 +258,14 @@ def test_suggestions_fit_when_applied():
 
 
 def test_bad_inputs_are_usage_errors():
-    for kw, msg in [({"algo": "gpro"}, "did you mean 'grpo'"), ({"gpu": "h300"}, "--gpu 'h300' is unknown"),
-                    ({"gpus": 3, "tp": 2}, "must divide"), ({"precision": "fp8"}, "precision 'fp8'")]:
+    for model, kw, msg in [
+            ("llama-7b", {"algo": "gpro"}, "did you mean 'grpo'"), ("llama-7b", {"gpu": "h300"}, "--gpu 'h300' is unknown"),
+            ("llama-7b", {"gpus": 3, "tp": 2}, "must divide the pool"), ("llama-7b", {"precision": "fp8"}, "'fp8'"),
+            ("qwen2.5-1.5b", {"gpus": 8, "tp": 8}, "must divide qwen2.5-1.5b's 12 attention heads"),
+            ("llama-7b", {"lora": -1}, "lora=-1 and rollout_len=0 must be ≥ 0"),
+            ("llama-7b", {"micro_batch": 0}, "micro_batch=0 must be ≥ 1")]:
         with pytest.raises(UsageError, match=msg):
-            plan("llama-7b", **kw)
+            plan(model, **kw)
 
 
 # ---- the command line ---------------------------------------------------------------------
