@@ -13,12 +13,14 @@ Accounting, per GPU (all bytes; "GB" below is 1e9 bytes, as the course writes it
 
   persistent   policy weights (bf16, 2 B/param) + fp32 master (4) + fp32 grads (4) + Adam m, v
                (8): 18 B per trainable param under the default `mixed` recipe (lesson 22);
-               reference and reward model in bf16 (2 B/param, inference only); critic = a
-               full second training state. Sharded by FSDP (ZeRO-3) degree × TP degree.
-  train phase  activations of one micro-batch (+ logits, + FSDP all-gather buffers).
+               reference and reward model in bf16 (2 B/param, inference only); a separate
+               critic is a second training state of the trunk + value head (no LM head), a
+               shared one only the head. Sharded by FSDP (ZeRO-3) degree × TP degree.
+  train phase  activations of one micro-batch (+ logits, + FSDP all-gather buffers); a
+               separate critic adds its trunk's activations (posttrain steps policy and critic
+               in one backward, models/heads.py).
   rollout      KV cache = layers × 2 × kv_heads × head_dim × tokens × 2 B, split over the
                pool; under FSDP the sampler also needs the gathered bf16 weights (÷ rollout TP).
-               A critic trains in its own pass: its activations are not added to the policy's.
   peak         colocated: persistent + max(train phase, rollout phase) (each phase frees its
                buffers before the other runs); split placement: each pool on its own.
 
@@ -56,11 +58,7 @@ from posttrain import UsageError
 from posttrain.shapes import ModelShape, count_params, course_shape, layer_params, lora_params, resolve_model
 
 GB = 1e9
-GPUS = {  # name -> (label, memory bytes as sold, HBM bytes/s, dense bf16 FLOP/s)
-    "h100": ("H100 80GB", 80e9, 3.35e12, 989e12),
-    "h200": ("H200 141GB", 141e9, 4.8e12, 989e12),
-    "a100": ("A100 80GB", 80e9, 2.04e12, 312e12),
-}
+GPUS = {"h100": ("H100 80GB", 80e9), "h200": ("H200 141GB", 141e9), "a100": ("A100 80GB", 80e9)}  # bytes as sold
 # bytes per TRAINABLE param: (compute weights, fp32 master, grads, optimizer states). Row 59.
 PRECISION = {
     "mixed": (2, 4, 4, 8),        # bf16 weights + fp32 master + fp32 grads + fp32 Adam m, v = 18
@@ -68,6 +66,11 @@ PRECISION = {
     "bf16-adam": (4, 0, 4, 4),    # as no-master with bf16 Adam m, v = 12
 }
 
+
+def head_free_params(s: ModelShape) -> int:
+    """A value model or reward model built on `s`: the trunk without the LM head (kept when
+    tied, it is the embedding) plus a scalar head d + 1."""
+    return count_params(s) - (0 if s.tie_embeddings else s.vocab * s.hidden) + s.hidden + 1
 
 
 def train_bytes_per_param(precision: str = "mixed") -> int:
@@ -166,6 +169,7 @@ class PlanConfig:
     precision: str = "mixed"      # mixed (18 B/param) | no-master (16) | bf16-adam (12)
     reference: str = "auto"       # auto (as the algorithm needs) | gpu | cpu (offloaded: 0 on GPU) | none
     reward_model: str = ""        # a learned reward model's shape ("" = none, or the policy's under rlhf)
+    critic: str = "separate"      # PPO's critic: separate (trunk copy + value head) | shared (head on the policy)
     activations: str = "llama"    # llama (saved tensors + logits + FSDP buffers) | course (lesson 22's formula only)
     placement: str = "colocated"  # colocated (all roles share the pool) | split (trainer / reference / rollout pools)
     ref_gpus: int = 1             # placement=split: GPUs of the reference (+ reward model) pool
@@ -194,7 +198,7 @@ def plan(model, cfg: PlanConfig | None = None, suggest: bool = True, **overrides
     s = resolve_model(model)
     c = replace(cfg or PlanConfig(), **overrides)
     roles = _roles(c)
-    label, capacity = _gpu(c.gpu)[:2]
+    label, capacity = _gpu(c.gpu)
     bw, bm, bg, bo = _precision(c.precision)
     _check(c, s)
     p = count_params(s)
@@ -204,9 +208,11 @@ def plan(model, cfg: PlanConfig | None = None, suggest: bool = True, **overrides
     train_state = {"policy weights": (2 * p + bw * pt if c.lora else bw * p) / shard,
                    "master weights": bm * pt / shard, "gradients": bg * pt / shard,
                    "optimizer (Adam m, v)": bo * pt / shard}
-    critic = sum(train_state.values()) if roles.critic else 0.0          # a second training state
+    pc = 0 if not roles.critic else head_free_params(s) if c.critic == "separate" else s.hidden + 1
+    critic = (2 * pc + (bw + bm + bg + bo) * lora_params(s, c.lora) if c.lora and c.critic == "separate"
+              else (bw + bm + bg + bo) * pc) / shard                     # trunk + value head: a second training state
     ref_on_gpu = roles.reference and c.reference != "cpu" and not c.lora  # LoRA: base with the adapter off
-    rm = count_params(resolve_model(c.reward_model)) if c.reward_model else p
+    rm = head_free_params(resolve_model(c.reward_model) if c.reward_model else s)   # trunk + scalar head
     frozen = {"reference": 2 * p if ref_on_gpu else 0.0, "reward model": 2 * rm if roles.reward_model else 0.0}
 
     seq, mb, rlen = c.seq_len, c.micro_batch, c.rollout_len or c.seq_len
@@ -214,7 +220,8 @@ def plan(model, cfg: PlanConfig | None = None, suggest: bool = True, **overrides
     if c.activations == "llama":
         logits = logits_bytes(seq * mb, s.vocab, 6) / c.tp
         gather = 2 * 2 * layer_params(s) / c.tp if shard > c.tp else 0.0   # this layer's and the prefetched one's bf16
-    train_phase = {"activations": _act(s, c, c.checkpointing), "logits": logits, "FSDP gather buffers": gather}
+    train_phase = {"activations": _act(s, c, c.checkpointing), "logits": logits, "FSDP gather buffers": gather,
+                   "critic activations": _act(s, c, c.checkpointing) if roles.critic and c.critic == "separate" else 0}
     kv_total = kv_bytes_per_token(s) * c.rollout_seqs * rlen if roles.rollout else 0.0
 
     def kv_per_gpu(n):                                  # batch over replicas, heads over TP (replicated past kv_heads)
@@ -274,8 +281,9 @@ def _check(c: PlanConfig, s: ModelShape) -> None:
     if c.gpus % c.tp or rollout_pool % rtp:
         raise UsageError(f"tp={c.tp} / rollout_tp={rtp} must divide the pool's GPUs ({c.gpus} / {rollout_pool})")
     if c.shard not in ("fsdp", "dp") or c.placement not in ("colocated", "split") \
-            or c.activations not in ("llama", "course"):
-        raise UsageError("shard is fsdp|dp, placement colocated|split, activations llama|course")
+            or c.activations not in ("llama", "course") or c.critic not in ("separate", "shared"):
+        raise UsageError("shard is fsdp|dp, placement colocated|split, activations llama|course, "
+                         "critic separate|shared")
 
 
 def _act(s, c, ckpt):
@@ -399,19 +407,20 @@ def main(argv=None) -> None:
     p.add_argument("--micro-batch", type=int, default=d.micro_batch, help="sequences per GPU per forward/backward")
     p.add_argument("--seq-len", type=int, default=d.seq_len)
     p.add_argument("--rollout-seqs", type=int, default=d.rollout_seqs, help="sequences decoding at once (prompts × K)")
-    p.add_argument("--rollout-len", type=int, default=d.rollout_len, help="KV tokens per rollout sequence (0 = seq-len)")
+    p.add_argument("--rollout-len", type=int, default=d.rollout_len, help="KV tokens a sequence (0 = seq-len)")
     p.add_argument("--checkpointing", action="store_true", help="gradient checkpointing on")
     p.add_argument("--lora", type=int, default=0, metavar="RANK")
     p.add_argument("--precision", default=d.precision, choices=list(PRECISION))
     p.add_argument("--reference", default=d.reference, choices=["auto", "gpu", "cpu", "none"])
     p.add_argument("--reward-model", default="", metavar="MODEL")
+    p.add_argument("--critic", default=d.critic, choices=["separate", "shared"])
     p.add_argument("--activations", default=d.activations, choices=["llama", "course"])
     p.add_argument("--split", nargs=2, type=int, metavar=("REF_GPUS", "ROLLOUT_GPUS"),
                    help="disaggregated placement: the reference and rollout pools' GPUs (--gpus = trainer pool)")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     a = p.parse_args(argv)
     cfg = PlanConfig(a.algo, a.gpu, a.gpus, a.shard, a.tp, a.rollout_tp, a.micro_batch, a.seq_len, a.rollout_seqs,
-                     a.rollout_len, a.checkpointing, a.lora, a.precision, a.reference, a.reward_model,
+                     a.rollout_len, a.checkpointing, a.lora, a.precision, a.reference, a.reward_model, a.critic,
                      a.activations, "split" if a.split else "colocated", *(a.split or (1, 1)))
     r = plan(a.model, cfg)
     print(json.dumps(r, indent=1) if a.json else format_plan(r))

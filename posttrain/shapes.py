@@ -145,7 +145,8 @@ def _from_file(path: Path) -> ModelShape:
     try:
         data = json.loads(path.read_text()) if path.suffix == ".json" else yaml.safe_load(path.read_text())
     except (ValueError, yaml.YAMLError) as e:
-        raise UsageError(f"model file '{path}' is not valid JSON/YAML ({e}); give a config.json or YAML config") from None
+        raise UsageError(f"model file '{path}' is not valid JSON/YAML ({e}); give a config.json or YAML "
+                         "config") from None
     if not isinstance(data, dict):
         raise UsageError(f"model file '{path}' holds no mapping; give a config.json or YAML config")
     if "hidden_size" in data:                                   # Hugging Face config.json

@@ -116,7 +116,8 @@ def role_model(params_b: float = 7, k: int = 16, response_len: int = 1024, topol
     tokens = prompts * k * response_len
     scale = params_b / 7 * tokens / 1e6
     train = 8 * scale / 4
-    r = step_time(rollout_s=21 * scale * (1 + 1.8 * math.tanh(response_len / 2048)) / 4, reward_s=0.5 + 0.5 * prompts / 64,
+    tail = 1 + 1.8 * math.tanh(response_len / 2048)                     # long responses straggle more
+    r = step_time(rollout_s=21 * scale * tail / 4, reward_s=0.5 + 0.5 * prompts / 64,
                   reference_s=train / 3, train_s=train, sync_s=0.15 * params_b + 0.005 * params_b ** 2,
                   topology=topology)
     r["tokens"] = tokens

@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from posttrain import UsageError
-from posttrain.memory import (ROLES, activation_bytes, course_activation_bytes, envelope, kv_bytes_per_token, logits_bytes,
-                              min_gpus, plan, train_bytes_per_param)
+from posttrain.memory import (ROLES, activation_bytes, course_activation_bytes, envelope, kv_bytes_per_token,
+                              logits_bytes, min_gpus, plan, train_bytes_per_param)
 from posttrain.shapes import MINI_PRESETS, PRESETS, ModelShape, count_params, lora_params, resolve_model
 
 GB = 1e9
@@ -229,9 +229,12 @@ def test_lora_ppo_dpo_roles():
     assert lora["reference"] == 0 and lora["optimizer (Adam m, v)"] == 8 * 39_976_960
     assert lora["policy weights"] == 2 * P7 + 2 * 39_976_960
     ppo = plan("llama-7b", algo="ppo")["pools"]["colocated"]["components"]
-    assert ppo["critic"] == 18 * P7                       # a second full training state
+    critic = P7 - 32_000 * 4096 + 4096 + 1                # trunk without the LM head, plus the value head
+    assert ppo["critic"] == 18 * critic == 118_932_258_834 and ppo["critic activations"] == ppo["activations"]
+    shared = plan("llama-7b", algo="ppo", critic="shared")["pools"]["colocated"]["components"]
+    assert shared["critic"] == 18 * 4097 and shared["critic activations"] == 0
     rlhf = plan("llama-7b", algo="rlhf", reward_model="qwen2.5-1.5b")["pools"]["colocated"]["components"]
-    assert rlhf["reward model"] == 2 * 1_543_714_304
+    assert rlhf["reward model"] == 2 * (1_543_714_304 + 1536 + 1)      # tied: the embedding stays
     dpo = plan("llama-7b", algo="dpo")
     assert dpo["pools"]["colocated"]["components"]["KV cache"] == 0 and dpo["notes"]["kv_cache_total"] == 0
     assert plan("llama-7b", algo="grpo", reference="cpu")["pools"]["colocated"]["components"]["reference"] == 0
@@ -259,7 +262,8 @@ def test_suggestions_fit_when_applied():
 
 def test_bad_inputs_are_usage_errors():
     for model, kw, msg in [
-            ("llama-7b", {"algo": "gpro"}, "did you mean 'grpo'"), ("llama-7b", {"gpu": "h300"}, "--gpu 'h300' is unknown"),
+            ("llama-7b", {"algo": "gpro"}, "did you mean 'grpo'"),
+            ("llama-7b", {"gpu": "h300"}, "--gpu 'h300' is unknown"),
             ("llama-7b", {"gpus": 3, "tp": 2}, "must divide the pool"), ("llama-7b", {"precision": "fp8"}, "'fp8'"),
             ("qwen2.5-1.5b", {"gpus": 8, "tp": 8}, "must divide qwen2.5-1.5b's 12 attention heads"),
             ("llama-7b", {"lora": -1}, "lora=-1 and rollout_len=0 must be ≥ 0"),
@@ -281,7 +285,8 @@ def test_cli_prints_the_breakdown():
     for line in ["colocated pool: 1 × H100 80GB (one GPU)", "  master weights                    26.95",
                  "  optimizer (Adam m, v)             53.91", "  KV cache                         137.44",
                  "  peak                             272.21   = persistent 134.8 + max(train 25.4, rollout 137.4)",
-                 "fits on H100 80GB (≤ 80 GB per GPU): NO (peak 272.2 GB)  [H100 80GB: no, H200 141GB: no, A100 80GB: no]",
+                 "fits on H100 80GB (≤ 80 GB per GPU): NO (peak 272.2 GB)  "
+                 "[H100 80GB: no, H200 141GB: no, A100 80GB: no]",
                  "to fit, change one of:"]:
         assert line in r.stdout, r.stdout
     j = posttrain("llama-7b", "--algo", "grpo", "--gpus", "8", "--json")

@@ -73,7 +73,8 @@ def test_train_and_decode_rates_rows_62_65_93_94():
 
 def test_from_metrics_maps_the_controller_timers():
     m = {"time/rollout_s": 2.0, "time/reward_s": 0.5, "time/reference_s": 0.25, "time/critic_s": 0.25,
-         "time/collate_s": 0.125, "time/algorithm_s": 0.125, "time/train_s": 1.0, "time/sync_s": 0.05, "reward/mean": 0.3}
+         "time/collate_s": 0.125, "time/algorithm_s": 0.125, "time/train_s": 1.0, "time/sync_s": 0.05,
+         "reward/mean": 0.3}
     t = from_metrics(m)
     assert t == {"rollout_s": 2.0, "reward_s": 0.5, "reference_s": 0.5, "train_s": 1.25, "sync_s": 0.05}
     r = step_time(**t, topology="colocated")
