@@ -209,7 +209,7 @@ def plan(model, cfg: PlanConfig | None = None, suggest: bool = True, **overrides
                    "master weights": bm * pt / shard, "gradients": bg * pt / shard,
                    "optimizer (Adam m, v)": bo * pt / shard}
     pc = 0 if not roles.critic else head_free_params(s) if c.critic == "separate" else s.hidden + 1
-    critic = (2 * pc + (bw + bm + bg + bo) * lora_params(s, c.lora) if c.lora and c.critic == "separate"
+    critic = (2 * pc + (bw + bm + bg + bo) * lora_params(s, c.lora) if c.lora and pc > s.hidden + 1
               else (bw + bm + bg + bo) * pc) / shard                     # trunk + value head: a second training state
     ref_on_gpu = roles.reference and c.reference != "cpu" and not c.lora  # LoRA: base with the adapter off
     rm = head_free_params(resolve_model(c.reward_model) if c.reward_model else s)   # trunk + scalar head
@@ -322,22 +322,38 @@ def suggestions(s: ModelShape, c: PlanConfig) -> list[dict]:
         while n >= 1 and not (hit := fitting(f"rollout concurrency capped at {n} sequences", rollout_seqs=n)):
             n //= 2
         out += hit if n >= 1 else []
-    rtp0 = c.rollout_tp or c.tp
+    rtp0, split = c.rollout_tp or c.tp, c.placement == "split"
+    rtps = [r for r in (rtp0, 2 * rtp0, 4 * rtp0, 8 * rtp0) if s.heads % r == 0 and r <= max(8, rtp0)]
+
+    def total(kw):                                     # GPUs over all pools
+        return sum(kw.get(k, getattr(c, k)) for k in (("gpus", "ref_gpus", "rollout_gpus") if split else ("gpus",)))
+
+    def grow(kw, knob, pools):
+        """The smallest size of `knob` (× a rollout TP where the pool runs the sampler) that fits `pools`."""
+        sampler = knob == "rollout_gpus" or not split
+        for n in [getattr(c, knob) * 2 ** i for i in range(11)]:
+            for rtp in [r for r in (rtps if sampler else [rtp0]) if not sampler or n % r == 0]:
+                trial = {**kw, knob: n, "rollout_tp": rtp}
+                got = plan(s, replace(c, **trial), suggest=False)["pools"]
+                if all(got[q]["fits"] for q in pools if q in got):
+                    return trial
+        return None
 
     def scale_out(extra: dict, label: str) -> list[dict]:
-        for n in [c.gpus * 2 ** i for i in range(11)]:
-            for rtp in [r for r in (rtp0, 2 * rtp0, 4 * rtp0, 8 * rtp0)
-                        if n % r == 0 and s.heads % r == 0 and r <= max(8, rtp0)]:
-                if n == c.gpus and rtp == rtp0 and not extra:
-                    continue
-                text = ", ".join(x for x in [f"FSDP over {n} GPUs" if n > c.gpus or c.shard != "fsdp" else "",
-                                             f"rollout TP={rtp}" if rtp != rtp0 else "", label] if x)
-                if hit := fitting(text, **extra, gpus=n, shard="fsdp", rollout_tp=rtp):
-                    return hit
-        return []
+        kw = {**extra, "shard": "fsdp"}
+        for knob, pools in ([("gpus", ["trainer"]), ("ref_gpus", ["reference"]), ("rollout_gpus", ["rollout"])]
+                            if split else [("gpus", ["colocated"])]):
+            if (kw := grow(kw, knob, pools)) is None:
+                return []
+        parts = [f"FSDP over {kw['gpus']} GPUs" if kw["gpus"] != c.gpus or c.shard != "fsdp" else ""]
+        parts += [f"{pool} over {kw[k]} GPUs" for pool, k in (("reference", "ref_gpus"), ("rollout", "rollout_gpus"))
+                  if kw.get(k, getattr(c, k)) != getattr(c, k)]
+        parts += [f"rollout TP={kw['rollout_tp']}" if kw["rollout_tp"] != rtp0 else "", label]
+        text = ", ".join(x for x in parts if x)
+        return fitting(text, **kw) if text else []
 
     out += scale_out({}, "")
-    if not any(x["overrides"].get("gpus", c.gpus) == c.gpus for x in out):
+    if not any(total(x["overrides"]) == total({}) for x in out):
         combos = []                                    # cheap changes together, on as few GPUs as they allow
         for k in range(2, len(cheap) + 1):
             lora = any("lora" in kw for _, kw in cheap[:k])     # LoRA already drops the reference copy
@@ -345,7 +361,7 @@ def suggestions(s: ModelShape, c: PlanConfig) -> list[dict]:
             combo = {key: v for _, kw in picked for key, v in kw.items()}
             combos += scale_out(combo, " + ".join(text for text, _ in picked))
         if combos:
-            return out + [min(combos, key=lambda x: x["overrides"]["gpus"])]
+            return out + [min(combos, key=lambda x: total(x["overrides"]))]
     return out
 
 
@@ -355,9 +371,9 @@ def format_plan(r: dict) -> str:
     """The plan as a table: one row per component, GB per GPU, then the verdict."""
     m, c = r["model"], r["config"]
     roles = ["policy"] + [k.replace("_", " ") for k, v in r["roles"].items() if v and k != "rollout"]
-    lines = [f"{m['name']}: {r['params'] / 1e9:.2f}B params ({m['layers']} layers, d={m['hidden']}, "
+    lines = [f"{m['name']}: {_count(r['params'])} params ({m['layers']} layers, d={m['hidden']}, "
              f"{m['heads']}/{m['kv_heads']} q/kv heads, vocab {m['vocab']})"
-             + (f", LoRA r={c['lora']}: {r['trainable_params'] / 1e6:.1f}M trainable" if c["lora"] else ""),
+             + (f", LoRA r={c['lora']}: {_count(r['trainable_params'])} trainable" if c["lora"] else ""),
              f"{c['algo']}: {', '.join(roles)}{'' if r['roles']['rollout'] else ' (offline: no rollout)'} · "
              f"{c['precision']} precision, {r['notes']['train_bytes_per_param']} B/trainable param · "
              f"micro-batch {c['micro_batch']} × {c['seq_len']} tokens, checkpointing "
@@ -381,6 +397,10 @@ def format_plan(r: dict) -> str:
         lines += ["to fit, change one of:" if r["suggestions"] else "no change tried here makes it fit"]
         lines += [f"  - {s['change']}  → {s['peak_gb']:.1f} GB" for s in r["suggestions"]]
     return "\n".join(lines)
+
+
+def _count(n: float) -> str:
+    return next(f"{n / u:.2f}{s}" for u, s in [(1e9, "B"), (1e6, "M"), (1e3, "K"), (1, "")] if n >= u or u == 1)
 
 
 def _layout(pool: str, c: dict, gpus: int) -> str:

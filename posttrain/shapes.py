@@ -158,6 +158,11 @@ def _from_file(path: Path) -> ModelShape:
                               data.get("model_type") == "qwen2" or bool(data.get("attention_bias", False)))
         except KeyError as e:
             raise UsageError(f"model file '{path}' lacks {e.args[0]!r}; give a causal-LM config.json") from None
+    from dataclasses import fields
+
     from posttrain.config import build
     from posttrain.models.gpt_mini import ModelConfig
+    if "model" not in data and not set(data) <= {f.name for f in fields(ModelConfig)}:
+        raise UsageError(f"model file '{path}' has no model: section (an RL config starts from a checkpoint); "
+                         "give a pretrain/SFT config, a config.json or a preset name")
     return _from_mini(build(ModelConfig, data.get("model", data), "model."), path.stem)

@@ -60,6 +60,9 @@ def test_model_from_hf_config_json_and_yaml(tmp_path):
     (tmp_path / "run.yaml").write_text("steps: 3\nmodel:\n  preset: micro\n  n_layers: 2\n")
     s = resolve_model(str(tmp_path / "run.yaml"))
     assert (s.hidden, s.layers, s.heads) == (256, 2, 8)
+    (tmp_path / "rl.yaml").write_text("algorithm: grpo\nsteps: 3\n")
+    with pytest.raises(UsageError, match="has no model: section"):
+        resolve_model(str(tmp_path / "rl.yaml"))
     del cfg["intermediate_size"]
     (tmp_path / "bad.json").write_text(json.dumps(cfg))
     with pytest.raises(UsageError, match="lacks 'intermediate_size'"):
@@ -226,13 +229,15 @@ def test_sharding_invariances():
 
 def test_lora_ppo_dpo_roles():
     lora = plan("llama-7b", algo="grpo", lora=16)["pools"]["colocated"]["components"]
-    assert lora["reference"] == 0 and lora["optimizer (Adam m, v)"] == 8 * 39_976_960
+    assert lora["reference"] == 0 and lora["optimizer (Adam m, v)"] == 8 * 39_976_960 and lora["critic"] == 0
     assert lora["policy weights"] == 2 * P7 + 2 * 39_976_960
     ppo = plan("llama-7b", algo="ppo")["pools"]["colocated"]["components"]
     critic = P7 - 32_000 * 4096 + 4096 + 1                # trunk without the LM head, plus the value head
     assert ppo["critic"] == 18 * critic == 118_932_258_834 and ppo["critic activations"] == ppo["activations"]
     shared = plan("llama-7b", algo="ppo", critic="shared")["pools"]["colocated"]["components"]
     assert shared["critic"] == 18 * 4097 and shared["critic activations"] == 0
+    lora_ppo = plan("llama-7b", algo="ppo", lora=16)["pools"]["colocated"]["components"]
+    assert lora_ppo["critic"] == 2 * critic + 18 * 39_976_960          # its own frozen trunk + its adapters
     rlhf = plan("llama-7b", algo="rlhf", reward_model="qwen2.5-1.5b")["pools"]["colocated"]["components"]
     assert rlhf["reward model"] == 2 * (1_543_714_304 + 1536 + 1)      # tied: the embedding stays
     dpo = plan("llama-7b", algo="dpo")
@@ -255,6 +260,11 @@ def test_suggestions_fit_when_applied():
         for s in r["suggestions"]:
             again = plan(model, **{**base, **s["overrides"]})
             assert again["fits"] and round(again["peak_bytes"] / GB, 1) == s["peak_gb"], s
+    split = {"algo": "grpo", "placement": "split", "gpus": 2, "ref_gpus": 1, "rollout_gpus": 1}
+    r = plan("llama-7b", **split)                    # each pool grows on its own; the fewest GPUs in all wins
+    assert not r["pools"]["trainer"]["fits"] and not r["pools"]["rollout"]["fits"] and r["pools"]["reference"]["fits"]
+    for s in r["suggestions"]:
+        assert plan("llama-7b", **{**split, **s["overrides"]})["fits"], s
     singles = [s["change"] for s in plan("qwen2.5-1.5b", micro_batch=8)["suggestions"]]
     assert singles[:2] == ["gradient checkpointing on", "micro-batch 1 (more accumulation steps)"]
     assert plan("nano", algo="grpo")["suggestions"] == []
