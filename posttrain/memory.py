@@ -55,7 +55,9 @@ import math
 from dataclasses import asdict, dataclass, replace
 
 from posttrain import UsageError
-from posttrain.shapes import ModelShape, count_params, course_shape, layer_params, lora_params, resolve_model
+from posttrain.shapes import (ModelShape, activation_bytes, count_params, course_activation_bytes, course_shape,
+                              head_free_params, kv_bytes_per_token, layer_params, logits_bytes, lora_params,
+                              resolve_model)
 
 GB = 1e9
 GPUS = {"h100": ("H100 80GB", 80e9), "h200": ("H200 141GB", 141e9), "a100": ("A100 80GB", 80e9)}  # bytes as sold
@@ -67,49 +69,9 @@ PRECISION = {
 }
 
 
-def head_free_params(s: ModelShape) -> int:
-    """A value model or reward model built on `s`: the trunk without the LM head (kept when
-    tied, it is the embedding) plus a scalar head d + 1."""
-    return count_params(s) - (0 if s.tie_embeddings else s.vocab * s.hidden) + s.hidden + 1
-
-
 def train_bytes_per_param(precision: str = "mixed") -> int:
     """18 (mixed), 16 (no-master), 12 (bf16-adam): row 59."""
     return sum(_precision(precision))
-
-
-def kv_bytes_per_token(s: ModelShape, bytes_per_value: int = 2) -> int:
-    """layers × 2 (K and V) × kv_heads × head_dim × bytes. Llama-3-8B → 131,072 (row 51)."""
-    return s.layers * 2 * s.kv_heads * s.hd * bytes_per_value
-
-
-def course_activation_bytes(layers: int, hidden: int, seq_len: int, batch: int, checkpointing: bool = False,
-                            bytes_per_value: int = 2) -> float:
-    """Lesson 22: N·L·B·(12d + 2L)·bytes; checkpointing keeps 1/8 of it (the widget's factor).
-    7B (32 layers, d=4096) at L=8192, B=4 → 137.4 GB (row 61)."""
-    full = layers * seq_len * batch * (12 * hidden + 2 * seq_len) * bytes_per_value
-    return full / 8 if checkpointing else full
-
-
-def activation_bytes(s: ModelShape, seq_len: int, batch: int, checkpointing: bool = False) -> float:
-    """Bytes autograd saves in the forward of a bf16 Llama (Hugging Face, SDPA attention),
-    per token, as tests/test_memory.py measures them with saved-tensor hooks:
-      each RMSNorm 8d + 4   fp32 upcast 4d, its rsqrt 4, bf16 normed 2d, the next linear's input 2d
-      attention 4q + 4kv + 4h   q 2q, k 2kv, v 2kv (GQA: not repeated), output 2q, fp32 logsumexp 4/head
-      SwiGLU MLP 8ff        gate, up, SiLU(gate), product
-      once: final norm + head input 8d + 4.
-    Checkpointing keeps each layer's bf16 input (2d) and, in backward, one layer recomputed."""
-    q, kv = s.heads * s.hd, s.kv_heads * s.hd
-    per_layer = 2 * (8 * s.hidden + 4) + 4 * q + 4 * kv + 4 * s.heads + 8 * s.intermediate   # bytes per token
-    head = 8 * s.hidden + 4
-    kept = s.layers * 2 * s.hidden + per_layer if checkpointing else s.layers * per_layer
-    return seq_len * batch * (kept + head)
-
-
-def logits_bytes(tokens: int, vocab: int, bytes_per_value: float = 2, vocab_chunk: int = 0) -> float:
-    """Logits held at once; a vocab chunk computes the log-softmax `vocab_chunk` columns at a
-    time. 32,768 tokens × 131,072 × 2 B = 8.6 GB; 1k chunk → 67 MB (row 86)."""
-    return tokens * min(vocab, vocab_chunk or vocab) * bytes_per_value
 
 
 def min_gpus(total_bytes: float, gpu: str = "h100") -> int:
@@ -208,9 +170,13 @@ def plan(model, cfg: PlanConfig | None = None, suggest: bool = True, **overrides
     train_state = {"policy weights": (2 * p + bw * pt if c.lora else bw * p) / shard,
                    "master weights": bm * pt / shard, "gradients": bg * pt / shard,
                    "optimizer (Adam m, v)": bo * pt / shard}
-    pc = 0 if not roles.critic else head_free_params(s) if c.critic == "separate" else s.hidden + 1
-    critic = (2 * pc + (bw + bm + bg + bo) * lora_params(s, c.lora) if c.lora and pc > s.hidden + 1
-              else (bw + bm + bg + bo) * pc) / shard                     # trunk + value head: a second training state
+    per_param = bw + bm + bg + bo
+    critic = 0.0                                        # a second training state: trunk + value head (or the head)
+    if roles.critic and c.critic == "shared":
+        critic = per_param * (s.hidden + 1) / shard
+    elif roles.critic:
+        pc = head_free_params(s)
+        critic = (2 * pc + per_param * lora_params(s, c.lora) if c.lora else per_param * pc) / shard
     ref_on_gpu = roles.reference and c.reference != "cpu" and not c.lora  # LoRA: base with the adapter off
     rm = head_free_params(resolve_model(c.reward_model) if c.reward_model else s)   # trunk + scalar head
     frozen = {"reference": 2 * p if ref_on_gpu else 0.0, "reward model": 2 * rm if roles.reward_model else 0.0}
@@ -247,7 +213,7 @@ def plan(model, cfg: PlanConfig | None = None, suggest: bool = True, **overrides
            "fits_on": {g[0]: all(q["peak_bytes"] <= g[1] for q in pools.values()) for g in GPUS.values()},
            "notes": {"activations_with_checkpointing": _act(s, c, True), "activations_without_checkpointing":
                      _act(s, c, False), "kv_bytes_per_token": kv_bytes_per_token(s), "kv_cache_total": kv_total,
-                     "train_bytes_per_param": bw + bm + bg + bo}}
+                     "train_bytes_per_param": per_param}}
     out["suggestions"] = suggestions(s, c) if suggest and not out["fits"] else []
     return out
 

@@ -4,10 +4,15 @@
     count_params(s)                     # 7,615,616,512
     lora_params(s, 16)                  # adapters on every linear
 
+Also the sizes that follow from a shape alone: KV bytes per token, activation bytes of a
+micro-batch (the course's formula and a measured Llama count), logits bytes.
+
 The presets carry the published shapes (hidden, layers, heads, KV heads, MLP width, vocab);
 the tests pin their parameter counts to the numbers on the model cards. The course's round
 sizes ("7b" = exactly 7e9 params, d=4096, 32 layers, 8 KV heads) come from lesson 22's
-memory widget, so the course's worked numbers can be reproduced.
+memory widget, so the course's worked numbers can be reproduced. The course's own MiniGPT
+(`course-minigpt`, GPT-2-shaped) counts 796,416 params exactly: the lesson's "≈793,000" and
+gpt_mini 02's "~200k non-embedding" (it is 791,040) are slips (SEED_SPEC rows 97, 100).
 """
 
 from __future__ import annotations
@@ -112,6 +117,46 @@ def lora_params(s: ModelShape, rank: int) -> int:
     d, q, kv, ff = s.hidden, s.heads * s.hd, s.kv_heads * s.hd, s.intermediate
     mats = [(d, q), (d, kv), (d, kv), (q, d), (d, ff), (d, ff), (ff, d)]
     return rank * s.layers * sum(i + o for i, o in mats)
+
+
+def head_free_params(s: ModelShape) -> int:
+    """A value model or reward model built on `s`: the trunk without the LM head (kept when
+    tied, it is the embedding) plus a scalar head d + 1."""
+    return count_params(s) - (0 if s.tie_embeddings else s.vocab * s.hidden) + s.hidden + 1
+
+
+def kv_bytes_per_token(s: ModelShape, bytes_per_value: int = 2) -> int:
+    """layers × 2 (K and V) × kv_heads × head_dim × bytes. Llama-3-8B → 131,072 (row 51)."""
+    return s.layers * 2 * s.kv_heads * s.hd * bytes_per_value
+
+
+def course_activation_bytes(layers: int, hidden: int, seq_len: int, batch: int, checkpointing: bool = False,
+                            bytes_per_value: int = 2) -> float:
+    """Lesson 22: N·L·B·(12d + 2L)·bytes; checkpointing keeps 1/8 of it (the widget's factor).
+    7B (32 layers, d=4096) at L=8192, B=4 → 137.4 GB (row 61)."""
+    full = layers * seq_len * batch * (12 * hidden + 2 * seq_len) * bytes_per_value
+    return full / 8 if checkpointing else full
+
+
+def activation_bytes(s: ModelShape, seq_len: int, batch: int, checkpointing: bool = False) -> float:
+    """Bytes autograd saves in the forward of a bf16 Llama (Hugging Face, SDPA attention),
+    per token, as tests/test_memory.py measures them with saved-tensor hooks:
+      each RMSNorm 8d + 4   fp32 upcast 4d, its rsqrt 4, bf16 normed 2d, the next linear's input 2d
+      attention 4q + 4kv + 4h   q 2q, k 2kv, v 2kv (GQA: not repeated), output 2q, fp32 logsumexp 4/head
+      SwiGLU MLP 8ff        gate, up, SiLU(gate), product
+      once: final norm + head input 8d + 4.
+    Checkpointing keeps each layer's bf16 input (2d) and, in backward, one layer recomputed."""
+    q, kv = s.heads * s.hd, s.kv_heads * s.hd
+    per_layer = 2 * (8 * s.hidden + 4) + 4 * q + 4 * kv + 4 * s.heads + 8 * s.intermediate   # bytes per token
+    head = 8 * s.hidden + 4
+    kept = s.layers * 2 * s.hidden + per_layer if checkpointing else s.layers * per_layer
+    return seq_len * batch * (kept + head)
+
+
+def logits_bytes(tokens: int, vocab: int, bytes_per_value: float = 2, vocab_chunk: int = 0) -> float:
+    """Logits held at once; a vocab chunk computes the log-softmax `vocab_chunk` columns at a
+    time. 32,768 tokens × 131,072 × 2 B = 8.6 GB; 1k chunk → 67 MB (row 86)."""
+    return tokens * min(vocab, vocab_chunk or vocab) * bytes_per_value
 
 
 def resolve_model(name: str | ModelShape) -> ModelShape:

@@ -8,9 +8,9 @@ import sys
 import pytest
 
 from posttrain import UsageError
-from posttrain.memory import (ROLES, activation_bytes, course_activation_bytes, envelope, kv_bytes_per_token,
-                              logits_bytes, min_gpus, plan, train_bytes_per_param)
-from posttrain.shapes import MINI_PRESETS, PRESETS, ModelShape, count_params, lora_params, resolve_model
+from posttrain.memory import ROLES, envelope, min_gpus, plan, train_bytes_per_param
+from posttrain.shapes import (MINI_PRESETS, PRESETS, ModelShape, activation_bytes, count_params, course_activation_bytes,
+                              kv_bytes_per_token, logits_bytes, lora_params, resolve_model)
 
 GB = 1e9
 P7 = 6_738_415_616                      # Llama-2-7B parameters (model card)
