@@ -283,11 +283,16 @@ def suggestions(s: ModelShape, c: PlanConfig) -> list[dict]:
     if not c.lora:                                     # last: it changes what is trained
         cheap.append(("LoRA rank 16 (the reference is the base with the adapter off)", {"lora": 16}))
     out = [x for text, kw in cheap for x in fitting(text, **kw)]
-    if ROLES[c.algo].rollout:                          # fewer sequences in flight shrink the KV cache
+    def capped(extra: dict, label: str) -> list[dict]:  # fewer sequences in flight shrink the KV cache
         n = c.rollout_seqs // 2
-        while n >= 1 and not (hit := fitting(f"rollout concurrency capped at {n} sequences", rollout_seqs=n)):
+        while ROLES[c.algo].rollout and n >= 1:
+            if hit := fitting(", ".join(x for x in [label, f"rollout concurrency capped at {n} sequences"] if x),
+                              **extra, rollout_seqs=n):
+                return hit
             n //= 2
-        out += hit if n >= 1 else []
+        return []
+
+    out += capped({}, "")
     rtp0, split = c.rollout_tp or c.tp, c.placement == "split"
     rtps = [r for r in (rtp0, 2 * rtp0, 4 * rtp0, 8 * rtp0) if s.heads % r == 0 and r <= max(8, rtp0)]
 
@@ -320,14 +325,16 @@ def suggestions(s: ModelShape, c: PlanConfig) -> list[dict]:
 
     out += scale_out({}, "")
     if not any(total(x["overrides"]) == total({}) for x in out):
-        combos = []                                    # cheap changes together, on as few GPUs as they allow
-        for k in range(2, len(cheap) + 1):
+        combos, here = [], []                          # cheap changes together: on as few GPUs as they allow,
+        for k in range(2, len(cheap) + 1):             # and on these GPUs with a rollout concurrency cap
             lora = any("lora" in kw for _, kw in cheap[:k])     # LoRA already drops the reference copy
             picked = [(text, kw) for text, kw in cheap[:k] if not (lora and "reference" in kw)]
             combo = {key: v for _, kw in picked for key, v in kw.items()}
             combos += scale_out(combo, " + ".join(text for text, _ in picked))
+            here = here or capped(combo, " + ".join(text for text, _ in picked))
         if combos:
-            return out + [min(combos, key=lambda x: total(x["overrides"]))]
+            out += [min(combos, key=lambda x: total(x["overrides"]))]
+        out += here
     return out
 
 

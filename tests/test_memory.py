@@ -265,6 +265,8 @@ def test_suggestions_fit_when_applied():
     assert not r["pools"]["trainer"]["fits"] and not r["pools"]["rollout"]["fits"] and r["pools"]["reference"]["fits"]
     for s in r["suggestions"]:
         assert plan("llama-7b", **{**split, **s["overrides"]})["fits"], s
+    one_gpu = [s["overrides"] for s in plan("llama-7b")["suggestions"] if s["overrides"].get("gpus", 1) == 1]
+    assert one_gpu == [{"checkpointing": True, "lora": 16, "rollout_seqs": 16}]     # KV of 64 × 4096 is 137 GB
     singles = [s["change"] for s in plan("qwen2.5-1.5b", micro_batch=8)["suggestions"]]
     assert singles[:2] == ["gradient checkpointing on", "micro-batch 1 (more accumulation steps)"]
     assert plan("nano", algo="grpo")["suggestions"] == []
