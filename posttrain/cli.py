@@ -5,6 +5,7 @@
     posttrain eval RUN_OR_CHECKPOINT [--k 1,8]
     posttrain export CHECKPOINT --format hf OUT_DIR
     posttrain bench train|rollout|algorithms [--out FILE.json]
+    posttrain memory MODEL --algo grpo [--gpu h100] [--gpus N --lora R ...] [--json]
 
 A usage mistake (unknown key, wrong type, missing file, unreadable checkpoint) prints one
 line naming the problem and the fix, and exits with code 2.
@@ -127,13 +128,15 @@ def parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="benchmarks that write JSON")
     b.add_argument("which", choices=sorted(BENCHES))
     b.add_argument("rest", nargs=argparse.REMAINDER)
+    m = sub.add_parser("memory", help="memory per GPU for a model and an algorithm; does it fit?", add_help=False)
+    m.add_argument("rest", nargs=argparse.REMAINDER, help="MODEL --algo grpo [--gpu h100] (see posttrain memory -h)")
     return p
 
 
 def main(argv=None) -> int:
     p = parser()
     args, extra = p.parse_known_args(argv)
-    if extra and args.command == "bench":
+    if extra and args.command in ("bench", "memory"):
         args.rest += extra
     elif extra and all("=" in x and not x.startswith("-") for x in extra) and hasattr(args, "overrides"):
         args.overrides += extra                      # key=value given after an --option
@@ -148,6 +151,8 @@ def main(argv=None) -> int:
             run_export(args)
         elif args.command == "bench":
             importlib.import_module(BENCHES[args.which]).main(args.rest)
+        elif args.command == "memory":
+            importlib.import_module("posttrain.memory").main(args.rest)
     except UsageError as e:
         print(f"posttrain {args.command}: error: {e}", file=sys.stderr)
         return 2
