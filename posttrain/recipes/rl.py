@@ -14,14 +14,16 @@ import os
 import random
 from pathlib import Path
 
+import torch
+
 from posttrain import algorithms, checkpoint
 from posttrain.config import RLConfig, build
 from posttrain.eval import evaluate, response_budget
 from posttrain.framework.controller import Controller
-from posttrain.framework.loop import train_loop
+from posttrain.framework.loop import eval_due, train_loop
 from posttrain.framework.reference import Reference
 from posttrain.framework.rollout import Engine
-from posttrain.framework.trainer import Trainer, needs_critic
+from posttrain.framework.trainer import Trainer, needs_critic, sequence_logprobs
 from posttrain.framework.weight_sync import WeightSync
 from posttrain.models.heads import ActorCritic
 from posttrain.recipes.common import Run, init_model, print_plan
@@ -73,12 +75,14 @@ def run(cfg: RLConfig, resume: bool = False) -> dict:
                       **({"critic": algo_cfg.critic} if actor_critic is not None else {})})
     heldout = task.items(cfg.eval_problems, "test", cfg.seed)
     k = cfg.eval_samples
+    trace = Audit(r.dir, model, tok, cfg, r.rt)
+    controller.on_batch = trace.on_batch
 
     def evaluate_fn(_model):
         res = evaluate(engine.model, tok, task, heldout, n=k, ks=(1, k), seed=cfg.seed, engine=engine,
                        max_new_tokens=max_new)
         res.pop("per_k")
-        audit(r.dir, controller, cfg)
+        trace.flush()
         return res
 
     def get_state():
@@ -95,20 +99,50 @@ def run(cfg: RLConfig, resume: bool = False) -> dict:
                       show=("reward/mean", "eval/pass@1", "kl/ref", "clip/frac"))
 
 
-def audit(run_dir: Path, controller: Controller, cfg: RLConfig) -> None:
-    """samples.jsonl: the highest-reward and some random samples of the last step."""
-    samples = getattr(controller, "last_samples", [])
-    if not samples:
-        return
-    top = sorted(samples, key=lambda s: -s.reward)[: cfg.save_samples // 2]
-    rest = random.Random(len(samples)).sample(samples, min(len(samples), cfg.save_samples - len(top)))
-    with open(run_dir / "samples.jsonl", "a") as f:
-        for s in top + rest:
-            f.write(json.dumps({"policy_version": s.policy_version, "prompt": controller.tok.decode(s.prompt_ids),
-                                "response": s.text, "response_ids": s.response_ids,
-                                "behaviour_logprobs": [round(x, 5) for x in s.response_logprobs],
-                                "reward": s.reward, "components": s.reward_components,
-                                "finish_reason": s.finish_reason, "error": s.reward_error}) + "\n")
+class Audit:
+    """samples.jsonl, the per-sample trace (DESIGN §6): at every evaluation, the highest-reward
+    and some random samples of the step just trained, token by token.
+
+    Hooked into the controller before the update (`Controller.on_batch`), so the batch still
+    holds what the loss saw: behaviour logprobs (sampler), reference logprobs, advantages. The
+    trainer's logprobs are one no-grad forward on the audited rows only, at the weights that
+    sampled them: trainer − behaviour is the sampler/trainer mismatch of each token.
+    """
+
+    def __init__(self, run_dir: Path, model, tok, cfg: RLConfig, runtime):
+        self.path, self.model, self.tok, self.cfg, self.rt = Path(run_dir, "samples.jsonl"), model, tok, cfg, runtime
+        self.rows: list[dict] = []
+
+    def on_batch(self, step: int, samples, batch: dict) -> None:
+        if not eval_due(self.cfg, step) or self.cfg.save_samples <= 0:
+            return
+        order = sorted(range(len(samples)), key=lambda i: -samples[i].reward)
+        top = order[: self.cfg.save_samples // 2]
+        rest = [i for i in range(len(samples)) if i not in top]
+        rest = random.Random(f"{self.cfg.seed}/{step}").sample(rest, min(len(rest), self.cfg.save_samples - len(top)))
+        pick = top + rest
+        with torch.no_grad(), self.rt.autocast():
+            trainer_lp, _ = sequence_logprobs(self.model, batch["input_ids"][pick], self.cfg.temperature)  # [n, T]
+        columns = {"behaviour_logprobs": batch["old_logprobs"][pick], "trainer_logprobs": trainer_lp,
+                   "ref_logprobs": batch["ref_logprobs"][pick] if "ref_logprobs" in batch else None,
+                   "advantages": batch["advantages"][pick]}
+        for row, i in enumerate(pick):
+            s = samples[i]
+            cols = slice(len(s.prompt_ids), len(s.prompt_ids) + len(s.response_ids))   # response tokens
+            per_token = {k: None if v is None else [round(float(x), 5) for x in v[row, cols].float().cpu()]
+                         for k, v in columns.items()}
+            self.rows.append({"step": step, "selection": "top" if i in top else "random", "policy_version": s.policy_version,
+                              "prompt": self.tok.decode(s.prompt_ids), "response": s.text,
+                              "response_ids": s.response_ids, "response_tokens": [self.tok.decode([t]) for t in s.response_ids],
+                              **per_token, "advantage": per_token["advantages"][0] if s.response_ids else 0.0,
+                              "reward": s.reward, "components": s.reward_components,
+                              "finish_reason": s.finish_reason, "error": s.reward_error})
+
+    def flush(self) -> None:
+        """Append the rows captured for this evaluation (none at step 0: nothing was trained)."""
+        with open(self.path, "a") as f:
+            f.writelines(json.dumps(r) + "\n" for r in self.rows)
+        self.rows = []
 
 
 def demo(name: str, steps: int = 30, argv: list[str] | None = None) -> dict:
