@@ -15,6 +15,7 @@ import json
 import math
 import sys
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,6 +57,7 @@ class RunLogger:
         self.stage, self.total, self.log_every, self.show = stage, total_steps, max(1, log_every), show
         self.path = Path(run_dir, "metrics.jsonl") if run_dir else None
         if run_dir is not None:
+            Path(run_dir).mkdir(parents=True, exist_ok=True)
             for name in RUN_LOGS:
                 truncate_jsonl(Path(run_dir, name), start_step)   # a resumed run re-logs nothing twice
         self.tb = _tensorboard(run_dir, start_step) if tensorboard and run_dir else None
@@ -126,7 +128,7 @@ def _wandb(cfg: WandbConfig, run_dir, stage: str, config: dict | None, resume: b
                          "pip install 'posttrain[wandb]' or drop wandb.project") from None
     run_dir = Path(run_dir or ".")
     id_file = run_dir / "wandb_run_id"               # the same W&B run continues after --resume
-    run_id = id_file.read_text().strip() if resume and id_file.exists() else wandb.util.generate_id()
+    run_id = id_file.read_text().strip() if resume and id_file.exists() else uuid.uuid4().hex[:8]
     id_file.write_text(run_id)
     return wandb.init(project=cfg.project, entity=cfg.entity or None, name=cfg.name or run_dir.name,
                       mode=cfg.mode, dir=str(run_dir), id=run_id, resume="allow", group=stage, config=config,
