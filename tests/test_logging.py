@@ -101,3 +101,5 @@ def test_rl_trace_rows_hold_per_token_logprobs_and_advantages(sft_ckpt, tmp_path
         assert r["components"] == {"parity": r["reward"]} and r["finish_reason"] in ("stop", "length")
     assert all(r["ref_logprobs"] == pytest.approx(r["behaviour_logprobs"], abs=1e-4) for r in rows[:4])
     assert any(r["advantage"] != 0.0 for r in rows)
+    from posttrain import checkpoint                          # the policy version travels in the checkpoint
+    assert checkpoint.load_trainer_state(checkpoint.latest(tmp_path / "rl"))["extra"]["policy_version"] == 2

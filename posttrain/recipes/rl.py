@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from posttrain import algorithms, checkpoint
+from posttrain import UsageError, algorithms, checkpoint
 from posttrain.config import RLConfig, build
 from posttrain.eval import evaluate, response_budget
 from posttrain.framework.controller import Controller
@@ -44,12 +44,25 @@ def default_init() -> str:
     return str(root / "sft")
 
 
+def check_config(cfg: RLConfig) -> None:
+    """Combinations no run can honour, refused before any work (one line each, with the fix)."""
+    if cfg.degenerate not in ("keep", "skip", "resample"):
+        raise UsageError(f"degenerate={cfg.degenerate!r} is unknown; use keep, skip or resample")
+    if cfg.temperature <= 0:
+        raise UsageError(f"temperature={cfg.temperature} samples greedily: RL needs a sampling distribution "
+                         "(behaviour logprobs, different samples per group); use temperature > 0, e.g. 1.0")
+    n = cfg.prompts_per_step * cfg.samples_per_prompt
+    if cfg.minibatches < 1 or n % cfg.minibatches:
+        divisors = [d for d in range(1, n + 1) if n % d == 0]
+        raise UsageError(f"minibatches={cfg.minibatches} does not divide the {n} samples of a step "
+                         f"(prompts_per_step={cfg.prompts_per_step} × samples_per_prompt={cfg.samples_per_prompt}); "
+                         f"use one of {', '.join(map(str, divisors))}")
+
+
 def run(cfg: RLConfig, resume: bool = False) -> dict:
     algorithm = algorithms.get(cfg.algorithm)             # validate everything before any work
     algo_cfg = build(algorithm.Config, cfg.algo, "algo.")
-    if cfg.degenerate not in ("keep", "skip", "resample"):
-        from posttrain import UsageError
-        raise UsageError(f"degenerate={cfg.degenerate!r} is unknown; use keep, skip or resample")
+    check_config(cfg)
     init = cfg.init or default_init()
     r = Run(cfg, "rl", resume)
     model, tok = init_model(cfg, init, r.rt.device)
