@@ -103,3 +103,52 @@ def test_rl_trace_rows_hold_per_token_logprobs_and_advantages(sft_ckpt, tmp_path
     assert any(r["advantage"] != 0.0 for r in rows)
     from posttrain import checkpoint                          # the policy version travels in the checkpoint
     assert checkpoint.load_trainer_state(checkpoint.latest(tmp_path / "rl"))["extra"]["policy_version"] == 2
+
+
+# ---- the step plan printed at start ------------------------------------------------------------
+
+def _plan_line(out: str, stage: str) -> str:
+    return next(line for line in out.splitlines() if line.startswith(f"[{stage}] "))
+
+
+def test_step_plan_of_pretrain_and_sft_counts_what_the_trainer_does(sft_ckpt, tmp_path, capsys):
+    from posttrain.config import PretrainConfig, SFTConfig
+    from posttrain.recipes import pretrain, sft
+    from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
+    from posttrain.recipes.common import EpochIndices
+    from posttrain.models.tokenizer import CharTokenizer
+    # 4 windows of 32 tokens; 100-token micro-batches hold 3 rows (96) → 2 micro-batches
+    pretrain.run(load_config(PretrainConfig, None, [f"out={tmp_path}/pt", "steps=1", "batch_size=4", "seq_len=32",
+                                                    "corpus_chars=4000", "optim.micro_batch_tokens=100",
+                                                    "tensorboard=false", *TINY_TASK]))
+    line = _plan_line(capsys.readouterr().out, "pretrain")
+    assert ("prompts/step: 0  samples/step: 4  tokens/step: 128  loss tokens/step: 124  micro-batches/step: 2  "
+            "optimizer steps/step: 1  steps: 1") in line
+    assert read_jsonl(tmp_path / "pt" / "metrics.jsonl")[0]["train/micro_batches"] == 2
+    # SFT, 8 examples a step, one row per micro-batch: token counts of step 1's examples, by hand
+    sft.run(load_config(SFTConfig, None, [f"out={tmp_path}/sft", f"init={sft_ckpt}", "steps=1", "batch_size=8",
+                                          "num_problems=100", "eval_problems=2", "optim.micro_batch_tokens=1",
+                                          "tensorboard=false", *TINY_TASK]))
+    line = _plan_line(capsys.readouterr().out, "sft")
+    tok, task = CharTokenizer(), ArithmeticTask(ArithmeticConfig(max_terms=3))
+    items = [task.items(100, "train", 0)[i] for i in EpochIndices(100, 8, 0)(1)]
+    prompt = sum(len(tok.encode(tok.chat_prompt(task.prompt(it)))) for it in items)
+    response = sum(len(tok.encode(tok.chat_response(it.target(True)))) for it in items)
+    assert (f"prompts/step: 8  samples/step: 8  tokens/step: {prompt + response:,}  loss tokens/step: {response:,}  "
+            "micro-batches/step: 8  optimizer steps/step: 1  steps: 1") in line
+    assert read_jsonl(tmp_path / "sft" / "metrics.jsonl")[0]["train/micro_batches"] == 8
+
+
+def test_rl_step_plan_bounds():
+    from posttrain.models.tokenizer import CharTokenizer
+    from posttrain.recipes.rl import rl_plan
+    from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
+    tok, task = CharTokenizer(), ArithmeticTask(ArithmeticConfig(max_terms=3))
+    cfg = load_config(RLConfig, None, ["prompts_per_step=4", "samples_per_prompt=4", "epochs=2", "minibatches=2",
+                                       "max_new_tokens=20", "optim.micro_batch_tokens=100", *TINY_TASK])
+    prompt = max(len(tok.encode(tok.chat_prompt(task.prompt(it)))) for it in task.items(200, "train", 0))
+    assert 8 <= prompt <= 15                                   # "<a+b+c>" with numbers below 100, plus the template
+    rows = 100 // (prompt + 20)                                # rows of width prompt+20 in one micro-batch
+    assert rl_plan(cfg, tok, task) == {"prompts/step": 4, "samples/prompt": 4, "samples/step": 16,
+                                       "max tokens/step": 16 * (prompt + 20),
+                                       "max micro-batches/step": 4 * -(-8 // rows), "optimizer steps/step": 4}

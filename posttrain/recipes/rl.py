@@ -59,6 +59,20 @@ def check_config(cfg: RLConfig) -> None:
                          f"use one of {', '.join(map(str, divisors))}")
 
 
+def rl_plan(cfg: RLConfig, tok, task) -> dict:
+    """One RL step in units. Token and micro-batch counts are upper bounds: every sample padded to
+    the longest prompt (of 200 train prompts) plus max_new_tokens; real batches are shorter."""
+    n = cfg.prompts_per_step * cfg.samples_per_prompt
+    width = max(len(tok.encode(tok.chat_prompt(task.prompt(it)))) for it in task.items(200, "train", cfg.seed))
+    width += cfg.max_new_tokens
+    rows_per_micro = max(1, cfg.optim.micro_batch_tokens // width)     # how the trainer packs rows
+    steps = cfg.epochs * cfg.minibatches                                 # minibatches divide n (check_config)
+    micro = steps * -(-(n // cfg.minibatches) // rows_per_micro)
+    return {"prompts/step": cfg.prompts_per_step, "samples/prompt": cfg.samples_per_prompt, "samples/step": n,
+            "max tokens/step": n * width, "max micro-batches/step": micro,
+            "optimizer steps/step": steps}
+
+
 def run(cfg: RLConfig, resume: bool = False) -> dict:
     algorithm = algorithms.get(cfg.algorithm)             # validate everything before any work
     algo_cfg = build(algorithm.Config, cfg.algo, "algo.")
@@ -79,10 +93,7 @@ def run(cfg: RLConfig, resume: bool = False) -> dict:
     trainer = Trainer(actor_critic if actor_critic is not None else model, cfg.optim,
                       cfg.steps * cfg.epochs * cfg.minibatches, r.rt)
     controller = Controller(cfg, task, tok, engine, reference, algorithm, algo_cfg, trainer, sync)
-    n = cfg.prompts_per_step * cfg.samples_per_prompt
-    print_plan("rl", {"params": model.num_params(), "prompts/step": cfg.prompts_per_step,
-                      "samples/prompt": cfg.samples_per_prompt, "samples/step": n,
-                      "max tokens/step": n * max_new, "optimizer steps/step": cfg.epochs * cfg.minibatches,
+    print_plan("rl", {"params": model.num_params(), **rl_plan(cfg, tok, task),
                       "steps": cfg.steps, "algorithm": cfg.algorithm, "reference": reference is not None,
                       "weight_sync": cfg.weight_sync,
                       **({"critic": algo_cfg.critic} if actor_critic is not None else {})})
