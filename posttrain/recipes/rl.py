@@ -155,12 +155,13 @@ class Audit:
             cols = slice(len(s.prompt_ids), len(s.prompt_ids) + len(s.response_ids))   # response tokens
             per_token = {k: None if v is None else [round(float(x), 5) for x in v[row, cols].float().cpu()]
                          for k, v in columns.items()}
-            self.rows.append({"step": step, "selection": "top" if i in top else "random", "policy_version": s.policy_version,
-                              "prompt": self.tok.decode(s.prompt_ids), "response": s.text,
-                              "response_ids": s.response_ids, "response_tokens": [self.tok.decode([t]) for t in s.response_ids],
-                              **per_token, "advantage": per_token["advantages"][0] if s.response_ids else 0.0,
-                              "reward": s.reward, "components": s.reward_components,
-                              "finish_reason": s.finish_reason, "error": s.reward_error})
+            self.rows.append({
+                "step": step, "selection": "top" if i in top else "random", "policy_version": s.policy_version,
+                "prompt": self.tok.decode(s.prompt_ids), "response": s.text, "response_ids": s.response_ids,
+                "response_tokens": [self.tok.decode([t]) for t in s.response_ids], **per_token,
+                "advantage": round(sum(per_token["advantages"]) / max(len(s.response_ids), 1), 5),  # token mean
+                "reward": s.reward, "components": s.reward_components, "finish_reason": s.finish_reason,
+                "error": s.reward_error})
 
     def flush(self) -> None:
         """Append the rows captured for this evaluation (none at step 0: nothing was trained)."""
