@@ -81,7 +81,8 @@ def clip_fraction_high(clip: list[float], limit: float = 0.2) -> Alarm | None:
 
 def length_blowup(length: list[float], truncated: list[float], growth: float = 2.0,
                   truncated_limit: float = 0.2) -> Alarm | None:
-    """Responses grew `growth`× or more than `truncated_limit` hit the cap: the length budget, not the answer, is learned."""
+    """Responses grew `growth`× or more than `truncated_limit` of them hit the cap: the policy
+    learns the length budget, not the answer."""
     if len(length) >= 2:
         first, last = _ends(length)
         if first > 0 and last > growth * first:
@@ -217,7 +218,8 @@ def _samples(rows: list[dict]) -> str:
         return "<p>No audited samples (samples.jsonl is written by RL runs at each evaluation).</p>"
     parts = ['<p>Colour tokens by <select id="colour" onchange="paint(this.value)">'
              '<option value="adv">advantage</option><option value="lp">behaviour logprob</option>'
-             '<option value="mis">trainer − behaviour logprob</option><option value="kl">behaviour − reference logprob</option>'
+             '<option value="mis">trainer − behaviour logprob</option>'
+             '<option value="kl">behaviour − reference logprob</option>'
              '</select> (green = positive/likely, red = negative/unlikely; hover a token for its numbers)</p>']
     steps = sorted({r.get("step", 0) for r in rows})
     for step in steps:                                   # one fold per evaluation, the last one open
@@ -276,7 +278,8 @@ def render(run_dir: str | Path) -> str:
     metrics = read_metrics(run_dir)
     if not metrics:
         subs = sorted(p.name for p in run_dir.iterdir() if (p / "metrics.jsonl").exists()) if run_dir.is_dir() else []
-        hint = f"give one of its stage directories: {', '.join(subs)}" if subs else "give a directory a posttrain stage wrote"
+        hint = (f"give one of its stage directories: {', '.join(subs)}" if subs
+                else "give a directory a posttrain stage wrote")
         raise UsageError(f"{str(run_dir)!r} holds no metrics.jsonl; {hint}")
     cfg_path = run_dir / "config.yaml"
     config = cfg_path.read_text() if cfg_path.exists() else ""
@@ -284,8 +287,9 @@ def render(run_dir: str | Path) -> str:
     meta = json.loads((last / "meta.json").read_text()) if last is not None and (last / "meta.json").exists() else {}
     about = " · ".join(f"{k} {v}" for k, v in meta.items() if k in ("stage", "algorithm", "loss_type", "task"))
     found = alarms(metrics)
-    alarm_html = "".join(f'<div class="alarm"><b>{html.escape(a.name)}</b>: {html.escape(a.message)}</div>' for a in found) \
-        or '<div class="ok">No alarm: reward vs held-out, entropy, clip fraction, length, mismatch and degenerate groups look healthy.</div>'
+    alarm_html = "".join(f'<div class="alarm"><b>{html.escape(a.name)}</b>: {html.escape(a.message)}</div>'
+                         for a in found) or ('<div class="ok">No alarm: reward vs held-out, entropy, clip fraction, '
+                                             'length, mismatch and degenerate groups look healthy.</div>')
     groups = metric_groups(metrics)
     sections = [
         f"<h1>posttrain run report: {html.escape(str(run_dir))}</h1>",
