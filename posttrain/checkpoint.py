@@ -10,6 +10,7 @@ save leaves the previous checkpoint intact and never a half-written one under a 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import os
 import shutil
@@ -18,7 +19,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from posttrain import UsageError
+from posttrain import TrainingHalted, UsageError
 from posttrain.models.gpt_mini import GPTMini, ModelConfig
 from posttrain.models.tokenizer import CharTokenizer
 
@@ -57,7 +58,25 @@ def save(run_dir: str | Path, step: int, model: GPTMini, tokenizer: CharTokenize
     final = root / f"step_{step:06d}"
     tmp = root / f"step_{step:06d}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    try:
+        tmp.mkdir()
+        _write(tmp, step, model, tokenizer, trainer_state, meta)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)       # give back what the partial write took
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        fix = f"then --resume {run_dir}" if latest(run_dir) is not None else "then start the run again"
+        raise TrainingHalted(f"disk full while writing checkpoint {final.name} in {root} (partial write removed, "
+                             f"earlier checkpoints intact): free space there or set out= on a bigger disk, {fix}") from None
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    for old in step_dirs(run_dir)[:-keep_last] if keep_last > 0 else []:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def _write(tmp: Path, step: int, model, tokenizer, trainer_state, meta) -> None:
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     if model.config.tie_embeddings:
         state.pop("head.weight", None)               # safetensors refuses shared tensors
@@ -70,12 +89,6 @@ def save(run_dir: str | Path, step: int, model: GPTMini, tokenizer: CharTokenize
     for f in tmp.iterdir():                          # data on disk before the rename makes it visible
         with open(f, "rb") as fh:
             os.fsync(fh.fileno())
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    for old in step_dirs(run_dir)[:-keep_last] if keep_last > 0 else []:
-        shutil.rmtree(old, ignore_errors=True)
-    return final
 
 
 def load_model(path: str | Path, device="cpu") -> tuple[GPTMini, CharTokenizer, Path]:

@@ -4,6 +4,7 @@
     posttrain pretrain|sft|rm|dpo|rl CONFIG [key=value ...] [--resume RUN_DIR]
     posttrain eval RUN_OR_CHECKPOINT [--k 1,8]
     posttrain export CHECKPOINT --format hf OUT_DIR
+    posttrain report RUN_DIR [--out FILE.html]
     posttrain bench train|rollout|algorithms [--out FILE.json]
     posttrain memory MODEL --algo grpo [--gpu h100] [--gpus N --lora R ...] [--json]
 
@@ -125,6 +126,9 @@ def parser() -> argparse.ArgumentParser:
     x.add_argument("checkpoint")
     x.add_argument("--format", default="hf")
     x.add_argument("out_dir")
+    r = sub.add_parser("report", help="write RUN_DIR/report.html: curves, eval table, alarms, audited samples")
+    r.add_argument("run_dir")
+    r.add_argument("--out", help="HTML file to write (default RUN_DIR/report.html)")
     b = sub.add_parser("bench", help="benchmarks that write JSON")
     b.add_argument("which", choices=sorted(BENCHES))
     b.add_argument("rest", nargs=argparse.REMAINDER)
@@ -149,6 +153,9 @@ def main(argv=None) -> int:
             run_eval(args)
         elif args.command == "export":
             run_export(args)
+        elif args.command == "report":
+            from posttrain.report import write_report
+            print(f"report: {write_report(args.run_dir, args.out)}")
         elif args.command == "bench":
             importlib.import_module(BENCHES[args.which]).main(args.rest)
         elif args.command == "memory":

@@ -20,6 +20,7 @@ from pathlib import Path
 import yaml
 
 from posttrain import UsageError
+from posttrain.logging import WandbConfig
 from posttrain.models.gpt_mini import ModelConfig
 from posttrain.tasks.arithmetic import ArithmeticConfig
 
@@ -41,6 +42,8 @@ class RunConfig:
     threads: int = 0              # torch CPU threads (0 = torch's default)
     overwrite: bool = False       # allow reusing a non-empty `out` without --resume
     max_nonfinite_steps: int = 10  # stop (with a checkpoint) after this many skipped non-finite steps in a row
+    tensorboard: bool = True      # TensorBoard event files in RUN_DIR/tensorboard (when the package is installed)
+    wandb: WandbConfig = field(default_factory=WandbConfig)  # a W&B run when wandb.project is set (offline by default)
 
 
 @dataclass

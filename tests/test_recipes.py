@@ -8,7 +8,7 @@ from safetensors.torch import load_file
 
 from posttrain import checkpoint
 from posttrain.config import PretrainConfig, RLConfig, SFTConfig, load_config
-from posttrain.logging import read_metrics
+from posttrain.logging import read_jsonl, read_metrics
 from posttrain.recipes import dpo, pretrain, rl, sft
 
 from conftest import TINY_TASK
@@ -85,7 +85,7 @@ def test_rl_runs_and_resumes_exactly(sft_ckpt, tmp_path, monkeypatch):
     assert "eval/pass@1" in full[-1] and "eval/pass@2" in full[-1]
     assert _same_weights(tmp_path / "full", tmp_path / "half")
     assert _metrics_without_time(tmp_path / "full") == _metrics_without_time(tmp_path / "half")
-    assert (tmp_path / "full" / "samples.jsonl").exists()
+    assert read_jsonl(tmp_path / "full" / "samples.jsonl") == read_jsonl(tmp_path / "half" / "samples.jsonl") != []
 
 
 def _pairs_file(path, n=24):

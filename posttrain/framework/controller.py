@@ -40,6 +40,7 @@ class Controller:
         self.loss_fn = policy_loss_fn(algorithm, algo_cfg, cfg.temperature)
         self.timers: dict[str, float] = {}
         self.last_samples: list = []
+        self.on_batch = None                     # optional hook(step, samples, batch) before ❼: the audit trace
 
     @contextmanager
     def timer(self, name: str):
@@ -65,6 +66,8 @@ class Controller:
         with self.timer("algorithm"):
             adv = self.algorithm.advantages(batch["rewards"], batch["group_index"], self.algo_cfg, batch=batch)
             batch["advantages"] = broadcast(adv, batch["loss_mask"]) if adv.dim() == 1 else adv * batch["loss_mask"]  # ❻
+        if self.on_batch is not None:
+            self.on_batch(step, samples, batch)                                 # audit (recipes/rl.py), pre-update
         with self.timer("train"):
             train = self.trainer.train(batch, self.loss_fn, cfg.epochs, cfg.minibatches, cfg.max_new_tokens)  # ❼
         with self.timer("sync"):

@@ -13,8 +13,14 @@ import threading
 import time
 
 from posttrain import TrainingHalted, checkpoint, runtime
+from posttrain.config import to_dict
 from posttrain.framework.trainer import Trainer
 from posttrain.logging import RunLogger
+
+
+def eval_due(cfg, step: int) -> bool:
+    """Evaluation steps: every `eval_every` steps and the last one."""
+    return bool(cfg.eval_every and step % cfg.eval_every == 0) or step == cfg.steps
 
 
 def train_loop(run, model, tokenizer, trainer: Trainer, step_fn, *, evaluate=None,
@@ -36,7 +42,8 @@ def train_loop(run, model, tokenizer, trainer: Trainer, step_fn, *, evaluate=Non
         if extra_state is not None:
             extra_state[1](state.get("extra", {}))
         print(f"resumed from {run.resume_from} at step {start}")
-    logger = RunLogger(run.dir, run.stage, cfg.steps, cfg.log_every, show=show, start_step=start)
+    logger = RunLogger(run.dir, run.stage, cfg.steps, cfg.log_every, show=show, start_step=start,
+                       tensorboard=cfg.tensorboard, wandb=cfg.wandb, config=to_dict(cfg))
     if evaluate is not None and eval_at_start and start == 0:
         logger.log(0, evaluate(model))
 
@@ -57,7 +64,7 @@ def train_loop(run, model, tokenizer, trainer: Trainer, step_fn, *, evaluate=Non
             t0 = time.perf_counter()
             metrics = step_fn(step)
             metrics["time/step_s"] = time.perf_counter() - t0
-            if evaluate is not None and ((cfg.eval_every and step % cfg.eval_every == 0) or step == cfg.steps):
+            if evaluate is not None and eval_due(cfg, step):
                 metrics.update(evaluate(model))
             logger.log(step, metrics)
             last = metrics

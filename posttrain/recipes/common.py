@@ -12,7 +12,7 @@ import torch
 
 from posttrain import UsageError, checkpoint, runtime
 from posttrain.config import save_config
-from posttrain.framework.trainer import sequence_logprobs
+from posttrain.framework.trainer import sequence_logprobs, split_micro_batches
 from posttrain.models.gpt_mini import GPTMini
 from posttrain.models.tokenizer import CharTokenizer
 
@@ -49,9 +49,17 @@ def init_model(cfg, init: str, device) -> tuple[GPTMini, CharTokenizer]:
 
 
 def print_plan(stage: str, lines: dict) -> None:
-    """The step plan in units (DESIGN §6 / issue 'step plan'): never ambiguous batch semantics."""
+    """The step plan in units, printed at start: what one step means in prompts, samples,
+    tokens, micro-batches and optimizer steps (STYLE §10: never ambiguous batch semantics)."""
     body = "  ".join(f"{k}: {v:,}" if isinstance(v, int) and not isinstance(v, bool) else f"{k}: {v}" for k, v in lines.items())
     print(f"[{stage}] {body}", flush=True)
+
+
+def batch_plan(batch: dict, micro_batch_tokens: int, unit: int = 1) -> dict:
+    """Token and micro-batch counts of one optimizer step on `batch`, split as the trainer splits it
+    (the supervised stages measure step 1's batch; later batches differ only by padding)."""
+    return {"tokens/step": int(batch["attention_mask"].sum()), "loss tokens/step": int(batch["loss_mask"].sum()),
+            "micro-batches/step": len(split_micro_batches(batch, micro_batch_tokens, unit))}
 
 
 def lm_loss(model, mb, norm):

@@ -31,7 +31,7 @@ from posttrain.framework.trainer import Trainer, sequence_logprobs
 from posttrain.framework.loop import train_loop
 from posttrain.preference.data import collate_pairs, encode_pairs, load_jsonl, pairs_from_policy, seq_logps
 from posttrain.preference.dpo import LOSSES, REFERENCE_FREE, DPOLossConfig, SeqLogps, preference_loss
-from posttrain.recipes.common import EpochIndices, Run, init_model, print_plan, supervised_step
+from posttrain.recipes.common import EpochIndices, Run, batch_plan, init_model, print_plan, supervised_step
 from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
 
 
@@ -128,9 +128,6 @@ def run(cfg: DPOConfig, resume: bool = False) -> dict:
     encoded = encode_pairs(tok, build_pairs(cfg, r, model, tok, task))
     ref = None if cfg.loss_type in REFERENCE_FREE else reference_logps(model, encoded, tok.pad_id)
     trainer = Trainer(model, cfg.optim, cfg.steps, r.rt)
-    print_plan("dpo", {"params": model.num_params(), "pairs": len(encoded), "pairs/step": cfg.batch_size,
-                       "steps": cfg.steps, "epochs": round(cfg.steps * cfg.batch_size / len(encoded), 2),
-                       "loss": cfg.loss_type, "beta": cfg.beta, "reference": ref is not None})
     indices = EpochIndices(len(encoded), cfg.batch_size, cfg.seed)
 
     def batch_fn(step):
@@ -140,6 +137,12 @@ def run(cfg: DPOConfig, resume: bool = False) -> dict:
             rows = torch.tensor([2 * i + j for i in idx for j in (0, 1)])
             batch["ref_logps"] = ref[rows]                            # [2B]
         return batch
+
+    print_plan("dpo", {"params": model.num_params(), "pairs": len(encoded), "prompts/step": cfg.batch_size,
+                       "samples/step": 2 * cfg.batch_size, **batch_plan(batch_fn(1), cfg.optim.micro_batch_tokens, 2),
+                       "optimizer steps/step": 1, "steps": cfg.steps,
+                       "epochs": round(cfg.steps * cfg.batch_size / len(encoded), 2),
+                       "loss": cfg.loss_type, "beta": cfg.beta, "reference": ref is not None})
 
     heldout = task.items(cfg.eval_problems, "test", cfg.seed)
     k = cfg.eval_samples

@@ -13,7 +13,7 @@ import torch
 from posttrain.config import PretrainConfig
 from posttrain.framework.trainer import Trainer, sequence_logprobs
 from posttrain.framework.loop import train_loop
-from posttrain.recipes.common import Run, init_model, lm_loss, print_plan, supervised_step
+from posttrain.recipes.common import Run, batch_plan, init_model, lm_loss, print_plan, supervised_step
 from posttrain.tasks.arithmetic import ArithmeticTask
 
 
@@ -40,10 +40,11 @@ def run(cfg: PretrainConfig, resume: bool = False) -> dict:
     val_text = "".join(p.trace()[1:-1] + "\n" for p in task.items(400, "test", cfg.seed))
     val = CorpusWindows(torch.tensor(tok.encode(val_text)), min(cfg.seq_len, 64), 32, cfg.seed + 1)(0)
     trainer = Trainer(model, cfg.optim, cfg.steps, r.rt)
-    tokens = cfg.batch_size * cfg.seq_len
-    print_plan("pretrain", {"params": model.num_params(), "corpus tokens": len(train_ids),
-                            "tokens/step": tokens, "steps": cfg.steps, "total tokens": tokens * cfg.steps,
-                            "micro-batches/step": -(-tokens // cfg.optim.micro_batch_tokens)})
+    windows = CorpusWindows(train_ids, cfg.seq_len, cfg.batch_size, cfg.seed)
+    print_plan("pretrain", {"params": model.num_params(), "corpus tokens": len(train_ids), "prompts/step": 0,
+                            "samples/step": cfg.batch_size, **batch_plan(windows(1), cfg.optim.micro_batch_tokens),
+                            "optimizer steps/step": 1, "steps": cfg.steps,
+                            "total tokens": cfg.batch_size * cfg.seq_len * cfg.steps})
 
     @torch.no_grad()
     def evaluate(m):
@@ -52,5 +53,5 @@ def run(cfg: PretrainConfig, resume: bool = False) -> dict:
         mask = val["loss_mask"].to(r.rt.device)
         return {"eval/val_loss": float(-(lp * mask).sum() / mask.sum())}
 
-    step_fn = supervised_step(trainer, CorpusWindows(train_ids, cfg.seq_len, cfg.batch_size, cfg.seed), lm_loss, r.rt.device)
+    step_fn = supervised_step(trainer, windows, lm_loss, r.rt.device)
     return train_loop(r, model, tok, trainer, step_fn, evaluate=evaluate, meta={"task": "arithmetic"}, show=("loss", "eval/val_loss"))

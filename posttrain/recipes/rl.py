@@ -14,14 +14,16 @@ import os
 import random
 from pathlib import Path
 
-from posttrain import algorithms, checkpoint
+import torch
+
+from posttrain import UsageError, algorithms, checkpoint
 from posttrain.config import RLConfig, build
 from posttrain.eval import evaluate, response_budget
 from posttrain.framework.controller import Controller
-from posttrain.framework.loop import train_loop
+from posttrain.framework.loop import eval_due, train_loop
 from posttrain.framework.reference import Reference
 from posttrain.framework.rollout import Engine
-from posttrain.framework.trainer import Trainer, needs_critic
+from posttrain.framework.trainer import Trainer, needs_critic, sequence_logprobs
 from posttrain.framework.weight_sync import WeightSync
 from posttrain.models.heads import ActorCritic
 from posttrain.recipes.common import Run, init_model, print_plan
@@ -42,12 +44,39 @@ def default_init() -> str:
     return str(root / "sft")
 
 
+def check_config(cfg: RLConfig) -> None:
+    """Combinations no run can honour, refused before any work (one line each, with the fix)."""
+    if cfg.degenerate not in ("keep", "skip", "resample"):
+        raise UsageError(f"degenerate={cfg.degenerate!r} is unknown; use keep, skip or resample")
+    if cfg.temperature <= 0:
+        raise UsageError(f"temperature={cfg.temperature} samples greedily: RL needs a sampling distribution "
+                         "(behaviour logprobs, different samples per group); use temperature > 0, e.g. 1.0")
+    n = cfg.prompts_per_step * cfg.samples_per_prompt
+    if cfg.minibatches < 1 or n % cfg.minibatches:
+        divisors = [d for d in range(1, n + 1) if n % d == 0]
+        raise UsageError(f"minibatches={cfg.minibatches} does not divide the {n} samples of a step "
+                         f"(prompts_per_step={cfg.prompts_per_step} × samples_per_prompt={cfg.samples_per_prompt}); "
+                         f"use one of {', '.join(map(str, divisors))}")
+
+
+def rl_plan(cfg: RLConfig, tok, task) -> dict:
+    """One RL step in units. Token and micro-batch counts are upper bounds: every sample padded to
+    the longest prompt (of 200 train prompts) plus max_new_tokens; real batches are shorter."""
+    n = cfg.prompts_per_step * cfg.samples_per_prompt
+    width = max(len(tok.encode(tok.chat_prompt(task.prompt(it)))) for it in task.items(200, "train", cfg.seed))
+    width += cfg.max_new_tokens
+    rows_per_micro = max(1, cfg.optim.micro_batch_tokens // width)     # how the trainer packs rows
+    steps = cfg.epochs * cfg.minibatches                                 # minibatches divide n (check_config)
+    micro = steps * -(-(n // cfg.minibatches) // rows_per_micro)
+    return {"prompts/step": cfg.prompts_per_step, "samples/prompt": cfg.samples_per_prompt, "samples/step": n,
+            "max tokens/step": n * width, "max micro-batches/step": micro,
+            "optimizer steps/step": steps}
+
+
 def run(cfg: RLConfig, resume: bool = False) -> dict:
     algorithm = algorithms.get(cfg.algorithm)             # validate everything before any work
     algo_cfg = build(algorithm.Config, cfg.algo, "algo.")
-    if cfg.degenerate not in ("keep", "skip", "resample"):
-        from posttrain import UsageError
-        raise UsageError(f"degenerate={cfg.degenerate!r} is unknown; use keep, skip or resample")
+    check_config(cfg)
     init = cfg.init or default_init()
     r = Run(cfg, "rl", resume)
     model, tok = init_model(cfg, init, r.rt.device)
@@ -64,21 +93,20 @@ def run(cfg: RLConfig, resume: bool = False) -> dict:
     trainer = Trainer(actor_critic if actor_critic is not None else model, cfg.optim,
                       cfg.steps * cfg.epochs * cfg.minibatches, r.rt)
     controller = Controller(cfg, task, tok, engine, reference, algorithm, algo_cfg, trainer, sync)
-    n = cfg.prompts_per_step * cfg.samples_per_prompt
-    print_plan("rl", {"params": model.num_params(), "prompts/step": cfg.prompts_per_step,
-                      "samples/prompt": cfg.samples_per_prompt, "samples/step": n,
-                      "max tokens/step": n * max_new, "optimizer steps/step": cfg.epochs * cfg.minibatches,
+    print_plan("rl", {"params": model.num_params(), **rl_plan(cfg, tok, task),
                       "steps": cfg.steps, "algorithm": cfg.algorithm, "reference": reference is not None,
                       "weight_sync": cfg.weight_sync,
                       **({"critic": algo_cfg.critic} if actor_critic is not None else {})})
     heldout = task.items(cfg.eval_problems, "test", cfg.seed)
     k = cfg.eval_samples
+    trace = Audit(r.dir, model, tok, cfg, r.rt)
+    controller.on_batch = trace.on_batch
 
     def evaluate_fn(_model):
         res = evaluate(engine.model, tok, task, heldout, n=k, ks=(1, k), seed=cfg.seed, engine=engine,
                        max_new_tokens=max_new)
         res.pop("per_k")
-        audit(r.dir, controller, cfg)
+        trace.flush()
         return res
 
     def get_state():
@@ -95,20 +123,51 @@ def run(cfg: RLConfig, resume: bool = False) -> dict:
                       show=("reward/mean", "eval/pass@1", "kl/ref", "clip/frac"))
 
 
-def audit(run_dir: Path, controller: Controller, cfg: RLConfig) -> None:
-    """samples.jsonl: the highest-reward and some random samples of the last step."""
-    samples = getattr(controller, "last_samples", [])
-    if not samples:
-        return
-    top = sorted(samples, key=lambda s: -s.reward)[: cfg.save_samples // 2]
-    rest = random.Random(len(samples)).sample(samples, min(len(samples), cfg.save_samples - len(top)))
-    with open(run_dir / "samples.jsonl", "a") as f:
-        for s in top + rest:
-            f.write(json.dumps({"policy_version": s.policy_version, "prompt": controller.tok.decode(s.prompt_ids),
-                                "response": s.text, "response_ids": s.response_ids,
-                                "behaviour_logprobs": [round(x, 5) for x in s.response_logprobs],
-                                "reward": s.reward, "components": s.reward_components,
-                                "finish_reason": s.finish_reason, "error": s.reward_error}) + "\n")
+class Audit:
+    """samples.jsonl, the per-sample trace (DESIGN §6): at every evaluation, the highest-reward
+    and some random samples of the step just trained, token by token.
+
+    Hooked into the controller before the update (`Controller.on_batch`), so the batch still
+    holds what the loss saw: behaviour logprobs (sampler), reference logprobs, advantages. The
+    trainer's logprobs are one no-grad forward on the audited rows only, at the weights that
+    sampled them: trainer − behaviour is the sampler/trainer mismatch of each token.
+    """
+
+    def __init__(self, run_dir: Path, model, tok, cfg: RLConfig, runtime):
+        self.path, self.model, self.tok, self.cfg, self.rt = Path(run_dir, "samples.jsonl"), model, tok, cfg, runtime
+        self.rows: list[dict] = []
+
+    def on_batch(self, step: int, samples, batch: dict) -> None:
+        if not eval_due(self.cfg, step) or self.cfg.save_samples <= 0:
+            return
+        order = sorted(range(len(samples)), key=lambda i: -samples[i].reward)
+        top = order[: self.cfg.save_samples // 2]
+        rest = [i for i in range(len(samples)) if i not in top]
+        rest = random.Random(f"{self.cfg.seed}/{step}").sample(rest, min(len(rest), self.cfg.save_samples - len(top)))
+        pick = top + rest
+        with torch.no_grad(), self.rt.autocast():
+            trainer_lp, _ = sequence_logprobs(self.model, batch["input_ids"][pick], self.cfg.temperature)  # [n, T]
+        columns = {"behaviour_logprobs": batch["old_logprobs"][pick], "trainer_logprobs": trainer_lp,
+                   "ref_logprobs": batch["ref_logprobs"][pick] if "ref_logprobs" in batch else None,
+                   "advantages": batch["advantages"][pick]}
+        for row, i in enumerate(pick):
+            s = samples[i]
+            cols = slice(len(s.prompt_ids), len(s.prompt_ids) + len(s.response_ids))   # response tokens
+            per_token = {k: None if v is None else [round(float(x), 5) for x in v[row, cols].float().cpu()]
+                         for k, v in columns.items()}
+            self.rows.append({
+                "step": step, "selection": "top" if i in top else "random", "policy_version": s.policy_version,
+                "prompt": self.tok.decode(s.prompt_ids), "response": s.text, "response_ids": s.response_ids,
+                "response_tokens": [self.tok.decode([t]) for t in s.response_ids], **per_token,
+                "advantage": round(sum(per_token["advantages"]) / max(len(s.response_ids), 1), 5),  # token mean
+                "reward": s.reward, "components": s.reward_components, "finish_reason": s.finish_reason,
+                "error": s.reward_error})
+
+    def flush(self) -> None:
+        """Append the rows captured for this evaluation (none at step 0: nothing was trained)."""
+        with open(self.path, "a") as f:
+            f.writelines(json.dumps(r) + "\n" for r in self.rows)
+        self.rows = []
 
 
 def demo(name: str, steps: int = 30, argv: list[str] | None = None) -> dict:

@@ -32,7 +32,7 @@ from posttrain.framework.trainer import Trainer
 from posttrain.preference.data import Pair, collate_pairs, encode_pairs, load_jsonl, pairs_from_policy
 from posttrain.preference.reward_model import (RewardModel, bradley_terry_loss, head_state, orm_loss,
                                                pair_metrics, save_head, score_pairs)
-from posttrain.recipes.common import EpochIndices, Run, init_model, print_plan, supervised_step
+from posttrain.recipes.common import EpochIndices, Run, batch_plan, init_model, print_plan, supervised_step
 from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
 
 OBJECTIVES = ("bt", "orm")
@@ -142,10 +142,6 @@ def run(cfg: RMConfig, resume: bool = False) -> dict:
 
     rm = RewardModel(trunk)
     trainer = Trainer(rm, cfg.optim, cfg.steps, r.rt)
-    print_plan("rm", {"params": sum(p.numel() for p in rm.parameters()), "pairs": len(encoded),
-                      "pairs/step": cfg.batch_size, "steps": cfg.steps,
-                      "epochs": round(cfg.steps * cfg.batch_size / len(encoded), 2),
-                      "objective": cfg.objective, "held-out pairs": len(eval_encoded)})
     indices = EpochIndices(len(encoded), cfg.batch_size, cfg.seed)
 
     def batch_fn(step):
@@ -154,6 +150,12 @@ def run(cfg: RMConfig, resume: bool = False) -> dict:
         batch["margin"] = margins[idx].repeat_interleave(2)            # [2B] per row, read at the chosen rows
         batch["label"] = torch.tensor([1.0, 0.0]).repeat(len(idx))     # [2B] chosen 1, rejected 0 (orm)
         return batch
+
+    print_plan("rm", {"params": sum(p.numel() for p in rm.parameters()), "pairs": len(encoded),
+                      "prompts/step": cfg.batch_size, "samples/step": 2 * cfg.batch_size,
+                      **batch_plan(batch_fn(1), cfg.optim.micro_batch_tokens, 2), "optimizer steps/step": 1,
+                      "steps": cfg.steps, "epochs": round(cfg.steps * cfg.batch_size / len(encoded), 2),
+                      "objective": cfg.objective, "held-out pairs": len(eval_encoded)})
 
     def evaluate_fn(_trunk):
         if not eval_encoded:

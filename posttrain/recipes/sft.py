@@ -17,7 +17,7 @@ from posttrain.eval import evaluate
 from posttrain.framework.trainer import Trainer
 from posttrain.framework.batch import collate
 from posttrain.framework.loop import train_loop
-from posttrain.recipes.common import EpochIndices, Run, init_model, lm_loss, print_plan, supervised_step
+from posttrain.recipes.common import EpochIndices, Run, batch_plan, init_model, lm_loss, print_plan, supervised_step
 from posttrain.tasks.arithmetic import ArithmeticTask
 
 
@@ -70,9 +70,10 @@ def run(cfg: SFTConfig, resume: bool = False) -> dict:
         prompts, responses = examples(task, tok, cfg.num_problems, cfg.seed, cfg.cot)
     heldout = task.items(cfg.eval_problems, "test", cfg.seed)
     trainer = Trainer(model, cfg.optim, cfg.steps, r.rt)
-    mean_len = sum(len(p) + len(q) for p, q in zip(prompts, responses)) / len(prompts)
-    print_plan("sft", {"params": model.num_params(), "examples": len(prompts), "examples/step": cfg.batch_size,
-                       "≈tokens/step": int(mean_len * cfg.batch_size), "steps": cfg.steps,
+    batches = SFTBatches(prompts, responses, cfg.batch_size, tok.pad_id, cfg.seed, cfg.mask_prompt)
+    print_plan("sft", {"params": model.num_params(), "examples": len(prompts), "prompts/step": cfg.batch_size,
+                       "samples/step": cfg.batch_size, **batch_plan(batches(1), cfg.optim.micro_batch_tokens),
+                       "optimizer steps/step": 1, "steps": cfg.steps,
                        "epochs": round(cfg.steps * cfg.batch_size / len(prompts), 2),
                        "data": cfg.data, "cot": cfg.cot, "mask_prompt": cfg.mask_prompt})
 
@@ -81,7 +82,6 @@ def run(cfg: SFTConfig, resume: bool = False) -> dict:
         per_k = res.pop("per_k")
         return {**res, **{f"eval/greedy_acc_k{k}": row["greedy"] for k, row in per_k.items()}}
 
-    batches = SFTBatches(prompts, responses, cfg.batch_size, tok.pad_id, cfg.seed, cfg.mask_prompt)
     step_fn = supervised_step(trainer, batches, lm_loss, r.rt.device)
     summary = train_loop(r, model, tok, trainer, step_fn, evaluate=evaluate_fn,
                          meta={"task": "arithmetic", "cot": cfg.cot}, show=("loss", "eval/greedy_acc"))

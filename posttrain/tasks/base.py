@@ -41,7 +41,9 @@ def safe_reward(task: Task, item: Any, response: str) -> RewardResult:
     if not isinstance(result, RewardResult):
         return RewardResult(0.0, error=f"verifier returned {type(result).__name__}, not RewardResult")
     r = result.reward
-    if not isinstance(r, (int, float)) or r != r or r in (float("inf"), float("-inf")):
+    if not isinstance(r, (int, float)):
+        return RewardResult(0.0, error=f"verifier returned reward {r!r} ({type(r).__name__}), not a number")
+    if r != r or r in (float("inf"), float("-inf")):
         return RewardResult(0.0, error=f"verifier returned a non-finite reward {r!r}")
     return result
 

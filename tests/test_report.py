@@ -1,0 +1,157 @@
+"""The run report: health alarms on synthetic curves, the page's sections, and a headless
+Chromium render that checks every plot drew."""
+
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from posttrain import cli, report
+from posttrain.report import (alarms, clip_fraction_high, degenerate_groups, entropy_collapse, length_blowup,
+                              metric_groups, mismatch_high, reward_up_heldout_flat)
+
+# ---- alarms: each fires on its bad curve and stays silent on a healthy one -----------------------
+
+
+def test_reward_up_while_heldout_flat():
+    rising = [0.2] * 4 + [0.5] * 4                     # first/last quarter means 0.2 → 0.5
+    a = reward_up_heldout_flat(rising, [0.30, 0.31, 0.30])
+    assert a.message == ("reward/mean rose 0.200 → 0.500 but eval/pass@1 moved 0.300 → 0.300: "
+                         "read the top-reward samples for reward hacking")
+    assert reward_up_heldout_flat(rising, [0.30, 0.35, 0.40]) is None      # held-out follows
+    assert reward_up_heldout_flat([0.2] * 8, [0.3, 0.3]) is None           # reward flat too
+    assert reward_up_heldout_flat(rising, [0.3]) is None                   # one eval: no trend
+
+
+def test_entropy_collapse():
+    a = entropy_collapse([2.0, 2.0, 1.0, 0.5, 0.3, 0.1, 0.1, 0.1])
+    assert a.message.startswith("entropy fell 2.000 → 0.100 (5% of the start)")
+    assert entropy_collapse([2.0, 1.8, 1.5, 1.2]) is None                  # 60% left: fine
+    assert entropy_collapse([0.0, 0.0]) is None
+
+
+def test_clip_fraction_high():
+    assert clip_fraction_high([0.05, 0.1, 0.3, 0.35]).message.startswith("clip/frac is 0.350 (> 0.2)")
+    assert clip_fraction_high([0.05, 0.1, 0.12, 0.1]) is None
+
+
+def test_length_blowup():
+    grown = length_blowup([20, 20, 30, 50, 60, 70, 80, 90], [0.0] * 8)
+    assert grown.message.startswith("length/mean grew 20.0 → 85.0 tokens (×4.2)")
+    capped = length_blowup([20, 21, 20, 22], [0.0, 0.1, 0.3, 0.4])
+    assert capped.message.startswith("length/truncated_frac is 0.400 (> 0.2)")
+    assert length_blowup([20, 25, 30, 35], [0.0, 0.0, 0.05, 0.1]) is None
+
+
+def test_mismatch_high():
+    assert mismatch_high([1e-6, 2e-6, 0.08, 1e-6]).message.startswith("mismatch/logprob_abs reached 0.0800 (> 0.05)")
+    assert mismatch_high([1e-6, 0.01, 0.02]) is None
+
+
+def test_many_degenerate_groups():
+    assert degenerate_groups([0.2, 0.5, 0.7, 0.9]).message.startswith("90% of groups have all-equal rewards")
+    assert degenerate_groups([0.2, 0.3, 0.4, 0.5]) is None
+
+
+def test_alarms_read_the_metric_names_and_skip_the_starting_evaluation():
+    metrics = [{"step": 0, "eval/pass@1": 0.3}]
+    metrics += [{"step": s, "reward/mean": 0.2 if s <= 4 else 0.6, "entropy": 1.0, "clip/frac": 0.01,
+                 "length/mean": 20.0, "length/truncated_frac": 0.0, "mismatch/logprob_abs": 1e-6,
+                 "group/all_pass_frac": 0.5, "group/all_fail_frac": 0.3} for s in range(1, 9)]
+    metrics[-1]["eval/pass@1"] = 0.3
+    assert [a.name for a in alarms(metrics)] == ["reward up, held-out flat", "many degenerate groups"]
+    for m in metrics[1:]:
+        m["group/all_pass_frac"] = 0.1                                    # 0.1 + 0.3 degenerate: fine
+    metrics[-1]["eval/pass@1"] = 0.5
+    assert alarms(metrics) == []
+
+
+# ---- the page -----------------------------------------------------------------------------------
+
+def synthetic_run(root, steps=12):
+    """A run directory with every DESIGN.md §6 RL metric, evaluations and audited samples."""
+    root.mkdir(parents=True, exist_ok=True)
+    rows = [{"step": 0, "eval/pass@1": 0.3, "eval/pass@8": 0.6}]
+    for s in range(1, steps + 1):
+        rows.append({"step": s, "reward/mean": 0.3 + 0.02 * s, "reward/std": 0.4, "group/all_pass_frac": 0.1,
+                     "group/all_fail_frac": 0.2, "kl/ref": 0.001 * s, "entropy": 1.0 - 0.01 * s, "clip/frac": 0.01,
+                     "ratio/mean": 1.0, "ratio/max": 1.1, "grad/norm": 0.5, "length/mean": 30.0,
+                     "length/truncated_frac": 0.0, "rollout/tokens_per_s": 900.0, "time/rollout_s": 1.0,
+                     "time/train_s": 0.5, "time/sync_s": 0.01, "time/step_s": 1.6, "staleness/mean": 0.5,
+                     "mismatch/logprob_abs": 1e-6, "loss": math.nan if s == 3 else 0.1, "lr": 3e-5})
+        if s % 6 == 0:
+            rows[-1].update({"eval/pass@1": 0.3 + 0.02 * s, "eval/pass@8": 0.7})
+    (root / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    sample = {"step": 6, "selection": "top", "policy_version": 5, "prompt": "<1+2>", "response": "3</s>#",
+              "response_tokens": ["3", "<", "/s>", "#"], "behaviour_logprobs": [-0.1, -2.0, -0.3, -0.01],
+              "trainer_logprobs": [-0.1, -2.0, -0.3, -0.01], "ref_logprobs": [-0.2, -1.0, -0.3, -0.02],
+              "advantages": [0.7] * 4, "advantage": 0.7, "reward": 1.0, "components": {"correct": 1.0},
+              "finish_reason": "stop", "error": None}
+    (root / "samples.jsonl").write_text(json.dumps(sample) + "\n" + json.dumps({**sample, "step": 12}) + "\n")
+    (root / "config.yaml").write_text("algorithm: grpo\nsteps: 12\n")
+    return root
+
+
+DESIGN_GROUPS = ["reward", "group", "kl", "entropy", "clip", "ratio", "grad", "length", "rollout", "time",
+                 "staleness", "mismatch", "eval"]
+
+
+def test_page_has_every_section_and_a_plot_per_metric_group(tmp_path):
+    run = synthetic_run(tmp_path / "run")
+    groups = metric_groups(json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines())
+    assert list(groups) == DESIGN_GROUPS + ["loss", "lr"]
+    assert groups["eval"] == ["eval/pass@1", "eval/pass@8"]
+    page = report.render(run)
+    assert re.findall(r'<h2 id="(\w+)"', page) == ["alarms", "eval", "curves", "time", "samples", "config"]
+    assert re.findall(r'<div class="plot" id="plot-([\w-]+)"', page) == DESIGN_GROUPS + ["loss", "lr", "time-roles"]
+    assert "<script src=" not in page and "<link" not in page                                 # nothing fetched
+    assert page.count('class="tok"') == 8 and ">/s&gt;</span>" in page                         # escaped tokens
+    assert "<td>rollout</td><td>12</td><td>62.5%</td>" in page                                # 12 s of 19.2 s
+    assert '<div class="ok">No alarm' in page
+
+
+def test_cli_report_writes_the_file_and_rejects_a_directory_without_metrics(tmp_path, capsys):
+    run = synthetic_run(tmp_path / "pipe" / "rl")
+    assert cli.main(["report", str(run)]) == 0
+    assert (run / "report.html").stat().st_size > 1_000_000          # plotly.js is inlined
+    assert cli.main(["report", str(tmp_path / "pipe")]) == 2
+    assert capsys.readouterr().err.strip() == (f"posttrain report: error: '{tmp_path / 'pipe'}' holds no metrics.jsonl; "
+                                               "give one of its stage directories: rl")
+
+
+def _chromium():
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if path is None:
+        if os.environ.get("POSTTRAIN_REQUIRE_CHROMIUM"):
+            pytest.fail("chromium is not installed; .ci/run installs it with apt-get install -y chromium")
+        pytest.skip("chromium is not installed (apt-get install -y chromium)")
+    return path
+
+
+def _headless(tmp_path, *args):
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+             "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
+             f"--user-data-dir={tmp_path / 'chromium-profile'}", "--virtual-time-budget=20000"]
+    return subprocess.run([_chromium(), *flags, *args], capture_output=True, text=True, timeout=240)
+
+
+def test_report_renders_in_headless_chromium_with_every_plot_drawn(tmp_path):
+    from PIL import Image
+    run = synthetic_run(tmp_path / "run")
+    page = report.write_report(run)
+    expected = len(re.findall(r'<div class="plot" id=', page.read_text()))
+    dom = _headless(tmp_path, "--dump-dom", page.as_uri()).stdout
+    drawn = re.findall(r'<div class="plot js-plotly-plot" id="([\w-]+)"', dom)      # Plotly.newPlot ran
+    assert len(drawn) == expected == 16
+    assert dom.count('class="main-svg"') >= 2 * expected                            # each plot has its SVG layers
+    assert len(re.findall(r'class="tok"[^>]*style="background: rgb\(40, 160, 60\)', dom)) == 8   # painted by advantage
+    shot = tmp_path / "report.png"
+    _headless(tmp_path, "--window-size=1280,3000", f"--screenshot={shot}", page.as_uri())
+    image = Image.open(shot).convert("RGB")
+    assert image.size == (1280, 3000)
+    colours = image.getcolors(maxcolors=1 << 20)
+    assert len(colours) > 50                                                        # not a blank page
