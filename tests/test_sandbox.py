@@ -1,0 +1,107 @@
+"""The sandbox contains hostile programs: each gets a reason, the test process goes on, and
+nothing it started is left running. The code task scores every one of them 0."""
+
+import os
+import socket
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+from posttrain.tasks import sandbox
+from posttrain.tasks.sandbox import Limits, run_python
+
+REPO = Path(__file__).resolve().parents[1]
+SECRET = "hunter2-" + uuid.uuid4().hex
+OUTSIDE = f"/tmp/posttrain-hostile-{uuid.uuid4().hex}"
+IN_REPO = REPO / f"hostile-{uuid.uuid4().hex}.txt"
+LIMITS = Limits(timeout_s=2.0, memory_mb=256, max_procs=16, max_output_bytes=20_000)
+
+
+def _listener():
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    return srv
+
+# name -> (program, a substring the reason must contain). {port} is a socket the test listens on.
+HOSTILE = {
+    "infinite_loop": ("while True:\n    pass\n", "timed out"),
+    "fork_bomb": ("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n", "timed out"),
+    "memory_bomb": ("chunks = []\nwhile True:\n    chunks.append(bytearray(50 << 20))\n", "MemoryError"),
+    "network_connect": ("import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1)\n"
+                        "socket.create_connection(('1.1.1.1', 80), timeout=1)\nprint('connected')\n", "exit code 1"),
+    "write_outside": (f"open({OUTSIDE!r}, 'w').write('x')\nopen({str(IN_REPO)!r}, 'w').write('x')\n", "exit code 1"),
+    "read_parent_env": ("import os\nprint(dict(os.environ))\nprint(open(f'/proc/{{os.getppid()}}/environ').read())\n",
+                        "exit code 1"),
+    "kill_parent": ("import os, signal\ntry:\n    os.kill(os.getppid(), signal.SIGKILL)\nexcept OSError:\n    pass\n"
+                    "os.kill(-1, signal.SIGKILL)\n", "killed by SIGKILL"),   # kill(-1): all it may signal
+    "huge_output": ("while True:\n    print('x' * 10000)\n", "output exceeded"),
+    "missing_module": ("import no_such_module_posttrain\n", "ModuleNotFoundError"),
+}
+
+
+def _needs(case: str) -> None:
+    info = sandbox.isolation()
+    if case in ("kill_parent", "write_outside", "read_parent_env") and info["user"] != "uid":
+        pytest.skip(f"{case}: containment needs a separate uid (mode {info['mode']}: run as root)")
+    if case == "network_connect" and info["network"] != "netns":
+        pytest.skip("no network namespace here (isolation: none)")
+
+
+def _alive_children() -> list:
+    return [p for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_hostile_program_is_contained(case, monkeypatch):
+    _needs(case)
+    monkeypatch.setenv("POSTTRAIN_SECRET", SECRET)
+    srv = _listener()
+    try:
+        code, want = HOSTILE[case]
+        r = run_python(code.format(port=srv.getsockname()[1]), limits=LIMITS)
+    finally:
+        srv.close()
+    assert not r.ok and want in r.reason, (case, r.reason, r.stderr[-300:])
+    assert sandbox.leftovers(r.pid, r.uid) == []                      # nothing of it still runs
+    assert _alive_children() == []
+    assert SECRET not in r.stdout + r.stderr and "connected" not in r.stdout
+    assert not os.path.exists(OUTSIDE) and not IN_REPO.exists()
+    assert len(r.stdout) + len(r.stderr) <= 2 * LIMITS.max_output_bytes
+    assert run_python("print(6 * 7)").stdout == "42\n"               # and the next run works
+
+
+def test_fork_bomb_stops_at_the_process_cap():
+    if sandbox.isolation()["user"] != "uid":
+        pytest.skip("RLIMIT_NPROC counts the caller's own processes unless the sandbox has its own uid")
+    code = ("import os, time\nn = 0\ntry:\n    while True:\n        if os.fork() == 0:\n            time.sleep(60)\n"
+            "            os._exit(0)\n        n += 1\nexcept OSError:\n    print(n)\n")
+    r = run_python(code, limits=LIMITS)
+    assert r.ok and 0 < int(r.stdout) < LIMITS.max_procs                # the cap, not the timeout, stopped it
+    assert sandbox.leftovers(r.pid, r.uid) == [] and _alive_children() == []
+
+
+def test_network_isolation_is_in_force():
+    info = sandbox.isolation()
+    if info["network"] == "none":
+        pytest.skip(f"no network namespace in mode {info['mode']}")
+    assert sandbox.network_blocked() is True
+
+
+def test_cleared_environment_cwd_and_stdin():
+    r = run_python("import os, sys\nprint(sorted(os.environ))\nprint(os.getcwd() == os.environ['HOME'])\n"
+                   "print(sys.flags.isolated, sys.stdin.read())\nprint(open('data.txt').read())",
+                   stdin="hello", files={"data.txt": "given"})
+    assert r.ok, r.reason
+    assert r.stdout.splitlines() == ["['HOME', 'LANG', 'PATH', 'TMPDIR']", "True", "1 hello", "given"]
+
+
+def test_exit_codes_and_cpu_limit():
+    assert run_python("import sys; sys.exit(3)").reason == "exit code 3: no stderr"
+    r = run_python("raise ValueError('bad input')")
+    assert r.exit_code == 1 and r.reason == "exit code 1: ValueError: bad input"
+    r = run_python("import resource\nresource.setrlimit(resource.RLIMIT_CPU, (1, 2))\nwhile True:\n    pass",
+                   limits=Limits(timeout_s=10.0))
+    assert r.exit_code == -24 and r.reason == "killed by SIGXCPU (CPU time limit)"
