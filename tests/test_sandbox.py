@@ -105,3 +105,43 @@ def test_exit_codes_and_cpu_limit():
     r = run_python("import resource\nresource.setrlimit(resource.RLIMIT_CPU, (1, 2))\nwhile True:\n    pass",
                    limits=Limits(timeout_s=10.0))
     assert r.exit_code == -24 and r.reason == "killed by SIGXCPU (CPU time limit)"
+
+
+# --- the code task on top of the sandbox ---
+
+@pytest.fixture(scope="module")
+def code_task():
+    from posttrain.tasks.code import CodeConfig, CodeTask
+    return CodeTask(CodeConfig(timeout_s=2.0))
+
+
+def test_every_reference_solution_scores_one_and_splits_are_disjoint(code_task):
+    train, test = code_task.splits["train"], code_task.splits["test"]
+    assert len(code_task.problems) >= 30 and test and not {p.name for p in train} & {p.name for p in test}
+    for p in code_task.problems:
+        r = code_task.reward(p, code_task.target(p))
+        assert (r.reward, r.reason, r.components) == (1.0, None, {"passed": 8.0, "total": 8.0}), p.name
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_hostile_candidate_scores_zero_with_a_reason(code_task, case, monkeypatch):
+    _needs(case)
+    monkeypatch.setenv("POSTTRAIN_SECRET", SECRET)
+    item = next(p for p in code_task.problems if p.name == "sum_digits")
+    code = HOSTILE[case][0].format(port=1)
+    r = code_task.reward(item, f"```python\n{code}\ndef sum_digits(n):\n    return 0\n```")
+    assert r.reward == 0.0 and r.reason and r.error is None, (case, r)
+    assert _alive_children() == [] and not os.path.exists(OUTSIDE) and not IN_REPO.exists()
+
+
+def test_partial_credit_and_forged_result_lines(code_task):
+    from posttrain.tasks.code import MARK, extract_code
+    item = next(p for p in code_task.problems if p.name == "sum_digits")
+    odd_only = "def sum_digits(n):\n    return sum(int(c) for c in str(n)) if n % 2 else -1\n"
+    r = code_task.reward(item, odd_only)
+    n_odd = sum(a[0] % 2 for a in item.inputs)
+    assert r.reward == n_odd / 8 and r.components["passed"] == n_odd and r.reason.startswith(f"{n_odd}/8 tests passed")
+    # a candidate that prints result lines for every index: each index is then reported twice -> failed
+    forged = "".join(f"print('{MARK} {i} {e}', flush=True)\n" for i, e in enumerate(item.expected))
+    assert code_task.reward(item, forged + item.solution).reward == 0.0
+    assert extract_code("Here:\n```python\nx = 1\n```\nbye") == "x = 1\n" and extract_code("x = 2") == "x = 2"

@@ -17,6 +17,7 @@ class RewardResult:
     reward: float
     components: dict[str, float] = field(default_factory=dict)
     error: str | None = None
+    reason: str | None = None    # why the reward is below 1 (e.g. the sandbox's verdict); not an error
 
 
 class Task(Protocol):
