@@ -6,7 +6,6 @@ import socket
 import uuid
 from pathlib import Path
 
-import psutil
 import pytest
 
 from posttrain.tasks import sandbox
@@ -50,8 +49,22 @@ def _needs(case: str) -> None:
         pytest.skip("no network namespace here (isolation: none)")
 
 
-def _alive_children() -> list:
-    return [p for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
+def _alive_children() -> list[int]:
+    """Live (non-zombie) descendants of this test process, from /proc."""
+    parent, state = {}, {}
+    for p in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            state[int(p)], parent[int(p)] = fields[0], int(fields[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    found, frontier = [], [os.getpid()]
+    while frontier:
+        kids = [p for p, pp in parent.items() if pp in frontier]
+        found += kids
+        frontier = kids
+    return [p for p in found if state[p] != "Z"]
 
 
 @pytest.mark.parametrize("case", sorted(HOSTILE))
