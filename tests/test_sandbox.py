@@ -50,21 +50,7 @@ def _needs(case: str) -> None:
 
 
 def _alive_children() -> list[int]:
-    """Live (non-zombie) descendants of this test process, from /proc."""
-    parent, state = {}, {}
-    for p in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{p}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            state[int(p)], parent[int(p)] = fields[0], int(fields[1])
-        except (OSError, ValueError, IndexError):
-            continue
-    found, frontier = [], [os.getpid()]
-    while frontier:
-        kids = [p for p, pp in parent.items() if pp in frontier]
-        found += kids
-        frontier = kids
-    return [p for p in found if state[p] != "Z"]
+    return sandbox.descendants(os.getpid())
 
 
 @pytest.mark.parametrize("case", sorted(HOSTILE))

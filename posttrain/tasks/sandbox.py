@@ -205,17 +205,36 @@ def _pids() -> list[int]:
     return [int(p) for p in os.listdir("/proc") if p.isdigit()]
 
 
+def _stat(pid: int) -> tuple[str, int, int] | None:
+    """(state, parent pid, session id) of a process, None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return fields[0], int(fields[1]), int(fields[3])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def descendants(pid: int) -> list[int]:
+    """Live (non-zombie) descendants of `pid`, children first."""
+    stats = {p: st for p in _pids() if (st := _stat(p)) is not None}
+    found, frontier = [], {pid}
+    while frontier:
+        kids = [p for p, st in stats.items() if st[1] in frontier]
+        found += kids
+        frontier = set(kids)
+    return [p for p in found if stats[p][0] != "Z"]
+
+
 def leftovers(pid: int, uid: int | None) -> list[int]:
     """Live (non-zombie) processes still in the run's session, or of its uid."""
     out = []
     for p in _pids():
+        st = _stat(p)
         try:
-            with open(f"/proc/{p}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            state, sid = fields[0], int(fields[3])
-            if state != "Z" and (sid == pid or (uid is not None and os.stat(f"/proc/{p}").st_uid == uid)):
+            if st and st[0] != "Z" and (st[2] == pid or (uid is not None and os.stat(f"/proc/{p}").st_uid == uid)):
                 out.append(p)
-        except (OSError, IndexError, ValueError):
+        except OSError:
             pass
     return out
 
