@@ -3,6 +3,8 @@ never stop the step, and their workers are replaced; an RL run with 10% of verif
 raising and 5% hanging completes with exactly those counts in its metrics."""
 
 import ctypes
+import faulthandler
+import gc
 import json
 import os
 import time
@@ -29,6 +31,7 @@ class Misbehaving:
         if kind == "exit":
             os._exit(3)
         if kind == "segv":
+            faulthandler.disable()                  # pytest's traceback dump is noise here
             ctypes.string_at(0)
         if kind == "nan":
             from posttrain.tasks.base import RewardResult
@@ -131,3 +134,19 @@ def test_rl_run_with_faulty_verifier_completes_and_counts_match(sft_ckpt, tmp_pa
         assert (m["reward/errors"], m["reward/timeouts"]) == (2 * g, 1 * g)
         assert m["reward/workers_replaced"] == 1 * g
         assert m["reward/latency_p99_s"] >= 1.0 > m["reward/latency_p50_s"]
+
+
+def test_rl_step_on_the_code_task_scores_in_the_sandbox_through_the_pool(sft_ckpt, tmp_path, monkeypatch):
+    """The whole path: rollout -> pool worker -> sandboxed candidate -> reward, in an RL run."""
+    from posttrain.config import RLConfig, load_config
+    from posttrain.recipes import rl
+    from posttrain.tasks.code import CodeConfig, CodeTask
+    monkeypatch.setattr(rl, "ArithmeticTask", lambda cfg: CodeTask(CodeConfig(timeout_s=2.0)))
+    rl.run(load_config(RLConfig, None, [
+        f"out={tmp_path}/rl", f"init={sft_ckpt}", "steps=1", "prompts_per_step=2", "samples_per_prompt=2",
+        "max_new_tokens=16", "eval_problems=2", "eval_samples=2", "verifier_workers=2", "threads=1"]))
+    m = [json.loads(line) for line in open(tmp_path / "rl" / "metrics.jsonl")][-1]
+    assert m["step"] == 1 and m["reward/errors"] == 0.0 and m["reward/timeouts"] == 0.0
+    assert m["reward/total"] == 8.0 and 0.0 <= m["reward/mean"] <= 1.0    # 8 hidden tests per problem, all run
+    gc.collect()                                                            # the run's pool is garbage now:
+    assert sandbox.descendants(os.getpid()) == []                          # its workers and sandboxes are gone

@@ -115,9 +115,12 @@ def code_task():
 
 
 def test_every_reference_solution_scores_one_and_splits_are_disjoint(code_task):
+    from posttrain.models.tokenizer import CharTokenizer
+    tok = CharTokenizer()
     train, test = code_task.splits["train"], code_task.splits["test"]
     assert len(code_task.problems) >= 30 and test and not {p.name for p in train} & {p.name for p in test}
     for p in code_task.problems:
+        tok.encode(tok.chat_prompt(code_task.prompt(p)))                # gpt_mini can read every prompt
         r = code_task.reward(p, code_task.target(p))
         assert (r.reward, r.reason, r.components) == (1.0, None, {"passed": 8.0, "total": 8.0}), p.name
 
@@ -126,17 +129,17 @@ def test_every_reference_solution_scores_one_and_splits_are_disjoint(code_task):
 def test_hostile_candidate_scores_zero_with_a_reason(code_task, case, monkeypatch):
     _needs(case)
     monkeypatch.setenv("POSTTRAIN_SECRET", SECRET)
-    item = next(p for p in code_task.problems if p.name == "sum_digits")
+    item = next(p for p in code_task.problems if p.name == "sumdigits")
     code = HOSTILE[case][0].format(port=1)
-    r = code_task.reward(item, f"```python\n{code}\ndef sum_digits(n):\n    return 0\n```")
+    r = code_task.reward(item, f"```python\n{code}\ndef sumdigits(n):\n    return 0\n```")
     assert r.reward == 0.0 and r.reason and r.error is None, (case, r)
     assert _alive_children() == [] and not os.path.exists(OUTSIDE) and not IN_REPO.exists()
 
 
 def test_partial_credit_and_forged_result_lines(code_task):
     from posttrain.tasks.code import MARK, extract_code
-    item = next(p for p in code_task.problems if p.name == "sum_digits")
-    odd_only = "def sum_digits(n):\n    return sum(int(c) for c in str(n)) if n % 2 else -1\n"
+    item = next(p for p in code_task.problems if p.name == "sumdigits")
+    odd_only = "def sumdigits(n):\n    return sum(int(c) for c in str(n)) if n % 2 else -1\n"
     r = code_task.reward(item, odd_only)
     n_odd = sum(a[0] % 2 for a in item.inputs)
     assert r.reward == n_odd / 8 and r.components["passed"] == n_odd and r.reason.startswith(f"{n_odd}/8 tests passed")

@@ -1,8 +1,12 @@
 """Code task: write a small Python function; the reward is the fraction of hidden tests passed.
 
-    prompt    Write a Python function `sum_digits(n)` that returns the sum of the decimal
-              digits of the non-negative integer n. Reply with the code only.
-    response  ```python\\ndef sum_digits(n):\\n    return sum(map(int, str(n)))\\n```
+    prompt    write a python function sumdigits(n) that returns the sum of the decimal
+              digits of the non-negative integer n. reply with the code only.
+    response  ```python\\ndef sumdigits(n):\\n    return sum(map(int, str(n)))\\n```
+
+Prompts fit the built-in char tokenizer (lower case, no '_'), so `gpt_mini` can be run on
+the task; its vocabulary has no quotes, '_', '%' or '/', so it can write only some of the
+solutions (add3, maxoflist, ...): the task is meant for Hugging Face models.
 
 The problems (about forty) are generated locally from the table below: a signature, a
 description, a reference solution and an input generator. Expected outputs are computed
@@ -87,10 +91,10 @@ FAMILIES = [
     ("capitalize_words", "s", "returns s with the first letter of each space-separated word upper-cased",
      "return ' '.join(w[:1].upper() + w[1:] for w in s.split(' '))",
      lambda r: [" ".join(_word(r) for _ in range(r.randint(1, 4)))]),
-    ("fizzbuzz", "n", "returns 'FizzBuzz' if n is divisible by 15, 'Fizz' if by 3, 'Buzz' if by 5, else str(n)",
-     "return 'FizzBuzz' if n % 15 == 0 else 'Fizz' if n % 3 == 0 else 'Buzz' if n % 5 == 0 else str(n)",
+    ("fizzbuzz", "n", "returns the string fizzbuzz if n is divisible by 15, fizz if by 3, buzz if by 5, else str(n)",
+     "return 'fizzbuzz' if n % 15 == 0 else 'fizz' if n % 3 == 0 else 'buzz' if n % 5 == 0 else str(n)",
      lambda r: [r.randint(1, 60)]),
-    ("celsius_to_fahrenheit", "c", "converts c degrees Celsius to Fahrenheit (c * 9 / 5 + 32)",
+    ("celsius_to_fahrenheit", "c", "converts c degrees celsius to fahrenheit (c times 9, divided by 5, plus 32)",
      "return c * 9 / 5 + 32", lambda r: [r.randint(-40, 100)]),
     ("clamp", "x, lo, hi", "returns x limited to the range [lo, hi]", "return max(lo, min(x, hi))",
      lambda r: [r.randint(-20, 20), -5, 5]),
@@ -149,6 +153,7 @@ class CodeConfig:
 
 def build_problem(family, n_tests: int) -> CodeProblem:
     name, args, desc, body, gen = family
+    name = name.replace("_", "")           # the built-in char tokenizer has no '_' (see prompt())
     rng = random.Random(f"code/{name}")
     inputs = tuple(gen(rng) for _ in range(n_tests))
     solution = f"def {name}({args}):\n    {body}\n"
@@ -208,7 +213,8 @@ class CodeTask:
         return [rng.choice(pool) for _ in range(n)]
 
     def prompt(self, item: CodeProblem) -> str:
-        return f"Write a Python function `{item.signature}` that {item.description}. Reply with the code only."
+        """Lower case, no '_' or backticks: every prompt encodes with the built-in char tokenizer."""
+        return f"write a python function {item.signature} that {item.description.lower()}. reply with the code only."
 
     def target(self, item: CodeProblem) -> str:
         return f"```python\n{item.solution}```"
