@@ -36,6 +36,8 @@ HOSTILE = {
                         "exit code 1"),
     "kill_parent": ("import os, signal\nos.kill(-1, signal.SIGKILL)\nos.kill(os.getppid(), signal.SIGKILL)\n",
                     "PermissionError"),   # kill(-1): everything it may signal
+    "read_reference_solutions": (f"print(open({str(REPO / 'posttrain' / 'tasks' / 'code.py')!r}).read())\n",
+                                 "FileNotFoundError"),
     "huge_output": ("while True:\n    print('x' * 10000)\n", "output exceeded"),
     "missing_module": ("import no_such_module_posttrain\n", "ModuleNotFoundError"),
 }
@@ -45,6 +47,8 @@ def _needs(case: str) -> None:
     info = sandbox.isolation()
     if case in ("kill_parent", "write_outside", "read_parent_env") and info["user"] != "uid":
         pytest.skip(f"{case}: containment needs a separate uid (mode {info['mode']}: run as root)")
+    if case == "read_reference_solutions" and info["filesystem"] == "none":
+        pytest.skip("no mount namespace here: the checkout cannot be hidden")
     if case == "network_connect" and info["network"] != "netns":
         pytest.skip("no network namespace here (isolation: none)")
 
@@ -147,3 +151,12 @@ def test_partial_credit_and_forged_result_lines(code_task):
     forged = "".join(f"print('{MARK} {i} {e}', flush=True)\n" for i, e in enumerate(item.expected))
     assert code_task.reward(item, forged + item.solution).reward == 0.0
     assert extract_code("Here:\n```python\nx = 1\n```\nbye") == "x = 1\n" and extract_code("x = 2") == "x = 2"
+
+
+@pytest.mark.parametrize("mode", ["userns", "plain"])
+def test_fallback_modes_run_programs(mode):
+    """The weaker modes (non-root machines) still run programs with a cleared environment."""
+    r = sandbox._run(mode, "import os\nprint(sorted(os.environ), 6 * 7)", "", {}, Limits(timeout_s=5.0))
+    if mode == "userns" and r.reason and "failed to start" in r.reason:
+        pytest.skip(f"no unprivileged user namespaces here: {r.reason}")
+    assert r.ok and r.stdout == "['HOME', 'LANG', 'PATH', 'TMPDIR'] 42\n" and r.uid is None

@@ -9,7 +9,9 @@ limit is enforced by the kernel, not by the program's good will):
                 script dir not on sys.path), no site-packages: the standard library only
   filesystem    a fresh temp dir as cwd, HOME and TMPDIR; with namespaces, a private
                 tmpfs over /tmp, /var/tmp, /dev/shm and /run/lock (what the program writes
-                there vanishes with it); as another uid, nothing of ours is writable
+                there vanishes with it); our source checkout (reference solutions) is
+                hidden under an empty read-only tmpfs; as another uid, nothing of ours is
+                writable
   environment   cleared: PATH, LANG, HOME, TMPDIR only (no secret of the parent leaks)
   time          a wall-clock deadline, and RLIMIT_CPU as a second wall
   memory        RLIMIT_AS per process;  RLIMIT_FSIZE per file;  captured output capped
@@ -47,6 +49,10 @@ CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
 MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 4096, 16384, 1 << 18
 PRIVATE_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")   # world-writable places on a usual Linux
 UID_RANGE = (1_000_000, 2_000_000_000)                          # fresh uids: no user owns a file there
+MS_RDONLY = 1
+_CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# our source checkout holds the reference solutions: a candidate must not read them
+HIDDEN_DIRS = (_CHECKOUT,) if os.path.exists(os.path.join(_CHECKOUT, "pyproject.toml")) else ()
 
 
 @dataclass
@@ -139,6 +145,8 @@ def _enter_namespaces(mode: str, workdir: str, lim: Limits) -> None:
     for d in PRIVATE_DIRS:
         if os.path.isdir(d) and not os.path.islink(d):
             _check(libc.mount(b"tmpfs", d.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, opts), f"mount tmpfs {d}")
+    for d in HIDDEN_DIRS:
+        _check(libc.mount(b"tmpfs", d.encode(), b"tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, b"size=4k"), f"hide {d}")
     os.makedirs(workdir, exist_ok=True)
     _check(libc.mount(f"/proc/self/fd/{keep}".encode(), workdir.encode(), None, MS_BIND, None), "bind work dir")
     os.close(keep)
