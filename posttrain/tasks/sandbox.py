@@ -23,15 +23,17 @@ limit is enforced by the kernel, not by the program's good will):
   cleanup       its own session; at the end the session is SIGKILLed, and (as root) every
                 process of its uid, until none is left
 
-Which of these the OS allows is probed once (`isolation()`): mode "root" (euid 0: user,
+The setup runs in a first stage, `sandbox_boot.py`, exec'd as a fresh interpreter that
+enters the namespaces, sets the limits, drops the uid and then execs the program in place
+(same pid, same session). Which of these the OS allows is probed once (`isolation()`): mode "root" (euid 0: user,
 network and mount isolation), "userns" (unprivileged user namespaces: network and mount
 isolation, same uid: killing the parent is not prevented), "plain" (rlimits only).
 """
 
 from __future__ import annotations
 
-import ctypes
 import functools
+import json
 import os
 import resource
 import secrets
@@ -45,11 +47,9 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
-MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 4096, 16384, 1 << 18
 PRIVATE_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")   # world-writable places on a usual Linux
 UID_RANGE = (1_000_000, 2_000_000_000)                          # fresh uids: no user owns a file there
-MS_RDONLY = 1
+_BOOT = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_boot.py")).read()
 _CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # our source checkout holds the reference solutions: a candidate must not read them
 HIDDEN_DIRS = (_CHECKOUT,) if os.path.exists(os.path.join(_CHECKOUT, "pyproject.toml")) else ()
@@ -108,63 +108,6 @@ def network_blocked() -> bool:
         return "connected" not in r.stdout
     finally:
         srv.close()
-
-
-# --- the child side: runs between fork and exec (no Python objects of ours survive exec) ---
-
-@functools.lru_cache(maxsize=1)
-def _libc():
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
-    return libc
-
-
-def _check(rc: int, what: str) -> None:
-    if rc != 0:
-        raise OSError(ctypes.get_errno(), f"{what}: {os.strerror(ctypes.get_errno())}")
-
-
-def _write(path: str, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        os.write(fd, text.encode())
-    finally:
-        os.close(fd)
-
-
-def _enter_namespaces(mode: str, workdir: str, lim: Limits) -> None:
-    libc, uid, gid = _libc(), os.getuid(), os.getgid()
-    _check(libc.unshare(CLONE_NEWNET | CLONE_NEWNS | (CLONE_NEWUSER if mode == "userns" else 0)), "unshare")
-    if mode == "userns":                          # be root inside the namespace, our own uid outside
-        _write("/proc/self/setgroups", "deny")
-        _write("/proc/self/uid_map", f"0 {uid} 1")
-        _write("/proc/self/gid_map", f"0 {gid} 1")
-    _check(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
-    keep = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY)   # the work dir may lie under a dir we hide
-    opts = f"size={lim.max_file_mb}m,mode=1777".encode()
-    for d in PRIVATE_DIRS:
-        if os.path.isdir(d) and not os.path.islink(d):
-            _check(libc.mount(b"tmpfs", d.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, opts), f"mount tmpfs {d}")
-    for d in HIDDEN_DIRS:
-        _check(libc.mount(b"tmpfs", d.encode(), b"tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, b"size=4k"), f"hide {d}")
-    os.makedirs(workdir, exist_ok=True)
-    _check(libc.mount(f"/proc/self/fd/{keep}".encode(), workdir.encode(), None, MS_BIND, None), "bind work dir")
-    os.close(keep)
-
-
-def _child_setup(mode: str, workdir: str, lim: Limits, uid: int | None, nproc: int) -> None:
-    if mode != "plain":
-        _enter_namespaces(mode, workdir, lim)
-    os.chdir(workdir)
-    cpu = int(lim.timeout_s) + 2
-    for res, val in ((resource.RLIMIT_CPU, (cpu, cpu + 1)), (resource.RLIMIT_AS, (lim.memory_mb << 20,) * 2),
-                     (resource.RLIMIT_FSIZE, (lim.max_file_mb << 20,) * 2), (resource.RLIMIT_CORE, (0, 0)),
-                     (resource.RLIMIT_NPROC, (nproc, nproc))):
-        resource.setrlimit(res, val)
-    if uid is not None:                           # last: after this we hold no privilege at all
-        os.setgroups([])
-        os.setgid(uid)
-        os.setuid(uid)
 
 
 # --- the parent side ---
@@ -278,15 +221,20 @@ def _run(mode: str, code: str, stdin: str, files: dict, lim: Limits) -> SandboxR
                 os.chown(os.path.join(workdir, name), uid, uid)
         os.chmod(workdir, 0o700)
         nproc = lim.max_procs if uid is not None else _user_tasks(os.getuid()) + lim.max_procs
+        cpu = int(lim.timeout_s) + 2
+        boot = {"mode": mode, "workdir": workdir, "uid": uid, "python": _python(), "tmpfs_mb": lim.max_file_mb,
+                "private_dirs": PRIVATE_DIRS, "hidden_dirs": HIDDEN_DIRS,
+                "rlimits": {"RLIMIT_CPU": (cpu, cpu + 1), "RLIMIT_AS": (lim.memory_mb << 20,) * 2,
+                            "RLIMIT_FSIZE": (lim.max_file_mb << 20,) * 2, "RLIMIT_CORE": (0, 0),
+                            "RLIMIT_NPROC": (nproc, nproc)}}
         env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": workdir, "TMPDIR": workdir}
         t0 = time.perf_counter()
         with open(os.path.join(workdir, "stdin.txt")) as fin:
-            try:
-                proc = subprocess.Popen([_python(), "-I", "-S", "main.py"], stdin=fin, stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, env=env, cwd="/", start_new_session=True,
-                                        close_fds=True,
-                                        preexec_fn=functools.partial(_child_setup, mode, workdir, lim, uid, nproc))
-            except (OSError, subprocess.SubprocessError) as e:
+            try:     # stage 1 (sandbox_boot.py) sets everything up, then execs the program in place
+                proc = subprocess.Popen([_python(), "-I", "-S", "-c", _BOOT, json.dumps(boot)], stdin=fin,
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd="/",
+                                        start_new_session=True, close_fds=True)
+            except OSError as e:
                 return SandboxResult("", "", None, False, f"sandbox failed to start ({mode}): {e}", 0.0)
         out, err, timed_out, overflow = _collect(proc, lim)
         _kill_all(proc, uid)
@@ -334,6 +282,8 @@ def _collect(proc: subprocess.Popen, lim: Limits):
 
 
 def _reason(rc, timed_out: bool, overflow: bool, stderr: str, lim: Limits) -> str | None:
+    if rc == 125 and stderr.startswith("sandbox setup failed"):
+        return f"sandbox failed to start: {stderr.strip()[len('sandbox setup failed: '):][:200]}"
     if timed_out:
         return f"timed out after {lim.timeout_s:g}s (wall clock)"
     if overflow:
