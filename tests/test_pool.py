@@ -56,6 +56,10 @@ def test_every_failure_kind_scores_zero_with_a_reason_and_is_counted():
         assert 0 <= stats["latency_p50_s"] <= stats["latency_p99_s"]
         again, stats = pool.score([(("ok", 5), "5")] * 4)                   # the replacements work
         assert [r.reward for r in again] == [1.0] * 4 and stats["replaced"] == 0
+        os.kill(pool.workers[0].proc.pid, 9)                                # an idle worker killed from outside
+        pool.workers[0].proc.join()
+        again, stats = pool.score([(("ok", 5), "5")] * 4)
+        assert [r.reward for r in again] == [1.0] * 4 and stats["replaced"] == 1
         workers = [w.proc.pid for w in pool.workers]
     assert not any(p in sandbox.descendants(os.getpid()) for p in workers)  # closed: nothing left
 

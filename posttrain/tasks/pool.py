@@ -103,11 +103,15 @@ class VerifierPool:
         replaced_before = self.replaced
         todo = deque(range(len(pairs)))
         while todo or any(w.job for w in self.workers):
-            for w in self.workers:                                  # hand out work to idle workers
+            for k, w in enumerate(self.workers):                    # hand out work to idle workers
                 if w.job is None and todo:
-                    i = todo.popleft()
-                    w.job = (i, time.monotonic())
-                    w.conn.send((i, *pairs[i]))
+                    try:
+                        w.conn.send((todo[0], *pairs[todo[0]]))
+                    except (BrokenPipeError, ConnectionResetError):  # died while idle (killed from outside)
+                        self._replace(w)
+                        w = self.workers[k]
+                        w.conn.send((todo[0], *pairs[todo[0]]))
+                    w.job = (todo.popleft(), time.monotonic())
             busy = [w for w in self.workers if w.job]
             first_deadline = min(t for _, t in (w.job for w in busy)) + self.timeout_s
             ready = set(wait([w.conn for w in busy] + [w.proc.sentinel for w in busy],
