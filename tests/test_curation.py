@@ -47,7 +47,8 @@ def test_curate_band_filter_and_metrics():
     assert kept == [0, 2, 3]
     assert m["keep_rate"] == pytest.approx(3 / 9) and m["frac_groups_with_signal"] == 1.0
     assert m["frac_groups_with_signal_before"] == pytest.approx(7 / 9)
-    assert (m["removed/exact_dup"], m["removed/near_dup"], m["removed/contaminated"], m["removed/out_of_band"]) == (1, 1, 1, 3)
+    removed = [m[f"removed/{s}"] for s in ("exact_dup", "near_dup", "contaminated", "out_of_band")]
+    assert removed == [1, 1, 1, 3]
     assert [m[f"bucket/{b}"] for b in ("never", "hard", "learnable", "easy", "always")] == [1, 1, 6, 0, 1]
 
 
@@ -87,7 +88,7 @@ def test_probe_runs_on_the_rollout_engine(sft_ckpt):
     task = ArithmeticTask(ArithmeticConfig(max_terms=3))
     items = task.items(4, "train", seed=1)
     engine = Engine(model, tok, max_slots=64)
-    rates, signal = probe(engine, tok, task, items, k=4, max_new_tokens=24, seed=5)
-    again, _ = probe(engine, tok, task, items, k=4, max_new_tokens=24, seed=5)
+    rates, signal = probe(engine, tok, task, items, k=4, max_new_tokens=16, seed=5)
+    again, _ = probe(engine, tok, task, items, k=4, max_new_tokens=16, seed=5)
     assert rates.shape == (4,) and ((rates * 4) % 1 == 0).all() and (rates == again).all()   # K=4: quarters
     assert (signal == ((rates > 0) & (rates < 1))).all()                                  # binary rewards

@@ -27,7 +27,8 @@ def _listener():
 # name -> (program, a substring the reason must contain). {port} is a socket the test listens on.
 HOSTILE = {
     "infinite_loop": ("while True:\n    pass\n", "timed out"),
-    "fork_bomb": ("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n", "timed out"),
+    "fork_bomb": ("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
+                  "timed out"),
     "memory_bomb": ("chunks = []\nwhile True:\n    chunks.append(bytearray(50 << 20))\n", "MemoryError"),
     "network_connect": ("import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1)\n"
                         "socket.create_connection(('1.1.1.1', 80), timeout=1)\nprint('connected')\n", "exit code 1"),

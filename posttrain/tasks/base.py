@@ -66,7 +66,7 @@ def score_samples(task: Task, samples, pool=None) -> dict:
         scored, stats = pool.score([(samples[i].item, samples[i].text) for i in todo])
         metrics = {"reward/timeouts": float(stats["timeouts"]), "reward/workers_replaced": float(stats["replaced"]),
                    **{f"reward/{k}": v for k, v in stats.items() if k.startswith("latency")}}
-    else:                                    # in-process: its time is time/reward_s (latency keys would break exact resume)
+    else:                # in-process: its time is time/reward_s (latency keys would break the exact-resume test)
         scored = [safe_reward(task, samples[i].item, samples[i].text) for i in todo]
     for i, res in zip(todo, scored):
         results[i] = res

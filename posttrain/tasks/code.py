@@ -27,7 +27,7 @@ import zlib
 from dataclasses import dataclass
 
 from posttrain.tasks.base import RewardResult
-from posttrain.tasks.sandbox import Limits, run_python
+from posttrain.tasks.sandbox import run_python
 
 MARK = "__POSTTRAIN_RESULT__"
 HARNESS = """import json, os
@@ -174,7 +174,8 @@ def same(a, b) -> bool:
     if isinstance(a, bool) or isinstance(b, bool):
         return type(a) is type(b) and a == b
     if isinstance(a, float) or isinstance(b, float):
-        return isinstance(a, (int, float)) and isinstance(b, (int, float)) and math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9)
+        numbers = isinstance(a, (int, float)) and isinstance(b, (int, float))
+        return numbers and math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9)
     if isinstance(a, list) and isinstance(b, list):
         return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
     if isinstance(a, dict) and isinstance(b, dict):
@@ -205,7 +206,8 @@ class CodeTask:
             raise UsageError("code task: need tests_per_problem >= 1, 0 < heldout_frac < 1 and timeout_s > 0")
         self.problems = [build_problem(f, c.tests_per_problem) for f in FAMILIES]
         held = lambda p: zlib.crc32(p.name.encode()) % 1000 < c.heldout_frac * 1000  # noqa: E731
-        self.splits = {"train": [p for p in self.problems if not held(p)], "test": [p for p in self.problems if held(p)]}
+        self.splits = {"train": [p for p in self.problems if not held(p)],
+                       "test": [p for p in self.problems if held(p)]}
 
     def items(self, n: int, split: str = "train", seed=0) -> list[CodeProblem]:
         pool = self.splits["train" if split == "train" else "test"]
@@ -229,5 +231,6 @@ class CodeTask:
         reason = r.reason
         if reason is None and passed < total:
             i = ok.index(False)
-            reason = f"{passed}/{total} tests passed; {item.name}(*{item.inputs[i]}) gave {got[i]!r}, expected {item.expected[i]!r}"
+            reason = (f"{passed}/{total} tests passed; {item.name}(*{item.inputs[i]}) gave {got[i]!r}, "
+                      f"expected {item.expected[i]!r}")
         return RewardResult(passed / total, {"passed": float(passed), "total": float(total)}, reason=reason)

@@ -137,10 +137,13 @@ def _eval(node):
         return math.pi if node.id == "pi" else math.e
     if isinstance(node, ast.UnaryOp) and type(node.op) in _OPS:
         return _OPS[type(node.op)](_eval(node.operand))
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "sqrt" and len(node.args) == 1:
+    if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "sqrt" and len(node.args) == 1:
         x = _eval(node.args[0])
-        root = Fraction(math.isqrt(x.numerator), math.isqrt(x.denominator)) if isinstance(x, Fraction) and x >= 0 else None
-        return root if root is not None and root * root == x else math.sqrt(x)
+        if isinstance(x, Fraction) and x >= 0:                      # sqrt(4/9) stays exact: 2/3
+            root = Fraction(math.isqrt(x.numerator), math.isqrt(x.denominator))
+            if root * root == x:
+                return root
+        return math.sqrt(x)
     if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
         a, b = _eval(node.left), _eval(node.right)
         if isinstance(node.op, ast.Pow):

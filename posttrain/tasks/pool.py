@@ -141,7 +141,8 @@ class VerifierPool:
                 errors += res.error is not None
         stats = {"errors": errors, "timeouts": timeouts, "replaced": self.replaced - replaced_before}
         if len(pairs):
-            stats.update(latency_p50_s=float(np.percentile(latency, 50)), latency_p99_s=float(np.percentile(latency, 99)))
+            stats.update(latency_p50_s=float(np.percentile(latency, 50)),
+                         latency_p99_s=float(np.percentile(latency, 99)))
         return results, stats
 
 

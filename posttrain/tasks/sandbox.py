@@ -35,7 +35,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import resource
 import secrets
 import selectors
 import shutil
