@@ -39,6 +39,7 @@ HOSTILE = {
                     "PermissionError"),   # kill(-1): everything it may signal
     "read_reference_solutions": (f"print(open({str(REPO / 'posttrain' / 'tasks' / 'code.py')!r}).read())\n",
                                  "FileNotFoundError"),
+    "fill_disk": ("for i in range(100):\n    open(f'f{{i}}', 'wb').write(b'x' * (10 << 20))\n", "No space left"),
     "huge_output": ("while True:\n    print('x' * 10000)\n", "output exceeded"),
     "missing_module": ("import no_such_module_posttrain\n", "ModuleNotFoundError"),
 }
@@ -48,7 +49,7 @@ def _needs(case: str) -> None:
     info = sandbox.isolation()
     if case in ("kill_parent", "write_outside", "read_parent_env") and info["user"] != "uid":
         pytest.skip(f"{case}: containment needs a separate uid (mode {info['mode']}: run as root)")
-    if case == "read_reference_solutions" and info["filesystem"] == "none":
+    if case in ("read_reference_solutions", "fill_disk") and info["filesystem"] == "none":
         pytest.skip("no mount namespace here: the checkout cannot be hidden")
     if case == "network_connect" and info["network"] != "netns":
         pytest.skip("no network namespace here (isolation: none)")

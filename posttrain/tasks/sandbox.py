@@ -7,11 +7,11 @@ limit is enforced by the kernel, not by the program's good will):
 
   interpreter   `python -I -S main.py`: isolated mode (no PYTHON* variables, no user site,
                 script dir not on sys.path), no site-packages: the standard library only
-  filesystem    a fresh temp dir as cwd, HOME and TMPDIR; with namespaces, a private
-                tmpfs over /tmp, /var/tmp, /dev/shm and /run/lock (what the program writes
-                there vanishes with it); our source checkout (reference solutions) is
-                hidden under an empty read-only tmpfs; as another uid, nothing of ours is
-                writable
+  filesystem    a fresh temp dir as cwd, HOME and TMPDIR; with namespaces, it and /tmp,
+                /var/tmp, /dev/shm, /run/lock are private tmpfs mounts of max_file_mb each
+                (disk use is capped; what the program writes vanishes with it); our source
+                checkout (reference solutions) is hidden under an empty read-only tmpfs;
+                as another uid, nothing of ours is writable
   environment   cleared: PATH, LANG, HOME, TMPDIR only (no secret of the parent leaks)
   time          a wall-clock deadline, and RLIMIT_CPU as a second wall
   memory        RLIMIT_AS per process;  RLIMIT_FSIZE per file;  captured output capped
@@ -25,9 +25,10 @@ limit is enforced by the kernel, not by the program's good will):
 
 The setup runs in a first stage, `sandbox_boot.py`, exec'd as a fresh interpreter that
 enters the namespaces, sets the limits, drops the uid and then execs the program in place
-(same pid, same session). Which of these the OS allows is probed once (`isolation()`): mode "root" (euid 0: user,
-network and mount isolation), "userns" (unprivileged user namespaces: network and mount
-isolation, same uid: killing the parent is not prevented), "plain" (rlimits only).
+(same pid, same session). Which of these the OS allows is probed once (`isolation()`):
+mode "root" (euid 0: user, network and mount isolation), "userns" (unprivileged user
+namespaces: network and mount isolation, same uid: killing the parent is not prevented),
+"plain" (rlimits only; the work dir is on disk).
 """
 
 from __future__ import annotations

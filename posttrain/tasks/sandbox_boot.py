@@ -15,7 +15,7 @@ import resource
 import sys
 
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 4096, 16384, 1 << 18
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 1, 2, 4, 16384, 1 << 18
 
 
 def boot(cfg: dict) -> None:
@@ -39,7 +39,10 @@ def boot(cfg: dict) -> None:
             write("/proc/self/uid_map", f"0 {uid} 1")
             write("/proc/self/gid_map", f"0 {gid} 1")
         check(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
-        keep = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY)    # the work dir may lie under a dir we cover
+        files = {}                                # the work dir moves onto a tmpfs of its own: disk use is capped
+        for name in os.listdir(workdir):
+            with open(os.path.join(workdir, name), "rb") as f:
+                files[name] = f.read()
         tmpfs = f"size={cfg['tmpfs_mb']}m,mode=1777".encode()
         for d in cfg["private_dirs"]:
             if os.path.isdir(d) and not os.path.islink(d):
@@ -47,8 +50,15 @@ def boot(cfg: dict) -> None:
         for d in cfg["hidden_dirs"]:
             check(libc.mount(b"tmpfs", d.encode(), b"tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, b"size=4k"), f"hide {d}")
         os.makedirs(workdir, exist_ok=True)
-        check(libc.mount(f"/proc/self/fd/{keep}".encode(), workdir.encode(), None, MS_BIND, None), "bind work dir")
-        os.close(keep)
+        owner = "" if cfg["uid"] is None else f",uid={cfg['uid']},gid={cfg['uid']}"
+        opts = f"size={cfg['tmpfs_mb']}m,mode=0700{owner}".encode()
+        check(libc.mount(b"tmpfs", workdir.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, opts), "mount tmpfs work dir")
+        for name, data in files.items():
+            path = os.path.join(workdir, name)
+            with open(path, "wb") as f:
+                f.write(data)
+            if cfg["uid"] is not None:
+                os.chown(path, cfg["uid"], cfg["uid"])
     os.chdir(workdir)
     for name, value in cfg["rlimits"].items():
         resource.setrlimit(getattr(resource, name), tuple(value))
