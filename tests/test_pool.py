@@ -121,12 +121,21 @@ class FaultInjecting:
         return self.inner.reward(item, response)
 
 
+def _rl_with_task(monkeypatch, factory):
+    """`posttrain rl` builds its task with factory(cfg.task), before or after the task registry."""
+    from posttrain.recipes import rl
+    if hasattr(rl, "ArithmeticTask"):
+        monkeypatch.setattr(rl, "ArithmeticTask", factory)
+    else:
+        monkeypatch.setattr(rl.tasks, "make", factory)
+    return rl
+
+
 def test_rl_run_with_faulty_verifier_completes_and_counts_match(sft_ckpt, tmp_path, monkeypatch):
     from conftest import TINY_TASK
 
     from posttrain.config import RLConfig, load_config
-    from posttrain.recipes import rl
-    monkeypatch.setattr(rl, "ArithmeticTask", lambda cfg: FaultInjecting(ArithmeticTask(cfg)))
+    rl = _rl_with_task(monkeypatch, lambda cfg: FaultInjecting(ArithmeticTask(cfg)))
     g = 2
     rl.run(load_config(RLConfig, None, [
         f"out={tmp_path}/rl", f"init={sft_ckpt}", "steps=2", "prompts_per_step=20", f"samples_per_prompt={g}",
@@ -144,9 +153,8 @@ def test_rl_run_with_faulty_verifier_completes_and_counts_match(sft_ckpt, tmp_pa
 def test_rl_step_on_the_code_task_scores_in_the_sandbox_through_the_pool(sft_ckpt, tmp_path, monkeypatch):
     """The whole path: rollout -> pool worker -> sandboxed candidate -> reward, in an RL run."""
     from posttrain.config import RLConfig, load_config
-    from posttrain.recipes import rl
     from posttrain.tasks.code import CodeConfig, CodeTask
-    monkeypatch.setattr(rl, "ArithmeticTask", lambda cfg: CodeTask(CodeConfig(timeout_s=2.0)))
+    rl = _rl_with_task(monkeypatch, lambda cfg: CodeTask(CodeConfig(timeout_s=2.0)))
     rl.run(load_config(RLConfig, None, [
         f"out={tmp_path}/rl", f"init={sft_ckpt}", "steps=1", "prompts_per_step=2", "samples_per_prompt=2",
         "max_new_tokens=16", "eval_problems=2", "eval_samples=2", "verifier_workers=2", "threads=1"]))

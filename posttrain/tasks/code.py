@@ -145,6 +145,7 @@ class CodeProblem:
 
 @dataclass
 class CodeConfig:
+    name: str = "code"            # the task registry's key (`task.name=code`)
     tests_per_problem: int = 8    # hidden test inputs per problem
     heldout_frac: float = 0.2     # share of problems (by name) reserved for evaluation
     timeout_s: float = 5.0        # wall clock per candidate (all its tests together)
