@@ -59,8 +59,9 @@ def score_samples(task: Task, samples, pool=None) -> dict:
     `pool` (tasks/pool.py) the verifier runs in worker processes under a deadline: hangs
     score 0 and are counted in `reward/timeouts`; in-process, a hang would stall the step.
     """
-    todo = [i for i, s in enumerate(samples) if s.finish_reason != "error"]
-    results = [RewardResult(0.0, error="generation failed")] * len(samples)
+    results = [RewardResult(s.reward, s.reward_components, s.reward_error) if getattr(s, "scored", False)
+               else RewardResult(0.0, error="generation failed") for s in samples]    # episodes arrive scored
+    todo = [i for i, s in enumerate(samples) if not getattr(s, "scored", False) and s.finish_reason != "error"]
     metrics = {"reward/timeouts": 0.0}
     if pool is not None:
         scored, stats = pool.score([(samples[i].item, samples[i].text) for i in todo])
