@@ -88,12 +88,14 @@ def run_python(code: str, stdin: str = "", timeout_s: float = 5.0, memory_mb: in
 
 
 def isolation() -> dict:
-    """What is in force here: {"mode", "user", "network", "filesystem", "python"}; the network
-    entry is "netns" only after a connect() from inside was seen to fail."""
+    """What is in force here: {"mode", "user", "network", "filesystem", "python", "passed_over"};
+    the network entry is "netns" only after a connect() from inside was seen to fail, and
+    `passed_over` says why a stronger mode failed to start."""
     mode = _mode()
     return {"mode": mode, "user": "uid" if mode == "root" else "none",
             "network": "netns" if mode != "plain" and network_blocked() else "none",
-            "filesystem": "private-tmp" if mode != "plain" else "none", "python": _python()}
+            "filesystem": "private-tmp" if mode != "plain" else "none", "python": _python(),
+            "passed_over": dict(_MODE_ERRORS)}
 
 
 @functools.lru_cache(maxsize=1)
@@ -130,6 +132,9 @@ def _world_executable(path: str) -> bool:
         return False
 
 
+_MODE_ERRORS: dict[str, str] = {}                # why a stronger mode was passed over (isolation() shows it)
+
+
 @functools.lru_cache(maxsize=1)
 def _mode() -> str:
     """The strongest mode whose setup succeeds here (probed once with a trivial program)."""
@@ -137,6 +142,7 @@ def _mode() -> str:
         r = _run(mode, "print('ok')", "", {}, Limits(timeout_s=10.0))
         if r.stdout.strip() == "ok":
             return mode
+        _MODE_ERRORS[mode] = r.reason or "no output"
     return "plain"
 
 

@@ -48,6 +48,8 @@ def boot(cfg: dict) -> None:
             if os.path.isdir(d) and not os.path.islink(d):
                 check(libc.mount(b"tmpfs", d.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, tmpfs), f"mount tmpfs {d}")
         for d in cfg["hidden_dirs"]:
+            if not os.path.isdir(d):              # under a private dir just mounted: hidden already
+                continue
             check(libc.mount(b"tmpfs", d.encode(), b"tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, b"size=4k"), f"hide {d}")
         os.makedirs(workdir, exist_ok=True)
         owner = "" if cfg["uid"] is None else f",uid={cfg['uid']},gid={cfg['uid']}"
