@@ -61,6 +61,8 @@ def test_every_failure_kind_scores_zero_with_a_reason_and_is_counted():
         pool.workers[0].proc.join()
         again, stats = pool.score([(("ok", 5), "5")] * 4)
         assert [r.reward for r in again] == [1.0] * 4 and stats["replaced"] == 1
+        res, stats = pool.score([(("ok", lambda: 0), "0"), (("ok", 7), "7")])  # a lambda does not pickle
+        assert res[0].error.startswith("cannot send the item") and res[1].reward == 1.0 and stats["errors"] == 1
         workers = [w.proc.pid for w in pool.workers]
     assert not any(p in sandbox.descendants(os.getpid()) for p in workers)  # closed: nothing left
 

@@ -43,7 +43,11 @@ def _serve(task, conn) -> None:
             idx, item, response = conn.recv()
         except (EOFError, OSError):
             return
-        conn.send((idx, safe_reward(task, item, response)))
+        res = safe_reward(task, item, response)
+        try:
+            conn.send((idx, res))
+        except Exception as e:                          # e.g. components that do not pickle
+            conn.send((idx, RewardResult(0.0, error=f"verifier result cannot be sent back: {type(e).__name__}: {e}")))
 
 
 class _Worker:
@@ -104,14 +108,21 @@ class VerifierPool:
         todo = deque(range(len(pairs)))
         while todo or any(w.job for w in self.workers):
             for k, w in enumerate(self.workers):                    # hand out work to idle workers
-                if w.job is None and todo:
+                while w.job is None and todo:
+                    i = todo.popleft()
                     try:
-                        w.conn.send((todo[0], *pairs[todo[0]]))
+                        w.conn.send((i, *pairs[i]))
                     except (BrokenPipeError, ConnectionResetError):  # died while idle (killed from outside)
                         self._replace(w)
                         w = self.workers[k]
-                        w.conn.send((todo[0], *pairs[todo[0]]))
-                    w.job = (todo.popleft(), time.monotonic())
+                        w.conn.send((i, *pairs[i]))
+                    except Exception as e:                          # the item does not pickle: that sample only
+                        results[i] = RewardResult(0.0, error=f"cannot send the item to a verifier worker: {e}")
+                        errors += 1
+                        continue
+                    w.job = (i, time.monotonic())
+            if not any(w.job for w in self.workers):
+                break
             busy = [w for w in self.workers if w.job]
             first_deadline = min(t for _, t in (w.job for w in busy)) + self.timeout_s
             ready = set(wait([w.conn for w in busy] + [w.proc.sentinel for w in busy],
