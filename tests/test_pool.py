@@ -44,12 +44,12 @@ class Misbehaving:
 def test_every_failure_kind_scores_zero_with_a_reason_and_is_counted():
     kinds = ["ok", "raise", "ok", "hang", "exit", "ok", "segv", "nan", "ok", "hang"]
     pairs = [((k, i), str(i)) for i, k in enumerate(kinds)]
-    with VerifierPool(Misbehaving(), workers=2, timeout_s=1.0) as pool:
+    with VerifierPool(Misbehaving(), workers=2, timeout_s=3.0) as pool:      # slack for a loaded CI box
         results, stats = pool.score(pairs)
         assert [r.reward for r in results] == [1.0 if k == "ok" else 0.0 for k in kinds]
         reasons = [r.error for r in results]
         assert reasons[1] == "ValueError: bad item 1"
-        assert reasons[3] == reasons[9] == "verifier timed out after 1s"
+        assert reasons[3] == reasons[9] == "verifier timed out after 3s"
         assert reasons[4] == "verifier worker died (exit code 3)"
         assert reasons[6] == "verifier worker died (exit code -11)"
         assert reasons[7].startswith("verifier returned a non-finite reward")
@@ -141,7 +141,7 @@ def test_rl_run_with_faulty_verifier_completes_and_counts_match(sft_ckpt, tmp_pa
     g = 2
     rl.run(load_config(RLConfig, None, [
         f"out={tmp_path}/rl", f"init={sft_ckpt}", "steps=2", "prompts_per_step=20", f"samples_per_prompt={g}",
-        "max_new_tokens=24", "eval_problems=4", "eval_samples=2", "verifier_workers=2", "verifier_timeout_s=1.0",
+        "max_new_tokens=24", "eval_problems=4", "eval_samples=2", "verifier_workers=2", "verifier_timeout_s=2.0",
         "threads=1", *TINY_TASK]))
     steps = [json.loads(line) for line in open(tmp_path / "rl" / "metrics.jsonl")]
     train = [m for m in steps if m["step"] > 0]
@@ -149,7 +149,7 @@ def test_rl_run_with_faulty_verifier_completes_and_counts_match(sft_ckpt, tmp_pa
     for m in train:                                  # 40 calls a step: 4 raise, 2 hang
         assert (m["reward/errors"], m["reward/timeouts"]) == (2 * g, 1 * g)
         assert m["reward/workers_replaced"] == 1 * g
-        assert m["reward/latency_p99_s"] >= 1.0 > m["reward/latency_p50_s"]
+        assert m["reward/latency_p99_s"] >= 2.0 > m["reward/latency_p50_s"]
 
 
 def test_rl_step_on_the_code_task_scores_in_the_sandbox_through_the_pool(sft_ckpt, tmp_path, monkeypatch):

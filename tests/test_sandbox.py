@@ -1,6 +1,7 @@
 """The sandbox contains hostile programs: each gets a reason, the test process goes on, and
 nothing it started is left running. The code task scores every one of them 0."""
 
+import dataclasses
 import os
 import socket
 import uuid
@@ -15,7 +16,12 @@ REPO = Path(__file__).resolve().parents[1]
 SECRET = "hunter2-" + uuid.uuid4().hex
 OUTSIDE = f"/tmp/posttrain-hostile-{uuid.uuid4().hex}"
 IN_REPO = REPO / f"hostile-{uuid.uuid4().hex}.txt"
-LIMITS = Limits(timeout_s=2.0, memory_mb=256, max_procs=16, max_output_bytes=20_000)
+LIMITS = Limits(timeout_s=20.0, memory_mb=256, max_procs=16, max_output_bytes=20_000)
+SHORT = 2.0     # the wall clock for programs that never end; the others get 20 s (slack for a loaded CI box)
+
+
+def _limits(case: str) -> Limits:
+    return dataclasses.replace(LIMITS, timeout_s=SHORT if HOSTILE[case][1] == "timed out" else LIMITS.timeout_s)
 
 
 def _listener():
@@ -66,7 +72,7 @@ def test_hostile_program_is_contained(case, monkeypatch):
     srv = _listener()
     try:
         code, want = HOSTILE[case]
-        r = run_python(code.format(port=srv.getsockname()[1]), limits=LIMITS)
+        r = run_python(code.format(port=srv.getsockname()[1]), limits=_limits(case))
     finally:
         srv.close()
     assert not r.ok and want in r.reason, (case, r.reason, r.stderr[-300:])
@@ -108,19 +114,20 @@ def test_exit_codes_and_cpu_limit():
     r = run_python("raise ValueError('bad input')")
     assert r.exit_code == 1 and r.reason == "exit code 1: ValueError: bad input"
     r = run_python("import resource\nresource.setrlimit(resource.RLIMIT_CPU, (1, 2))\nwhile True:\n    pass",
-                   limits=Limits(timeout_s=10.0))
+                   limits=Limits(timeout_s=60.0))      # 1 s of CPU can take long on a loaded box
     assert r.exit_code == -24 and r.reason == "killed by SIGXCPU (CPU time limit)"
 
 
 # --- the code task on top of the sandbox ---
 
 @pytest.fixture(scope="module")
-def code_task():
+def code_tasks():
     from posttrain.tasks.code import CodeConfig, CodeTask
-    return CodeTask(CodeConfig(timeout_s=2.0))
+    return {t: CodeTask(CodeConfig(timeout_s=t)) for t in (SHORT, LIMITS.timeout_s)}
 
 
-def test_every_reference_solution_scores_one_and_splits_are_disjoint(code_task):
+def test_every_reference_solution_scores_one_and_splits_are_disjoint(code_tasks):
+    code_task = code_tasks[LIMITS.timeout_s]
     from posttrain.models.tokenizer import CharTokenizer
     tok = CharTokenizer()
     train, test = code_task.splits["train"], code_task.splits["test"]
@@ -132,7 +139,8 @@ def test_every_reference_solution_scores_one_and_splits_are_disjoint(code_task):
 
 
 @pytest.mark.parametrize("case", sorted(HOSTILE))
-def test_hostile_candidate_scores_zero_with_a_reason(code_task, case, monkeypatch):
+def test_hostile_candidate_scores_zero_with_a_reason(code_tasks, case, monkeypatch):
+    code_task = code_tasks[_limits(case).timeout_s]
     _needs(case)
     monkeypatch.setenv("POSTTRAIN_SECRET", SECRET)
     item = next(p for p in code_task.problems if p.name == "sumdigits")
@@ -142,7 +150,8 @@ def test_hostile_candidate_scores_zero_with_a_reason(code_task, case, monkeypatc
     assert _alive_children() == [] and not os.path.exists(OUTSIDE) and not IN_REPO.exists()
 
 
-def test_partial_credit_and_forged_result_lines(code_task):
+def test_partial_credit_and_forged_result_lines(code_tasks):
+    code_task = code_tasks[LIMITS.timeout_s]
     from posttrain.tasks.code import MARK, extract_code
     item = next(p for p in code_task.problems if p.name == "sumdigits")
     odd_only = "def sumdigits(n):\n    return sum(int(c) for c in str(n)) if n % 2 else -1\n"
