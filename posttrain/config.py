@@ -244,3 +244,5 @@ class RLConfig(RunConfig):
     eval_problems: int = 200      # held-out problems per evaluation
     eval_samples: int = 8         # samples per held-out problem: pass@1 and pass@<eval_samples>
     save_samples: int = 8         # audited samples written to samples.jsonl at each eval (top-reward + random)
+    verifier_workers: int = 0     # verifier processes (tasks/pool.py); 0 = in-process: cheapest, but a hang stalls the step
+    verifier_timeout_s: float = 30.0  # per-call deadline with verifier_workers > 0; a late call scores 0 (reward/timeouts)

@@ -29,6 +29,7 @@ from posttrain.framework.batch import collate_samples
 from posttrain.framework.rollout import SamplingParams
 from posttrain.framework.trainer import critic_values, needs_critic, policy_loss_fn
 from posttrain.tasks.base import score_samples
+from posttrain.tasks.pool import make_pool
 
 
 class Controller:
@@ -41,6 +42,7 @@ class Controller:
         self.timers: dict[str, float] = {}
         self.last_samples: list = []
         self.on_batch = None                     # optional hook(step, samples, batch) before ❼: the audit trace
+        self.pool = make_pool(task, cfg.verifier_workers, cfg.verifier_timeout_s)  # None = in-process
 
     @contextmanager
     def timer(self, name: str):
@@ -93,7 +95,7 @@ class Controller:
                                                step=step * 1000 + attempt, items=items,
                                                group_offset=len(kept) // cfg.samples_per_prompt)
             with self.timer("reward"):
-                reward_metrics = score_samples(self.task, samples)
+                reward_metrics = score_samples(self.task, samples, self.pool)
             groups = group_rewards(samples)
             if first is None:                                                   # metrics of the first draw
                 first = {**reward_metrics, **group_metrics(groups), **sample_metrics(samples, cfg.max_new_tokens),

@@ -17,6 +17,7 @@ class RewardResult:
     reward: float
     components: dict[str, float] = field(default_factory=dict)
     error: str | None = None
+    reason: str | None = None    # why the reward is below 1 (e.g. the sandbox's verdict); not an error
 
 
 class Task(Protocol):
@@ -52,21 +53,32 @@ def mean_reward(results: Sequence[RewardResult]) -> float:
     return sum(r.reward for r in results) / max(len(results), 1)
 
 
-def score_samples(task: Task, samples) -> dict:
+def score_samples(task: Task, samples, pool=None) -> dict:
     """Fill `reward`, `reward_components` and `reward_error` of every sample; return metrics.
 
     A verifier error scores 0 and is counted (`reward/errors`); a sample whose generation
-    failed (`finish_reason == "error"`) is scored 0 without calling the verifier.
+    failed (`finish_reason == "error"`) is scored 0 without calling the verifier. With a
+    `pool` (tasks/pool.py) the verifier runs in worker processes under a deadline: hangs
+    score 0 and are counted in `reward/timeouts`; in-process, a hang would stall the step.
     """
+    results = [RewardResult(s.reward, s.reward_components, s.reward_error) if getattr(s, "scored", False)
+               else RewardResult(0.0, error="generation failed") for s in samples]    # episodes arrive scored
+    todo = [i for i, s in enumerate(samples) if not getattr(s, "scored", False) and s.finish_reason != "error"]
+    metrics = {"reward/timeouts": 0.0}
+    if pool is not None:
+        scored, stats = pool.score([(samples[i].item, samples[i].text) for i in todo])
+        metrics = {"reward/timeouts": float(stats["timeouts"]), "reward/workers_replaced": float(stats["replaced"]),
+                   **{f"reward/{k}": v for k, v in stats.items() if k.startswith("latency")}}
+    else:                # in-process: its time is time/reward_s (latency keys would break the exact-resume test)
+        scored = [safe_reward(task, samples[i].item, samples[i].text) for i in todo]
+    for i, res in zip(todo, scored):
+        results[i] = res
     errors, comps = 0, {}
-    for s in samples:
-        if s.finish_reason == "error":
-            res = RewardResult(0.0, error="generation failed")
-        else:
-            res = safe_reward(task, s.item, s.text)
+    for s, res in zip(samples, results):
         s.reward, s.reward_components, s.reward_error = float(res.reward), res.components, res.error
         errors += res.error is not None
         for k, v in res.components.items():
             comps.setdefault(k, []).append(v)
     n = max(len(samples), 1)
-    return {"reward/errors": float(errors), **{f"reward/{k}": sum(v) / n for k, v in comps.items()}}
+    return {"reward/errors": float(errors) - metrics["reward/timeouts"], **metrics,
+            **{f"reward/{k}": sum(v) / n for k, v in comps.items()}}

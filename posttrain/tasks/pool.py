@@ -1,0 +1,165 @@
+"""Verifier pool: `task.reward` in worker processes, in parallel, each call under a deadline.
+
+    with VerifierPool(task, workers=4, timeout_s=10) as pool:
+        results, stats = pool.score([(item, response), ...])
+
+A verifier is code we did not necessarily write (a reasoning-gym scorer, a sandbox
+launcher, a regex with catastrophic backtracking). Whatever it does, the step goes on:
+
+  raises                      reward 0, error "ValueError: ..."          counted in errors
+  returns garbage / NaN       reward 0, error (same checks as safe_reward) counted in errors
+  crashes (os._exit, SIGSEGV) reward 0, error "verifier worker died ..."  counted in errors;
+                              the worker is replaced
+  hangs past timeout_s        reward 0, error "verifier timed out ..."   counted in timeouts;
+                              the worker and its process tree are killed and replaced
+
+`stats` holds the counts and the per-call latency percentiles (dispatch → result, seconds).
+Workers are forked (Linux): the task object is inherited, never pickled; items and
+responses travel over a pipe per worker. With `workers=0` nobody uses this file:
+`score_samples` calls the verifier in-process, as before (no timeout possible there).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import time
+import weakref
+from collections import deque
+from multiprocessing.connection import wait
+
+import numpy as np
+
+from posttrain.tasks.base import RewardResult, safe_reward
+from posttrain.tasks.sandbox import descendants
+
+
+def _serve(task, conn) -> None:
+    """Worker loop: (index, item, response) in, (index, RewardResult) out, until EOF."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)       # Ctrl-C is the parent's to handle
+    while True:
+        try:
+            idx, item, response = conn.recv()
+        except (EOFError, OSError):
+            return
+        res = safe_reward(task, item, response)
+        try:
+            conn.send((idx, res))
+        except Exception as e:                          # e.g. components that do not pickle
+            conn.send((idx, RewardResult(0.0, error=f"verifier result cannot be sent back: {type(e).__name__}: {e}")))
+
+
+class _Worker:
+    def __init__(self, ctx, task):
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_serve, args=(task, child), daemon=True)
+        self.proc.start()
+        child.close()
+        self.job: tuple[int, float] | None = None       # (sample index, dispatch time)
+
+    def kill(self) -> None:
+        """SIGKILL the worker and everything it started (a sandboxed program, say)."""
+        for pid in [self.proc.pid, *descendants(self.proc.pid)]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        self.proc.join(5)
+        self.conn.close()
+
+
+def _shutdown(workers: list) -> None:
+    for w in workers:
+        w.kill()
+
+
+class VerifierPool:
+    def __init__(self, task, workers: int, timeout_s: float = 30.0, start_method: str | None = None):
+        if workers < 1 or timeout_s <= 0:
+            from posttrain import UsageError
+            raise UsageError(f"verifier pool: need workers >= 1 and timeout_s > 0 (got {workers}, {timeout_s})")
+        self.task, self.timeout_s = task, timeout_s
+        self.ctx = mp.get_context(start_method or ("fork" if "fork" in mp.get_all_start_methods() else "spawn"))
+        self.workers = [_Worker(self.ctx, task) for _ in range(workers)]
+        self.replaced = 0
+        self._finalizer = weakref.finalize(self, _shutdown, self.workers)
+
+    def close(self) -> None:
+        self._finalizer()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _replace(self, w: _Worker) -> None:
+        w.kill()
+        self.workers[self.workers.index(w)] = _Worker(self.ctx, self.task)
+        self.replaced += 1
+
+    def score(self, pairs: list) -> tuple[list[RewardResult], dict]:
+        """Score every (item, response); results in input order, and the step's counts."""
+        results: list[RewardResult | None] = [None] * len(pairs)
+        latency = np.zeros(len(pairs))
+        errors = timeouts = 0
+        replaced_before = self.replaced
+        todo = deque(range(len(pairs)))
+        while todo or any(w.job for w in self.workers):
+            for k, w in enumerate(self.workers):                    # hand out work to idle workers
+                while w.job is None and todo:
+                    i = todo.popleft()
+                    try:
+                        w.conn.send((i, *pairs[i]))
+                    except (BrokenPipeError, ConnectionResetError):  # died while idle (killed from outside)
+                        self._replace(w)
+                        w = self.workers[k]
+                        w.conn.send((i, *pairs[i]))
+                    except Exception as e:                          # the item does not pickle: that sample only
+                        results[i] = RewardResult(0.0, error=f"cannot send the item to a verifier worker: {e}")
+                        errors += 1
+                        continue
+                    w.job = (i, time.monotonic())
+            if not any(w.job for w in self.workers):
+                break
+            busy = [w for w in self.workers if w.job]
+            first_deadline = min(t for _, t in (w.job for w in busy)) + self.timeout_s
+            ready = set(wait([w.conn for w in busy] + [w.proc.sentinel for w in busy],
+                             timeout=max(0.0, first_deadline - time.monotonic())))
+            now = time.monotonic()
+            for w in busy:
+                i, t0 = w.job
+                res = None
+                if w.conn in ready:
+                    try:
+                        _, res = w.conn.recv()
+                    except (EOFError, OSError):                     # died while answering
+                        pass
+                if res is None and (w.conn in ready or w.proc.sentinel in ready):
+                    w.proc.join(1)
+                    res = RewardResult(0.0, error=f"verifier worker died (exit code {w.proc.exitcode})")
+                    self._replace(w)
+                elif res is None and now - t0 >= self.timeout_s:
+                    res = RewardResult(0.0, error=f"verifier timed out after {self.timeout_s:g}s")
+                    timeouts += 1
+                    errors -= 1                                     # counted as a timeout, not an error
+                    self._replace(w)
+                if res is None:
+                    continue
+                w.job = None
+                results[i], latency[i] = res, now - t0
+                errors += res.error is not None
+        stats = {"errors": errors, "timeouts": timeouts, "replaced": self.replaced - replaced_before}
+        if len(pairs):
+            stats.update(latency_p50_s=float(np.percentile(latency, 50)),
+                         latency_p99_s=float(np.percentile(latency, 99)))
+        return results, stats
+
+
+def make_pool(task, workers: int, timeout_s: float) -> VerifierPool | None:
+    """The pool for config `verifier_workers` (0 = none: score in-process)."""
+    if workers < 0:
+        from posttrain import UsageError
+        raise UsageError(f"verifier_workers={workers} must be >= 0 (0 = score in the training process)")
+    return VerifierPool(task, workers, timeout_s) if workers else None
