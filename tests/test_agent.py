@@ -190,3 +190,4 @@ def test_real_engine_episodes_render_the_template(tok, nano, task):
         assert all(lp == 0.0 for lp, m in zip(e.response_logprobs, e.response_mask) if m == 0)
         assert all(lp <= 0.0 for lp, m in zip(e.response_logprobs, e.response_mask) if m == 1)
         assert isinstance(e, Episode) and e.finish_reason in ("stop", "length")
+

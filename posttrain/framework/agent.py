@@ -64,7 +64,7 @@ def run_episodes(engine, tok, task, items, n: int, sampling: SamplingParams, see
                                finish_reason="length", policy_version=engine.policy_version, group=g, index=j,
                                item=item))
             envs.append(env)
-    live = list(range(len(eps)))
+    live, generated, seconds = list(range(len(eps))), 0.0, 0.0
     for turn in range(max_turns):
         if not live:
             break
@@ -80,6 +80,9 @@ def run_episodes(engine, tok, task, items, n: int, sampling: SamplingParams, see
             outs = engine.generate([eps[e].prompt_ids + eps[e].response_ids for e in live], 1, params, seed=seed,
                                    step=step * 64 + turn, group_offset=group_offset * n)
             outs = dict(zip(live, outs))
+        stats = getattr(engine, "stats", {})
+        generated += stats.get("rollout/generated_tokens", 0.0)
+        seconds += stats.get("rollout/time_s", 0.0)
         still = []
         for e in live:
             ep, out = eps[e], outs[e]
@@ -107,6 +110,9 @@ def run_episodes(engine, tok, task, items, n: int, sampling: SamplingParams, see
         live = still
     for ep in eps:
         ep.text = tok.decode(ep.response_ids)
+    if seconds > 0:                                      # rollout stats over all turns, not the last call's
+        engine.stats = {**engine.stats, "rollout/generated_tokens": generated, "rollout/time_s": seconds,
+                        "rollout/tokens_per_s": generated / seconds}
     return eps
 
 

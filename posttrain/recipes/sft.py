@@ -96,5 +96,6 @@ def run(cfg: SFTConfig, resume: bool = False) -> dict:
     summary = train_loop(r, model, tok, trainer, step_fn, evaluate=evaluate_fn,
                          meta={"task": cfg.task.name, "cot": cfg.cot}, show=("loss", "eval/greedy_acc"))
     table = {k: v for k, v in summary.items() if k.startswith("eval/greedy_acc_k")}
-    print("held-out greedy accuracy by K: " + "  ".join(f"K={k.rsplit('k', 1)[1]}: {v:.3f}" for k, v in table.items()))
+    if table:
+        print("held-out greedy accuracy by K: " + "  ".join(f"K={k.rsplit('k', 1)[1]}: {v:.3f}" for k, v in table.items()))
     return summary

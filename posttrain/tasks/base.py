@@ -91,6 +91,18 @@ def split_draws(draw, key, split: str, frac: float, n: int, seed) -> list:
     return out
 
 
+def corpus_lines(task, line, n_chars: int, split: str, seed) -> str:
+    """`line(item)` for items of `split`, one per line, until `n_chars` characters: a task's
+    pretraining corpus (train split) and its validation text (test split)."""
+    lines, size, chunk = [], 0, 0
+    while size < n_chars:
+        for item in task.items(256, split, f"corpus/{seed}/{chunk}"):
+            lines.append(line(item) + "\n")
+            size += len(lines[-1])
+        chunk += 1
+    return "".join(lines)
+
+
 def safe_reward(task: Task, item: Any, response: str) -> RewardResult:
     """Call the verifier; an exception or a non-finite/non-numeric reward becomes 0 with a reason."""
     try:

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 
 from posttrain.models.tokenizer import EOT, THINK_CLOSE
-from posttrain.tasks.base import RewardResult, TaskConfig, compose, split_draws
+from posttrain.tasks.base import RewardResult, TaskConfig, compose, corpus_lines, split_draws
 from posttrain.tasks.tools import ToolError, safe_eval
 
 
@@ -118,13 +118,11 @@ class CountdownTask:
 
     def corpus(self, n_chars: int, seed: int) -> str:
         """Pretraining text: `question=CoT solution` lines of train problems."""
-        lines, size, k = [], 0, 0
-        while size < n_chars:
-            for p in self.items(256, "train", f"corpus/{seed}/{k}"):
-                lines.append(f"{p.question}={p.target(True)}\n")
-                size += len(lines[-1])
-            k += 1
-        return "".join(lines)
+        return corpus_lines(self, _line, n_chars, "train", seed)
 
     def validation_text(self, seed: int) -> str:
-        return "".join(f"{p.question}={p.target(True)}\n" for p in self.items(400, "test", seed))
+        return corpus_lines(self, _line, 8000, "test", seed)
+
+
+def _line(p: CountdownProblem) -> str:
+    return f"{p.question}={p.target(True)}"

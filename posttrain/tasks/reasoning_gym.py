@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from posttrain.models.tokenizer import DEFAULT_CHARS, EOT, SPECIALS, THINK_CLOSE
-from posttrain.tasks.base import RewardResult, TaskConfig, in_heldout
+from posttrain.tasks.base import RewardResult, TaskConfig, corpus_lines, in_heldout
 
 TEXT_CHARS = set(DEFAULT_CHARS) - set(SPECIALS)
 
@@ -114,13 +114,11 @@ class ReasoningGymTask:
 
     def corpus(self, n_chars: int, seed: int) -> str:
         """Pretraining text: `question answer` lines of train problems."""
-        lines, size, k = [], 0, 0
-        while size < n_chars:
-            for it in self.items(self.CHUNK, "train", f"corpus/{seed}/{k}"):
-                lines.append(f"{it.question} {it.answer_text}\n")
-                size += len(lines[-1])
-            k += 1
-        return "".join(lines)
+        return corpus_lines(self, _line, n_chars, "train", seed)
 
     def validation_text(self, seed: int) -> str:
-        return "".join(f"{it.question} {it.answer_text}\n" for it in self.items(200, "test", seed))
+        return corpus_lines(self, _line, 8000, "test", seed)
+
+
+def _line(it: GymItem) -> str:
+    return f"{it.question} {it.answer_text}"

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from posttrain.models.tokenizer import CALL_CLOSE, CALL_OPEN, RESULT_CLOSE, RESULT_OPEN
-from posttrain.tasks.base import RewardResult, TaskConfig, in_heldout, safe_reward, split_draws
+from posttrain.tasks.arithmetic import Problem, last_integer
+from posttrain.tasks.base import RewardResult, TaskConfig, corpus_lines, in_heldout, safe_reward, split_draws
 
 
 class ToolError(Exception):
@@ -140,17 +141,9 @@ class ToolArithmeticConfig(TaskConfig):
 
 
 @dataclass(frozen=True)
-class ToolProblem:
-    terms: tuple[int, ...]
-    demo_calls_tool: bool = False  # how this problem's demonstration answers (SFT, corpus)
-
-    @property
-    def question(self) -> str:
-        return "+".join(map(str, self.terms))
-
-    @property
-    def answer(self) -> int:
-        return sum(self.terms)
+class ToolProblem(Problem):
+    """A sum (question, answer as in the built-in task) with how its demonstration answers."""
+    demo_calls_tool: bool = False
 
     def target(self, cot: bool = True) -> str:
         """The demonstration response without end-of-turn (tool result included, masked in SFT)."""
@@ -160,7 +153,6 @@ class ToolProblem:
 
 def final_answer(text: str) -> int | None:
     """The last integer the policy wrote after the last tool result."""
-    from posttrain.tasks.arithmetic import last_integer
     return last_integer(text.rsplit(RESULT_CLOSE, 1)[-1])
 
 
@@ -202,17 +194,14 @@ class ToolArithmeticTask:
 
     def corpus(self, n_chars: int, seed: int) -> str:
         """Pretraining text: `question=demonstration` lines of train problems."""
-        lines, size, k = [], 0, 0
-        while size < n_chars:
-            batch = self.items(256, "train", f"corpus/{seed}/{k}")
-            k += 1
-            for p in batch:
-                lines.append(f"{p.question}={p.target()}\n")
-                size += len(lines[-1])
-        return "".join(lines)[:max(n_chars, 1)]
+        return corpus_lines(self, _line, n_chars, "train", seed)
 
     def validation_text(self, seed: int) -> str:
-        return "".join(f"{p.question}={p.target()}\n" for p in self.items(400, "test", seed))
+        return corpus_lines(self, _line, 8000, "test", seed)
+
+
+def _line(p: ToolProblem) -> str:
+    return f"{p.question}={p.target()}"
 
 
 TOOLS = {"calculator": calculator}
