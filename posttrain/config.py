@@ -151,7 +151,10 @@ def _section(tp, value: dict, current):
     if not (isinstance(tp, type) and issubclass(tp, TaskConfig)):
         return tp, current
     from posttrain.tasks import config_class
-    cls = config_class(value.get("name", current.name))
+    name = value.get("name", current.name)
+    cls = config_class(name)
+    if tp is not TaskConfig and cls is not tp:            # a stage typed to one task (dpo, rm, pipeline)
+        raise UsageError(f"task.name={name!r}: this stage runs on task.name={tp().name} only")
     return cls, current if type(current) is cls else None
 
 

@@ -42,6 +42,11 @@ def test_countdown_verifier_table(response, want):
     assert CountdownTask().reward(p, response).reward == pytest.approx(want[0] + 0.1 * want[1])
 
 
+def test_countdown_final_answer_for_majority_vote():
+    task = CountdownTask()
+    assert [task.final_answer(r) for r in ("(3+5)*2#", "{x}7/2#", "1/0#", "(3+#")] == [16, None, None, None]
+
+
 def test_countdown_problems_are_solvable_and_split():
     task = CountdownTask(CountdownConfig(min_numbers=3, max_numbers=4, max_value=9))
     train, test = task.items(300, "train", 0), task.items(100, "test", 0)
@@ -131,3 +136,6 @@ def test_task_config_errors_name_the_fix():
         load_config(RLConfig, None, ["task.name=countdown", "task.max_terms=3"])
     with pytest.raises(UsageError, match="did you mean 'task.max_digits'"):
         load_config(RLConfig, None, ["task.name=tool_arith", "task.max_digit=3"])
+    from posttrain.recipes.dpo import DPOConfig                  # a stage built for one task says so
+    with pytest.raises(UsageError, match="task.name='countdown': this stage runs on task.name=arithmetic only"):
+        load_config(DPOConfig, None, ["task.name=countdown"])

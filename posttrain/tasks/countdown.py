@@ -112,6 +112,14 @@ class CountdownTask:
     def gold(self, item: CountdownProblem) -> int:
         return item.goal
 
+    def final_answer(self, response: str) -> int | None:
+        """The value the response's expression reaches (majority vote), None when it does not parse."""
+        try:
+            value = safe_eval(expression_of(response))
+        except ToolError:
+            return None
+        return int(value) if value.denominator == 1 else None
+
     def reward(self, item: CountdownProblem, response: str) -> RewardResult:
         correct, fmt = score(response, item.numbers, item.goal)
         return compose({"correct": correct, "format": fmt}, {"format": self.config.format_weight})

@@ -108,6 +108,9 @@ class ReasoningGymTask:
     def gold(self, item: GymItem) -> str:
         return item.answer_text
 
+    def final_answer(self, response: str) -> str:
+        return answer_of(response)
+
     def reward(self, item: GymItem, response: str) -> RewardResult:
         score = float(self._scorer.score_answer(answer=answer_of(response), entry=item.entry) or 0.0)
         return RewardResult(score, {"score": score, "correct": float(score >= 1.0)})
