@@ -191,3 +191,19 @@ def test_real_engine_episodes_render_the_template(tok, nano, task):
         assert all(lp <= 0.0 for lp, m in zip(e.response_logprobs, e.response_mask) if m == 1)
         assert isinstance(e, Episode) and e.finish_reason in ("stop", "length")
 
+
+
+def test_python_tool_env_runs_code_in_the_sandbox(tok):
+    pytest.importorskip("posttrain.tasks.sandbox")
+    task = ToolArithmeticTask(ToolArithmeticConfig(tool="python", min_digits=5, max_digits=5, demo_tool_frac=1.0))
+    item = task.items(1, "train", 0)[0]
+    assert item.target() == f"⟦print({item.question})⟧⟨{item.answer}⟩{item.answer}"
+    env = task.make_env(item)
+    env.reset()
+    assert env.step(f"⟦print({item.question})⟧")[0] == str(item.answer)
+    obs, _, done, info = env.step("⟦import sys; sys.exit(3)⟧")
+    assert not done and obs.startswith("error:") and info["tool_error"] == "tool"
+    env = task.make_env(item)
+    env.reset()
+    obs, _, _, info = env.step("⟦while True: pass⟧")
+    assert obs == "error: timeout after 5s" and info["tool_error"] == "timeout"

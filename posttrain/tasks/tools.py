@@ -76,6 +76,18 @@ def calculator(text: str) -> str:
     return format_number(safe_eval(text))
 
 
+def python_tool(code: str) -> str:
+    """The Python tool: run `code` in the sandbox (tasks/sandbox.py: fresh temp dir, no network,
+    CPU/memory/process limits, 5 s) and return its stdout; a timeout or a failure raises."""
+    from posttrain.tasks.sandbox import run_python
+    res = run_python(code, timeout_s=5.0)
+    if res.timed_out:
+        raise TimeoutError("after 5s")
+    if not res.ok:
+        raise ToolError(((res.stderr or "").strip().splitlines() or [res.reason or "failed"])[-1][:60])
+    return res.stdout.strip()
+
+
 def tool_calls(text: str) -> list[str]:
     """The argument of every complete call `⟦...⟧` in a turn's text."""
     calls, start = [], text.find(CALL_OPEN)
@@ -137,18 +149,19 @@ class ToolArithmeticConfig(TaskConfig):
     heldout_frac: float = 0.1     # share of problems reserved for evaluation
     demo_tool_frac: float = 0.3   # demonstrations that call the tool (the rest answer directly)
     max_calls: int = 2            # tool calls an episode may make; the agent's turn limit is max_calls + 1
-    tool: str = "calculator"      # calculator (the safe evaluator)
+    tool: str = "calculator"      # calculator (the safe evaluator) | python (code in the sandbox: `print(a+b)`)
 
 
 @dataclass(frozen=True)
 class ToolProblem(Problem):
     """A sum (question, answer as in the built-in task) with how its demonstration answers."""
     demo_calls_tool: bool = False
+    tool: str = "calculator"      # what a demonstration's call looks like
 
     def target(self, cot: bool = True) -> str:
         """The demonstration response without end-of-turn (tool result included, masked in SFT)."""
-        a = str(self.answer)
-        return f"{CALL_OPEN}{self.question}{CALL_CLOSE}{RESULT_OPEN}{a}{RESULT_CLOSE}{a}" if self.demo_calls_tool else a
+        a, call = str(self.answer), self.question if self.tool == "calculator" else f"print({self.question})"
+        return f"{CALL_OPEN}{call}{CALL_CLOSE}{RESULT_OPEN}{a}{RESULT_CLOSE}{a}" if self.demo_calls_tool else a
 
 
 def final_answer(text: str) -> int | None:
@@ -174,7 +187,7 @@ class ToolArithmeticTask:
         terms = tuple(rng.randint(10 ** (d - 1), 10 ** d - 1)
                       for d in (rng.randint(c.min_digits, c.max_digits) for _ in range(rng.randint(c.min_terms, c.max_terms))))
         q = "+".join(map(str, terms))
-        return ToolProblem(terms, in_heldout("tool/" + q, c.demo_tool_frac))
+        return ToolProblem(terms, in_heldout("tool/" + q, c.demo_tool_frac), c.tool)
 
     def items(self, n: int, split: str = "train", seed=0) -> list[ToolProblem]:
         return split_draws(self._draw, lambda p: p.question, split, self.config.heldout_frac, n, f"{self.name}/{seed}")
@@ -204,4 +217,4 @@ def _line(p: ToolProblem) -> str:
     return f"{p.question}={p.target()}"
 
 
-TOOLS = {"calculator": calculator}
+TOOLS = {"calculator": calculator, "python": python_tool}
