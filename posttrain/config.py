@@ -23,6 +23,7 @@ from posttrain import UsageError
 from posttrain.logging import WandbConfig
 from posttrain.models.gpt_mini import ModelConfig
 from posttrain.tasks.arithmetic import ArithmeticConfig
+from posttrain.tasks.base import TaskConfig
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 
@@ -63,7 +64,7 @@ class PretrainConfig(RunConfig):
     steps: int = 300
     eval_every: int = 100
     model: ModelConfig = field(default_factory=ModelConfig)
-    task: ArithmeticConfig = field(default_factory=ArithmeticConfig)  # the corpus is traces of train-split sums
+    task: TaskConfig = field(default_factory=ArithmeticConfig)  # `task.name` picks the task; the corpus is its traces
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=2e-3, warmup_steps=50))
     batch_size: int = 32          # sequences per step
     seq_len: int = 96             # tokens per sequence (random windows of the corpus)
@@ -75,7 +76,7 @@ class SFTConfig(RunConfig):
     steps: int = 500
     init: str = ""                # checkpoint or run dir to start from ("" = random init from `model`)
     model: ModelConfig = field(default_factory=ModelConfig)
-    task: ArithmeticConfig = field(default_factory=ArithmeticConfig)
+    task: TaskConfig = field(default_factory=ArithmeticConfig)  # `task.name` picks the task (tasks/__init__.py)
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-3, warmup_steps=30))
     cot: bool = True              # train on chain-of-thought traces (True) or direct answers (False)
     mask_prompt: bool = True      # loss on response tokens only; False = also learn to predict the prompt
@@ -140,10 +141,24 @@ def build(cls, data: dict, prefix: str = "", base=None):
         if key not in hints:
             raise UsageError(f"unknown config key '{prefix}{key}' for {cls.__name__}{_suggest(cls, key, names, prefix)}")
         if dataclasses.is_dataclass(hints[key]) and isinstance(value, dict):
-            kwargs[key] = build(hints[key], value, f"{prefix}{key}.", getattr(obj, key))
+            sub, current = _section(hints[key], value, getattr(obj, key))
+            kwargs[key] = build(sub, value, f"{prefix}{key}.", current)
         else:
             kwargs[key] = _coerce(hints[key], value, f"{prefix}{key}")
     return dataclasses.replace(obj, **kwargs)
+
+
+def _section(tp, value: dict, current):
+    """The dataclass of a nested section and its base: a `task:` section is the config of the
+    task its `name` picks (tasks/__init__.py); switching task starts from that task's defaults."""
+    if not (isinstance(tp, type) and issubclass(tp, TaskConfig)):
+        return tp, current
+    from posttrain.tasks import config_class
+    name = value.get("name", current.name)
+    cls = config_class(name)
+    if tp is not TaskConfig and cls is not tp:            # a stage typed to one task (dpo, rm, pipeline)
+        raise UsageError(f"task.name={name!r}: this stage runs on task.name={tp().name} only")
+    return cls, current if type(current) is cls else None
 
 
 def _dotted_keys(cls, prefix=""):
@@ -226,7 +241,7 @@ class RLConfig(RunConfig):
     steps: int = 150
     eval_every: int = 50
     init: str = ""                # SFT checkpoint or run dir; "" = the default SFT(CoT) checkpoint (trained once, cached)
-    task: ArithmeticConfig = field(default_factory=ArithmeticConfig)
+    task: TaskConfig = field(default_factory=ArithmeticConfig)  # `task.name` picks the task (tasks/__init__.py)
     algorithm: str = "grpo"       # name in posttrain.algorithms (grpo, ...)
     algo: dict = field(default_factory=lambda: {"kl_coef": 0.01})  # the algorithm's own keys (see its Config)
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(

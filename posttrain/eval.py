@@ -75,7 +75,8 @@ def evaluate(model, tokenizer, task, items, n: int = 0, ks=(1,), temperature: fl
                 if k <= n:
                     pk[k].append(pass_at_k(n, c, k))
             gold = task.gold(it) if hasattr(task, "gold") else None
-            maj.append(float(majority_correct([last_integer(s.text) for s in group], gold)))
+            answer = getattr(task, "final_answer", last_integer)   # a task's own answer extraction, if any
+            maj.append(float(majority_correct([answer(s.text) for s in group], gold)))
             rows[kof(it)]["pass@1"].append(c / n)
             for k in ks:
                 if k <= n and k != 1:

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from posttrain.algorithms.core import broadcast
+from posttrain.framework.agent import Episode, episode_metrics, run_episodes
 from posttrain.framework.batch import collate_samples
 from posttrain.framework.rollout import SamplingParams
 from posttrain.framework.trainer import critic_values, needs_critic, policy_loss_fn
@@ -91,15 +92,21 @@ class Controller:
             items = self.task.items(want, "train", seed=f"{cfg.seed}/{step}/{attempt}")
             prompts = [self.tok.encode(self.tok.chat_prompt(self.task.prompt(it))) for it in items]
             with self.timer("rollout"):
-                samples = self.engine.generate(prompts, cfg.samples_per_prompt, self.sampling, seed=cfg.seed,
-                                               step=step * 1000 + attempt, items=items,
-                                               group_offset=len(kept) // cfg.samples_per_prompt)
+                if hasattr(self.task, "make_env"):                              # agent episodes (framework/agent.py)
+                    samples = run_episodes(self.engine, self.tok, self.task, items, cfg.samples_per_prompt,
+                                           self.sampling, seed=cfg.seed, step=step * 1000 + attempt,
+                                           group_offset=len(kept) // cfg.samples_per_prompt)
+                else:
+                    samples = self.engine.generate(prompts, cfg.samples_per_prompt, self.sampling, seed=cfg.seed,
+                                                   step=step * 1000 + attempt, items=items,
+                                                   group_offset=len(kept) // cfg.samples_per_prompt)
             with self.timer("reward"):
                 reward_metrics = score_samples(self.task, samples, self.pool)
             groups = group_rewards(samples)
             if first is None:                                                   # metrics of the first draw
                 first = {**reward_metrics, **group_metrics(groups), **sample_metrics(samples, cfg.max_new_tokens),
-                         **{k if k.startswith("rollout/") else f"rollout/{k}": float(v) for k, v in self.engine.stats.items()}}
+                         **{k if k.startswith("rollout/") else f"rollout/{k}": float(v) for k, v in self.engine.stats.items()},
+                         **episode_metrics([s for s in samples if isinstance(s, Episode)])}
             useful = [s for s in samples if cfg.degenerate == "keep" or not groups[s.group][1]]
             kept.extend(useful)
             if len(kept) >= cfg.prompts_per_step * cfg.samples_per_prompt:

@@ -9,6 +9,13 @@ specials so a sequence reads as plain text:
 
 `_` is padding and never appears in text. Any other character outside the vocabulary is
 an error that names it (silently dropping characters would corrupt prompts).
+
+Tool use (framework/agent.py) adds four specials, appended after the original vocabulary so
+the ids of every older checkpoint's characters stay the same:
+
+    <12345+67890>⟦12345+67890⟧⟨80235⟩80235#
+                 ^ call open  ^ call close: the engine stops here and the env runs the tool
+                              ^ result open ... result close: injected by the env (mask 0)
 """
 
 from __future__ import annotations
@@ -20,10 +27,15 @@ from pathlib import Path
 from posttrain import UsageError
 
 USER, ASSISTANT, EOT, THINK_OPEN, THINK_CLOSE, PAD = "<", ">", "#", "{", "}", "_"
-SPECIALS = PAD + USER + ASSISTANT + EOT + THINK_OPEN + THINK_CLOSE
+CALL_OPEN, CALL_CLOSE, RESULT_OPEN, RESULT_CLOSE = "⟦", "⟧", "⟨", "⟩"
+TOOL_SPECIALS = CALL_OPEN + CALL_CLOSE + RESULT_OPEN + RESULT_CLOSE
+SPECIALS = PAD + USER + ASSISTANT + EOT + THINK_OPEN + THINK_CLOSE + TOOL_SPECIALS
 # Digits and the trace operators first, then enough plain text for free-form responses
 # (reward-hacking phrases, tool calls, verifier test cases such as "let me think... 12#").
-DEFAULT_CHARS = SPECIALS + "0123456789+-*=;:,.?!()[] \n" + "abcdefghijklmnopqrstuvwxyz"
+# Appended later (ids of the characters above never change): the tool specials, division,
+# capitals and quotes for countdown and reasoning-gym questions.
+BASE_CHARS = PAD + USER + ASSISTANT + EOT + THINK_OPEN + THINK_CLOSE + "0123456789+-*=;:,.?!()[] \n" + "abcdefghijklmnopqrstuvwxyz"
+DEFAULT_CHARS = BASE_CHARS + TOOL_SPECIALS + "/ABCDEFGHIJKLMNOPQRSTUVWXYZ\"'%"
 FILE_NAME = "tokenizer.posttrain.json"
 
 
@@ -41,6 +53,9 @@ class CharTokenizer:
         self.eot_id = self.stoi[EOT]
         self.think_open_id = self.stoi[THINK_OPEN]
         self.think_close_id = self.stoi[THINK_CLOSE]
+        # tool specials exist only in vocabularies that have them (checkpoints older than tool use do not)
+        self.call_open_id, self.call_close_id, self.result_open_id, self.result_close_id = (
+            self.stoi.get(c) for c in TOOL_SPECIALS)
 
     @property
     def vocab_size(self) -> int:
@@ -66,6 +81,30 @@ class CharTokenizer:
     def chat_response(self, answer: str) -> str:
         return f"{answer}{EOT}"
 
+    def chat_tool_result(self, text: str) -> str:
+        """An observation as the env injects it into the assistant turn (response_mask 0)."""
+        return f"{RESULT_OPEN}{text}{RESULT_CLOSE}"
+
+    def render(self, question: str, turns: list[tuple[str, str]]) -> str:
+        """The whole conversation: the prompt, then ("policy", text) and ("observation", text)
+        turns in order; what an agent episode's prompt + response tokens must decode to."""
+        parts = [self.chat_prompt(question)]
+        for role, text in turns:
+            parts.append(self.chat_tool_result(text) if role == "observation" else text)
+        return "".join(parts)
+
+    def policy_mask(self, ids) -> list[int]:
+        """1 on tokens the policy writes, 0 on injected tool results (open marker to close marker),
+        for demonstrations (SFT) that contain tool results."""
+        mask, inside = [], False
+        for i in ids:
+            if i == self.result_open_id:
+                inside = True
+            mask.append(0 if inside else 1)
+            if i == self.result_close_id:
+                inside = False
+        return mask
+
     def save(self, directory: str | Path) -> None:
         Path(directory, FILE_NAME).write_text(json.dumps({"chars": self.chars}))
 
@@ -86,7 +125,7 @@ class CharTokenizer:
             "added_tokens": [
                 {"id": self.stoi[c], "content": c, "single_word": False, "lstrip": False,
                  "rstrip": False, "normalized": False, "special": True}
-                for c in SPECIALS
+                for c in SPECIALS if c in self.stoi
             ],
             "normalizer": None,
             "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "."},

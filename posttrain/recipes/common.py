@@ -14,7 +14,7 @@ from posttrain import UsageError, checkpoint, runtime
 from posttrain.config import save_config
 from posttrain.framework.trainer import sequence_logprobs, split_micro_batches
 from posttrain.models.gpt_mini import GPTMini
-from posttrain.models.tokenizer import CharTokenizer
+from posttrain.models.tokenizer import BASE_CHARS, DEFAULT_CHARS, CharTokenizer
 
 
 class Run:
@@ -43,9 +43,17 @@ def init_model(cfg, init: str, device) -> tuple[GPTMini, CharTokenizer]:
         model, tok, path = checkpoint.load_model(init, device)
         print(f"init: {path}")
         return model, tok
-    tok = CharTokenizer()
+    tok = new_tokenizer(cfg)
     model = GPTMini(cfg.model.resolved(tok.vocab_size)).to(device)
     return model, tok
+
+
+def new_tokenizer(cfg) -> CharTokenizer:
+    """The vocabulary of a model started from scratch: the built-in task needs only the base
+    characters (63: a smaller embedding, and the same initial weights as before the tool and
+    text tasks existed); every other task gets the full vocabulary (tool specials, capitals, /)."""
+    task = getattr(cfg, "task", None)
+    return CharTokenizer(BASE_CHARS if getattr(task, "name", "arithmetic") == "arithmetic" else DEFAULT_CHARS)
 
 
 def print_plan(stage: str, lines: dict) -> None:

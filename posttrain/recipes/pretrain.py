@@ -14,7 +14,7 @@ from posttrain.config import PretrainConfig
 from posttrain.framework.trainer import Trainer, sequence_logprobs
 from posttrain.framework.loop import train_loop
 from posttrain.recipes.common import Run, batch_plan, init_model, lm_loss, print_plan, supervised_step
-from posttrain.tasks.arithmetic import ArithmeticTask
+from posttrain import tasks
 
 
 class CorpusWindows:
@@ -35,9 +35,9 @@ class CorpusWindows:
 def run(cfg: PretrainConfig, resume: bool = False) -> dict:
     r = Run(cfg, "pretrain", resume)
     model, tok = init_model(cfg, "", r.rt.device)
-    task = ArithmeticTask(cfg.task)
+    task = tasks.make(cfg.task)
     train_ids = torch.tensor(tok.encode(task.corpus(cfg.corpus_chars, cfg.seed)))
-    val_text = "".join(p.trace()[1:-1] + "\n" for p in task.items(400, "test", cfg.seed))
+    val_text = task.validation_text(cfg.seed)
     val = CorpusWindows(torch.tensor(tok.encode(val_text)), min(cfg.seq_len, 64), 32, cfg.seed + 1)(0)
     trainer = Trainer(model, cfg.optim, cfg.steps, r.rt)
     windows = CorpusWindows(train_ids, cfg.seq_len, cfg.batch_size, cfg.seed)
@@ -54,4 +54,4 @@ def run(cfg: PretrainConfig, resume: bool = False) -> dict:
         return {"eval/val_loss": float(-(lp * mask).sum() / mask.sum())}
 
     step_fn = supervised_step(trainer, windows, lm_loss, r.rt.device)
-    return train_loop(r, model, tok, trainer, step_fn, evaluate=evaluate, meta={"task": "arithmetic"}, show=("loss", "eval/val_loss"))
+    return train_loop(r, model, tok, trainer, step_fn, evaluate=evaluate, meta={"task": cfg.task.name}, show=("loss", "eval/val_loss"))

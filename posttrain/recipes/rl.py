@@ -27,7 +27,7 @@ from posttrain.framework.trainer import Trainer, needs_critic, sequence_logprobs
 from posttrain.framework.weight_sync import WeightSync
 from posttrain.models.heads import ActorCritic
 from posttrain.recipes.common import Run, init_model, print_plan
-from posttrain.tasks.arithmetic import ArithmeticTask
+from posttrain import tasks
 
 CACHE = Path(os.environ.get("POSTTRAIN_CACHE", "runs/cache"))
 
@@ -80,7 +80,7 @@ def run(cfg: RLConfig, resume: bool = False) -> dict:
     init = cfg.init or default_init()
     r = Run(cfg, "rl", resume)
     model, tok = init_model(cfg, init, r.rt.device)
-    task = ArithmeticTask(cfg.task)
+    task = tasks.make(cfg.task)
     max_new = cfg.max_new_tokens or response_budget(task, task.items(500, "train", cfg.seed))
     cfg = dataclasses.replace(cfg, max_new_tokens=max_new)
     engine = Engine(model, tok, max_slots=cfg.max_slots)
@@ -103,8 +103,12 @@ def run(cfg: RLConfig, resume: bool = False) -> dict:
     controller.on_batch = trace.on_batch
 
     def evaluate_fn(_model):
-        res = evaluate(engine.model, tok, task, heldout, n=k, ks=(1, k), seed=cfg.seed, engine=engine,
-                       max_new_tokens=max_new)
+        if hasattr(task, "make_env"):                      # agent tasks: episodes with the tools
+            from posttrain.framework.agent import evaluate_episodes
+            res = evaluate_episodes(engine, tok, task, heldout, n=k, ks=(1, k), seed=cfg.seed, max_new_tokens=max_new)
+        else:
+            res = evaluate(engine.model, tok, getattr(task, "heldout_task", task), heldout, n=k, ks=(1, k),
+                           seed=cfg.seed, engine=engine, max_new_tokens=max_new)   # a leaky task: its true verifier
         res.pop("per_k")
         trace.flush()
         return res
@@ -118,8 +122,12 @@ def run(cfg: RLConfig, resume: bool = False) -> dict:
         if actor_critic is not None and "critic" in s:
             actor_critic.load_critic_state_dict(s["critic"])
     state = (get_state, set_state)
-    return train_loop(r, model, tok, trainer, controller.step, evaluate=evaluate_fn, extra_state=state, eval_at_start=True,
-                      meta={"task": "arithmetic", "algorithm": cfg.algorithm},
+    step_fn = controller.step
+    if getattr(task, "proxy_reward", False):               # a leaky verifier: watch proxy vs true reward
+        from posttrain.tasks.leaky import HackingMonitor
+        step_fn = HackingMonitor(controller.step)
+    return train_loop(r, model, tok, trainer, step_fn, evaluate=evaluate_fn, extra_state=state, eval_at_start=True,
+                      meta={"task": cfg.task.name, "algorithm": cfg.algorithm},
                       show=("reward/mean", "eval/pass@1", "kl/ref", "clip/frac"))
 
 

@@ -13,27 +13,30 @@ from __future__ import annotations
 
 from posttrain import UsageError
 from posttrain.config import SFTConfig
-from posttrain.eval import evaluate
+from posttrain.eval import evaluate, response_budget
 from posttrain.framework.trainer import Trainer
 from posttrain.framework.batch import collate
 from posttrain.framework.loop import train_loop
 from posttrain.recipes.common import EpochIndices, Run, batch_plan, init_model, lm_loss, print_plan, supervised_step
-from posttrain.tasks.arithmetic import ArithmeticTask
+from posttrain import tasks
 
 
 class SFTBatches:
     """Batch for step s: rows of an epoch-wise permutation of the examples (pure in (seed, s))."""
 
-    def __init__(self, prompts, responses, batch_size, pad_id, seed, mask_prompt=True):
+    def __init__(self, prompts, responses, batch_size, pad_id, seed, mask_prompt=True, response_masks=None):
         self.prompts, self.responses, self.pad_id, self.mask_prompt = prompts, responses, pad_id, mask_prompt
+        self.response_masks = response_masks      # 0 on injected tool results in demonstrations (agent tasks)
         self.indices = EpochIndices(len(prompts), batch_size, seed)
 
     def __call__(self, step: int) -> dict:
         idx = self.indices(step)
-        return collate([self.prompts[i] for i in idx], [self.responses[i] for i in idx], self.pad_id, self.mask_prompt)
+        masks = None if self.response_masks is None else [self.response_masks[i] for i in idx]
+        return collate([self.prompts[i] for i in idx], [self.responses[i] for i in idx], self.pad_id, self.mask_prompt,
+                       response_masks=masks)
 
 
-def examples(task: ArithmeticTask, tok, n: int, seed: int, cot: bool):
+def examples(task, tok, n: int, seed: int, cot: bool):
     items = task.items(n, "train", seed)
     prompts = [tok.encode(tok.chat_prompt(task.prompt(it))) for it in items]
     responses = [tok.encode(tok.chat_response(it.target(cot))) for it in items]
@@ -43,7 +46,6 @@ def examples(task: ArithmeticTask, tok, n: int, seed: int, cot: bool):
 def rejection_examples(cfg: SFTConfig, model, tok, task, run_dir):
     """RFT data (preference/rejection.py): the init model's own verified, distinct responses."""
     import json
-    from posttrain.eval import response_budget
     from posttrain.preference.rejection import rejection_sample
     items = task.items(min(cfg.rejection_prompts, cfg.num_problems), "train", cfg.seed)
     prompts, responses, stats = rejection_sample(model, tok, task, items, cfg.rejection_samples,
@@ -63,14 +65,16 @@ def run(cfg: SFTConfig, resume: bool = False) -> dict:
         raise UsageError("data=rejection samples from the model being tuned: give init=RUN_OR_CHECKPOINT")
     r = Run(cfg, "sft", resume)
     model, tok = init_model(cfg, cfg.init, r.rt.device)
-    task = ArithmeticTask(cfg.task)
+    task = tasks.make(cfg.task)
     if cfg.data == "rejection":
         prompts, responses = rejection_examples(cfg, model, tok, task, r.dir)
     else:
         prompts, responses = examples(task, tok, cfg.num_problems, cfg.seed, cfg.cot)
     heldout = task.items(cfg.eval_problems, "test", cfg.seed)
     trainer = Trainer(model, cfg.optim, cfg.steps, r.rt)
-    batches = SFTBatches(prompts, responses, cfg.batch_size, tok.pad_id, cfg.seed, cfg.mask_prompt)
+    masks = [tok.policy_mask(r) for r in responses]
+    masks = masks if any(0 in m for m in masks) else None  # demonstrations with tool results: mask them
+    batches = SFTBatches(prompts, responses, cfg.batch_size, tok.pad_id, cfg.seed, cfg.mask_prompt, masks)
     print_plan("sft", {"params": model.num_params(), "examples": len(prompts), "prompts/step": cfg.batch_size,
                        "samples/step": cfg.batch_size, **batch_plan(batches(1), cfg.optim.micro_batch_tokens),
                        "optimizer steps/step": 1, "steps": cfg.steps,
@@ -78,13 +82,20 @@ def run(cfg: SFTConfig, resume: bool = False) -> dict:
                        "data": cfg.data, "cot": cfg.cot, "mask_prompt": cfg.mask_prompt})
 
     def evaluate_fn(m):
-        res = evaluate(m, tok, task, heldout, seed=cfg.seed)
+        if hasattr(task, "make_env"):                  # agent tasks: greedy episodes with the tools
+            from posttrain.framework.agent import evaluate_episodes
+            from posttrain.framework.rollout import Engine
+            res = evaluate_episodes(Engine(m, tok), tok, task, heldout, seed=cfg.seed,
+                                    max_new_tokens=response_budget(task, heldout))
+        else:
+            res = evaluate(m, tok, task, heldout, seed=cfg.seed)
         per_k = res.pop("per_k")
         return {**res, **{f"eval/greedy_acc_k{k}": row["greedy"] for k, row in per_k.items()}}
 
     step_fn = supervised_step(trainer, batches, lm_loss, r.rt.device)
     summary = train_loop(r, model, tok, trainer, step_fn, evaluate=evaluate_fn,
-                         meta={"task": "arithmetic", "cot": cfg.cot}, show=("loss", "eval/greedy_acc"))
+                         meta={"task": cfg.task.name, "cot": cfg.cot}, show=("loss", "eval/greedy_acc"))
     table = {k: v for k, v in summary.items() if k.startswith("eval/greedy_acc_k")}
-    print("held-out greedy accuracy by K: " + "  ".join(f"K={k.rsplit('k', 1)[1]}: {v:.3f}" for k, v in table.items()))
+    if table:
+        print("held-out greedy accuracy by K: " + "  ".join(f"K={k.rsplit('k', 1)[1]}: {v:.3f}" for k, v in table.items()))
     return summary

@@ -18,16 +18,16 @@ from __future__ import annotations
 
 import random
 import re
-import zlib
 from dataclasses import dataclass
 
-from posttrain.tasks.base import RewardResult
+from posttrain.tasks.base import RewardResult, TaskConfig, in_heldout
 
 _INT = re.compile(r"-?\d+")
 
 
 @dataclass
-class ArithmeticConfig:
+class ArithmeticConfig(TaskConfig):
+    name: str = "arithmetic"
     min_terms: int = 2            # K: fewest numbers in a sum
     max_terms: int = 6            # K: most numbers in a sum
     min_value: int = 0            # smallest term
@@ -75,7 +75,7 @@ def verify(response: str, gold: int) -> float:
 
 
 def is_heldout(problem: Problem, frac: float) -> bool:
-    return (zlib.crc32(problem.question.encode()) % 10_000) < frac * 10_000
+    return in_heldout(problem.question, frac)
 
 
 class ArithmeticTask:
@@ -109,6 +109,10 @@ class ArithmeticTask:
     def reward(self, item: Problem, response: str) -> RewardResult:
         r = verify(response, item.answer)
         return RewardResult(r, {"correct": r})
+
+    def validation_text(self, seed: int) -> str:
+        """Pretraining validation text: traces of held-out sums, one per line."""
+        return "".join(p.trace()[1:-1] + "\n" for p in self.items(400, "test", seed))
 
     def corpus(self, n_chars: int, seed: int) -> str:
         """Pretraining text: traces of train-split sums, one per line (no chat specials)."""

@@ -4,10 +4,20 @@ A task hands out items (whatever its verifier needs), renders each as a prompt, 
 a response text. Rewards are plain callables returning a `RewardResult`: the scalar the
 algorithm sees plus named components that are logged (`reward/<name>`), and an error
 string when the verifier could not score (the reward is then 0 and the error is counted).
+
+A multi-turn task is an `Env` (framework/agent.py drives it): `reset(item)` gives the first
+observation (the question), `step(action_text)` takes what the policy wrote in one turn and
+returns `(observation, reward, done, info)`; the observation is injected into the
+conversation with response_mask 0. A task with `make_env(item) -> Env` runs as episodes.
+
+`compose` builds a reward from named parts (correctness + format + length shaping), each
+one kept as a component so it is logged as `reward/<name>`.
 """
 
 from __future__ import annotations
 
+import random
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
@@ -18,6 +28,13 @@ class RewardResult:
     components: dict[str, float] = field(default_factory=dict)
     error: str | None = None
     reason: str | None = None    # why the reward is below 1 (e.g. the sandbox's verdict); not an error
+
+
+@dataclass
+class TaskConfig:
+    """The `task:` section of a stage config; `name` picks the task (tasks/__init__.py), the
+    other keys are that task's own config dataclass, a subclass of this one."""
+    name: str = "arithmetic"      # arithmetic | countdown | tool_arith | reasoning_gym | leaky_arith
 
 
 class Task(Protocol):
@@ -31,6 +48,60 @@ class Task(Protocol):
 
     def reward(self, item: Any, response: str) -> RewardResult:
         """Score one response text."""
+
+
+class Env(Protocol):
+    def reset(self, item: Any) -> str:
+        """Start an episode on `item`; the first observation (the question text)."""
+
+    def step(self, action_text: str) -> tuple[str | None, float, bool, dict]:
+        """One policy turn in, `(observation | None, reward, done, info)` out. `info` may hold
+        `components` (named reward parts) and `error` (a tool failure, already in the observation)."""
+
+
+def compose(parts: dict[str, float], weights: dict[str, float] | None = None) -> RewardResult:
+    """reward = Σ weights[k]·parts[k] (weight 1 when not given); every part is a logged component.
+
+    `compose({"correct": 1, "format": 1, "length": -0.2}, {"format": 0.1})` = 1 + 0.1 − 0.2 = 0.9."""
+    weights = weights or {}
+    return RewardResult(sum(weights.get(k, 1.0) * v for k, v in parts.items()), dict(parts))
+
+
+def length_shaping(length: int, budget: int, ramp: int) -> float:
+    """0 up to `budget − ramp` characters, then down linearly to −1 at `budget` and beyond
+    (a soft overlong penalty on the response text; 0 when ramp = 0)."""
+    if ramp <= 0:
+        return 0.0
+    return -min(1.0, max(0.0, (length - (budget - ramp)) / ramp))
+
+
+def in_heldout(text: str, frac: float) -> bool:
+    """A problem belongs to the held-out split when a stable hash of its text falls below `frac`."""
+    return (zlib.crc32(text.encode()) % 10_000) < frac * 10_000
+
+
+def split_draws(draw, key, split: str, frac: float, n: int, seed) -> list:
+    """`n` problems from `draw(rng)` that fall in `split` (by `in_heldout(key(problem), frac)`),
+    deterministic in (split, seed): rejection keeps train and held-out disjoint."""
+    rng = random.Random(f"{split}/{seed}")
+    want, out = split != "train", []
+    while len(out) < n:
+        p = draw(rng)
+        if in_heldout(key(p), frac) == want:
+            out.append(p)
+    return out
+
+
+def corpus_lines(task, line, n_chars: int, split: str, seed) -> str:
+    """`line(item)` for items of `split`, one per line, until `n_chars` characters: a task's
+    pretraining corpus (train split) and its validation text (test split)."""
+    lines, size, chunk = [], 0, 0
+    while size < n_chars:
+        for item in task.items(256, split, f"corpus/{seed}/{chunk}"):
+            lines.append(line(item) + "\n")
+            size += len(lines[-1])
+        chunk += 1
+    return "".join(lines)
 
 
 def safe_reward(task: Task, item: Any, response: str) -> RewardResult:

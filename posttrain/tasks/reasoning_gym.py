@@ -1,0 +1,127 @@
+"""Any reasoning-gym dataset as a task: `task.name=reasoning_gym task.dataset=chain_sum`.
+
+    posttrain rl ... task.name=reasoning_gym task.dataset=chain_sum task.options.max_terms=2
+
+reasoning-gym (preinstalled, imported only here) generates problems offline from a seed; its
+dataset's own `score_answer(answer, entry)` is the verifier, so every generator brings its
+scorer. `task.options` are the generator's config keys (e.g. `min_digits`), passed through.
+
+Items of a split come from generator seeds derived from (split, seed); train and held-out
+stay disjoint by a stable hash of the question (`heldout_frac`), as for the built-in tasks.
+The char tokenizer covers plain ASCII text but not the chat specials (`< > # { } _`) and
+a few symbols: a generated problem whose question or answer uses another character, or whose
+question is longer than `max_prompt_chars`, is skipped (counted in `skipped`); a dataset that
+yields almost nothing usable is a usage error naming the characters.
+
+The answer is the response text after the last think-close and before end-of-turn, stripped.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from posttrain.models.tokenizer import DEFAULT_CHARS, EOT, SPECIALS, THINK_CLOSE
+from posttrain.tasks.base import RewardResult, TaskConfig, corpus_lines, in_heldout
+
+TEXT_CHARS = set(DEFAULT_CHARS) - set(SPECIALS)
+
+
+@dataclass
+class ReasoningGymConfig(TaskConfig):
+    name: str = "reasoning_gym"
+    dataset: str = "chain_sum"    # a reasoning-gym dataset name (reasoning_gym.factory.DATASETS)
+    options: dict = field(default_factory=dict)  # the dataset's own config keys, e.g. {min_digits: 1}
+    heldout_frac: float = 0.1     # share of problems reserved for evaluation
+    max_prompt_chars: int = 160   # longer questions are skipped (the model's context is short)
+
+
+@dataclass(frozen=True)
+class GymItem:
+    question: str
+    answer_text: str
+    entry: Any = field(compare=False, hash=False)  # the generator's row (metadata for its scorer)
+
+    def target(self, cot: bool = True) -> str:
+        return self.answer_text
+
+
+def answer_of(response: str) -> str:
+    return response.split(EOT, 1)[0].rsplit(THINK_CLOSE, 1)[-1].strip()
+
+
+class ReasoningGymTask:
+    name = "reasoning_gym"
+    CHUNK = 256                   # problems generated per generator seed
+
+    def __init__(self, config: ReasoningGymConfig | None = None):
+        from posttrain import UsageError
+        try:
+            import reasoning_gym
+        except ImportError:
+            raise UsageError("task.name=reasoning_gym needs the reasoning-gym package: pip install reasoning-gym") from None
+        self.config = c = config or ReasoningGymConfig()
+        self._rg = reasoning_gym
+        try:
+            self._scorer = reasoning_gym.create_dataset(c.dataset, seed=0, size=1, **c.options)
+        except Exception as e:
+            names = ", ".join(sorted(reasoning_gym.factory.DATASETS)[:12])
+            raise UsageError(f"task.dataset={c.dataset!r} with options {c.options} failed ({type(e).__name__}: "
+                             f"{str(e)[:100]}); use a reasoning-gym dataset name (e.g. {names}, ...) and its keys") from None
+        self.skipped = 0
+
+    def _usable(self, q: str, a: str) -> bool:
+        return len(q) <= self.config.max_prompt_chars and set(q) <= TEXT_CHARS and set(a) <= TEXT_CHARS and bool(a)
+
+    def items(self, n: int, split: str = "train", seed=0) -> list[GymItem]:
+        c, out, chunk = self.config, [], 0
+        want_heldout = split != "train"
+        while len(out) < n:
+            gen_seed = zlib.crc32(f"{c.dataset}/{split}/{seed}/{chunk}".encode())
+            rows = self._rg.create_dataset(c.dataset, seed=gen_seed, size=self.CHUNK, **c.options)
+            usable = 0
+            for row in rows:
+                q, a = str(row["question"]), str(row["answer"])
+                if not self._usable(q, a):
+                    self.skipped += 1
+                    continue
+                usable += 1
+                if in_heldout(q, c.heldout_frac) == want_heldout and len(out) < n:
+                    out.append(GymItem(q, a, row))
+            if chunk == 0 and usable < self.CHUNK // 10:
+                from posttrain import UsageError
+                bad = sorted({ch for row in rows for ch in str(row["question"]) + str(row["answer"])} - TEXT_CHARS)
+                raise UsageError(f"task.dataset={c.dataset!r}: only {usable} of {self.CHUNK} problems fit the char "
+                                 f"tokenizer (characters {''.join(bad)[:30]!r}, or longer than "
+                                 f"max_prompt_chars={c.max_prompt_chars}); pick another dataset or raise max_prompt_chars")
+            chunk += 1
+            if chunk > 1000:
+                from posttrain import UsageError
+                raise UsageError(f"task.dataset={c.dataset!r}: fewer than {n} usable {split} problems in "
+                                 f"{chunk * self.CHUNK} generated; raise heldout_frac or widen task.options")
+        return out
+
+    def prompt(self, item: GymItem) -> str:
+        return item.question
+
+    def gold(self, item: GymItem) -> str:
+        return item.answer_text
+
+    def final_answer(self, response: str) -> str:
+        return answer_of(response)
+
+    def reward(self, item: GymItem, response: str) -> RewardResult:
+        score = float(self._scorer.score_answer(answer=answer_of(response), entry=item.entry) or 0.0)
+        return RewardResult(score, {"score": score, "correct": float(score >= 1.0)})
+
+    def corpus(self, n_chars: int, seed: int) -> str:
+        """Pretraining text: `question answer` lines of train problems."""
+        return corpus_lines(self, _line, n_chars, "train", seed)
+
+    def validation_text(self, seed: int) -> str:
+        return corpus_lines(self, _line, 8000, "test", seed)
+
+
+def _line(it: GymItem) -> str:
+    return f"{it.question} {it.answer_text}"
