@@ -50,7 +50,7 @@ def init_model(cfg, init: str, device) -> tuple[GPTMini, CharTokenizer]:
 
 def new_tokenizer(cfg) -> CharTokenizer:
     """The vocabulary of a model started from scratch: the built-in task needs only the base
-    characters (63: a smaller embedding, and the same initial weights as before the tool and
+    characters (58: a smaller embedding, and the same initial weights as before the tool and
     text tasks existed); every other task gets the full vocabulary (tool specials, capitals, /)."""
     task = getattr(cfg, "task", None)
     return CharTokenizer(BASE_CHARS if getattr(task, "name", "arithmetic") == "arithmetic" else DEFAULT_CHARS)
