@@ -326,3 +326,82 @@ def test_recorded_runs_are_reproducible():
     rec = runs.recorded()["sft cot=False mask=True"]
     assert again["loss"][0] == pytest.approx(rec["loss"][0], abs=2e-3)
     assert again["acc"][0] == pytest.approx(rec["acc"][0], abs=0.02)
+
+
+def test_rows_35_36_bradley_terry():
+    k = kpis("bt_rm", lr=0.3, pairs=500)
+    assert k["σ(1), σ(3)"] == "0.73, 0.95"
+    assert 94.0 <= float(k["cumulative agreement"][:-1]) <= 96.5        # plateaus short of 100%
+    assert float(kpis("bt_rm", lr=1.0, pairs=500)["cumulative agreement"][:-1]) < 91   # noisier at η = 1
+
+
+def test_row_40_prm_search():
+    k = kpis("prm", p_good=0.75, N=16, B=4, budget="course")
+    pct = {name: float(k[name][:-1]) for name in ("greedy (1 sample)", "best-of-N, ORM", "best-of-N, PRM", "PRM beam")}
+    assert pct["greedy (1 sample)"] == pytest.approx(17.8, abs=2)       # 0.75⁶
+    assert pct["best-of-N, ORM"] == pytest.approx(65, abs=3) and pct["best-of-N, PRM"] == pytest.approx(62.4, abs=3)
+    assert pct["PRM beam"] == pytest.approx(38, abs=4) and k["step samples: BoN / beam"] == "96 / 24"
+    matched = kpis("prm", p_good=0.75, N=16, B=4, budget="matched")      # decision: equal budgets
+    assert matched["step samples: BoN / beam"] == "96 / 96"
+    assert float(matched["PRM beam"][:-1]) > pct["best-of-N, ORM"]
+
+
+def test_row_42_reward_hacking():
+    hacked = kpis("hacking", rho=0.5, steps=500)
+    assert hacked["π(solve)"] < 0.1 and hacked["train reward EMA"] > 0.85
+    assert hacked["held-out correctness EMA"] == pytest.approx(0.4, abs=0.05)
+    for rho in (0.0, 0.2):
+        assert kpis("hacking", rho=rho, steps=500)["π(solve)"] > 0.77
+
+
+def test_rows_44_45_curation():
+    for policy, cur, K, kept, waste, per in ((20, 0, 8, 1000, "42%", 1.51), (80, 0, 8, 1000, "42%", None),
+                                             (80, 80, 8, 160, "1%", 3.04), (20, 0, 32, 1000, "22%", 0.38)):
+        k = kpis("curation", policy=policy, curation=cur, K=K)
+        assert k["prompts kept"] == kept and k["compute wasted on degenerate groups"] == waste
+        if per is not None:
+            assert k["signal per 100 rollouts"] == per
+
+
+def test_rows_71_72_73_stragglers():
+    table = {4: (1.96, 2.83, 3.7), 16: (2.72, 5.02, 8.87), 64: (3.49, 7.8, 17.36)}
+    for K, row in table.items():
+        for cv, want in zip((0.5, 1.0, 2.0), row):
+            assert kpis("stragglers", K=K, mu=800, cv=cv, cap=False, dynk=False, rule="fixed")["max-of-K formula (× μ)"] == want
+    base = dict(K=16, mu=800, cv=1.0, dynk=False, rule="course")
+    k = kpis("stragglers", cap=False, **base)
+    assert (k["τ_R = longest response"], k["mean response"], k["straggler tax max/mean − 1"]) == ("4015 tok", "994 tok", "304%")
+    assert kpis("stragglers", cap=True, **base)["τ_R = longest response"] == "4015 tok"     # the course's no-op cap
+    k = kpis("stragglers", K=16, mu=800, cv=1.0, cap=True, dynk=True, rule="course")
+    assert (k["τ_R = longest response"], k["straggler tax max/mean − 1"], k["decode saved"]) == ("2409 tok", "242%", "29%")
+    assert kpis("stragglers", K=16, mu=800, cv=2.0, cap=False, dynk=False, rule="course")["straggler tax max/mean − 1"] == "818%"
+    fixed = kpis("stragglers", K=16, mu=800, cv=1.0, cap=True, dynk=False, rule="fixed")   # decision: the cap bites
+    assert int(fixed["τ_R = longest response"].split()[0]) < 4015
+
+
+def test_rows_85_86_87_kernels():
+    k = kpis("kernels", K=16, gp=0.1, tokens=32768, vocab=131072, chunk=1024)
+    assert (k["prefix-sharing saving K/(1 + K·G/P)"], k["full logits"], k["one chunk"]) == ("6.15×", "8.6 GB", "67 MB")
+    assert k["bf16→fp8 cast of 140 GB at 3.35 TB/s"] == "42 ms"
+    assert kpis("kernels", K=64, gp=0.1, tokens=32768, vocab=131072, chunk=4096)["prefix-sharing saving K/(1 + K·G/P)"] == "8.65×"
+    assert kpis("kernels", K=16, gp=0.1, tokens=32768, vocab=131072, chunk=4096)["chunking saves"] == "32×"
+
+
+def test_row_90_three_forces():
+    k = kpis("forces", signal=60, bias=50, cost=8)
+    assert [k[n] for n in ("reward source", "algorithm", "topology", "closest named recipe")] == \
+        ["mixed", "GRPO (mixed reward)", "colocated", "custom (uncommon mix)"]
+    k = kpis("forces", signal=80, bias=20, cost=32)
+    assert (k["algorithm"], k["closest named recipe"]) == ("Dr. GRPO", "DeepSeek-R1")
+    assert kpis("forces", signal=20, bias=50, cost=16)["closest named recipe"] == "InstructGPT-style RLHF"
+
+
+def test_row_95_budget():
+    k = kpis("budget", prefix=True, cbatch=True, spec=False, fp8=False, train_opts=True, sync="every step", refpool=False)
+    assert (k["optimised step"], k["speed-up"], k["largest remaining slice"]) == ("43.9 s", "2.28×", "rollout 33%")
+    assert kpis("budget", prefix=True, cbatch=False, spec=False, fp8=False, train_opts=False, sync="every step",
+                refpool=False)["speed-up"] == "1.56×"
+    assert kpis("budget", prefix=False, cbatch=False, spec=False, fp8=False, train_opts=True, sync="every step",
+                refpool=False)["speed-up"] == "1.12×"
+    k = kpis("budget", prefix=True, cbatch=True, spec=True, fp8=True, train_opts=True, sync="overlapped", refpool=True)
+    assert (k["optimised step"], k["speed-up"], k["largest remaining slice"]) == ("21.6 s", "4.63×", "train 44%")

@@ -131,6 +131,14 @@ LESSONS = [
            "long wrong answers are punished less and grow; dividing by the std over-weights prompts that "
            "are almost always right or wrong.",
            [f"{ALG}.dr_grpo:Config", f"{ALG}.core:aggregate", f"{ALG}.core:batch_norm"], ["length_bias"]),
+    Lesson("rl-15", "15", "RLHF and the reward model", P2,
+           "When no program can check an answer, people compare pairs of answers and a reward model learns "
+           "a score whose differences predict their choices: the Bradley–Terry loss −log σ(r_w − r_l). The "
+           "policy is then trained against that score, with a KL anchor.",
+           "Preferences are cheap to collect and capture what is hard to write down, but the learned score "
+           "is only right near the data it saw, which is why the anchor matters more here than with a verifier.",
+           ["posttrain.preference.reward_model:bradley_terry_loss", "posttrain.preference.reward_model:RewardModel"],
+           ["bt_rm"]),
     Lesson("rl-16", "16", "DPO and its family", P2,
            "The KL-regularised reward-maximisation problem has a closed-form optimum in which the reward is "
            "β·log π/π_ref. DPO trains the policy directly with a Bradley–Terry loss on that implicit reward "
@@ -138,6 +146,26 @@ LESSONS = [
            "It is cheap and stable, but off-policy: it can push the probabilities of both the chosen and the "
            "rejected answers down, and it learns only from the pairs it is given.",
            ["posttrain.preference.dpo:preference_loss"], ["dpo4", "pref_curves"]),
+    Lesson("rl-17", "17", "Outcome and process rewards, and search", P2,
+           "An outcome reward model scores a finished answer; a process reward model scores every step. "
+           "At test time either can rerank N samples, and a PRM can also steer a beam search that keeps "
+           "only the most promising partial chains.",
+           "Long chains fail at one step; scoring steps puts the signal where the error is, and search "
+           "spends samples on chains that still look right.",
+           ["posttrain.eval:pass_at_k", "posttrain.eval:majority_correct"], ["prm"]),
+    Lesson("rl-18", "18", "Environments, verifiers and reward hacking", P2,
+           "A verifier is a function from (prompt, response) to a reward. Whatever it rewards, the policy "
+           "will find, including what it rewards by mistake.",
+           "A leak in the verifier becomes the behaviour you train; held-out evaluation with a strict "
+           "checker is the only signal that tells real progress from gaming.",
+           ["posttrain.tasks.arithmetic:ArithmeticTask.reward", "posttrain.tasks.base:safe_reward"], ["hacking"]),
+    Lesson("rl-18a", "18a", "Data: where the gradient is", P2,
+           "With a group baseline and 0/1 rewards, a prompt solved with probability p gives advantages whose "
+           "square averages p(1−p): no signal at p = 0 or 1, most at ½. Curation keeps prompts near the "
+           "middle and re-measures as the policy improves.",
+           "Prompts that are always or never solved cost full rollouts and produce zero gradient; filtering "
+           "them is often the cheapest speed-up a run has.",
+           [f"{ALG}.dapo:degenerate", "posttrain.framework.controller:group_metrics"], ["curation"]),
     Lesson("rl-19", "19", "Topology: where the roles run", P3,
            "Colocated: rollout and training share GPUs and take turns. Disaggregated: separate pools, so "
            "one phase hides the other. Async: the sampler runs ahead of the trainer by a bounded number of "
@@ -173,12 +201,36 @@ LESSONS = [
            "speeding up the trainer changes nothing.",
            ["posttrain.framework.controller:Controller.timer", "posttrain.framework.controller:Controller.step"],
            ["throughput"]),
+    Lesson("rl-22b", "22b", "Long-tail rollouts", P3,
+           "Response lengths are long-tailed (roughly log-normal), and a step waits for the longest of "
+           "its B·K responses, whose expected length grows with K and with the spread of the distribution.",
+           "The tail, not the mean, sets the rollout time. A length cap near the 95th percentile, dynamic K "
+           "(stop a group once it has both a right and a wrong answer) and packing attack it directly.",
+           [f"{ALG}.dapo:overlong_penalty", "posttrain.framework.rollout:_Run._retire"], ["stragglers"]),
     Lesson("rl-22c", "22c", "Async pipelining and staleness", P3,
            "An async run lets rollout produce samples from weights up to Δ versions old while the trainer "
            "steps; each sample's behaviour logprobs let the ratio correct for the gap.",
            "The further ahead the sampler runs, the more tokens fall outside the clip band: past a "
            "staleness of a few versions the speed-up is paid for with discarded gradient.",
            [f"{ALG}.core:importance_ratio", f"{ALG}.core:ratio_metrics"], ["topology"]),
+    Lesson("rl-25", "25", "Kernels for RL", P3,
+           "Two savings that need no approximation: K samples of one prompt can share its prefill (the "
+           "prompt's keys and values are computed once), and the trainer's log-probs can be computed over "
+           "vocabulary chunks instead of materialising every logit.",
+           "At long contexts the logits tensor alone is larger than the model's activations; at large K "
+           "the repeated prompt is most of the prefill.",
+           ["posttrain.framework.rollout:_Run._prefill", "posttrain.framework.trainer:sequence_logprobs"], ["kernels"]),
+    Lesson("rl-26", "26", "Why recipes look the way they do", P3,
+           "Three forces pick a recipe: how much verifiable signal the task has, how much estimator bias "
+           "you can tolerate, and what the cluster costs. Extreme settings recover the named recipes.",
+           "It is a way to read a new paper: which force moved, and which of the lessons' switches it flipped.",
+           [f"{ALG}:get"], ["forces"]),
+    Lesson("rl-28", "28", "Bottlenecks and where to optimise", P3,
+           "Time each role every step (posttrain logs time/rollout_s, time/train_s, time/sync_s), then "
+           "spend effort on the largest slice. Optimisations compose multiplicatively within a role and "
+           "additively across roles.",
+           "A 2× on a 10% slice buys 5%: the common mistake is to tune the trainer while rollout is most of the step.",
+           ["posttrain.framework.controller:Controller.timer"], ["budget"]),
     Lesson("gpt-01", "G01", "The model under every stage", G,
            "gpt_mini is a small decoder-only transformer shaped like Llama: token embeddings, blocks of "
            "RMSNorm → attention with rotary positions → RMSNorm → SwiGLU MLP, a final norm and an output "
@@ -233,6 +285,7 @@ LINEAGE = [
 PATHS = [
     ("I want to understand sampling", ["rl-02", "rl-20", "rl-21"]),
     ("I want to change the algorithm", ["rl-04", "rl-11", "rl-14"]),
+    ("I want a better reward", ["rl-03", "rl-15", "rl-18", "rl-18a"]),
     ("I want to size a cluster", ["rl-19", "rl-22", "rl-22a"]),
 ]
 
@@ -254,18 +307,38 @@ DECISIONS = [
     ("14", "GRPO's per-token weight printed as A/|y_i| (0.05) while Dr. GRPO is A/K",
      "kept ours:", "core.aggregate also divides by the number of sequences, so GRPO gives 0.025 / 0.00125; "
      "the long/short ratio (5%) is the same."),
+    ("17", "the beam search uses far fewer step samples than best-of-N (24 vs. 96 at N = 16), yet is "
+     "called a fixed budget", "fixed, course kept as an option:", "'matched' gives the beam the same step "
+     "budget (it then beats reranking); 'course' keeps K = ceil(N/6B)."),
     ("16", "IPO's target applied to the β-scaled gap", "fixed:",
      "IPO's minimum is at h = 1/(2β) on the unscaled log-ratio gap, as in the paper and TRL."),
     ("22a", "the widget divides rollout and training time by 4 twice, so it cannot reproduce its own "
      "worked example (32 s, 33k tok/s)", "fixed, course kept as an option:", "'fixed' drops the extra ÷4; "
      "'course' reproduces the widget (τ_step 12.4 s, 84.7k tok/s, rollout 81%)."),
+    ("22b", "the p95 cap is sorted[floor(0.95·K)], the maximum itself for K ≤ 19, so the cap does nothing "
+     "at the default K = 16", "fixed, course kept as an option:", "'fixed' interpolates the 95th percentile; "
+     "'course' reproduces the no-op (τ_R 4015 with or without the cap)."),
+    ("22b", "the resample button is a no-op (the generator is reseeded from the knobs)", "kept, on purpose:",
+     "our widget has no resample button; the lengths are a deterministic function of the knobs, so the "
+     "exported copy and the server agree."),
+    ("20", "the hint says GQA shrinks the cache ~4×", "corrected:", "the page shows the per-model numbers "
+     "(4× for the 7B preset, 8× for 70B)."),
+    ("G02", "'greedy continue' samples", "fixed:", "temperature 0 is the sampler's real greedy (argmax)."),
+    ("G03", "the index says 'drag the mask boundary'; the widget is a toggle", "kept a toggle:",
+     "the mask boundary is computed by collate from the template; the toggle and the example pick it."),
+    ("G04", "the static KPIs disagree with the script's", "fixed:", "every KPI is computed (the CoT token "
+     "count from posttrain's own trace)."),
+    ("G06", "'at β = 0 p may cross 1.0'", "corrected:", "p is a probability, clamped to [0, 1]; it reaches 1 and "
+     "stays (an absorbing state where every group is dead)."),
     ("21", "the scheduling widget is a formula with made-up constants", "replaced:",
      "the widget runs posttrain's Engine on a simulated workload and counts its decode steps."),
 ]
 
 NOT_YET = [
-    "Lessons 00, 15, 17, 18, 18a, 22, 22a, 22b, 23–28: no page yet (the memory planner and throughput "
-    "equation widgets plug into the registry as one entry each once posttrain/memory.py and throughput.py land).",
+    "Lessons 00 (orientation: its map is this index), 23, 24 and 27 (no widget in the course either) have no page yet.",
+    "The memory and throughput lessons use the course's envelope models; posttrain's memory planner and "
+    "throughput equation (posttrain/memory.py, throughput.py) plug into the widget registry as one entry "
+    "each once they land.",
 ]
 
 

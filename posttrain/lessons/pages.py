@@ -55,7 +55,8 @@ def source_files() -> list[str]:
 
 def code_link(spec: str, prefix: str) -> str:
     rel, a, b = code_ref(spec)
-    label = spec.split(":")[1] or rel
+    module, _, qual = spec.partition(":")
+    label = f"{module.rsplit('.', 1)[-1]}.{qual}" if qual else rel
     return (f'<a class="code" href="{prefix}source/{source_name(rel)}#L{a}-L{b}">'
             f'<code>{esc(label)}</code></a> <span class="where">{esc(rel)}:{a}–{b}</span>')
 
@@ -79,42 +80,44 @@ def page(title: str, body: str, prefix: str, static: bool, scripts: list[str] = 
 
 # ---- the index ------------------------------------------------------------------------------------
 
-ROLES_SVG = """<svg class="diagram" viewBox="0 0 760 200" role="img" aria-label="the six roles">
+ROLES_SVG = """<svg class="diagram" viewBox="0 0 780 215" role="img" aria-label="the six roles">
 <defs><marker id="arr" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto">
 <path d="M0,0L10,5L0,10z" fill="#555"/></marker></defs>
 {nodes}
 {edges}
 </svg>"""
+W2 = 62                                              # half the width of a role box
 ROLES = [  # (x, y, name, hover, lesson)
-    (70, 60, "ROLLOUT", "samples K responses per prompt and records their behaviour logprobs", "rl-02"),
-    (250, 60, "REWARD", "the task's verifier (or a reward model) scores each response", "rl-03"),
-    (430, 60, "REFERENCE", "a frozen copy of the start policy: logprobs for the KL anchor", "rl-03"),
-    (610, 60, "ALGORITHM", "turns rewards into advantages and a loss (one file per algorithm)", "rl-04"),
-    (610, 160, "TRAINER", "forward, the loss, the one backward, clip, optimizer step", "rl-05"),
-    (250, 160, "WEIGHT SYNC", "hands the new weights to the sampler, with a version number", "rl-06"),
-    (430, 160, "CONTROLLER", "runs the loop: calls each role in order, skips empty groups, logs", "rl-07"),
+    (80, 35, "ROLLOUT", "samples K responses per prompt and records their behaviour logprobs", "rl-02"),
+    (285, 35, "REWARD", "the task's verifier (or a reward model) scores each response", "rl-03"),
+    (490, 35, "REFERENCE", "a frozen copy of the start policy: logprobs for the KL anchor", "rl-03"),
+    (695, 35, "ALGORITHM", "turns rewards into advantages and a loss (one file per algorithm)", "rl-04"),
+    (695, 180, "TRAINER", "forward, the loss, the one backward, clip, optimizer step", "rl-05"),
+    (285, 180, "WEIGHT SYNC", "hands the new weights to the sampler, with a version number", "rl-06"),
+    (490, 108, "CONTROLLER", "runs the loop: calls each role in order, skips empty groups, logs", "rl-07"),
 ]
-EDGES = [(0, 1, "responses"), (1, 2, "+ rewards"), (2, 3, "ref logprobs"), (3, 4, "loss fn"), (4, 5, "weights")]
+EDGES = [(0, 1, "responses"), (1, 2, "+ rewards"), (2, 3, "ref logp"), (3, 4, "loss fn"), (4, 5, "new weights")]
 
 
 def roles_svg(prefix: str) -> str:
     nodes = []
     for x, y, name, hover, lid in ROLES:
         nodes.append(f'<a href="{prefix}lessons/{lid}.html"><g class="role"><title>{esc(hover)}</title>'
-                     f'<rect x="{x - 70}" y="{y - 22}" width="140" height="44" rx="8"/>'
+                     f'<rect x="{x - W2}" y="{y - 22}" width="{2 * W2}" height="44" rx="8"/>'
                      f'<text x="{x}" y="{y + 5}" text-anchor="middle">{name}</text></g></a>')
     edges = []
     for a, b, label in EDGES:
         (x1, y1), (x2, y2) = ROLES[a][:2], ROLES[b][:2]
         if y1 == y2:
-            sx, ex = (x1 + 70, x2 - 70) if x2 > x1 else (x1 - 70, x2 + 70)
+            sx, ex = (x1 + W2, x2 - W2) if x2 > x1 else (x1 - W2, x2 + W2)
             edges.append(f'<line x1="{sx}" y1="{y1}" x2="{ex}" y2="{y2}" marker-end="url(#arr)"/>'
                          f'<text class="edge" x="{(sx + ex) / 2}" y="{y1 - 8}" text-anchor="middle">{label}</text>')
         else:
             edges.append(f'<line x1="{x1}" y1="{y1 + 22}" x2="{x2}" y2="{y2 - 22}" marker-end="url(#arr)"/>'
                          f'<text class="edge" x="{x1 + 6}" y="{(y1 + y2) / 2 + 4}">{label}</text>')
-    edges.append('<path d="M180,160 Q70,160 70,84" fill="none" marker-end="url(#arr)"/>'
-                 '<text class="edge" x="80" y="140">sync</text>')
+    edges.append(f'<path d="M{285 - W2},180 Q80,180 80,59" fill="none" marker-end="url(#arr)"/>'
+                 '<text class="edge" x="92" y="150">sync</text>'
+                 '<text class="edge" x="490" y="146" text-anchor="middle">calls every role, in order</text>')
     return ROLES_SVG.format(nodes="\n".join(nodes), edges="\n".join(edges))
 
 

@@ -19,7 +19,7 @@ import torch
 from posttrain.config import OptimConfig
 from posttrain.eval import evaluate
 from posttrain.framework.batch import collate
-from posttrain.framework.trainer import Trainer, sequence_logprobs
+from posttrain.framework.trainer import Trainer
 from posttrain.models.gpt_mini import GPTMini, ModelConfig
 from posttrain.models.tokenizer import CharTokenizer
 from posttrain.recipes.common import lm_loss
