@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import re
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 
@@ -83,7 +87,8 @@ def test_every_widget_is_on_a_page_documents_a_breaking_setting_and_fits_the_gri
     for w in ws.values():
         assert w.breaks["what"] and w.breaks["knobs"], w.name
         assert w.grid_size() <= registry.MAX_GRID
-        w.parse({k: registry.fmt(v) for k, v in w.breaks["knobs"].items()})   # the setting is on the grid
+        broken = w.parse({k: registry.fmt(v) for k, v in w.breaks["knobs"].items()})   # on the grid
+        assert broken != w.defaults(), f"{w.name}: the breaking setting is the default one"
 
 
 def test_knob_parsing_snaps_inside_the_grid_and_refuses_outside():
@@ -405,3 +410,19 @@ def test_row_95_budget():
                 refpool=False)["speed-up"] == "1.12×"
     k = kpis("budget", prefix=True, cbatch=True, spec=True, fp8=True, train_opts=True, sync="overlapped", refpool=True)
     assert (k["optimised step"], k["speed-up"], k["largest remaining slice"]) == ("21.6 s", "4.63×", "train 44%")
+
+
+def test_cli_serves_and_prints_its_address():
+    env = {**os.environ, "PYTHONPATH": str(pages.ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "posttrain.cli", "lessons", "--port", "0"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        line = proc.stdout.readline()
+        url = re.search(r"http://127\.0\.0\.1:\d+/", line).group(0)
+        assert "six roles" in get(url)[1]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    bad = subprocess.run([sys.executable, "-m", "posttrain.cli", "lessons", "--port", "70000"], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "--port 70000" in bad.stderr

@@ -143,14 +143,12 @@ def compute(name: str, query: dict | None = None) -> dict:
     """The widget's result for a query of knob texts (missing knobs take their defaults)."""
     w = get(name)
     knobs = w.parse(query or {})
-    return _cached(name, w.key(knobs))
+    return _cached(name, tuple(knobs.items()))
 
 
 @functools.lru_cache(maxsize=4096)
-def _cached(name: str, key: str) -> dict:
-    w = WIDGETS[name]
-    knobs = w.parse(dict(part.split("=", 1) for part in key.split("&")) if key else {})
-    return w.fn(**knobs)
+def _cached(name: str, knobs: tuple) -> dict:
+    return WIDGETS[name].fn(**dict(knobs))
 
 
 # ---- small figure helpers (plotly JSON) -------------------------------------------------------

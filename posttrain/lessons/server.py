@@ -95,6 +95,8 @@ def start(port: int = 0, host: str = "127.0.0.1") -> tuple[ThreadingHTTPServer, 
 
 
 def serve(port: int) -> None:
+    if not 0 <= port <= 65535:
+        raise UsageError(f"--port {port} is not a TCP port; use 1-65535 (or 0 for any free port)")
     try:
         httpd, url = start(port)
     except OSError as e:

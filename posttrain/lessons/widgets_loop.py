@@ -58,8 +58,8 @@ register(Widget(
      Knob("drift", "policy drift since sampling", [0.05, 0.1, 0.25, 0.5, 1.0], 0.1),
      Knob("seed", "draw", [0, 1, 2], 0)],
     {"knobs": {"eps": 0.05, "drift": 1.0},
-     "what": "A tight clip with a policy that drifted far from the sampler: most tokens sit outside the "
-             "band, their gradient is zeroed, and the update learns from a handful of tokens."},
+     "what": "A tight clip with a policy that drifted far from the sampler: every token sits outside the "
+             "band and half of them (those the update would push further out) get no gradient at all."},
     "Per-token policy loss and KL term; dots: the importance ratio of each token.",
     ["posttrain.algorithms.grpo:loss", "posttrain.algorithms.core:ppo_clip_loss",
      "posttrain.algorithms.core:finish_loss"]))

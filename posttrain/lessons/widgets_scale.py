@@ -57,7 +57,9 @@ def stragglers(K: int, mu: int, cv: float, cap: bool, dynk: bool, rule: str) -> 
     tau, mean = max(eff), sum(eff) / K
     idx = list(range(K))
     return {
-        "figure": figure([bar(idx, orig, "sampled length", opacity=0.3), bar(idx, eff, "decoded after cap / dynamic K")],
+        "figure": figure([bar(idx, orig, "sampled length", opacity=0.3), bar(idx, eff, "decoded after cap / dynamic K"),
+                          line([-0.5, K - 0.5], [p95(orig, rule)] * 2, f"p95 by the {rule} rule",
+                               line={"dash": "dash", "color": "#d62728"})],
                          f"K = {K}, μ = {mu}, cv = {cv}", "response", "tokens", barmode="overlay"),
         "kpis": [["τ_R = longest response", f"{tau:.0f} tok"], ["mean response", f"{mean:.0f} tok"],
                  ["straggler tax max/mean − 1", f"{100 * (tau / mean - 1):.0f}%"],
@@ -84,12 +86,13 @@ register(Widget(
 def kernels(K: int, gp: float, tokens: int, vocab: int, chunk: int) -> dict:
     share = K / (1 + K * gp)
     full = tokens * vocab * 2                                    # bf16 logits [tokens, vocab]
+    chunk = min(chunk, vocab)                                    # a chunk as wide as the vocabulary = no chunking
     chunked = tokens * chunk * 2
     ks = [1, 2, 4, 8, 16, 32, 64, 128]
     return {
         "figure": figure([line(ks, [k / (1 + k * gp) for k in ks], f"prefix-sharing saving, G/P = {gp}"),
                           line([K], [share], f"K = {K}", mode="markers", marker={"size": 12}),
-                          bar(["full logits", f"{chunk}-vocab chunk"], [full / 1e9, chunked / 1e9], "GB",
+                          bar(["full logits", f"one {chunk}-vocab chunk"], [full / 1e9, chunked / 1e9], "GB",
                               xaxis="x2", yaxis="y2")],
                          "prefix sharing (left) and chunked log-probs (right)", "K samples per prompt", "× fewer tokens",
                          grid={"rows": 1, "columns": 2, "pattern": "independent"}, xaxis={"type": "log"},
@@ -105,8 +108,8 @@ register(Widget(
     "kernels", "Two kernel-level savings", kernels,
     [Knob("K", "samples per prompt K", [4, 16, 64], 16), Knob("gp", "response / prompt length G/P", [0.05, 0.1, 0.5, 1.0], 0.1),
      Knob("tokens", "tokens in the batch", [4096, 32768], 32768), Knob("vocab", "vocabulary", [32768, 131072], 131072),
-     Knob("chunk", "vocab chunk", [1024, 4096], 4096)],
-    {"knobs": {"chunk": 4096, "vocab": 131072, "tokens": 32768},
+     Knob("chunk", "vocab chunk (131072 = none)", [1024, 4096, 131072], 4096)],
+    {"knobs": {"chunk": 131072, "vocab": 131072, "tokens": 32768},
      "what": "Materialising the full logits of 32k tokens × 131k vocabulary takes 8.6 GB in bf16 (and "
              "as much again for the softmax): the trainer's forward runs out of memory at long contexts "
              "unless the log-prob is computed chunk by chunk."},

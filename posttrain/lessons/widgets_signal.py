@@ -158,7 +158,7 @@ def hacking(rho: float, steps: int) -> dict:
 
 register(Widget(
     "hacking", "Reward hacking under a leaky verifier", hacking,
-    [Knob("rho", "leak ρ", [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0], 0.5), Knob("steps", "steps", HACK_STEPS, 500)],
+    [Knob("rho", "leak ρ", [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0], 0.2), Knob("steps", "steps", HACK_STEPS, 500)],
     {"knobs": {"rho": 0.5, "steps": 500},
      "what": "ρ = 0.5: the phrase earns 0.9 per try against 0.7 for solving; the policy learns to emit "
              "the phrase, train reward climbs to ~0.9 while held-out correctness falls to ~0.4."},
@@ -186,9 +186,12 @@ def curation(policy: int, curation: int, K: int) -> dict:
         "figure": figure([bar([b + 0.025 for b in bins], hist_all, "all prompts", opacity=0.35),
                           bar([b + 0.025 for b in bins], hist_kept, "kept"),
                           line([b + 0.025 for b in bins], [400 * (b + 0.025) * (0.975 - b) for b in bins],
-                               "p(1−p) (scaled): signal per prompt", line={"dash": "dot"})],
+                               "p(1−p) (scaled): signal per prompt", line={"dash": "dot"}),
+                          line([b + 0.025 for b in bins], [(b + 0.025) ** K + (0.975 - b) ** K for b in bins],
+                               f"P(group of {K} all equal)", yaxis="y2")],
                          f"policy strength {policy}, curation {curation}, K = {K}", "pass rate p̂", "prompts",
-                         barmode="overlay"),
+                         barmode="overlay", yaxis2={"overlaying": "y", "side": "right", "range": [0, 1],
+                                                    "title": {"text": "P(degenerate)"}}),
         "kpis": [["prompts kept", len(kept)], ["expected signal Σp(1−p)", r(signal, 1)],
                  ["compute wasted on degenerate groups", f"{100 * wasted / max(rollouts, 1):.0f}%"],
                  ["signal per 100 rollouts", r(100 * signal / max(rollouts, 1), 2)]],

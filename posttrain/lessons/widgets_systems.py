@@ -122,7 +122,7 @@ register(Widget(
      Knob("max_new", "length cap", [16, 32], 32)],
     {"knobs": {"slots": 4, "K": 8, "max_new": 32},
      "what": "Few slots and long-tailed lengths: a static batch waits for its slowest member while the "
-             "other slots idle, so rollout, already most of a step, takes a third longer; the trainer "
+             "other slots idle, so rollout, already most of a step, takes ~20% longer; the trainer "
              "waits and fewer updates fit in the budget (continuous batching refills the slots)."},
     "Left: how long each response ran. Right: decode steps the engine needed vs. static batching.",
     ["posttrain.framework.rollout:Engine.generate", "posttrain.framework.rollout:_Run._step",
