@@ -280,15 +280,25 @@ def test_rows_59_to_64_memory_envelope():
     assert k["training state, whole model (18 B/param)"] == "1.26 TB"
 
 
-def test_row_69_throughput_equation():
-    k = kpis("throughput", P=7, K=16, L=1024, topo="disagg", calib="course")
-    assert [k[f"τ_{n}"] for n in ("rollout", "train", "reference", "verify", "sync")] == \
+def test_rows_68_69_throughput_equation():
+    k = kpis("throughput", P=7, K=16, L=1024, topo="disagg")
+    assert [k[f"τ_{n}"] for n in ("rollout", "train", "reference", "reward", "sync")] == \
         ["10.1 s", "2.1 s", "0.7 s", "1.0 s", "1.3 s"]
     assert (k["τ_step"], k["useful tokens/s"], k["rollout share of the step"]) == ("12.4 s", "84.7k", "81%")
-    assert kpis("throughput", P=7, K=16, L=8192, topo="disagg", calib="course")["rollout share of the step"] == "98%"
-    colo = float(kpis("throughput", P=7, K=16, L=1024, topo="colo", calib="course")["useful tokens/s"][:-1])
+    assert k["the text's worked example (30/1/3/8/1 s)"] == "32 s, trainer idle 20 s, 32.8k tok/s"
+    assert kpis("throughput", P=7, K=16, L=8192, topo="disagg")["rollout share of the step"] == "98%"
+    colo = float(kpis("throughput", P=7, K=16, L=1024, topo="colo")["useful tokens/s"][:-1])
     assert colo / 84.7 - 1 == pytest.approx(-0.18, abs=0.01)
-    assert kpis("throughput", P=70, K=16, L=1024, topo="async", calib="course")["τ_sync"] == "35.0 s"
+    assert kpis("throughput", P=70, K=16, L=1024, topo="async")["τ_sync"] == "35.0 s"
+
+
+def test_planner_widget_is_the_memory_planner():
+    from posttrain import memory
+    k = kpis("planner", model="llama-70b", algo="ppo", gpus=8, lora=0, ckpt=False)
+    p = memory.plan("llama-70b", algo="ppo", gpus=8)
+    assert k["peak per GPU"] == f"{p['peak_bytes'] / 1e9:.1f} GB" and k["fits on H100?"] == "no"
+    assert "LoRA" in k["cheapest change that fits"]
+    assert kpis("planner", model="llama3-8b", algo="grpo", gpus=8, lora=0, ckpt=False)["fits on H100?"] == "yes"
 
 
 def test_rows_97_98_parameter_counts():

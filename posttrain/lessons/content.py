@@ -172,7 +172,7 @@ LESSONS = [
            "versions.",
            "Rollout dominates a step; overlapping it with training is the largest speed-up available, and "
            "its cost is staleness, which the importance ratio has to correct.",
-           ["posttrain.framework.weight_sync:WeightSync.sync"], ["topology"]),
+           ["posttrain.throughput:compare_topologies", "posttrain.framework.weight_sync:WeightSync.sync"], ["topology"]),
     Lesson("rl-20", "20", "The KV cache", P3,
            "Decoding a token attends over the keys and values of every earlier token; the engine keeps "
            "them in a cache instead of recomputing the prefix, so each step costs one token's forward.",
@@ -192,15 +192,16 @@ LESSONS = [
            "length and batch, and checkpointing trades recomputation for most of them.",
            "Whether a recipe fits decides the topology before anything else: how many GPUs the trainer "
            "needs, whether the sampler can share them, how long the sequences may be.",
-           ["posttrain.models.gpt_mini:count_params"], ["memory"]),
+           ["posttrain.memory:plan", "posttrain.memory:envelope", "posttrain.shapes:kv_bytes_per_token"],
+           ["planner", "memory"]),
     Lesson("rl-22a", "22a", "The throughput equation", P3,
            "A step's wall time is the sum (colocated) or the overlap (disaggregated, async) of per-role "
            "times: rollout, verification, reference, training, sync. Useful tokens per second divide the "
            "tokens that reach the loss by that time.",
            "It tells you which term to attack: at long responses rollout is almost the whole step, and "
            "speeding up the trainer changes nothing.",
-           ["posttrain.framework.controller:Controller.timer", "posttrain.framework.controller:Controller.step"],
-           ["throughput"]),
+           ["posttrain.throughput:step_time", "posttrain.throughput:role_model",
+            "posttrain.throughput:from_metrics", "posttrain.framework.controller:Controller.timer"], ["throughput"]),
     Lesson("rl-22b", "22b", "Long-tail rollouts", P3,
            "Response lengths are long-tailed (roughly log-normal), and a step waits for the longest of "
            "its B·K responses, whose expected length grows with K and with the spread of the distribution.",
@@ -313,8 +314,9 @@ DECISIONS = [
     ("16", "IPO's target applied to the β-scaled gap", "fixed:",
      "IPO's minimum is at h = 1/(2β) on the unscaled log-ratio gap, as in the paper and TRL."),
     ("22a", "the widget divides rollout and training time by 4 twice, so it cannot reproduce its own "
-     "worked example (32 s, 33k tok/s)", "fixed, course kept as an option:", "'fixed' drops the extra ÷4; "
-     "'course' reproduces the widget (τ_step 12.4 s, 84.7k tok/s, rollout 81%)."),
+     "worked example (32 s, 33k tok/s)", "both shown:", "the widget's formula is posttrain.throughput.role_model "
+     "as the page computes it (τ_step 12.4 s, 84.7k tok/s, rollout 81%); the worked example is "
+     "throughput.step_time on the text's role times (32 s, trainer idle 20 s, 32.8k tok/s)."),
     ("22b", "the p95 cap is sorted[floor(0.95·K)], the maximum itself for K ≤ 19, so the cap does nothing "
      "at the default K = 16", "fixed, course kept as an option:", "'fixed' interpolates the 95th percentile; "
      "'course' reproduces the no-op (τ_R 4015 with or without the cap)."),
@@ -336,9 +338,8 @@ DECISIONS = [
 
 NOT_YET = [
     "Lessons 00 (orientation: its map is this index), 23, 24 and 27 (no widget in the course either) have no page yet.",
-    "The memory and throughput lessons use the course's envelope models; posttrain's memory planner and "
-    "throughput equation (posttrain/memory.py, throughput.py) plug into the widget registry as one entry "
-    "each once they land.",
+    "Lesson 22's planner widget shows one colocated pool; split placements (separate trainer, reference "
+    "and rollout pools) are in `posttrain memory` but not yet a knob here.",
 ]
 
 

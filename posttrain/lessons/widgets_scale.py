@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from posttrain import shapes, throughput
 from posttrain.lessons.registry import Knob, Widget, bar, figure, line, r, register
 
 # ---- 22b · the straggler tax -------------------------------------------------------------------
@@ -36,12 +37,6 @@ def p95(xs: list[float], rule: str) -> float:
     return xs[lo] + (xs[min(lo + 1, len(xs) - 1)] - xs[lo]) * (pos - lo)
 
 
-def max_of_k(K: int, cv: float) -> float:
-    """E[max of K log-normal lengths] / μ ≈ exp(s·√(2 ln K) − s²/2), s = √ln(1 + cv²)."""
-    s = math.sqrt(math.log(1 + cv * cv))
-    return math.exp(s * math.sqrt(2 * math.log(K)) - s * s / 2)
-
-
 def stragglers(K: int, mu: int, cv: float, cap: bool, dynk: bool, rule: str) -> dict:
     orig = lengths(K, mu, cv)
     eff = list(orig)
@@ -64,7 +59,7 @@ def stragglers(K: int, mu: int, cv: float, cap: bool, dynk: bool, rule: str) -> 
         "kpis": [["τ_R = longest response", f"{tau:.0f} tok"], ["mean response", f"{mean:.0f} tok"],
                  ["straggler tax max/mean − 1", f"{100 * (tau / mean - 1):.0f}%"],
                  ["decode saved", f"{100 * (1 - sum(eff) / sum(orig)):.0f}%"],
-                 ["max-of-K formula (× μ)", r(max_of_k(K, cv), 2) if K > 1 and cv > 0 else 1.0]],
+                 ["max-of-K formula (× μ)", r(throughput.max_of_k(K, cv), 2)]],
         "note": "The step waits for the longest response; everyone else's slot idles meanwhile.",
     }
 
@@ -78,16 +73,16 @@ register(Widget(
     {"knobs": {"cv": 2.0},
      "what": "cv = 2 with no patch: the longest response is 9× the mean, so the step takes 9× the "
              "average decode and most slots idle for most of it."},
-    "Each bar is one response's length; the step lasts as long as the longest.", []))
+    "Each bar is one response's length; the step lasts as long as the longest.", ["posttrain.throughput:max_of_k"]))
 
 
 # ---- 25 · kernels: prefix sharing and chunked log-probs ---------------------------------------------
 
 def kernels(K: int, gp: float, tokens: int, vocab: int, chunk: int) -> dict:
     share = K / (1 + K * gp)
-    full = tokens * vocab * 2                                    # bf16 logits [tokens, vocab]
+    full = shapes.logits_bytes(tokens, vocab)                    # bf16 logits [tokens, vocab]
     chunk = min(chunk, vocab)                                    # a chunk as wide as the vocabulary = no chunking
-    chunked = tokens * chunk * 2
+    chunked = shapes.logits_bytes(tokens, vocab, vocab_chunk=chunk)
     ks = [1, 2, 4, 8, 16, 32, 64, 128]
     return {
         "figure": figure([line(ks, [k / (1 + k * gp) for k in ks], f"prefix-sharing saving, G/P = {gp}"),
@@ -114,7 +109,7 @@ register(Widget(
              "as much again for the softmax): the trainer's forward runs out of memory at long contexts "
              "unless the log-prob is computed chunk by chunk."},
     "Left: how many fewer prompt tokens prefix sharing computes. Right: logits memory, full vs. chunked.",
-    ["posttrain.framework.rollout:_Run._prefill"]))
+    ["posttrain.framework.rollout:_Run._prefill", "posttrain.shapes:logits_bytes"]))
 
 
 # ---- 28 · where to spend optimisation effort --------------------------------------------------------

@@ -245,20 +245,30 @@ def forces(signal: int, bias: int, cost: int) -> dict:
     return {
         "figure": {"data": [{"type": "heatmap", "x": sig, "y": sig, "z": z, "colorscale": "Viridis", "showscale": False,
                              "text": [[algos[v] for v in row] for row in z], "hoverinfo": "text"},
-                            line([signal], [bias], "you", mode="markers", marker={"size": 16, "color": "red"})],
-                   "layout": {"title": {"text": f"algorithm by signal × bias tolerance, {cost} GPUs"}, "height": 340,
-                              "xaxis": {"title": {"text": "verifier availability (signal)"}},
-                              "yaxis": {"title": {"text": "estimator bias tolerance"}}, "margin": {"t": 40}}},
+                            line([signal], [bias], "you", mode="markers", marker={"size": 16, "color": "red"}),
+                            {"type": "scatter", "mode": "lines+markers", "x": [str(c) for c in GPUS],
+                             "y": [recipe(signal, bias, c)[2] for c in GPUS], "name": "topology by cluster size",
+                             "xaxis": "x2", "yaxis": "y2"},
+                            {"type": "scatter", "mode": "markers", "x": [str(cost)], "y": [topo], "name": "your cluster",
+                             "marker": {"size": 16, "color": "red"}, "xaxis": "x2", "yaxis": "y2"}],
+                   "layout": {"title": {"text": "algorithm by signal × bias tolerance (left), topology by GPUs (right)"},
+                              "height": 340, "grid": {"rows": 1, "columns": 2, "pattern": "independent"},
+                              "xaxis": {"title": {"text": "verifier availability (signal)"}, "domain": [0, 0.55]},
+                              "yaxis": {"title": {"text": "estimator bias tolerance"}}, "showlegend": False,
+                              "xaxis2": {"title": {"text": "GPUs"}, "type": "category", "domain": [0.68, 1]},
+                              "yaxis2": {"type": "category", "categoryarray": ["colocated", "disaggregated", "async"]},
+                              "margin": {"t": 40}}},
         "kpis": [["reward source", reward], ["algorithm", algo], ["topology", topo], ["closest named recipe", named]],
-        "note": "Hover the map for the algorithm each region leads to.",
+        "note": "Hover the map for the algorithm each region leads to; the cluster size sets the topology.",
     }
 
 
 _PCT = [0, 20, 30, 40, 60, 70, 80, 100]
+GPUS = [1, 8, 16, 32, 64, 512]
 register(Widget(
     "forces", "Signal × estimator × cost → a recipe", forces,
     [Knob("signal", "verifier availability %", _PCT, 60), Knob("bias", "bias tolerance %", [0, 20, 30, 50, 70, 100], 50),
-     Knob("cost", "GPUs", [1, 8, 16, 32, 64, 512], 8)],
+     Knob("cost", "GPUs", GPUS, 8)],
     {"knobs": {"signal": 20, "cost": 512},
      "what": "Little verifiable signal on a huge cluster: PPO against a learned reward model at scale, "
              "the regime where reward hacking is cheapest; the map recommends spending on signal first."},

@@ -1,9 +1,8 @@
 """Widgets of part III (systems): the KV cache, the rollout engine's scheduler on a simulated
 workload, and the topology equations.
 
-The memory planner and the throughput model (posttrain/memory.py, throughput.py) plug in here
-as one `register(Widget(...))` each when they land; the KV and topology widgets below are the
-course's back-of-envelope models, written out so their numbers are testable.
+The arithmetic is posttrain's: shapes.kv_bytes_per_token, memory.envelope and memory.plan,
+throughput.compare_topologies and throughput.role_model.
 """
 
 from __future__ import annotations
@@ -13,6 +12,7 @@ import math
 
 import torch
 
+from posttrain import memory, shapes, throughput as tp
 from posttrain.framework.rollout import Engine, SamplingParams
 from posttrain.lessons.registry import Knob, Widget, bar, figure, line, r, register
 from posttrain.models.gpt_mini import GPTMini, KVCache, ModelConfig
@@ -20,14 +20,15 @@ from posttrain.models.tokenizer import CharTokenizer
 
 # ---- 20 · KV cache footprint ---------------------------------------------------------------------
 
-MODELS = {"7b": {"layers": 32, "d": 4096, "d_kv_gqa": 1024, "weights_gb": 14},
-          "70b": {"layers": 80, "d": 8192, "d_kv_gqa": 1024, "weights_gb": 140}}
+MODELS = {"7b": {"layers": 32, "d": 4096, "weights_gb": 14}, "70b": {"layers": 80, "d": 8192, "weights_gb": 140}}
 HBM_GB, HBM_GBPS = 80, 3350
 
 
-def kv_bytes_per_token(layers: int, d_kv: int, bytes_per: int = 2) -> int:
-    """K and V, every layer, d_kv numbers each: 2·layers·d_kv·bytes."""
-    return 2 * layers * d_kv * bytes_per
+def course_kv_shape(model: str, gqa: bool) -> shapes.ModelShape:
+    """The course's 7B / 70B: heads of 128 dims; GQA keeps 8 KV heads, MHA one per query head."""
+    m = MODELS[model]
+    heads = m["d"] // 128
+    return shapes.ModelShape(model, m["d"], m["layers"], heads, 8 if gqa else heads, 0, 0)
 
 
 def gpt_mini_kv_bytes(preset: str) -> int:
@@ -40,8 +41,7 @@ def gpt_mini_kv_bytes(preset: str) -> int:
 
 def kv_cache(model: str, B: int, L: int, gqa: bool) -> dict:
     m = MODELS[model]
-    d_kv = m["d_kv_gqa"] if gqa else m["d"]
-    per_tok = kv_bytes_per_token(m["layers"], d_kv)
+    per_tok = shapes.kv_bytes_per_token(course_kv_shape(model, gqa))     # 2·layers·kv_heads·head_dim·2 B
     total = B * L * per_tok / 2 ** 30                                 # GiB
     free = HBM_GB - m["weights_gb"]
     ms = total / HBM_GBPS * 1000
@@ -73,7 +73,7 @@ register(Widget(
      "what": "70B with 256 sequences of 8k tokens: 640 GB of KV cache, eight GPUs' worth; the engine "
              "must cut concurrency or preempt, and the rollout phase stalls."},
     "Weights, KV cache and the 80 GB of one H100, in GB (GiB for the KV).",
-    ["posttrain.models.gpt_mini:KVCache"]))
+    ["posttrain.shapes:kv_bytes_per_token", "posttrain.models.gpt_mini:KVCache"]))
 
 
 # ---- 21 · the rollout engine's scheduler on a simulated workload --------------------------------
@@ -132,10 +132,12 @@ register(Widget(
 # ---- 19 and 22c · topology: colocated, disaggregated, async --------------------------------------
 
 def topology(R: int, T: int, S: int, delta: int) -> dict:
-    """Step time of the three placements (τ_R rollout, τ_T train, τ_S sync, seconds) and the
-    course's staleness model of the clip fraction, 1 − e^(−Δ/20), for async."""
-    tau = {"colocated": R + T + S, "disaggregated": max(R, T) + S, "async": max(R, T, S)}
-    idle = {"colocated": 0, "disaggregated": max(0, R - T), "async": max(0, R - T)}
+    """throughput.compare_topologies for τ_R rollout, τ_T train, τ_S sync (seconds), and the
+    course's staleness model of the async clip fraction, 1 − e^(−Δ/20)."""
+    runs = tp.compare_topologies(rollout_s=R, train_s=T, sync_s=S)
+    tau = {"colocated": runs["colocated"]["step_s"], "disaggregated": runs["disaggregated"]["step_s"],
+           "async": runs["async"]["step_s"]}
+    idle = {n: runs[n]["idle_s"]["trainer"] for n in tau}
     clip = 1 - math.exp(-delta / 20) if delta > 0 else 0.0
     names = list(tau)
     return {
@@ -149,7 +151,7 @@ def topology(R: int, T: int, S: int, delta: int) -> dict:
                          xaxis={"domain": [0, 0.55]}, xaxis2={"domain": [0.68, 1], "title": {"text": "staleness Δ"}},
                          yaxis2={"overlaying": "y", "side": "right", "title": {"text": "idle s"}},
                          yaxis3={"anchor": "x2", "title": {"text": "clip %"}}),
-        "kpis": [[f"{n} step", f"{tau[n]} s ({3600 / tau[n]:.0f} steps/h)"] for n in names]
+        "kpis": [[f"{n} step", f"{tau[n]:g} s ({3600 / tau[n]:.0f} steps/h)"] for n in names]
                 + [["async / colocated", r(tau["colocated"] / tau["async"], 2)],
                    [f"async clip fraction at staleness Δ = {delta}", f"{100 * clip:.1f}%"]],
         "note": "Overlapping rollout and training hides the shorter of the two; async also hides the sync, "
@@ -164,32 +166,24 @@ register(Widget(
     {"knobs": {"delta": 12},
      "what": "Letting async rollout run 12 versions ahead: the modelled clip fraction reaches 45%, so "
              "most tokens' gradients are clipped away: the speed-up buys nothing."},
-    "Steps per hour and trainer idle time for each placement.", []))
+    "Steps per hour and trainer idle time for each placement.",
+    ["posttrain.throughput:step_time", "posttrain.throughput:compare_topologies"]))
 
 
 # ---- 22 · memory envelope (the course's model; the memory planner plugs in beside it) -------------
 
-DIMS = [(1, 2048, 22), (3, 3200, 26), (7, 4096, 32), (13, 5120, 40), (34, 8192, 48), (70, 8192, 80),
-        (180, 12288, 96), (405, 16384, 126), (700, 20480, 140)]   # (params B, d_model, layers)
-
-
 def memory_envelope(P: int, L: int, B: int, G: int, ckpt: bool) -> dict:
-    """Per-GPU bytes: training = 18 B/param sharded over G (bf16 weights 2 + fp32 master 4 + fp32
-    grads 4 + Adam 8) + activations N·L·B·(12d + 2L)·2 (÷8 with checkpointing, not sharded);
-    inference = bf16 weights and KV over TP = min(G, 8)."""
-    _, d, n = next(row for row in DIMS if row[0] == P)
-    params = P * 1e9
-    act = n * L * B * (12 * d + 2 * L) * 2
-    train = (18 * params / G + act * (1 / 8 if ckpt else 1)) / 1e9
-    tp = min(G, 8)
-    heads = max(8, d // 128)
-    kv_tok = 2 * n * (d * 8 // heads) * 2
-    infer = (2 * params / tp + B * L * kv_tok / tp) / 1e9
-    fits = train < 80 and infer < 80
+    """memory.envelope: training = 18 B/param sharded over G + activations (not sharded; ÷8 with
+    checkpointing); inference = bf16 weights and KV over TP = min(G, 8)."""
+    e = memory.envelope(P, seq_len=L, batch=B, gpus=G, checkpointing=ckpt)
+    params, tpn = P * 1e9, min(G, 8)
+    train, infer, fits = e["train_gb"], e["infer_gb"], e["fits_h100"]
+    act, weights_inf = e["activations_gb"] * 1e9, 2 * params / tpn
+    kv_tok = int(e["kv_kb_per_token"] * 1024)
     return {
-        "figure": figure([bar(["trainer / GPU", "inference / GPU"], [18 * params / G / 1e9, 2 * params / tp / 1e9],
+        "figure": figure([bar(["trainer / GPU", "inference / GPU"], [train - act / 1e9, weights_inf / 1e9],
                               "weights, grads, optimizer"),
-                          bar(["trainer / GPU", "inference / GPU"], [act * (1 / 8 if ckpt else 1) / 1e9, B * L * kv_tok / tp / 1e9],
+                          bar(["trainer / GPU", "inference / GPU"], [act / 1e9, infer - weights_inf / 1e9],
                               "activations / KV cache"),
                           line(["trainer / GPU", "inference / GPU"], [80, 80], "one H100 (80 GB)",
                                line={"dash": "dash", "color": "black"})],
@@ -210,34 +204,29 @@ register(Widget(
     {"knobs": {"ckpt": False},
      "what": "Checkpointing off at 8k tokens: 7B activations alone are 137 GB per GPU, the trainer "
              "runs out of memory at its first step."},
-    "Stacked GB per GPU for the trainer and the sampler against one H100.", []))
+    "Stacked GB per GPU for the trainer and the sampler against one H100.", ["posttrain.memory:envelope"]))
 
 
 # ---- 22a · the throughput equation ---------------------------------------------------------------
 
-def throughput(P: int, K: int, L: int, topo: str, calib: str) -> dict:
-    """Per-role seconds of one step (64 prompts × K responses × L tokens, 4 GPUs per side) and the
-    step time of the chosen placement. calib 'course' keeps the course widget's extra ÷4 on both
-    rollout and training; 'fixed' removes it (its own worked example then holds: τ_R ≫ τ_T)."""
-    B = 64
-    tot = B * K * L
-    div = 4 if calib == "course" else 1
-    decode = 21 * (P / 7) * tot / 1e6
-    tail = 1 + 1.8 * math.tanh(L / 2048)
-    t = {"rollout": decode * tail / div, "verify": 0.5 + 0.5 * B / 64, "train": 8 * (P / 7) * tot / 1e6 / div}
-    t["reference"] = t["train"] / 3
-    t["sync"] = 0.15 * P + 0.005 * P * P
-    side_r, side_t = t["rollout"] + t["verify"], t["reference"] + t["train"]
-    step = {"colo": sum(t.values()), "disagg": max(side_r, side_t) + t["sync"],
-            "async": max(side_r, side_t, t["sync"])}[topo]
-    dominant = max(t, key=t.get)
+TOPO = {"colo": "colocated", "disagg": "disaggregated", "async": "async"}
+
+
+def throughput(P: int, K: int, L: int, topo: str) -> dict:
+    """throughput.role_model: per-role seconds of one step (64 prompts × K responses × L tokens,
+    4 GPUs a side) as the course's widget computes them, and the step time of the placement."""
+    m = tp.role_model(params_b=P, k=K, response_len=L, topology=TOPO[topo])
+    t, step = m["terms"], m["step_s"]
+    text = tp.step_time(rollout_s=30, reward_s=1, reference_s=3, train_s=8, sync_s=1)   # the lesson's worked example
     return {
         "figure": figure([bar(list(t), list(t.values()), "seconds per step"),
-                          bar(["step time"], [step], f"τ_step ({topo})", marker={"color": "#d62728"})],
-                         f"{P}B, K = {K}, L = {L}, {topo}, {calib} calibration", "", "seconds"),
+                          bar(["step time"], [step], f"τ_step ({TOPO[topo]})", marker={"color": "#d62728"})],
+                         f"{P}B, K = {K}, L = {L}, {TOPO[topo]}", "", "seconds"),
         "kpis": [[f"τ_{k}", f"{v:.1f} s"] for k, v in t.items()]
-                + [["τ_step", f"{step:.1f} s"], ["useful tokens/s", f"{tot / step / 1000:.1f}k"],
-                   ["rollout share of the step", f"{100 * t['rollout'] / step:.0f}%"], ["dominant term", dominant]],
+                + [["τ_step", f"{step:.1f} s"], ["useful tokens/s", f"{m['useful_tokens_per_s'] / 1000:.1f}k"],
+                   ["rollout share of the step", f"{100 * t['rollout'] / step:.0f}%"], ["bottleneck", m["bottleneck"]],
+                   ["the text's worked example (30/1/3/8/1 s)", f"{text['step_s']:g} s, trainer idle "
+                    f"{text['idle_s']['trainer']:g} s, {64 * 16 * 1024 / text['step_s'] / 1000:.1f}k tok/s"]],
         "note": "τ_colo adds every term; disaggregated overlaps the two sides; async also hides the sync.",
     }
 
@@ -246,9 +235,44 @@ register(Widget(
     "throughput", "The throughput equation, per role", throughput,
     [Knob("P", "params (B)", [1, 7, 13, 34, 70], 7), Knob("K", "responses per prompt K", [1, 4, 8, 16, 32], 16),
      Knob("L", "response length", [256, 1024, 4096, 8192], 1024),
-     Knob("topo", "placement", ["colo", "disagg", "async"], "disagg", "select"),
-     Knob("calib", "calibration", ["course", "fixed"], "course", "select")],
+     Knob("topo", "placement", ["colo", "disagg", "async"], "disagg", "select")],
     {"knobs": {"L": 8192},
      "what": "Responses of 8k tokens: rollout is 98% of the step (its long tail grows with L), the "
              "trainer idles nearly all the time, and adding trainer GPUs buys nothing."},
-    "Seconds per role for one step, and the step time of the chosen placement.", []))
+    "Seconds per role for one step, and the step time of the chosen placement.",
+    ["posttrain.throughput:role_model", "posttrain.throughput:step_time"]))
+
+
+# ---- 22 · the memory planner: every role of an algorithm on one GPU pool ---------------------------
+
+def planner(model: str, algo: str, gpus: int, lora: int, ckpt: bool) -> dict:
+    """memory.plan: bytes per GPU of each component (policy, master, grads, Adam, critic, reference,
+    activations, KV cache) for `algo` on `gpus` H100s, colocated, and its cheapest fix if it does not fit."""
+    p = memory.plan(model, algo=algo, gpus=gpus, lora=lora, checkpointing=ckpt, suggest=True)
+    pool = next(iter(p["pools"].values()))
+    comps = [(n, b / 1e9) for n, b in pool["components"].items() if b > 0]
+    phases = [(n, b / 1e9) for n, b in pool["phases"].items()]
+    fix = p["suggestions"][0]["change"] if p["suggestions"] else "—"
+    return {
+        "figure": figure([bar([n], [gb], n) for n, gb in comps]
+                         + [line([phases[0][0], phases[-1][0]], [p["capacity_bytes"] / 1e9] * 2, "H100 capacity",
+                                 xaxis="x2", yaxis="y2", line={"dash": "dash", "color": "black"}),
+                            bar([n for n, _ in phases], [gb for _, gb in phases], "peak by phase", xaxis="x2", yaxis="y2")],
+                         f"{model}, {algo}, {gpus} × H100, LoRA {lora or 'off'}, checkpointing {'on' if ckpt else 'off'}",
+                         "", "GB per GPU", grid={"rows": 1, "columns": 2, "pattern": "independent"}, showlegend=False),
+        "kpis": [["peak per GPU", f"{p['peak_bytes'] / 1e9:.1f} GB"], ["fits on H100?", "yes" if p["fits"] else "no"],
+                 ["trainable params", f"{p['trainable_params'] / 1e9:.2f} B"],
+                 ["KV per token", f"{p['notes']['kv_bytes_per_token'] // 1024} KB"], ["cheapest change that fits", fix]],
+        "note": "Left: what each component costs on one GPU. Right: the peak of each phase (rollout, train).",
+    }
+
+
+register(Widget(
+    "planner", "The memory planner: one algorithm, one GPU pool", planner,
+    [Knob("model", "model", ["qwen2.5-0.5b", "llama3-8b", "llama-70b"], "llama3-8b", "select"),
+     Knob("algo", "algorithm", ["grpo", "ppo", "dpo"], "grpo", "select"), Knob("gpus", "GPUs", [1, 8, 64], 8),
+     Knob("lora", "LoRA rank (0 = full)", [0, 16], 0), Knob("ckpt", "checkpointing", [False, True], False, "check")],
+    {"knobs": {"model": "llama-70b", "algo": "ppo"},
+     "what": "PPO on a 70B model and 8 GPUs: the critic doubles the trainable state and nothing fits "
+             "(hundreds of GB per GPU); the planner's cheapest fix is checkpointing plus LoRA."},
+    "Bytes per GPU by component and by phase, from posttrain's planner.", ["posttrain.memory:plan"]))
