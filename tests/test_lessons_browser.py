@@ -66,6 +66,7 @@ def _other(knob: registry.Knob) -> str:
 
 
 def _changes(page, ls_id: str, name: str, knob: registry.Knob, value: str, before) -> tuple:
+    """Set the knob and wait for the redraw; the plot must differ from `before` = (rev, plot data)."""
     _set(page, name, knob, value)
     _wait_rev(page, name, int(before[0]))
     after = _plot_state(page, name)
@@ -83,12 +84,15 @@ def _walk(page, base: str, shots: Path, tag: str) -> int:
         page.goto(f"{base}lessons/{ls.id}.html")
         for name in ls.widgets:
             _wait_rev(page, name, 0)
-            state = _plot_state(page, name)
-            assert state[1] != "null" and not state[2], f"{ls.id}/{name}: no plot ({state[2]})"
-            for knob in registry.get(name).knobs:   # each knob away from its default, then back
-                state = _changes(page, ls.id, name, knob, _other(knob), state)
-                state = _changes(page, ls.id, name, knob, registry.fmt(knob.default), state)
+            default = _plot_state(page, name)
+            assert default[1] != "null" and not default[2], f"{ls.id}/{name}: no plot ({default[2]})"
+            rev = default[0]
+            for knob in registry.get(name).knobs:   # each knob alone, moved away from the defaults
+                rev = _changes(page, ls.id, name, knob, _other(knob), (rev, default[1]))[0]
+                page.eval_on_selector(f".widget[data-widget='{name}']", "el => el.ptReset()")   # no redraw
                 moved += 1
+            page.click(f".widget[data-widget='{name}'] .reset-knobs")   # the screenshot shows the defaults
+            _wait_rev(page, name, int(rev))
         page.screenshot(path=str(shots / f"{tag}-{ls.id}.png"), full_page=True)
         assert not errors, f"{ls.id}: console errors {errors}"
     page.goto(f"{base}index.html")
@@ -124,6 +128,6 @@ def test_export_works_from_disk(browser, tmp_path):
     page.goto((out / "lessons" / "rl-06.html").as_uri())
     _wait_rev(page, "sync", 0)
     knob = registry.get("sync").knobs[0]
-    _changes(page, "rl-06", "sync", knob, _other(knob), _plot_state(page, "sync"))
+    _changes(page, "rl-06", "sync", knob, _other(knob), _plot_state(page, "sync")[:2])
     assert not errors
     page.close()

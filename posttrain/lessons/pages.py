@@ -174,7 +174,7 @@ def widget_html(name: str) -> str:
     return f"""<section class="widget" data-widget="{esc(name)}" data-rev="0">
 <h3>{esc(w.title)}</h3>
 <script type="application/json">{json.dumps(w.spec())}</script>
-<div class="controls"></div>
+<div class="controls"></div><button type="button" class="reset-knobs">reset knobs</button>
 <div class="plot" id="plot-{esc(name)}"></div>
 <div class="kpis"></div>
 <p class="note"></p><p class="explain">{esc(w.explain)}</p><p class="error"></p>

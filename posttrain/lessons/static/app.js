@@ -89,6 +89,11 @@
     }
     var ctr = el.querySelector(".controls"), wraps = [];
     spec.knobs.forEach(function (k) { var w = control(k, state, update); wraps.push(w); ctr.appendChild(w); });
+    el.ptReset = function () {  // knobs back to their defaults (the reset button; tests call it alone)
+      spec.knobs.forEach(function (k) { state[k.name] = k.default; });
+      wraps.forEach(function (w) { w.sync(); });
+    };
+    el.querySelector(".reset-knobs").addEventListener("click", function () { el.ptReset(); update(); });
     el.querySelector(".apply-break").addEventListener("click", function () {
       Object.keys(spec.breaks.knobs).forEach(function (n) { state[n] = spec.breaks.knobs[n]; });
       wraps.forEach(function (w) { w.sync(); });
