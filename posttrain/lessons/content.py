@@ -158,14 +158,16 @@ LESSONS = [
            "will find, including what it rewards by mistake.",
            "A leak in the verifier becomes the behaviour you train; held-out evaluation with a strict "
            "checker is the only signal that tells real progress from gaming.",
-           ["posttrain.tasks.arithmetic:ArithmeticTask.reward", "posttrain.tasks.base:safe_reward"], ["hacking"]),
+           ["posttrain.tasks.arithmetic:ArithmeticTask.reward", "posttrain.tasks.math_answer:score",
+            "posttrain.tasks.base:safe_reward"], ["hacking"]),
     Lesson("rl-18a", "18a", "Data: where the gradient is", P2,
            "With a group baseline and 0/1 rewards, a prompt solved with probability p gives advantages whose "
            "square averages p(1−p): no signal at p = 0 or 1, most at ½. Curation keeps prompts near the "
            "middle and re-measures as the policy improves.",
            "Prompts that are always or never solved cost full rollouts and produce zero gradient; filtering "
            "them is often the cheapest speed-up a run has.",
-           [f"{ALG}.dapo:degenerate", "posttrain.framework.controller:group_metrics"], ["curation"]),
+           ["posttrain.data.curate:probe", "posttrain.data.curate:bucket", "posttrain.data.curate:curate",
+            f"{ALG}.dapo:degenerate"], ["curation"]),
     Lesson("rl-19", "19", "Topology: where the roles run", P3,
            "Colocated: rollout and training share GPUs and take turns. Disaggregated: separate pools, so "
            "one phase hides the other. Async: the sampler runs ahead of the trainer by a bounded number of "
