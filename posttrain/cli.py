@@ -7,6 +7,7 @@
     posttrain report RUN_DIR [--out FILE.html]
     posttrain bench train|rollout|algorithms [--out FILE.json]
     posttrain memory MODEL --algo grpo [--gpu h100] [--gpus N --lora R ...] [--json]
+    posttrain lessons [--port N] [--export DIR]
 
 A usage mistake (unknown key, wrong type, missing file, unreadable checkpoint) prints one
 line naming the problem and the fix, and exits with code 2.
@@ -134,6 +135,9 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("rest", nargs=argparse.REMAINDER)
     m = sub.add_parser("memory", help="memory per GPU for a model and an algorithm; does it fit?", add_help=False)
     m.add_argument("rest", nargs=argparse.REMAINDER, help="MODEL --algo grpo [--gpu h100] (see posttrain memory -h)")
+    les = sub.add_parser("lessons", help="the interactive lessons: a local web app, or a static copy")
+    les.add_argument("--port", type=int, default=8000, help="port to serve on (0 = any free port)")
+    les.add_argument("--export", metavar="DIR", help="write a static copy with every widget precomputed")
     return p
 
 
@@ -160,6 +164,9 @@ def main(argv=None) -> int:
             importlib.import_module(BENCHES[args.which]).main(args.rest)
         elif args.command == "memory":
             importlib.import_module("posttrain.memory").main(args.rest)
+        elif args.command == "lessons":
+            from posttrain.lessons.server import main as lessons_main
+            lessons_main(args.port, args.export)
     except UsageError as e:
         print(f"posttrain {args.command}: error: {e}", file=sys.stderr)
         return 2

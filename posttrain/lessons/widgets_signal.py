@@ -1,0 +1,275 @@
+"""Widgets of the 'signal' lessons (15, 17, 18, 18a, 26): reward models, search, hacking, curation,
+and the three forces that pick a recipe."""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+
+from posttrain.algorithms import core, reinforce
+from posttrain.lessons.registry import Knob, Widget, bar, figure, line, r, register
+from posttrain.preference.reward_model import bradley_terry_loss
+
+# ---- 15 · a Bradley–Terry reward model on four responses -------------------------------------------
+
+TRUE = [0.0, 1.0, 2.0, 2.5]
+PAIRS = [50, 100, 200, 500]
+
+
+@functools.lru_cache(maxsize=16)
+def _bt_run(lr: float) -> dict:
+    """SGD on bradley_terry_loss over 4 free scores; pairs and 'human' labels drawn from σ(s_i − s_j)."""
+    gen = torch.Generator().manual_seed(0)
+    rhat = torch.zeros(4, dtype=torch.float64, requires_grad=True)
+    agree, losses, snaps = 0, [], {}
+    for n in range(1, max(PAIRS) + 1):
+        i, j = torch.randperm(4, generator=gen)[:2].tolist()
+        w, l_ = (i, j) if float(torch.rand(1, generator=gen)) < 1 / (1 + math.exp(TRUE[j] - TRUE[i])) else (j, i)
+        loss = bradley_terry_loss(rhat[w:w + 1], rhat[l_:l_ + 1]).mean()
+        (g,) = torch.autograd.grad(loss, rhat)
+        with torch.no_grad():
+            rhat -= lr * g
+        agree += int((float(rhat.detach()[i]) > float(rhat.detach()[j])) == (TRUE[i] > TRUE[j]))
+        losses.append(float(loss.detach()))
+        if n in PAIRS:
+            snaps[n] = (rhat.detach().clone(), agree / n, losses[-1])
+    return snaps
+
+
+def bt_rm(lr: float, pairs: int) -> dict:
+    rhat, agreement, last = _bt_run(lr)[pairs]
+    shown = rhat - rhat.mean() + sum(TRUE) / 4                           # re-centred: BT is shift-free
+    names = ["A", "B", "C", "D"]
+    return {
+        "figure": figure([bar(names, TRUE, "hidden true score", opacity=0.4), bar(names, shown.tolist(), "learned r̂ (re-centred)")],
+                         f"η = {lr}, {pairs} labelled pairs", "response", "score", barmode="group"),
+        "kpis": [["pairs seen", pairs], ["cumulative agreement", f"{100 * agreement:.1f}%"], ["last pair loss", r(last, 3)],
+                 ["σ(1), σ(3)", f"{1 / (1 + math.exp(-1)):.2f}, {1 / (1 + math.exp(-3)):.2f}"]],
+        "note": "Only score differences are learned; close pairs (C vs. D) stay noisy because the labels are.",
+    }
+
+
+register(Widget(
+    "bt_rm", "A Bradley–Terry reward model on four responses", bt_rm,
+    [Knob("lr", "η", [0.01, 0.05, 0.1, 0.3, 0.6, 1.0], 0.3), Knob("pairs", "labelled pairs", PAIRS, 500)],
+    {"knobs": {"lr": 1.0},
+     "what": "η = 1: every noisy label (the 'human' picks the worse answer 38% of the time on C vs. D) "
+             "swings the scores, and agreement drops to ~87%; the policy then optimises a jittery reward."},
+    "Hidden true scores and the reward model's scores after the labelled pairs.",
+    ["posttrain.preference.reward_model:bradley_terry_loss"]))
+
+
+# ---- 17 · ORM and PRM reranking vs. PRM beam search ------------------------------------------------
+
+def prm_search(p_good: float, N: int, B: int, budget: str) -> dict:
+    """2000 trials of a 6-step chain (correct iff every step is good). ORM labels flip w.p. 0.10,
+    PRM step labels w.p. 0.15. The beam extends each of B beams K times per step; 'course' uses
+    K = ceil(N/(6B)) (a fraction of BoN's samples), 'matched' K = ceil(N/B) (the same step budget)."""
+    gen = torch.Generator().manual_seed(0)
+    T, S = 2000, 6
+    steps = torch.rand(T, N, S, generator=gen) < p_good                  # [T, N, S]
+    ok = steps.all(-1)                                                   # [T, N]
+    orm = ok ^ (torch.rand(T, N, generator=gen) < 0.10)
+    prm = (steps ^ (torch.rand(T, N, S, generator=gen) < 0.15)).sum(-1)
+    pick = lambda score: ok.gather(1, score.float().argmax(1, keepdim=True)).float().mean()
+    K = max(1, math.ceil(N / (B * S))) if budget == "course" else max(1, math.ceil(N / B))
+    good = torch.ones(T, B, dtype=torch.bool)
+    score = torch.zeros(T, B)
+    for _ in range(S):
+        cand_ok = torch.rand(T, B, K, generator=gen) < p_good           # [T, B, K] the new step
+        cand_s = score[..., None] + (cand_ok ^ (torch.rand(T, B, K, generator=gen) < 0.15)).float()
+        cand_g = good[..., None] & cand_ok
+        top = cand_s.view(T, -1).topk(B, dim=1).indices                  # keep the B best partial chains
+        score, good = cand_s.view(T, -1).gather(1, top), cand_g.view(T, -1).gather(1, top)
+    beam = good.gather(1, score.argmax(1, keepdim=True)).float().mean()
+    acc = {"greedy (1 sample)": float(ok[:, 0].float().mean()), "best-of-N, ORM": float(pick(orm)),
+           "best-of-N, PRM": float(pick(prm)), "PRM beam": float(beam)}
+    return {
+        "figure": figure([bar(list(acc), list(acc.values()), "share of trials correct")],
+                         f"p_good = {p_good}, N = {N}, beam {B} × {K} per step ({budget} budget)", "", "accuracy",
+                         yaxis={"range": [0, 1]}),
+        "kpis": [[k, f"{100 * v:.1f}%"] for k, v in acc.items()]
+                + [["step samples: BoN / beam", f"{N * S} / {B * K * S}"], ["p_good⁶", f"{100 * p_good ** 6:.1f}%"]],
+        "note": "Reranking needs a verifier only at the end; beam search spends its samples where partial "
+                "chains still look good.",
+    }
+
+
+register(Widget(
+    "prm", "Reranking with an ORM or a PRM, and PRM beam search", prm_search,
+    [Knob("p_good", "P(step is good)", [0.5, 0.6, 0.75, 0.9], 0.75), Knob("N", "samples N", [2, 4, 8, 16, 32, 64], 16),
+     Knob("B", "beam width", [1, 2, 4, 8], 4), Knob("budget", "beam budget", ["course", "matched"], "course", "select")],
+    {"knobs": {"p_good": 0.5, "N": 2},
+     "what": "Weak steps and two samples: 1.6% of chains are right, and no reranker can pick a correct "
+             "chain that was never sampled; the policy has to get better first."},
+    "Share of 2000 trials that end with a correct chain, by method.", []))
+
+
+# ---- 18 · reward hacking under a leaky verifier ----------------------------------------------------
+
+HACK_STEPS = [50, 100, 200, 500]
+
+
+@functools.lru_cache(maxsize=16)
+def _hack_run(rho: float) -> dict:
+    """REINFORCE (reinforce.loss, A = R, η = 0.2) on 2 actions, 200 seeds: 'solve' is right w.p.
+    0.7; 'emit phrase' w.p. 0.4 but the leaky verifier adds ρ for the phrase."""
+    S = 200
+    gen = torch.Generator().manual_seed(0)
+    theta = torch.zeros(S, 2, dtype=torch.float64, requires_grad=True)
+    cfg = reinforce.Config()
+    mask = torch.ones(S, 1, dtype=torch.float64)
+    norm = core.batch_norm(mask)
+    p_right = torch.tensor([0.7, 0.4], dtype=torch.float64)
+    train_ema = held_ema = torch.zeros(S, dtype=torch.float64)
+    snaps = {}
+    for t in range(1, max(HACK_STEPS) + 1):
+        logp = torch.log_softmax(theta, -1)
+        a = torch.multinomial(logp.exp().detach(), 1, generator=gen)    # [S, 1]
+        right = (torch.rand(S, generator=gen, dtype=torch.float64) < p_right[a[:, 0]]).double()
+        train_r = right + rho * (a[:, 0] == 1).double()
+        lp = logp.gather(1, a)
+        batch = {"loss_mask": mask, "advantages": reinforce.advantages(train_r, torch.arange(S), cfg), "old_logprobs": lp.detach()}
+        loss, _ = reinforce.loss(lp, batch, cfg, norm)
+        (g,) = torch.autograd.grad(loss, theta)
+        with torch.no_grad():
+            theta -= 0.2 * S * g
+        train_ema, held_ema = 0.95 * train_ema + 0.05 * train_r, 0.95 * held_ema + 0.05 * right
+        if t in HACK_STEPS:
+            snaps[t] = (torch.softmax(theta.detach(), -1).mean(0), float(train_ema.mean()), float(held_ema.mean()))
+    return snaps
+
+
+def hacking(rho: float, steps: int) -> dict:
+    pi, train, held = _hack_run(rho)[steps]
+    return {
+        "figure": figure([bar(["π(solve)", "π(emit phrase)"], pi.tolist(), "policy (mean of 200 seeds)"),
+                          bar(["train reward (proxy)", "held-out correctness"], [train, held], "EMA", xaxis="x2", yaxis="y2")],
+                         f"leak ρ = {rho}, {steps} steps", "", "probability",
+                         grid={"rows": 1, "columns": 2, "pattern": "independent"}, yaxis={"range": [0, 1]},
+                         yaxis2={"range": [0, 1.6]}),
+        "kpis": [["π(solve)", r(pi[0], 3)], ["train reward EMA", r(train, 3)], ["held-out correctness EMA", r(held, 3)],
+                 ["phrase wins when 0.4 + ρ > 0.7", "yes" if 0.4 + rho > 0.7 else "no"]],
+        "note": "The training reward rises while the held-out score falls: the only trustworthy signal is held out.",
+    }
+
+
+register(Widget(
+    "hacking", "Reward hacking under a leaky verifier", hacking,
+    [Knob("rho", "leak ρ", [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0], 0.2), Knob("steps", "steps", HACK_STEPS, 500)],
+    {"knobs": {"rho": 0.5, "steps": 500},
+     "what": "ρ = 0.5: the phrase earns 0.9 per try against 0.7 for solving; the policy learns to emit "
+             "the phrase, train reward climbs to ~0.9 while held-out correctness falls to ~0.4."},
+    "Left: the policy. Right: the proxy reward it is trained on vs. the correctness it should have.",
+    ["posttrain.algorithms.reinforce:loss"]))
+
+
+# ---- 18a · curation: where the gradient signal is --------------------------------------------------
+
+def curation(policy: int, curation: int, K: int) -> dict:
+    """1000 prompts of difficulty d; pass rate p = σ(6(s − d)). Keep prompts with |p − ½| < band.
+    Signal Σ p(1−p) (= E[A²] with a group-mean baseline); a group is wasted w.p. p^K + (1−p)^K."""
+    s = policy / 100
+    u = [(i + 0.5) / 1000 for i in range(1000)]
+    p = [1 / (1 + math.exp(-6 * (s - (3 * x * x - 2 * x ** 3)))) for x in u]
+    band = 0.5 - 0.45 * curation / 100
+    kept = [q for q in p if abs(q - 0.5) < band]
+    signal = sum(q * (1 - q) for q in kept)
+    rollouts = K * len(kept)
+    wasted = sum(K * (q ** K + (1 - q) ** K) for q in kept)
+    bins = [i / 20 for i in range(20)]
+    hist_all = [sum(1 for q in p if b <= q < b + 0.05 or (b == 0.95 and q == 1)) for b in bins]
+    hist_kept = [sum(1 for q in kept if b <= q < b + 0.05 or (b == 0.95 and q == 1)) for b in bins]
+    return {
+        "figure": figure([bar([b + 0.025 for b in bins], hist_all, "all prompts", opacity=0.35),
+                          bar([b + 0.025 for b in bins], hist_kept, "kept"),
+                          line([b + 0.025 for b in bins], [400 * (b + 0.025) * (0.975 - b) for b in bins],
+                               "p(1−p) (scaled): signal per prompt", line={"dash": "dot"}),
+                          line([b + 0.025 for b in bins], [(b + 0.025) ** K + (0.975 - b) ** K for b in bins],
+                               f"P(group of {K} all equal)", yaxis="y2")],
+                         f"policy strength {policy}, curation {curation}, K = {K}", "pass rate p̂", "prompts",
+                         barmode="overlay", yaxis2={"overlaying": "y", "side": "right", "range": [0, 1],
+                                                    "title": {"text": "P(degenerate)"}}),
+        "kpis": [["prompts kept", len(kept)], ["expected signal Σp(1−p)", r(signal, 1)],
+                 ["compute wasted on degenerate groups", f"{100 * wasted / max(rollouts, 1):.0f}%"],
+                 ["signal per 100 rollouts", r(100 * signal / max(rollouts, 1), 2)]],
+        "note": "Prompts the policy always or never solves give all-equal groups: compute with no gradient.",
+    }
+
+
+register(Widget(
+    "curation", "Where the gradient signal is: pass rates and curation", curation,
+    [Knob("policy", "policy strength", [0, 20, 40, 60, 80, 100], 20), Knob("curation", "curation", [0, 20, 40, 60, 80, 100], 0),
+     Knob("K", "rollouts per prompt K", [2, 4, 8, 16, 32], 8)],
+    {"knobs": {"policy": 80, "curation": 0},
+     "what": "A strong policy on an uncurated pool: most prompts pass every time, 42% of the rollouts "
+             "land in all-right groups and teach nothing."},
+    "Histogram of pass rates over the pool, kept prompts highlighted; dotted: the signal p(1−p).", []))
+
+
+# ---- 26 · the three forces pick a recipe ------------------------------------------------------------
+
+def recipe(signal: int, bias: int, cost: int) -> tuple[str, str, str, str]:
+    reward = "verifier" if signal >= 70 else "mixed" if signal >= 30 else "reward model"
+    if cost < 8 and signal < 40:
+        algo = "DPO (no rollouts)"
+    elif signal >= 70:
+        algo = "Dr. GRPO" if bias < 30 else "GRPO" if bias < 70 else "DAPO"
+    else:
+        algo = "PPO" if signal < 40 else "GRPO (mixed reward)"
+    topo = "colocated" if cost <= 8 else "disaggregated" if cost <= 64 else "async"
+    if algo.startswith("DPO"):
+        named = "DPO ablation"
+    elif signal >= 80 and bias < 30 and cost >= 32:
+        named = "DeepSeek-R1"
+    elif signal < 30 and cost <= 16:
+        named = "InstructGPT-style RLHF"
+    elif signal < 30 and cost <= 64:
+        named = "Tülu 3 (early stages)"
+    elif 40 <= signal < 80 and cost >= 32:
+        named = "Tülu 3 / Qwen-3 mixed"
+    elif signal >= 70 and cost <= 8:
+        named = "small open RLVR run"
+    else:
+        named = "custom (uncommon mix)"
+    return reward, algo, topo, named
+
+
+def forces(signal: int, bias: int, cost: int) -> dict:
+    reward, algo, topo, named = recipe(signal, bias, cost)
+    sig = list(range(0, 101, 5))
+    algos = ["DPO (no rollouts)", "PPO", "GRPO (mixed reward)", "Dr. GRPO", "GRPO", "DAPO"]
+    z = [[algos.index(recipe(s, b, cost)[1]) for s in sig] for b in sig]
+    return {
+        "figure": {"data": [{"type": "heatmap", "x": sig, "y": sig, "z": z, "colorscale": "Viridis", "showscale": False,
+                             "text": [[algos[v] for v in row] for row in z], "hoverinfo": "text"},
+                            line([signal], [bias], "you", mode="markers", marker={"size": 16, "color": "red"}),
+                            {"type": "scatter", "mode": "lines+markers", "x": [str(c) for c in GPUS],
+                             "y": [recipe(signal, bias, c)[2] for c in GPUS], "name": "topology by cluster size",
+                             "xaxis": "x2", "yaxis": "y2"},
+                            {"type": "scatter", "mode": "markers", "x": [str(cost)], "y": [topo], "name": "your cluster",
+                             "marker": {"size": 16, "color": "red"}, "xaxis": "x2", "yaxis": "y2"}],
+                   "layout": {"title": {"text": "algorithm by signal × bias tolerance (left), topology by GPUs (right)"},
+                              "height": 340, "grid": {"rows": 1, "columns": 2, "pattern": "independent"},
+                              "xaxis": {"title": {"text": "verifier availability (signal)"}, "domain": [0, 0.55]},
+                              "yaxis": {"title": {"text": "estimator bias tolerance"}}, "showlegend": False,
+                              "xaxis2": {"title": {"text": "GPUs"}, "type": "category", "domain": [0.68, 1]},
+                              "yaxis2": {"type": "category", "categoryarray": ["colocated", "disaggregated", "async"]},
+                              "margin": {"t": 40}}},
+        "kpis": [["reward source", reward], ["algorithm", algo], ["topology", topo], ["closest named recipe", named]],
+        "note": "Hover the map for the algorithm each region leads to; the cluster size sets the topology.",
+    }
+
+
+_PCT = [0, 20, 30, 40, 60, 70, 80, 100]
+GPUS = [1, 8, 16, 32, 64, 512]
+register(Widget(
+    "forces", "Signal × estimator × cost → a recipe", forces,
+    [Knob("signal", "verifier availability %", _PCT, 60), Knob("bias", "bias tolerance %", [0, 20, 30, 50, 70, 100], 50),
+     Knob("cost", "GPUs", GPUS, 8)],
+    {"knobs": {"signal": 20, "cost": 512},
+     "what": "Little verifiable signal on a huge cluster: PPO against a learned reward model at scale, "
+             "the regime where reward hacking is cheapest; the map recommends spending on signal first."},
+    "Which algorithm each (signal, bias) point leads to at this cluster size; red: your setting.", []))

@@ -1,0 +1,278 @@
+"""Widgets of part III (systems): the KV cache, the rollout engine's scheduler on a simulated
+workload, and the topology equations.
+
+The arithmetic is posttrain's: shapes.kv_bytes_per_token, memory.envelope and memory.plan,
+throughput.compare_topologies and throughput.role_model.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+
+from posttrain import memory, shapes, throughput as tp
+from posttrain.framework.rollout import Engine, SamplingParams
+from posttrain.lessons.registry import Knob, Widget, bar, figure, line, r, register
+from posttrain.models.gpt_mini import GPTMini, KVCache, ModelConfig
+from posttrain.models.tokenizer import CharTokenizer
+
+# ---- 20 · KV cache footprint ---------------------------------------------------------------------
+
+MODELS = {"7b": {"layers": 32, "d": 4096, "weights_gb": 14}, "70b": {"layers": 80, "d": 8192, "weights_gb": 140}}
+HBM_GB, HBM_GBPS = 80, 3350
+
+
+def course_kv_shape(model: str, gqa: bool) -> shapes.ModelShape:
+    """The course's 7B / 70B: heads of 128 dims; GQA keeps 8 KV heads, MHA one per query head."""
+    m = MODELS[model]
+    heads = m["d"] // 128
+    return shapes.ModelShape(model, m["d"], m["layers"], heads, 8 if gqa else heads, 0, 0)
+
+
+def gpt_mini_kv_bytes(preset: str) -> int:
+    """Bytes per cached token of posttrain's own KVCache for a gpt_mini preset (fp32), measured."""
+    tok = CharTokenizer()
+    cfg = ModelConfig(preset=preset).resolved(tok.vocab_size)
+    cache = KVCache(cfg, rows=1, max_len=1)                            # one row, one position
+    return cache.k.numel() * cache.k.element_size() + cache.v.numel() * cache.v.element_size()
+
+
+def kv_cache(model: str, B: int, L: int, gqa: bool) -> dict:
+    m = MODELS[model]
+    per_tok = shapes.kv_bytes_per_token(course_kv_shape(model, gqa))     # 2·layers·kv_heads·head_dim·2 B
+    total = B * L * per_tok / 2 ** 30                                 # GiB
+    free = HBM_GB - m["weights_gb"]
+    ms = total / HBM_GBPS * 1000
+    if total > free:
+        bound = "HBM capacity: split across GPUs"
+    elif total > 5 * m["weights_gb"]:
+        bound = "KV bandwidth (decode-bound)"
+    elif total > m["weights_gb"]:
+        bound = "KV dominates weights"
+    else:
+        bound = "weight bandwidth dominates KV"
+    return {
+        "figure": figure([bar(["weights", "KV cache", "HBM of one GPU"], [m["weights_gb"], total, HBM_GB],
+                              "GB", marker={"color": ["#1f77b4", "#ff7f0e", "#cccccc"]})],
+                         f"{model}, {'GQA-8' if gqa else 'MHA'}, B = {B}, L = {L}", "", "GB"),
+        "kpis": [["KV per token", f"{per_tok / 1024:.0f} KB"], ["KV total", f"{total:.1f} GB"],
+                 ["free HBM after weights", f"{free} GB"], ["time to read the KV once", f"{ms:.1f} ms"],
+                 ["bottleneck", bound], ["posttrain's gpt_mini nano KV per token (fp32, measured)",
+                                         f"{gpt_mini_kv_bytes('nano')} B"]],
+        "note": "Every decode step reads the weights once and every cached token's keys and values once.",
+    }
+
+
+register(Widget(
+    "kv", "KV cache footprint and bandwidth", kv_cache,
+    [Knob("model", "model", ["7b", "70b"], "7b", "select"), Knob("B", "concurrent sequences B", [1, 8, 32, 128, 256, 512], 32),
+     Knob("L", "sequence length L", [128, 512, 2048, 8192, 32768], 2048), Knob("gqa", "GQA (8 KV heads)", [False, True], True, "check")],
+    {"knobs": {"model": "70b", "B": 256, "L": 8192},
+     "what": "70B with 256 sequences of 8k tokens: 640 GB of KV cache, eight GPUs' worth; the engine "
+             "must cut concurrency or preempt, and the rollout phase stalls."},
+    "Weights, KV cache and the 80 GB of one H100, in GB (GiB for the KV).",
+    ["posttrain.shapes:kv_bytes_per_token", "posttrain.models.gpt_mini:KVCache"]))
+
+
+# ---- 21 · the rollout engine's scheduler on a simulated workload --------------------------------
+
+@functools.lru_cache(maxsize=1)
+def _tiny_engine_model():
+    tok = CharTokenizer()
+    torch.manual_seed(0)
+    cfg = ModelConfig(d_model=16, n_layers=1, n_heads=2, d_ff=32, max_seq_len=96).resolved(tok.vocab_size)
+    return GPTMini(cfg).eval(), tok
+
+
+def static_steps(lengths: list[int], slots: int) -> int:
+    """Decode steps if batches of `slots` sequences ran to their longest member (no refill)."""
+    return sum(max(lengths[i:i + slots]) for i in range(0, len(lengths), slots))
+
+
+def scheduler(slots: int, K: int, max_new: int) -> dict:
+    """Runs rollout.Engine (a random tiny gpt_mini: long-tailed lengths) on 4 prompts × K samples."""
+    model, tok = _tiny_engine_model()
+    prompts = [tok.encode(f"<{i}+{2 * i + 1}>") for i in range(4)]
+    eng = Engine(model, tok, max_slots=slots)
+    samples = eng.generate(prompts, K, SamplingParams(max_new_tokens=max_new), seed=0)
+    lengths = [len(s.response_ids) for s in samples]
+    st = eng.stats
+    cont, stat = st["rollout/decode_steps"], static_steps(lengths, slots)
+    ideal = math.ceil(sum(lengths) / min(slots, len(lengths)))
+    return {
+        "figure": figure([bar(list(range(len(lengths))), lengths, "response length (admission order)"),
+                          bar(["continuous batching (engine)", "static batches", "lower bound"], [cont, stat, ideal],
+                              "decode steps", xaxis="x2", yaxis="y2", marker={"color": ["#2ca02c", "#d62728", "#cccccc"]})],
+                         f"{slots} slots, 4 prompts × {K}, cap {max_new}", "sample", "tokens",
+                         grid={"rows": 1, "columns": 2, "pattern": "independent"}, yaxis2={"title": {"text": "decode steps"}}),
+        "kpis": [["decode steps (engine)", cont], ["decode steps, static batching", stat],
+                 ["static / continuous", r(stat / max(cont, 1), 2)], ["slot occupancy", r(st["rollout/slot_occupancy"], 3)],
+                 ["prompt tokens prefilled / without sharing", f"{st['rollout/prefill_tokens']} / {st['rollout/prompt_tokens']}"],
+                 ["responses cut by the cap", sum(s.finish_reason == "length" for s in samples)]],
+        "note": "A finished slot takes the next waiting sample at once; the K samples of a prompt share "
+                "one prefill of that prompt.",
+    }
+
+
+register(Widget(
+    "scheduler", "The rollout engine's scheduler", scheduler,
+    [Knob("slots", "slots (max concurrent)", [4, 8, 32], 8), Knob("K", "samples per prompt K", [1, 4, 8], 4),
+     Knob("max_new", "length cap", [16, 32], 32)],
+    {"knobs": {"slots": 4, "K": 8, "max_new": 32},
+     "what": "Few slots and long-tailed lengths: a static batch waits for its slowest member while the "
+             "other slots idle, so rollout, already most of a step, takes ~20% longer; the trainer "
+             "waits and fewer updates fit in the budget (continuous batching refills the slots)."},
+    "Left: how long each response ran. Right: decode steps the engine needed vs. static batching.",
+    ["posttrain.framework.rollout:Engine.generate", "posttrain.framework.rollout:_Run._step",
+     "posttrain.framework.rollout:_Run._admit"]))
+
+
+# ---- 19 and 22c · topology: colocated, disaggregated, async --------------------------------------
+
+def topology(R: int, T: int, S: int, delta: int) -> dict:
+    """throughput.compare_topologies for τ_R rollout, τ_T train, τ_S sync (seconds), and the
+    course's staleness model of the async clip fraction, 1 − e^(−Δ/20)."""
+    runs = tp.compare_topologies(rollout_s=R, train_s=T, sync_s=S)
+    tau = {"colocated": runs["colocated"]["step_s"], "disaggregated": runs["disaggregated"]["step_s"],
+           "async": runs["async"]["step_s"]}
+    idle = {n: runs[n]["idle_s"]["trainer"] for n in tau}
+    clip = 1 - math.exp(-delta / 20) if delta > 0 else 0.0
+    names = list(tau)
+    return {
+        "figure": figure([bar(names, [3600 / tau[n] for n in names], "steps per hour"),
+                          bar(names, [idle[n] for n in names], "trainer idle per step (s)", yaxis="y2"),
+                          line(list(range(13)), [100 * (1 - math.exp(-x / 20)) for x in range(13)],
+                               "async clip fraction (%) vs staleness Δ", xaxis="x2", yaxis="y3"),
+                          line([delta], [100 * clip], f"Δ = {delta}", mode="markers", marker={"size": 12},
+                               xaxis="x2", yaxis="y3")],
+                         f"τ_R = {R} s, τ_T = {T} s, τ_S = {S} s", "", "steps / hour", barmode="group",
+                         xaxis={"domain": [0, 0.55]}, xaxis2={"domain": [0.68, 1], "title": {"text": "staleness Δ"}},
+                         yaxis2={"overlaying": "y", "side": "right", "title": {"text": "idle s"}},
+                         yaxis3={"anchor": "x2", "title": {"text": "clip %"}}),
+        "kpis": [[f"{n} step", f"{tau[n]:g} s ({3600 / tau[n]:.0f} steps/h)"] for n in names]
+                + [["async / colocated", r(tau["colocated"] / tau["async"], 2)],
+                   [f"async clip fraction at staleness Δ = {delta}", f"{100 * clip:.1f}%"]],
+        "note": "Overlapping rollout and training hides the shorter of the two; async also hides the sync, "
+                "at the price of training on samples from older weights.",
+    }
+
+
+register(Widget(
+    "topology", "Colocated, disaggregated, async", topology,
+    [Knob("R", "rollout τ_R (s)", [5, 10, 20, 30, 40], 20), Knob("T", "train τ_T (s)", [2, 5, 8, 15, 20], 15),
+     Knob("S", "sync τ_S (s)", [0, 2, 3, 10], 2), Knob("delta", "async staleness Δ", [0, 2, 6, 8, 12], 2)],
+    {"knobs": {"delta": 12},
+     "what": "Letting async rollout run 12 versions ahead: the modelled clip fraction reaches 45%, so "
+             "most tokens' gradients are clipped away: the speed-up buys nothing."},
+    "Steps per hour and trainer idle time for each placement.",
+    ["posttrain.throughput:step_time", "posttrain.throughput:compare_topologies"]))
+
+
+# ---- 22 · memory envelope (the course's model; the memory planner plugs in beside it) -------------
+
+def memory_envelope(P: int, L: int, B: int, G: int, ckpt: bool) -> dict:
+    """memory.envelope: training = 18 B/param sharded over G + activations (not sharded; ÷8 with
+    checkpointing); inference = bf16 weights and KV over TP = min(G, 8)."""
+    e = memory.envelope(P, seq_len=L, batch=B, gpus=G, checkpointing=ckpt)
+    params, tpn = P * 1e9, min(G, 8)
+    train, infer, fits = e["train_gb"], e["infer_gb"], e["fits_h100"]
+    act, weights_inf = e["activations_gb"] * 1e9, 2 * params / tpn
+    kv_tok = int(e["kv_kb_per_token"] * 1024)
+    return {
+        "figure": figure([bar(["trainer / GPU", "inference / GPU"], [train - act / 1e9, weights_inf / 1e9],
+                              "weights, grads, optimizer"),
+                          bar(["trainer / GPU", "inference / GPU"], [act / 1e9, infer - weights_inf / 1e9],
+                              "activations / KV cache"),
+                          line(["trainer / GPU", "inference / GPU"], [80, 80], "one H100 (80 GB)",
+                               line={"dash": "dash", "color": "black"})],
+                         f"{P}B, L = {L}, B = {B}, {G} GPUs, checkpointing {'on' if ckpt else 'off'}", "", "GB",
+                         barmode="stack"),
+        "kpis": [["per-GPU training", f"{train:.1f} GB"], ["per-GPU inference", f"{infer:.1f} GB"],
+                 ["KV per token", f"{kv_tok // 1024} KB"], ["fits on H100s?", "yes" if fits else "no"],
+                 ["training state, whole model (18 B/param)", f"{18 * P / 1000:.2f} TB" if P >= 56 else f"{18 * P} GB"]],
+        "note": "The course's envelope: activations are not sharded, and checkpointing keeps 1/8 of them.",
+    }
+
+
+register(Widget(
+    "memory", "Memory envelope of one trainer and one sampler GPU", memory_envelope,
+    [Knob("P", "model size (B params)", [1, 7, 13, 70, 405], 7), Knob("L", "sequence length", [2048, 8192, 32768, 65536], 8192),
+     Knob("B", "sequences per GPU", [1, 4, 16], 4), Knob("G", "GPUs (FSDP)", [1, 8, 16, 64], 8),
+     Knob("ckpt", "activation checkpointing", [False, True], True, "check")],
+    {"knobs": {"ckpt": False},
+     "what": "Checkpointing off at 8k tokens: 7B activations alone are 137 GB per GPU, the trainer "
+             "runs out of memory at its first step."},
+    "Stacked GB per GPU for the trainer and the sampler against one H100.", ["posttrain.memory:envelope"]))
+
+
+# ---- 22a · the throughput equation ---------------------------------------------------------------
+
+TOPO = {"colo": "colocated", "disagg": "disaggregated", "async": "async"}
+
+
+def throughput(P: int, K: int, L: int, topo: str) -> dict:
+    """throughput.role_model: per-role seconds of one step (64 prompts × K responses × L tokens,
+    4 GPUs a side) as the course's widget computes them, and the step time of the placement."""
+    m = tp.role_model(params_b=P, k=K, response_len=L, topology=TOPO[topo])
+    t, step = m["terms"], m["step_s"]
+    text = tp.step_time(rollout_s=30, reward_s=1, reference_s=3, train_s=8, sync_s=1)   # the lesson's worked example
+    return {
+        "figure": figure([bar(list(t), list(t.values()), "seconds per step"),
+                          bar(["step time"], [step], f"τ_step ({TOPO[topo]})", marker={"color": "#d62728"})],
+                         f"{P}B, K = {K}, L = {L}, {TOPO[topo]}", "", "seconds"),
+        "kpis": [[f"τ_{k}", f"{v:.1f} s"] for k, v in t.items()]
+                + [["τ_step", f"{step:.1f} s"], ["useful tokens/s", f"{m['useful_tokens_per_s'] / 1000:.1f}k"],
+                   ["rollout share of the step", f"{100 * t['rollout'] / step:.0f}%"], ["bottleneck", m["bottleneck"]],
+                   ["the text's worked example (30/1/3/8/1 s)", f"{text['step_s']:g} s, trainer idle "
+                    f"{text['idle_s']['trainer']:g} s, {64 * 16 * 1024 / text['step_s'] / 1000:.1f}k tok/s"]],
+        "note": "τ_colo adds every term; disaggregated overlaps the two sides; async also hides the sync.",
+    }
+
+
+register(Widget(
+    "throughput", "The throughput equation, per role", throughput,
+    [Knob("P", "params (B)", [1, 7, 13, 34, 70], 7), Knob("K", "responses per prompt K", [1, 4, 8, 16, 32], 16),
+     Knob("L", "response length", [256, 1024, 4096, 8192], 1024),
+     Knob("topo", "placement", ["colo", "disagg", "async"], "disagg", "select")],
+    {"knobs": {"L": 8192},
+     "what": "Responses of 8k tokens: rollout is 98% of the step (its long tail grows with L), the "
+             "trainer idles nearly all the time, and adding trainer GPUs buys nothing."},
+    "Seconds per role for one step, and the step time of the chosen placement.",
+    ["posttrain.throughput:role_model", "posttrain.throughput:step_time"]))
+
+
+# ---- 22 · the memory planner: every role of an algorithm on one GPU pool ---------------------------
+
+def planner(model: str, algo: str, gpus: int, lora: int, ckpt: bool) -> dict:
+    """memory.plan: bytes per GPU of each component (policy, master, grads, Adam, critic, reference,
+    activations, KV cache) for `algo` on `gpus` H100s, colocated, and its cheapest fix if it does not fit."""
+    p = memory.plan(model, algo=algo, gpus=gpus, lora=lora, checkpointing=ckpt, suggest=True)
+    pool = next(iter(p["pools"].values()))
+    comps = [(n, b / 1e9) for n, b in pool["components"].items() if b > 0]
+    phases = [(n, b / 1e9) for n, b in pool["phases"].items()]
+    fix = p["suggestions"][0]["change"] if p["suggestions"] else "—"
+    return {
+        "figure": figure([bar([n], [gb], n) for n, gb in comps]
+                         + [line([phases[0][0], phases[-1][0]], [p["capacity_bytes"] / 1e9] * 2, "H100 capacity",
+                                 xaxis="x2", yaxis="y2", line={"dash": "dash", "color": "black"}),
+                            bar([n for n, _ in phases], [gb for _, gb in phases], "peak by phase", xaxis="x2", yaxis="y2")],
+                         f"{model}, {algo}, {gpus} × H100, LoRA {lora or 'off'}, checkpointing {'on' if ckpt else 'off'}",
+                         "", "GB per GPU", grid={"rows": 1, "columns": 2, "pattern": "independent"}, showlegend=False),
+        "kpis": [["peak per GPU", f"{p['peak_bytes'] / 1e9:.1f} GB"], ["fits on H100?", "yes" if p["fits"] else "no"],
+                 ["trainable params", f"{p['trainable_params'] / 1e9:.2f} B"],
+                 ["KV per token", f"{p['notes']['kv_bytes_per_token'] // 1024} KB"], ["cheapest change that fits", fix]],
+        "note": "Left: what each component costs on one GPU. Right: the peak of each phase (rollout, train).",
+    }
+
+
+register(Widget(
+    "planner", "The memory planner: one algorithm, one GPU pool", planner,
+    [Knob("model", "model", ["qwen2.5-0.5b", "llama3-8b", "llama-70b"], "llama3-8b", "select"),
+     Knob("algo", "algorithm", ["grpo", "ppo", "dpo"], "grpo", "select"), Knob("gpus", "GPUs", [1, 8, 64], 8),
+     Knob("lora", "LoRA rank (0 = full)", [0, 16], 0), Knob("ckpt", "checkpointing", [False, True], False, "check")],
+    {"knobs": {"model": "llama-70b", "algo": "ppo"},
+     "what": "PPO on a 70B model and 8 GPUs: the critic doubles the trainable state and nothing fits "
+             "(hundreds of GB per GPU); the planner's cheapest fix is checkpointing plus LoRA."},
+    "Bytes per GPU by component and by phase, from posttrain's planner.", ["posttrain.memory:plan"]))
