@@ -8,12 +8,15 @@
        critic      critic_values(trainer.model, batch)    V_old, before ❻ (only with a critic: PPO)
     ❻ advantages  algorithm.advantages(rewards, groups)
     ❼ train       trainer.step(batch, loss_fn)           epochs × minibatches of optimizer steps
+       correction  correct_off_policy(model, batch)      IS weights π_prox/μ (async: on by default)
     ❽ sync        weight_sync.sync()                     the sampler gets the new weights
     ❾ metrics     one flat dict, with a timer per role
 
 The controller never touches parameters, logits or rewards itself: each line hands data
 from one role to the next. The step loop around it (resume, eval, checkpoints, logs) is
-framework/loop.py.
+framework/loop.py. In async mode (distributed/async_rollout.py) ❶–❸ run on a producer that
+works ahead of the trainer by at most `max_staleness` versions, and ❽ publishes a version
+that the producer loads between two requests; the step reads the same.
 """
 
 from __future__ import annotations
@@ -27,29 +30,30 @@ import torch
 from posttrain.algorithms.core import broadcast
 from posttrain.framework.batch import collate_samples
 from posttrain.framework.rollout import SamplingParams
-from posttrain.framework.trainer import critic_values, needs_critic, policy_loss_fn
+from posttrain.framework.trainer import correct_off_policy, critic_values, needs_critic, policy_loss_fn
 from posttrain.tasks.base import score_samples
 
 
 class Controller:
-    def __init__(self, cfg, task, tokenizer, engine, reference, algorithm, algo_cfg, trainer, sync):
+    def __init__(self, cfg, task, tokenizer, engine, reference, algorithm, algo_cfg, trainer, sync, source=None):
         self.cfg, self.task, self.tok = cfg, task, tokenizer
         self.engine, self.reference, self.trainer, self.sync = engine, reference, trainer, sync
         self.algorithm, self.algo_cfg = algorithm, algo_cfg
         self.sampling = SamplingParams(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens)
         self.loss_fn = policy_loss_fn(algorithm, algo_cfg, cfg.temperature)
         self.timers: dict[str, float] = {}
+        self.source = source      # None: collect inline (sync); else .get(step) -> (samples, metrics)
+        auto = "tis" if cfg.async_ else "none"
+        self.correction = auto if cfg.off_policy_correction == "auto" else cfg.off_policy_correction
         self.last_samples: list = []
 
-    @contextmanager
     def timer(self, name: str):
-        t0 = time.perf_counter()
-        yield
-        self.timers[f"time/{name}_s"] = self.timers.get(f"time/{name}_s", 0.0) + time.perf_counter() - t0
+        return timed(self.timers, name)
 
     def step(self, step: int) -> dict:
         cfg, self.timers = self.cfg, {}
-        samples, metrics = self.collect(step)                                   # ❶ ❷ ❸
+        # ❶ ❷ ❸ inline, or (async) from a producer running ahead: distributed/async_rollout.py
+        samples, metrics = self.source.get(step) if self.source is not None else self.collect(step)
         self.last_samples = samples                                             # for the audit log
         if not samples:                                                         # every group degenerate: no update
             return {**metrics, **self.timers, "train/skipped_step": 1.0}
@@ -65,6 +69,10 @@ class Controller:
         with self.timer("algorithm"):
             adv = self.algorithm.advantages(batch["rewards"], batch["group_index"], self.algo_cfg, batch=batch)
             batch["advantages"] = broadcast(adv, batch["loss_mask"]) if adv.dim() == 1 else adv * batch["loss_mask"]  # ❻
+        if self.correction != "none":                                           # stale samples: IS weights
+            with self.timer("proximal"):                                        # from the behaviour logprobs
+                metrics.update(correct_off_policy(self.trainer.model, batch, self.correction,
+                                                  cfg.off_policy_cap, cfg.temperature, self.trainer.cfg.micro_batch_tokens))
         with self.timer("train"):
             train = self.trainer.train(batch, self.loss_fn, cfg.epochs, cfg.minibatches, cfg.max_new_tokens)  # ❼
         with self.timer("sync"):
@@ -72,6 +80,7 @@ class Controller:
         metrics.update(train)
         metrics.update(sync)
         metrics.update(self.timers)                                             # ❾
+        metrics["train/tokens_per_s"] = float(batch["loss_mask"].sum()) / max(self.timers["time/train_s"], 1e-9)
         metrics["train/skipped_step"] = 0.0
         return metrics
 
@@ -79,17 +88,17 @@ class Controller:
         """Generate and score groups until `prompts_per_step` groups are usable (or the
         attempt cap is hit). `degenerate`: keep = use every group; skip = drop groups whose
         rewards are all equal; resample = also draw fresh prompts to refill the batch."""
-        cfg, kept, first = self.cfg, [], None
+        cfg, kept, first, timers = self.cfg, [], None, {}    # own timers: async runs this on another thread
         attempts = cfg.max_resample_attempts if cfg.degenerate == "resample" else 1
         for attempt in range(attempts):
             want = cfg.prompts_per_step - len(kept) // cfg.samples_per_prompt
             items = self.task.items(want, "train", seed=f"{cfg.seed}/{step}/{attempt}")
             prompts = [self.tok.encode(self.tok.chat_prompt(self.task.prompt(it))) for it in items]
-            with self.timer("rollout"):
+            with timed(timers, "rollout"):
                 samples = self.engine.generate(prompts, cfg.samples_per_prompt, self.sampling, seed=cfg.seed,
                                                step=step * 1000 + attempt, items=items,
                                                group_offset=len(kept) // cfg.samples_per_prompt)
-            with self.timer("reward"):
+            with timed(timers, "reward"):
                 reward_metrics = score_samples(self.task, samples)
             groups = group_rewards(samples)
             if first is None:                                                   # metrics of the first draw
@@ -101,7 +110,14 @@ class Controller:
                 break
         first["rollout/attempts"] = float(attempt + 1)
         first["group/kept_frac"] = len(kept) / (cfg.prompts_per_step * cfg.samples_per_prompt)
-        return kept[:cfg.prompts_per_step * cfg.samples_per_prompt], first
+        return kept[:cfg.prompts_per_step * cfg.samples_per_prompt], {**first, **timers}
+
+
+@contextmanager
+def timed(timers: dict, name: str):
+    t0 = time.perf_counter()
+    yield
+    timers[f"time/{name}_s"] = timers.get(f"time/{name}_s", 0.0) + time.perf_counter() - t0
 
 
 def group_rewards(samples) -> dict:

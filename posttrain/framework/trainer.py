@@ -94,6 +94,42 @@ def critic_values(model, batch: dict, micro_batch_tokens: int = 16384) -> torch.
     return out
 
 
+@torch.no_grad()
+def score_logprobs(model, batch: dict, temperature: float = 1.0, micro_batch_tokens: int = 16384) -> torch.Tensor:
+    """logprobs [B, T] of a batch under `model` (no gradient), zero where loss_mask is 0 (the
+    convention of old_logprobs), micro-batched by padded tokens: the reference's scores and the
+    proximal logprobs of the off-policy correction."""
+    out = torch.zeros_like(batch["loss_mask"])
+    row = 0
+    for mb in split_micro_batches(batch, micro_batch_tokens):
+        lp, _ = sequence_logprobs(model, mb["input_ids"], temperature)
+        n, w = lp.shape
+        out[row:row + n, :w] = lp * mb["loss_mask"]
+        row += n
+    return out
+
+
+def correct_off_policy(model, batch: dict, mode: str, cap: float, temperature: float,
+                       micro_batch_tokens: int = 16384) -> dict:
+    """Decoupled off-policy correction (verl's 3-policy form), in place on `batch`:
+
+    the samples were drawn by μ (behaviour logprobs, possibly `policy_version`s old). The
+    trainer's current weights π_prox score them once (no gradient); the PPO ratio is then taken
+    against π_prox (`old_logprobs` ← π_prox, so the clip acts on this update only) and the
+    policy term is reweighted by w = π_prox/μ (algorithms/core.off_policy_weights), folded
+    into the advantages: every loss here is homogeneous of degree 1 in A and w ≥ 0, so
+    −min(r·wA, clip(r)·wA) = w·(−min(rA, clip(r)A)). KL and entropy terms are not reweighted.
+    The behaviour logprobs stay in `behaviour_logprobs`.
+    """
+    from posttrain.algorithms.core import off_policy_weights
+    prox = score_logprobs(model, batch, temperature, micro_batch_tokens)            # [B, T]
+    w, metrics = off_policy_weights(prox, batch["old_logprobs"], batch["loss_mask"], mode, cap)
+    batch["behaviour_logprobs"] = batch["old_logprobs"]
+    batch["old_logprobs"] = prox
+    batch["advantages"] = batch["advantages"] * w                                   # [B, T]
+    return {k: float(v) for k, v in metrics.items()}
+
+
 def policy_loss_fn(algorithm, algo_cfg, temperature: float):
     """The RL loss as the trainer sees it: recompute logprobs (sampler's temperature), call the
     algorithm, and measure the sampler/trainer mismatch on the same tokens.

@@ -16,13 +16,12 @@ from pathlib import Path
 
 from posttrain import algorithms, checkpoint
 from posttrain.config import RLConfig, build
+from posttrain.distributed.placement import check_scale_config, place
 from posttrain.eval import evaluate, response_budget
 from posttrain.framework.controller import Controller
 from posttrain.framework.loop import train_loop
 from posttrain.framework.reference import Reference
-from posttrain.framework.rollout import Engine
 from posttrain.framework.trainer import Trainer, needs_critic
-from posttrain.framework.weight_sync import WeightSync
 from posttrain.models.heads import ActorCritic
 from posttrain.recipes.common import Run, init_model, print_plan
 from posttrain.tasks.arithmetic import ArithmeticTask
@@ -48,14 +47,15 @@ def run(cfg: RLConfig, resume: bool = False) -> dict:
     if cfg.degenerate not in ("keep", "skip", "resample"):
         from posttrain import UsageError
         raise UsageError(f"degenerate={cfg.degenerate!r} is unknown; use keep, skip or resample")
+    check_scale_config(cfg)
     init = cfg.init or default_init()
     r = Run(cfg, "rl", resume)
     model, tok = init_model(cfg, init, r.rt.device)
     task = ArithmeticTask(cfg.task)
     max_new = cfg.max_new_tokens or response_budget(task, task.items(500, "train", cfg.seed))
     cfg = dataclasses.replace(cfg, max_new_tokens=max_new)
-    engine = Engine(model, tok, max_slots=cfg.max_slots)
-    sync = WeightSync(model, engine, cfg.weight_sync)
+    placement = place(cfg, model, tok)                    # in-process or Ray workers (distributed/)
+    engine = placement.engine
     reference = Reference(model, cfg.temperature) if algorithm.needs_reference(algo_cfg) else None
     # Critic (PPO): the trainer optimises policy + value head (+ a separate critic trunk) as one
     # module; the sampler, the reference and model.safetensors keep the bare policy, and the
@@ -63,19 +63,24 @@ def run(cfg: RLConfig, resume: bool = False) -> dict:
     actor_critic = ActorCritic(model, algo_cfg.critic) if needs_critic(algorithm, algo_cfg) else None
     trainer = Trainer(actor_critic if actor_critic is not None else model, cfg.optim,
                       cfg.steps * cfg.epochs * cfg.minibatches, r.rt)
-    controller = Controller(cfg, task, tok, engine, reference, algorithm, algo_cfg, trainer, sync)
+    controller = Controller(cfg, task, tok, engine, reference, algorithm, algo_cfg, trainer, placement.sync)
+    if cfg.async_:
+        controller.source = controller.sync = placement.asynchronous(cfg, controller.collect)
     n = cfg.prompts_per_step * cfg.samples_per_prompt
     print_plan("rl", {"params": model.num_params(), "prompts/step": cfg.prompts_per_step,
                       "samples/prompt": cfg.samples_per_prompt, "samples/step": n,
                       "max tokens/step": n * max_new, "optimizer steps/step": cfg.epochs * cfg.minibatches,
                       "steps": cfg.steps, "algorithm": cfg.algorithm, "reference": reference is not None,
-                      "weight_sync": cfg.weight_sync,
+                      "weight_sync": cfg.weight_sync, "placement": cfg.placement,
+                      **({"rollout_workers": cfg.rollout_workers} if cfg.placement == "ray" else {}),
+                      **({"async": True, "max_staleness": cfg.max_staleness} if cfg.async_ else {}),
                       **({"critic": algo_cfg.critic} if actor_critic is not None else {})})
     heldout = task.items(cfg.eval_problems, "test", cfg.seed)
     k = cfg.eval_samples
 
     def evaluate_fn(_model):
-        res = evaluate(engine.model, tok, task, heldout, n=k, ks=(1, k), seed=cfg.seed, engine=engine,
+        ev = placement.eval_engine
+        res = evaluate(ev.model, tok, task, heldout, n=k, ks=(1, k), seed=cfg.seed, engine=ev,
                        max_new_tokens=max_new)
         res.pop("per_k")
         audit(r.dir, controller, cfg)
@@ -83,16 +88,19 @@ def run(cfg: RLConfig, resume: bool = False) -> dict:
 
     def get_state():
         critic = {"critic": actor_critic.critic_state_dict()} if actor_critic is not None else {}
-        return {"policy_version": engine.policy_version, **critic}
+        return {"policy_version": placement.version, **critic}
 
     def set_state(s):
-        engine.policy_version = s.get("policy_version", 0)
+        placement.set_version(s.get("policy_version", 0))
         if actor_critic is not None and "critic" in s:
             actor_critic.load_critic_state_dict(s["critic"])
     state = (get_state, set_state)
-    return train_loop(r, model, tok, trainer, controller.step, evaluate=evaluate_fn, extra_state=state, eval_at_start=True,
-                      meta={"task": "arithmetic", "algorithm": cfg.algorithm},
-                      show=("reward/mean", "eval/pass@1", "kl/ref", "clip/frac"))
+    try:
+        return train_loop(r, model, tok, trainer, controller.step, evaluate=evaluate_fn, extra_state=state,
+                          eval_at_start=True, meta={"task": "arithmetic", "algorithm": cfg.algorithm},
+                          show=("reward/mean", "eval/pass@1", "kl/ref", "clip/frac"))
+    finally:
+        placement.close()
 
 
 def audit(run_dir: Path, controller: Controller, cfg: RLConfig) -> None:
