@@ -67,6 +67,10 @@ class RayRollout:
         if not ray.is_initialized():
             ray.init(include_dashboard=False)   # a local cluster; `ray start --head` + RAY_ADDRESS for many machines
         self.ray, self.tokenizer = ray, tokenizer
+        free = ray.cluster_resources().get("CPU", 0.0)
+        if free < workers * cpus_per_worker:   # actors would wait for CPUs forever, silently
+            raise UsageError(f"rollout_workers={workers} need {workers * cpus_per_worker:g} CPUs in the Ray "
+                             f"cluster, which has {free:g} in all; lower rollout_workers or add nodes (ray start --address)")
         self.actor_cls = ray.remote(num_cpus=cpus_per_worker, max_restarts=0)(RolloutWorker)
         cpu_model = copy.deepcopy(model).to("cpu")
         self.model_ref = ray.put(cpu_model)

@@ -169,12 +169,15 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: lr_factor(s, optim, total_steps))
         self.nonfinite_in_a_row = 0
         self.nonfinite_total = 0
+        self.dp = None            # a distributed.data_parallel.DataParallel: this rank trains on its rows only
 
     def step(self, batch: dict, loss_fn, max_len: float | None = None, unit: int = 1) -> dict:
         """One optimizer step on `batch` (accumulating over micro-batches of whole `unit`s of
         rows: 2 for preference pairs)."""
         self.model.train()
         norm = batch_norm(batch["loss_mask"], max_len if max_len is not None else batch["loss_mask"].shape[1])
+        if self.dp is not None:                                      # norm stays that of the GLOBAL batch
+            batch = self.dp.shard(batch, unit)
         self.optimizer.zero_grad(set_to_none=True)
         sums: dict[str, float] = {}
         maxes: dict[str, float] = {}
@@ -193,6 +196,9 @@ class Trainer:
                     maxes[k] = max(maxes.get(k, -math.inf), v)
                 else:
                     sums[k] = sums.get(k, 0.0) + share * v          # token-weighted mean over micro-batches
+        if self.dp is not None:                                      # Σ over ranks, once
+            self.dp.reduce_grads([p for p in self.model.parameters() if p.requires_grad])
+            total_loss, sums, maxes = self.dp.reduce_metrics(total_loss, sums, maxes)
         params = [p for p in self.model.parameters() if p.grad is not None]
         clip = self.cfg.grad_clip if self.cfg.grad_clip > 0 else math.inf
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip))
