@@ -99,3 +99,5 @@ def check_scale_config(cfg) -> None:
         raise UsageError(f"stale={cfg.stale!r} is unknown; use pace (producers wait) or drop")
     if cfg.max_staleness < 0:
         raise UsageError(f"max_staleness must be ≥ 0 (got {cfg.max_staleness})")
+    if cfg.overprovision < 0:
+        raise UsageError(f"overprovision must be ≥ 0 (got {cfg.overprovision}); it is extra samples per prompt")

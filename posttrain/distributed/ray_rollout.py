@@ -47,8 +47,9 @@ class RolloutWorker:
         self.engine.policy_version = version
         return version
 
-    def generate(self, prompts, n, sampling, seed, step, items, group_offset):
-        samples = self.engine.generate(prompts, n, sampling, seed=seed, step=step, items=items, group_offset=group_offset)
+    def generate(self, prompts, n, sampling, seed, step, items, group_offset, keep=None):
+        samples = self.engine.generate(prompts, n, sampling, seed=seed, step=step, items=items,
+                                       group_offset=group_offset, keep=keep)
         return samples, self.engine.stats
 
     def pid(self) -> int:
@@ -108,7 +109,8 @@ class RayRollout:
                 self._restart(i)                                  # the new worker loads this version
         return {"time/sync_s": time.perf_counter() - t0, "sync/buckets": float(len(buckets))}
 
-    def generate(self, prompts, n, sampling, seed: int = 0, step: int = 0, items=None, group_offset: int = 0):
+    def generate(self, prompts, n, sampling, seed: int = 0, step: int = 0, items=None, group_offset: int = 0,
+                 keep: int | None = None):
         from ray.exceptions import RayActorError
         t0 = time.perf_counter()
         W = len(self.workers)
@@ -118,7 +120,7 @@ class RayRollout:
         def submit(k, i):
             a, b = shards[k]
             return self.workers[i].generate.remote(prompts[a:b], n, sampling, seed, step,
-                                                   None if items is None else items[a:b], group_offset + a)
+                                                   None if items is None else items[a:b], group_offset + a, keep)
         pending = {submit(k, k % W): (k, k % W, 1) for k in range(len(shards))}
         results: dict[int, tuple] = {}
         restarts0 = self.restarts
@@ -140,8 +142,9 @@ class RayRollout:
             samples.extend(part)
         dt = time.perf_counter() - t0
         gen = sum(r[1]["rollout/generated_tokens"] for r in results.values())
+        cancelled = sum(r[1]["rollout/cancelled"] for r in results.values())
         self.stats = {"rollout/samples": len(samples), "rollout/generated_tokens": gen, "rollout/time_s": dt,
-                      "rollout/tokens_per_s": gen / max(dt, 1e-9), "rollout/workers": W,
+                      "rollout/tokens_per_s": gen / max(dt, 1e-9), "rollout/workers": W, "rollout/cancelled": cancelled,
                       "rollout/worker_restarts": float(self.restarts - restarts0),
                       "rollout/worker_restarts_total": float(self.restarts)}
         return samples
