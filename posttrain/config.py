@@ -253,3 +253,4 @@ class RLConfig(RunConfig):
     off_policy_correction: str = "auto"  # none | tis | seq_tis | mask (IS weights from behaviour logprobs); auto = tis if async
     off_policy_cap: float = 2.0   # C: truncate weights at C (tis, seq_tis) or zero them outside [1/C, C] (mask)
     sync_bucket_mb: float = 64.0  # weight sync across copies/processes: MB per transfer bucket
+    overprovision: int = 0        # straggler cut-off: start samples_per_prompt + this per prompt, keep the first to finish

@@ -1,5 +1,6 @@
 """Asynchronous mode (distributed/async_rollout.py) and the off-policy correction (core.off_policy_weights)."""
 
+import json
 import math
 import threading
 import time
@@ -135,6 +136,47 @@ def test_a_producer_error_reaches_the_trainer():
         _drive(1, "pace", fail_at=3)
 
 
+# ---------------------------------------------------------------------- long tail
+
+def test_straggler_cut_off_keeps_the_first_to_finish(nano, tok):
+    from posttrain.framework.rollout import Engine, SamplingParams
+    stops = tuple(range(4, tok.vocab_size, 6))                      # an untrained model then stops at random
+    prompts, sp = [[5, 6, 7], [8, 9], [10, 11, 12]], SamplingParams(temperature=1.0, max_new_tokens=16, stop_ids=stops)
+    whole = Engine(nano, tok)
+    full = whole.generate(prompts, 6, sp, seed=3, step=1)
+    engine = Engine(nano, tok)
+    cut = engine.generate(prompts, 6, sp, seed=3, step=1, keep=4)
+    assert len({len(s.response_ids) for s in full}) > 3              # lengths vary: there is a tail to cut
+    assert engine.stats["rollout/cancelled"] == 3 * 2
+    assert engine.stats["rollout/decode_steps"] < whole.stats["rollout/decode_steps"]   # the wait got shorter
+    for g in range(3):
+        # every sample starts at once (enough slots), so "first to finish" = shortest, ties by index
+        first = sorted((len(s.response_ids), s.index) for s in full if s.group == g)[:4]
+        got = [(s.index, s.response_ids) for s in cut if s.group == g]
+        assert sorted(i for i, _ in got) == sorted(i for _, i in first)
+        assert all(ids == full[g * 6 + i].response_ids for i, ids in got)   # same keyed draws
+
+
+def test_max_of_k_metrics_worked_values():
+    import numpy as np
+    from posttrain.framework.controller import max_of_k_metrics
+    m = max_of_k_metrics(np.array([1.0, 1, 1, 1, 6]))            # mean 2, population std 2
+    assert m["length/max_of_k"] == 3.0 and m["length/cv"] == 1.0
+    s = math.sqrt(math.log(2.0))                                 # s = √ln(1 + cv²)
+    assert m["length/max_of_k_expected"] == pytest.approx(math.exp(s * math.sqrt(2 * math.log(5)) - s * s / 2))
+
+
+def test_throughput_summary_worked_values():
+    from posttrain.distributed.run_summary import summarize
+    row = {"time/rollout_s": 3.0, "time/reward_s": 1.0, "time/reference_s": 0.25, "time/proximal_s": 0.25,
+           "time/train_s": 2.0, "time/sync_s": 0.5, "time/step_s": 7.0, "time/trainer_idle_s": 3.5}
+    rows = [{"step": 0, "eval/pass@1": 0.1}, {"step": 1, **row}, {"step": 2, **row}]
+    s = summarize(rows, "colocated", samples_per_step=14)
+    assert s["steps"] == 2 and s["equation_step_s"] == 7.0 and s["bottleneck"] == "rollout"
+    assert s["samples_per_s"] == 2.0 and s["trainer_idle_frac"] == 0.5
+    assert s["equation_by_topology_s"] == {"colocated": 7.0, "disaggregated": 4.5, "async": 4.0}  # max(3+1, .5+2)+.5
+
+
 # ---------------------------------------------------------------------- whole runs
 
 COMMON = ["prompts_per_step=2", "samples_per_prompt=4", "eval_problems=4", "eval_samples=2", "eval_every=0",
@@ -156,13 +198,17 @@ def test_async_with_staleness_zero_equals_sync(sft_ckpt, tmp_path):
 def test_async_run_with_staleness_and_correction(sft_ckpt, tmp_path):
     out = tmp_path / "a1"
     rl.run(load_config(RLConfig, None, [f"out={out}", f"init={sft_ckpt}", "async=true", "max_staleness=1",
-                                        "off_policy_correction=tis", *COMMON]))
+                                        "off_policy_correction=tis", "overprovision=2", *COMMON]))
     rows = read_metrics(out)[1:]
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert all(r["staleness/max"] <= 1 for r in rows)
+    assert all(r["rollout/cancelled"] == 2 * 2 for r in rows)      # 6 started per prompt, first 4 kept
     for key in ("queue/size", "time/trainer_idle_s", "time/rollout_idle_s", "rollout/tokens_per_s",
                 "train/tokens_per_s", "offpolicy/weight_mean"):
         assert key in rows[-1], key
+    summary = json.loads((out / "throughput.json").read_text())
+    assert summary["topology"] == "async" and summary["steps"] == 3 and summary["bottleneck"] in ("rollout", "reward",
+                                                                                                "reference", "train", "sync")
     fresh = [r for r in rows if r["staleness/max"] == 0]
     assert fresh and all(abs(r["offpolicy/weight_mean"] - 1) < 1e-4 for r in fresh)   # on-policy: w = 1
     assert all(abs(r["ratio/mean"] - 1) < 1e-4 for r in rows)     # the ratio is taken against π_prox

@@ -95,9 +95,10 @@ class Controller:
             items = self.task.items(want, "train", seed=f"{cfg.seed}/{step}/{attempt}")
             prompts = [self.tok.encode(self.tok.chat_prompt(self.task.prompt(it))) for it in items]
             with timed(timers, "rollout"):
-                samples = self.engine.generate(prompts, cfg.samples_per_prompt, self.sampling, seed=cfg.seed,
-                                               step=step * 1000 + attempt, items=items,
-                                               group_offset=len(kept) // cfg.samples_per_prompt)
+                samples = self.engine.generate(prompts, cfg.samples_per_prompt + cfg.overprovision, self.sampling,
+                                               seed=cfg.seed, step=step * 1000 + attempt, items=items,
+                                               group_offset=len(kept) // cfg.samples_per_prompt,
+                                               keep=cfg.samples_per_prompt if cfg.overprovision else None)
             with timed(timers, "reward"):
                 reward_metrics = score_samples(self.task, samples)
             groups = group_rewards(samples)
@@ -143,4 +144,17 @@ def sample_metrics(samples, max_new_tokens: int) -> dict:
             "length/mean": float(lengths.mean()), "length/max": float(lengths.max()),
             "length/correct_mean": float(lengths[ok].mean()) if ok.any() else 0.0,
             "length/wrong_mean": float(lengths[~ok].mean()) if (~ok).any() else 0.0,
-            "length/truncated_frac": float(np.mean([s.finish_reason == "length" for s in samples]))}
+            "length/truncated_frac": float(np.mean([s.finish_reason == "length" for s in samples])),
+            **max_of_k_metrics(lengths)}
+
+
+def max_of_k_metrics(lengths: np.ndarray) -> dict:
+    """The long tail of a step (lesson 22b): a synchronous rollout lasts as long as its longest
+    sample. max_of_k = longest / mean, observed; _expected = what K log-normal lengths with this
+    mean and CV predict (throughput.max_of_k), so a heavier tail than that stands out."""
+    from posttrain.throughput import max_of_k
+    mean = float(lengths.mean())
+    cv = float(lengths.std() / mean) if mean > 0 else 0.0
+    return {"length/cv": cv, "length/p95": float(np.percentile(lengths, 95)),
+            "length/max_of_k": float(lengths.max()) / mean if mean > 0 else 0.0,
+            "length/max_of_k_expected": max_of_k(len(lengths), cv)}

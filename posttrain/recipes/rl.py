@@ -17,11 +17,13 @@ from pathlib import Path
 from posttrain import algorithms, checkpoint
 from posttrain.config import RLConfig, build
 from posttrain.distributed.placement import check_scale_config, place
+from posttrain.distributed.run_summary import write_summary
 from posttrain.eval import evaluate, response_budget
 from posttrain.framework.controller import Controller
 from posttrain.framework.loop import train_loop
 from posttrain.framework.reference import Reference
 from posttrain.framework.trainer import Trainer, needs_critic
+from posttrain.logging import read_metrics
 from posttrain.models.heads import ActorCritic
 from posttrain.recipes.common import Run, init_model, print_plan
 from posttrain.tasks.arithmetic import ArithmeticTask
@@ -96,11 +98,13 @@ def run(cfg: RLConfig, resume: bool = False) -> dict:
             actor_critic.load_critic_state_dict(s["critic"])
     state = (get_state, set_state)
     try:
-        return train_loop(r, model, tok, trainer, controller.step, evaluate=evaluate_fn, extra_state=state,
-                          eval_at_start=True, meta={"task": "arithmetic", "algorithm": cfg.algorithm},
-                          show=("reward/mean", "eval/pass@1", "kl/ref", "clip/frac"))
+        summary = train_loop(r, model, tok, trainer, controller.step, evaluate=evaluate_fn, extra_state=state,
+                             eval_at_start=True, meta={"task": "arithmetic", "algorithm": cfg.algorithm},
+                             show=("reward/mean", "eval/pass@1", "kl/ref", "clip/frac"))
     finally:
         placement.close()
+    write_summary(r.dir, read_metrics(r.dir), "async" if cfg.async_ else "colocated", n)   # throughput.json
+    return summary
 
 
 def audit(run_dir: Path, controller: Controller, cfg: RLConfig) -> None:
