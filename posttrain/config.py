@@ -250,6 +250,7 @@ class RLConfig(RunConfig):
     async_: bool = False          # YAML `async: true`: rollouts run ahead on a producer; more throughput, stale samples
     max_staleness: int = 1        # async: samples at most this many policy versions behind the trainer (0 = sync)
     stale: str = "pace"           # async: pace = producers wait (no work wasted) | drop = run free, drop older batches
+                                  # | fixed = every batch exactly max_staleness old (staleness experiments)
     off_policy_correction: str = "auto"  # none | tis | seq_tis | mask (IS weights from behaviour logprobs); auto = tis if async
     off_policy_cap: float = 2.0   # C: truncate weights at C (tis, seq_tis) or zero them outside [1/C, C] (mask)
     sync_bucket_mb: float = 64.0  # weight sync across copies/processes: MB per transfer bucket

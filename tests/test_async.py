@@ -78,8 +78,8 @@ class _Publisher:
         self.version += 1
         return {"sync/policy_version": float(self.version)}
 
-    def latest(self):
-        return self.version, []
+    def latest(self, at_most=None):
+        return (self.version if at_most is None else min(self.version, at_most)), []
 
 
 class _Engine:
@@ -123,6 +123,12 @@ def test_paced_staleness_never_exceeds_max_staleness(K):
     assert max(m["staleness/max"] for m in seen) <= K
     assert max(m["staleness/max"] for m in seen[2:]) == K           # ... and the producer did run ahead
     assert all(m["staleness/dropped_batches"] == 0 for m in seen)
+
+
+def test_fixed_mode_samples_exactly_max_staleness_versions_behind():
+    seen = _drive(2, "fixed")
+    assert [m["staleness/max"] for m in seen] == [0, 1] + [2] * 10          # warm-up, then exactly K
+    assert all(m["staleness/mean"] == m["staleness/max"] for m in seen)
 
 
 def test_drop_mode_discards_batches_older_than_max_staleness():

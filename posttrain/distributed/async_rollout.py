@@ -16,6 +16,9 @@ trains on that batch at step s it is at most K versions ahead. With K = 0 the pr
 step s only when the trainer asks for it: exactly the synchronous loop, sample for sample.
 `stale: drop` lets the producer run free instead (bounded only by the queue) and the trainer
 throws away batches more than K versions old (counted in `staleness/dropped_batches`).
+`stale: fixed` paces like `pace` but samples every batch with weights exactly K versions
+old (the publisher keeps K + 1 versions): staleness K by construction, whatever the speeds
+of the two sides, for experiments on what staleness does to learning.
 
 The sampler holds its own model copy (a thread must never read weights the optimizer is
 writing). Samples never span a weight update here: weights switch between `collect` calls,
@@ -52,7 +55,7 @@ class AsyncRollout:
         # keys validated by placement.check_scale_config
         self.collect, self.engine, self.publisher = collect, engine, publisher
         self.K, self.stale = max_staleness, stale
-        self.queue: queue.Queue = queue.Queue(maxsize=max_staleness + 1 if stale == "pace" else max(max_staleness, 1))
+        self.queue: queue.Queue = queue.Queue(maxsize=max_staleness + 1 if stale != "drop" else max(max_staleness, 1))
         self.asked = 0                      # last step the trainer asked for (pacing)
         self.cond = threading.Condition()
         self.stop = threading.Event()
@@ -76,7 +79,7 @@ class AsyncRollout:
             item = self._take()
             version = self.publisher.version                # the trainer's weights right now
             stale = [version - s.policy_version for s in item[1]]
-            if self.stale == "pace" or not stale or max(stale) <= self.K:
+            if self.stale != "drop" or not stale or max(stale) <= self.K:
                 break
             self.dropped += 1                                # drop mode: too old, take the next one
         _, samples, metrics = item
@@ -112,15 +115,17 @@ class AsyncRollout:
     # -- producer side ---------------------------------------------------------------------
 
     def _produce(self, step: int) -> None:
+        start, v0 = step, self.publisher.version
         try:
             while not self.stop.is_set():
                 t0 = time.perf_counter()
-                if self.stale == "pace":
+                if self.stale != "drop":
                     with self.cond:                          # step s may start once step s − K is asked for
                         while self.asked < step - self.K and not self.stop.is_set():
                             self.cond.wait(timeout=0.1)
                 t1 = time.perf_counter()
-                version, buckets = self.publisher.latest()
+                fixed = v0 + max(0, step - start - self.K) if self.stale == "fixed" else None
+                version, buckets = self.publisher.latest(at_most=fixed)
                 if version != self.engine.policy_version:   # between requests: atomic switch
                     switch_weights(self.engine, version, buckets)
                 t2 = time.perf_counter()

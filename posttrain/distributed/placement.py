@@ -73,7 +73,8 @@ def place(cfg, model, tokenizer) -> Placement:
         engine = Engine(model, tokenizer, max_slots=cfg.max_slots)
         return Placement(engine, WeightSync(model, engine, cfg.weight_sync), engine)
     eval_engine = Engine(model, tokenizer, max_slots=cfg.max_slots)
-    publisher = WeightPublisher(model, bucket_mb=cfg.sync_bucket_mb)
+    publisher = WeightPublisher(model, bucket_mb=cfg.sync_bucket_mb,
+                                history=cfg.max_staleness + 1 if cfg.stale == "fixed" else 1)
     if cfg.placement == "ray":
         from posttrain.distributed.ray_rollout import RayRollout
         engine = RayRollout(model, tokenizer, workers=cfg.rollout_workers, max_slots=cfg.max_slots,
@@ -95,8 +96,8 @@ def check_scale_config(cfg) -> None:
                          f"use auto, {', '.join(OFF_POLICY_CORRECTIONS)}")
     if cfg.off_policy_cap <= 1.0:
         raise UsageError(f"off_policy_cap must be > 1 (got {cfg.off_policy_cap}); 2 is verl's default")
-    if cfg.stale not in ("pace", "drop"):
-        raise UsageError(f"stale={cfg.stale!r} is unknown; use pace (producers wait) or drop")
+    if cfg.stale not in ("pace", "drop", "fixed"):
+        raise UsageError(f"stale={cfg.stale!r} is unknown; use pace (producers wait), drop or fixed")
     if cfg.max_staleness < 0:
         raise UsageError(f"max_staleness must be ≥ 0 (got {cfg.max_staleness})")
     if cfg.overprovision < 0:

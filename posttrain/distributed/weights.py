@@ -50,10 +50,11 @@ class WeightPublisher:
     samplers read `latest()` when they are between requests. Thread-safe; `wait_for(v)`
     blocks until version ≥ v (the async producer's pacing)."""
 
-    def __init__(self, model: torch.nn.Module, version: int = 0, bucket_mb: float = 64.0):
-        self.model, self.bucket_mb = model, bucket_mb
+    def __init__(self, model: torch.nn.Module, version: int = 0, bucket_mb: float = 64.0, history: int = 1):
+        self.model, self.bucket_mb, self.history = model, bucket_mb, history
         self.version = version
         self.buckets = state_buckets(model, bucket_mb)
+        self.kept = {version: self.buckets}    # the last `history` versions (stale=fixed reads old ones)
         self._cond = threading.Condition()
 
     def publish(self) -> dict:
@@ -61,15 +62,20 @@ class WeightPublisher:
         buckets = state_buckets(self.model, self.bucket_mb)
         with self._cond:
             self.version += 1
-            self.buckets = buckets
+            self.buckets = self.kept[self.version] = buckets
+            self.kept.pop(self.version - self.history, None)
             self._cond.notify_all()
         return {"time/sync_s": time.perf_counter() - t0, "sync/buckets": float(len(buckets)),
                 "sync/bytes": float(sum(t.numel() * t.element_size() for b in buckets for t in b.values())),
                 "sync/policy_version": float(self.version)}
 
-    def latest(self) -> tuple[int, list[dict]]:
+    def latest(self, at_most: int | None = None) -> tuple[int, list[dict]]:
+        """The newest version, or the newest kept one ≤ `at_most`."""
         with self._cond:
-            return self.version, self.buckets
+            if at_most is None or at_most >= self.version:
+                return self.version, self.buckets
+            v = max(k for k in self.kept if k <= at_most) if any(k <= at_most for k in self.kept) else min(self.kept)
+            return v, self.kept[v]
 
     def wait_for(self, version: int, stop: threading.Event | None = None) -> bool:
         """Block until the published version is ≥ `version`; False if `stop` was set first."""
@@ -85,3 +91,4 @@ class WeightPublisher:
         with self._cond:
             self.version = version
             self.buckets = state_buckets(self.model, self.bucket_mb)
+            self.kept = {version: self.buckets}
