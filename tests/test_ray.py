@@ -53,7 +53,7 @@ def test_same_preset_in_process_ray_sync_and_ray_async(cluster, sft_ckpt, tmp_pa
         rl.run(load_config(RLConfig, None, [f"out={tmp_path}/{name}", f"init={sft_ckpt}", *COMMON, *extra]))
     local, ray_sync, ray_async = (read_metrics(tmp_path / n)[1:] for n in runs)
     for a, b in zip(local, ray_sync):                    # same samples, same update
-        for k in ("reward/mean", "length/mean", "loss"):
+        for k in ("reward/mean", "length/mean", "loss", "kl/ref"):   # kl/ref: the reference actor
             assert a[k] == pytest.approx(b[k], abs=1e-6), k
     assert all(r["rollout/workers"] == 2 and r["time/sync_s"] > 0 for r in ray_sync)
     assert [r["step"] for r in ray_async] == [1, 2] and all(r["staleness/max"] <= 1 for r in ray_async)

@@ -6,7 +6,8 @@
     ray         false   RayRollout: `rollout_workers` actors       publish → every worker, then go on
     ray         true    RayRollout fed by the producer thread      publish → loaded between requests
 
-The trainer (and the reference, when a KL needs one) stay in the driver process.
+The trainer stays in the driver process; with `placement: ray` the reference (when a KL
+needs one) is an actor of its own (ray_rollout.RayReference), elsewhere a frozen copy in-process.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class Placement:
     sync: object              # .sync() after every update
     eval_engine: Engine       # held-out evaluation: the trainer's current weights, in the driver
     publisher: WeightPublisher | None = None
+    ref: object = None        # the reference, once `reference()` has placed it
 
     @property
     def version(self) -> int:
@@ -54,6 +56,16 @@ class Placement:
         self.publisher.reset(v)
         switch_weights(self.engine, *self.publisher.latest())
 
+    def reference(self, cfg, policy):
+        """The frozen reference, placed with the rollout workers' placement."""
+        if cfg.placement == "ray":
+            from posttrain.distributed.ray_rollout import RayReference
+            self.ref = RayReference(policy, cfg.temperature, max(cfg.threads, 1))
+        else:
+            from posttrain.framework.reference import Reference
+            self.ref = Reference(policy, cfg.temperature)
+        return self.ref
+
     def asynchronous(self, cfg, collect):
         """Turn this placement async: a producer thread runs `collect` ahead of the trainer."""
         from posttrain.distributed.async_rollout import AsyncRollout
@@ -61,10 +73,9 @@ class Placement:
         return self.sync
 
     def close(self) -> None:
-        if hasattr(self.sync, "close"):
-            self.sync.close()
-        if hasattr(self.engine, "close"):
-            self.engine.close()
+        for role in (self.sync, self.engine, self.ref):             # producer first: it uses the engine
+            if hasattr(role, "close"):
+                role.close()
 
 
 def place(cfg, model, tokenizer) -> Placement:

@@ -156,3 +156,36 @@ class RayRollout:
             except Exception:
                 pass
         self.workers = []
+
+
+class ReferenceWorker:
+    """The actor body of the reference: a frozen copy scoring batches in its own process."""
+
+    def __init__(self, policy, temperature: float, threads: int):
+        from posttrain.framework.reference import Reference
+        torch.set_num_threads(max(threads, 1))
+        self.reference = Reference(policy, temperature)
+
+    def score(self, batch: dict, micro_batch_tokens: int) -> torch.Tensor:
+        return self.reference.score(batch, micro_batch_tokens)
+
+
+class RayReference:
+    """The Reference interface (`score`) over one Ray actor. It reserves no CPU of its own: in
+    a sync step it runs while the rollout workers wait, and on GPUs it would take a fraction
+    of one (`num_gpus`). The frozen copy is made from the policy at construction, as Reference."""
+
+    def __init__(self, policy, temperature: float = 1.0, threads: int = 1):
+        import ray
+        self.ray = ray
+        actor = ray.remote(num_cpus=0)(ReferenceWorker)
+        self.actor = actor.remote(ray.put(copy.deepcopy(policy).to("cpu")), temperature, threads)
+
+    def score(self, batch: dict, micro_batch_tokens: int = 16384) -> torch.Tensor:
+        device = batch["input_ids"].device
+        keys = ("input_ids", "attention_mask", "loss_mask")          # all the reference reads
+        cpu = {k: batch[k].to("cpu") for k in keys}
+        return self.ray.get(self.actor.score.remote(cpu, micro_batch_tokens)).to(device)
+
+    def close(self) -> None:
+        self.ray.kill(self.actor, no_restart=True)

@@ -21,7 +21,6 @@ from posttrain.distributed.run_summary import write_summary
 from posttrain.eval import evaluate, response_budget
 from posttrain.framework.controller import Controller
 from posttrain.framework.loop import train_loop
-from posttrain.framework.reference import Reference
 from posttrain.framework.trainer import Trainer, needs_critic
 from posttrain.logging import read_metrics
 from posttrain.models.heads import ActorCritic
@@ -58,7 +57,7 @@ def run(cfg: RLConfig, resume: bool = False) -> dict:
     cfg = dataclasses.replace(cfg, max_new_tokens=max_new)
     placement = place(cfg, model, tok)                    # in-process or Ray workers (distributed/)
     engine = placement.engine
-    reference = Reference(model, cfg.temperature) if algorithm.needs_reference(algo_cfg) else None
+    reference = placement.reference(cfg, model) if algorithm.needs_reference(algo_cfg) else None
     # Critic (PPO): the trainer optimises policy + value head (+ a separate critic trunk) as one
     # module; the sampler, the reference and model.safetensors keep the bare policy, and the
     # critic's weights travel in trainer.pt with the optimizer (extra state below).
