@@ -7,8 +7,8 @@
     ❺ reference   reference.score(batch)                 ref_logprobs (only when needed)
        critic      critic_values(trainer.model, batch)    V_old, before ❻ (only with a critic: PPO)
     ❻ advantages  algorithm.advantages(rewards, groups)
-    ❼ train       trainer.step(batch, loss_fn)           epochs × minibatches of optimizer steps
        correction  correct_off_policy(model, batch)      IS weights π_prox/μ (async: on by default)
+    ❼ train       trainer.step(batch, loss_fn)           epochs × minibatches of optimizer steps
     ❽ sync        weight_sync.sync()                     the sampler gets the new weights
     ❾ metrics     one flat dict, with a timer per role
 
