@@ -1,6 +1,6 @@
 """Sync vs async RL on the same sample budget (issue 7; lessons 06, 22a, 22c).
 
-    POSTTRAIN_CACHE=/work/cache python benchmarks/async_vs_sync.py [--steps 40] [--seeds 0,1,2]
+    POSTTRAIN_CACHE=/work/cache python benchmarks/async_vs_sync.py [--steps 30] [--seeds 0,1,2]
         [--init CKPT] [--out benchmarks/results/async_vs_sync.json]
 
 Every run starts from the same SFT(CoT) checkpoint with the grpo_arith preset and the same
@@ -58,20 +58,8 @@ def one(name: str, seed: int, args) -> dict:
             "bottleneck": tp["bottleneck"], "roles_s": tp["roles_s"], **{f"mean {k}": v for k, v in mean.items()}}
 
 
-def main(argv=None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--steps", type=int, default=40)
-    p.add_argument("--prompts", type=int, default=16, help="prompts per step (8 samples each)")
-    p.add_argument("--seeds", default="0,1,2")
-    p.add_argument("--eval-problems", type=int, default=200)
-    p.add_argument("--init", default="", help="SFT checkpoint (default: the cached SFT(CoT) one)")
-    p.add_argument("--only", default="", help="comma-separated run names (default: all)")
-    p.add_argument("--runs", default="runs/bench_async")
-    p.add_argument("--out", default="benchmarks/results/async_vs_sync.json")
-    args = p.parse_args(argv)
-    seeds = [int(s) for s in args.seeds.split(",")]
-    names = args.only.split(",") if args.only else list(RUNS)
-    results = [one(n, s, args) for s in seeds for n in names if s == seeds[0] or n in EVERY_SEED]
+def report(results: list[dict], steps: int, samples_per_step: int, out: str) -> dict:
+    names = list(dict.fromkeys(r["run"] for r in results))
     summary = {}
     for n in names:
         rs = [r for r in results if r["run"] == n]
@@ -81,19 +69,41 @@ def main(argv=None) -> dict:
                       "pass@1_gain_sd": statistics.stdev(gains) if len(gains) > 1 else 0.0,
                       "samples_per_s_mean": statistics.fmean(r["samples_per_s"] for r in rs),
                       "trainer_idle_frac_mean": statistics.fmean(r["trainer_idle_frac"] for r in rs)}
-    report = {"steps": args.steps, "samples_per_step": args.prompts * 8, "seeds": seeds, "summary": summary,
-              "runs": results}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=2))
+    rep = {"steps": steps, "samples_per_step": samples_per_step, "summary": summary, "runs": results}
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(rep, indent=2))
     print(f"{'run':12} {'seeds':>5} {'pass@1 gain':>14} {'samples/s':>10} {'trainer idle':>13}")
     for n, s in summary.items():
         print(f"{n:12} {s['seeds']:>5} {s['pass@1_gain_mean']:+8.3f} ±{s['pass@1_gain_sd']:.3f} "
               f"{s['samples_per_s_mean']:>10.1f} {100 * s['trainer_idle_frac_mean']:>12.0f}%")
     for r in results:
-        if r["seed"] == seeds[0]:
-            print(f"{r['run']:12} staleness {r.get('mean staleness/mean', 0):.2f}  clip/frac {r['mean clip/frac']:.3f}  "
-                  f"ratio/max {r['mean ratio/max']:.2f}  |log π_prox/μ| {r.get('mean offpolicy/log_ratio_abs', 0):.3f}")
-    return report
+        print(f"{r['run']:12} seed {r['seed']}  pass@1 {r['pass@1_before']:.3f} → {r['pass@1_after']:.3f}  "
+              f"staleness {r.get('mean staleness/mean', 0):.2f}  clip/frac {r['mean clip/frac']:.4f}  "
+              f"ratio/max {r['mean ratio/max']:.2f}  |log π_prox/μ| {r.get('mean offpolicy/log_ratio_abs', 0):.3f}")
+    return rep
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--prompts", type=int, default=16, help="prompts per step (8 samples each)")
+    p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--eval-problems", type=int, default=200)
+    p.add_argument("--init", default="", help="SFT checkpoint (default: the cached SFT(CoT) one)")
+    p.add_argument("--only", default="", help="comma-separated run names (default: all)")
+    p.add_argument("--runs", default="runs/bench_async")
+    p.add_argument("--out", default="benchmarks/results/async_vs_sync.json")
+    p.add_argument("--merge", nargs="*", default=None,
+                   help="combine the JSON files of runs split over processes (e.g. one per seed) into --out")
+    args = p.parse_args(argv)
+    if args.merge:
+        parts = [json.loads(Path(f).read_text()) for f in args.merge]
+        results = sorted((r for part in parts for r in part["runs"]), key=lambda r: (list(RUNS).index(r["run"]), r["seed"]))
+        return report(results, parts[0]["steps"], parts[0]["samples_per_step"], args.out)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    names = args.only.split(",") if args.only else list(RUNS)
+    results = [one(n, s, args) for s in seeds for n in names if s == seeds[0] or n in EVERY_SEED]
+    return report(results, args.steps, args.prompts * 8, args.out)
 
 
 if __name__ == "__main__":
