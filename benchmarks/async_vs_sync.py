@@ -53,7 +53,8 @@ def one(name: str, seed: int, args) -> dict:
     steps = [r for r in rows if r.get("step", 0) > 0]
     mean = {k: statistics.fmean(r[k] for r in steps if k in r) for k in MEANS if any(k in r for r in steps)}
     tp = json.loads((out / "throughput.json").read_text())
-    return {"run": name, "seed": seed, "pass@1_before": rows[0]["eval/pass@1"], "pass@1_after": rows[-1]["eval/pass@1"],
+    return {"run": name, "seed": seed, "steps": args.steps, "samples_per_step": args.prompts * 8,
+            "eval_problems": args.eval_problems, "pass@1_before": rows[0]["eval/pass@1"], "pass@1_after": rows[-1]["eval/pass@1"],
             "samples_per_s": tp["samples_per_s"], "trainer_idle_frac": tp["trainer_idle_frac"],
             "bottleneck": tp["bottleneck"], "roles_s": tp["roles_s"], **{f"mean {k}": v for k, v in mean.items()}}
 
