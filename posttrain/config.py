@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import keyword
 import types
 import typing
 from dataclasses import dataclass, field
@@ -138,6 +139,8 @@ def build(cls, data: dict, prefix: str = "", base=None):
     names = [f.name for f in dataclasses.fields(cls)]
     kwargs = {}
     for key, value in data.items():
+        if keyword.iskeyword(key):   # `async: true` in YAML is the field async_
+            key += "_"
         if key not in hints:
             raise UsageError(f"unknown config key '{prefix}{key}' for {cls.__name__}{_suggest(cls, key, names, prefix)}")
         if dataclasses.is_dataclass(hints[key]) and isinstance(value, dict):
@@ -261,3 +264,14 @@ class RLConfig(RunConfig):
     save_samples: int = 8         # audited samples written to samples.jsonl at each eval (top-reward + random)
     verifier_workers: int = 0     # verifier processes (tasks/pool.py); 0 = in-process: cheapest, but a hang stalls the step
     verifier_timeout_s: float = 30.0  # per-call deadline with verifier_workers > 0; a late call scores 0 (reward/timeouts)
+    # scale-out (distributed/): where rollouts run and how far they may run ahead of the trainer
+    placement: str = "in-process"  # in-process | ray (rollout workers as Ray actors; the trainer in the driver)
+    rollout_workers: int = 2      # placement=ray: rollout actors, each an Engine with its own model copy
+    async_: bool = False          # YAML `async: true`: rollouts run ahead on a producer; more throughput, stale samples
+    max_staleness: int = 1        # async: samples at most this many policy versions behind the trainer (0 = sync)
+    stale: str = "pace"           # async: pace = producers wait (no work wasted) | drop = run free, drop older batches
+                                  # | fixed = every batch exactly max_staleness old (staleness experiments)
+    off_policy_correction: str = "auto"  # none | tis | seq_tis | mask (IS weights from behaviour logprobs); auto = tis if async
+    off_policy_cap: float = 2.0   # C: truncate weights at C (tis, seq_tis) or zero them outside [1/C, C] (mask)
+    sync_bucket_mb: float = 64.0  # weight sync across copies/processes: MB per transfer bucket
+    overprovision: int = 0        # straggler cut-off: start samples_per_prompt + this per prompt, keep the first to finish

@@ -305,3 +305,52 @@ def finish_loss(pg: torch.Tensor, logprobs: torch.Tensor, batch: dict, cfg, norm
         if cfg.entropy_coef != 0:
             per_token = per_token - cfg.entropy_coef * entropy
     return aggregate(per_token, mask, cfg.aggregation, norm), metrics
+
+
+# ----------------------------------------------------------------------------- off-policy correction
+
+OFF_POLICY_CORRECTIONS = ("none", "tis", "seq_tis", "mask")
+
+
+def off_policy_weights(prox_logprobs: torch.Tensor, behaviour_logprobs: torch.Tensor, loss_mask: torch.Tensor,
+                       mode: str, cap: float = 2.0):
+    """Importance weights [B, T] that carry samples of the behaviour policy μ (the sampler's
+    weights, `policy_version` steps old) over to π_prox (the trainer's weights before this
+    update), detached, 0 off the mask (ALGORITHMS.md §11):
+
+        w_t = π_prox(y_t) / μ(y_t) = exp(log π_prox − log μ)       (log-ratio clamped to ±20)
+        none     1
+        tis      min(w_t, C)                                         token-level truncated IS
+        seq_tis  min(Π_t w_t, C), broadcast to the row's tokens      sequence-level truncated IS
+        mask     w_t · 1[1/C ≤ w_t ≤ C]                              masked IS (IcePop band [1/C, C])
+
+    On-policy (π_prox = μ) every mode gives exactly 1. Returns (weights, metrics):
+    `offpolicy/weight_mean`, `offpolicy/weight_max`, `offpolicy/capped_frac` (tokens truncated
+    or masked), `offpolicy/log_ratio_abs` (mean |log π_prox − log μ|: how far off-policy).
+    """
+    if mode not in OFF_POLICY_CORRECTIONS:
+        raise UsageError(f"off_policy_correction={mode!r} is unknown; valid: {', '.join(OFF_POLICY_CORRECTIONS)}")
+    if cap <= 1.0:
+        raise UsageError(f"off_policy_cap must be > 1 (got {cap}); 2 is verl's default")
+    with torch.no_grad():
+        m = loss_mask
+        log_w = torch.where(m != 0, prox_logprobs - behaviour_logprobs, torch.zeros_like(prox_logprobs))
+        log_w = log_w.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)                    # [B, T]
+        if mode == "none":
+            w, capped = torch.ones_like(log_w), torch.zeros_like(m, dtype=torch.bool)
+        elif mode == "tis":
+            raw = log_w.exp()
+            w, capped = raw.clamp(max=cap), raw > cap
+        elif mode == "seq_tis":
+            seq = log_w.sum(-1, keepdim=True).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP).exp()  # [B, 1]
+            w, capped = seq.clamp(max=cap).expand_as(log_w), (seq > cap).expand_as(log_w)
+        else:
+            raw = log_w.exp()
+            capped = (raw > cap) | (raw < 1.0 / cap)
+            w = torch.where(capped, torch.zeros_like(raw), raw)
+        w = w * m                                                                 # [B, T]
+        metrics = {"offpolicy/weight_mean": masked_mean(w, m),
+                   "offpolicy/weight_max": torch.where(m != 0, w, torch.zeros_like(w)).max() if w.numel() else w.new_zeros(()),
+                   "offpolicy/capped_frac": masked_mean(capped.to(m.dtype), m),
+                   "offpolicy/log_ratio_abs": masked_mean(log_w.abs(), m)}
+    return w, metrics

@@ -7,13 +7,16 @@
     ❺ reference   reference.score(batch)                 ref_logprobs (only when needed)
        critic      critic_values(trainer.model, batch)    V_old, before ❻ (only with a critic: PPO)
     ❻ advantages  algorithm.advantages(rewards, groups)
+       correction  correct_off_policy(model, batch)      IS weights π_prox/μ (async: on by default)
     ❼ train       trainer.step(batch, loss_fn)           epochs × minibatches of optimizer steps
     ❽ sync        weight_sync.sync()                     the sampler gets the new weights
     ❾ metrics     one flat dict, with a timer per role
 
 The controller never touches parameters, logits or rewards itself: each line hands data
 from one role to the next. The step loop around it (resume, eval, checkpoints, logs) is
-framework/loop.py.
+framework/loop.py. In async mode (distributed/async_rollout.py) ❶–❸ run on a producer that
+works ahead of the trainer by at most `max_staleness` versions, and ❽ publishes a version
+that the producer loads between two requests; the step reads the same.
 """
 
 from __future__ import annotations
@@ -28,32 +31,33 @@ from posttrain.algorithms.core import broadcast
 from posttrain.framework.agent import Episode, episode_metrics, run_episodes
 from posttrain.framework.batch import collate_samples
 from posttrain.framework.rollout import SamplingParams
-from posttrain.framework.trainer import critic_values, needs_critic, policy_loss_fn
+from posttrain.framework.trainer import correct_off_policy, critic_values, needs_critic, policy_loss_fn
 from posttrain.tasks.base import score_samples
 from posttrain.tasks.pool import make_pool
 
 
 class Controller:
-    def __init__(self, cfg, task, tokenizer, engine, reference, algorithm, algo_cfg, trainer, sync):
+    def __init__(self, cfg, task, tokenizer, engine, reference, algorithm, algo_cfg, trainer, sync, source=None):
         self.cfg, self.task, self.tok = cfg, task, tokenizer
         self.engine, self.reference, self.trainer, self.sync = engine, reference, trainer, sync
         self.algorithm, self.algo_cfg = algorithm, algo_cfg
         self.sampling = SamplingParams(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens)
         self.loss_fn = policy_loss_fn(algorithm, algo_cfg, cfg.temperature)
         self.timers: dict[str, float] = {}
+        self.source = source      # None: collect inline (sync); else .get(step) -> (samples, metrics)
+        auto = "tis" if cfg.async_ else "none"
+        self.correction = auto if cfg.off_policy_correction == "auto" else cfg.off_policy_correction
         self.last_samples: list = []
         self.on_batch = None                     # optional hook(step, samples, batch) before ❼: the audit trace
         self.pool = make_pool(task, cfg.verifier_workers, cfg.verifier_timeout_s)  # None = in-process
 
-    @contextmanager
     def timer(self, name: str):
-        t0 = time.perf_counter()
-        yield
-        self.timers[f"time/{name}_s"] = self.timers.get(f"time/{name}_s", 0.0) + time.perf_counter() - t0
+        return timed(self.timers, name)
 
     def step(self, step: int) -> dict:
         cfg, self.timers = self.cfg, {}
-        samples, metrics = self.collect(step)                                   # ❶ ❷ ❸
+        # ❶ ❷ ❸ inline, or (async) from a producer running ahead: distributed/async_rollout.py
+        samples, metrics = self.source.get(step) if self.source is not None else self.collect(step)
         self.last_samples = samples                                             # for the audit log
         if not samples:                                                         # every group degenerate: no update
             return {**metrics, **self.timers, "train/skipped_step": 1.0}
@@ -71,6 +75,10 @@ class Controller:
             batch["advantages"] = broadcast(adv, batch["loss_mask"]) if adv.dim() == 1 else adv * batch["loss_mask"]  # ❻
         if self.on_batch is not None:
             self.on_batch(step, samples, batch)                                 # audit (recipes/rl.py), pre-update
+        if self.correction != "none":                                           # stale samples: IS weights
+            with self.timer("proximal"):                                        # from the behaviour logprobs
+                metrics.update(correct_off_policy(self.trainer.model, batch, self.correction,
+                                                  cfg.off_policy_cap, cfg.temperature, self.trainer.cfg.micro_batch_tokens))
         with self.timer("train"):
             train = self.trainer.train(batch, self.loss_fn, cfg.epochs, cfg.minibatches, cfg.max_new_tokens)  # ❼
         with self.timer("sync"):
@@ -78,6 +86,7 @@ class Controller:
         metrics.update(train)
         metrics.update(sync)
         metrics.update(self.timers)                                             # ❾
+        metrics["train/tokens_per_s"] = float(batch["loss_mask"].sum()) / max(self.timers["time/train_s"], 1e-9)
         metrics["train/skipped_step"] = 0.0
         return metrics
 
@@ -85,22 +94,23 @@ class Controller:
         """Generate and score groups until `prompts_per_step` groups are usable (or the
         attempt cap is hit). `degenerate`: keep = use every group; skip = drop groups whose
         rewards are all equal; resample = also draw fresh prompts to refill the batch."""
-        cfg, kept, first = self.cfg, [], None
+        cfg, kept, first, timers = self.cfg, [], None, {}    # own timers: async runs this on another thread
         attempts = cfg.max_resample_attempts if cfg.degenerate == "resample" else 1
         for attempt in range(attempts):
             want = cfg.prompts_per_step - len(kept) // cfg.samples_per_prompt
             items = self.task.items(want, "train", seed=f"{cfg.seed}/{step}/{attempt}")
             prompts = [self.tok.encode(self.tok.chat_prompt(self.task.prompt(it))) for it in items]
-            with self.timer("rollout"):
+            with timed(timers, "rollout"):
                 if hasattr(self.task, "make_env"):                              # agent episodes (framework/agent.py)
                     samples = run_episodes(self.engine, self.tok, self.task, items, cfg.samples_per_prompt,
                                            self.sampling, seed=cfg.seed, step=step * 1000 + attempt,
                                            group_offset=len(kept) // cfg.samples_per_prompt)
                 else:
-                    samples = self.engine.generate(prompts, cfg.samples_per_prompt, self.sampling, seed=cfg.seed,
-                                                   step=step * 1000 + attempt, items=items,
-                                                   group_offset=len(kept) // cfg.samples_per_prompt)
-            with self.timer("reward"):
+                    samples = self.engine.generate(prompts, cfg.samples_per_prompt + cfg.overprovision, self.sampling,
+                                                   seed=cfg.seed, step=step * 1000 + attempt, items=items,
+                                                   group_offset=len(kept) // cfg.samples_per_prompt,
+                                                   keep=cfg.samples_per_prompt if cfg.overprovision else None)
+            with timed(timers, "reward"):
                 reward_metrics = score_samples(self.task, samples, self.pool)
             groups = group_rewards(samples)
             if first is None:                                                   # metrics of the first draw
@@ -113,7 +123,14 @@ class Controller:
                 break
         first["rollout/attempts"] = float(attempt + 1)
         first["group/kept_frac"] = len(kept) / (cfg.prompts_per_step * cfg.samples_per_prompt)
-        return kept[:cfg.prompts_per_step * cfg.samples_per_prompt], first
+        return kept[:cfg.prompts_per_step * cfg.samples_per_prompt], {**first, **timers}
+
+
+@contextmanager
+def timed(timers: dict, name: str):
+    t0 = time.perf_counter()
+    yield
+    timers[f"time/{name}_s"] = timers.get(f"time/{name}_s", 0.0) + time.perf_counter() - t0
 
 
 def group_rewards(samples) -> dict:
@@ -139,4 +156,17 @@ def sample_metrics(samples, max_new_tokens: int) -> dict:
             "length/mean": float(lengths.mean()), "length/max": float(lengths.max()),
             "length/correct_mean": float(lengths[ok].mean()) if ok.any() else 0.0,
             "length/wrong_mean": float(lengths[~ok].mean()) if (~ok).any() else 0.0,
-            "length/truncated_frac": float(np.mean([s.finish_reason == "length" for s in samples]))}
+            "length/truncated_frac": float(np.mean([s.finish_reason == "length" for s in samples])),
+            **max_of_k_metrics(lengths)}
+
+
+def max_of_k_metrics(lengths: np.ndarray) -> dict:
+    """The long tail of a step (lesson 22b): a synchronous rollout lasts as long as its longest
+    sample. max_of_k = longest / mean, observed; _expected = what K log-normal lengths with this
+    mean and CV predict (throughput.max_of_k), so a heavier tail than that stands out."""
+    from posttrain.throughput import max_of_k
+    mean = float(lengths.mean())
+    cv = float(lengths.std() / mean) if mean > 0 else 0.0
+    return {"length/cv": cv, "length/p95": float(np.percentile(lengths, 95)),
+            "length/max_of_k": float(lengths.max()) / mean if mean > 0 else 0.0,
+            "length/max_of_k_expected": max_of_k(len(lengths), cv)}

@@ -11,7 +11,7 @@ import copy
 
 import torch
 
-from posttrain.framework.trainer import sequence_logprobs, split_micro_batches
+from posttrain.framework.trainer import score_logprobs
 
 
 class Reference:
@@ -19,14 +19,6 @@ class Reference:
         self.model = copy.deepcopy(policy).eval().requires_grad_(False)
         self.temperature = temperature
 
-    @torch.inference_mode()
     def score(self, batch: dict, micro_batch_tokens: int = 16384) -> torch.Tensor:
         """ref_logprobs [B, T], zero where loss_mask is 0 (the same convention as old_logprobs)."""
-        out = torch.zeros_like(batch["loss_mask"])
-        row = 0
-        for mb in split_micro_batches(batch, micro_batch_tokens):
-            lp, _ = sequence_logprobs(self.model, mb["input_ids"], self.temperature)
-            n, w = lp.shape
-            out[row:row + n, :w] = lp * mb["loss_mask"]
-            row += n
-        return out
+        return score_logprobs(self.model, batch, self.temperature, micro_batch_tokens)

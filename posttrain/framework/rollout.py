@@ -192,17 +192,23 @@ class Engine:
     # -- public ----------------------------------------------------------------------------
 
     def generate(self, prompts: list[list[int]], n: int, sampling: SamplingParams, seed: int = 0,
-                 step: int = 0, items: list | None = None, group_offset: int = 0) -> list[Sample]:
+                 step: int = 0, items: list | None = None, group_offset: int = 0,
+                 keep: int | None = None) -> list[Sample]:
         """n samples of every prompt, group-major: all n samples of prompt 0, then prompt 1…
 
         Sample j of prompt g draws its randomness from (seed, step, group_offset + g, j, t).
+        keep < n is the straggler cut-off (lesson 22b): n samples start, the first `keep` of
+        each group to finish are returned and the rest are cancelled as soon as their group
+        has its `keep` (`rollout/cancelled`). It favours short responses: a deliberate bias.
         """
         self._check(prompts, n, sampling, items)
+        if keep is not None and not 1 <= keep <= n:
+            raise ValueError(f"keep must be in [1, n={n}], got {keep}")
         t0 = time.perf_counter()
         with torch.inference_mode():
-            out = _Run(self, prompts, n, sampling, seed, step, group_offset).run()
-        res_tok, res_lp, res_len, res_stop, stats = out
-        samples = self._samples(prompts, n, items, res_tok, res_lp, res_len, res_stop)
+            out = _Run(self, prompts, n, sampling, seed, step, group_offset, keep).run()
+        res_tok, res_lp, res_len, res_stop, res_kept, stats = out
+        samples = self._samples(prompts, n, items, res_tok, res_lp, res_len, res_stop, res_kept)
         dt = time.perf_counter() - t0
         stats["rollout/time_s"] = dt
         stats["rollout/tokens_per_s"] = stats["rollout/generated_tokens"] / max(dt, 1e-9)
@@ -239,11 +245,11 @@ class Engine:
         c.reset_rows(slice(None))
         return c
 
-    def _samples(self, prompts, n, items, res_tok, res_lp, res_len, res_stop) -> list[Sample]:
+    def _samples(self, prompts, n, items, res_tok, res_lp, res_len, res_stop, res_kept) -> list[Sample]:
         toks, lps = res_tok.tolist(), res_lp.tolist()               # one conversion for all samples
         lens, stops = res_len.tolist(), res_stop.tolist()
         out = []
-        for s in range(len(prompts) * n):
+        for s in res_kept.nonzero().squeeze(1).tolist():
             g, j, L = s // n, s % n, lens[s]
             ids = toks[s][:L]
             out.append(Sample(
@@ -257,7 +263,7 @@ class Engine:
 class _Run:
     """One generate() call: the prompt ring, the slot pool and the decode loop."""
 
-    def __init__(self, engine: Engine, prompts, n, sampling: SamplingParams, seed, step, group_offset):
+    def __init__(self, engine: Engine, prompts, n, sampling: SamplingParams, seed, step, group_offset, keep=None):
         model = engine.model
         self.model, self.prompts, self.n, self.sampling = model, prompts, n, sampling
         self.seed, self.step, self.group_offset = seed, step, group_offset
@@ -295,6 +301,11 @@ class _Run:
         self.res_lp = torch.zeros(self.N, M, device=dev)
         self.res_len = torch.zeros(self.N, dtype=torch.long, device=dev)
         self.res_stop = torch.zeros(self.N, dtype=torch.bool, device=dev)
+        # straggler cut-off: finished samples counted per group; a full group cancels the rest
+        self.keep = n if keep is None else keep
+        self.res_kept = torch.full((self.N,), self.keep == n, dtype=torch.bool, device=dev)
+        self.group_count = [0] * self.G
+        self.group_full = torch.zeros(self.G, dtype=torch.bool, device=dev)
         self.waiting = 0                                            # next sample id to admit
         self.prefill_tokens = self.prefills = self.decode_steps = 0
         self.active_sum = 0
@@ -318,8 +329,9 @@ class _Run:
             "rollout/prefill_tokens": self.prefill_tokens,                     # prompt tokens computed
             "rollout/prompt_tokens": int(self.plen.sum()) * self.n,            # ... without sharing
             "rollout/prefix_reuse": int(self.plen.sum()) * self.n / max(self.prefill_tokens, 1),
+            "rollout/cancelled": self.N - int(self.res_kept.sum()),                # straggler cut-off
         }
-        return self.res_tok, self.res_lp, self.res_len, self.res_stop, stats
+        return self.res_tok, self.res_lp, self.res_len, self.res_stop, self.res_kept, stats
 
     def _step(self, n: int) -> int:
         """Sample one token for the n active slots, retire finished ones, decode, refill."""
@@ -331,6 +343,8 @@ class _Run:
         self.last[:n] = tok
         is_stop = torch.isin(tok, self.stop_ids)                    # [n]
         done = is_stop | (t >= M)
+        if self.keep < self.n:                                      # its group already has `keep`: cancel
+            done = done | self.group_full[self.sid[:n] // self.n]
         if bool(done.any()):
             n = self._retire(n, done, is_stop)
         if n:
@@ -347,6 +361,8 @@ class _Run:
     def _retire(self, n: int, done: torch.Tensor, is_stop: torch.Tensor) -> int:
         fin = done.nonzero().squeeze(1)                              # [f] finished slots
         s = self.sid[fin]
+        if self.keep < self.n:
+            self._count_finished(s, (is_stop[fin] | (self.t[fin] >= self.M)).tolist())
         self.res_tok[s] = self.tok_buf[fin]
         self.res_lp[s] = self.lp_buf[fin]
         self.res_len[s] = self.t[fin]
@@ -360,6 +376,17 @@ class _Run:
             for buf in (self.tok_buf, self.lp_buf, self.t, self.base, self.sid, self.last):
                 buf[holes] = buf[movers]
         return n_new
+
+    def _count_finished(self, sids: torch.Tensor, natural: list[bool]) -> None:
+        """Keep the first `keep` samples of a group to finish (ties by sample id); cancelled
+        ones (natural = False) and late finishers are not kept."""
+        for sid, ok in sorted(zip(sids.tolist(), natural)):
+            g = sid // self.n
+            if ok and self.group_count[g] < self.keep:
+                self.group_count[g] += 1
+                self.res_kept[sid] = True
+                if self.group_count[g] == self.keep:
+                    self.group_full[g] = True
 
     def _admit(self, lo: int, free: int) -> int:
         """Put the next waiting samples into slots [lo, lo + k); return the new active count."""

@@ -94,6 +94,42 @@ def critic_values(model, batch: dict, micro_batch_tokens: int = 16384) -> torch.
     return out
 
 
+@torch.no_grad()
+def score_logprobs(model, batch: dict, temperature: float = 1.0, micro_batch_tokens: int = 16384) -> torch.Tensor:
+    """logprobs [B, T] of a batch under `model` (no gradient), zero where loss_mask is 0 (the
+    convention of old_logprobs), micro-batched by padded tokens: the reference's scores and the
+    proximal logprobs of the off-policy correction."""
+    out = torch.zeros_like(batch["loss_mask"])
+    row = 0
+    for mb in split_micro_batches(batch, micro_batch_tokens):
+        lp, _ = sequence_logprobs(model, mb["input_ids"], temperature)
+        n, w = lp.shape
+        out[row:row + n, :w] = lp * mb["loss_mask"]
+        row += n
+    return out
+
+
+def correct_off_policy(model, batch: dict, mode: str, cap: float, temperature: float,
+                       micro_batch_tokens: int = 16384) -> dict:
+    """Decoupled off-policy correction (verl's 3-policy form), in place on `batch`:
+
+    the samples were drawn by μ (behaviour logprobs, possibly `policy_version`s old). The
+    trainer's current weights π_prox score them once (no gradient); the PPO ratio is then taken
+    against π_prox (`old_logprobs` ← π_prox, so the clip acts on this update only) and the
+    policy term is reweighted by w = π_prox/μ (algorithms/core.off_policy_weights), folded
+    into the advantages: every loss here is homogeneous of degree 1 in A and w ≥ 0, so
+    −min(r·wA, clip(r)·wA) = w·(−min(rA, clip(r)A)). KL and entropy terms are not reweighted.
+    The behaviour logprobs stay in `behaviour_logprobs`.
+    """
+    from posttrain.algorithms.core import off_policy_weights
+    prox = score_logprobs(model, batch, temperature, micro_batch_tokens)            # [B, T]
+    w, metrics = off_policy_weights(prox, batch["old_logprobs"], batch["loss_mask"], mode, cap)
+    batch["behaviour_logprobs"] = batch["old_logprobs"]
+    batch["old_logprobs"] = prox
+    batch["advantages"] = batch["advantages"] * w                                   # [B, T]
+    return {k: float(v) for k, v in metrics.items()}
+
+
 def policy_loss_fn(algorithm, algo_cfg, temperature: float):
     """The RL loss as the trainer sees it: recompute logprobs (sampler's temperature), call the
     algorithm, and measure the sampler/trainer mismatch on the same tokens.
@@ -133,12 +169,15 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: lr_factor(s, optim, total_steps))
         self.nonfinite_in_a_row = 0
         self.nonfinite_total = 0
+        self.dp = None            # a distributed.data_parallel.DataParallel: this rank trains on its rows only
 
     def step(self, batch: dict, loss_fn, max_len: float | None = None, unit: int = 1) -> dict:
         """One optimizer step on `batch` (accumulating over micro-batches of whole `unit`s of
         rows: 2 for preference pairs)."""
         self.model.train()
         norm = batch_norm(batch["loss_mask"], max_len if max_len is not None else batch["loss_mask"].shape[1])
+        if self.dp is not None:                                      # norm stays that of the GLOBAL batch
+            batch = self.dp.shard(batch, unit)
         self.optimizer.zero_grad(set_to_none=True)
         sums: dict[str, float] = {}
         maxes: dict[str, float] = {}
@@ -157,6 +196,9 @@ class Trainer:
                     maxes[k] = max(maxes.get(k, -math.inf), v)
                 else:
                     sums[k] = sums.get(k, 0.0) + share * v          # token-weighted mean over micro-batches
+        if self.dp is not None:                                      # Σ over ranks, once
+            self.dp.reduce_grads([p for p in self.model.parameters() if p.requires_grad])
+            total_loss, sums, maxes = self.dp.reduce_metrics(total_loss, sums, maxes)
         params = [p for p in self.model.parameters() if p.grad is not None]
         clip = self.cfg.grad_clip if self.cfg.grad_clip > 0 else math.inf
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip))

@@ -18,13 +18,13 @@ import torch
 
 from posttrain import UsageError, algorithms, checkpoint
 from posttrain.config import RLConfig, build
+from posttrain.distributed.placement import check_scale_config, place
+from posttrain.distributed.run_summary import write_summary
 from posttrain.eval import evaluate, response_budget
 from posttrain.framework.controller import Controller
 from posttrain.framework.loop import eval_due, train_loop
-from posttrain.framework.reference import Reference
-from posttrain.framework.rollout import Engine
 from posttrain.framework.trainer import Trainer, needs_critic, sequence_logprobs
-from posttrain.framework.weight_sync import WeightSync
+from posttrain.logging import read_metrics
 from posttrain.models.heads import ActorCritic
 from posttrain.recipes.common import Run, init_model, print_plan
 from posttrain import tasks
@@ -77,25 +77,31 @@ def run(cfg: RLConfig, resume: bool = False) -> dict:
     algorithm = algorithms.get(cfg.algorithm)             # validate everything before any work
     algo_cfg = build(algorithm.Config, cfg.algo, "algo.")
     check_config(cfg)
+    check_scale_config(cfg)
     init = cfg.init or default_init()
     r = Run(cfg, "rl", resume)
     model, tok = init_model(cfg, init, r.rt.device)
     task = tasks.make(cfg.task)
     max_new = cfg.max_new_tokens or response_budget(task, task.items(500, "train", cfg.seed))
     cfg = dataclasses.replace(cfg, max_new_tokens=max_new)
-    engine = Engine(model, tok, max_slots=cfg.max_slots)
-    sync = WeightSync(model, engine, cfg.weight_sync)
-    reference = Reference(model, cfg.temperature) if algorithm.needs_reference(algo_cfg) else None
+    placement = place(cfg, model, tok)                    # in-process or Ray workers (distributed/)
+    engine = placement.engine
+    reference = placement.reference(cfg, model) if algorithm.needs_reference(algo_cfg) else None
     # Critic (PPO): the trainer optimises policy + value head (+ a separate critic trunk) as one
     # module; the sampler, the reference and model.safetensors keep the bare policy, and the
     # critic's weights travel in trainer.pt with the optimizer (extra state below).
     actor_critic = ActorCritic(model, algo_cfg.critic) if needs_critic(algorithm, algo_cfg) else None
     trainer = Trainer(actor_critic if actor_critic is not None else model, cfg.optim,
                       cfg.steps * cfg.epochs * cfg.minibatches, r.rt)
-    controller = Controller(cfg, task, tok, engine, reference, algorithm, algo_cfg, trainer, sync)
+    controller = Controller(cfg, task, tok, engine, reference, algorithm, algo_cfg, trainer, placement.sync)
+    if cfg.async_:
+        controller.source = controller.sync = placement.asynchronous(cfg, controller.collect)
+    n = cfg.prompts_per_step * cfg.samples_per_prompt
     print_plan("rl", {"params": model.num_params(), **rl_plan(cfg, tok, task),
                       "steps": cfg.steps, "algorithm": cfg.algorithm, "reference": reference is not None,
-                      "weight_sync": cfg.weight_sync,
+                      "weight_sync": cfg.weight_sync, "placement": cfg.placement,
+                      **({"rollout_workers": cfg.rollout_workers} if cfg.placement == "ray" else {}),
+                      **({"async": True, "max_staleness": cfg.max_staleness} if cfg.async_ else {}),
                       **({"critic": algo_cfg.critic} if actor_critic is not None else {})})
     heldout = task.items(cfg.eval_problems, "test", cfg.seed)
     k = cfg.eval_samples
@@ -103,22 +109,23 @@ def run(cfg: RLConfig, resume: bool = False) -> dict:
     controller.on_batch = trace.on_batch
 
     def evaluate_fn(_model):
+        ev = placement.eval_engine
         if hasattr(task, "make_env"):                      # agent tasks: episodes with the tools
             from posttrain.framework.agent import evaluate_episodes
-            res = evaluate_episodes(engine, tok, task, heldout, n=k, ks=(1, k), seed=cfg.seed, max_new_tokens=max_new)
+            res = evaluate_episodes(ev, tok, task, heldout, n=k, ks=(1, k), seed=cfg.seed, max_new_tokens=max_new)
         else:
-            res = evaluate(engine.model, tok, getattr(task, "heldout_task", task), heldout, n=k, ks=(1, k),
-                           seed=cfg.seed, engine=engine, max_new_tokens=max_new)   # a leaky task: its true verifier
+            res = evaluate(ev.model, tok, getattr(task, "heldout_task", task), heldout, n=k, ks=(1, k),
+                           seed=cfg.seed, engine=ev, max_new_tokens=max_new)   # a leaky task: its true verifier
         res.pop("per_k")
         trace.flush()
         return res
 
     def get_state():
         critic = {"critic": actor_critic.critic_state_dict()} if actor_critic is not None else {}
-        return {"policy_version": engine.policy_version, **critic}
+        return {"policy_version": placement.version, **critic}
 
     def set_state(s):
-        engine.policy_version = s.get("policy_version", 0)
+        placement.set_version(s.get("policy_version", 0))
         if actor_critic is not None and "critic" in s:
             actor_critic.load_critic_state_dict(s["critic"])
     state = (get_state, set_state)
@@ -126,9 +133,14 @@ def run(cfg: RLConfig, resume: bool = False) -> dict:
     if getattr(task, "proxy_reward", False):               # a leaky verifier: watch proxy vs true reward
         from posttrain.tasks.leaky import HackingMonitor
         step_fn = HackingMonitor(controller.step)
-    return train_loop(r, model, tok, trainer, step_fn, evaluate=evaluate_fn, extra_state=state, eval_at_start=True,
-                      meta={"task": cfg.task.name, "algorithm": cfg.algorithm},
-                      show=("reward/mean", "eval/pass@1", "kl/ref", "clip/frac"))
+    try:
+        summary = train_loop(r, model, tok, trainer, step_fn, evaluate=evaluate_fn, extra_state=state,
+                             eval_at_start=True, meta={"task": cfg.task.name, "algorithm": cfg.algorithm},
+                             show=("reward/mean", "eval/pass@1", "kl/ref", "clip/frac"))
+    finally:
+        placement.close()
+    write_summary(r.dir, read_metrics(r.dir), "async" if cfg.async_ else "colocated", n)   # throughput.json
+    return summary
 
 
 class Audit:

@@ -1,0 +1,14 @@
+"""Scale-out: the same roles, placed differently (DESIGN.md §7).
+
+    placement.py      config → where the rollout role and the reference run, and how ❽ syncs
+    weights.py        versioned weight snapshots, split into buckets; load between requests
+    async_rollout.py  asynchronous mode: a producer thread keeps rollouts coming into a
+                        bounded queue, at most `max_staleness` policy versions behind
+    ray_rollout.py    `placement: ray`: rollout workers as Ray actors (an Engine and a model
+                        copy each), bucketed weight sync through the object store, restarts;
+                        the reference as an actor
+    data_parallel.py  the trainer as a torch.distributed group: gradients reduced once
+    run_summary.py    the step-time decomposition and the bottleneck role of a run
+
+Nothing here is imported unless a config asks for it; Ray only by `ray_rollout.py`.
+"""

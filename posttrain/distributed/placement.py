@@ -1,0 +1,115 @@
+"""Where the rollout role runs, from config: the same preset in every placement.
+
+    placement   async   sampler                                  weight sync (❽)
+    in-process  false   Engine on the trainer's module or a copy   WeightSync (colocated | separate)
+    in-process  true    Engine on its own copy, producer thread    publish → loaded between requests
+    ray         false   RayRollout: `rollout_workers` actors       publish → every worker, then go on
+    ray         true    RayRollout fed by the producer thread      publish → loaded between requests
+
+The trainer stays in the driver process; with `placement: ray` the reference (when a KL
+needs one) is an actor of its own (ray_rollout.RayReference), elsewhere a frozen copy in-process.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+from posttrain.distributed.weights import WeightPublisher
+from posttrain.framework.rollout import Engine
+from posttrain.framework.weight_sync import WeightSync
+
+PLACEMENTS = ("in-process", "ray")
+
+
+class PushSync:
+    """Synchronous weight sync to a sampler in another process: publish, load, wait."""
+
+    def __init__(self, publisher: WeightPublisher, engine):
+        self.publisher, self.engine = publisher, engine
+
+    def sync(self) -> dict:
+        metrics = self.publisher.publish()
+        version, buckets = self.publisher.latest()
+        metrics.update(self.engine.load_weights(version, buckets))   # sync/... and the full time/sync_s
+        return metrics
+
+
+@dataclasses.dataclass
+class Placement:
+    engine: object            # what Controller.collect generates with
+    sync: object              # .sync() after every update
+    eval_engine: Engine       # held-out evaluation: the trainer's current weights, in the driver
+    publisher: WeightPublisher | None = None
+    ref: object = None        # the reference, once `reference()` has placed it
+
+    @property
+    def version(self) -> int:
+        return self.publisher.version if self.publisher is not None else self.engine.policy_version
+
+    def set_version(self, v: int) -> None:
+        """After a resume (weights already loaded): the sampler catches up to version v."""
+        if self.publisher is None:
+            self.engine.policy_version = v
+            return
+        from posttrain.distributed.async_rollout import switch_weights
+        self.publisher.reset(v)
+        switch_weights(self.engine, *self.publisher.latest())
+
+    def reference(self, cfg, policy):
+        """The frozen reference, placed with the rollout workers' placement."""
+        if cfg.placement == "ray":
+            from posttrain.distributed.ray_rollout import RayReference
+            self.ref = RayReference(policy, cfg.temperature, max(cfg.threads, 1))
+        else:
+            from posttrain.framework.reference import Reference
+            self.ref = Reference(policy, cfg.temperature)
+        return self.ref
+
+    def asynchronous(self, cfg, collect):
+        """Turn this placement async: a producer thread runs `collect` ahead of the trainer."""
+        from posttrain.distributed.async_rollout import AsyncRollout
+        self.sync = AsyncRollout(collect, self.engine, self.publisher, cfg.max_staleness, cfg.stale)
+        return self.sync
+
+    def close(self) -> None:
+        for role in (self.sync, self.engine, self.ref):             # producer first: it uses the engine
+            if hasattr(role, "close"):
+                role.close()
+
+
+def place(cfg, model, tokenizer) -> Placement:
+    check_scale_config(cfg)
+    if cfg.placement == "in-process" and not cfg.async_:
+        engine = Engine(model, tokenizer, max_slots=cfg.max_slots)
+        return Placement(engine, WeightSync(model, engine, cfg.weight_sync), engine)
+    eval_engine = Engine(model, tokenizer, max_slots=cfg.max_slots)
+    publisher = WeightPublisher(model, bucket_mb=cfg.sync_bucket_mb,
+                                history=cfg.max_staleness + 1 if cfg.stale == "fixed" else 1)
+    if cfg.placement == "ray":
+        from posttrain.distributed.ray_rollout import RayRollout
+        engine = RayRollout(model, tokenizer, workers=cfg.rollout_workers, max_slots=cfg.max_slots,
+                            threads=max(cfg.threads, 1))
+        return Placement(engine, PushSync(publisher, engine), eval_engine, publisher)
+    # in-process async: the sampler needs its own copy (the optimizer writes the trainer's)
+    engine = Engine(copy.deepcopy(model).eval().requires_grad_(False), tokenizer, max_slots=cfg.max_slots)
+    return Placement(engine, None, eval_engine, publisher)
+
+
+def check_scale_config(cfg) -> None:
+    """Reject bad scale-out keys before any work (one line naming the key and the fix)."""
+    from posttrain import UsageError
+    from posttrain.algorithms.core import OFF_POLICY_CORRECTIONS
+    if cfg.placement not in PLACEMENTS:
+        raise UsageError(f"placement={cfg.placement!r} is unknown; use {' or '.join(PLACEMENTS)}")
+    if cfg.off_policy_correction not in (*OFF_POLICY_CORRECTIONS, "auto"):
+        raise UsageError(f"off_policy_correction={cfg.off_policy_correction!r} is unknown; "
+                         f"use auto, {', '.join(OFF_POLICY_CORRECTIONS)}")
+    if cfg.off_policy_cap <= 1.0:
+        raise UsageError(f"off_policy_cap must be > 1 (got {cfg.off_policy_cap}); 2 is verl's default")
+    if cfg.stale not in ("pace", "drop", "fixed"):
+        raise UsageError(f"stale={cfg.stale!r} is unknown; use pace (producers wait), drop or fixed")
+    if cfg.max_staleness < 0:
+        raise UsageError(f"max_staleness must be ≥ 0 (got {cfg.max_staleness})")
+    if cfg.overprovision < 0:
+        raise UsageError(f"overprovision must be ≥ 0 (got {cfg.overprovision}); it is extra samples per prompt")
