@@ -21,6 +21,7 @@ import yaml
 
 from posttrain import UsageError
 from posttrain.models.gpt_mini import ModelConfig
+from posttrain.models.lora import LoraConfig
 from posttrain.tasks.arithmetic import ArithmeticConfig
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
@@ -39,6 +40,7 @@ class RunConfig:
     device: str = "auto"          # auto | cpu | cuda | cuda:N ; auto = cuda if available
     dtype: str = "auto"           # auto | float32 | bfloat16 ; auto = fp32 on CPU, bf16 autocast on CUDA
     threads: int = 0              # torch CPU threads (0 = torch's default)
+    grad_checkpointing: bool = False  # recompute each block's activations in backward: less memory, ~1/3 more compute
     overwrite: bool = False       # allow reusing a non-empty `out` without --resume
     max_nonfinite_steps: int = 10  # stop (with a checkpoint) after this many skipped non-finite steps in a row
 
@@ -74,6 +76,7 @@ class SFTConfig(RunConfig):
     model: ModelConfig = field(default_factory=ModelConfig)
     task: ArithmeticConfig = field(default_factory=ArithmeticConfig)
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-3, warmup_steps=30))
+    lora: LoraConfig = field(default_factory=LoraConfig)  # lora.r > 0: train LoRA adapters only (HF models)
     cot: bool = True              # train on chain-of-thought traces (True) or direct answers (False)
     mask_prompt: bool = True      # loss on response tokens only; False = also learn to predict the prompt
     batch_size: int = 64          # examples per step
@@ -224,6 +227,7 @@ class RLConfig(RunConfig):
     eval_every: int = 50
     init: str = ""                # SFT checkpoint or run dir; "" = the default SFT(CoT) checkpoint (trained once, cached)
     task: ArithmeticConfig = field(default_factory=ArithmeticConfig)
+    lora: LoraConfig = field(default_factory=LoraConfig)  # lora.r > 0: train LoRA adapters only (HF models)
     algorithm: str = "grpo"       # name in posttrain.algorithms (grpo, ...)
     algo: dict = field(default_factory=lambda: {"kl_coef": 0.01})  # the algorithm's own keys (see its Config)
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(

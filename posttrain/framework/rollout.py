@@ -199,8 +199,13 @@ class Engine:
         """
         self._check(prompts, n, sampling, items)
         t0 = time.perf_counter()
-        with torch.inference_mode():
-            out = _Run(self, prompts, n, sampling, seed, step, group_offset).run()
+        training = self.model.training       # sample in eval mode (no dropout, no checkpointing), then restore
+        self.model.eval()
+        try:
+            with torch.inference_mode():
+                out = _Run(self, prompts, n, sampling, seed, step, group_offset).run()
+        finally:
+            self.model.train(training)
         res_tok, res_lp, res_len, res_stop, stats = out
         samples = self._samples(prompts, n, items, res_tok, res_lp, res_len, res_stop)
         dt = time.perf_counter() - t0

@@ -55,7 +55,11 @@ def run(cfg: RLConfig, resume: bool = False) -> dict:
     max_new = cfg.max_new_tokens or response_budget(task, task.items(500, "train", cfg.seed))
     cfg = dataclasses.replace(cfg, max_new_tokens=max_new)
     engine = Engine(model, tok, max_slots=cfg.max_slots)
-    sync = WeightSync(model, engine, cfg.weight_sync)
+    if cfg.lora.r > 0:                                     # the sampler gets merged W + (α/r)·B·A
+        from posttrain.models.lora import LoraSync
+        sync = LoraSync(model, engine, cfg.weight_sync)
+    else:
+        sync = WeightSync(model, engine, cfg.weight_sync)
     reference = Reference(model, cfg.temperature) if algorithm.needs_reference(algo_cfg) else None
     # Critic (PPO): the trainer optimises policy + value head (+ a separate critic trunk) as one
     # module; the sampler, the reference and model.safetensors keep the bare policy, and the
