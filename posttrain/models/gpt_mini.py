@@ -239,8 +239,8 @@ class KVCache:
         rows, span = self.rows, self._span
         kc, vc = self.k[layer], self.v[layer]                       # [R, Hkv, Tmax, hd]
         r, pos = self._write
-        kc[r, :, pos] = k.transpose(1, 2)                           # scatter [B, T, Hkv, hd]
-        vc[r, :, pos] = v.transpose(1, 2)
+        kc[r, :, pos] = k.transpose(1, 2).to(kc.dtype)              # scatter [B, T, Hkv, hd]
+        vc[r, :, pos] = v.transpose(1, 2).to(vc.dtype)              # (autocast may hand bf16 to an fp32 cache)
         return kc[rows, :, :span], vc[rows, :, :span], self._mask   # views for a slice, gathers for a tensor
 
     def advance(self, n_new: int) -> None:

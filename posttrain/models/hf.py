@@ -128,10 +128,14 @@ class HFCausalLM(nn.Module):
 
     @grad_checkpointing.setter
     def grad_checkpointing(self, on: bool) -> None:
+        hf = self.hf    # transformers 5 renamed gradient_ to activation_checkpointing_*
         if on:   # non-reentrant: gradients reach LoRA adapters even when the inputs are frozen
-            self.hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            if hasattr(hf, "activation_checkpointing_enable"):
+                hf.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            else:
+                hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         elif self.grad_checkpointing:
-            self.hf.gradient_checkpointing_disable()
+            (getattr(hf, "activation_checkpointing_disable", None) or hf.gradient_checkpointing_disable)()
         self._grad_ckpt = bool(on)
 
     def num_params(self) -> int:

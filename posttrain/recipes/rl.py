@@ -54,7 +54,7 @@ def run(cfg: RLConfig, resume: bool = False) -> dict:
     task = ArithmeticTask(cfg.task)
     max_new = cfg.max_new_tokens or response_budget(task, task.items(500, "train", cfg.seed))
     cfg = dataclasses.replace(cfg, max_new_tokens=max_new)
-    engine = Engine(model, tok, max_slots=cfg.max_slots)
+    engine = Engine(model, tok, max_slots=cfg.max_slots, runtime=r.rt)
     if cfg.lora.r > 0:                                     # the sampler gets merged W + (α/r)·B·A
         from posttrain.models.lora import LoraSync
         sync = LoraSync(model, engine, cfg.weight_sync)
