@@ -64,6 +64,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--r", type=int, default=8)
     ap.add_argument("--out", default="benchmarks/results/lora_memory.json")
     args = ap.parse_args(argv)
+    from posttrain.bench import write_json
     from posttrain.models.hf import write_tiny
     res = {"model": MODEL, "steps": args.steps, "lora_r": args.r}
     with tempfile.TemporaryDirectory() as tmp:
@@ -78,8 +79,7 @@ def main(argv=None) -> dict:
     res["training_state_saved_mb"] = round((f["optimizer_state_bytes"] + f["grad_bytes"]
                                             - lo["optimizer_state_bytes"] - lo["grad_bytes"]) / 2**20, 1)
     res["peak_rss_train_saved_mb"] = round(f["peak_rss_train_mb"] - lo["peak_rss_train_mb"], 1)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(res, indent=1) + "\n")
+    write_json(args.out, res)
     print(f"wrote {args.out}")
     return res
 

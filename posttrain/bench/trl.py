@@ -132,8 +132,13 @@ def main(argv=None) -> dict:
     import torch
     os.environ["HF_HUB_OFFLINE"] = "1"
     torch.set_num_threads(args.threads)
+    import trl
+
+    from posttrain.bench import matmul_peak_gflops, transformers_version, write_json
     from posttrain.models.hf import write_tiny
-    result = {"load_before": os.getloadavg(), "threads": args.threads, "model": MODEL, "group": GROUP,
+    result = {"load_before": os.getloadavg(), "threads": args.threads,
+              "matmul_peak_gflops": round(matmul_peak_gflops(args.threads), 1),   # how busy the machine was
+              "versions": {"torch": torch.__version__, "transformers": transformers_version(), "trl": trl.__version__}, "model": MODEL, "group": GROUP,
               "steps": args.steps, "warmup": args.warmup, "lr": args.lr, "task": TASK, "shapes": {}}
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = write_tiny(Path(tmp, "model"), seed=args.seed, **MODEL)
@@ -156,8 +161,7 @@ def main(argv=None) -> dict:
             print(f"{shape}: TRL {row['trl']['step_s']:.3f} s/step, posttrain {row['posttrain']['step_s']:.3f} "
                   f"s/step: {row['speedup']}x", flush=True)
     result["load_after"] = os.getloadavg()
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    write_json(args.out, result)
     print(f"wrote {args.out}")
     return result
 
