@@ -16,7 +16,7 @@ from transformers import AutoModelForCausalLM  # noqa: E402
 from posttrain import UsageError, checkpoint  # noqa: E402
 from posttrain.config import RLConfig, SFTConfig, load_config  # noqa: E402
 from posttrain.framework.rollout import Engine, SamplingParams  # noqa: E402
-from posttrain.models.hf import load_hf, write_tiny  # noqa: E402
+from posttrain.models.hf import check_cache_path, load_hf, write_tiny  # noqa: E402
 from posttrain.models.tokenizer import CharTokenizer  # noqa: E402
 
 ARCHS = ("llama", "qwen2")
@@ -170,3 +170,11 @@ def test_bad_directories_are_one_line_errors(tmp_path):
         from posttrain.models.gpt_mini import GPTMini, ModelConfig
         from posttrain.models.lora import LoraConfig, apply_lora
         apply_lora(GPTMini(ModelConfig().resolved(58)), LoraConfig(r=4))
+
+
+def test_an_architecture_that_bypasses_the_cache_is_refused(dirs):
+    model, _ = load_hf(dirs["llama"])
+    for layer in model.hf.model.layers:        # simulate attention that never reads the cache
+        layer.self_attn.forward = lambda *a, _f=layer.self_attn.forward, **k: _f(*a, **{**k, "past_key_values": None})
+    with pytest.raises(UsageError, match="does not go through the engine's KV cache"):
+        check_cache_path(model)

@@ -24,8 +24,9 @@ transformers uses as it is. Attention runs through `sdpa` (a boolean mask is wha
 behaviour logprobs equal a plain transformers forward over the finished sequences (≤1e-5, fp32).
 
 Limits, each refused at load with a one-line error rather than sampled wrongly: models with
-sliding-window layers (the mask above is full-causal), and architectures whose attention
-does not go through `past_key_values.update` (encoder–decoders, state-space models).
+sliding-window layers (the mask above is full-causal), encoder–decoders, and any architecture
+whose attention does not go through `past_key_values.update` (`check_cache_path` decodes one
+token through the cache at load and compares it with a plain forward).
 """
 
 from __future__ import annotations
@@ -219,7 +220,31 @@ def load_hf(path: str | Path, device="cpu") -> tuple[HFCausalLM, HFTokenizer]:
         raise UsageError(f"{d} is not a loadable Hugging Face causal-LM directory "
                          f"({type(e).__name__}: {str(e).splitlines()[0][:160]}); it needs config.json, "
                          "safetensors weights and a tokenizer") from None
-    return HFCausalLM(hf.eval()).to(device), HFTokenizer(tok)
+    model = HFCausalLM(hf.eval()).to(device)
+    check_cache_path(model)
+    return model, HFTokenizer(tok)
+
+
+@torch.inference_mode()
+def check_cache_path(model: HFCausalLM) -> None:
+    """Refuse an architecture whose attention ignores the KV-cache bridge: the last logits of
+    a 3-token prefill + 1 decoded token through our cache must equal one plain forward."""
+    from posttrain.models.gpt_mini import KVCache
+    p = next(model.parameters())
+    ids = torch.arange(1, 5, device=p.device)[None] % model.config.vocab_size    # [1, 4]
+    cache = KVCache(model.config, 1, 4, device=p.device, dtype=p.dtype)
+    full = model(ids)[0, -1].float()                                             # [V]
+    try:
+        cache.begin(3)
+        model(ids[:, :3], cache=cache)
+        cache.begin(1)
+        step = model(ids[:, 3:], cache=cache)[0, -1].float()                    # [V]
+        why = "decoding differs from a full forward" if (step - full).abs().max() > 1e-3 * (1 + full.abs().max()) else ""
+    except (RuntimeError, TypeError, ValueError, AttributeError) as e:
+        why = f"{type(e).__name__}: {str(e).splitlines()[0][:100]}"
+    if why:
+        raise UsageError(f"{model.hf.config.model_type}: its attention does not go through the engine's KV "
+                         f"cache ({why}); this architecture is not supported")
 
 
 def write_tiny(out_dir: str | Path, arch: str = "llama", d_model: int = 64, n_layers: int = 2, n_heads: int = 4,
