@@ -156,11 +156,13 @@ def _dotted_keys(cls, prefix=""):
 
 
 def _suggest(cls, key, names, prefix) -> str:
+    leafs = {k.rsplit(".", 1)[-1]: k for k in _dotted_keys(cls)}
+    if key in leafs and "." in leafs[key]:         # an exact key of a section: `lr` is `optim.lr`
+        return f"; did you mean '{prefix}{leafs[key]}'?"
     close = difflib.get_close_matches(key, names, n=1)
     if close:
         return f"; did you mean '{prefix}{close[0]}'?"
-    # a key given at the wrong level: `lr=...` for `optim.lr`
-    leafs = {k.rsplit(".", 1)[-1]: k for k in _dotted_keys(cls)}
+    # a key given at the wrong level: `lrr=...` for `optim.lr`
     close = difflib.get_close_matches(key, list(leafs), n=1)
     if close:
         return f"; did you mean '{prefix}{leafs[close[0]]}'?"
