@@ -98,6 +98,12 @@ def run_export(args) -> None:
     if args.format != "hf":
         raise UsageError(f"--format {args.format!r} is unknown; use --format hf")
     model, tok, path = checkpoint.load_model(args.checkpoint)
+    if hasattr(model, "hf"):                         # already a Hugging Face model (models/hf.py)
+        Path(args.out_dir).mkdir(parents=True, exist_ok=True)
+        model.save(args.out_dir)
+        tok.save(args.out_dir)
+        print(f"exported {path} -> {args.out_dir} (Hugging Face {type(model.hf).__name__})")
+        return
     export_hf(model, tok, args.out_dir)
     print(f"exported {path} -> {args.out_dir} (Hugging Face LlamaForCausalLM)")
 

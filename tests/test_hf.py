@@ -120,7 +120,8 @@ def test_grpo_end_to_end_and_checkpoint_reloads_in_transformers(dirs, arch, tmp_
 
 
 def test_sft_from_hf_dir_and_resume(dirs, tmp_path):
-    """`init=HF_DIR` in sft; --resume of an HF run continues from its HF checkpoint to the same weights."""
+    """`init=HF_DIR` in sft; --resume of an HF run continues from its HF checkpoint to the same
+    weights; `posttrain export` of the run writes a directory transformers opens."""
     from posttrain.recipes import sft
     args = [f"init={dirs['llama']}", "batch_size=4", "num_problems=50", "eval_problems=2", "optim.lr=1e-3", *EASY]
     sft.run(load_config(SFTConfig, None, [f"out={tmp_path}/a", "steps=3", *args]))
@@ -132,6 +133,12 @@ def test_sft_from_hf_dir_and_resume(dirs, tmp_path):
     sa, sb, s0 = a.state_dict(), b.state_dict(), start.state_dict()
     assert all(torch.allclose(sa[k], sb[k], atol=1e-6) for k in sa)
     assert not all(torch.equal(sa[k], s0[k]) for k in sa)
+    from posttrain.cli import main                   # `posttrain export` of an HF run: an HF directory again
+    assert main(["export", str(tmp_path / "a"), "--format", "hf", str(tmp_path / "exported")]) == 0
+    exported = AutoModelForCausalLM.from_pretrained(tmp_path / "exported", local_files_only=True).eval()
+    ids = torch.tensor([[1, 9, 16, 10, 2]])
+    with torch.no_grad():
+        assert torch.allclose(exported(input_ids=ids).logits, a(ids), atol=1e-6)
 
 
 def test_bf16_autocast_path_runs_on_cpu(dirs, tmp_path):
