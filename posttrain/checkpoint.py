@@ -40,7 +40,7 @@ def latest(run_dir: str | Path) -> Path | None:
 def resolve(path: str | Path) -> Path:
     """A checkpoint directory, or the latest checkpoint of a run directory."""
     p = Path(path)
-    if (p / "model.safetensors").exists():
+    if (p / "model.safetensors").exists() or (p / "config.json").exists():   # ours, or an HF directory
         return p
     last = latest(p)
     if last is not None:
@@ -77,11 +77,14 @@ def save(run_dir: str | Path, step: int, model: GPTMini, tokenizer: CharTokenize
 
 
 def _write(tmp: Path, step: int, model, tokenizer, trainer_state, meta) -> None:
-    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-    if model.config.tie_embeddings:
-        state.pop("head.weight", None)               # safetensors refuses shared tensors
-    save_file(state, str(tmp / "model.safetensors"))
-    (tmp / "model.json").write_text(json.dumps(dataclasses.asdict(model.config), indent=1))
+    if hasattr(model, "hf"):                         # a Hugging Face model: saved as an HF directory
+        model.save(tmp)
+    else:
+        state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+        if model.config.tie_embeddings:
+            state.pop("head.weight", None)           # safetensors refuses shared tensors
+        save_file(state, str(tmp / "model.safetensors"))
+        (tmp / "model.json").write_text(json.dumps(dataclasses.asdict(model.config), indent=1))
     tokenizer.save(tmp)
     if trainer_state is not None:
         torch.save(trainer_state, tmp / "trainer.pt")
@@ -93,6 +96,10 @@ def _write(tmp: Path, step: int, model, tokenizer, trainer_state, meta) -> None:
 
 def load_model(path: str | Path, device="cpu") -> tuple[GPTMini, CharTokenizer, Path]:
     ckpt = resolve(path)
+    from posttrain.models import hf
+    if hf.is_hf_dir(ckpt):                           # any local HF causal LM (models/hf.py)
+        model, tokenizer = hf.load_hf(ckpt, device)
+        return model, tokenizer, ckpt
     try:
         cfg = ModelConfig(**json.loads((ckpt / "model.json").read_text()))
         model = GPTMini(cfg)

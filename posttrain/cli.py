@@ -5,7 +5,7 @@
     posttrain eval RUN_OR_CHECKPOINT [--k 1,8]
     posttrain export CHECKPOINT --format hf OUT_DIR
     posttrain report RUN_DIR [--out FILE.html]
-    posttrain bench train|rollout|algorithms [--out FILE.json]
+    posttrain bench train|rollout|algorithms|claims|trl [--out FILE.json]
     posttrain memory MODEL --algo grpo [--gpu h100] [--gpus N --lora R ...] [--json]
     posttrain lessons [--port N] [--export DIR]
 
@@ -31,7 +31,8 @@ STAGES = {  # name -> (config class path, recipe module)
     "pipeline": ("posttrain.recipes.pipeline:PipelineConfig", "posttrain.recipes.pipeline"),
 }
 BENCHES = {"train": "posttrain.bench.train", "rollout": "posttrain.bench.rollout",
-           "algorithms": "posttrain.bench.algorithms", "claims": "posttrain.bench.claims"}
+           "algorithms": "posttrain.bench.algorithms", "claims": "posttrain.bench.claims",
+           "trl": "posttrain.bench.trl"}
 
 
 def _load(path: str):
@@ -101,6 +102,12 @@ def run_export(args) -> None:
     if args.format != "hf":
         raise UsageError(f"--format {args.format!r} is unknown; use --format hf")
     model, tok, path = checkpoint.load_model(args.checkpoint)
+    if hasattr(model, "hf"):                         # already a Hugging Face model (models/hf.py)
+        Path(args.out_dir).mkdir(parents=True, exist_ok=True)
+        model.save(args.out_dir)
+        tok.save(args.out_dir)
+        print(f"exported {path} -> {args.out_dir} (Hugging Face {type(model.hf).__name__})")
+        return
     export_hf(model, tok, args.out_dir)
     print(f"exported {path} -> {args.out_dir} (Hugging Face LlamaForCausalLM)")
 

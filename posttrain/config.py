@@ -23,6 +23,7 @@ import yaml
 from posttrain import UsageError
 from posttrain.logging import WandbConfig
 from posttrain.models.gpt_mini import ModelConfig
+from posttrain.models.lora import LoraConfig
 from posttrain.tasks.arithmetic import ArithmeticConfig
 from posttrain.tasks.base import TaskConfig
 
@@ -42,6 +43,7 @@ class RunConfig:
     device: str = "auto"          # auto | cpu | cuda | cuda:N ; auto = cuda if available
     dtype: str = "auto"           # auto | float32 | bfloat16 ; auto = fp32 on CPU, bf16 autocast on CUDA
     threads: int = 0              # torch CPU threads (0 = torch's default)
+    grad_checkpointing: bool = False  # recompute each block's activations in backward: less memory, ~1/3 more compute
     overwrite: bool = False       # allow reusing a non-empty `out` without --resume
     max_nonfinite_steps: int = 10  # stop (with a checkpoint) after this many skipped non-finite steps in a row
     tensorboard: bool = True      # TensorBoard event files in RUN_DIR/tensorboard (when the package is installed)
@@ -79,6 +81,7 @@ class SFTConfig(RunConfig):
     model: ModelConfig = field(default_factory=ModelConfig)
     task: TaskConfig = field(default_factory=ArithmeticConfig)  # `task.name` picks the task (tasks/__init__.py)
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-3, warmup_steps=30))
+    lora: LoraConfig = field(default_factory=LoraConfig)  # lora.r > 0: train LoRA adapters only (HF models)
     cot: bool = True              # train on chain-of-thought traces (True) or direct answers (False)
     mask_prompt: bool = True      # loss on response tokens only; False = also learn to predict the prompt
     batch_size: int = 64          # examples per step
@@ -174,11 +177,13 @@ def _dotted_keys(cls, prefix=""):
 
 
 def _suggest(cls, key, names, prefix) -> str:
+    leafs = {k.rsplit(".", 1)[-1]: k for k in _dotted_keys(cls)}
+    if key in leafs and "." in leafs[key]:         # an exact key of a section: `lr` is `optim.lr`
+        return f"; did you mean '{prefix}{leafs[key]}'?"
     close = difflib.get_close_matches(key, names, n=1)
     if close:
         return f"; did you mean '{prefix}{close[0]}'?"
-    # a key given at the wrong level: `lr=...` for `optim.lr`
-    leafs = {k.rsplit(".", 1)[-1]: k for k in _dotted_keys(cls)}
+    # a key given at the wrong level: `lrr=...` for `optim.lr`
     close = difflib.get_close_matches(key, list(leafs), n=1)
     if close:
         return f"; did you mean '{prefix}{leafs[close[0]]}'?"
@@ -245,6 +250,7 @@ class RLConfig(RunConfig):
     eval_every: int = 50
     init: str = ""                # SFT checkpoint or run dir; "" = the default SFT(CoT) checkpoint (trained once, cached)
     task: TaskConfig = field(default_factory=ArithmeticConfig)  # `task.name` picks the task (tasks/__init__.py)
+    lora: LoraConfig = field(default_factory=LoraConfig)  # lora.r > 0: train LoRA adapters only (HF models)
     algorithm: str = "grpo"       # name in posttrain.algorithms (grpo, ...)
     algo: dict = field(default_factory=lambda: {"kl_coef": 0.01})  # the algorithm's own keys (see its Config)
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(

@@ -78,12 +78,15 @@ class Placement:
                 role.close()
 
 
-def place(cfg, model, tokenizer) -> Placement:
+def place(cfg, model, tokenizer, runtime=None) -> Placement:
     check_scale_config(cfg)
     if cfg.placement == "in-process" and not cfg.async_:
-        engine = Engine(model, tokenizer, max_slots=cfg.max_slots)
+        engine = Engine(model, tokenizer, max_slots=cfg.max_slots, runtime=runtime)
+        if cfg.lora.r > 0:                                 # the sampler gets merged W + (α/r)·B·A
+            from posttrain.models.lora import LoraSync
+            return Placement(engine, LoraSync(model, engine, cfg.weight_sync), engine)
         return Placement(engine, WeightSync(model, engine, cfg.weight_sync), engine)
-    eval_engine = Engine(model, tokenizer, max_slots=cfg.max_slots)
+    eval_engine = Engine(model, tokenizer, max_slots=cfg.max_slots, runtime=runtime)
     publisher = WeightPublisher(model, bucket_mb=cfg.sync_bucket_mb,
                                 history=cfg.max_staleness + 1 if cfg.stale == "fixed" else 1)
     if cfg.placement == "ray":
@@ -111,5 +114,8 @@ def check_scale_config(cfg) -> None:
         raise UsageError(f"stale={cfg.stale!r} is unknown; use pace (producers wait), drop or fixed")
     if cfg.max_staleness < 0:
         raise UsageError(f"max_staleness must be ≥ 0 (got {cfg.max_staleness})")
+    if cfg.lora.r > 0 and (cfg.async_ or cfg.placement != "in-process"):
+        raise UsageError("lora.r > 0 runs with placement=in-process and async=false only (the sampler's merged "
+                         "weights are synced in-process); drop lora or use the in-process sync placement")
     if cfg.overprovision < 0:
         raise UsageError(f"overprovision must be ≥ 0 (got {cfg.overprovision}); it is extra samples per prompt")

@@ -39,6 +39,7 @@ whose per-sample work can fail alone (e.g. tool calls in agent episodes).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -172,12 +173,15 @@ class Engine:
         matmuls per step (throughput) but more cache memory: rows × (prompt + max_new) ×
         2 · n_layers · n_kv_heads · head_dim floats.
     max_len: longest prompt + response the engine accepts (default: model.config.max_seq_len).
+    runtime: a runtime.Runtime; its autocast (bf16 on CUDA) wraps sampling, as it wraps the
+        trainer's forward, so both score tokens in the same precision (the KV cache stays in the
+        weights' dtype; autocast casts at each matmul). None = no autocast.
     """
 
     PREFILL_BATCH = 64            # prompts per prefill forward
 
-    def __init__(self, model, tokenizer, max_slots: int = 256, max_len: int | None = None):
-        self.model, self.tokenizer = model, tokenizer
+    def __init__(self, model, tokenizer, max_slots: int = 256, max_len: int | None = None, runtime=None):
+        self.model, self.tokenizer, self.runtime = model, tokenizer, runtime
         self.max_slots = int(max_slots)
         limit = model.config.max_seq_len
         self.max_len = int(max_len or limit)
@@ -205,8 +209,13 @@ class Engine:
         if keep is not None and not 1 <= keep <= n:
             raise ValueError(f"keep must be in [1, n={n}], got {keep}")
         t0 = time.perf_counter()
-        with torch.inference_mode():
-            out = _Run(self, prompts, n, sampling, seed, step, group_offset, keep).run()
+        training = self.model.training       # sample in eval mode (no dropout, no checkpointing), then restore
+        self.model.eval()
+        try:
+            with torch.inference_mode(), (self.runtime.autocast() if self.runtime else contextlib.nullcontext()):
+                out = _Run(self, prompts, n, sampling, seed, step, group_offset, keep).run()
+        finally:
+            self.model.train(training)
         res_tok, res_lp, res_len, res_stop, res_kept, stats = out
         samples = self._samples(prompts, n, items, res_tok, res_lp, res_len, res_stop, res_kept)
         dt = time.perf_counter() - t0

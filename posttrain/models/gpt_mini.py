@@ -24,6 +24,7 @@ from dataclasses import dataclass, asdict
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import torch.utils.checkpoint
 
 # name -> (d_model, n_layers, n_heads, d_ff). Head size 32 throughout.
 PRESETS = {
@@ -142,6 +143,7 @@ class GPTMini(nn.Module):
         super().__init__()
         assert config.vocab_size > 0 and config.d_model > 0, "pass a resolved ModelConfig"
         self.config = c = config
+        self.grad_checkpointing = False   # recompute block activations in backward (training only)
         self.embed = nn.Embedding(c.vocab_size, c.d_model)
         self.blocks = nn.ModuleList(Block(c, i) for i in range(c.n_layers))
         self.norm = nn.RMSNorm(c.d_model, eps=c.norm_eps)
@@ -176,7 +178,10 @@ class GPTMini(nn.Module):
             cos, sin = self.rope_cos[pos].unsqueeze(1), self.rope_sin[pos].unsqueeze(1)  # [B, 1, T, hd]
         x = self.embed(input_ids)
         for block in self.blocks:
-            x = block(x, cos, sin, cache)
+            if self.grad_checkpointing and self.training and cache is None and torch.is_grad_enabled():
+                x = torch.utils.checkpoint.checkpoint(block, x, cos, sin, use_reentrant=False)
+            else:
+                x = block(x, cos, sin, cache)
         if cache is not None:
             cache.advance(T)
         return self.norm(x)
@@ -234,8 +239,8 @@ class KVCache:
         rows, span = self.rows, self._span
         kc, vc = self.k[layer], self.v[layer]                       # [R, Hkv, Tmax, hd]
         r, pos = self._write
-        kc[r, :, pos] = k.transpose(1, 2)                           # scatter [B, T, Hkv, hd]
-        vc[r, :, pos] = v.transpose(1, 2)
+        kc[r, :, pos] = k.transpose(1, 2).to(kc.dtype)              # scatter [B, T, Hkv, hd]
+        vc[r, :, pos] = v.transpose(1, 2).to(vc.dtype)              # (autocast may hand bf16 to an fp32 cache)
         return kc[rows, :, :span], vc[rows, :, :span], self._mask   # views for a slice, gathers for a tensor
 
     def advance(self, n_new: int) -> None:

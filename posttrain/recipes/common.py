@@ -24,6 +24,9 @@ class Run:
         self.cfg, self.stage = cfg, stage
         self.dir = Path(cfg.out or f"runs/{stage}")
         self.resume_from = None
+        if resume and getattr(getattr(cfg, "lora", None), "r", 0) > 0:
+            raise UsageError(f"--resume of a LoRA run is not supported; start a new run with "
+                             f"init={self.dir}/checkpoints/step_N (its merged weights) and fresh adapters")
         if resume:
             self.resume_from = checkpoint.latest(self.dir)
             if self.resume_from is None:
@@ -38,13 +41,22 @@ class Run:
 
 
 def init_model(cfg, init: str, device) -> tuple[GPTMini, CharTokenizer]:
-    """Start from a checkpoint (`init`) or from random weights shaped by `cfg.model`."""
+    """Start from a checkpoint (`init`: a run, a checkpoint or a Hugging Face directory) or from
+    random weights shaped by `cfg.model`; then the training switches: gradient checkpointing
+    and LoRA adapters (`cfg.lora.r > 0`, Hugging Face models)."""
     if init:
         model, tok, path = checkpoint.load_model(init, device)
         print(f"init: {path}")
-        return model, tok
-    tok = new_tokenizer(cfg)
-    model = GPTMini(cfg.model.resolved(tok.vocab_size)).to(device)
+    else:
+        tok = new_tokenizer(cfg)
+        model = GPTMini(cfg.model.resolved(tok.vocab_size)).to(device)
+    model.grad_checkpointing = bool(getattr(cfg, "grad_checkpointing", False))
+    lora_cfg = getattr(cfg, "lora", None)
+    if lora_cfg is not None and lora_cfg.r > 0:
+        from posttrain.models.lora import apply_lora
+        counts = apply_lora(model, lora_cfg)
+        print(f"lora: r={lora_cfg.r} alpha={lora_cfg.alpha} trainable {counts['params/trainable']:,} of "
+              f"{counts['params/total']:,} params ({100 * counts['params/trainable_frac']:.2f}%)")
     return model, tok
 
 

@@ -84,7 +84,7 @@ def run(cfg: RLConfig, resume: bool = False) -> dict:
     task = tasks.make(cfg.task)
     max_new = cfg.max_new_tokens or response_budget(task, task.items(500, "train", cfg.seed))
     cfg = dataclasses.replace(cfg, max_new_tokens=max_new)
-    placement = place(cfg, model, tok)                    # in-process or Ray workers (distributed/)
+    placement = place(cfg, model, tok, r.rt)              # in-process or Ray workers (distributed/)
     engine = placement.engine
     reference = placement.reference(cfg, model) if algorithm.needs_reference(algo_cfg) else None
     # Critic (PPO): the trainer optimises policy + value head (+ a separate critic trunk) as one

@@ -1,0 +1,274 @@
+"""Any local Hugging Face causal LM as a posttrain model: policy, reference, critic or RM trunk.
+
+    model, tok = load_hf("path/to/dir", device)    # config.json + safetensors + tokenizer
+    engine = Engine(model, tok)                     # the same sampler and KV cache as gpt_mini
+    model.save(out_dir); tok.save(out_dir)          # a directory transformers opens again
+
+`HFCausalLM` gives a transformers model the interface gpt_mini gives the framework:
+`model(ids, cache=None) -> logits [B, T, V]`, `model.hidden(ids) -> [B, T, d]` (value and
+reward heads), `.head`, `.config` (the shape fields the KV cache and heads read), and
+`num_params()`. The tokenizer adapter `HFTokenizer` gives `encode`/`decode`, `pad_id`,
+`eot_id` and the chat template as `chat_prompt(question)` / `chat_response(answer)`.
+
+**How the engine's KV cache drives a transformers model.** The rollout engine owns the
+cache (gpt_mini's `KVCache`: slots, per-row lengths, shared prompts copied into slots). The
+protocol is: `cache.positions` [B, T] are the absolute positions of the new tokens,
+`cache.update(layer, k, v)` stores them and returns the keys/values to attend over,
+`cache.advance(T)` closes the forward. Transformers' attention layers call
+`past_key_values.update(k, v, layer_idx)` after applying rotary embeddings, so a two-line
+bridge object (`_CacheBridge`) is all the model sees; rotary positions come from
+`position_ids = cache.positions`, and the attention mask is passed ready-made as a 4-D
+boolean tensor [B, 1, T, S] (key s visible to query t iff s ≤ its position), which
+transformers uses as it is. Attention runs through `sdpa` (a boolean mask is what
+`F.scaled_dot_product_attention` reads). tests/test_hf.py checks that the engine's
+behaviour logprobs equal a plain transformers forward over the finished sequences (≤1e-5, fp32).
+
+Limits, each refused at load with a one-line error rather than sampled wrongly: models with
+sliding-window layers (the mask above is full-causal), encoder–decoders, and any architecture
+whose attention does not go through `past_key_values.update` (`check_cache_path` decodes one
+token through the cache at load and compares it with a plain forward).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+
+from posttrain import UsageError
+
+
+@dataclass
+class HFShape:
+    """The fields of gpt_mini's ModelConfig that the engine, the KV cache and the heads read."""
+    vocab_size: int
+    d_model: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    d_ff: int
+    max_seq_len: int
+    tie_embeddings: bool
+
+
+def shape_of(c) -> HFShape:
+    heads = c.num_attention_heads
+    return HFShape(vocab_size=c.vocab_size, d_model=c.hidden_size, n_layers=c.num_hidden_layers,
+                   n_heads=heads, n_kv_heads=getattr(c, "num_key_value_heads", None) or heads,
+                   head_dim=getattr(c, "head_dim", None) or c.hidden_size // heads,
+                   d_ff=getattr(c, "intermediate_size", 0), max_seq_len=c.max_position_embeddings,
+                   tie_embeddings=bool(getattr(c, "tie_word_embeddings", False)))
+
+
+class _CacheBridge:
+    """What a transformers attention layer sees of our KVCache: `update(k, v, layer_idx)`."""
+
+    def __init__(self, cache):
+        self.cache = cache
+
+    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+        k, v, _ = self.cache.update(layer_idx, key_states, value_states)   # [B, Hkv, S, hd] each
+        return k, v
+
+
+class HFCausalLM(nn.Module):
+    """A transformers causal LM behind gpt_mini's interface (see the module docstring)."""
+
+    def __init__(self, hf_model):
+        super().__init__()
+        c = hf_model.config
+        if "sliding_attention" in (getattr(c, "layer_types", None) or []):
+            raise UsageError(f"{c.model_type}: sliding-window attention layers are not supported by the "
+                             "posttrain engine; set use_sliding_window=false in config.json")
+        if c.is_encoder_decoder:
+            raise UsageError(f"{c.model_type} is an encoder-decoder; posttrain needs a decoder-only causal LM")
+        self.hf = hf_model
+        self.config = shape_of(c)
+
+    def forward(self, input_ids: torch.Tensor, cache=None) -> torch.Tensor:
+        """Logits [B, T, V]; logits[:, t] predicts input_ids[:, t + 1]."""
+        if cache is None:
+            return self.hf(input_ids=input_ids, use_cache=False).logits
+        logits = self.hf(input_ids=input_ids, **self._cache_kwargs(cache)).logits
+        cache.advance(input_ids.shape[1])                               # the new tokens are now history
+        return logits
+
+    def hidden(self, input_ids: torch.Tensor, cache=None) -> torch.Tensor:
+        """Final normed hidden states [B, T, d]; value and reward heads read these."""
+        body = self.hf.base_model
+        if cache is None:
+            return body(input_ids=input_ids, use_cache=False).last_hidden_state
+        h = body(input_ids=input_ids, **self._cache_kwargs(cache)).last_hidden_state
+        cache.advance(input_ids.shape[1])
+        return h
+
+    @staticmethod
+    def _cache_kwargs(cache) -> dict:
+        pos = cache.positions                                           # [B, T] absolute positions
+        keys = torch.arange(int(pos.max()) + 1, device=pos.device)       # [S] the used span
+        mask = (keys[None, None, :] <= pos[:, :, None]).unsqueeze(1)     # [B, 1, T, S] True = attend
+        return {"position_ids": pos, "attention_mask": mask, "past_key_values": _CacheBridge(cache),
+                "use_cache": True}
+
+    @property
+    def head(self):
+        return self.hf.get_output_embeddings()
+
+    @head.setter
+    def head(self, module):
+        # ActorCritic drops a separate critic trunk's LM head (it reads hidden states only)
+        self.hf.set_output_embeddings(module)
+
+    @property
+    def grad_checkpointing(self) -> bool:
+        return getattr(self, "_grad_ckpt", False)
+
+    @grad_checkpointing.setter
+    def grad_checkpointing(self, on: bool) -> None:
+        hf = self.hf    # transformers 5 renamed gradient_ to activation_checkpointing_*
+        if on:   # non-reentrant: gradients reach LoRA adapters even when the inputs are frozen
+            if hasattr(hf, "activation_checkpointing_enable"):
+                hf.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            else:
+                hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        elif self.grad_checkpointing:
+            (getattr(hf, "activation_checkpointing_disable", None) or hf.gradient_checkpointing_disable)()
+        self._grad_ckpt = bool(on)
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def save(self, directory: str | Path) -> None:
+        """config.json + model.safetensors that `AutoModelForCausalLM.from_pretrained` opens.
+        With LoRA adapters the merged weights W + (α/r)·B·A are written (models/lora.py)."""
+        from posttrain.models import lora
+        self.hf.save_pretrained(directory, state_dict=lora.merged_state_dict(self.hf))
+
+
+class HFTokenizer:
+    """A transformers tokenizer behind CharTokenizer's interface; prompts go through its chat template.
+
+    eot_id (where a response stops) is the tokenizer's eos token; pad_id is its pad token, or
+    eos when it has none (pads never reach a loss: masks travel with the tokens). Without a
+    chat template a prompt is the bare question and a response `answer + eos`.
+    """
+
+    def __init__(self, tok):
+        if tok.eos_token_id is None:
+            raise UsageError("the tokenizer has no eos_token; set eos_token (the end-of-turn token) in "
+                             "tokenizer_config.json")
+        self.tok = tok
+        self.eot_id = tok.eos_token_id
+        self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        self.vocab_size = len(tok)
+
+    def encode(self, text: str) -> list[int]:
+        return self.tok.encode(text, add_special_tokens=False)   # templates write their own BOS
+
+    def decode(self, ids) -> str:
+        ids = [int(i) for i in ids if int(i) != self.pad_id or self.pad_id == self.eot_id]
+        return self.tok.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    def chat_prompt(self, question: str) -> str:
+        """The user turn and the opened assistant turn: a response is what follows it."""
+        if not self.tok.chat_template:
+            return question
+        return self.tok.apply_chat_template([{"role": "user", "content": question}],
+                                            add_generation_prompt=True, tokenize=False)
+
+    def chat_response(self, answer: str) -> str:
+        """What the template renders after chat_prompt for an assistant answer, through its
+        end-of-turn token (a trailing newline some templates add after it is dropped)."""
+        eos = self.tok.eos_token
+        if not self.tok.chat_template:
+            return answer + eos
+        msgs = [{"role": "user", "content": "?"}]
+        prompt = self.chat_prompt("?")
+        full = self.tok.apply_chat_template(msgs + [{"role": "assistant", "content": answer}], tokenize=False)
+        rest = full[len(prompt):] if full.startswith(prompt) else answer + eos
+        end = rest.find(eos, rest.find(answer) + len(answer))
+        return rest[:end + len(eos)] if end >= 0 else rest + eos
+
+    def save(self, directory: str | Path) -> None:
+        self.tok.save_pretrained(directory)
+
+
+def is_hf_dir(path: str | Path) -> bool:
+    """An HF model directory (config.json) that is not a posttrain gpt_mini checkpoint (model.json)."""
+    p = Path(path)
+    return (p / "config.json").exists() and not (p / "model.json").exists()
+
+
+def load_hf(path: str | Path, device="cpu") -> tuple[HFCausalLM, HFTokenizer]:
+    """A local HF causal-LM directory as (HFCausalLM in fp32 on `device`, HFTokenizer). Never downloads."""
+    try:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+    except ImportError:
+        raise UsageError("loading a Hugging Face model needs transformers: pip install 'posttrain[hf]'") from None
+    from transformers.utils import logging as hf_logging
+    hf_logging.disable_progress_bar()                # one line per stage, not a bar per load
+    d = Path(path)
+    try:   # fp32 master weights always; autocast picks the compute dtype (runtime.py)
+        hf = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, attn_implementation="sdpa",
+                                                  local_files_only=True)
+        tok = AutoTokenizer.from_pretrained(d, local_files_only=True)
+    except (OSError, ValueError, KeyError) as e:
+        raise UsageError(f"{d} is not a loadable Hugging Face causal-LM directory "
+                         f"({type(e).__name__}: {str(e).splitlines()[0][:160]}); it needs config.json, "
+                         "safetensors weights and a tokenizer") from None
+    model = HFCausalLM(hf.eval()).to(device)
+    check_cache_path(model)
+    return model, HFTokenizer(tok)
+
+
+@torch.inference_mode()
+def check_cache_path(model: HFCausalLM) -> None:
+    """Refuse an architecture whose attention ignores the KV-cache bridge: the last logits of
+    a 3-token prefill + 1 decoded token through our cache must equal one plain forward."""
+    from posttrain.models.gpt_mini import KVCache
+    p = next(model.parameters())
+    ids = torch.arange(1, 5, device=p.device)[None] % model.config.vocab_size    # [1, 4]
+    cache = KVCache(model.config, 1, 4, device=p.device, dtype=p.dtype)
+    full = model(ids)[0, -1].float()                                             # [V]
+    try:
+        cache.begin(3)
+        model(ids[:, :3], cache=cache)
+        cache.begin(1)
+        step = model(ids[:, 3:], cache=cache)[0, -1].float()                    # [V]
+        why = "decoding differs from a full forward" if (step - full).abs().max() > 1e-3 * (1 + full.abs().max()) else ""
+    except (RuntimeError, TypeError, ValueError, AttributeError) as e:
+        why = f"{type(e).__name__}: {str(e).splitlines()[0][:100]}"
+    if why:
+        raise UsageError(f"{model.hf.config.model_type}: its attention does not go through the engine's KV "
+                         f"cache ({why}); this architecture is not supported")
+
+
+def write_tiny(out_dir: str | Path, arch: str = "llama", d_model: int = 64, n_layers: int = 2, n_heads: int = 4,
+               n_kv_heads: int = 2, d_ff: int = 128, max_len: int = 256, seed: int = 0) -> Path:
+    """A random-weight HF model directory (LlamaForCausalLM or Qwen2ForCausalLM) with posttrain's
+    character vocabulary as a `tokenizers` WordLevel tokenizer and its chat template: tests and
+    benchmarks use it instead of a download."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Qwen2Config
+
+    from posttrain.models.export import _tokenizer_config
+    from posttrain.models.tokenizer import CharTokenizer
+    archs = {"llama": LlamaConfig, "qwen2": Qwen2Config}
+    if arch not in archs:
+        raise UsageError(f"arch={arch!r} is unknown; use {' or '.join(archs)}")
+    ct = CharTokenizer()
+    cfg = archs[arch](vocab_size=ct.vocab_size, hidden_size=d_model, intermediate_size=d_ff,
+                      num_hidden_layers=n_layers, num_attention_heads=n_heads, num_key_value_heads=n_kv_heads,
+                      max_position_embeddings=max_len, tie_word_embeddings=False, bos_token_id=None,
+                      eos_token_id=ct.eot_id, pad_token_id=ct.pad_id)
+    torch.manual_seed(seed)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).save_pretrained(out)
+    (out / "tokenizer.json").write_text(json.dumps(ct.to_hf_json()))
+    (out / "tokenizer_config.json").write_text(json.dumps(_tokenizer_config(ct, max_len)))
+    AutoTokenizer.from_pretrained(out).save_pretrained(out)     # normalise to the installed version's files
+    return out

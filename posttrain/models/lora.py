@@ -1,0 +1,129 @@
+"""LoRA through peft on a Hugging Face model: train the adapters only, hand merged weights to the sampler.
+
+    W' = W + (α / r) · B · A        A [r, in] random, B [out, r] zero: W' = W before the first step
+
+`apply_lora(model, cfg)` injects adapters into `model.hf` (an HFCausalLM) in place and freezes
+every other parameter, so the Trainer (which optimises parameters with requires_grad) keeps
+AdamW moments and gradients for A and B only: that is where the memory goes down. The
+module's forward is unchanged, so the engine, the reference and the heads see a model with
+adapters like any other (colocated sampling runs the adapter path: W·x + (α/r)·B·A·x).
+
+Weight sync (`LoraSync`, weight_sync=separate): the sampler holds a plain model without
+adapter layers and receives the merged W + (α/r)·B·A of every adapted Linear, the only
+weights that change; frozen ones never need copying. Checkpoints write the merged weights
+(`merged_state_dict`), a plain HF directory that transformers loads without peft.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from posttrain import UsageError
+from posttrain.framework.weight_sync import WeightSync
+
+ADAPTER = "default"
+
+
+@dataclass
+class LoraConfig:
+    r: int = 0                    # adapter rank; 0 = off (full fine-tuning). Memory and capacity grow with r
+    alpha: float = 16.0           # scale α: the update is (α / r)·B·A, so α/r acts as an lr multiplier
+    dropout: float = 0.0          # dropout on the adapter input (0 keeps sampler and trainer identical)
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj",
+                                                               "gate_proj", "up_proj", "down_proj"])
+    # Linear layer names to adapt (Llama/Qwen names; attention only: q_proj, v_proj)
+
+
+def apply_lora(model, cfg: LoraConfig) -> dict:
+    """Inject adapters into `model.hf` and freeze the rest; returns the parameter counts."""
+    if not hasattr(model, "hf"):
+        raise UsageError("lora needs a Hugging Face model: export gpt_mini with `posttrain export RUN "
+                         "--format hf DIR` and pass init=DIR")
+    if cfg.dropout > 0:
+        raise UsageError("lora.dropout > 0 makes the trainer's logprobs differ from the sampler's "
+                         "(the on-policy ratio is no longer 1); use lora.dropout=0")
+    try:
+        from peft import LoraConfig as PeftLoraConfig, inject_adapter_in_model
+    except ImportError:
+        raise UsageError("lora needs peft: pip install 'posttrain[hf]'") from None
+    try:
+        inject_adapter_in_model(PeftLoraConfig(r=cfg.r, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout,
+                                               target_modules=list(cfg.target_modules)), model.hf)
+    except ValueError as e:
+        raise UsageError(f"lora.target_modules={list(cfg.target_modules)}: {str(e).splitlines()[0][:160]}") from None
+    for name, p in model.named_parameters():
+        p.requires_grad_("lora_" in name)
+    return param_counts(model)
+
+
+def param_counts(model) -> dict:
+    total = sum(p.numel() for p in model.parameters())
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return {"params/total": total, "params/trainable": trainable, "params/trainable_frac": trainable / max(total, 1)}
+
+
+def lora_layers(module) -> dict:
+    """name -> peft LoraLayer of every adapted Linear in `module` (empty without adapters)."""
+    try:
+        from peft.tuners.lora import LoraLayer
+    except ImportError:
+        return {}
+    return {n: m for n, m in module.named_modules() if isinstance(m, LoraLayer)}
+
+
+@torch.no_grad()
+def merged_weight(layer) -> torch.Tensor:
+    """W + (α/r)·B·A of one adapted Linear (peft's own delta, so fan-in/fan-out conventions hold)."""
+    return layer.base_layer.weight + layer.get_delta_weight(ADAPTER)
+
+
+@torch.no_grad()
+def merged_state_dict(module) -> dict | None:
+    """The state dict of `module` with adapters merged into plain Linear names; None without adapters."""
+    layers = lora_layers(module)
+    if not layers:
+        return None
+    out = {k.replace(".base_layer.", "."): v for k, v in module.state_dict().items() if "lora_" not in k}
+    for name, layer in layers.items():
+        out[f"{name}.weight"] = merged_weight(layer)
+    return out
+
+
+def unadapted_copy(model):
+    """A deep copy of `model` whose adapted Linears are plain Linears holding the merged weights."""
+    twin = copy.deepcopy(model)
+    for name, layer in lora_layers(twin).items():
+        base = layer.base_layer
+        base.weight.data.copy_(merged_weight(layer))
+        parent_name, _, child = name.rpartition(".")
+        setattr(twin.get_submodule(parent_name), child, base)
+    return twin.eval().requires_grad_(False)
+
+
+class LoraSync(WeightSync):
+    """weight_sync for a LoRA policy: separate = the sampler is a plain (merged) copy and
+    receives merged weights of the adapted layers only; colocated = shared module, as usual."""
+
+    def __init__(self, trainer_model, engine, mode: str = "colocated"):
+        if mode == "separate":
+            engine.model = unadapted_copy(trainer_model)
+        super().__init__(trainer_model, engine, mode)
+
+    @torch.no_grad()
+    def sync(self) -> dict:
+        if self.mode != "separate":
+            return super().sync()
+        t0 = time.perf_counter()
+        copied = 0
+        dst = dict(self.engine.model.named_modules())
+        for name, layer in lora_layers(self.trainer_model).items():
+            w = dst[name].weight
+            w.copy_(merged_weight(layer))                               # [out, in]: W + (α/r)·B·A
+            copied += w.numel() * w.element_size()
+        self.engine.policy_version += 1
+        return {"time/sync_s": time.perf_counter() - t0, "sync/bytes": float(copied),
+                "sync/policy_version": float(self.engine.policy_version)}
