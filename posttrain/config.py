@@ -241,3 +241,4 @@ class RLConfig(RunConfig):
     eval_problems: int = 200      # held-out problems per evaluation
     eval_samples: int = 8         # samples per held-out problem: pass@1 and pass@<eval_samples>
     save_samples: int = 8         # audited samples written to samples.jsonl at each eval (top-reward + random)
+    reward_model: str = ""        # RLHF: an `rm` run whose frozen score is the reward (verifier logged as reward/true)

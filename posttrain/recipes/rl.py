@@ -63,7 +63,8 @@ def run(cfg: RLConfig, resume: bool = False) -> dict:
     actor_critic = ActorCritic(model, algo_cfg.critic) if needs_critic(algorithm, algo_cfg) else None
     trainer = Trainer(actor_critic if actor_critic is not None else model, cfg.optim,
                       cfg.steps * cfg.epochs * cfg.minibatches, r.rt)
-    controller = Controller(cfg, task, tok, engine, reference, algorithm, algo_cfg, trainer, sync)
+    controller = Controller(cfg, rlhf_task(task, cfg.reward_model, r.rt.device), tok, engine, reference,
+                            algorithm, algo_cfg, trainer, sync)
     n = cfg.prompts_per_step * cfg.samples_per_prompt
     print_plan("rl", {"params": model.num_params(), "prompts/step": cfg.prompts_per_step,
                       "samples/prompt": cfg.samples_per_prompt, "samples/step": n,
@@ -90,9 +91,23 @@ def run(cfg: RLConfig, resume: bool = False) -> dict:
         if actor_critic is not None and "critic" in s:
             actor_critic.load_critic_state_dict(s["critic"])
     state = (get_state, set_state)
-    return train_loop(r, model, tok, trainer, controller.step, evaluate=evaluate_fn, extra_state=state, eval_at_start=True,
+    summary = train_loop(r, model, tok, trainer, controller.step, evaluate=evaluate_fn, extra_state=state, eval_at_start=True,
                       meta={"task": "arithmetic", "algorithm": cfg.algorithm},
                       show=("reward/mean", "eval/pass@1", "kl/ref", "clip/frac"))
+    if cfg.reward_model:                                  # RLHF: the proxy-vs-true curve beside the metrics
+        from posttrain.preference.rlhf import write_curve
+        print(f"over-optimisation curve: {r.dir / 'overoptimization.csv'}  turn: {write_curve(r.dir)}")
+    return summary
+
+
+def rlhf_task(task, reward_model: str, device):
+    """The task as the controller sees it: with `reward_model=RUN`, a frozen RM's score is the
+    reward and the verifier is logged beside it (preference/rlhf.py); evaluation keeps the verifier."""
+    if not reward_model:
+        return task
+    from posttrain.preference.reward_model import RewardModelScorer
+    from posttrain.preference.rlhf import RewardModelTask
+    return RewardModelTask(task, RewardModelScorer.from_checkpoint(reward_model, device))
 
 
 def audit(run_dir: Path, controller: Controller, cfg: RLConfig) -> None:

@@ -54,12 +54,17 @@ def score_samples(task: Task, samples) -> dict:
     """Fill `reward`, `reward_components` and `reward_error` of every sample; return metrics.
 
     A verifier error scores 0 and is counted (`reward/errors`); a sample whose generation
-    failed (`finish_reason == "error"`) is scored 0 without calling the verifier.
+    failed (`finish_reason == "error"`) is scored 0 without calling the verifier. A task with
+    `reward_batch(items, responses)` (a reward model: one forward for many samples) is called
+    once for the batch; if that raises, every sample falls back to `task.reward` one by one.
     """
     errors, comps = 0, {}
-    for s in samples:
+    batched = _batch_rewards(task, samples)
+    for i, s in enumerate(samples):
         if s.finish_reason == "error":
             res = RewardResult(0.0, error="generation failed")
+        elif batched is not None:
+            res = batched[i]
         else:
             res = safe_reward(task, s.item, s.text)
         s.reward, s.reward_components, s.reward_error = float(res.reward), res.components, res.error
@@ -68,3 +73,16 @@ def score_samples(task: Task, samples) -> dict:
             comps.setdefault(k, []).append(v)
     n = max(len(samples), 1)
     return {"reward/errors": float(errors), **{f"reward/{k}": sum(v) / n for k, v in comps.items()}}
+
+
+def _batch_rewards(task, samples) -> list | None:
+    fn = getattr(task, "reward_batch", None)
+    if fn is None:
+        return None
+    try:
+        results = fn([s.item for s in samples], [s.text for s in samples])
+    except Exception:  # counted per sample by the one-by-one fallback
+        return None
+    if len(results) != len(samples) or not all(isinstance(r, RewardResult) for r in results):
+        return None
+    return results
