@@ -1,7 +1,7 @@
 """The `posttrain` command: one sub-command per stage (DESIGN.md §6).
 
     posttrain pipeline [CONFIG] [key=value ...]
-    posttrain pretrain|sft|rm|dpo|rl CONFIG [key=value ...] [--resume RUN_DIR]
+    posttrain pretrain|sft|rm|dpo|rl|distill CONFIG [key=value ...] [--resume RUN_DIR]
     posttrain eval RUN_OR_CHECKPOINT [--k 1,8] [--rm RM_RUN]
     posttrain export CHECKPOINT --format hf OUT_DIR
     posttrain bench train|rollout|algorithms [--out FILE.json]
@@ -25,6 +25,7 @@ STAGES = {  # name -> (config class path, recipe module)
     "rm": ("posttrain.recipes.rm:RMConfig", "posttrain.recipes.rm"),
     "dpo": ("posttrain.recipes.dpo:DPOConfig", "posttrain.recipes.dpo"),
     "rl": ("posttrain.config:RLConfig", "posttrain.recipes.rl"),
+    "distill": ("posttrain.recipes.distill:DistillConfig", "posttrain.recipes.distill"),
     "pipeline": ("posttrain.recipes.pipeline:PipelineConfig", "posttrain.recipes.pipeline"),
 }
 BENCHES = {"train": "posttrain.bench.train", "rollout": "posttrain.bench.rollout",
