@@ -4,7 +4,7 @@
     posttrain pretrain|sft|rm|dpo|rl|distill CONFIG [key=value ...] [--resume RUN_DIR]
     posttrain eval RUN_OR_CHECKPOINT [--k 1,8] [--rm RM_RUN]
     posttrain export CHECKPOINT --format hf OUT_DIR
-    posttrain bench train|rollout|algorithms [--out FILE.json]
+    posttrain bench train|rollout|algorithms|search [--out FILE.json]
 
 A usage mistake (unknown key, wrong type, missing file, unreadable checkpoint) prints one
 line naming the problem and the fix, and exits with code 2.
@@ -29,7 +29,7 @@ STAGES = {  # name -> (config class path, recipe module)
     "pipeline": ("posttrain.recipes.pipeline:PipelineConfig", "posttrain.recipes.pipeline"),
 }
 BENCHES = {"train": "posttrain.bench.train", "rollout": "posttrain.bench.rollout",
-           "algorithms": "posttrain.bench.algorithms"}
+           "algorithms": "posttrain.bench.algorithms", "search": "posttrain.preference.search"}
 
 
 def _load(path: str):
