@@ -88,8 +88,9 @@ def test_sample_table_by_hand():
     samples = [Sample([], [], [], [], "stop", 0, i // 4, i % 4, text=x) for i, x in enumerate(texts)]
     orm = [0.9, 0.1, 0.2, 0.3, 0.0, 0.1, 0.8, 0.2]                      # picks "3#" then "5#"
     prm = [0.1, 0.9, 0.2, 0.3, 0.0, 0.9, 0.8, 0.2]                      # picks "4#" then "4#"
-    res = sample_table(task, items, samples, 4, orm, prm)
-    assert res == {"pass@1": pytest.approx((0.25 + 0.75) / 2), "maj@4": 0.5, "orm best@4": 0.5, "prm best@4": 0.5}
+    res = sample_table(task, items, samples, 4, orm, prm, last=[0.0, 0.0, 0.0, 0.9, 0.9, 0.0, 0.0, 0.0])
+    assert res == {"pass@1": pytest.approx((0.25 + 0.75) / 2), "maj@4": 0.5, "orm best@4": 0.5, "prm best@4": 0.5,
+                   "last best@4": 0.5}
 
 
 def test_step_scores_read_the_head_at_each_boundary(nano, tok):
@@ -119,6 +120,6 @@ def test_bench_search_writes_the_table(sft_ckpt, tmp_path, capsys):
     assert main(["bench", "search", "--init", str(sft_ckpt), "--problems", "3", "--label-problems", "3",
                  "--responses", "1", "--completions", "2", "--prm-steps", "2", "--n", "4", "--out", str(out)]) == 0
     res = json.loads(out.read_text())
-    assert set(res["accuracy"]) == {"pass@1", "maj@4", "prm best@4", "prm beam 2x2"}
+    assert set(res["accuracy"]) == {"pass@1", "maj@4", "prm best@4", "prm-last best@4", "prm beam 2x2"}
     assert all(0.0 <= v <= 1.0 for v in res["accuracy"].values())
     assert res["tokens_per_problem"]["beam"] > 0 and "prm beam 2x2" in capsys.readouterr().out

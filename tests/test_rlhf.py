@@ -157,3 +157,7 @@ def test_rl_with_a_reward_model_logs_proxy_true_and_writes_the_curve(sft_ckpt, t
     rows = json.loads((out / "overoptimization.json").read_text())["rows"]
     assert [r["step"] for r in rows] == [1, 2] and (out / "overoptimization.csv").exists()
     assert main(["rl", f"init={sft_ckpt}", f"reward_model={sft_ckpt}", f"out={tmp_path}/bad"]) == 2
+    # the same RM reranks samples at test time: posttrain eval --rm
+    res = tmp_path / "eval.json"
+    assert main(["eval", str(out), "--rm", str(tmp_path / "rm"), "--problems", "3", "--k", "1,2", "--out", str(res)]) == 0
+    assert 0.0 <= json.loads(res.read_text())["eval/best@2"] <= 1.0

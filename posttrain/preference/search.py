@@ -8,6 +8,8 @@ For each held-out problem, with the same policy and N samples' worth of generati
     maj@N         the most frequent final answer of N samples
     orm best@N    the sample the outcome RM (`posttrain rm`) scores highest
     prm best@N    the sample whose weakest step the PRM scores highest (min over steps)
+    prm-last best@N  ... by the PRM's score at the end-of-turn token only: an outcome score
+                  (that boundary's label is the verifier's 0/1), the PRM used as an ORM
     prm beam      step-level beam search: keep the `beam` prefixes the PRM values most, extend
                   each with N/beam sampled next steps (one step = up to `;`, `}` or the end), so
                   every depth samples N steps: about N responses' tokens in all (measured)
@@ -36,22 +38,22 @@ def _correct(task, item, text: str) -> float:
     return float(safe_reward(task, item, text).reward >= 1.0)
 
 
-def sample_table(task, items, samples, n: int, orm_scores=None, prm_scores=None) -> dict:
+def sample_table(task, items, samples, n: int, orm_scores=None, prm_scores=None, **more_scores) -> dict:
     """Accuracy of pass@1, maj@n, and best@n by each given score list (aligned with samples)."""
     acc = {"pass@1": [], f"maj@{n}": []}
-    for name in ("orm", "prm"):
-        if (orm_scores if name == "orm" else prm_scores) is not None:
-            acc[f"{name} best@{n}"] = []
+    rankers = {name: sc for name, sc in (("orm", orm_scores), ("prm", prm_scores), *more_scores.items())
+               if sc is not None}
+    for name in rankers:
+        acc[f"{name} best@{n}"] = []
     for i, it in enumerate(items):
         group = samples[i * n:(i + 1) * n]
         right = [_correct(task, it, s.text) for s in group]
         acc["pass@1"].append(float(np.mean(right)))
         votes = Counter(a for a in (last_integer(s.text) for s in group) if a is not None)
         acc[f"maj@{n}"].append(float(bool(votes) and votes.most_common(1)[0][0] == task.gold(it)))
-        for name, scores in (("orm", orm_scores), ("prm", prm_scores)):
-            if scores is not None:
-                mine = scores[i * n:(i + 1) * n]
-                acc[f"{name} best@{n}"].append(right[int(np.argmax(mine))])
+        for name, scores in rankers.items():
+            mine = scores[i * n:(i + 1) * n]
+            acc[f"{name} best@{n}"].append(right[int(np.argmax(mine))])
     return {k: float(np.mean(v)) for k, v in acc.items()}
 
 
@@ -95,10 +97,10 @@ def compare(policy, prm, tok, task, items, n: int = 8, beam: int = 2, orm=None, 
     prompts = [tok.encode(tok.chat_prompt(task.prompt(it))) for it in items]
     samples = engine.generate(prompts, n, SamplingParams(temperature=temperature, max_new_tokens=max_len), seed=seed)
     bon_tokens = engine.stats["rollout/generated_tokens"] / len(items)
-    prm_s = [aggregate(s, "min") for s in step_scores(prm, tok, [s.prompt_ids for s in samples],
-                                                        [s.response_ids for s in samples])]
+    steps = step_scores(prm, tok, [s.prompt_ids for s in samples], [s.response_ids for s in samples])
     orm_s = orm.score([task.prompt(it) for it in items for _ in range(n)], [s.text for s in samples]) if orm else None
-    acc = sample_table(task, items, samples, n, orm_s, prm_s)
+    acc = sample_table(task, items, samples, n, orm_s, [aggregate(s, "min") for s in steps],
+                       **{"prm-last": [aggregate(s, "last") for s in steps]})
     t0 = time.perf_counter()
     texts, beam_tokens = beam_search(policy, prm, tok, task, items, beam, max(1, n // beam), temperature, max_len,
                                      seed=seed + 1)
