@@ -108,7 +108,7 @@ def test_jsd_loss_is_the_token_mean_of_the_divergence_and_zero_for_the_teacher_i
     mb = {**_mb(), "old_logprobs": torch.zeros(1, 4)}
     loss, m = distill_loss_fn(Fixed(t_logits), "jsd", beta=0.3)(Fixed(s_logits), mb, {"tokens": 2.0, "seqs": 1.0})
     expected = generalized_jsd(s_logits[0, 1:3], t_logits[0, 1:3], 0.3).mean()   # columns 2, 3 ← logits 1, 2
-    assert float(loss) == pytest.approx(float(expected), abs=1e-6)
+    assert float(loss.detach()) == pytest.approx(float(expected), abs=1e-6)
     same, _ = distill_loss_fn(Fixed(s_logits), "jsd", beta=0.3)(Fixed(s_logits), mb, {"tokens": 2.0, "seqs": 1.0})
     assert float(same) == pytest.approx(0.0, abs=1e-7)
 
