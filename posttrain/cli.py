@@ -1,11 +1,11 @@
 """The `posttrain` command: one sub-command per stage (DESIGN.md §6).
 
     posttrain pipeline [CONFIG] [key=value ...]
-    posttrain pretrain|sft|rm|dpo|rl CONFIG [key=value ...] [--resume RUN_DIR]
-    posttrain eval RUN_OR_CHECKPOINT [--k 1,8]
+    posttrain pretrain|sft|rm|dpo|rl|distill CONFIG [key=value ...] [--resume RUN_DIR]
+    posttrain eval RUN_OR_CHECKPOINT [--k 1,8] [--rm RM_RUN]
     posttrain export CHECKPOINT --format hf OUT_DIR
     posttrain report RUN_DIR [--out FILE.html]
-    posttrain bench train|rollout|algorithms|claims|trl [--out FILE.json]
+    posttrain bench train|rollout|algorithms|claims|trl|search [--out FILE.json]
     posttrain memory MODEL --algo grpo [--gpu h100] [--gpus N --lora R ...] [--json]
     posttrain lessons [--port N] [--export DIR]
 
@@ -28,11 +28,12 @@ STAGES = {  # name -> (config class path, recipe module)
     "rm": ("posttrain.recipes.rm:RMConfig", "posttrain.recipes.rm"),
     "dpo": ("posttrain.recipes.dpo:DPOConfig", "posttrain.recipes.dpo"),
     "rl": ("posttrain.config:RLConfig", "posttrain.recipes.rl"),
+    "distill": ("posttrain.recipes.distill:DistillConfig", "posttrain.recipes.distill"),
     "pipeline": ("posttrain.recipes.pipeline:PipelineConfig", "posttrain.recipes.pipeline"),
 }
 BENCHES = {"train": "posttrain.bench.train", "rollout": "posttrain.bench.rollout",
            "algorithms": "posttrain.bench.algorithms", "claims": "posttrain.bench.claims",
-           "trl": "posttrain.bench.trl"}
+           "trl": "posttrain.bench.trl", "search": "posttrain.preference.search"}
 
 
 def _load(path: str):
@@ -86,7 +87,12 @@ def run_eval(args) -> None:
     ks = sorted({int(k) for k in args.k.split(",")})
     n = args.n or max(ks)
     items = task.items(args.problems, "test", args.seed)
-    res = evaluate(model, tok, task, items, n=n if n > 1 else 0, ks=ks, temperature=args.temperature, seed=args.seed)
+    scorer = None
+    if args.rm:                                       # best-of-n reranked by a reward model
+        from posttrain.preference.reward_model import RewardModelScorer
+        scorer = RewardModelScorer.from_checkpoint(args.rm)
+    res = evaluate(model, tok, task, items, n=n if n > 1 else 0, ks=ks, temperature=args.temperature, seed=args.seed,
+                   scorer=scorer)
     per_k = res.pop("per_k")
     print(f"checkpoint: {path}")
     for k, v in res.items():
@@ -129,6 +135,7 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--problems", type=int, default=500)
     e.add_argument("--temperature", type=float, default=1.0)
     e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--rm", metavar="RM_RUN", help="a `posttrain rm` run: adds best@n, the sample it scores highest")
     e.add_argument("--out", help="write the results as JSON")
     x = sub.add_parser("export", help="export a checkpoint (Hugging Face directory)")
     x.add_argument("checkpoint")

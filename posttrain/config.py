@@ -281,3 +281,4 @@ class RLConfig(RunConfig):
     off_policy_cap: float = 2.0   # C: truncate weights at C (tis, seq_tis) or zero them outside [1/C, C] (mask)
     sync_bucket_mb: float = 64.0  # weight sync across copies/processes: MB per transfer bucket
     overprovision: int = 0        # straggler cut-off: start samples_per_prompt + this per prompt, keep the first to finish
+    reward_model: str = ""        # RLHF: an `rm` run whose frozen score is the reward (verifier logged as reward/true)

@@ -4,7 +4,9 @@ pass@k uses the unbiased estimator of Chen et al. 2021 (HumanEval): with n sampl
 c are correct, pass@k = 1 − C(n−c, k) / C(n, k), averaged over problems. It is the chance
 that at least one of k samples drawn without replacement from the n is correct.
 Majority vote (maj@n) is correct when the most frequent final answer among the n samples
-equals the gold answer (ties broken by first occurrence).
+equals the gold answer (ties broken by first occurrence). With a reward-model `scorer`,
+best-of-n (best@n) is correct when the sample the RM scores highest is: the two ways to
+spend n samples at test time, voting and reranking, next to pass@1 (training it in).
 """
 
 from __future__ import annotations
@@ -44,8 +46,9 @@ def response_budget(task, items) -> int:
 @torch.no_grad()
 def evaluate(model, tokenizer, task, items, n: int = 0, ks=(1,), temperature: float = 1.0,
              max_new_tokens: int | None = None, seed: int = 0, engine: Engine | None = None,
-             greedy: bool = True, prefix: str = "eval/") -> dict:
-    """Greedy accuracy, and with n > 0 sampled pass@1, pass@k for k in ks, and maj@n.
+             greedy: bool = True, prefix: str = "eval/", scorer=None) -> dict:
+    """Greedy accuracy, and with n > 0 sampled pass@1, pass@k for k in ks, maj@n, and with a
+    reward-model `scorer` (`.score(prompts, responses)`, preference/reward_model.py) best@n.
 
     Returns a flat dict of metrics plus `per_k`: {K: {...}} for tasks whose items have `k`.
     """
@@ -65,7 +68,9 @@ def evaluate(model, tokenizer, task, items, n: int = 0, ks=(1,), temperature: fl
             rows[kof(it)]["greedy"].append(c)
     if n > 0:
         samples = engine.generate(prompts, n, SamplingParams(temperature=temperature, max_new_tokens=max_new), seed=seed)
-        p1, pk, maj = [], defaultdict(list), []
+        p1, pk, maj, best = [], defaultdict(list), [], []
+        scores = scorer.score([task.prompt(it) for it in items for _ in range(n)], [s.text for s in samples]) \
+            if scorer is not None else None                       # [len(items) · n], one RM pass
         for i, it in enumerate(items):
             group = samples[i * n:(i + 1) * n]
             rewards = [safe_reward(task, it, s.text).reward for s in group]
@@ -77,6 +82,10 @@ def evaluate(model, tokenizer, task, items, n: int = 0, ks=(1,), temperature: fl
             gold = task.gold(it) if hasattr(task, "gold") else None
             answer = getattr(task, "final_answer", last_integer)   # a task's own answer extraction, if any
             maj.append(float(majority_correct([answer(s.text) for s in group], gold)))
+            if scores is not None:                                 # the RM's pick among the n
+                mine = scores[i * n:(i + 1) * n]
+                best.append(float(rewards[max(range(n), key=mine.__getitem__)] >= 1.0))
+                rows[kof(it)][f"best@{n}"].append(best[-1])
             rows[kof(it)]["pass@1"].append(c / n)
             for k in ks:
                 if k <= n and k != 1:
@@ -85,6 +94,8 @@ def evaluate(model, tokenizer, task, items, n: int = 0, ks=(1,), temperature: fl
         for k, v in pk.items():
             out[f"{prefix}pass@{k}"] = float(np.mean(v))
         out[f"{prefix}maj@{n}"] = float(np.mean(maj))
+        if best:
+            out[f"{prefix}best@{n}"] = float(np.mean(best))
     out["per_k"] = {k: {name: float(np.mean(v)) for name, v in cols.items()} | {"n": len(cols[next(iter(cols))])}
                     for k, cols in sorted(rows.items())}
     return out

@@ -120,6 +120,19 @@ def test_bad_rows_name_file_and_line(tmp_path, row, message):
     assert (len(pairs), skipped) == (1, 1)
 
 
+@pytest.mark.parametrize("row,reason", [
+    ({"prompt": "1+2", "chosen": "3"}, "missing field 'rejected'"),
+    ({"prompt": "", "chosen": "3", "rejected": "4"}, "empty 'prompt'"),
+    ({"prompt": "1+2", "chosen": "3", "rejected": "3"}, "chosen and rejected are identical"),
+])
+def test_bad_row_messages_are_exact_one_liners(tmp_path, row, reason):
+    p = _write(tmp_path, [{"prompt": "1+1", "chosen": "2", "rejected": "3"}] * 2 + [row])
+    with pytest.raises(UsageError) as e:
+        load_jsonl(p)
+    assert str(e.value) == f"{p}:3: {reason} (fix the row, or pass on_bad=skip to skip and count it)"
+    assert load_jsonl(p, on_bad="skip")[1] == 1
+
+
 def test_missing_file_and_untokenizable_pair(tmp_path, tok):
     with pytest.raises(UsageError, match="not found"):
         load_jsonl(tmp_path / "nope.jsonl")

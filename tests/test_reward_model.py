@@ -161,6 +161,16 @@ def test_rm_stage_end_to_end(sft_ckpt, tmp_path, capsys):
     assert torch.equal(again.head.weight, rm.head.weight)
 
 
+def test_synthetic_pairs_join_the_training_pairs_and_are_counted(sft_ckpt, tmp_path, capsys):
+    out = tmp_path / "syn"
+    assert main(_args(tmp_path, sft_ckpt, f"out={out}", "steps=1", "synthetic_pairs=5")) == 0
+    rows = [json.loads(x) for x in (out / "pairs.jsonl").read_text().splitlines()]
+    assert len(rows) == 12 + 5
+    assert json.loads((out / "pairs_stats.json").read_text())["pairs.jsonl"]["synthetic_pairs"] == 5
+    assert main(_args(tmp_path, sft_ckpt, f"out={tmp_path}/neg", "synthetic_pairs=-1")) == 2
+    assert "synthetic_pairs=-1 must be >= 0" in capsys.readouterr().err
+
+
 def test_rm_resume_is_exact(sft_ckpt, tmp_path):
     full, part = tmp_path / "full", tmp_path / "part"
     assert main(_args(tmp_path, sft_ckpt, f"out={full}", "steps=4")) == 0

@@ -16,6 +16,9 @@ Texts are plain: `prompt` is the question (the chat template is applied when tok
   messages; an optional numeric `margin` (Llama-2-style, used by the reward model).
   A bad row is a one-line error naming file and line, or with `on_bad="skip"` it is skipped
   and counted.
+- `corrupted_pairs`: chosen = the task's gold chain of thought, rejected = the same trace with
+  one mistake of the kinds the policy makes (the course's "corrupted answer" pairs, gpt_mini 05).
+  Unlimited and free to build, they teach a reward model to check each partial sum.
 """
 
 from __future__ import annotations
@@ -86,6 +89,57 @@ def _strip(tok, sample) -> str:
     if ids and ids[-1] == tok.eot_id:
         ids = ids[:-1]
     return tok.decode(ids)
+
+
+CORRUPTIONS = ("slip", "term", "skip", "answer")
+
+
+def corrupt_trace(terms: tuple[int, ...], rng: random.Random) -> str:
+    """A wrong chain-of-thought response for the sum of `terms` (at least 2), made of the
+    gold trace with ONE mistake, every later step consistent with it:
+
+        slip    one partial sum off by ±1..±10       {3+4=7;7+5=13;13+6=19}19
+        term    one step adds a wrong term            {3+4=7;7+8=15;15+6=21}21
+        skip    one term (not the first) left out     {3+4=7;7+6=13}13
+        answer  a correct trace, a wrong final answer {3+4=7;7+5=12;12+6=18}17
+
+    So a reader can only tell it from the gold response by checking a step against the
+    prompt or its own arithmetic, which is what the reward model should learn to do."""
+    kind = rng.choice(CORRUPTIONS if len(terms) > 2 else ("slip", "term", "answer"))
+    ts = list(terms)
+    at = rng.randrange(1, len(ts))                         # the step (term index) that goes wrong
+    if kind == "skip":
+        nonzero = [i for i in range(1, len(ts)) if ts[i]]  # leaving out a 0 would not be a mistake
+        if nonzero:
+            del ts[rng.choice(nonzero)]
+        else:
+            kind = "slip"
+    if kind == "term":
+        ts[at] = rng.choice([v for v in range(max(0, ts[at] - 9), ts[at] + 10) if v != ts[at]])
+    steps, acc = [], ts[0]
+    for i, t in enumerate(ts[1:], 1):
+        new = acc + t
+        if kind == "slip" and i == at:
+            new += rng.choice([d for d in range(-10, 11) if d and new + d >= 0])
+        steps.append(f"{acc}+{t}={new}")
+        acc = new
+    answer = acc
+    if kind == "answer":
+        answer = rng.choice([a for a in range(max(0, acc - 10), acc + 11) if a != acc])
+    return "{" + ";".join(steps) + "}" + str(answer)
+
+
+def corrupted_pairs(task, items, seed: int = 0) -> list[Pair]:
+    """One (gold CoT, corrupted CoT) pair per item (items with `terms`, `target`)."""
+    rng = random.Random(f"corrupted/{seed}")
+    pairs = []
+    for it in items:
+        if len(it.terms) < 2:
+            continue
+        chosen, rejected = it.target(True), corrupt_trace(it.terms, rng)
+        if rejected != chosen:
+            pairs.append(Pair(task.prompt(it), chosen, rejected, item=it))
+    return pairs
 
 
 # ---- from a file --------------------------------------------------------------------------

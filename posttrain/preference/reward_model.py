@@ -130,9 +130,10 @@ def score_pairs(rm: RewardModel, encoded, pad_id: int, batch_pairs: int = 32) ->
 class RewardModelScorer:
     """A frozen RM as a reward: `score(prompts, responses) -> list[float]`.
 
-    Texts are as in preference pairs: the question, and the response without its end-of-turn
-    token (the chat template and EOT are added here, as in training, so a truncated response
-    is scored as if it had ended). Frozen by construction: no parameter requires grad.
+    Texts are as in preference pairs: the question, and the response with or without its
+    end-of-turn token (a sample's decoded text has it when the response stopped). The chat
+    template and one EOT are added here, as in training, so a truncated response is scored as
+    if it had ended. Frozen by construction: no parameter requires grad.
     """
 
     def __init__(self, rm: RewardModel, tok, batch_size: int = 64):
@@ -147,7 +148,8 @@ class RewardModelScorer:
         if len(prompts) != len(responses):
             raise UsageError(f"score: {len(prompts)} prompts but {len(responses)} responses; give one prompt per response")
         p = [self.tok.encode(self.tok.chat_prompt(x)) for x in prompts]
-        r = [self.tok.encode(self.tok.chat_response(y)) for y in responses]
+        eot = self.tok.decode([self.tok.eot_id])
+        r = [self.tok.encode(self.tok.chat_response(y.removesuffix(eot))) for y in responses]
         return score_batches(self.rm, p, r, self.tok.pad_id, self.batch_size).tolist()
 
 

@@ -93,7 +93,8 @@ def run(cfg: RLConfig, resume: bool = False) -> dict:
     actor_critic = ActorCritic(model, algo_cfg.critic) if needs_critic(algorithm, algo_cfg) else None
     trainer = Trainer(actor_critic if actor_critic is not None else model, cfg.optim,
                       cfg.steps * cfg.epochs * cfg.minibatches, r.rt)
-    controller = Controller(cfg, task, tok, engine, reference, algorithm, algo_cfg, trainer, placement.sync)
+    controller = Controller(cfg, rlhf_task(task, cfg.reward_model, r.rt.device), tok, engine, reference,
+                            algorithm, algo_cfg, trainer, placement.sync)
     if cfg.async_:
         controller.source = controller.sync = placement.asynchronous(cfg, controller.collect)
     n = cfg.prompts_per_step * cfg.samples_per_prompt
@@ -140,7 +141,20 @@ def run(cfg: RLConfig, resume: bool = False) -> dict:
     finally:
         placement.close()
     write_summary(r.dir, read_metrics(r.dir), "async" if cfg.async_ else "colocated", n)   # throughput.json
+    if cfg.reward_model:                                  # RLHF: the proxy-vs-true curve beside the metrics
+        from posttrain.preference.rlhf import write_curve
+        print(f"over-optimisation curve: {r.dir / 'overoptimization.csv'}  turn: {write_curve(r.dir)}")
     return summary
+
+
+def rlhf_task(task, reward_model: str, device):
+    """The task as the controller sees it: with `reward_model=RUN`, a frozen RM's score is the
+    reward and the verifier is logged beside it (preference/rlhf.py); evaluation keeps the verifier."""
+    if not reward_model:
+        return task
+    from posttrain.preference.reward_model import RewardModelScorer
+    from posttrain.preference.rlhf import RewardModelTask
+    return RewardModelTask(task, RewardModelScorer.from_checkpoint(reward_model, device))
 
 
 class Audit:

@@ -29,7 +29,7 @@ from posttrain.config import OptimConfig, RunConfig
 from posttrain.eval import response_budget
 from posttrain.framework.loop import train_loop
 from posttrain.framework.trainer import Trainer
-from posttrain.preference.data import Pair, collate_pairs, encode_pairs, load_jsonl, pairs_from_policy
+from posttrain.preference.data import Pair, collate_pairs, corrupted_pairs, encode_pairs, load_jsonl, pairs_from_policy
 from posttrain.preference.reward_model import (RewardModel, bradley_terry_loss, head_state, orm_loss,
                                                pair_metrics, save_head, score_pairs)
 from posttrain.recipes.common import EpochIndices, Run, batch_plan, init_model, print_plan, supervised_step
@@ -59,6 +59,8 @@ class RMConfig(RunConfig):
     temperature: float = 1.0      # sampling temperature for the pairs
     eval_prompts: int = 500       # test-split prompts sampled for held-out pairs (one per mixed prompt; 0 = no eval)
     eval_pairs: str = ""          # JSONL file of held-out pairs instead (for `pairs=FILE` data); "" = sample as above
+    synthetic_pairs: int = 0      # extra train pairs: a train problem's gold CoT vs the same trace with one mistake
+                                  # (preference/data.corrupted_pairs); free to build, they teach the RM to check steps
 
 
 def check(cfg: RMConfig) -> None:
@@ -69,6 +71,8 @@ def check(cfg: RMConfig) -> None:
         raise UsageError(f"on_bad={cfg.on_bad!r} is unknown; use error or skip")
     if cfg.center_coef < 0:
         raise UsageError(f"center_coef={cfg.center_coef} must be >= 0 (0 = no centring)")
+    if cfg.synthetic_pairs < 0:
+        raise UsageError(f"synthetic_pairs={cfg.synthetic_pairs} must be >= 0")
     for key in ("batch_size", "pair_prompts", "samples_per_prompt"):
         if getattr(cfg, key) < 1:
             raise UsageError(f"{key}={getattr(cfg, key)} must be >= 1")
@@ -108,6 +112,16 @@ def file_or_sampled(cfg: RMConfig, path: str, model, tok, task, n: int, split: s
     return sample_pairs(cfg, model, tok, task, n, split)
 
 
+def train_pairs(cfg: RMConfig, model, tok, task):
+    """The training pairs: from the file or the policy, plus `synthetic_pairs` corrupted gold traces."""
+    pairs, stats = file_or_sampled(cfg, cfg.pairs, model, tok, task, cfg.pair_prompts, "train")
+    if cfg.synthetic_pairs:
+        # problems drawn with another seed than the policy's prompts: more distinct problems
+        extra = corrupted_pairs(task, task.items(cfg.synthetic_pairs, "train", f"{cfg.seed}/synthetic"), cfg.seed)
+        pairs, stats = pairs + extra, {**stats, "synthetic_pairs": len(extra)}
+    return pairs, stats
+
+
 def rm_loss_fn(objective: str, margin_coef: float, center_coef: float):
     def loss_fn(model, mb, norm):
         r = model(mb["input_ids"], mb["attention_mask"])             # [2P] rows chosen, rejected, …
@@ -129,8 +143,7 @@ def run(cfg: RMConfig, resume: bool = False) -> dict:
     trunk, tok = init_model(cfg, init, r.rt.device)
     task = ArithmeticTask(cfg.task)
     # Pairs are sampled from the init policy before any update (on resume: re-read from the run dir).
-    pairs = cached_pairs(r, "pairs.jsonl", lambda: file_or_sampled(cfg, cfg.pairs, trunk, tok, task,
-                                                                   cfg.pair_prompts, "train"))
+    pairs = cached_pairs(r, "pairs.jsonl", lambda: train_pairs(cfg, trunk, tok, task))
     if not pairs:
         raise UsageError("no training pairs: every prompt's samples were all right or all wrong "
                          "(see pairs_stats.json); raise pair_prompts or samples_per_prompt, or start from another init")

@@ -131,6 +131,8 @@ def score_samples(task: Task, samples, pool=None) -> dict:
     failed (`finish_reason == "error"`) is scored 0 without calling the verifier. With a
     `pool` (tasks/pool.py) the verifier runs in worker processes under a deadline: hangs
     score 0 and are counted in `reward/timeouts`; in-process, a hang would stall the step.
+    A task with `reward_batch(items, responses)` (a reward model: one forward for many samples)
+    is called once for the batch; if that raises, every sample falls back to `task.reward`.
     """
     results = [RewardResult(s.reward, s.reward_components, s.reward_error) if getattr(s, "scored", False)
                else RewardResult(0.0, error="generation failed") for s in samples]    # episodes arrive scored
@@ -141,7 +143,9 @@ def score_samples(task: Task, samples, pool=None) -> dict:
         metrics = {"reward/timeouts": float(stats["timeouts"]), "reward/workers_replaced": float(stats["replaced"]),
                    **{f"reward/{k}": v for k, v in stats.items() if k.startswith("latency")}}
     else:                # in-process: its time is time/reward_s (latency keys would break the exact-resume test)
-        scored = [safe_reward(task, samples[i].item, samples[i].text) for i in todo]
+        scored = _batch_rewards(task, [samples[i] for i in todo])
+        if scored is None:
+            scored = [safe_reward(task, samples[i].item, samples[i].text) for i in todo]
     for i, res in zip(todo, scored):
         results[i] = res
     errors, comps = 0, {}

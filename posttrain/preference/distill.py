@@ -1,0 +1,104 @@
+"""On-policy distillation: the student samples, a frozen teacher scores the student's own tokens.
+
+Two per-token objectives on the student's rollouts (ALGORITHMS.md §13); `posttrain distill`
+(recipes/distill.py) runs them.
+
+    rkl   A_t = −c·(log π_S(y_t) − log π_T(y_t))          (Thinking Machines, Oct 2025)
+          the single-sample (k1) reverse-KL estimate as a per-token advantage, stop-gradient,
+          discount 0; loss −(π_θ/π_sample)·A_t, token-mean. Its expected gradient is that of
+          KL(π_S ‖ π_T) on the student's own distribution: mode-seeking, no teacher sampling.
+    jsd   JSD_β(T, S) = β·KL(T ‖ M) + (1−β)·KL(S ‖ M),  M = β·T + (1−β)·S   per token over the
+          vocabulary (GKD, Agarwal et al. 2306.13649), back-propagated through the student's
+          logits. TRL's convention (`GKDTrainer.generalized_jsd_loss`): β = 0 is the forward
+          KL(T ‖ S) and β = 1 the reverse KL(S ‖ T), SPECIAL-CASED: the formula itself tends to
+          0 at both ends (M → S or M → T); JSD_β/β → KL(T ‖ S) and JSD_β/(1−β) → KL(S ‖ T).
+
+Alignment as everywhere (DESIGN.md §3): column t holds the divergence of the distribution
+that chose input_ids[:, t], read from logits[:, t − 1]; column 0 holds 0.
+
+Deviations: one update per batch (the ratio is 1; it is kept so a stale batch would be
+importance-weighted like Tinker's `importance_sampling` loss); GKD's λ (fraction of
+on-policy batches) is 1: every batch is the student's own.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from posttrain.algorithms.core import masked_mean
+from posttrain.framework.trainer import logits_logprobs
+
+LOSSES = ("rkl", "jsd")
+
+
+def reverse_kl_advantages(student_lp: torch.Tensor, teacher_lp: torch.Tensor, mask: torch.Tensor,
+                          coef: float = 1.0) -> torch.Tensor:
+    """A [B, T] = −coef·(log π_S − log π_T) on mask, 0 elsewhere; no gradient."""
+    return (-coef * (student_lp.detach() - teacher_lp.detach())) * mask      # [B, T]
+
+
+def generalized_jsd(student_logits: torch.Tensor, teacher_logits: torch.Tensor, beta: float,
+                    temperature: float = 1.0) -> torch.Tensor:
+    """Per-position divergence [...] of logits [..., V] (TRL's GKD convention, module doc)."""
+    if not 0.0 <= beta <= 1.0:
+        raise ValueError(f"beta={beta} must be in [0, 1]")
+    s = F.log_softmax(_wide(student_logits) / temperature, dim=-1)           # [..., V]
+    t = F.log_softmax(_wide(teacher_logits) / temperature, dim=-1)           # [..., V]
+    if beta == 0.0:
+        return kl(t, s)                                                      # forward KL(T ‖ S)
+    if beta == 1.0:
+        return kl(s, t)                                                      # reverse KL(S ‖ T)
+    b = torch.tensor(beta, dtype=s.dtype, device=s.device)
+    m = torch.logsumexp(torch.stack([s + torch.log1p(-b), t + torch.log(b)]), dim=0)  # log M  [..., V]
+    return beta * kl(t, m) + (1 - beta) * kl(s, m)
+
+
+def _wide(x: torch.Tensor) -> torch.Tensor:
+    """At least fp32 (bf16 logits lose the small differences a divergence is made of)."""
+    return x if x.dtype == torch.float64 else x.float()
+
+
+def kl(log_p: torch.Tensor, log_q: torch.Tensor) -> torch.Tensor:
+    """KL(p ‖ q) [...] over the last dim from log-probabilities."""
+    return (log_p.exp() * (log_p - log_q)).sum(-1)
+
+
+def shifted(per_position: torch.Tensor) -> torch.Tensor:
+    """Values [B, T−1] read at logits[:, :-1] → [B, T] aligned with the token they chose."""
+    return F.pad(per_position, (1, 0))
+
+
+def distill_loss_fn(teacher, loss: str = "rkl", beta: float = 0.5, coef: float = 1.0, temperature: float = 1.0):
+    """`loss_fn(model, mb, norm)` for the Trainer: the teacher's forward runs inside, per
+    micro-batch, under no_grad. Token-mean over the WHOLE batch (norm["tokens"])."""
+    if loss not in LOSSES:
+        from posttrain import UsageError
+        raise UsageError(f"loss={loss!r} is unknown; use {' or '.join(LOSSES)}")
+
+    def loss_fn(model, mb, norm):
+        ids, mask = mb["input_ids"], mb["loss_mask"]                         # [B, T]
+        logits = model(ids)                                                  # [B, T, V]
+        with torch.no_grad():
+            t_logits = teacher(ids)                                          # [B, T, V]
+        lp, _ = logits_logprobs(logits, ids, temperature)                    # [B, T]
+        t_lp, _ = logits_logprobs(t_logits, ids, temperature)                # [B, T]
+        if loss == "rkl":
+            adv = reverse_kl_advantages(lp, t_lp, mask, coef)                # [B, T]
+            ratio = torch.exp(lp - mb["old_logprobs"])                       # [B, T], 1 on-policy
+            per_token = -ratio * adv                                         # ← the PG loss on −KL
+        else:
+            per_token = shifted(generalized_jsd(logits[:, :-1], t_logits[:, :-1], beta, temperature))
+        total = (per_token * mask).sum() / max(norm["tokens"], 1.0)
+        with torch.no_grad():
+            s_all = F.log_softmax(logits[:, :-1].float() / temperature, -1)
+            t_all = F.log_softmax(t_logits[:, :-1].float() / temperature, -1)
+            exact = shifted(kl(s_all, t_all))                                # [B, T] reverse KL per token
+            metrics = {"distill/reverse_kl": float(masked_mean(exact, mask)),
+                       "distill/reverse_kl_k1": float(masked_mean(lp.detach() - t_lp, mask)),
+                       "distill/teacher_logprob": float(masked_mean(t_lp, mask)),
+                       "mismatch/logprob_abs": float(masked_mean((lp.detach() - mb["old_logprobs"]).abs(), mask))}
+            if loss == "jsd":
+                metrics["distill/jsd"] = float(masked_mean(per_token.detach(), mask))
+        return total, metrics
+    return loss_fn
