@@ -3,7 +3,16 @@ import os
 import pytest
 import torch
 
-torch.set_num_threads(int(os.environ.get("POSTTRAIN_TEST_THREADS", "2")))
+THREADS = int(os.environ.get("POSTTRAIN_TEST_THREADS", "2"))
+torch.set_num_threads(THREADS)
+
+
+@pytest.fixture(autouse=True)
+def _torch_threads():
+    """Every test starts with the suite's thread count: a stage run with `threads=1` (or a
+    lesson recording) sets torch's process-wide count, which would slow every later test."""
+    torch.set_num_threads(THREADS)
+    yield
 
 
 @pytest.fixture
