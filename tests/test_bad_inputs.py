@@ -115,7 +115,7 @@ def test_bad_verifier_outputs_are_counted_and_never_kill_the_step():
     items = [r for r, _ in BAD_VERIFIERS] + [RewardResult(1.0, {"correct": 1.0})]
     samples = [Sample([1], [2], [-0.1], [1], "stop", 0, 0, i, item=it, text="x") for i, it in enumerate(items)]
     metrics = score_samples(Garbage(), samples)
-    assert metrics == {"reward/errors": 7.0, "reward/correct": 1.0 / 8}
+    assert metrics == {"reward/errors": 7.0, "reward/timeouts": 0.0, "reward/correct": 1.0 / 8}
     assert [s.reward for s in samples] == [0.0] * 7 + [1.0]
     assert [s.reward_error for s in samples] == [e for _, e in BAD_VERIFIERS] + [None]
 

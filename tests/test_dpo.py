@@ -136,8 +136,8 @@ def test_bad_row_messages_are_exact_one_liners(tmp_path, row, reason):
 def test_missing_file_and_untokenizable_pair(tmp_path, tok):
     with pytest.raises(UsageError, match="not found"):
         load_jsonl(tmp_path / "nope.jsonl")
-    with pytest.raises(UsageError, match="preference pair 0 .*'Q'"):
-        encode_pairs(tok, [Pair("1+1", "Q", "3")])
+    with pytest.raises(UsageError, match="preference pair 0 .*'€'"):
+        encode_pairs(tok, [Pair("1+1", "€", "3")])
 
 
 def test_pairs_from_policy_are_verified(nano, tok):

@@ -39,11 +39,11 @@ def run(out: str | None = None, preset: str = "micro", batches=(1, 8, 64, 256), 
         threads: int = 2, repeats: int = 2, hf: bool = True, seed: int = 0) -> dict:
     from posttrain.framework.rollout import Engine, SamplingParams
     from posttrain.models.gpt_mini import ModelConfig, build_model
-    from posttrain.models.tokenizer import CharTokenizer
+    from posttrain.models.tokenizer import BASE_CHARS, CharTokenizer
     from posttrain.tasks.arithmetic import ArithmeticTask
 
     torch.set_num_threads(threads)
-    tok = CharTokenizer()
+    tok = CharTokenizer(BASE_CHARS)             # the built-in task's vocabulary (as its checkpoints)
     torch.manual_seed(seed)
     model = build_model(ModelConfig(preset=preset), tok.vocab_size).eval()
     params = model.num_params()

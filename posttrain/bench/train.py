@@ -50,12 +50,12 @@ def train_step(logits_fn, params: list, optimizer, input_ids: torch.Tensor) -> f
 def run(out: str | None = None, preset: str = "micro", batch: int = 32, seq_len: int = 96, steps: int = 10,
         warmup: int = 3, threads: int = 2, hf: bool = True, seed: int = 0) -> dict:
     from posttrain.models.gpt_mini import ModelConfig, build_model
-    from posttrain.models.tokenizer import CharTokenizer
+    from posttrain.models.tokenizer import BASE_CHARS, CharTokenizer
 
     old_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        tok = CharTokenizer()
+        tok = CharTokenizer(BASE_CHARS)         # the built-in task's vocabulary (as its checkpoints)
         torch.manual_seed(seed)
         model = build_model(ModelConfig(preset=preset, max_seq_len=seq_len), tok.vocab_size).train()
         c = model.config

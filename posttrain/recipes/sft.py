@@ -72,7 +72,7 @@ def run(cfg: SFTConfig, resume: bool = False) -> dict:
         prompts, responses = examples(task, tok, cfg.num_problems, cfg.seed, cfg.cot)
     heldout = task.items(cfg.eval_problems, "test", cfg.seed)
     trainer = Trainer(model, cfg.optim, cfg.steps, r.rt)
-    masks = [tok.policy_mask(r) for r in responses]
+    masks = [tok.policy_mask(r) for r in responses] if hasattr(tok, "policy_mask") else []
     masks = masks if any(0 in m for m in masks) else None  # demonstrations with tool results: mask them
     batches = SFTBatches(prompts, responses, cfg.batch_size, tok.pad_id, cfg.seed, cfg.mask_prompt, masks)
     print_plan("sft", {"params": model.num_params(), "examples": len(prompts), "prompts/step": cfg.batch_size,

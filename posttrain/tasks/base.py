@@ -157,3 +157,18 @@ def score_samples(task: Task, samples, pool=None) -> dict:
     n = max(len(samples), 1)
     return {"reward/errors": float(errors) - metrics["reward/timeouts"], **metrics,
             **{f"reward/{k}": sum(v) / n for k, v in comps.items()}}
+
+
+def _batch_rewards(task, samples) -> list | None:
+    """`task.reward_batch` over the samples (a reward model scores many in one forward), or None
+    when the task has none or it fails; the caller then scores one by one (errors counted)."""
+    fn = getattr(task, "reward_batch", None)
+    if fn is None:
+        return None
+    try:
+        results = fn([s.item for s in samples], [s.text for s in samples])
+    except Exception:  # counted per sample by the one-by-one fallback
+        return None
+    if len(results) != len(samples) or not all(isinstance(r, RewardResult) for r in results):
+        return None
+    return results
