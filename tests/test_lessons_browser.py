@@ -23,9 +23,11 @@ ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--d
 
 @pytest.fixture(scope="module")
 def browser():
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (apt-get install -y chromium); "
-                    ".ci/run does this before the tests")
+    if not Path(CHROMIUM).exists():                 # CI sets POSTTRAIN_REQUIRE_CHROMIUM: never a silent skip there
+        if os.environ.get("POSTTRAIN_REQUIRE_CHROMIUM"):
+            pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (apt-get install -y chromium); "
+                        ".ci/run does this before the tests")
+        pytest.skip(f"{CHROMIUM} is missing (apt-get install -y chromium)")
     from playwright.sync_api import sync_playwright
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
