@@ -11,6 +11,10 @@ import torch
 
 from posttrain import UsageError
 
+# torch's thread count before any run changed it: what `threads: 0` means (a stage run earlier
+# in the same process with threads=1 must not leave the next one on one thread)
+DEFAULT_THREADS = torch.get_num_threads()
+
 
 @dataclass
 class Runtime:
@@ -30,8 +34,8 @@ class Runtime:
 
 
 def resolve(device: str = "auto", dtype: str = "auto", threads: int = 0) -> Runtime:
-    if threads > 0:
-        torch.set_num_threads(threads)
+    """`threads`: torch CPU threads for this run (0 = the process's starting count)."""
+    torch.set_num_threads(threads if threads > 0 else DEFAULT_THREADS)
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     try:
