@@ -157,6 +157,7 @@ def test_rl_step_on_the_code_task_scores_in_the_sandbox_through_the_pool(sft_ckp
     from posttrain.config import RLConfig, load_config
     from posttrain.tasks.code import CodeConfig, CodeTask
     rl = _rl_with_task(monkeypatch, lambda cfg: CodeTask(CodeConfig(timeout_s=2.0)))
+    before = set(sandbox.descendants(os.getpid()))      # helpers earlier tests started are not the run's
     rl.run(load_config(RLConfig, None, [
         f"out={tmp_path}/rl", f"init={sft_ckpt}", "steps=1", "prompts_per_step=2", "samples_per_prompt=2",
         "max_new_tokens=16", "eval_problems=2", "eval_samples=2", "verifier_workers=2", "threads=1"]))
@@ -164,4 +165,4 @@ def test_rl_step_on_the_code_task_scores_in_the_sandbox_through_the_pool(sft_ckp
     assert m["step"] == 1 and m["reward/errors"] == 0.0 and m["reward/timeouts"] == 0.0
     assert m["reward/total"] == 8.0 and 0.0 <= m["reward/mean"] <= 1.0    # 8 hidden tests per problem, all run
     gc.collect()                                                            # the run's pool is garbage now:
-    assert sandbox.descendants(os.getpid()) == []                          # its workers and sandboxes are gone
+    assert set(sandbox.descendants(os.getpid())) <= before                 # its workers and sandboxes are gone

@@ -61,8 +61,21 @@ def _needs(case: str) -> None:
         pytest.skip("no network namespace here (isolation: none)")
 
 
+# Children the test process had before any sandbox run (e.g. multiprocessing's resource
+# tracker or Ray helpers started by earlier tests in the same session) are not the sandbox's.
+_BEFORE: set[int] = set()
+
+
+@pytest.fixture(autouse=True)
+def _known_children():
+    _BEFORE.clear()
+    _BEFORE.update(sandbox.descendants(os.getpid()))
+    yield
+
+
 def _alive_children() -> list[int]:
-    return sandbox.descendants(os.getpid())
+    """Live descendants of the test process that appeared during this test."""
+    return [p for p in sandbox.descendants(os.getpid()) if p not in _BEFORE]
 
 
 @pytest.mark.parametrize("case", sorted(HOSTILE))

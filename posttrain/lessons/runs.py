@@ -21,7 +21,7 @@ from posttrain.eval import evaluate
 from posttrain.framework.batch import collate
 from posttrain.framework.trainer import Trainer
 from posttrain.models.gpt_mini import GPTMini, ModelConfig
-from posttrain.models.tokenizer import CharTokenizer
+from posttrain.models.tokenizer import BASE_CHARS, CharTokenizer
 from posttrain.recipes.common import lm_loss
 from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
 
@@ -39,7 +39,7 @@ def tiny_model(tok: CharTokenizer, seed: int) -> GPTMini:
 def sft_run(mask_prompt: bool, cot: bool, steps: int = 300, seed: int = 0) -> dict:
     """SFT from scratch on sums of 2–3 digits; held-out greedy accuracy every EVAL_EVERY steps."""
     torch.set_num_threads(1)
-    tok, task = CharTokenizer(), ArithmeticTask(TASK)
+    tok, task = CharTokenizer(BASE_CHARS), ArithmeticTask(TASK)
     model = tiny_model(tok, seed)
     items = task.items(2000, "train", seed)
     prompts = [tok.encode(tok.chat_prompt(task.prompt(it))) for it in items]
@@ -65,7 +65,7 @@ def pretrain_run(steps: int = 300, seed: int = 0) -> dict:
     """Next-character pretraining on the task's trace corpus; the final next-char logits for a
     few contexts (the widget samples from them at any temperature)."""
     torch.set_num_threads(1)
-    tok, task = CharTokenizer(), ArithmeticTask(TASK)
+    tok, task = CharTokenizer(BASE_CHARS), ArithmeticTask(TASK)
     model = tiny_model(tok, seed)
     text = tok.encode(task.corpus(40_000, seed))
     data = torch.tensor(text)
