@@ -104,6 +104,17 @@ def corpus_lines(task, line, n_chars: int, split: str, seed) -> str:
     return "".join(lines)
 
 
+class LineCorpus:
+    """A task whose pretraining corpus and validation text are `corpus_line(item)` lines of its
+    train and test problems (countdown, tool arithmetic, reasoning-gym)."""
+
+    def corpus(self, n_chars: int, seed: int) -> str:
+        return corpus_lines(self, self.corpus_line, n_chars, "train", seed)
+
+    def validation_text(self, seed: int) -> str:
+        return corpus_lines(self, self.corpus_line, 8000, "test", seed)
+
+
 def safe_reward(task: Task, item: Any, response: str) -> RewardResult:
     """Call the verifier; an exception or a non-finite/non-numeric reward becomes 0 with a reason."""
     try:

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 
 from posttrain.models.tokenizer import EOT, THINK_CLOSE
-from posttrain.tasks.base import RewardResult, TaskConfig, compose, corpus_lines, split_draws
+from posttrain.tasks.base import LineCorpus, RewardResult, TaskConfig, compose, split_draws
 from posttrain.tasks.tools import ToolError, safe_eval
 
 
@@ -77,7 +77,7 @@ def score(response: str, numbers, target: int) -> tuple[float, float]:
     return float(value == target), 1.0
 
 
-class CountdownTask:
+class CountdownTask(LineCorpus):
     name = "countdown"
 
     def __init__(self, config: CountdownConfig | None = None):
@@ -124,12 +124,9 @@ class CountdownTask:
         correct, fmt = score(response, item.numbers, item.goal)
         return compose({"correct": correct, "format": fmt}, {"format": self.config.format_weight})
 
-    def corpus(self, n_chars: int, seed: int) -> str:
-        """Pretraining text: `question=CoT solution` lines of train problems."""
-        return corpus_lines(self, _line, n_chars, "train", seed)
-
-    def validation_text(self, seed: int) -> str:
-        return corpus_lines(self, _line, 8000, "test", seed)
+    def corpus_line(self, item) -> str:
+        """`question=CoT solution` lines of train problems. (LineCorpus)"""
+        return _line(item)
 
 
 def _line(p: CountdownProblem) -> str:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from posttrain.models.tokenizer import DEFAULT_CHARS, EOT, SPECIALS, THINK_CLOSE
-from posttrain.tasks.base import RewardResult, TaskConfig, corpus_lines, in_heldout
+from posttrain.tasks.base import LineCorpus, RewardResult, TaskConfig, in_heldout
 
 TEXT_CHARS = set(DEFAULT_CHARS) - set(SPECIALS)
 
@@ -51,7 +51,7 @@ def answer_of(response: str) -> str:
     return response.split(EOT, 1)[0].rsplit(THINK_CLOSE, 1)[-1].strip()
 
 
-class ReasoningGymTask:
+class ReasoningGymTask(LineCorpus):
     name = "reasoning_gym"
     CHUNK = 256                   # problems generated per generator seed
 
@@ -115,12 +115,9 @@ class ReasoningGymTask:
         score = float(self._scorer.score_answer(answer=answer_of(response), entry=item.entry) or 0.0)
         return RewardResult(score, {"score": score, "correct": float(score >= 1.0)})
 
-    def corpus(self, n_chars: int, seed: int) -> str:
-        """Pretraining text: `question answer` lines of train problems."""
-        return corpus_lines(self, _line, n_chars, "train", seed)
-
-    def validation_text(self, seed: int) -> str:
-        return corpus_lines(self, _line, 8000, "test", seed)
+    def corpus_line(self, item) -> str:
+        """`question answer` lines of train problems. (LineCorpus)"""
+        return _line(item)
 
 
 def _line(it: GymItem) -> str:

@@ -25,7 +25,7 @@ from fractions import Fraction
 
 from posttrain.models.tokenizer import CALL_CLOSE, CALL_OPEN, RESULT_CLOSE, RESULT_OPEN
 from posttrain.tasks.arithmetic import Problem, last_integer
-from posttrain.tasks.base import RewardResult, TaskConfig, corpus_lines, in_heldout, safe_reward, split_draws
+from posttrain.tasks.base import LineCorpus, RewardResult, TaskConfig, in_heldout, safe_reward, split_draws
 
 
 class ToolError(Exception):
@@ -169,7 +169,7 @@ def final_answer(text: str) -> int | None:
     return last_integer(text.rsplit(RESULT_CLOSE, 1)[-1])
 
 
-class ToolArithmeticTask:
+class ToolArithmeticTask(LineCorpus):
     name = "tool_arith"
 
     def __init__(self, config: ToolArithmeticConfig | None = None):
@@ -205,12 +205,9 @@ class ToolArithmeticTask:
     def make_env(self, item: ToolProblem) -> ToolEnv:
         return ToolEnv(self, item, TOOLS[self.config.tool], self.config.max_calls)
 
-    def corpus(self, n_chars: int, seed: int) -> str:
-        """Pretraining text: `question=demonstration` lines of train problems."""
-        return corpus_lines(self, _line, n_chars, "train", seed)
-
-    def validation_text(self, seed: int) -> str:
-        return corpus_lines(self, _line, 8000, "test", seed)
+    def corpus_line(self, item) -> str:
+        """`question=demonstration` lines of train problems. (LineCorpus)"""
+        return _line(item)
 
 
 def _line(p: ToolProblem) -> str:
