@@ -30,6 +30,11 @@ What the engine does, in the order a reader should study it:
    a token only when the uniform lands within ~1e-7 of a CDF boundary). The prompt id is
    the group index plus `group_offset`, so a caller can make prompt ids global.
 
+5. **A one-token decode path** (models/decode.py) for plain gpt_mini models: attention as
+   two batched matmuls over the used span, per-step index/rotary work done once instead of
+   per layer. Same logits as `model.forward` within float noise; `engine.fast_decode =
+   False` decodes through `model.forward` (HF-adapted and patched models always do).
+
 All work runs under `torch.inference_mode()`. Per step the Python overhead is constant in
 the batch size: tokens, logprobs and per-slot state live in preallocated tensors and
 samples are built once at the end. Every error this engine can raise (bad sizes, a failing
@@ -192,6 +197,7 @@ class Engine:
         self.policy_version = 0   # weight sync bumps it; stamped on every Sample
         self.stats: dict = {}
         self._slots: KVCache | None = None   # reused across calls while big enough
+        self.fast_decode = True   # False: decode through model.forward (the reference path)
 
     # -- public ----------------------------------------------------------------------------
 
@@ -223,6 +229,15 @@ class Engine:
         stats["rollout/tokens_per_s"] = stats["rollout/generated_tokens"] / max(dt, 1e-9)
         self.stats = stats
         return samples
+
+    def decoder(self):
+        """models/decode.Decoder for a plain gpt_mini (None otherwise: decode via model.forward)."""
+        if not self.fast_decode:
+            return None
+        if getattr(self, "_decoder_of", None) is not self.model:
+            from posttrain.models.decode import Decoder
+            self._decoder, self._decoder_of = Decoder.for_model(self.model), self.model
+        return self._decoder
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -275,6 +290,7 @@ class _Run:
     def __init__(self, engine: Engine, prompts, n, sampling: SamplingParams, seed, step, group_offset, keep=None):
         model = engine.model
         self.model, self.prompts, self.n, self.sampling = model, prompts, n, sampling
+        self.decoder = engine.decoder()
         self.seed, self.step, self.group_offset = seed, step, group_offset
         self.G, self.N = len(prompts), len(prompts) * n
         self.S = S = min(engine.max_slots, self.N)                 # slots actually used
@@ -358,8 +374,11 @@ class _Run:
             n = self._retire(n, done, is_stop)
         if n:
             # one forward, one token per active slot; rows [0, n) are a view of the cache
-            self.cache.begin(1, slice(0, n))
-            self.logits[:n] = self.model(self.last[:n, None], cache=self.cache)[:, 0]
+            if self.decoder is not None:                            # gpt_mini's one-token path
+                self.logits[:n] = self.decoder(self.last[:n], self.cache, n)
+            else:
+                self.cache.begin(1, slice(0, n))
+                self.logits[:n] = self.model(self.last[:n, None], cache=self.cache)[:, 0]
             self.decode_steps += 1
             self.active_sum += n
             self.cache_used += self.cache.lengths[:n].sum()
