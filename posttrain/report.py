@@ -201,6 +201,21 @@ def _time_breakdown(metrics: list[dict]) -> str:
     return _plot("plot-time-roles", traces, "seconds per step, by role", barmode="stack") + table
 
 
+def _throughput(run_dir: Path) -> str:
+    """RUN_DIR/throughput.json (distributed/run_summary.py): the equation beside the measured step."""
+    path = run_dir / "throughput.json"
+    if not path.exists():
+        return ""
+    t = json.loads(path.read_text())
+    head = (f"<p>{t['steps']} steps, topology <b>{html.escape(t['topology'])}</b>: measured "
+            f"{t['measured_step_s']:.3f} s/step, {t['equation_step_s']:.3f} s by the throughput equation; "
+            f"bottleneck <b>{html.escape(t['bottleneck'])}</b>; {t['samples_per_s']:.1f} samples/s; "
+            f"trainer idle {t['trainer_idle_frac']:.0%}, rollout idle {t['rollout_idle_frac']:.0%}.</p>")
+    roles = _table([[k[:-2], v] for k, v in t["roles_s"].items()], ["role", "mean seconds per step"])
+    topo = _table([[k, v] for k, v in t["equation_by_topology_s"].items()], ["topology", "equation s/step"])
+    return head + roles + topo
+
+
 def _token_spans(row: dict) -> str:
     spans = []
     for j, t in enumerate(row.get("response_tokens") or list(row.get("response", ""))):
@@ -297,7 +312,7 @@ def render(run_dir: str | Path) -> str:
         f'<h2 id="alarms">Health alarms</h2>{alarm_html}',
         f'<h2 id="eval">Evaluation</h2>{_eval_table(metrics)}',
         f'<h2 id="curves">Metric curves</h2>{"".join(_curves(metrics, groups))}',
-        f'<h2 id="time">Time per role</h2>{_time_breakdown(metrics)}',
+        f'<h2 id="time">Time per role</h2>{_time_breakdown(metrics)}{_throughput(run_dir)}',
         f'<h2 id="samples">Audited samples</h2>{_samples(read_jsonl(run_dir / "samples.jsonl"))}',
         f'<h2 id="config">Config</h2><pre>{html.escape(config)}</pre>',
     ]

@@ -170,6 +170,8 @@ def test_pipeline_chains_stages_skips_done_ones_and_validates(tmp_path):
     assert [r["stage"] for r in rows] == ["pretrain", "sft", "dpo", "rl"]
     assert all(0 <= r["pass@1"] <= 1 and r["wall_s"] > 0 for r in rows)
     assert json.loads((tmp_path / "pipe" / "summary.json").read_text()) == rows
+    page = (tmp_path / "pipe" / "rl" / "report.html").read_text()          # the RL stage's report, with
+    assert "Health alarms" in page and "by the throughput equation" in page  # its throughput.json
     # each stage starts from the one before it
     for prev, name in [("pretrain", "sft"), ("sft", "dpo"), ("dpo", "rl")]:
         assert str(tmp_path / "pipe" / prev) in (tmp_path / "pipe" / name / "config.yaml").read_text()

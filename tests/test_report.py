@@ -114,6 +114,17 @@ def test_page_has_every_section_and_a_plot_per_metric_group(tmp_path):
     assert '<div class="ok">No alarm' in page
 
 
+def test_page_shows_the_throughput_equation_when_the_run_wrote_one(tmp_path):
+    from posttrain.distributed.run_summary import write_summary
+    run = synthetic_run(tmp_path / "run")
+    assert "by the throughput equation" not in report.render(run)      # no throughput.json: no section
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    s = write_summary(run, rows, "colocated", samples_per_step=64)
+    page = report.render(run)
+    assert f"measured {s['measured_step_s']:.3f} s/step" in page and f"bottleneck <b>{s['bottleneck']}</b>" in page
+    assert page.count("<td>colocated</td>") == 1 and "<td>async</td>" in page
+
+
 def test_cli_report_writes_the_file_and_rejects_a_directory_without_metrics(tmp_path, capsys):
     run = synthetic_run(tmp_path / "pipe" / "rl")
     assert cli.main(["report", str(run)]) == 0

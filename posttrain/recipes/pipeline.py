@@ -102,7 +102,17 @@ def run(cfg: PipelineConfig, resume: bool = False) -> dict:
     print(table)
     (root / "summary.json").write_text(json.dumps(rows, indent=1))
     (root / "summary.txt").write_text(table + "\n")
+    _report(root / stage_names(cfg)[-1])
     return {"rows": rows}
+
+
+def _report(stage_dir: Path) -> None:
+    """report.html of the last stage (the RL run) when plotly is installed; a note otherwise."""
+    try:
+        from posttrain.report import write_report
+        print(f"report: {write_report(stage_dir)}")
+    except UsageError as e:                                          # plotly missing: the run itself is done
+        print(f"report: not written ({e})")
 
 
 def format_table(rows: list[dict]) -> str:
