@@ -207,3 +207,17 @@ def test_python_tool_env_runs_code_in_the_sandbox(tok):
     env.reset()
     obs, _, _, info = env.step("⟦while True: pass⟧")
     assert obs == "error: timeout after 5s" and info["tool_error"] == "timeout"
+
+
+def test_evaluation_splits_accuracy_by_tool_use(tok, task):
+    """eval/acc_with_tool and eval/acc_without_tool say where held-out accuracy comes from."""
+    from posttrain.framework.agent import evaluate_episodes
+    items = task.items(8, "test", 0)
+    odd = lambda text: int(text[1:text.index(">")].split("+")[0]) % 2 == 1      # first term odd: call the tool
+    eng = ScriptedEngine(tok, lambda t: caller(t) if odd(t) else "12#")            # else a wrong guess
+    eng.model = torch.nn.Linear(1, 1)
+    out = evaluate_episodes(eng, tok, task, items, n=2, ks=(1,), max_new_tokens=40)
+    share = sum(odd(f"<{it.question}>") for it in items) / len(items)
+    assert 0 < share < 1
+    assert out["eval/tool_call_rate"] == share and out["eval/pass@1"] == share
+    assert out["eval/acc_with_tool"] == 1.0 and out["eval/acc_without_tool"] == 0.0

@@ -144,5 +144,9 @@ def evaluate_episodes(engine, tok, task, items, n: int = 0, ks=(1,), temperature
             if k <= n:
                 out[f"{prefix}pass@{k}"] = float(np.mean([pass_at_k(n, c, k) for c in correct]))
         out[f"{prefix}tool_call_rate"] = episode_metrics(eps, "")["tool_call_rate"]
+        for name, used in (("with_tool", True), ("without_tool", False)):   # where the accuracy comes from
+            part = [e.reward >= 1.0 for e in eps if (e.tool_calls > 0) == used]
+            if part:
+                out[f"{prefix}acc_{name}"] = float(np.mean(part))
     out["per_k"] = {}
     return out
