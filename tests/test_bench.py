@@ -99,3 +99,16 @@ def test_training_path_gives_hf_loss_and_gradients(tok):
     expected = to_hf_state_dict(grads)                      # ... renamed and split as HF's
     for name, p in hf.named_parameters():
         assert torch.allclose(p.grad, expected[name], rtol=1e-4, atol=1e-7), name
+
+
+def test_algorithms_summary_over_seeds_by_hand():
+    from posttrain.bench.algorithms import format_summary, summarize
+    row = lambda name, seed, p1, p8: {"algorithm": name, "seed": seed, "pass@1_start": 0.5, "pass@1_end": p1,
+                                      "pass@8_start": 0.8, "pass@8_end": p8, "entropy": 0.05, "wall_s": 10.0}
+    rows = [row("grpo", 0, 0.6, 0.7), row("grpo", 1, 0.4, 0.9), row("grpo", 2, 0.5, 0.8), row("rloo", 0, 0.7, 0.8)]
+    r, g = summarize(rows)                                   # in ORDER: rloo before grpo
+    assert (r["algorithm"], g["algorithm"]) == ("rloo", "grpo")
+    assert g["pass@1_end_mean"] == pytest.approx(0.5) and g["pass@1_end_std"] == pytest.approx(0.1)
+    assert g["pass@1_gain_mean"] == pytest.approx(0.0) and g["improved_seeds"] == 1
+    assert g["pass@8_end_std"] == pytest.approx(0.1) and r["pass@1_end_std"] == 0.0
+    assert "| grpo | 3 | 0.500 → 0.500 ± 0.100 | +0.000 | 1/3 |" in format_summary(rows)

@@ -72,13 +72,47 @@ def main(argv=None) -> None:
     if unknown:
         raise UsageError(f"--algorithms: unknown {sorted(unknown)}; choose from {', '.join(algorithms.ALGORITHMS)}")
     init = args.init or rl.default_init()
-    rows = []
+    out = Path(args.out)
+    rows = json.loads(out.read_text()) if out.exists() else []       # earlier seeds stay; a re-run replaces its row
     for name in args.algorithms.split(","):
         for seed in map(int, args.seeds.split(",")):
-            rows.append(one_run(name, init, args.steps, seed, Path(args.runs, f"{name}_s{seed}")))
-            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.out).write_text(json.dumps(rows, indent=1))
+            row = one_run(name, init, args.steps, seed, Path(args.runs, f"{name}_s{seed}"))
+            rows = [r for r in rows if (r["algorithm"], r["seed"]) != (name, seed)] + [row]
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(rows, indent=1))
     print(format_table(rows))
+    print(format_summary(rows))
+
+
+def summarize(rows) -> list[dict]:
+    """Per algorithm (in ORDER): mean and sample std over seeds of pass@1 / pass@8 at the end,
+    the mean pass@1 gain over the start, and how many seeds improved pass@1."""
+    out = []
+    for name in [n for n in ORDER if any(r["algorithm"] == n for r in rows)]:
+        rs = [r for r in rows if r["algorithm"] == name]
+        p1, p8 = [r["pass@1_end"] for r in rs], [r["pass@8_end"] for r in rs]
+        sd = lambda xs: statistics.stdev(xs) if len(xs) > 1 else 0.0
+        out.append({"algorithm": name, "seeds": len(rs), "pass@1_start": rs[0]["pass@1_start"],
+                    "pass@1_end_mean": statistics.fmean(p1), "pass@1_end_std": sd(p1),
+                    "pass@1_gain_mean": statistics.fmean(r["pass@1_end"] - r["pass@1_start"] for r in rs),
+                    "improved_seeds": sum(r["pass@1_end"] > r["pass@1_start"] for r in rs),
+                    "pass@8_start": rs[0]["pass@8_start"], "pass@8_end_mean": statistics.fmean(p8),
+                    "pass@8_end_std": sd(p8),
+                    "entropy_mean": statistics.fmean(r["entropy"] for r in rs if r["entropy"] is not None),
+                    "wall_s_mean": statistics.fmean(r["wall_s"] for r in rs)})
+    return out
+
+
+def format_summary(rows) -> str:
+    """summarize() as a Markdown table (the README's)."""
+    lines = ["| algorithm | seeds | pass@1 start → end (mean ± std) | gain | improved | pass@8 start → end | entropy |",
+             "|---|---|---|---|---|---|---|"]
+    for s in summarize(rows):
+        lines.append(f"| {s['algorithm']} | {s['seeds']} | {s['pass@1_start']:.3f} → {s['pass@1_end_mean']:.3f} ± "
+                     f"{s['pass@1_end_std']:.3f} | {s['pass@1_gain_mean']:+.3f} | {s['improved_seeds']}/{s['seeds']} | "
+                     f"{s['pass@8_start']:.3f} → {s['pass@8_end_mean']:.3f} ± {s['pass@8_end_std']:.3f} | "
+                     f"{s['entropy_mean']:.3f} |")
+    return "\n".join(lines)
 
 
 def format_table(rows) -> str:
