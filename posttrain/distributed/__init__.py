@@ -8,6 +8,7 @@
                         copy each), bucketed weight sync through the object store, restarts;
                         the reference as an actor
     data_parallel.py  the trainer as a torch.distributed group: gradients reduced once
+    trainer_group.py  `trainer_ranks: N`: `posttrain rl` spawns N−1 trainer ranks; rank 0 the controller
     run_summary.py    the step-time decomposition and the bottleneck role of a run
 
 Nothing here is imported unless a config asks for it; Ray only by `ray_rollout.py`.

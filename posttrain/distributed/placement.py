@@ -117,5 +117,7 @@ def check_scale_config(cfg) -> None:
     if cfg.lora.r > 0 and (cfg.async_ or cfg.placement != "in-process"):
         raise UsageError("lora.r > 0 runs with placement=in-process and async=false only (the sampler's merged "
                          "weights are synced in-process); drop lora or use the in-process sync placement")
+    from posttrain.distributed.trainer_group import check_trainer_config
+    check_trainer_config(cfg)
     if cfg.overprovision < 0:
         raise UsageError(f"overprovision must be ≥ 0 (got {cfg.overprovision}); it is extra samples per prompt")

@@ -93,6 +93,9 @@ def run(cfg: RLConfig, resume: bool = False) -> dict:
     actor_critic = ActorCritic(model, algo_cfg.critic) if needs_critic(algorithm, algo_cfg) else None
     trainer = Trainer(actor_critic if actor_critic is not None else model, cfg.optim,
                       cfg.steps * cfg.epochs * cfg.minibatches, r.rt)
+    if cfg.trainer_ranks > 1:                             # data-parallel over local processes (distributed/)
+        from posttrain.distributed.trainer_group import TrainerGroup
+        trainer = TrainerGroup(trainer, cfg)
     controller = Controller(cfg, rlhf_task(task, cfg.reward_model, r.rt.device), tok, engine, reference,
                             algorithm, algo_cfg, trainer, placement.sync)
     if cfg.async_:
@@ -102,6 +105,8 @@ def run(cfg: RLConfig, resume: bool = False) -> dict:
                       "steps": cfg.steps, "algorithm": cfg.algorithm, "reference": reference is not None,
                       "weight_sync": cfg.weight_sync, "placement": cfg.placement,
                       **({"rollout_workers": cfg.rollout_workers} if cfg.placement == "ray" else {}),
+                      **({"trainer_ranks": cfg.trainer_ranks, "trainer_shard": cfg.trainer_shard}
+                         if cfg.trainer_ranks > 1 else {}),
                       **({"async": True, "max_staleness": cfg.max_staleness} if cfg.async_ else {}),
                       **({"critic": algo_cfg.critic} if actor_critic is not None else {})})
     heldout = task.items(cfg.eval_problems, "test", cfg.seed)
@@ -140,6 +145,8 @@ def run(cfg: RLConfig, resume: bool = False) -> dict:
                              show=("reward/mean", "eval/pass@1", "kl/ref", "clip/frac"))
     finally:
         placement.close()
+        if cfg.trainer_ranks > 1:
+            trainer.close()
     write_summary(r.dir, read_metrics(r.dir), "async" if cfg.async_ else "colocated", n)   # throughput.json
     if cfg.reward_model:                                  # RLHF: the proxy-vs-true curve beside the metrics
         from posttrain.preference.rlhf import write_curve

@@ -1,0 +1,137 @@
+"""`trainer_ranks: N`: the RL trainer as N local processes (torch.distributed, gloo); rank 0
+is the `posttrain rl` process itself and still runs every other role.
+
+    rank 0 (controller)                                   ranks 1 … N−1 (spawned: `_follow`)
+    ───────────────────                                   ──────────────────────────────────
+    ❶–❻ rollout, reward, reference, advantages
+    ❼ trainer.train(batch) ── broadcast ("train", batch) ──▶ trainer.train(batch)
+         each rank: its block of rows, the GLOBAL normalisers (data_parallel.py)
+         gradients all-reduced with SUM, once per optimizer step ◀──▶
+         the same optimizer step on every replica
+    ❽ sync, eval, metrics.jsonl, checkpoints (rank 0 only: its replica is the whole state)
+    close ──────────────── broadcast ("stop",) ──────────▶ exit
+
+Why one controller and a broadcast batch, not a rollout per rank: advantages need every
+sample of a group (group baselines, dynamic sampling), the reference and the audit see the
+whole batch, and rollouts already scale on their own axis (`placement: ray`). So rank 0
+builds the global batch exactly as a 1-rank run does and every rank receives the same batch;
+the data parallelism is then exactly the path tested in tests/test_distributed.py, and a
+2-rank run reproduces the 1-rank run (tests/test_trainer_group.py: same weights after two
+steps). Cost: one pickled batch per step over the group (small beside forward + backward).
+
+State: the first `train` call sends rank 0's trainer module and trainer state (after the
+init checkpoint or `--resume` has been loaded), so followers never read a checkpoint. From
+then on every replica takes identical steps: the summed gradient is the same on every rank,
+so are clip, AdamW and the schedule. Metrics are reduced inside Trainer.step (loss and
+token-weighted means add over ranks); `train/micro_batches` is rank 0's own count.
+
+CPU only (gloo): the spawned ranks share this machine's cores with rank 0's rollout.
+"""
+
+from __future__ import annotations
+
+import datetime
+import socket
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from posttrain.distributed.data_parallel import DataParallel
+
+TIMEOUT = datetime.timedelta(minutes=30)        # one collective; a step's forward + backward fits in it
+SHARDS = ("replicate",)
+
+
+def check_trainer_config(cfg) -> None:
+    from posttrain import UsageError
+    if cfg.trainer_ranks < 1:
+        raise UsageError(f"trainer_ranks must be ≥ 1 (got {cfg.trainer_ranks}); 1 = the trainer in this process")
+    if cfg.trainer_shard not in SHARDS:
+        raise UsageError(f"trainer_shard={cfg.trainer_shard!r} is unknown; use {' or '.join(SHARDS)}")
+    cuda = cfg.device.startswith("cuda") or (cfg.device == "auto" and torch.cuda.is_available())
+    if cfg.trainer_ranks > 1 and cuda:
+        raise UsageError("trainer_ranks > 1 runs the trainer group on CPU (gloo) only; use device=cpu, "
+                         "or trainer_ranks=1 on a GPU")
+
+
+class TrainerGroup:
+    """Rank 0's trainer: a `Trainer` whose `train` the other ranks join. Everything else
+    (model, device, cfg, state_dict, …) is the wrapped trainer's, rank 0's full replica."""
+
+    def __init__(self, trainer, cfg):
+        self.inner, self.model, self.world = trainer, trainer.model, cfg.trainer_ranks
+        init = f"tcp://127.0.0.1:{_free_port()}"
+        ctx = mp.get_context("spawn")                        # never fork a process holding threads
+        self.procs = [ctx.Process(target=_follow, args=(r, self.world, init, cfg), daemon=True,
+                                  name=f"trainer-rank-{r}") for r in range(1, self.world)]
+        for p in self.procs:
+            p.start()
+        dist.init_process_group("gloo", init_method=init, rank=0, world_size=self.world, timeout=TIMEOUT)
+        trainer.dp = DataParallel()
+        self.started = False
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def train(self, batch: dict, loss_fn, epochs: int = 1, minibatches: int = 1, max_len=None) -> dict:
+        """Trainer.train on every rank. `loss_fn` is rank 0's; the followers build the same one
+        from the config (a closure does not travel)."""
+        for p in self.procs:
+            if not p.is_alive():
+                raise RuntimeError(f"{p.name} exited (code {p.exitcode}); its error is printed above")
+        if not self.started:
+            _send(("init", self.inner.model, self.inner.state_dict()))
+            self.started = True
+        _send(("train", {k: v.cpu() for k, v in batch.items()}, epochs, minibatches, max_len))
+        return self.inner.train(batch, loss_fn, epochs, minibatches, max_len)
+
+    def close(self) -> None:
+        if dist.is_initialized():
+            if all(p.is_alive() for p in self.procs):
+                _send(("stop",))
+            dist.destroy_process_group()
+        for p in self.procs:
+            p.join(timeout=60)
+            if p.is_alive():
+                p.kill()
+
+
+def _send(msg) -> None:
+    dist.broadcast_object_list([msg], src=0)
+
+
+def _recv():
+    box = [None]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def _follow(rank: int, world: int, init: str, cfg) -> None:
+    """Ranks 1 … N−1: wait for a batch, train on this rank's rows, repeat until "stop"."""
+    from posttrain import algorithms, runtime
+    from posttrain.config import build
+    from posttrain.framework.trainer import Trainer, policy_loss_fn
+    rt = runtime.resolve(cfg.device, cfg.dtype, cfg.threads)
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world, timeout=TIMEOUT)
+    try:
+        algorithm = algorithms.get(cfg.algorithm)
+        loss_fn = policy_loss_fn(algorithm, build(algorithm.Config, cfg.algo, "algo."), cfg.temperature)
+        msg = _recv()
+        if msg[0] == "stop":
+            return
+        _, model, state = msg
+        trainer = Trainer(model, cfg.optim, cfg.steps * cfg.epochs * cfg.minibatches, rt)
+        trainer.load_state_dict(state)
+        trainer.dp = DataParallel()
+        while (msg := _recv())[0] == "train":
+            _, batch, epochs, minibatches, max_len = msg
+            trainer.train({k: v.to(trainer.device) for k, v in batch.items()}, loss_fn, epochs, minibatches, max_len)
+    finally:
+        dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
