@@ -183,6 +183,21 @@ def test_pairs_from_policy_chosen_correct_rejected_wrong(tok):
     assert [(p.chosen, p.rejected) for p in pairs] == [("3", "4")] and stats["no_equal_length"] == 1
 
 
+def test_several_pairs_per_prompt_never_reuse_a_response(tok):
+    from posttrain.tasks.arithmetic import ArithmeticTask, Problem
+    items = [Problem((1, 2)), Problem((2, 2))]
+    responses = [["3", "{1+2=3}3", "4", "5", "6"],   # 2 correct, 3 wrong: at most 2 disjoint pairs
+                 ["4", "7", "4", "4"]]               # 3 correct, 1 wrong: 1 pair
+    engine = _ScriptedEngine(tok, responses)
+    pairs, stats = pairs_from_policy(None, tok, ArithmeticTask(), items, samples_per_prompt=5, engine=engine,
+                                     pairs_per_prompt=4)
+    first = [p for p in pairs if p.prompt == "1+2"]
+    assert len(first) == 2 and stats["pairs"] == 3
+    assert sorted(p.chosen for p in first) == ["3", "{1+2=3}3"]
+    assert len({p.rejected for p in first}) == 2 and {p.rejected for p in first} <= {"4", "5", "6"}
+    assert [(p.chosen, p.rejected) for p in pairs if p.prompt == "2+2"] == [("4", "7")]
+
+
 def test_rejection_sample_keeps_verified_distinct_finished(tok):
     from posttrain.preference.rejection import rejection_sample
     from posttrain.tasks.arithmetic import ArithmeticTask, Problem

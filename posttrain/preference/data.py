@@ -49,8 +49,9 @@ class Pair:
 
 def pairs_from_policy(model, tok, task, items, samples_per_prompt: int = 8, temperature: float = 1.0,
                       max_new_tokens: int = 64, seed: int = 0, same_length: bool = False,
-                      engine: Engine | None = None) -> tuple[list[Pair], dict]:
-    """One (correct, wrong) pair per prompt whose samples are mixed; stats count the rest."""
+                      engine: Engine | None = None, pairs_per_prompt: int = 1) -> tuple[list[Pair], dict]:
+    """Up to `pairs_per_prompt` (correct, wrong) pairs per prompt whose samples are mixed, no
+    response in two pairs (so 8 samples give at most 4); stats count the rest."""
     engine = engine or Engine(model, tok)
     prompts = [tok.encode(tok.chat_prompt(task.prompt(it))) for it in items]
     sp = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, stop_ids=(tok.eot_id,))
@@ -78,10 +79,26 @@ def pairs_from_policy(model, tok, task, items, samples_per_prompt: int = 8, temp
             if not options:
                 stats["no_equal_length"] += 1
                 continue
-        c, r = rng.choice(options)
-        pairs.append(Pair(task.prompt(items[g]), _strip(tok, c), _strip(tok, r), item=items[g]))
+        for c, r in _disjoint(options, pairs_per_prompt, rng):
+            pairs.append(Pair(task.prompt(items[g]), _strip(tok, c), _strip(tok, r), item=items[g]))
     stats["pairs"] = len(pairs)
     return pairs, stats
+
+
+def _disjoint(options: list, k: int, rng: random.Random) -> list:
+    """k (or fewer) pairs of `options` in random order with no sample used twice; k = 1 is one
+    uniform choice (the draw earlier versions made, so their pairs are unchanged)."""
+    if k <= 1:
+        return [rng.choice(options)]
+    rng.shuffle(options)
+    used, out = set(), []
+    for c, r in options:
+        if id(c) not in used and id(r) not in used:
+            out.append((c, r))
+            used |= {id(c), id(r)}
+            if len(out) == k:
+                break
+    return out
 
 
 def _strip(tok, sample) -> str:

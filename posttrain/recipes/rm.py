@@ -55,6 +55,8 @@ class RMConfig(RunConfig):
     pair_prompts: int = 8000      # train-split prompts sampled for pairs; a prompt with mixed rewards gives one pair.
                                   # The RM needs thousands of pairs: with ~1.3k it memorises them (held-out ≈ chance)
     samples_per_prompt: int = 8   # samples per prompt; more finds pairs on easy/hard prompts too, at sampling cost
+    pairs_per_prompt: int = 1     # train pairs per mixed prompt, no response reused (8 samples: at most 4);
+                                  # more pairs from the same samples, free; held-out pairs stay one per prompt
     same_length: bool = False     # only pairs whose two responses have equal token counts (no length shortcut)
     temperature: float = 1.0      # sampling temperature for the pairs
     eval_prompts: int = 500       # test-split prompts sampled for held-out pairs (one per mixed prompt; 0 = no eval)
@@ -73,7 +75,7 @@ def check(cfg: RMConfig) -> None:
         raise UsageError(f"center_coef={cfg.center_coef} must be >= 0 (0 = no centring)")
     if cfg.synthetic_pairs < 0:
         raise UsageError(f"synthetic_pairs={cfg.synthetic_pairs} must be >= 0")
-    for key in ("batch_size", "pair_prompts", "samples_per_prompt"):
+    for key in ("batch_size", "pair_prompts", "samples_per_prompt", "pairs_per_prompt"):
         if getattr(cfg, key) < 1:
             raise UsageError(f"{key}={getattr(cfg, key)} must be >= 1")
     if cfg.samples_per_prompt < 2 and not cfg.pairs:
@@ -100,7 +102,8 @@ def cached_pairs(r: Run, name: str, build) -> list[Pair]:
 def sample_pairs(cfg: RMConfig, model, tok, task, n: int, split: str):
     items = task.items(n, split, cfg.seed)
     pairs, stats = pairs_from_policy(model, tok, task, items, cfg.samples_per_prompt, cfg.temperature,
-                                     response_budget(task, items), cfg.seed, cfg.same_length)
+                                     response_budget(task, items), cfg.seed, cfg.same_length,
+                                     pairs_per_prompt=cfg.pairs_per_prompt if split == "train" else 1)
     return pairs, {"source": f"policy, {split} split", **stats}
 
 
