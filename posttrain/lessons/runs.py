@@ -1,6 +1,7 @@
 """Small real gpt_mini training runs behind the training lessons, stored as JSON in the package.
 
     python -m posttrain.lessons.runs          # re-runs them all and rewrites data/runs.json
+    python -m posttrain.lessons.runs dapo     # re-runs only the 16 DAPO ablation runs (~30 s)
 
 Each run is seconds on a laptop CPU (a 2-layer, 64-wide gpt_mini on one-digit sums), so the
 lesson pages read recorded curves instead of training while you move a knob; tests re-run a
@@ -20,6 +21,7 @@ from posttrain.config import OptimConfig
 from posttrain.eval import evaluate
 from posttrain.framework.batch import collate
 from posttrain.framework.trainer import Trainer
+from posttrain.lessons import dapo_toy
 from posttrain.models.gpt_mini import GPTMini, ModelConfig
 from posttrain.models.tokenizer import BASE_CHARS, CharTokenizer
 from posttrain.recipes.common import lm_loss
@@ -93,6 +95,7 @@ def all_runs() -> dict:
         for mask in (True, False):
             out[f"sft cot={cot} mask={mask}"] = sft_run(mask, cot)
             print(f"[runs] sft cot={cot} mask={mask}: acc {out[f'sft cot={cot} mask={mask}']['acc']}", flush=True)
+    out.update(dapo_toy.all_runs())
     return out
 
 
@@ -105,7 +108,11 @@ def recorded() -> dict:
 
 
 if __name__ == "__main__":
-    runs = all_runs()
+    if sys.argv[1:] == ["dapo"]:                  # keep the other recorded runs as they are
+        runs = {k: v for k, v in json.loads(DATA.read_text()).items() if not k.startswith("dapo ")}
+        runs.update(dapo_toy.all_runs())
+    else:
+        runs = all_runs()
     DATA.parent.mkdir(exist_ok=True)
     DATA.write_text(json.dumps(runs))
     print(f"wrote {DATA}", file=sys.stderr)
