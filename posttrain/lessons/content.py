@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from posttrain import UsageError
+from posttrain.lessons.decisions import DECISIONS  # noqa: F401  (content.DECISIONS, read by pages)
 
 
 @dataclass
@@ -20,7 +21,7 @@ class Lesson:
     widgets: list[str] = field(default_factory=list)  # names in the widget registry
 
 
-P1, P2, P3, G = ("Part I · the six roles", "Part II · the algorithm lineage", "Part III · systems",
+P0, P1, P2, P3, G = ("Start here", "Part I · the six roles", "Part II · the algorithm lineage", "Part III · systems",
                  "gpt_mini · the whole pipeline on a tiny model")
 ALG = "posttrain.algorithms"
 
@@ -29,6 +30,16 @@ INTRO = ("Each page explains one idea of RL post-training and lets you turn its 
          "the framework does. Every widget has at least one setting that breaks training; the page says which.")
 
 LESSONS = [
+    Lesson("rl-00", "00", "Orientation: one loop, six roles, one lineage", P0,
+           "Every RL post-training system runs the same loop: the policy samples answers (rollout), "
+           "something scores them (reward), a frozen copy gives the anchor (reference), an algorithm turns "
+           "scores into advantages and a loss, the trainer steps, and the new weights go back to the "
+           "sampler. The algorithms differ only in the baseline and scale of the advantage: REINFORCE → PPO "
+           "(a learned critic) → GRPO (the group replaces the critic) → RLOO, DAPO and Dr. GRPO (patches).",
+           "Three questions decide every design: where the signal comes from (lessons 03, 15–18a), how "
+           "noisy and biased the gradient estimate is (04, 09–14), and what it costs on the cluster "
+           "(05–06, 19–28). Knowing which question a change answers tells you where to look when it breaks.",
+           ["posttrain.framework.controller:Controller.step", f"{ALG}:get", f"{ALG}.ppo:gae"], ["lineage"]),
     Lesson("rl-01", "01", "What post-training RL is", P1,
            "Sample an answer from the policy, score it, and raise the log-probability of the answer in "
            "proportion to its score. The gradient of expected reward is the expected reward times the "
@@ -123,7 +134,8 @@ LESSONS = [
            "a token-level loss, and a soft penalty for responses that run into the length cap.",
            "Each fixes a failure seen at scale: entropy collapse, wasted steps on easy prompts, long answers "
            "under-weighted, and truncated answers punished as if they were wrong.",
-           [f"{ALG}.dapo:degenerate", f"{ALG}.dapo:overlong_penalty", f"{ALG}.dapo:advantages"], ["dapo"]),
+           [f"{ALG}.dapo:degenerate", f"{ALG}.dapo:overlong_penalty", f"{ALG}.dapo:advantages",
+            "posttrain.lessons.dapo_toy:run"], ["dapo", "dapo_ablation"]),
     Lesson("rl-14", "14", "Dr. GRPO: removing two biases", P2,
            "GRPO with two switches flipped: no division by the group std, and no division by each "
            "response's own length (a constant normaliser instead).",
@@ -216,6 +228,31 @@ LESSONS = [
            "The further ahead the sampler runs, the more tokens fall outside the clip band: past a "
            "staleness of a few versions the speed-up is paid for with discarded gradient.",
            [f"{ALG}.core:importance_ratio", f"{ALG}.core:ratio_metrics"], ["topology"]),
+    Lesson("rl-23", "23", "Famous recipes and how runs fail", P3,
+           "Published recipes are compositions of the stages in these lessons: InstructGPT is SFT → a reward "
+           "model → PPO with a KL anchor; R1-Zero is GRPO from the base model with a verifier and a format "
+           "reward; R1 adds a small cold-start SFT, rejection-sampled SFT and a second RL round; Tülu 3 is "
+           "SFT → DPO → RL on verifiable rewards. In posttrain such a chain is a pipeline config. Runs fail "
+           "in a handful of recurring ways, and each leaves a trace in one metric: entropy for collapse, "
+           "<code>clip/frac</code> for a stale sampler, <code>group/degenerate_frac</code> for prompts that "
+           "are too easy, train reward rising while held-out accuracy stays flat for reward hacking.",
+           "The loss curve says almost nothing about an RL run. <code>posttrain report</code> runs a fixed "
+           "set of alarms on every run's metrics; knowing which alarm matches which cause turns a "
+           "mysterious plateau into a config change.",
+           ["posttrain.report:alarms", "posttrain.report:entropy_collapse", "posttrain.report:clip_fraction_high",
+            "posttrain.report:degenerate_groups", "posttrain.recipes.pipeline:run"], ["failures"]),
+    Lesson("rl-24", "24", "The RL infra engineer", P3,
+           "The job is keeping the loop fast and correct at once: rollout is most of each step's time, so "
+           "the sampler's throughput, the placement of the roles on GPUs and the cost of moving weights "
+           "decide the speed; and a handful of silent bugs decide whether the numbers mean anything — "
+           "sampler and trainer disagreeing on log-probs, a reference that is not frozen, stale samples, "
+           "an EOS token scored on one side only, tool tokens left in the loss.",
+           "The first questions on any whiteboard are 'does it fit?' and 'where do the seconds go?'. "
+           "posttrain answers both with pure functions (the memory planner and the role-time model) and "
+           "guards the correctness traps with tests: log-prob parity, a frozen reference, masks set by the "
+           "producer of each token.",
+           ["posttrain.memory:plan", "posttrain.throughput:role_model", "posttrain.framework.reference:Reference",
+            "posttrain.framework.weight_sync:WeightSync.sync"], ["sizing"]),
     Lesson("rl-25", "25", "Kernels for RL", P3,
            "Two savings that need no approximation: K samples of one prompt can share its prefill (the "
            "prompt's keys and values are computed once), and the trainer's log-probs can be computed over "
@@ -228,6 +265,17 @@ LESSONS = [
            "you can tolerate, and what the cluster costs. Extreme settings recover the named recipes.",
            "It is a way to read a new paper: which force moved, and which of the lessons' switches it flipped.",
            [f"{ALG}:get"], ["forces"]),
+    Lesson("rl-27", "27", "Concepts the course leaves out", P3,
+           "The course lists seventeen gaps. posttrain closes several of them in code: GAE for PPO, the three "
+           "KL estimators k1/k2/k3, an entropy bonus (<code>entropy_coef</code>), reward whitening, "
+           "checkpoint and resume, LoRA, and truncated importance weights for samples from an older policy. "
+           "The last is the one an async run needs: a sample drawn Δ versions ago is weighted by "
+           "w = π_now/π_old, capped at C so one unlikely token cannot dominate the batch. Still open here: "
+           "process reward model training, RLAIF judges, FP8, MoE routing under RL and multi-LoRA serving.",
+           "Staleness is what async pipelining buys its speed with; without a correction the gradient "
+           "estimates the policy that sampled, not the one being trained, and the error grows with Δ.",
+           [f"{ALG}.core:off_policy_weights", f"{ALG}.ppo:gae", f"{ALG}.core:kl", f"{ALG}.core:masked_whiten",
+            "posttrain.checkpoint:save", "posttrain.models.lora:apply_lora"], ["off_policy"]),
     Lesson("rl-28", "28", "Bottlenecks and where to optimise", P3,
            "Time each role every step (posttrain logs time/rollout_s, time/train_s, time/sync_s), then "
            "spend effort on the largest slice. Optimisations compose multiplicatively within a role and "
@@ -286,62 +334,16 @@ LINEAGE = [
 ]
 
 PATHS = [
+    ("I am new here", ["rl-00", "rl-01", "rl-07"]),
     ("I want to understand sampling", ["rl-02", "rl-20", "rl-21"]),
     ("I want to change the algorithm", ["rl-04", "rl-11", "rl-14"]),
     ("I want a better reward", ["rl-03", "rl-15", "rl-18", "rl-18a"]),
     ("I want to size a cluster", ["rl-19", "rl-22", "rl-22a"]),
 ]
 
-# (lesson, the course's widget bug, decision, why) — SEED_SPEC Part B 88 and Part D
-DECISIONS = [
-    ("03", "the β widget never reaches the reward-hack region (θ stays < 2.2 even at β = 0)",
-     "fixed, course kept as an option:", "the 'fixed' step size (η = 1) lets β = 0 run into the hack; 'course' "
-     "reproduces the original numbers (β = 0 → θ = 2.14)."),
-    ("09", "the error is measured against (1, 0.4), not E[ĝ], so it has a floor ≈ 0.77 and '0.45/√K' is a constant",
-     "fixed, course kept as an option:", "the default measures against E[ĝ] and shows σ/√K computed from "
-     "samples; 'course' reproduces the floor (0.93 / 0.81 / 0.78 at K = 1 / 4 / 16)."),
-    ("05", "frac_clipped counts every token with ρ outside the band",
-     "both shown:", "posttrain's clip/frac counts only tokens whose gradient the clip zeroes; the widget also "
-     "shows the course's out-of-band share."),
-    ("07", "the collated batch is (3, 12)", "kept ours:", "posttrain's template gives (3, 10) for <3+4+5> and "
-     "3-token answers; the shape is computed by collate_samples, not typed in."),
-    ("11", "population std in widgets vs. torch's unbiased std in code", "both, as a knob:",
-     "posttrain's default is unbiased (TRL/verl); the widgets start on population to match the tables."),
-    ("14", "GRPO's per-token weight printed as A/|y_i| (0.05) while Dr. GRPO is A/K",
-     "kept ours:", "core.aggregate also divides by the number of sequences, so GRPO gives 0.025 / 0.00125; "
-     "the long/short ratio (5%) is the same."),
-    ("17", "the beam search uses far fewer step samples than best-of-N (24 vs. 96 at N = 16), yet is "
-     "called a fixed budget", "fixed, course kept as an option:", "'matched' gives the beam the same step "
-     "budget (it then beats reranking); 'course' keeps K = ceil(N/6B)."),
-    ("16", "IPO's target applied to the β-scaled gap", "fixed:",
-     "IPO's minimum is at h = 1/(2β) on the unscaled log-ratio gap, as in the paper and TRL."),
-    ("22a", "the widget divides rollout and training time by 4 twice, so it cannot reproduce its own "
-     "worked example (32 s, 33k tok/s)", "both shown:", "the widget's formula is posttrain.throughput.role_model "
-     "as the page computes it (τ_step 12.4 s, 84.7k tok/s, rollout 81%); the worked example is "
-     "throughput.step_time on the text's role times (32 s, trainer idle 20 s, 32.8k tok/s)."),
-    ("22b", "the p95 cap is sorted[floor(0.95·K)], the maximum itself for K ≤ 19, so the cap does nothing "
-     "at the default K = 16", "fixed, course kept as an option:", "'fixed' interpolates the 95th percentile; "
-     "'course' reproduces the no-op (τ_R 4015 with or without the cap)."),
-    ("22b", "the resample button is a no-op (the generator is reseeded from the knobs)", "kept, on purpose:",
-     "our widget has no resample button; the lengths are a deterministic function of the knobs, so the "
-     "exported copy and the server agree."),
-    ("20", "the hint says GQA shrinks the cache ~4×", "corrected:", "the page shows the per-model numbers "
-     "(4× for the 7B preset, 8× for 70B)."),
-    ("G02", "'greedy continue' samples", "fixed:", "temperature 0 is the sampler's real greedy (argmax)."),
-    ("G03", "the index says 'drag the mask boundary'; the widget is a toggle", "kept a toggle:",
-     "the mask boundary is computed by collate from the template; the toggle and the example pick it."),
-    ("G04", "the static KPIs disagree with the script's", "fixed:", "every KPI is computed (the CoT token "
-     "count from posttrain's own trace)."),
-    ("G06", "'at β = 0 p may cross 1.0'", "corrected:", "p is a probability, clamped to [0, 1]; it reaches 1 and "
-     "stays (an absorbing state where every group is dead)."),
-    ("21", "the scheduling widget is a formula with made-up constants", "replaced:",
-     "the widget runs posttrain's Engine on a simulated workload and counts its decode steps."),
-]
-
 NOT_YET = [
-    "Lessons 00 (orientation: its map is this index), 23, 24 and 27 (no widget in the course either) have no page yet.",
     "Lesson 22's planner widget shows one colocated pool; split placements (separate trainer, reference "
-    "and rollout pools) are in `posttrain memory` but not yet a knob here.",
+    "and rollout pools) are a knob only in lesson 24's sizing widget (and in `posttrain memory`).",
 ]
 
 

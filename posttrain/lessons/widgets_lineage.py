@@ -1,0 +1,107 @@
+"""Widgets of lesson 00 (the lineage on one group) and lesson 13's DAPO ablation (recorded runs of
+posttrain.lessons.dapo_toy, one per setting of DAPO's four switches)."""
+
+from __future__ import annotations
+
+import torch
+
+from posttrain import algorithms, memory
+from posttrain.algorithms import ppo
+from posttrain.lessons import dapo_toy, runs
+from posttrain.lessons.registry import Knob, Widget, bar, figure, line, r, register
+
+# ---- 00 · the lineage, applied to one group --------------------------------------------------------
+
+LINEAGE = ["reinforce", "ppo", "grpo", "rloo", "dapo", "dr_grpo"]
+GROUPS = ["1,0,0,0", "1,1,0,0", "1,1,1,0", "1,1,1,1", "0,0,0,0"]
+
+
+def lineage_advantages(rewards: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Each algorithm's own advantages(...) with its default Config on one group [K]. PPO's comes
+    from ppo.gae with an untrained critic (V = 0, γ = λ = 1): on a one-token outcome that is A = R."""
+    g = torch.zeros(len(rewards), dtype=torch.long)
+    out = {}
+    for name in LINEAGE:
+        if name == "ppo":
+            one = torch.ones(len(rewards), 1, dtype=rewards.dtype)
+            adv, _ = ppo.gae(rewards.unsqueeze(1), torch.zeros_like(one), one, gamma=1.0, lam=1.0)
+            out[name] = adv[:, 0]
+        else:
+            mod = algorithms.get(name)
+            out[name] = mod.advantages(rewards, g, mod.Config())
+    return out
+
+
+def lineage(group: str) -> dict:
+    rw = torch.tensor([float(x) for x in group.split(",")], dtype=torch.float64)
+    adv = lineage_advantages(rw)
+    names = [f"y{i} (r={int(x)})" for i, x in enumerate(rw.tolist())]
+    roles = {n: memory.ROLES[n] for n in LINEAGE}
+    dead = [n for n, a in adv.items() if float(a.abs().max()) == 0]
+    return {
+        "figure": figure([bar(names, a.tolist(), n) for n, a in adv.items()],
+                         f"one group of K = 4, rewards ({group})", "", "advantage A_i", barmode="group"),
+        "kpis": [[n, ", ".join(f"{x:+.2f}" for x in a.tolist())] for n, a in adv.items()]
+                + [["roles beyond rollout + reward", "; ".join(
+                    f"{n}: " + ("+".join(k for k in ("reference", "critic") if getattr(roles[n], k)) or "none")
+                    for n in LINEAGE)],
+                   ["algorithms with no signal here", ", ".join(dead) or "none"]],
+        "note": "Same rewards, six estimators: each later algorithm changes the baseline or the scale, "
+                "never the sign of a right answer's push.",
+    }
+
+
+register(Widget(
+    "lineage", "The lineage on one group of four answers", lineage,
+    [Knob("group", "rewards of the 4 answers", GROUPS, GROUPS[0], "select")],
+    {"knobs": {"group": "1,1,1,1"},
+     "what": "All four answers right: every group-baseline algorithm (GRPO, RLOO, DAPO, Dr. GRPO) gives "
+             "A = 0, so the prompt teaches nothing; REINFORCE and PPO's untrained critic push every answer "
+             "up by the same +1, which only adds noise."},
+    "Advantages of each algorithm in the lineage, computed by its own advantages() with its defaults.",
+    ["posttrain.algorithms.reinforce:advantages", "posttrain.algorithms.ppo:gae",
+     "posttrain.algorithms.grpo:advantages", "posttrain.algorithms.rloo:advantages",
+     "posttrain.algorithms.dapo:advantages"]))
+
+
+# ---- 13 · DAPO ablation: the four switches, one recorded run each ----------------------------------
+
+def dapo_ablation(clip_higher: bool, dynamic_sampling: bool, token_mean: bool, overlong: bool) -> dict:
+    rec = runs.recorded()
+    this = rec[dapo_toy.key(clip_higher, dynamic_sampling, token_mean, overlong)]
+    on, off = rec[dapo_toy.key(True, True, True, True)], rec[dapo_toy.key(False, False, False, False)]
+    n = len(this["step"])
+    mean = lambda xs: sum(xs) / len(xs)                                # noqa: E731
+    return {
+        "figure": figure([line(this["step"], this["acc"], "this setting: accuracy"),
+                          line(on["step"], on["acc"], "all four on", line={"dash": "dot", "color": "green"}),
+                          line(off["step"], off["acc"], "all four off (GRPO)", line={"dash": "dot", "color": "grey"}),
+                          line(this["step"], this["entropy"], "this setting: entropy", xaxis="x2", yaxis="y2"),
+                          line(this["step"], this["useful"], "groups with signal / batch", xaxis="x2", yaxis="y2")],
+                         "exact accuracy over all prompts (left); entropy and useful groups (right)", "step",
+                         "accuracy", grid={"rows": 1, "columns": 2, "pattern": "independent"},
+                         yaxis={"range": [0, 1]}, xaxis2={"title": {"text": "step"}}, yaxis2={"range": [0, 1.3]}),
+        "kpis": [["accuracy at step 30 / 75 / 150", " / ".join(f"{this['acc'][i]:.3f}" for i in (5, 14, n - 1))],
+                 ["all on / all off at step 150", f"{on['acc'][-1]:.3f} / {off['acc'][-1]:.3f}"],
+                 ["groups with signal per batch (mean)", r(mean(this["useful"]), 3)],
+                 ["responses sampled in 150 steps", int(this["samples"][-1])],
+                 ["final entropy", r(this["entropy"][-1], 3)], ["clip/frac (mean)", r(mean(this["clip"]), 3)],
+                 ["mean length at step 150", r(this["length"][-1], 2)]],
+        "note": "Recorded runs (3 seeds each) of a tabular policy trained by dapo.advantages and dapo.loss; "
+                "python -m posttrain.lessons.runs dapo re-runs all 16 in about 30 s.",
+    }
+
+
+register(Widget(
+    "dapo_ablation", "DAPO ablation: the four switches, one recorded run each", dapo_ablation,
+    [Knob("clip_higher", "① clip-higher (ε_high 0.28)", [False, True], True, "check"),
+     Knob("dynamic_sampling", "② dynamic sampling (refill)", [False, True], True, "check"),
+     Knob("token_mean", "③ token-level loss", [False, True], True, "check"),
+     Knob("overlong", "④ overlong shaping", [False, True], True, "check")],
+    {"knobs": {"dynamic_sampling": False},
+     "what": "Dynamic sampling off: on average only 16% of each batch's groups have mixed rewards, the rest "
+             "train nothing, and accuracy after 150 steps falls from 0.85 to 0.67 (the refill costs "
+             "about 3.9× more sampled responses, so compare at equal steps, not equal compute)."},
+    "Each setting is a real training run of posttrain's DAPO loss on a toy task whose hard prompts need "
+    "long answers; the dotted curves are all switches on and all off.",
+    ["posttrain.lessons.dapo_toy:run", "posttrain.algorithms.dapo:loss", "posttrain.algorithms.dapo:degenerate"]))
