@@ -436,3 +436,68 @@ def test_cli_serves_and_prints_its_address():
     bad = subprocess.run([sys.executable, "-m", "posttrain.cli", "lessons", "--port", "70000"], env=env,
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "--port 70000" in bad.stderr
+
+
+# ---- lessons 00, 13 (ablation), 23, 24, 27 -----------------------------------------------------------
+
+def test_lesson_00_lineage_on_one_group(site):
+    """r = (1,0,0,0): mean ¼, unbiased std ½ → GRPO/DAPO (+1.5, −.5…); RLOO 4/3·(r − ¼) = (+1, −⅓…);
+    Dr. GRPO r − ¼; REINFORCE and PPO with V = 0 give A = R. All equal → only those two move."""
+    k = dict(json.loads(get(site + "api/lineage?group=1,0,0,0")[1])["kpis"])
+    assert floats(k["grpo"]) == floats(k["dapo"]) == [1.5, -0.5, -0.5, -0.5]
+    assert floats(k["rloo"]) == [1.0, -0.33, -0.33, -0.33]
+    assert floats(k["dr_grpo"]) == [0.75, -0.25, -0.25, -0.25]
+    assert floats(k["reinforce"]) == floats(k["ppo"]) == [1.0, 0.0, 0.0, 0.0]
+    assert "ppo: reference+critic" in k["roles beyond rollout + reward"]
+    assert kpis("lineage", group="1,1,1,1")["algorithms with no signal here"] == "grpo, rloo, dapo, dr_grpo"
+
+
+def test_row_31_dapo_ablation_recorded_runs(site):
+    """Row 31, on our toy: dynamic sampling off leaves ~16% of groups with signal (all on: ~33%, the
+    refill cap bounds it) and costs accuracy at equal steps; the refill samples ~3.9× more."""
+    k = dict(json.loads(get(site + "api/dapo_ablation?dynamic_sampling=false")[1])["kpis"])
+    assert k["all on / all off at step 150"] == "0.850 / 0.676"
+    assert k["accuracy at step 30 / 75 / 150"] == "0.407 / 0.558 / 0.672"
+    assert k["groups with signal per batch (mean)"] == 0.164 and k["responses sampled in 150 steps"] == 4800
+    on = kpis("dapo_ablation")
+    assert on["groups with signal per batch (mean)"] == 0.325 and on["responses sampled in 150 steps"] == 18581
+
+
+def test_dapo_ablation_runs_are_reproducible():
+    """The first two recorded points of the all-on run are re-run from scratch (3 seeds, 10 steps)."""
+    from posttrain.lessons import dapo_toy, runs
+    again = dapo_toy.averaged((True, True, True, True), steps=2 * dapo_toy.EVERY)
+    rec = runs.recorded()[dapo_toy.key(True, True, True, True)]
+    assert again["acc"] == pytest.approx(rec["acc"][:2], abs=1e-3)
+    assert again["samples"] == rec["samples"][:2]
+    cfg = dapo_toy.config(False, True, False, True)                    # the switches reach dapo.Config
+    assert (cfg.eps_high, cfg.aggregation, cfg.overlong_buffer) == (0.2, "seq-mean-token-mean", dapo_toy.BUFFER)
+
+
+def test_lesson_23_failure_modes_fire_their_alarm(site):
+    k = dict(json.loads(get(site + "api/failures?mode=healthy&severity=1.0")[1])["kpis"])
+    assert k["alarms fired"] == "none"
+    for mode, alarm in [("entropy collapse", "entropy collapse"), ("easy prompts", "many degenerate groups"),
+                        ("reward hacking", "reward up, held-out flat"), ("stale sampler", "clip fraction high"),
+                        ("temperature mismatch", "sampler/trainer mismatch"), ("length blow-up", "length blow-up")]:
+        assert kpis("failures", mode=mode, severity=1.0)["alarms fired"] == alarm
+    assert kpis("failures", mode="stale sampler", severity=0.0)["alarms fired"] == "none"
+
+
+def test_lesson_24_sizing_row_84():
+    """Row 84: 70B × 18 B ≈ 1.26 TB (1.24 for the 69B preset) > 8 × 80 GB, so colocated on 8 H100 cannot fit."""
+    k = kpis("sizing", model="llama-70b", gpus=8, placement="colocated", lora=0)
+    assert k["fits?"] == "no" and k["full training state 18 B × P"] == "1.24 TB vs 640 GB of HBM"
+    small = kpis("sizing")
+    assert small["fits?"] == "yes" and small["step time (role model)"] == "17.2 s"
+
+
+def test_lesson_27_truncated_importance_weights(site):
+    """On-policy every correction is exact; 16 versions stale, no weight is badly biased, TIS is close."""
+    k = dict(json.loads(get(site + "api/off_policy?delta=0&mode=tis&cap=2.0")[1])["kpis"])
+    assert k["largest weight"] == 1.0 and k["capped / masked tokens"] == 0.0
+    stale = kpis("off_policy", delta=16, mode="none", cap=2.0)
+    assert stale["true E_π[f]"] == 0.8753 and stale["bias"] == -0.2987
+    tis = kpis("off_policy", delta=16, mode="tis", cap=2.0)
+    assert abs(tis["bias"]) < 0.03 and tis["capped / masked tokens"] == 0.193
+    assert kpis("off_policy", delta=16, mode="mask", cap=2.0)["capped / masked tokens"] == 0.529
