@@ -75,8 +75,8 @@ def failures(mode: str, severity: float) -> dict:
 
 register(Widget(
     "failures", "Failure modes and the alarms that catch them", failures,
-    [Knob("mode", "what goes wrong", MODES, "healthy", "select"),
-     Knob("severity", "how badly", [0.0, 0.25, 0.5, 0.75, 1.0], 1.0)],
+    [Knob("mode", "what goes wrong", MODES, "entropy collapse", "select"),
+     Knob("severity", "how badly", [0.0, 0.25, 0.5, 0.75, 1.0], 0.25)],
     {"knobs": {"mode": "stale sampler", "severity": 1.0},
      "what": "A sampler that falls further behind each step: |log ρ| grows, over 20% of tokens end up with "
              "their gradient clipped away, and the reward curve alone would not tell you; the clip-fraction "
