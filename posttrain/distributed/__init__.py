@@ -9,6 +9,7 @@
                         the reference as an actor
     data_parallel.py  the trainer as a torch.distributed group: gradients reduced once
     trainer_group.py  `trainer_ranks: N`: `posttrain rl` spawns N−1 trainer ranks; rank 0 the controller
+    fsdp.py           `trainer_shard: fsdp`: the group's module sharded with FSDP2 (fully_shard, on gloo)
     run_summary.py    the step-time decomposition and the bottleneck role of a run
 
 Nothing here is imported unless a config asks for it; Ray only by `ray_rollout.py`.

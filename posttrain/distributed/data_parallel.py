@@ -13,8 +13,8 @@ needed and none is done — DDP's default (mean over ranks of per-rank means) wo
 wrong normaliser for token-mean losses with uneven shards, and a second all-reduce would
 double the gradient (tests/test_distributed.py compares 2 ranks to 1 to 1e-6).
 
-Parameters are replicated (DDP-style); sharding them (FSDP2 `fully_shard`) needs
-reduce-scatter, which gloo lacks, so it is left to GPU runs and not built here.
+Parameters are replicated here (DDP-style); fsdp.py shards them with FSDP2 `fully_shard`
+(which runs on gloo too) and lets FSDP's reduce-scatter be the one reduction instead.
 """
 
 from __future__ import annotations
@@ -39,6 +39,10 @@ class DataParallel:
         U = batch["loss_mask"].shape[0] // unit
         a, b = (round(r * U / self.world) * unit for r in (self.rank, self.rank + 1))
         return {k: v[a:b] if torch.is_tensor(v) else v for k, v in batch.items()}
+
+    def even_out(self, micro: list[dict]) -> list[dict]:
+        """Micro-batches as this rank runs them: replicas need no padding (fsdp.py's shards do)."""
+        return micro
 
     @torch.no_grad()
     def reduce_grads(self, params: list[torch.nn.Parameter]) -> None:

@@ -25,11 +25,17 @@ then on every replica takes identical steps: the summed gradient is the same on 
 so are clip, AdamW and the schedule. Metrics are reduced inside Trainer.step (loss and
 token-weighted means add over ranks); `train/micro_batches` is rank 0's own count.
 
+`trainer_shard: fsdp` (fsdp.py): the ranks, rank 0 included, train an FSDP2-sharded copy
+instead of replicas; after every update the full weights are gathered into rank 0's plain
+module, which every other role reads, and `state_dict` gathers the sharded optimizer state
+into the 1-rank format (a "state" message, so the followers join the collective).
+
 CPU only (gloo): the spawned ranks share this machine's cores with rank 0's rollout.
 """
 
 from __future__ import annotations
 
+import copy
 import datetime
 import socket
 
@@ -40,7 +46,7 @@ import torch.multiprocessing as mp
 from posttrain.distributed.data_parallel import DataParallel
 
 TIMEOUT = datetime.timedelta(minutes=30)        # one collective; a step's forward + backward fits in it
-SHARDS = ("replicate",)
+SHARDS = ("replicate", "fsdp")
 
 
 def check_trainer_config(cfg) -> None:
@@ -53,6 +59,13 @@ def check_trainer_config(cfg) -> None:
     if cfg.trainer_ranks > 1 and cuda:
         raise UsageError("trainer_ranks > 1 runs the trainer group on CPU (gloo) only; use device=cpu, "
                          "or trainer_ranks=1 on a GPU")
+    if cfg.trainer_shard == "fsdp" and cfg.trainer_ranks > 1:
+        from posttrain import algorithms
+        from posttrain.config import build
+        from posttrain.framework.trainer import needs_critic
+        algorithm = algorithms.get(cfg.algorithm)
+        if needs_critic(algorithm, build(algorithm.Config, cfg.algo, "algo.")):
+            raise UsageError(f"trainer_shard=fsdp does not shard a critic ({cfg.algorithm}); use trainer_shard=replicate")
 
 
 class TrainerGroup:
@@ -60,7 +73,8 @@ class TrainerGroup:
     (model, device, cfg, state_dict, …) is the wrapped trainer's, rank 0's full replica."""
 
     def __init__(self, trainer, cfg):
-        self.inner, self.model, self.world = trainer, trainer.model, cfg.trainer_ranks
+        self.inner, self.model, self.world, self.cfg = trainer, trainer.model, cfg.trainer_ranks, cfg
+        self.fsdp = cfg.trainer_shard == "fsdp"
         init = f"tcp://127.0.0.1:{_free_port()}"
         ctx = mp.get_context("spawn")                        # never fork a process holding threads
         self.procs = [ctx.Process(target=_follow, args=(r, self.world, init, cfg), daemon=True,
@@ -81,10 +95,29 @@ class TrainerGroup:
             if not p.is_alive():
                 raise RuntimeError(f"{p.name} exited (code {p.exitcode}); its error is printed above")
         if not self.started:
-            _send(("init", self.inner.model, self.inner.state_dict()))
+            state = self.inner.state_dict()
+            _send(("init", self.model, state))
+            if self.fsdp:                                    # rank 0 trains a shard too, like the others
+                self.inner = _trainer(self.model, state, self.cfg, self.inner.runtime)
             self.started = True
         _send(("train", {k: v.cpu() for k, v in batch.items()}, epochs, minibatches, max_len))
-        return self.inner.train(batch, loss_fn, epochs, minibatches, max_len)
+        out = self.inner.train(batch, loss_fn, epochs, minibatches, max_len)
+        if self.fsdp:
+            from posttrain.distributed.fsdp import gather_into
+            gather_into(self.inner.model, self.model)        # the sampler and the checkpoint read this one
+        return out
+
+    def state_dict(self) -> dict:
+        if not (self.fsdp and self.started):
+            return self.inner.state_dict()
+        from posttrain.distributed.fsdp import full_state
+        _send(("state",))
+        return full_state(self.inner)
+
+    def load_state_dict(self, state: dict) -> None:
+        if self.started:                                     # the followers already have theirs
+            raise RuntimeError("TrainerGroup: load the trainer state before the first step (--resume does)")
+        self.inner.load_state_dict(state)
 
     def close(self) -> None:
         if dist.is_initialized():
@@ -111,7 +144,8 @@ def _follow(rank: int, world: int, init: str, cfg) -> None:
     """Ranks 1 … N−1: wait for a batch, train on this rank's rows, repeat until "stop"."""
     from posttrain import algorithms, runtime
     from posttrain.config import build
-    from posttrain.framework.trainer import Trainer, policy_loss_fn
+    from posttrain.distributed import fsdp
+    from posttrain.framework.trainer import policy_loss_fn
     rt = runtime.resolve(cfg.device, cfg.dtype, cfg.threads)
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world, timeout=TIMEOUT)
     try:
@@ -120,15 +154,33 @@ def _follow(rank: int, world: int, init: str, cfg) -> None:
         msg = _recv()
         if msg[0] == "stop":
             return
-        _, model, state = msg
-        trainer = Trainer(model, cfg.optim, cfg.steps * cfg.epochs * cfg.minibatches, rt)
-        trainer.load_state_dict(state)
-        trainer.dp = DataParallel()
-        while (msg := _recv())[0] == "train":
+        trainer = _trainer(msg[1], msg[2], cfg, rt)
+        while (msg := _recv())[0] != "stop":
+            if msg[0] == "state":                            # rank 0 checkpoints: join the gather
+                fsdp.full_state(trainer)
+                continue
             _, batch, epochs, minibatches, max_len = msg
             trainer.train({k: v.to(trainer.device) for k, v in batch.items()}, loss_fn, epochs, minibatches, max_len)
+            if cfg.trainer_shard == "fsdp":
+                fsdp.gather_into(trainer.model, None)
     finally:
         dist.destroy_process_group()
+
+
+def _trainer(model, state: dict, cfg, rt):
+    """A rank's trainer: on the replica it was sent, or (fsdp) on a sharded copy of it."""
+    from posttrain.distributed import fsdp
+    from posttrain.framework.trainer import Trainer
+    if cfg.trainer_shard == "fsdp":
+        model = fsdp.shard_module(copy.deepcopy(model))     # rank 0 keeps its plain module
+    trainer = Trainer(model, cfg.optim, cfg.steps * cfg.epochs * cfg.minibatches, rt)
+    if cfg.trainer_shard == "fsdp":
+        fsdp.load_full_state(trainer, state)
+        trainer.dp = fsdp.FSDPShard()
+    else:
+        trainer.load_state_dict(state)
+        trainer.dp = DataParallel()
+    return trainer
 
 
 def _free_port() -> int:

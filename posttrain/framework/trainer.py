@@ -183,6 +183,8 @@ class Trainer:
         maxes: dict[str, float] = {}
         total_loss = 0.0
         micro = split_micro_batches(batch, self.cfg.micro_batch_tokens, unit)
+        if self.dp is not None:                                      # FSDP: as many forwards on every rank
+            micro = self.dp.even_out(micro)
         for mb in micro:
             ctx = self.runtime.autocast() if self.runtime else torch.autocast("cpu", enabled=False)
             with ctx:

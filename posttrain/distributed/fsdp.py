@@ -1,0 +1,92 @@
+"""`trainer_shard: fsdp`: the trainer group's module sharded with FSDP2 (`fully_shard`, torch ≥ 2.4).
+
+Every rank holds 1/N of each parameter, gradient and AdamW moment (DTensors on a 1-D mesh
+over the gloo group; FSDP2 runs on CPU with gloo in this torch, 2.13). A forward all-gathers
+each block's parameters, a backward reduce-scatters its gradients. Three things make the
+sharded step the same step as the 1-rank trainer's (tests/test_trainer_group.py):
+
+1. the loss reduction happens once, inside FSDP's reduce-scatter, with SUM: each rank's
+   loss is already its additive share of the global loss (global normalisers, see
+   data_parallel.py), so the divide factor is set to 1 and `reduce_grads` does nothing;
+2. FSDP's collectives run in every forward and backward, so every rank must make the same
+   number of them: `even_out` pads a rank's micro-batches with copies whose loss mask is
+   all zero (loss 0, gradient 0, metrics weighted 0), up to the largest count of any rank;
+3. what leaves the group is plain: `gather_into` writes the full weights into rank 0's
+   unsharded module after every update (the sampler, reference, evaluation and checkpoint
+   read that one), and `full_state`/`load_full_state` turn the sharded optimizer state to
+   and from the 1-rank format, so checkpoints and `--resume` are those of any other run.
+
+Not covered: a learned critic (PPO's value head sits outside the forward the blocks shard:
+use trainer_shard=replicate), and GPUs (the group is gloo-only, trainer_group.py).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from posttrain.distributed.data_parallel import DataParallel
+
+
+def shard_module(module: torch.nn.Module) -> torch.nn.Module:
+    """fully_shard every element of the module's ModuleLists (the transformer blocks), then the root."""
+    from torch.distributed.fsdp import fully_shard
+    for sub in list(module.modules()):
+        if isinstance(sub, torch.nn.ModuleList):
+            for block in sub:
+                fully_shard(block)
+    fully_shard(module)
+    for sub in module.modules():                      # SUM over ranks, not FSDP's default mean
+        if hasattr(sub, "set_gradient_divide_factor"):
+            sub.set_gradient_divide_factor(1.0)
+            sub.set_force_sum_reduction_for_comms(True)   # a plain SUM: gloo has no PREMUL_SUM
+    return module
+
+
+class FSDPShard(DataParallel):
+    """DataParallel for an FSDP2 module: same row shards and metric reduction, but FSDP reduces."""
+
+    def shard(self, batch: dict, unit: int = 1) -> dict:
+        self.template = {k: (v[:unit] * 0 if k in ("loss_mask", "advantages") else v[:unit]) if torch.is_tensor(v)
+                         else v for k, v in batch.items()}    # rows with nothing to learn, for padding
+        return super().shard(batch, unit)
+
+    def even_out(self, micro: list[dict]) -> list[dict]:
+        n = torch.tensor([len(micro)])
+        dist.all_reduce(n, op=dist.ReduceOp.MAX, group=self.group)
+        return micro + [self.template] * (int(n) - len(micro))
+
+    def reduce_grads(self, params) -> None:
+        """Nothing: FSDP reduce-scattered (SUM) in every backward, the one reduction."""
+
+
+def gather_into(sharded: torch.nn.Module, plain: torch.nn.Module | None) -> None:
+    """The full weights of the sharded module (a collective: every rank calls it); rank 0
+    passes its unsharded module to receive them, the others None."""
+    target = dict(plain.named_parameters()) if plain is not None else {}
+    with torch.no_grad():
+        for name, p in sharded.named_parameters():
+            full = p.full_tensor() if hasattr(p, "full_tensor") else p
+            if plain is not None:
+                target[name].copy_(full)
+
+
+def full_state(trainer) -> dict:
+    """Trainer.state_dict with every sharded optimizer tensor gathered (a collective)."""
+    state = trainer.state_dict()
+    opt = state["optimizer"]
+    opt["state"] = {i: {k: v.full_tensor() if hasattr(v, "full_tensor") else v for k, v in s.items()}
+                    for i, s in sorted(opt["state"].items())}
+    return state
+
+
+def load_full_state(trainer, state: dict) -> None:
+    """Load a 1-rank-format trainer state into the sharded trainer: each moment is cut into
+    this rank's shard the way its parameter is (every rank holds the full state: no traffic)."""
+    from torch.distributed.tensor import DTensor, distribute_tensor
+    trainer.load_state_dict(state)
+    for group in trainer.optimizer.param_groups:
+        for p in group["params"]:
+            for k, v in trainer.optimizer.state.get(p, {}).items():
+                if isinstance(p, DTensor) and torch.is_tensor(v) and not isinstance(v, DTensor) and v.shape == p.shape:
+                    trainer.optimizer.state[p][k] = distribute_tensor(v, p.device_mesh, p.placements, src_data_rank=None)
