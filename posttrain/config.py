@@ -277,6 +277,8 @@ class RLConfig(RunConfig):
     max_staleness: int = 1        # async: samples at most this many policy versions behind the trainer (0 = sync)
     stale: str = "pace"           # async: pace = producers wait (no work wasted) | drop = run free, drop older batches
                                   # | fixed = every batch exactly max_staleness old (staleness experiments)
+    partial_rollouts: bool = False  # async, in-process: an update may land mid-sample (between decode steps);
+                                  # each token records the version that produced it. Fresher tokens, mixed samples
     off_policy_correction: str = "auto"  # none | tis | seq_tis | mask (IS weights from behaviour logprobs); auto = tis if async
     off_policy_cap: float = 2.0   # C: truncate weights at C (tis, seq_tis) or zero them outside [1/C, C] (mask)
     sync_bucket_mb: float = 64.0  # weight sync across copies/processes: MB per transfer bucket

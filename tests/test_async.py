@@ -93,6 +93,7 @@ class _Engine:
 class _Sample:
     def __init__(self, version):
         self.policy_version = version
+        self.response_ids, self.response_mask = [7, 8], [1, 1]     # two tokens, both of `version`
 
 
 def _drive(K, stale, steps=12, fail_at=None):

@@ -21,8 +21,17 @@ old (the publisher keeps K + 1 versions): staleness K by construction, whatever 
 of the two sides, for experiments on what staleness does to learning.
 
 The sampler holds its own model copy (a thread must never read weights the optimizer is
-writing). Samples never span a weight update here: weights switch between `collect` calls,
-so a sample's `policy_version` is also the version of every one of its tokens.
+writing). By default weights switch between `collect` calls, so a sample's `policy_version`
+is the version of every one of its tokens. `partial_rollouts: true` also lets a newer version
+land between two decode steps (Engine.on_decode_step → `_catch_up`): a sample in flight goes
+on with the new weights (its KV cache, computed by the old ones, is kept: PipelineRL's
+in-flight update), and every token carries the version that produced it (`Sample.
+token_versions`; `policy_version` stays the first, oldest). Nothing downstream needs to know:
+the behaviour logprobs were recorded token by token under exactly the weights that sampled
+each token, so the off-policy correction (token-level IS against π_prox) weights each token
+by its own μ. Staleness is counted per policy token (`token_staleness`): `staleness/mean` is
+the token-weighted mean age, `staleness/max` the oldest token (= the oldest sample), and
+`staleness/partial_frac` the fraction of samples that span an update.
 """
 
 from __future__ import annotations
@@ -51,7 +60,8 @@ class AsyncRollout:
     engine: the sampler `collect` uses; never the trainer's module.
     """
 
-    def __init__(self, collect, engine, publisher: WeightPublisher, max_staleness: int, stale: str = "pace"):
+    def __init__(self, collect, engine, publisher: WeightPublisher, max_staleness: int, stale: str = "pace",
+                 partial: bool = False):
         # keys validated by placement.check_scale_config
         self.collect, self.engine, self.publisher = collect, engine, publisher
         self.K, self.stale = max_staleness, stale
@@ -64,6 +74,8 @@ class AsyncRollout:
         self.rollout_idle = 0.0             # producer time spent waiting, since the last get()
         self.rollout_sync = 0.0             # producer time spent loading weights, since the last get()
         self.dropped = 0
+        if partial:                                      # placement.check_scale_config: a local Engine
+            engine.on_decode_step = self._catch_up
 
     # -- trainer side ----------------------------------------------------------------------
 
@@ -83,10 +95,12 @@ class AsyncRollout:
                 break
             self.dropped += 1                                # drop mode: too old, take the next one
         _, samples, metrics = item
+        ages, spans = token_staleness(samples, version)
         idle = time.perf_counter() - t0
         with self.cond:
             rollout_idle, rollout_sync, self.rollout_idle, self.rollout_sync = self.rollout_idle, self.rollout_sync, 0.0, 0.0
-        metrics = {**metrics, "staleness/mean": sum(stale) / max(len(stale), 1), "staleness/max": float(max(stale, default=0)),
+        metrics = {**metrics, "staleness/mean": sum(ages) / max(len(ages), 1), "staleness/max": float(max(ages, default=0)),
+                   "staleness/partial_frac": spans / max(len(samples), 1),
                    "staleness/dropped_batches": float(self.dropped), "queue/size": float(self.queue.qsize()),
                    "time/trainer_idle_s": idle, "time/rollout_idle_s": rollout_idle,
                    "time/rollout_sync_s": rollout_sync}
@@ -113,6 +127,14 @@ class AsyncRollout:
                 continue
 
     # -- producer side ---------------------------------------------------------------------
+
+    def _catch_up(self) -> None:
+        """Partial rollouts, between two decode steps (producer thread): load a newer version."""
+        if self.publisher.version != self.engine.policy_version:
+            t0 = time.perf_counter()
+            switch_weights(self.engine, *self.publisher.latest())
+            with self.cond:
+                self.rollout_sync += time.perf_counter() - t0
 
     def _produce(self, step: int) -> None:
         start, v0 = step, self.publisher.version
@@ -143,3 +165,15 @@ class AsyncRollout:
                 step += 1
         except BaseException as e:                           # surfaced on the trainer thread by get()
             self.error = e
+
+
+def token_staleness(samples, version: int) -> tuple[list[int], int]:
+    """(age of every policy-generated token, in versions behind `version`; the number of samples
+    whose tokens span more than one version). A sample without `token_versions` is one version."""
+    ages, spans = [], 0
+    for s in samples:
+        vers = getattr(s, "token_versions", None) or [s.policy_version] * len(s.response_ids)
+        vers = [v for v, m in zip(vers, s.response_mask) if m]
+        ages.extend(version - v for v in vers)
+        spans += len(set(vers)) > 1
+    return ages, spans

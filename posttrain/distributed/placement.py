@@ -69,7 +69,8 @@ class Placement:
     def asynchronous(self, cfg, collect):
         """Turn this placement async: a producer thread runs `collect` ahead of the trainer."""
         from posttrain.distributed.async_rollout import AsyncRollout
-        self.sync = AsyncRollout(collect, self.engine, self.publisher, cfg.max_staleness, cfg.stale)
+        self.sync = AsyncRollout(collect, self.engine, self.publisher, cfg.max_staleness, cfg.stale,
+                                 partial=cfg.partial_rollouts)
         return self.sync
 
     def close(self) -> None:
@@ -117,6 +118,9 @@ def check_scale_config(cfg) -> None:
     if cfg.lora.r > 0 and (cfg.async_ or cfg.placement != "in-process"):
         raise UsageError("lora.r > 0 runs with placement=in-process and async=false only (the sampler's merged "
                          "weights are synced in-process); drop lora or use the in-process sync placement")
+    if cfg.partial_rollouts and not (cfg.async_ and cfg.placement == "in-process" and cfg.stale != "fixed"):
+        raise UsageError("partial_rollouts needs async=true, placement=in-process and stale=pace or drop (weights "
+                         "land mid-sample in the producer's engine); drop partial_rollouts or change those keys")
     from posttrain.distributed.trainer_group import check_trainer_config
     check_trainer_config(cfg)
     if cfg.overprovision < 0:

@@ -80,6 +80,8 @@ class Sample:
     reward: float = 0.0
     reward_components: dict = field(default_factory=dict)
     reward_error: str | None = None
+    token_versions: list[int] | None = None  # policy version behind each response token (a partial
+                                  # rollout spans a weight update); policy_version = the first, oldest
 
 
 # ---- temperature and sampling: the one place their semantics live --------------------------
@@ -195,6 +197,7 @@ class Engine:
         if self.max_len > limit:
             raise ValueError(f"max_len={self.max_len} exceeds the model's max_seq_len={limit} (its rotary table)")
         self.policy_version = 0   # weight sync bumps it; stamped on every Sample
+        self.on_decode_step = None  # partial rollouts: called before each decode forward (may load new weights)
         self.stats: dict = {}
         self._slots: KVCache | None = None   # reused across calls while big enough
         self.fast_decode = True   # False: decode through model.forward (the reference path)
@@ -222,8 +225,8 @@ class Engine:
                 out = _Run(self, prompts, n, sampling, seed, step, group_offset, keep).run()
         finally:
             self.model.train(training)
-        res_tok, res_lp, res_len, res_stop, res_kept, stats = out
-        samples = self._samples(prompts, n, items, res_tok, res_lp, res_len, res_stop, res_kept)
+        res_tok, res_lp, res_len, res_stop, res_kept, res_ver, stats = out
+        samples = self._samples(prompts, n, items, res_tok, res_lp, res_len, res_stop, res_kept, res_ver)
         dt = time.perf_counter() - t0
         stats["rollout/time_s"] = dt
         stats["rollout/tokens_per_s"] = stats["rollout/generated_tokens"] / max(dt, 1e-9)
@@ -269,8 +272,8 @@ class Engine:
         c.reset_rows(slice(None))
         return c
 
-    def _samples(self, prompts, n, items, res_tok, res_lp, res_len, res_stop, res_kept) -> list[Sample]:
-        toks, lps = res_tok.tolist(), res_lp.tolist()               # one conversion for all samples
+    def _samples(self, prompts, n, items, res_tok, res_lp, res_len, res_stop, res_kept, res_ver) -> list[Sample]:
+        toks, lps, vers = res_tok.tolist(), res_lp.tolist(), res_ver.tolist()   # one conversion for all samples
         lens, stops = res_len.tolist(), res_stop.tolist()
         out = []
         for s in res_kept.nonzero().squeeze(1).tolist():
@@ -279,8 +282,8 @@ class Engine:
             out.append(Sample(
                 prompt_ids=list(prompts[g]), response_ids=ids, response_logprobs=lps[s][:L],
                 response_mask=[1] * L, finish_reason="stop" if stops[s] else "length",
-                policy_version=self.policy_version, group=g, index=j,
-                item=None if items is None else items[g], text=self.tokenizer.decode(ids)))
+                policy_version=vers[s][0] if L else self.policy_version, group=g, index=j,
+                item=None if items is None else items[g], text=self.tokenizer.decode(ids), token_versions=vers[s][:L]))
         return out
 
 
@@ -290,6 +293,7 @@ class _Run:
     def __init__(self, engine: Engine, prompts, n, sampling: SamplingParams, seed, step, group_offset, keep=None):
         model = engine.model
         self.model, self.prompts, self.n, self.sampling = model, prompts, n, sampling
+        self.engine = engine
         self.decoder = engine.decoder()
         self.seed, self.step, self.group_offset = seed, step, group_offset
         self.G, self.N = len(prompts), len(prompts) * n
@@ -307,6 +311,7 @@ class _Run:
         self.C = min(self.G, S + Engine.PREFILL_BATCH)
         self.pcache = KVCache(model.config, self.C, P, device=dev, dtype=p.dtype)
         self.plogits = torch.empty(self.C, V, device=dev)         # last-position logits per prompt
+        self.pver = torch.zeros(self.C, dtype=torch.long, device=dev)   # ... and the version behind them
         self.plen = torch.tensor([len(q) for q in prompts], dtype=torch.long, device=dev)
         self.prefilled = 0                                          # groups [0, prefilled) are done
 
@@ -315,6 +320,8 @@ class _Run:
         self.logits = torch.empty(S, V, device=dev)                 # next-token logits per slot
         self.tok_buf = torch.zeros(S, M, dtype=torch.long, device=dev)
         self.lp_buf = torch.zeros(S, M, device=dev)
+        self.ver_buf = torch.zeros(S, M, dtype=torch.long, device=dev)   # version behind each token
+        self.lver = torch.zeros(S, dtype=torch.long, device=dev)    # version behind each slot's logits
         self.t = torch.zeros(S, dtype=torch.long, device=dev)       # tokens generated so far
         self.base = torch.zeros(S, dtype=torch.long, device=dev)    # sample_keys of the slot's sample
         self.sid = torch.zeros(S, dtype=torch.long, device=dev)     # sample id = group * n + index
@@ -324,6 +331,7 @@ class _Run:
         # results per sample, filled as sequences finish
         self.res_tok = torch.zeros(self.N, M, dtype=torch.long, device=dev)
         self.res_lp = torch.zeros(self.N, M, device=dev)
+        self.res_ver = torch.zeros(self.N, M, dtype=torch.long, device=dev)
         self.res_len = torch.zeros(self.N, dtype=torch.long, device=dev)
         self.res_stop = torch.zeros(self.N, dtype=torch.bool, device=dev)
         # straggler cut-off: finished samples counted per group; a full group cancels the rest
@@ -356,7 +364,7 @@ class _Run:
             "rollout/prefix_reuse": int(self.plen.sum()) * self.n / max(self.prefill_tokens, 1),
             "rollout/cancelled": self.N - int(self.res_kept.sum()),                # straggler cut-off
         }
-        return self.res_tok, self.res_lp, self.res_len, self.res_stop, self.res_kept, stats
+        return self.res_tok, self.res_lp, self.res_len, self.res_stop, self.res_kept, self.res_ver, stats
 
     def _step(self, n: int) -> int:
         """Sample one token for the n active slots, retire finished ones, decode, refill."""
@@ -364,6 +372,7 @@ class _Run:
         tok, lp = sample_tokens(self.logits[:n], self.sampling, draw_keys(self.base[:n], t))  # [n]
         self.tok_buf[self.ar[:n], t] = tok
         self.lp_buf[self.ar[:n], t] = lp
+        self.ver_buf[self.ar[:n], t] = self.lver[:n]
         t += 1
         self.last[:n] = tok
         is_stop = torch.isin(tok, self.stop_ids)                    # [n]
@@ -373,6 +382,9 @@ class _Run:
         if bool(done.any()):
             n = self._retire(n, done, is_stop)
         if n:
+            if self.engine.on_decode_step is not None:              # partial rollouts: newer weights may load
+                self.engine.on_decode_step()                        # here, between two tokens (KV cache kept)
+            self.lver[:n] = self.engine.policy_version
             # one forward, one token per active slot; rows [0, n) are a view of the cache
             if self.decoder is not None:                            # gpt_mini's one-token path
                 self.logits[:n] = self.decoder(self.last[:n], self.cache, n)
@@ -393,6 +405,7 @@ class _Run:
             self._count_finished(s, (is_stop[fin] | (self.t[fin] >= self.M)).tolist())
         self.res_tok[s] = self.tok_buf[fin]
         self.res_lp[s] = self.lp_buf[fin]
+        self.res_ver[s] = self.ver_buf[fin]
         self.res_len[s] = self.t[fin]
         self.res_stop[s] = is_stop[fin]
         # keep the active slots packed in [0, n'): move the last active rows into the holes
@@ -401,7 +414,7 @@ class _Run:
         if holes.numel():
             movers = (~done[n_new:]).nonzero().squeeze(1) + n_new   # same count as holes
             self.cache.copy_row(movers, holes)
-            for buf in (self.tok_buf, self.lp_buf, self.t, self.base, self.sid, self.last):
+            for buf in (self.tok_buf, self.lp_buf, self.ver_buf, self.lver, self.t, self.base, self.sid, self.last):
                 buf[holes] = buf[movers]
         return n_new
 
@@ -431,6 +444,7 @@ class _Run:
         slots = self.ar[lo:lo + k]
         self.cache.copy_row(rows, slots, source=self.pcache)        # the shared prompt, computed once
         self.logits[lo:lo + k] = self.plogits[rows]
+        self.lver[lo:lo + k] = self.pver[rows]
         self.t[lo:lo + k] = 0
         self.sid[lo:lo + k] = sids
         self.base[lo:lo + k] = sample_keys(self.seed, self.step, groups + self.group_offset, sids % self.n)
@@ -454,6 +468,7 @@ class _Run:
             logits = self.model(ids, cache=self.pcache)             # [b-a, T, V]
             self.pcache.lengths[rows] = lens                        # forget the pad positions
             self.plogits[rows] = logits[torch.arange(b - a, device=self.dev), lens - 1].float()
+            self.pver[rows] = self.engine.policy_version
             self.prefill_tokens += int(lens.sum())
             self.prefills += b - a
             self.prefilled = b
