@@ -1,6 +1,6 @@
 """Sync vs async RL on the same sample budget (issue 7; lessons 06, 22a, 22c).
 
-    POSTTRAIN_CACHE=/work/cache python benchmarks/async_vs_sync.py [--steps 30] [--seeds 0,1,2]
+    POSTTRAIN_CACHE=/work/cache python benchmarks/async_vs_sync.py [--steps 30] [--seeds 0,1,2] [--set K=V ...]
         [--init CKPT] [--out benchmarks/results/async_vs_sync.json]
 
 Every run starts from the same SFT(CoT) checkpoint with the grpo_arith preset and the same
@@ -47,7 +47,7 @@ def one(name: str, seed: int, args) -> dict:
     out = Path(args.runs) / f"{name}_s{seed}"
     overrides = [f"out={out}", "overwrite=true", f"seed={seed}", f"steps={args.steps}", "eval_every=0",
                  f"prompts_per_step={args.prompts}", f"eval_problems={args.eval_problems}", "eval_samples=4",
-                 "threads=1", "save_every=0", *([f"init={args.init}"] if args.init else []), *RUNS[name]]
+                 "threads=1", "save_every=0", *([f"init={args.init}"] if args.init else []), *RUNS[name], *args.set]
     rl.run(load_config(RLConfig, "grpo_arith", overrides))
     rows = read_metrics(out)
     steps = [r for r in rows if r.get("step", 0) > 0]
@@ -89,6 +89,7 @@ def main(argv=None) -> dict:
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--prompts", type=int, default=16, help="prompts per step (8 samples each)")
     p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--set", nargs="*", default=[], help="more key=value overrides for every run (e.g. optim.lr=3e-5)")
     p.add_argument("--eval-problems", type=int, default=200)
     p.add_argument("--init", default="", help="SFT checkpoint (default: the cached SFT(CoT) one)")
     p.add_argument("--only", default="", help="comma-separated run names (default: all)")
