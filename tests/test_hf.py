@@ -150,7 +150,9 @@ def test_bf16_autocast_path_runs_on_cpu(dirs, tmp_path):
                                        "dtype=bfloat16", "grad_checkpointing=true", *EASY])
     rl.run(cfg)
     row = [json.loads(line) for line in open(tmp_path / "rl" / "metrics.jsonl")][-1]
-    assert 0 < row["mismatch/logprob_abs"] < 1e-2 and abs(row["ratio/mean"] - 1) < 1e-2
+    # bf16 on both sides: they agree closely (exactly 0 when the two passes round the same way, which
+    # depends on the thread count's reduction order: not asserted either way)
+    assert 0 <= row["mismatch/logprob_abs"] < 1e-2 and abs(row["ratio/mean"] - 1) < 1e-2
     model, _, _ = checkpoint.load_model(tmp_path / "rl")
     assert {p.dtype for p in model.parameters()} == {torch.float32}
 
