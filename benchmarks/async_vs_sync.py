@@ -59,7 +59,7 @@ def one(name: str, seed: int, args) -> dict:
             "bottleneck": tp["bottleneck"], "roles_s": tp["roles_s"], **{f"mean {k}": v for k, v in mean.items()}}
 
 
-def report(results: list[dict], steps: int, samples_per_step: int, out: str) -> dict:
+def report(results: list[dict], steps: int, samples_per_step: int, out: str, overrides: list[str] = ()) -> dict:
     names = list(dict.fromkeys(r["run"] for r in results))
     summary = {}
     for n in names:
@@ -70,7 +70,8 @@ def report(results: list[dict], steps: int, samples_per_step: int, out: str) -> 
                       "pass@1_gain_sd": statistics.stdev(gains) if len(gains) > 1 else 0.0,
                       "samples_per_s_mean": statistics.fmean(r["samples_per_s"] for r in rs),
                       "trainer_idle_frac_mean": statistics.fmean(r["trainer_idle_frac"] for r in rs)}
-    rep = {"steps": steps, "samples_per_step": samples_per_step, "summary": summary, "runs": results}
+    rep = {"steps": steps, "samples_per_step": samples_per_step, "overrides": list(overrides), "summary": summary,
+           "runs": results}
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(json.dumps(rep, indent=2))
     print(f"{'run':12} {'seeds':>5} {'pass@1 gain':>14} {'samples/s':>10} {'trainer idle':>13}")
@@ -101,11 +102,11 @@ def main(argv=None) -> dict:
     if args.merge:
         parts = [json.loads(Path(f).read_text()) for f in args.merge]
         results = sorted((r for part in parts for r in part["runs"]), key=lambda r: (list(RUNS).index(r["run"]), r["seed"]))
-        return report(results, parts[0]["steps"], parts[0]["samples_per_step"], args.out)
+        return report(results, parts[0]["steps"], parts[0]["samples_per_step"], args.out, parts[0].get("overrides", []))
     seeds = [int(s) for s in args.seeds.split(",")]
     names = args.only.split(",") if args.only else list(RUNS)
     results = [one(n, s, args) for s in seeds for n in names if s == seeds[0] or n in EVERY_SEED]
-    return report(results, args.steps, args.prompts * 8, args.out)
+    return report(results, args.steps, args.prompts * 8, args.out, args.set)
 
 
 if __name__ == "__main__":
