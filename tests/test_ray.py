@@ -102,3 +102,40 @@ def test_a_dead_worker_is_restarted_and_its_prompts_requeued(rollout):
     assert len(samples) == len(PROMPTS) * 8 * 8 and all(len(s.response_ids) == 12 for s in samples)
     assert all(s.policy_version == 4 for s in samples)  # the new worker loaded the newest weights
     assert rollout.restarts == 2
+
+
+def test_pack_unpack_round_trips_a_mixed_dtype_bucket():
+    from posttrain.distributed.broadcast_sync import layout, pack, unpack
+    bucket = {"w": torch.randn(3, 4), "b": torch.arange(5, dtype=torch.int64), "h": torch.randn(2).half(),
+              "t": torch.randn(4, 3).t()}                # non-contiguous: packed as its contiguous copy
+    flat = pack(bucket)
+    assert flat.dtype == torch.uint8 and flat.numel() == 48 + 40 + 4 + 48
+    back = unpack(flat.clone(), layout(bucket))
+    assert list(back) == list(bucket)
+    assert all(torch.equal(back[k], bucket[k]) and back[k].dtype == bucket[k].dtype for k in bucket)
+
+
+def test_broadcast_transport_switches_weights_like_the_object_store(cluster):
+    from posttrain.models.gpt_mini import GPTMini, ModelConfig
+    from posttrain.models.tokenizer import CharTokenizer
+    tok = CharTokenizer()
+    torch.manual_seed(1)
+    nano = GPTMini(ModelConfig(preset="nano").resolved(tok.vocab_size))
+    # cpus_per_worker=0: the module's other RayRollout holds both CPUs of the test cluster
+    r = RayRollout(nano, tok, workers=2, cpus_per_worker=0, transport="broadcast")
+    try:
+        for version in (1, 2):
+            with torch.no_grad():
+                for p in nano.parameters():
+                    p.add_(0.05 * torch.randn_like(p))
+            buckets = state_buckets(nano, bucket_mb=0.5)
+            m = r.load_weights(version, buckets)
+            nbytes = sum(t.numel() * t.element_size() for b in buckets for t in b.values())
+            assert m["sync/buckets"] > 1 and m["sync/broadcast_mb"] == pytest.approx(nbytes / 2 ** 20)
+            assert _tokens(r.generate(PROMPTS, 3, SAMPLING, seed=7, step=3)) == _expected(nano, tok, version=version)
+            if version == 1:                             # a worker dies: replaced with the newest weights,
+                ray.kill(r.workers[0], no_restart=True)  # and the next sync forms a fresh group
+                assert _tokens(r.generate(PROMPTS, 3, SAMPLING, seed=7, step=3)) == _expected(nano, tok, version=1)
+        assert r.restarts == 1 and r.generation == 2
+    finally:
+        r.close()

@@ -93,7 +93,7 @@ def place(cfg, model, tokenizer, runtime=None) -> Placement:
     if cfg.placement == "ray":
         from posttrain.distributed.ray_rollout import RayRollout
         engine = RayRollout(model, tokenizer, workers=cfg.rollout_workers, max_slots=cfg.max_slots,
-                            threads=max(cfg.threads, 1))
+                            threads=max(cfg.threads, 1), transport=cfg.sync_transport)
         return Placement(engine, PushSync(publisher, engine), eval_engine, publisher)
     # in-process async: the sampler needs its own copy (the optimizer writes the trainer's)
     engine = Engine(copy.deepcopy(model).eval().requires_grad_(False), tokenizer, max_slots=cfg.max_slots)
@@ -111,6 +111,8 @@ def check_scale_config(cfg) -> None:
                          f"use auto, {', '.join(OFF_POLICY_CORRECTIONS)}")
     if cfg.off_policy_cap <= 1.0:
         raise UsageError(f"off_policy_cap must be > 1 (got {cfg.off_policy_cap}); 2 is verl's default")
+    if cfg.sync_transport not in ("object_store", "broadcast"):
+        raise UsageError(f"sync_transport={cfg.sync_transport!r} is unknown; use object_store or broadcast")
     if cfg.stale not in ("pace", "drop", "fixed"):
         raise UsageError(f"stale={cfg.stale!r} is unknown; use pace (producers wait), drop or fixed")
     if cfg.max_staleness < 0:

@@ -14,6 +14,9 @@ What a reader should study:
    (`ray.put`) and every worker loads all of them inside one actor call. An actor runs one
    call at a time, so a worker switches versions between two `generate` requests, never
    inside one; the call returns when every worker has switched (sync mode waits on it).
+   With `transport="broadcast"` the bytes go through a process group of the driver and the
+   workers instead, one broadcast per bucket (distributed/broadcast_sync.py); the actor
+   call only carries the layouts, and the switch stays between requests the same way.
 3. **Fault isolation.** A worker that dies (its process killed, `os._exit`, a lost node)
    makes its `generate` raise RayActorError: it is replaced by a fresh actor that loads
    the newest weights, its shard is resubmitted, and the call returns normally
@@ -29,6 +32,7 @@ import time
 
 import torch
 
+from posttrain.distributed.broadcast_sync import SyncGroup, free_port, layout
 from posttrain.distributed.weights import load_buckets
 from posttrain.framework.rollout import Engine
 
@@ -47,6 +51,13 @@ class RolloutWorker:
         self.engine.policy_version = version
         return version
 
+    def join_group(self, host: str, port: int, rank: int, world: int, generation: int) -> int:
+        self.group = SyncGroup(host, port, rank, world, generation)
+        return rank
+
+    def receive_weights(self, version: int, layouts: list) -> int:
+        return self.load_weights(version, *self.group.receive(layouts))
+
     def generate(self, prompts, n, sampling, seed, step, items, group_offset, keep=None):
         samples = self.engine.generate(prompts, n, sampling, seed=seed, step=step, items=items,
                                        group_offset=group_offset, keep=keep)
@@ -60,7 +71,7 @@ class RayRollout:
     """The Engine interface (`generate`, `stats`, `policy_version`) over `workers` Ray actors."""
 
     def __init__(self, model, tokenizer, workers: int = 2, max_slots: int = 256, threads: int = 1,
-                 cpus_per_worker: float = 1.0):
+                 cpus_per_worker: float = 1.0, transport: str = "object_store"):
         import ray
         from posttrain import UsageError
         if workers < 1:
@@ -80,10 +91,14 @@ class RayRollout:
         self.bucket_refs: list = []          # the newest version, for restarted workers
         self.restarts = 0
         self.stats: dict = {}
+        self.transport, self.group, self.generation = transport, None, 0   # broadcast: formed at first sync
+        self.store, self.last_buckets = None, []
         self.workers = [self._spawn() for _ in range(workers)]
 
     def _spawn(self):
         worker = self.actor_cls.remote(self.model_ref, *self.args)
+        if not self.bucket_refs and self.last_buckets:      # broadcast transport: nothing in the store yet
+            self.bucket_refs = [self.ray.put(b) for b in self.last_buckets]
         if self.bucket_refs:
             self.ray.get(worker.load_weights.remote(self.policy_version, *self.bucket_refs))
         return worker
@@ -95,9 +110,12 @@ class RayRollout:
             pass
         self.restarts += 1
         self.workers[i] = self._spawn()
+        self.group = None                      # a group cannot take a new member: form a fresh one next sync
 
     def load_weights(self, version: int, buckets: list[dict]) -> dict:
         """Publish `buckets` as `version` to every worker; returns when all have switched."""
+        if self.transport == "broadcast":
+            return self._broadcast_weights(version, buckets)
         from ray.exceptions import RayActorError
         t0 = time.perf_counter()
         self.bucket_refs = [self.ray.put(b) for b in buckets]   # one put per bucket, shared by all workers
@@ -108,6 +126,42 @@ class RayRollout:
             except RayActorError:
                 self._restart(i)                                  # the new worker loads this version
         return {"time/sync_s": time.perf_counter() - t0, "sync/buckets": float(len(buckets))}
+
+    def _form_group(self) -> None:
+        """Driver = rank 0 (hosts the rendezvous store), worker k = rank k + 1; all join at once."""
+        self.generation += 1
+        world = len(self.workers) + 1
+        if self.store is None:
+            self.store_addr = (self.ray.util.get_node_ip_address(), free_port())
+        joins = [w.join_group.remote(*self.store_addr, k + 1, world, self.generation)
+                 for k, w in enumerate(self.workers)]
+        self.group = SyncGroup(*self.store_addr, 0, world, self.generation, store=self.store)
+        self.store = self.group.store
+        self.ray.get(joins)
+
+    def _broadcast_weights(self, version: int, buckets: list[dict]) -> dict:
+        from ray.exceptions import RayActorError
+        t0 = time.perf_counter()
+        self.policy_version = version
+        self.bucket_refs = []                   # put lazily, only for a worker restarted mid-way
+        self.last_buckets = buckets
+        if self.group is None:
+            self._form_group()
+        done = [w.receive_weights.remote(version, [layout(b) for b in buckets]) for w in self.workers]
+        try:
+            sent = self.group.send(buckets)
+            self.ray.get(done)
+        except (RayActorError, RuntimeError):   # a member died mid-sync: replace it, bring all up to date
+            sent = 0
+            self.bucket_refs = [self.ray.put(b) for b in buckets]
+            for i, w in enumerate(self.workers):
+                try:
+                    self.ray.get(w.load_weights.remote(version, *self.bucket_refs))
+                except RayActorError:
+                    self._restart(i)
+            self.group = None
+        return {"time/sync_s": time.perf_counter() - t0, "sync/buckets": float(len(buckets)),
+                "sync/broadcast_mb": sent / 2 ** 20}
 
     def generate(self, prompts, n, sampling, seed: int = 0, step: int = 0, items=None, group_offset: int = 0,
                  keep: int | None = None):
