@@ -72,7 +72,7 @@ def run_eval(args) -> None:
     from posttrain import checkpoint
     from posttrain.config import build
     from posttrain.eval import evaluate, format_per_k
-    from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
+    from posttrain.tasks import config_class, make
     model, tok, path = checkpoint.load_model(args.checkpoint)
     task_cfg: dict = {}
     run_cfg = path.parent.parent / "config.yaml"
@@ -82,8 +82,12 @@ def run_eval(args) -> None:
         key, _, value = item.partition("=")
         if not key.startswith("task."):
             raise UsageError(f"eval override {item!r}: only task.<key>=value is accepted here")
-        task_cfg[key[5:]] = yaml.safe_load(value)
-    task = ArithmeticTask(build(ArithmeticConfig, task_cfg, "task."))
+        *parents, leaf = key[5:].split(".")          # task.options.min_digits=1 → task_cfg["options"]["min_digits"]
+        node = task_cfg
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = yaml.safe_load(value)
+    task = make(build(config_class(task_cfg.get("name", "arithmetic")), task_cfg, "task."))
     ks = sorted({int(k) for k in args.k.split(",")})
     n = args.n or max(ks)
     items = task.items(args.problems, "test", args.seed)
@@ -97,7 +101,8 @@ def run_eval(args) -> None:
     print(f"checkpoint: {path}")
     for k, v in res.items():
         print(f"{k:24s} {v:.4f}")
-    print(format_per_k(per_k, "held-out accuracy by number of terms K"))
+    if set(per_k) != {0}:                             # items without a number of terms (other tasks): no table
+        print(format_per_k(per_k, "held-out accuracy by number of terms K"))
     if args.out:
         Path(args.out).write_text(json.dumps({"checkpoint": str(path), **res, "per_k": per_k}, indent=1))
 

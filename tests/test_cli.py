@@ -43,3 +43,17 @@ def test_existing_run_dir_needs_resume_or_overwrite(tmp_path):
     again = posttrain("pretrain", "steps=2", "out=run", cwd=tmp_path)
     assert again.returncode == 2
     assert "already holds checkpoints; pass --resume run to continue" in again.stderr
+
+
+def test_eval_uses_the_runs_task_and_nested_overrides(tmp_path):
+    task = ["task.name=reasoning_gym", "task.dataset=chain_sum", "task.options.min_digits=1",
+            "task.options.max_digits=1"]
+    ok = posttrain("pretrain", "steps=1", "model.preset=nano", "out=run", "batch_size=2", "seq_len=32",
+                   "corpus_chars=3000", *task, cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    r = posttrain("eval", "run", "--problems", "4", "--k", "1,2", "task.options.max_terms=2", "--out", "res.json",
+                  cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "eval/pass@1" in r.stdout and "eval/maj@2" in r.stdout and "number of terms" not in r.stdout
+    bad = posttrain("eval", "run", "task.dataset=no_such_gym", cwd=tmp_path)   # the reasoning-gym config, not arithmetic's
+    assert bad.returncode == 2 and "no_such_gym" in bad.stderr and "ArithmeticConfig" not in bad.stderr

@@ -47,7 +47,7 @@ COMMON = ["prompts_per_step=2", "samples_per_prompt=4", "eval_problems=4", "eval
 
 def test_same_preset_in_process_ray_sync_and_ray_async(cluster, sft_ckpt, tmp_path):
     # first in the file: it needs both CPUs of the test cluster for its own 2 workers
-    runs = {"local": [], "ray": ["placement=ray", "rollout_workers=2"],
+    runs = {"local": [], "ray": ["placement=ray", "rollout_workers=2", "sync_transport=broadcast"],
             "ray_async": ["placement=ray", "rollout_workers=2", "async=true", "max_staleness=1"]}
     for name, extra in runs.items():
         rl.run(load_config(RLConfig, None, [f"out={tmp_path}/{name}", f"init={sft_ckpt}", *COMMON, *extra]))
