@@ -114,6 +114,15 @@ def test_reasoning_gym_bad_dataset_and_characters_name_the_fix():
         ReasoningGymTask(ReasoningGymConfig(dataset="no_such_set"))
     with pytest.raises(UsageError, match="fit the char tokenizer"):     # "sun -> nus": '>' is a chat special
         ReasoningGymTask(ReasoningGymConfig(dataset="spell_backward")).items(5)
+    # the fix the message names: map "->" away in the questions; answers and the scorer are untouched
+    task = ReasoningGymTask(ReasoningGymConfig(dataset="spell_backward", question_subs={"->": "to"},
+                                               options={"min_word_len": 3, "max_word_len": 6}))
+    items = task.items(20)
+    assert len(items) == 20 and all("(example: sun to nus)" in i.question for i in items)
+    it = items[0]
+    word = it.question.rsplit(":", 1)[1].strip()
+    assert it.answer_text == word[::-1] and 3 <= len(word) <= 6
+    assert task.reward(it, f"{word[::-1]}#").reward == 1.0 and task.reward(it, f"{word}#").reward < 1.0
 
 
 # ---- registry and config ------------------------------------------------------------------------------

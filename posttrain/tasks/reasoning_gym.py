@@ -35,6 +35,8 @@ class ReasoningGymConfig(TaskConfig):
     options: dict = field(default_factory=dict)  # the dataset's own config keys, e.g. {min_digits: 1}
     heldout_frac: float = 0.1     # share of problems reserved for evaluation
     max_prompt_chars: int = 160   # longer questions are skipped (the model's context is short)
+    question_subs: dict = field(default_factory=dict)  # text replacements in questions only, to fit the char
+                                  # tokenizer: {"->": "to"} for spell_backward's "(example: sun -> nus)"
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,8 @@ class ReasoningGymTask(LineCorpus):
             usable = 0
             for row in rows:
                 q, a = str(row["question"]), str(row["answer"])
+                for old, new in c.question_subs.items():
+                    q = q.replace(old, new)
                 if not self._usable(q, a):
                     self.skipped += 1
                     continue
@@ -91,10 +95,14 @@ class ReasoningGymTask(LineCorpus):
                     out.append(GymItem(q, a, row))
             if chunk == 0 and usable < self.CHUNK // 10:
                 from posttrain import UsageError
-                bad = sorted({ch for row in rows for ch in str(row["question"]) + str(row["answer"])} - TEXT_CHARS)
+                text = "".join(str(row["question"]) + str(row["answer"]) for row in rows)
+                for old, new in c.question_subs.items():
+                    text = text.replace(old, new)
+                bad = "".join(sorted(set(text) - TEXT_CHARS))[:30]
                 raise UsageError(f"task.dataset={c.dataset!r}: only {usable} of {self.CHUNK} problems fit the char "
-                                 f"tokenizer (characters {''.join(bad)[:30]!r}, or longer than "
-                                 f"max_prompt_chars={c.max_prompt_chars}); pick another dataset or raise max_prompt_chars")
+                                 f"tokenizer (characters {bad!r}, or longer than max_prompt_chars="
+                                 f"{c.max_prompt_chars}); pick another dataset, raise max_prompt_chars, or map the "
+                                 f"characters away with task.question_subs")
             chunk += 1
             if chunk > 1000:
                 from posttrain import UsageError
