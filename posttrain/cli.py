@@ -93,8 +93,8 @@ def run_eval(args) -> None:
     items = task.items(args.problems, "test", args.seed)
     scorer = None
     if args.rm:                                       # best-of-n reranked by a reward model
-        from posttrain.preference.reward_model import RewardModelScorer
-        scorer = RewardModelScorer.from_checkpoint(args.rm)
+        from posttrain.preference.reward_model import load_scorer
+        scorer = load_scorer(args.rm)
     res = evaluate(model, tok, task, items, n=n if n > 1 else 0, ks=ks, temperature=args.temperature, seed=args.seed,
                    scorer=scorer)
     per_k = res.pop("per_k")
@@ -140,7 +140,7 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--problems", type=int, default=500)
     e.add_argument("--temperature", type=float, default=1.0)
     e.add_argument("--seed", type=int, default=0)
-    e.add_argument("--rm", metavar="RM_RUN", help="a `posttrain rm` run: adds best@n, the sample it scores highest")
+    e.add_argument("--rm", metavar="RM_RUN", help="a `posttrain rm` run (or RUN_A,RUN_B: an ensemble, the mean score): adds best@n, the sample it scores highest")
     e.add_argument("--out", help="write the results as JSON")
     x = sub.add_parser("export", help="export a checkpoint (Hugging Face directory)")
     x.add_argument("checkpoint")

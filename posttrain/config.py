@@ -288,4 +288,5 @@ class RLConfig(RunConfig):
     trainer_ranks: int = 1        # trainer data-parallel over N local processes (gloo, CPU); rank 0 also runs the other roles
     trainer_shard: str = "replicate"  # trainer_ranks > 1: replicate = every rank a full copy, gradients all-reduced
                                   # | fsdp = FSDP2 fully_shard: params, grads, AdamW state split over ranks (less memory)
-    reward_model: str = ""        # RLHF: an `rm` run whose frozen score is the reward (verifier logged as reward/true)
+    reward_model: str = ""        # RLHF: an `rm` run whose frozen score is the reward (verifier logged as reward/true);
+                                  # RUN_A,RUN_B = an ensemble, the mean of their scores

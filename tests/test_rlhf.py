@@ -15,7 +15,7 @@ from posttrain.eval import evaluate
 from posttrain.framework.rollout import Sample
 from posttrain.logging import read_metrics
 from posttrain.preference.data import CORRUPTIONS, corrupt_trace, corrupted_pairs
-from posttrain.preference.reward_model import RewardModel, RewardModelScorer, save_head
+from posttrain.preference.reward_model import EnsembleScorer, RewardModel, RewardModelScorer, load_scorer, save_head
 from posttrain.preference.rlhf import RewardModelTask, curve, turn, write_curve
 from posttrain.recipes import rl
 from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask, verify
@@ -71,6 +71,25 @@ def test_scorer_accepts_responses_with_or_without_eot(nano, tok):
     scorer = RewardModelScorer(RewardModel(nano), tok)
     a, b = scorer.score(["1+2", "1+2"], ["{1+2=3}3", "{1+2=3}3#"])
     assert a == pytest.approx(b, abs=1e-6)
+
+
+def test_an_ensemble_scores_the_mean_of_its_members(nano, tok, tmp_path):
+    prompts, responses = ["1+2", "3+4", "5+6"], ["{1+2=3}3", "{3+4=8}8", "{5+6=11}11"]
+    runs, members = [], []
+    for seed in (0, 1):                                   # two heads on one trunk: different scores
+        torch.manual_seed(seed)
+        rm = RewardModel(nano)
+        torch.nn.init.normal_(rm.head.weight, std=1.0)
+        members.append(RewardModelScorer(rm, tok))
+        runs.append(tmp_path / f"rm{seed}")
+        save_head(rm, checkpoint.save(runs[-1], 1, rm.trunk, tok))
+    a, b = (m.score(prompts, responses) for m in members)
+    assert a != pytest.approx(b)
+    want = [(x + y) / 2 for x, y in zip(a, b)]
+    assert EnsembleScorer(members).score(prompts, responses) == pytest.approx(want, abs=1e-6)
+    loaded = load_scorer(f"{runs[0]},{runs[1]}")          # the spelling of reward_model= and --rm
+    assert isinstance(loaded, EnsembleScorer) and loaded.score(prompts, responses) == pytest.approx(want, abs=1e-5)
+    assert isinstance(load_scorer(runs[0]), RewardModelScorer)
 
 
 def test_turn_finds_the_peak_of_the_smoothed_true_reward():

@@ -153,6 +153,29 @@ class RewardModelScorer:
         return score_batches(self.rm, p, r, self.tok.pad_id, self.batch_size).tolist()
 
 
+class EnsembleScorer:
+    """Several frozen RMs as one reward: the mean of their scores (Coste et al. 2023, "Reward
+    model ensembles help mitigate overoptimization"). Members trained on different pairs err
+    on different pairs, so the mean ranks held-out pairs better than either member, and a
+    policy has to fool all of them at once. Members share the centred scale (`center_coef`),
+    so their raw scores are averaged."""
+
+    def __init__(self, members: list[RewardModelScorer]):
+        self.members = members
+
+    def score(self, prompts: list[str], responses: list[str]) -> list[float]:
+        per_member = [m.score(prompts, responses) for m in self.members]
+        return [sum(col) / len(col) for col in zip(*per_member)]
+
+
+def load_scorer(spec: str | Path, device="cpu", batch_size: int = 64):
+    """`runs/rm` (one RM) or `runs/rm_a,runs/rm_b` (an ensemble of those RMs)."""
+    paths = [p for p in str(spec).split(",") if p]
+    if len(paths) == 1:
+        return RewardModelScorer.from_checkpoint(paths[0], device, batch_size)
+    return EnsembleScorer([RewardModelScorer.from_checkpoint(p, device, batch_size) for p in paths])
+
+
 # ---- saving and loading ----------------------------------------------------------------------
 
 def head_state(rm: RewardModel) -> dict:

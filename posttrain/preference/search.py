@@ -132,11 +132,11 @@ def main(argv=None) -> None:
     from posttrain import checkpoint
     from posttrain.bench import write_json
     from posttrain.preference.prm import mc_labels
-    from posttrain.preference.reward_model import RewardModelScorer
+    from posttrain.preference.reward_model import load_scorer
     from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
     p = argparse.ArgumentParser(prog="posttrain bench search", description=__doc__.split("\n\n")[0])
     p.add_argument("--init", required=True, help="the policy (SFT or RL run/checkpoint); the PRM starts from its trunk")
-    p.add_argument("--rm", help="an outcome reward model (`posttrain rm` run) for the orm best@n column")
+    p.add_argument("--rm", help="an outcome reward model (`posttrain rm` run, or RUN_A,RUN_B for an ensemble) for the orm best@n column")
     p.add_argument("--n", type=int, default=8, help="samples per problem (the budget)")
     p.add_argument("--beam", type=int, default=2, help="beam width; each beam is extended with n/beam steps")
     p.add_argument("--problems", type=int, default=200, help="held-out problems")
@@ -158,7 +158,7 @@ def main(argv=None) -> None:
     t_label = time.perf_counter() - t0
     prm, log = train_prm(policy, tok, rows, a.prm_steps, seed=a.seed)
     t_train = time.perf_counter() - t0 - t_label
-    orm = RewardModelScorer.from_checkpoint(a.rm) if a.rm else None
+    orm = load_scorer(a.rm) if a.rm else None
     res = compare(policy, prm, tok, task, task.items(a.problems, "test", a.seed), a.n, a.beam, orm, seed=a.seed)
     out = {"policy": str(path), "rm": a.rm, "labels": stats, "label_s": t_label, "prm_train_s": t_train,
            "prm_log": log[::max(1, len(log) // 20)] + log[-1:], **res}

@@ -159,9 +159,9 @@ def rlhf_task(task, reward_model: str, device):
     reward and the verifier is logged beside it (preference/rlhf.py); evaluation keeps the verifier."""
     if not reward_model:
         return task
-    from posttrain.preference.reward_model import RewardModelScorer
+    from posttrain.preference.reward_model import load_scorer
     from posttrain.preference.rlhf import RewardModelTask
-    return RewardModelTask(task, RewardModelScorer.from_checkpoint(reward_model, device))
+    return RewardModelTask(task, load_scorer(reward_model, device))
 
 
 class Audit:
