@@ -90,6 +90,8 @@ class SFTConfig(RunConfig):
     data: str = "gold"            # gold: the task's own traces | rejection: the init model's verified samples (RFT)
     rejection_prompts: int = 2000  # data=rejection: train prompts sampled (at most num_problems)
     rejection_samples: int = 8    # data=rejection: samples per prompt; correct, distinct ones are kept
+    target_acc: float = 0.0       # stop at the first evaluation (every eval_every steps) whose held-out greedy
+                                  # accuracy reaches this; 0 = off. A warm-up for RL: start where RL has room
 
 
 def _resolve_path(path: str | None) -> Path | None:

@@ -225,3 +225,20 @@ def test_nonfinite_steps_in_a_row_stop_the_run_with_a_checkpoint(sft_ckpt, tmp_p
     assert [m["train/nonfinite_skipped"] for m in ms] == [1.0, 1.0, 1.0]
     with pytest.raises(TrainingHalted):
         sft.run(load_config(SFTConfig, None, args[1:] + ["overwrite=true"]))
+
+
+def test_sft_target_acc_stops_at_the_first_evaluation_that_reaches_it(sft_ckpt, tmp_path, monkeypatch):
+    from posttrain.recipes import pipeline
+    accs = iter([0.2, 0.4, 0.6, 0.8])                    # greedy accuracy at steps 2, 4, 6, 8
+
+    def fake_evaluate(*args, **kwargs):
+        return {"eval/greedy_acc": next(accs), "per_k": {}}
+    monkeypatch.setattr(sft, "evaluate", fake_evaluate)
+    cfg = load_config(SFTConfig, None, [f"out={tmp_path}/sft", f"init={sft_ckpt}", "steps=10", "eval_every=2",
+                                        "target_acc=0.5", "batch_size=4", "num_problems=50", *TINY_TASK])
+    summary = sft.run(cfg)
+    last = checkpoint.latest(tmp_path / "sft")
+    assert last.name == "step_000006" and summary["eval/greedy_acc"] == 0.6
+    assert "0.600 ≥ target_acc 0.5" in json.loads((last / "meta.json").read_text())["finished_early"]
+    assert [m["step"] for m in read_metrics(tmp_path / "sft")][-1] == 6
+    assert pipeline._run_stage(sft, cfg, tmp_path / "sft") == 0.0   # the pipeline counts it as done

@@ -24,12 +24,15 @@ def eval_due(cfg, step: int) -> bool:
 
 
 def train_loop(run, model, tokenizer, trainer: Trainer, step_fn, *, evaluate=None,
-               meta: dict | None = None, show=("loss",), extra_state=None, eval_at_start: bool = False) -> dict:
+               meta: dict | None = None, show=("loss",), extra_state=None, eval_at_start: bool = False,
+               until=None) -> dict:
     """Call `step_fn(step) -> metrics` from the resume point to cfg.steps; checkpoint, evaluate, log.
 
     `run` has .cfg (common keys), .dir, .stage and .resume_from (a checkpoint or None).
     `extra_state` is an optional (get, set) pair for state beyond model/optimizer/RNG.
     `eval_at_start` logs an evaluation of the starting weights as step 0 (RL: before/after).
+    `until(metrics) -> str` ends the run early after an evaluation when it returns a reason;
+    the checkpoint is written at that step with `finished_early` in its meta.json.
     """
     cfg = run.cfg
     start = 0
@@ -58,7 +61,7 @@ def train_loop(run, model, tokenizer, trainer: Trainer, step_fn, *, evaluate=Non
     if threading.current_thread() is threading.main_thread():
         handlers = {sig: signal.signal(sig, lambda signum, frame: stop.append(signum))
                     for sig in (signal.SIGINT, signal.SIGTERM)}
-    last = {}
+    last, end, reason = {}, cfg.steps, ""
     try:
         for step in range(start + 1, cfg.steps + 1):
             t0 = time.perf_counter()
@@ -68,6 +71,11 @@ def train_loop(run, model, tokenizer, trainer: Trainer, step_fn, *, evaluate=Non
                 metrics.update(evaluate(model))
             logger.log(step, metrics)
             last = metrics
+            reason = until(metrics) if until is not None and eval_due(cfg, step) else ""
+            if reason and step < cfg.steps:
+                end = step
+                logger.message(f"stopping early at step {step}: {reason}")
+                break
             if stop and step < cfg.steps:
                 path = save(step)
                 logger.message(f"stopped by signal: checkpoint saved to {path}; continue with --resume {run.dir}")
@@ -84,6 +92,8 @@ def train_loop(run, model, tokenizer, trainer: Trainer, step_fn, *, evaluate=Non
     finally:
         for sig, h in handlers.items():
             signal.signal(sig, h)
-    path = save(cfg.steps)
+    if reason:
+        meta = {**(meta or {}), "finished_early": reason}
+    path = save(end)
     logger.close()
     return {"checkpoint": str(path), **last}

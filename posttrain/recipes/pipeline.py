@@ -38,7 +38,9 @@ class PipelineConfig:
     eval_samples: int = 8         # samples per problem for pass@1 / pass@8
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     stages: str = "pretrain,sft,dpo,rl"  # comma-separated, in this order; dpo may be left out
-    sft: SFTConfig = field(default_factory=SFTConfig)
+    # SFT stops once held-out greedy accuracy reaches 0.7 (checked every 25 steps): RL then starts
+    # in its learnable band whichever way a machine's rounding carries SFT (the jump is steep)
+    sft: SFTConfig = field(default_factory=lambda: SFTConfig(target_acc=0.7, eval_every=25))
     dpo: DPOConfig = field(default_factory=DPOConfig)
     rl: RLConfig = field(default_factory=RLConfig)
 
@@ -51,7 +53,8 @@ def _stage_cfg(cfg: PipelineConfig, stage_cfg, name: str, **extra):
 def _run_stage(module, stage_cfg, run_dir: Path) -> float:
     """Run, resume or skip a stage; returns its wall time (0 when skipped)."""
     last = checkpoint.latest(run_dir)
-    if last is not None and int(last.name.split("_")[1]) >= stage_cfg.steps:
+    early = last is not None and "finished_early" in json.loads((last / "meta.json").read_text())
+    if last is not None and (int(last.name.split("_")[1]) >= stage_cfg.steps or early):
         print(f"[pipeline] {run_dir.name}: done already ({last}), skipping")
         return 0.0
     t0 = time.time()

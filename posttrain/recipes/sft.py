@@ -93,7 +93,12 @@ def run(cfg: SFTConfig, resume: bool = False) -> dict:
         return {**res, **{f"eval/greedy_acc_k{k}": row["greedy"] for k, row in per_k.items()}}
 
     step_fn = supervised_step(trainer, batches, lm_loss, r.rt.device)
-    summary = train_loop(r, model, tok, trainer, step_fn, evaluate=evaluate_fn,
+    def reached(metrics) -> str:
+        acc = metrics.get("eval/greedy_acc")
+        return f"held-out greedy accuracy {acc:.3f} ≥ target_acc {cfg.target_acc}" if acc is not None \
+            and cfg.target_acc and acc >= cfg.target_acc else ""
+
+    summary = train_loop(r, model, tok, trainer, step_fn, evaluate=evaluate_fn, until=reached,
                          meta={"task": cfg.task.name, "cot": cfg.cot}, show=("loss", "eval/greedy_acc"))
     table = {k: v for k, v in summary.items() if k.startswith("eval/greedy_acc_k")}
     if table:
