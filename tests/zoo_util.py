@@ -62,3 +62,15 @@ def _grad(mod, cfg, lp, batch, norm, entropy=None):
 
 
 # ============================================================================= registry and configs
+
+
+def assert_masked_positions_inert(run, lp, old, ref, A, ent, mask):
+    """`run(lp, old, ref, A, ent) -> (loss, metrics, grad)`: junk (huge, NaN) at masked positions
+    changes neither the loss, nor a metric, nor a gradient, and masked positions get no gradient."""
+    base = run(lp, old, ref, A, ent)
+    off = mask == 0
+    junk = lambda x, v: torch.where(off, torch.full_like(x, v), x)   # noqa: E731
+    other = run(junk(lp, 30.0), junk(old, -40.0), junk(ref, 25.0), junk(A, 1e6), junk(ent, float("nan")))
+    assert other[0].item() == base[0].item()
+    assert other[1] == base[1]
+    assert torch.equal(other[2], base[2]) and (base[2][off] == 0).all()
