@@ -147,7 +147,8 @@ class RayRollout:
         self.last_buckets = buckets
         if self.group is None:
             self._form_group()
-        done = [w.receive_weights.remote(version, [layout(b) for b in buckets]) for w in self.workers]
+        layouts = [layout(b) for b in buckets]
+        done = [w.receive_weights.remote(version, layouts) for w in self.workers]
         try:
             sent = self.group.send(buckets)
             self.ray.get(done)

@@ -1,0 +1,337 @@
+"""The lessons' widgets produce the numbers of SEED_SPEC Part C (rows marked F or W), through the
+widget registry: one test per row or group of rows."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from posttrain.lessons import registry
+
+from lessons_util import floats, kpis
+
+
+# ---- Part C numbers, widget by widget --------------------------------------------------------------
+
+def test_row_01_02_bandit():
+    assert kpis("bandit", lr=0.4, steps=200)["seeds ending on C (best)"] >= 0.99
+    wrong = kpis("bandit", lr=2.0, steps=200)["seeds ending on a wrong arm"]
+    assert 0.05 <= wrong <= 0.14                    # the course: ≈ 8.5% of seeds lock onto a wrong arm
+
+
+def test_row_03_degenerate_groups_at_low_temperature():
+    """P(degenerate) = q^K + (1−q)^K with q = P(response right); measured on real sampler draws."""
+    k = kpis("sampler", temperature=0.5, top_k=0, top_p=1.0, K=2)
+    q = k["P(response right) = p²"]
+    assert k["P(degenerate group), formula"] == pytest.approx(q ** 2 + (1 - q) ** 2, abs=2e-3)
+    assert k["P(degenerate group), measured"] == pytest.approx(k["P(degenerate group), formula"], abs=0.05)
+    pc = 1 - 0.3 * 0.5                              # the course's toy: 0.85 per digit → 0.60
+    assert 0.85 ** 4 + (1 - pc ** 2) ** 2 == pytest.approx(0.60, abs=0.005)
+    assert kpis("sampler", temperature=0.0, top_k=0, top_p=1.0, K=2)["P(degenerate group), measured"] == 1.0
+
+
+def test_row_06_verifier():
+    expect = {"12#": 1.0, "let me think... 12#": 1.0, "11#": 0.0, "120#": 0.0, "no digits here#": 0.0}
+    for text, reward in expect.items():
+        assert kpis("verifier", response=text)["reward"] == reward
+
+
+def test_row_07_k3_nonnegative_and_unbiased():
+    k = kpis("kl", shift=0.5, samples=4096, order="policy, ref")
+    assert k["min k3 (never < 0)"] >= 0
+    assert k["k3 mean"] == pytest.approx(k["exact KL"], rel=0.1)
+    assert k["k1 mean"] == pytest.approx(k["exact KL"], rel=0.1)
+    assert k["share of k1 < 0"] > 0.1               # k1 is unbiased but not ≥ 0
+
+
+def test_row_09_beta_widget_course_numbers_and_the_fix():
+    course = {0.0: (2.14, 0.532, 4.57), 0.05: (1.45, 0.434, 2.11)}
+    for beta, (theta, rew, kl) in course.items():
+        k = kpis("beta", beta=beta, schedule="course")
+        assert (k["final θ"], k["final KL"]) == (theta, kl) and k["final reward"] == pytest.approx(rew, abs=1e-3)
+        assert k["reward-hacked (θ > 4.5)?"] == "no"
+    assert kpis("beta", beta=0.0, schedule="fixed")["reward-hacked (θ > 4.5)?"] == "yes"   # decision: fixed
+    assert kpis("beta", beta=0.05, schedule="fixed")["reward-hacked (θ > 4.5)?"] == "no"
+
+
+def test_row_12_loss_assembly():
+    k = kpis("loss_assembly", eps=0.2, beta=0.1, drift=0.5, seed=1)
+    assert k["total loss"] == pytest.approx(k["policy loss (token mean)"] + k["KL term β·mean(k3)"], abs=2e-4)
+    assert 0 <= k["clip/frac (gradient zeroed)"] <= k["ρ outside [1−ε, 1+ε]"] <= 1
+
+
+def test_row_14_sync_every():
+    clipped = {1: "0%", 2: "0%", 3: "4%", 5: "14%", 8: "35%", 10: "50%", 20: "88%", 40: "95%"}
+    ema = {1: 0.88, 5: 0.88, 10: 0.86, 20: 0.58, 40: 0.33}
+    for n, want in clipped.items():
+        assert kpis("sync", sync_every=n)["steps outside the clip band"] == want
+    for n, want in ema.items():
+        assert kpis("sync", sync_every=n)["final reward EMA"] == want
+
+
+def test_row_15_controller():
+    k = kpis("controller", phase=3, rewards="1,0,0")
+    assert floats(k["advantages (population std)"]) == [1.41, -0.71, -0.71]
+    assert kpis("controller", phase=3, rewards="1,1,1")["skip the step (degenerate)?"] == "yes"
+
+
+def test_row_17_tool_mask_counts():
+    on, off = kpis("tool_mask", mask_tools=True), kpis("tool_mask", mask_tools=False)
+    assert (on["assistant tokens"], on["tool tokens"], on["tokens scored"], off["tokens scored"]) == (49, 6, 49, 55)
+
+
+def test_row_19_snr_course_floor_and_fixed_error():
+    course = {1: 0.95, 4: 0.81, 16: 0.78}
+    for K, want in course.items():
+        assert kpis("snr", K=K, target="course")["mean |ĝ − target|"] == pytest.approx(want, abs=0.03)
+    e1, e16 = (kpis("snr", K=K, target="expected")["mean |ĝ − target|"] for K in (1, 16))
+    assert e16 < e1 / 3                             # the fix: error falls like 1/√K (4× at 16×)
+
+
+def test_row_20_clip_table():
+    cells = {(0.7, 1.0): (0.7, 0.8, "flows"), (0.7, -1.0): (-0.7, -0.8, "killed (clipped)"),
+             (1.4, 1.0): (1.4, 1.2, "killed (clipped)"), (1.4, -1.0): (-1.4, -1.2, "flows")}
+    for (rho, adv), (s1, s2, grad) in cells.items():
+        k = kpis("clip", eps=0.2, rho=rho, adv=adv)
+        assert (k["s1 = ρA"], k["s2 = clip(ρ)A"], k["gradient"]) == (s1, s2, grad)
+
+
+def test_rows_23_24_32_grpo_groups():
+    assert floats(kpis("grpo_group", r0=1, r1=0, r2=0, r3=0, std="population")["A"]) == [1.73, -0.58, -0.58, -0.58]
+    assert floats(kpis("grpo_group", r0=1, r1=0, r2=1, r3=0, std="population")["A"]) == [1.0, -1.0, 1.0, -1.0]
+    assert floats(kpis("grpo_group", r0=1, r1=0, r2=1, r3=0, std="unbiased")["A"]) == [0.87, -0.87, 0.87, -0.87]
+    y = kpis("grpo_group", r0=1, r1=1, r2=1, r3=0, std="population")
+    assert (y["mean"], y["std (population)"], floats(y["A"])) == (0.75, 0.433, [0.58, 0.58, 0.58, -1.73])
+
+
+def test_row_25_rloo_scale():
+    for K, want in ((2, 2.0), (4, 1.333), (8, 1.143)):
+        k = kpis("rloo", K=K, accuracy=0.5, seed=0)
+        assert k["K/(K−1)"] == want
+        assert k["measured A_RLOO / A_centred"] in (want, "— (degenerate)")
+    assert kpis("rloo", K=4, accuracy=0.5, seed=0)["measured A_RLOO / A_centred"] == 1.333
+
+
+def test_rows_27_29_dapo():
+    k = kpis("dapo", accuracy=0.9, K=4, buffer=16)
+    assert k["P(degenerate) = p^K + (1−p)^K"] == 0.6562
+    assert k["measured"] == pytest.approx(0.6562, abs=0.03)
+    assert k["penalty at the cap"] == -1.0
+
+
+def test_rows_33_34_length_bias():
+    k = kpis("length_bias", short=10, long=200)
+    assert k["DAPO (÷Σ|y_i|): short / long"] == "0.002381 / 0.002381"
+    assert k["÷K (the course's Dr. GRPO): short / long"] == "0.25 / 0.25"
+    assert k["GRPO: long token gets"].startswith("5.0%")
+    # decision (index): GRPO's mean over sequences also divides by K = 2 → 0.025 / 0.00125
+    assert k["GRPO (÷|y_i|, mean over seqs): short / long"] == "0.025 / 0.00125"
+
+
+def test_row_38_dpo_four_responses():
+    k = kpis("dpo4", beta=0.5, lr=0.1, loss_type="dpo")
+    pi = floats(k["final π"])
+    assert pi == sorted(pi) and 0.55 <= pi[3] <= 0.75 and pi[0] <= 0.05
+    assert k["running mean of π(D)"] == pytest.approx(0.46, abs=0.05)
+    assert k["implicit Δr(D − A) = β·log-ratio gap"] == pytest.approx(1.8, abs=0.3)
+
+
+def test_row_39_ipo_minimum_and_dpo_at_zero():
+    k = kpis("pref_curves", beta=0.5)
+    assert k["IPO minimum at h = 1/(2β)"] == 1.0
+    assert k["DPO loss at h = 0"] == pytest.approx(math.log(2), abs=1e-4)
+
+
+def test_rows_49_77_78_topology():
+    k = kpis("topology", R=20, T=15, S=2, delta=2)
+    assert [k[f"{n} step"].split("(")[1] for n in ("colocated", "disaggregated", "async")] == \
+        ["97 steps/h)", "164 steps/h)", "180 steps/h)"]
+    assert k["async / colocated"] == 1.85
+    k = kpis("topology", R=20, T=8, S=3, delta=8)
+    assert k["colocated step"].startswith("31 s") and k["disaggregated step"].startswith("23 s")
+    assert k["async step"].startswith("20 s") and k["async clip fraction at staleness Δ = 8"] == "33.0%"
+    clip = {2: "9.5%", 6: "25.9%", 12: "45.1%"}
+    for d, want in clip.items():
+        assert kpis("topology", R=20, T=8, S=3, delta=d)[f"async clip fraction at staleness Δ = {d}"] == want
+
+
+def test_rows_51_53_kv_cache():
+    k = kpis("kv", model="7b", B=32, L=2048, gqa=True)
+    assert (k["KV per token"], k["KV total"], k["free HBM after weights"], k["time to read the KV once"]) == \
+        ("128 KB", "8.0 GB", "66 GB", "2.4 ms")
+    assert k["bottleneck"] == "weight bandwidth dominates KV"
+    k = kpis("kv", model="7b", B=32, L=2048, gqa=False)
+    assert (k["KV per token"], k["KV total"], k["time to read the KV once"]) == ("512 KB", "32.0 GB", "9.6 ms")
+    k = kpis("kv", model="70b", B=256, L=8192, gqa=True)
+    assert k["KV total"] == "640.0 GB" and k["bottleneck"].startswith("HBM capacity")
+    # posttrain's own cache: nano = 4 layers × 4 KV heads × 32 dims × K and V × 4 bytes
+    assert k["posttrain's gpt_mini nano KV per token (fp32, measured)"] == f"{4 * 4 * 32 * 2 * 4} B"
+
+
+def test_scheduler_runs_the_engine():
+    k = kpis("scheduler", slots=4, K=8, max_new=32)
+    assert k["decode steps (engine)"] < k["decode steps, static batching"]   # refilling beats waiting
+    assert k["prompt tokens prefilled / without sharing"].split(" / ")[1] == \
+        str(8 * int(k["prompt tokens prefilled / without sharing"].split(" / ")[0]))   # one prefill per prompt
+
+
+def test_every_widget_default_runs_and_is_json():
+    for name, w in registry.load_all().items():
+        out = registry.compute(name)
+        json.dumps(out, allow_nan=False)            # the browser's JSON.parse rejects NaN
+        assert out["figure"]["data"] and out["kpis"], name
+
+
+def test_rows_59_to_64_memory_envelope():
+    k = kpis("memory", P=7, L=8192, B=4, G=8, ckpt=True)
+    assert (k["per-GPU training"], k["per-GPU inference"], k["KV per token"], k["fits on H100s?"]) == \
+        ("32.9 GB", "2.3 GB", "128 KB", "yes")
+    assert k["training state, whole model (18 B/param)"] == "126 GB"
+    assert kpis("memory", P=7, L=8192, B=4, G=8, ckpt=False)["per-GPU training"] == "153.2 GB"
+    k = kpis("memory", P=70, L=8192, B=4, G=16, ckpt=True)
+    assert k["per-GPU training"] == "153.9 GB" and k["fits on H100s?"] == "no"
+    assert k["training state, whole model (18 B/param)"] == "1.26 TB"
+
+
+def test_rows_68_69_throughput_equation():
+    k = kpis("throughput", P=7, K=16, L=1024, topo="disagg")
+    assert [k[f"τ_{n}"] for n in ("rollout", "train", "reference", "reward", "sync")] == \
+        ["10.1 s", "2.1 s", "0.7 s", "1.0 s", "1.3 s"]
+    assert (k["τ_step"], k["useful tokens/s"], k["rollout share of the step"]) == ("12.4 s", "84.7k", "81%")
+    assert k["the text's worked example (30/1/3/8/1 s)"] == "32 s, trainer idle 20 s, 32.8k tok/s"
+    assert kpis("throughput", P=7, K=16, L=8192, topo="disagg")["rollout share of the step"] == "98%"
+    colo = float(kpis("throughput", P=7, K=16, L=1024, topo="colo")["useful tokens/s"][:-1])
+    assert colo / 84.7 - 1 == pytest.approx(-0.18, abs=0.01)
+    assert kpis("throughput", P=70, K=16, L=1024, topo="async")["τ_sync"] == "35.0 s"
+
+
+def test_planner_widget_is_the_memory_planner():
+    from posttrain import memory
+    k = kpis("planner", model="llama-70b", algo="ppo", gpus=8, lora=0, ckpt=False)
+    p = memory.plan("llama-70b", algo="ppo", gpus=8)
+    assert k["peak per GPU"] == f"{p['peak_bytes'] / 1e9:.1f} GB" and k["fits on H100?"] == "no"
+    assert "LoRA" in k["cheapest change that fits"]
+    assert kpis("planner", model="llama3-8b", algo="grpo", gpus=8, lora=0, ckpt=False)["fits on H100?"] == "yes"
+
+
+def test_rows_97_98_parameter_counts():
+    k = kpis("shapes", d=128, h=4, L=4, V=29)
+    assert (k["course layout, T_max 11"], k["course layout, T_max 64"]) == ("796,416", "803,200")
+    assert k["head dim k = d/h"] == 32 and k["unscaled q·k std √k"] == 5.66
+    assert 150 < k["blocks / embeddings (course)"] < 160
+    from posttrain.models.gpt_mini import GPTMini, ModelConfig
+    ours = int(k["posttrain gpt_mini (count_params)"].replace(",", ""))
+    model = GPTMini(ModelConfig(d_model=128, n_layers=4, n_heads=4, d_ff=344, vocab_size=29).resolved(29))
+    assert ours == model.num_params()
+
+
+def test_row_102_sft_mask_boundary():
+    assert kpis("sft_mask", mask_prompt=True, example="<hello>olleh#")["trained positions"] == "6 of 12"
+    assert kpis("sft_mask", mask_prompt=True, example="<abcd>dcba#")["trained positions"] == "5 of 10"
+    assert kpis("sft_mask", mask_prompt=False, example="<abcd>dcba#")["trained positions"] == "10 of 10"
+
+
+def test_row_106_dpo_starts_at_ln2_and_the_margin_grows():
+    k = kpis("dpo_pair", beta=0.1, lr=0.2, loss_type="dpo")
+    assert k["loss at step 0 (π_θ = π_ref)"] == pytest.approx(math.log(2), abs=1e-4)
+    assert k["margin after 220 steps"] > 0 and k["preference accuracy"] == 1.0
+    small = kpis("dpo_pair", beta=0.05, lr=0.2, loss_type="dpo")["margin after 220 steps"]
+    assert small < k["margin after 220 steps"] / 3          # ∝ β² before saturation
+
+
+def test_row_110_grpo_policy_is_clamped_and_dead_groups_pile_up():
+    for K in (2, 4, 8):
+        k = kpis("grpo_sim", K=K, beta=0.05)
+        assert k["max p ever"] == 1.0 and k["dead-group rate"] == pytest.approx(0.95, abs=0.03)
+    k = kpis("grpo_sim", K=8, beta=0.5)
+    assert k["final p (mean)"] == pytest.approx(0.92, abs=0.03) and k["dead-group rate"] == pytest.approx(0.48, abs=0.05)
+
+
+def test_recorded_runs_are_reproducible():
+    """The first evaluation of a recorded SFT run is re-run from scratch and matches."""
+    from posttrain.lessons import runs
+    again = runs.sft_run(mask_prompt=True, cot=False, steps=runs.EVAL_EVERY)
+    rec = runs.recorded()["sft cot=False mask=True"]
+    assert again["loss"][0] == pytest.approx(rec["loss"][0], abs=2e-3)
+    assert again["acc"][0] == pytest.approx(rec["acc"][0], abs=0.02)
+
+
+def test_rows_35_36_bradley_terry():
+    k = kpis("bt_rm", lr=0.3, pairs=500)
+    assert k["σ(1), σ(3)"] == "0.73, 0.95"
+    assert 94.0 <= float(k["cumulative agreement"][:-1]) <= 96.5        # plateaus short of 100%
+    assert float(kpis("bt_rm", lr=1.0, pairs=500)["cumulative agreement"][:-1]) < 91   # noisier at η = 1
+
+
+def test_row_40_prm_search():
+    k = kpis("prm", p_good=0.75, N=16, B=4, budget="course")
+    pct = {name: float(k[name][:-1]) for name in ("greedy (1 sample)", "best-of-N, ORM", "best-of-N, PRM", "PRM beam")}
+    assert pct["greedy (1 sample)"] == pytest.approx(17.8, abs=2)       # 0.75⁶
+    assert pct["best-of-N, ORM"] == pytest.approx(65, abs=3) and pct["best-of-N, PRM"] == pytest.approx(62.4, abs=3)
+    assert pct["PRM beam"] == pytest.approx(38, abs=4) and k["step samples: BoN / beam"] == "96 / 24"
+    matched = kpis("prm", p_good=0.75, N=16, B=4, budget="matched")      # decision: equal budgets
+    assert matched["step samples: BoN / beam"] == "96 / 96"
+    assert float(matched["PRM beam"][:-1]) > pct["best-of-N, ORM"]
+
+
+def test_row_42_reward_hacking():
+    hacked = kpis("hacking", rho=0.5, steps=500)
+    assert hacked["π(solve)"] < 0.1 and hacked["train reward EMA"] > 0.85
+    assert hacked["held-out correctness EMA"] == pytest.approx(0.4, abs=0.05)
+    for rho in (0.0, 0.2):
+        assert kpis("hacking", rho=rho, steps=500)["π(solve)"] > 0.77
+
+
+def test_rows_44_45_curation():
+    for policy, cur, K, kept, waste, per in ((20, 0, 8, 1000, "42%", 1.51), (80, 0, 8, 1000, "42%", None),
+                                             (80, 80, 8, 160, "1%", 3.04), (20, 0, 32, 1000, "22%", 0.38)):
+        k = kpis("curation", policy=policy, curation=cur, K=K)
+        assert k["prompts kept"] == kept and k["compute wasted on degenerate groups"] == waste
+        if per is not None:
+            assert k["signal per 100 rollouts"] == per
+
+
+def test_rows_71_72_73_stragglers():
+    table = {4: (1.96, 2.83, 3.7), 16: (2.72, 5.02, 8.87), 64: (3.49, 7.8, 17.36)}
+    for K, row in table.items():
+        for cv, want in zip((0.5, 1.0, 2.0), row):
+            assert kpis("stragglers", K=K, mu=800, cv=cv, cap=False, dynk=False, rule="fixed")["max-of-K formula (× μ)"] == want
+    base = dict(K=16, mu=800, cv=1.0, dynk=False, rule="course")
+    k = kpis("stragglers", cap=False, **base)
+    assert (k["τ_R = longest response"], k["mean response"], k["straggler tax max/mean − 1"]) == ("4015 tok", "994 tok", "304%")
+    assert kpis("stragglers", cap=True, **base)["τ_R = longest response"] == "4015 tok"     # the course's no-op cap
+    k = kpis("stragglers", K=16, mu=800, cv=1.0, cap=True, dynk=True, rule="course")
+    assert (k["τ_R = longest response"], k["straggler tax max/mean − 1"], k["decode saved"]) == ("2409 tok", "242%", "29%")
+    assert kpis("stragglers", K=16, mu=800, cv=2.0, cap=False, dynk=False, rule="course")["straggler tax max/mean − 1"] == "818%"
+    fixed = kpis("stragglers", K=16, mu=800, cv=1.0, cap=True, dynk=False, rule="fixed")   # decision: the cap bites
+    assert int(fixed["τ_R = longest response"].split()[0]) < 4015
+
+
+def test_rows_85_86_87_kernels():
+    k = kpis("kernels", K=16, gp=0.1, tokens=32768, vocab=131072, chunk=1024)
+    assert (k["prefix-sharing saving K/(1 + K·G/P)"], k["full logits"], k["one chunk"]) == ("6.15×", "8.6 GB", "67 MB")
+    assert k["bf16→fp8 cast of 140 GB at 3.35 TB/s"] == "42 ms"
+    assert kpis("kernels", K=64, gp=0.1, tokens=32768, vocab=131072, chunk=4096)["prefix-sharing saving K/(1 + K·G/P)"] == "8.65×"
+    assert kpis("kernels", K=16, gp=0.1, tokens=32768, vocab=131072, chunk=4096)["chunking saves"] == "32×"
+
+
+def test_row_90_three_forces():
+    k = kpis("forces", signal=60, bias=50, cost=8)
+    assert [k[n] for n in ("reward source", "algorithm", "topology", "closest named recipe")] == \
+        ["mixed", "GRPO (mixed reward)", "colocated", "custom (uncommon mix)"]
+    k = kpis("forces", signal=80, bias=20, cost=32)
+    assert (k["algorithm"], k["closest named recipe"]) == ("Dr. GRPO", "DeepSeek-R1")
+    assert kpis("forces", signal=20, bias=50, cost=16)["closest named recipe"] == "InstructGPT-style RLHF"
+
+
+def test_row_95_budget():
+    k = kpis("budget", prefix=True, cbatch=True, spec=False, fp8=False, train_opts=True, sync="every step", refpool=False)
+    assert (k["optimised step"], k["speed-up"], k["largest remaining slice"]) == ("43.9 s", "2.28×", "rollout 33%")
+    assert kpis("budget", prefix=True, cbatch=False, spec=False, fp8=False, train_opts=False, sync="every step",
+                refpool=False)["speed-up"] == "1.56×"
+    assert kpis("budget", prefix=False, cbatch=False, spec=False, fp8=False, train_opts=True, sync="every step",
+                refpool=False)["speed-up"] == "1.12×"
+    k = kpis("budget", prefix=True, cbatch=True, spec=True, fp8=True, train_opts=True, sync="overlapped", refpool=True)
+    assert (k["optimised step"], k["speed-up"], k["largest remaining slice"]) == ("21.6 s", "4.63×", "train 44%")
