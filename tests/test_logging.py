@@ -2,6 +2,7 @@
 
 import json
 import sys
+import time
 
 import pytest
 
@@ -56,6 +57,9 @@ def test_wandb_offline_writes_its_run_directory_and_resume_continues_the_same_ru
     run_id = (tmp_path / "wandb_run_id").read_text()
     files = list((tmp_path / "wandb").glob(f"offline-run-*-{run_id}/run-{run_id}.wandb"))
     assert len(files) == 1 and files[0].stat().st_size > 0
+    second = int(time.time())            # wandb names offline run directories by the second: a resume
+    while int(time.time()) == second:    # started within the same second would reuse the first one's
+        time.sleep(0.05)
     log = RunLogger(tmp_path, "rl", 2, start_step=1, wandb=WandbConfig(project="posttrain-test", mode="offline"))
     log.log(2, {"loss": 0.5})
     log.close()
