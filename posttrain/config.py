@@ -285,7 +285,7 @@ class RLConfig(RunConfig):
     off_policy_cap: float = 2.0   # C: truncate weights at C (tis, seq_tis) or zero them outside [1/C, C] (mask)
     sync_bucket_mb: float = 64.0  # weight sync across copies/processes: MB per transfer bucket
     sync_transport: str = "object_store"  # placement=ray: object_store (ray.put per bucket) | broadcast (a process
-                                  # group of trainer + workers, one broadcast per bucket: gloo on CPU, NCCL on GPU)
+                                  # group of trainer + workers, one broadcast per bucket; gloo: the workers are CPU actors)
     overprovision: int = 0        # straggler cut-off: start samples_per_prompt + this per prompt, keep the first to finish
     trainer_ranks: int = 1        # trainer data-parallel over N local processes (gloo, CPU); rank 0 also runs the other roles
     trainer_shard: str = "replicate"  # trainer_ranks > 1: replicate = every rank a full copy, gradients all-reduced

@@ -1,4 +1,4 @@
-"""Weight sync by collective broadcast: `placement: ray` with `weight_sync: broadcast`.
+"""Weight sync by collective broadcast: `placement: ray` with `sync_transport: broadcast`.
 
 The trainer's process (rank 0) and the W rollout workers (ranks 1..W) form a process group
 of their own, next to any trainer group (`trainer_ranks`), so it never touches the default
@@ -10,8 +10,9 @@ group. A sync sends each bucket of `state_buckets` as one flat byte tensor in on
     ray.get(every receive)                  ◀─  load_buckets; policy_version = version
 
 Only the layouts (names, dtypes, shapes) travel through Ray; the bytes go through the group.
-The backend follows the device of the tensors: gloo for CPU tensors (what runs here), NCCL
-for CUDA ones (the same calls; vLLM/verl/OpenRLHF sync their GPU samplers this way).
+The backend follows the members' `device`: gloo for "cpu", NCCL for "cuda" (the same calls;
+vLLM/verl/OpenRLHF sync their GPU samplers this way). RayRollout's workers are CPU actors, so
+the wired path is gloo; the NCCL branch has not been run (no GPU was available).
 
 A group cannot take in a new member, so a restarted worker is first brought up to date
 through the object store, and the next sync forms a fresh group (a new `generation`: a new
