@@ -51,9 +51,9 @@ def test_row_09_beta_widget_course_numbers_and_the_fix():
     for beta, (theta, rew, kl) in course.items():
         k = kpis("beta", beta=beta, schedule="course")
         assert (k["final θ"], k["final KL"]) == (theta, kl) and k["final reward"] == pytest.approx(rew, abs=1e-3)
-        assert k["reward-hacked (θ > 4.5)?"] == "no"
-    assert kpis("beta", beta=0.0, schedule="fixed")["reward-hacked (θ > 4.5)?"] == "yes"   # decision: fixed
-    assert kpis("beta", beta=0.05, schedule="fixed")["reward-hacked (θ > 4.5)?"] == "no"
+        assert k["reward-hacked (θ > 5)?"] == "no"
+    assert kpis("beta", beta=0.0, schedule="fixed")["reward-hacked (θ > 5)?"] == "yes"   # decision: fixed
+    assert kpis("beta", beta=0.05, schedule="fixed")["reward-hacked (θ > 5)?"] == "no"
 
 
 def test_row_12_loss_assembly():
@@ -158,14 +158,18 @@ def test_rows_49_77_78_topology():
 
 
 def test_rows_51_53_kv_cache():
+    """Row 53 in binary units: 7B GQA, B = 32, L = 2048 → 128 KiB/token, 8.0 GiB; the read time is
+    the bytes at 3.35e12 B/s (8.59e9 / 3.35e12 = 2.56 ms; the course divided GiB by GB/s: 2.4)."""
     k = kpis("kv", model="7b", B=32, L=2048, gqa=True)
-    assert (k["KV per token"], k["KV total"], k["free HBM after weights"], k["time to read the KV once"]) == \
-        ("128 KB", "8.0 GB", "66 GB", "2.4 ms")
+    assert (k["KV per token"], k["KV total"], k["weights"], k["time to read the KV once"]) == \
+        ("128 KiB", "8.0 GiB", "13.0 GiB", "2.6 ms")
+    assert k["free HBM after weights"] == f"{(80e9 - 14e9) / 2 ** 30:.1f} GiB"
     assert k["bottleneck"] == "weight bandwidth dominates KV"
     k = kpis("kv", model="7b", B=32, L=2048, gqa=False)
-    assert (k["KV per token"], k["KV total"], k["time to read the KV once"]) == ("512 KB", "32.0 GB", "9.6 ms")
+    assert (k["KV per token"], k["KV total"], k["time to read the KV once"]) == ("512 KiB", "32.0 GiB", "10.3 ms")
     k = kpis("kv", model="70b", B=256, L=8192, gqa=True)
-    assert k["KV total"] == "640.0 GB" and k["bottleneck"].startswith("HBM capacity")
+    assert k["KV total"] == "640.0 GiB" and k["bottleneck"].startswith("HBM capacity")
+    assert k["H100s the KV alone needs"] == f"{640 * 2 ** 30 / 80e9:.1f}"
     # posttrain's own cache: nano = 4 layers × 4 KV heads × 32 dims × K and V × 4 bytes
     assert k["posttrain's gpt_mini nano KV per token (fp32, measured)"] == f"{4 * 4 * 32 * 2 * 4} B"
 
@@ -185,14 +189,15 @@ def test_every_widget_default_runs_and_is_json():
 
 
 def test_rows_59_to_64_memory_envelope():
+    """Row 64 in GiB: the course's 32.9 GB / 2.3 GB / 153.2 GB are 30.7 / 2.1 / 142.7 GiB."""
     k = kpis("memory", P=7, L=8192, B=4, G=8, ckpt=True)
     assert (k["per-GPU training"], k["per-GPU inference"], k["KV per token"], k["fits on H100s?"]) == \
-        ("32.9 GB", "2.3 GB", "128 KB", "yes")
-    assert k["training state, whole model (18 B/param)"] == "126 GB"
-    assert kpis("memory", P=7, L=8192, B=4, G=8, ckpt=False)["per-GPU training"] == "153.2 GB"
+        (f"{32.93e9 / 2 ** 30:.1f} GiB", "2.1 GiB", "128 KiB", "yes")
+    assert k["training state, whole model (18 B/param)"] == f"{126e9 / 2 ** 30:.2f} GiB"
+    assert kpis("memory", P=7, L=8192, B=4, G=8, ckpt=False)["per-GPU training"] == f"{153.2e9 / 2 ** 30:.1f} GiB"
     k = kpis("memory", P=70, L=8192, B=4, G=16, ckpt=True)
-    assert k["per-GPU training"] == "153.9 GB" and k["fits on H100s?"] == "no"
-    assert k["training state, whole model (18 B/param)"] == "1.26 TB"
+    assert k["per-GPU training"] == f"{153.9e9 / 2 ** 30:.1f} GiB" and k["fits on H100s?"] == "no"
+    assert k["training state, whole model (18 B/param)"] == f"{1.26e12 / 2 ** 40:.2f} TiB"
 
 
 def test_rows_68_69_throughput_equation():
@@ -211,7 +216,7 @@ def test_planner_widget_is_the_memory_planner():
     from posttrain import memory
     k = kpis("planner", model="llama-70b", algo="ppo", gpus=8, lora=0, ckpt=False)
     p = memory.plan("llama-70b", algo="ppo", gpus=8)
-    assert k["peak per GPU"] == f"{p['peak_bytes'] / 1e9:.1f} GB" and k["fits on H100?"] == "no"
+    assert k["peak per GPU"] == f"{p['peak_bytes'] / 2 ** 30:.1f} GiB" and k["fits on H100?"] == "no"
     assert "LoRA" in k["cheapest change that fits"]
     assert kpis("planner", model="llama3-8b", algo="grpo", gpus=8, lora=0, ckpt=False)["fits on H100?"] == "yes"
 
@@ -310,8 +315,9 @@ def test_rows_71_72_73_stragglers():
 
 
 def test_rows_85_86_87_kernels():
+    """Row 86 in binary units: 32,768 × 131,072 × 2 B = 8.6 GB = 8.0 GiB; a 1k chunk = 64 MiB."""
     k = kpis("kernels", K=16, gp=0.1, tokens=32768, vocab=131072, chunk=1024)
-    assert (k["prefix-sharing saving K/(1 + K·G/P)"], k["full logits"], k["one chunk"]) == ("6.15×", "8.6 GB", "67 MB")
+    assert (k["prefix-sharing saving K/(1 + K·G/P)"], k["full logits"], k["logits held at once"]) == ("6.15×", "8.0 GiB", "64 MiB")
     assert k["bf16→fp8 cast of 140 GB at 3.35 TB/s"] == "42 ms"
     assert kpis("kernels", K=64, gp=0.1, tokens=32768, vocab=131072, chunk=4096)["prefix-sharing saving K/(1 + K·G/P)"] == "8.65×"
     assert kpis("kernels", K=16, gp=0.1, tokens=32768, vocab=131072, chunk=4096)["chunking saves"] == "32×"

@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from posttrain.algorithms import grpo
+from posttrain.algorithms import core, grpo
 from posttrain.framework.batch import collate
 from posttrain.framework.rollout import SamplingParams, draw_keys, sample_keys, sample_tokens
 from posttrain.lessons import runs
@@ -82,8 +82,10 @@ def next_char(context: str, temperature: float) -> dict:
     toks, _ = sample_tokens(logits.expand(N, -1), SamplingParams(temperature=temperature), keys)
     freq = torch.bincount(toks, minlength=tok.vocab_size).double() / N
     top = torch.softmax(logits, -1).topk(8).indices.tolist()
-    p = torch.softmax(logits / (temperature if temperature > 0 else 1.0), -1)
-    ent = float(-(p * p.clamp_min(1e-12).log()).sum())
+    if temperature > 0:                                                   # the distribution sampled from
+        ent = float(core.entropy_from_logits(logits / temperature))
+    else:                                                                 # greedy: one token, no uncertainty
+        ent = 0.0
     labels = [repr(tok.chars[i]) for i in top]
     return {
         "figure": figure([bar(labels, [float(freq[i]) for i in top], f"sampled at T = {temperature} (2000 draws)"),
@@ -91,8 +93,8 @@ def next_char(context: str, temperature: float) -> dict:
                          f"next character after {context!r}", "character", "frequency",
                          grid={"rows": 1, "columns": 2, "pattern": "independent"}, yaxis={"range": [0, 1.05]},
                          xaxis2={"title": {"text": "step"}}, yaxis2={"title": {"text": "nats / char"}}),
-        "kpis": [["most likely next char", repr(tok.chars[top[0]])], ["entropy H (nats)", r(ent, 3)],
-                 ["perplexity e^H", r(math.exp(ent), 2)],
+        "kpis": [["most likely next char", repr(tok.chars[top[0]])], ["entropy H of the sampled distribution (nats)", r(ent, 3)],
+                 ["perplexity e^H", r(math.exp(ent), 2)], ["entropy H at T = 1 (nats)", r(core.entropy_from_logits(logits), 3)],
                  ["greedy (T = 0) always picks", repr(tok.chars[int(logits.argmax())])]],
         "note": "The model was pretrained (300 steps, recorded) on arithmetic traces; T = 0 is truly greedy.",
     }

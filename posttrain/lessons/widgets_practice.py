@@ -11,6 +11,7 @@ import torch
 from posttrain import memory, report, throughput
 from posttrain.algorithms import core, dapo
 from posttrain.framework.rollout import token_logprobs
+from posttrain.lessons import units
 from posttrain.lessons.registry import Knob, Widget, bar, figure, line, r, register
 
 _BASE = torch.linspace(-1.5, 1.5, 16, dtype=torch.float64)           # a 16-token policy's logits
@@ -105,18 +106,20 @@ def sizing(model: str, gpus: int, placement: str, lora: int) -> dict:
     pools = list(p["pools"].items())
     state = 18 * p["params"]                                            # mixed precision, bytes
     return {
-        "figure": figure([bar([n for n, _ in pools], [q["peak_bytes"] / 1e9 for _, q in pools], "peak GB per GPU"),
-                          line([pools[0][0], pools[-1][0]], [p["capacity_bytes"] / 1e9] * 2, "H100 capacity",
+        "figure": figure([bar([n for n, _ in pools], [units.gib(q["peak_bytes"]) for _, q in pools], "peak GiB per GPU"),
+                          line([pools[0][0], pools[-1][0]], [units.gib(p["capacity_bytes"])] * 2, "H100 capacity",
                                line={"dash": "dash", "color": "black"}),
                           bar(list(t["terms"]), list(t["terms"].values()), "seconds per step", xaxis="x2", yaxis="y2")],
-                         f"{model}, GRPO, {gpus} × H100, {placement}, LoRA {lora or 'off'}", "", "GB per GPU",
-                         grid={"rows": 1, "columns": 2, "pattern": "independent"}, showlegend=False),
-        "kpis": [["fits?", "yes" if p["fits"] else "no"], ["peak per GPU", f"{p['peak_bytes'] / 1e9:.1f} GB"],
-                 ["full training state 18 B × P", f"{state / 1e12:.2f} TB vs {gpus * 80} GB of HBM"],
+                         f"{model}, GRPO, {gpus} × H100, {placement}, LoRA {lora or 'off'}", "", "GiB per GPU",
+                         grid={"rows": 1, "columns": 2, "pattern": "independent"}, showlegend=False,
+                         yaxis2={"title": {"text": "seconds per step"}}),
+        "kpis": [["fits?", "yes" if p["fits"] else "no"], ["peak per GPU", units.size(p["peak_bytes"])],
+                 ["full training state 18 B × P", f"{units.size(state, 2)} vs {units.size(gpus * p['capacity_bytes'])} of HBM"],
                  ["step time (role model)", f"{t['step_s']:.1f} s"],
                  ["rollout share of the step", f"{100 * t['terms']['rollout'] / sum(t['terms'].values()):.0f}%"],
                  ["cheapest change that fits", p["suggestions"][0]["change"] if p["suggestions"] else "—"]],
-        "note": "The two numbers an infra engineer checks first: bytes per GPU and where the seconds go.",
+        "note": (f"Peak {units.size(p['peak_bytes'])} per GPU: " + ("it fits" if p["fits"] else "it does not fit")
+                 + f"; rollout is {100 * t['terms']['rollout'] / sum(t['terms'].values()):.0f}% of the role-time total."),
     }
 
 
@@ -127,9 +130,9 @@ register(Widget(
      Knob("lora", "LoRA rank (0 = full)", [0, 16], 0)],
     {"knobs": {"model": "llama-70b", "gpus": 8, "placement": "colocated", "lora": 0},
      "what": "'70B on 8 H100s, colocated' (the course's interview answer) does not fit: full training "
-             "state alone is 18 B × 69B params ≈ 1.24 TB against 640 GB of HBM, before any activation or KV cache. "
-             "It needs LoRA, offload or more GPUs."},
-    "Left: peak memory per GPU of each pool (memory.plan). Right: seconds per role in one step "
+             "state alone is 18 B × 69B params ≈ 1.13 TiB against 596 GiB of HBM (8 × 80 GB), before any "
+             "activation or KV cache. It needs LoRA, offload or more GPUs."},
+    "Left: peak memory per GPU of each pool (memory.plan), in GiB. Right: seconds per role in one step "
     "(throughput.role_model).", ["posttrain.memory:plan", "posttrain.throughput:role_model"]))
 
 
