@@ -123,7 +123,7 @@ def sizing(model: str, gpus: int, placement: str, lora: int) -> dict:
         "kpis": [["fits?", "yes" if p["fits"] else "no"], ["peak per GPU", units.size(p["peak_bytes"])],
                  ["full training state 18 B × P", f"{units.size(state, 2)} vs {units.size(gpus * p['capacity_bytes'])} of HBM"],
                  ["step time (role model)", f"{t['step_s']:.1f} s"],
-                 ["rollout share of the step", f"{100 * t['terms']['rollout'] / sum(t['terms'].values()):.0f}%"],
+                 ["rollout share of the role time", f"{100 * t['terms']['rollout'] / sum(t['terms'].values()):.0f}%"],
                  ["cheapest change that fits", p["suggestions"][0]["change"] if p["suggestions"] else "—"]],
         "note": (f"Peak {units.size(p['peak_bytes'])} per GPU: " + ("it fits" if p["fits"] else "it does not fit")
                  + f"; rollout is {100 * t['terms']['rollout'] / sum(t['terms'].values()):.0f}% of the role-time total."),
