@@ -180,6 +180,16 @@ def test_break_clip():
     assert bad["reward gained over the epochs"] < 0.6 * ok["reward gained over the epochs"]
 
 
+def test_break_cot():
+    """G04, recorded runs: six terms answered directly by the 2-layer model are mostly wrong where the
+    same model with the trace gets most right; direct accuracy falls with K, CoT's stays high."""
+    ok, bad = kpis("cot"), broken("cot")
+    assert ok["held-out accuracy (this setting)"] > 0.7 and bad["held-out accuracy (this setting)"] < 0.2
+    direct, cot = (floats(ok[k].replace(" → ", ",")) for k in ("direct answers, K = 2 → 6", "chain of thought, K = 2 → 6"))
+    assert all(c > d + 0.4 for c, d in zip(cot, direct))
+    assert direct[-1] < direct[0]
+
+
 # ---- systems ---------------------------------------------------------------------------------------
 
 def test_break_kv():
@@ -320,7 +330,7 @@ def test_break_async_pipe():
     key, sync = "wall clock to accuracy 0.7", "wall clock to accuracy 0.7, synchronous"
     assert minutes(ok, key) < minutes(ok, sync)                            # a little staleness pays
     assert minutes(bad, key) > minutes(bad, sync)                          # a lot of it costs more than it buys
-    assert bad["clip fraction (mean over the run)"] > 4 * ok["clip fraction (mean over the run)"]
+    assert bad["clip fraction (mean over the run)"] > 3 * ok["clip fraction (mean over the run)"]
     tis = kpis("async_pipe", delta=32, correction="tis")
     assert minutes(tis, key) < minutes(bad, key)                           # the correction recovers part of it
 
