@@ -40,7 +40,7 @@ def lineage(group: str) -> dict:
     dead = [n for n, a in adv.items() if float(a.abs().max()) == 0]
     return {
         "figure": figure([bar(names, a.tolist(), n) for n, a in adv.items()],
-                         f"one group of K = 4, rewards ({group})", "", "advantage A_i", barmode="group"),
+                         f"one group of K = 4, rewards ({group})", "answer (its reward)", "advantage A_i", barmode="group"),
         "kpis": [[n, ", ".join(f"{x:+.2f}" for x in a.tolist())] for n, a in adv.items()]
                 + [["roles beyond rollout + reward", "; ".join(
                     f"{n}: " + ("+".join(k for k in ("reference", "critic") if getattr(roles[n], k)) or "none")
@@ -141,7 +141,8 @@ def dapo_ablation(clip_higher: bool, dynamic_sampling: bool, token_mean: bool, o
                           line(this["step"], this["useful"], "groups with signal / batch", xaxis="x2", yaxis="y2")],
                          "exact accuracy over all prompts (left); entropy and useful groups (right)", "step",
                          "accuracy", grid={"rows": 1, "columns": 2, "pattern": "independent"},
-                         yaxis={"range": [0, 1]}, xaxis2={"title": {"text": "step"}}, yaxis2={"range": [0, 1.3]}),
+                         yaxis={"range": [0, 1]}, xaxis2={"title": {"text": "step"}},
+                         yaxis2={"range": [0, 1.3], "title": {"text": "entropy (nats) / share"}}),
         "kpis": [["accuracy at step 30 / 75 / 150", " / ".join(f"{this['acc'][i]:.3f}" for i in (5, 14, n - 1))],
                  ["all on / all off at step 150", f"{on['acc'][-1]:.3f} / {off['acc'][-1]:.3f}"],
                  ["groups with signal per batch (mean)", r(mean(this["useful"]), 3)],

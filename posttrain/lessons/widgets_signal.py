@@ -131,7 +131,7 @@ def prm_search(p_good: float, N: int, B: int, budget: str) -> dict:
     return {
         "figure": figure([bar(list(acc), vals, "share of problems answered right",
                               marker={"color": ["#d62728" if i == best else "#1f77b4" for i in range(len(vals))]})],
-                         f"p_good = {p_good}, N = {N}, beam {B} × {K} per step ({budget} budget)", "",
+                         f"p_good = {p_good}, N = {N}, beam {B} × {K} per step ({budget} budget)", "method",
                          "accuracy over 600 problems", yaxis={"range": [0, 1]}),
         "kpis": [[n, f"{100 * v:.1f}%"] for n, v in zip(names, vals)]
                 + [["best method", names[best]], ["step samples: best-of-N / beam", f"{N * S} / {B * K * S}"],
@@ -195,9 +195,9 @@ def hacking(rho: float, steps: int) -> dict:
     return {
         "figure": figure([bar(["π(solve)", "π(emit phrase)"], pi.tolist(), "policy (mean of 200 seeds)"),
                           bar(["train reward (proxy)", "held-out correctness"], [train, held], "EMA", xaxis="x2", yaxis="y2")],
-                         f"leak ρ = {rho}, {steps} steps", "", "probability",
+                         f"leak ρ = {rho}, {steps} steps", "", "probability (mean of 200 seeds)",
                          grid={"rows": 1, "columns": 2, "pattern": "independent"}, yaxis={"range": [0, 1]},
-                         yaxis2={"range": [0, 1.6]}),
+                         yaxis2={"range": [0, 1.6], "title": {"text": "reward (EMA)"}}),
         "kpis": [["π(solve)", r(pi[0], 3)], ["train reward EMA", r(train, 3)], ["held-out correctness EMA", r(held, 3)],
                  ["phrase wins when 0.4 + ρ > 0.7", "yes" if 0.4 + rho > 0.7 else "no"]],
         "note": (f"The policy learned the phrase (π(solve) = {float(pi[0]):.2f}): the train reward reads {train:.2f} "

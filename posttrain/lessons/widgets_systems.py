@@ -264,7 +264,7 @@ def throughput(P: int, K: int, L: int, topo: str) -> dict:
     return {
         "figure": figure([bar(list(t), list(t.values()), "seconds per step"),
                           bar(["step time"], [step], f"τ_step ({TOPO[topo]})", marker={"color": "#d62728"})],
-                         f"{P}B, K = {K}, L = {L}, {TOPO[topo]}", "", "seconds"),
+                         f"{P}B, K = {K}, L = {L}, {TOPO[topo]}", "role", "seconds per step"),
         "kpis": [[f"τ_{k}", f"{v:.1f} s"] for k, v in t.items()]
                 + [["τ_step", f"{step:.1f} s"], ["useful tokens/s", f"{m['useful_tokens_per_s'] / 1000:.1f}k"],
                    ["rollout share of the step", f"{100 * t['rollout'] / step:.0f}%"], ["bottleneck", m["bottleneck"]],
