@@ -122,31 +122,42 @@ register(Widget(
 
 # ---- G03 · SFT: the loss mask ---------------------------------------------------------------------
 
-EXAMPLES = ["<3+4+5>12#", "<hello>olleh#", "<abcd>dcba#"]
+EXAMPLES = ["<3+4+5+6>18#", "<3+4+5>12#", "<hello>olleh#", "<abcd>dcba#"]
 
 
 def sft_mask(mask_prompt: bool, example: str) -> dict:
+    """The loss mask collate() builds for one example, and recorded SFT runs on 4–5-term sums with
+    the prompt masked or trained on (runs.mask_runs: 3 seeds averaged, 200 held-out problems)."""
     tok = CharTokenizer()
     cut = example.index(">") + 1
     prompt, response = tok.encode(example[:cut]), tok.encode(example[cut:])
     lm = collate([prompt], [response], tok.pad_id, mask_prompt)["loss_mask"][0, 1:]   # targets 1..T-1
     rec = runs.recorded()
-    on, off = rec["sft cot=False mask=True"], rec["sft cot=False mask=False"]
+    on, off = rec["sft mask=1 seeds"], rec["sft mask=0 seeds"]
     cur = on if mask_prompt else off
+    share = len(response) / int(lm.sum())                               # the answer's share of the loss tokens
+    mid = on["step"].index(200)
     return {
         "figure": figure([bar([f"{i + 1}:{example[i + 1]}" for i in range(len(lm))], lm.tolist(), "target is trained on",
                               marker={"color": ["#1f77b4" if i + 1 >= cut else "#ff7f0e" for i in range(len(lm))]}),
-                          line(on["step"], on["acc"], "held-out accuracy, prompt masked", xaxis="x2", yaxis="y2",
-                               line={"width": 4 if mask_prompt else 1}),
-                          line(off["step"], off["acc"], "held-out accuracy, prompt trained on", xaxis="x2", yaxis="y2",
-                               line={"width": 1 if mask_prompt else 4})],
+                          line(on["step"], on["acc"], "prompt masked", xaxis="x2", yaxis="y2",
+                               line={"width": 4 if mask_prompt else 1.5}),
+                          line(off["step"], off["acc"], "prompt trained on", xaxis="x2", yaxis="y2",
+                               line={"width": 1.5 if mask_prompt else 4})],
                          f"{example}: orange = prompt position, blue = response", "predicted position", "in the loss",
                          grid={"rows": 1, "columns": 2, "pattern": "independent"}, yaxis={"range": [0, 1.1]},
-                         xaxis2={"title": {"text": "SFT step (recorded runs)"}}, yaxis2={"range": [0, 1]}),
+                         xaxis2={"title": {"text": "SFT step (recorded, 3 seeds)"}},
+                         yaxis2={"range": [0, 1], "title": {"text": "held-out accuracy"}}),
         "kpis": [["trained positions", f"{int(lm.sum())} of {len(lm)}"], ["ignored positions", int(len(lm) - lm.sum())],
-                 ["final held-out accuracy (this setting)", cur["acc"][-1]],
-                 ["final accuracy, masked vs not", f"{on['acc'][-1]} vs {off['acc'][-1]}"]],
-        "note": "The first trained target is the first response token, predicted from the whole prompt.",
+                 ["answer's share of the loss tokens", r(share, 2)],
+                 ["held-out accuracy at step 200 (this setting)", cur["acc"][mid]],
+                 ["held-out accuracy at step 400 (this setting)", cur["acc"][-1]],
+                 ["masked / trained on, at step 200", f"{on['acc'][mid]:.2f} / {off['acc'][mid]:.2f}"],
+                 ["masked / trained on, at step 400", f"{on['acc'][-1]:.2f} / {off['acc'][-1]:.2f}"]],
+        "note": (f"{'Masked' if mask_prompt else 'Unmasked'}: the answer is {100 * share:.0f}% of this example's loss "
+                 f"tokens. In the recorded runs on 4–5-term sums the masked model answers {100 * on['acc'][mid]:.0f}% of "
+                 f"held-out problems after 200 steps, the unmasked one {100 * off['acc'][mid]:.0f}% "
+                 f"({100 * on['acc'][-1]:.0f}% and {100 * off['acc'][-1]:.0f}% after 400)."),
     }
 
 
@@ -155,10 +166,12 @@ register(Widget(
     [Knob("mask_prompt", "mask the prompt", [False, True], True, "check"),
      Knob("example", "example", EXAMPLES, EXAMPLES[0], "select")],
     {"knobs": {"mask_prompt": False},
-     "what": "Training on the prompt too spends the model's capacity on predicting random question "
-             "digits, which cannot be learned; in the recorded runs the answers are learned more slowly "
-             "for the first ~150 steps (right plot)."},
-    "Left: the loss mask of one example. Right: held-out accuracy of two recorded SFT runs.",
+     "what": "Training on the prompt too: three quarters of each example's loss tokens are random question "
+             "digits that cannot be predicted, the answer gets a quarter of the gradient, and the model learns "
+             "the answers about half as fast: at step 200 it answers about half as many held-out sums as the "
+             "masked one (right plot)."},
+    "Left: the loss mask of one example (collate). Right: held-out accuracy of recorded SFT runs, prompt "
+    "masked vs trained on (3 seeds each).",
     ["posttrain.framework.batch:collate", "posttrain.lessons.runs:sft_run"]))
 
 
