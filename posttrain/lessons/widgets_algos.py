@@ -261,7 +261,8 @@ register(Widget(
     {"knobs": {"accuracy": 0.99, "K": 2},
      "what": "A policy that already solves 99% with K = 2: 98% of groups are all-right and produce no "
              "gradient; without dynamic sampling almost every step is wasted."},
-    "Left: share of groups whose rewards are all equal. Right: reward added for a response length.",
+    "Left: share of groups whose rewards are all equal (rewards drawn at the given accuracy: a toy). "
+    "Right: reward added for a response length.",
     ["posttrain.algorithms.dapo:degenerate", "posttrain.algorithms.dapo:overlong_penalty"]))
 
 
@@ -358,7 +359,8 @@ register(Widget(
      "what": "IPO with β = 2 and η = 0.5: the squared loss overshoots its target on every pair, the "
              "policy ends on B (π ≈ 0.97), a mediocre answer, and the chosen answers' log-probability "
              "falls from −1.5 to −5."},
-    "Probability of each response as labelled pairs arrive.",
+    "Probability of each response as labelled pairs arrive: four responses and a simulated labeller, a "
+    "deliberate toy trained by preference_loss.",
     ["posttrain.preference.dpo:preference_loss"]))
 
 

@@ -260,7 +260,8 @@ register(Widget(
     {"knobs": {"beta": 0.05, "lr": 0.05},
      "what": "β = 0.05 with a small step: the margin barely leaves 0 in 220 steps (it grows like β²), "
              "so the run looks like it learns nothing."},
-    "The implicit-reward margin and the loss over 220 updates.", ["posttrain.preference.dpo:preference_loss"]))
+    "The implicit-reward margin and the loss over 220 updates of preference_loss on one pair whose two "
+    "log-ratios are free parameters (a deliberate toy).", ["posttrain.preference.dpo:preference_loss"]))
 
 
 # ---- G06 · RLVR with GRPO: a one-number policy ----------------------------------------------------

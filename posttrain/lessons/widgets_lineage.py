@@ -120,7 +120,8 @@ register(Widget(
              "task (held-out correctness falls below 0.5), a single sample without a baseline gives a "
              "gradient error several times larger, and PPO on a 70B model does not fit on 8 H100s."},
     "The map of the course: every lesson answers one of three questions. Each force has a measurement "
-    "made by posttrain (hover a box for its lessons); its colour says whether the chosen setting holds.",
+    "made by posttrain on a lesson's toy (hover a box for its lessons); its colour says whether the "
+    "chosen setting holds.",
     ["posttrain.algorithms.reinforce:loss", "posttrain.algorithms.rloo:advantages",
      "posttrain.algorithms.reinforce:advantages", "posttrain.memory:plan"]))
 

@@ -195,5 +195,6 @@ register(Widget(
     {"knobs": {"delta": 16, "mode": "none"},
      "what": "Samples 16 versions old used with no correction: the estimate is the old policy's value, "
              "far from the current one, and the gradient points where the policy used to be."},
-    "Each point: the mean over 200 batches of 64 tokens of the weighted estimate minus the truth.",
+    "Each point: the mean over 200 batches of 64 tokens of the weighted estimate minus the truth. The "
+    "16-token policies are a deliberate toy; the weights are core.off_policy_weights.",
     ["posttrain.algorithms.core:off_policy_weights"]))

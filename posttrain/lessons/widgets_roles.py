@@ -75,7 +75,8 @@ register(Widget(
     {"knobs": {"lr": 2.0, "steps": 200},
      "what": "With η = 2 one lucky early sample of a mediocre arm can push its probability so high that "
              "the best arm is never tried again: some seeds lock onto a wrong action for good."},
-    "Bars: the policy of one seed, and over 1000 seeds how often each arm ends up the favourite.",
+    "Bars: the policy of one seed, and over 1000 seeds how often each arm ends up the favourite. A five-armed "
+    "bandit is a deliberate toy; the update is reinforce.loss's gradient.",
     ["posttrain.algorithms.reinforce:advantages", "posttrain.algorithms.reinforce:loss"]))
 
 
@@ -131,7 +132,8 @@ register(Widget(
      "what": "At low temperature almost every response is right, so groups of K = 2 are nearly always "
              "all-right: the group std is 0, every advantage is 0, and the step learns nothing."},
     "Left: the distribution the sampler draws from and the one its logprob records. Right: the chance "
-    "that all K responses to a prompt get the same reward.",
+    "that all K responses to a prompt get the same reward. The next-digit logits are a fixed toy; the "
+    "sampling is posttrain's sample_tokens.",
     ["posttrain.framework.rollout:sample_tokens", "posttrain.framework.rollout:token_logprobs"]))
 
 
@@ -201,7 +203,8 @@ register(Widget(
     {"knobs": {"order": "ref, policy", "shift": 1.0},
      "what": "Swapping the arguments estimates a different quantity on the wrong samples: the curves "
              "settle far from the dashed line, and the anchor pulls with the wrong strength."},
-    "Running means of k1, k2, k3 as more tokens are drawn, against the exact KL (dashed).",
+    "Running means of k1, k2, k3 as more tokens are drawn, against the exact KL (dashed). The two "
+    "16-token policies are a deliberate toy; the estimators are core.kl.",
     ["posttrain.algorithms.core:kl"]))
 
 

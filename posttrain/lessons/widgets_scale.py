@@ -74,7 +74,8 @@ register(Widget(
     {"knobs": {"cv": 2.0},
      "what": "cv = 2 with no patch: the longest response is 9× the mean, so the step takes 9× the "
              "average decode and most slots idle for most of it."},
-    "Each bar is one response's length; the step lasts as long as the longest.", ["posttrain.throughput:max_of_k"]))
+    "Each bar is one response's length; the step lasts as long as the longest. Lengths are drawn "
+    "log-normal with the course's seeded generator (a model, not engine output).", ["posttrain.throughput:max_of_k"]))
 
 
 # ---- 25 · kernels: prefix sharing and chunked log-probs ---------------------------------------------

@@ -150,7 +150,9 @@ register(Widget(
      "what": "Weak steps and two samples: 1.6% of chains are right, and no reranker can pick a correct "
              "chain that was never sampled; every method stays near the floor and the policy has to get "
              "better first."},
-    "Share of 600 six-step problems answered right, by method; red: the best one.",
+    "Share of 600 six-step problems answered right, by method; red: the best one. The chains and the "
+    "reward models' scores are simulated (a deliberate toy); the ranking and the table are posttrain's "
+    "search.sample_table and prm.aggregate.",
     ["posttrain.preference.search:sample_table", "posttrain.preference.prm:aggregate",
      "posttrain.tasks.arithmetic:ArithmeticTask.reward"]))
 
@@ -215,7 +217,8 @@ register(Widget(
     {"knobs": {"rho": 0.5, "steps": 500},
      "what": "ρ = 0.5: the phrase earns 0.9 per try against 0.7 for solving; the policy learns to emit "
              "the phrase, train reward climbs to ~0.9 while held-out correctness falls to ~0.4."},
-    "Left: the policy. Right: the proxy reward it is trained on vs. the correctness it should have.",
+    "Left: the policy. Right: the proxy reward it is trained on vs. the correctness it should have. Two "
+    "actions and a leaky verifier: a deliberate toy trained by reinforce.loss.",
     ["posttrain.algorithms.reinforce:loss"]))
 
 

@@ -246,7 +246,8 @@ register(Widget(
     {"knobs": {"ckpt": False},
      "what": "Checkpointing off at 8k tokens: the 7B activations alone are 128 GiB per GPU, and the "
              "trainer runs out of memory at its first step."},
-    "Stacked GiB per GPU for the trainer and the sampler against one H100 (80 GB = 74.5 GiB).",
+    "Stacked GiB per GPU for the trainer and the sampler against one H100 (80 GB = 74.5 GiB): the course's "
+    "envelope (memory.envelope), a back-of-envelope model; lesson 22's planner widget counts every tensor.",
     ["posttrain.memory:envelope"]))
 
 
@@ -282,7 +283,8 @@ register(Widget(
     {"knobs": {"L": 8192},
      "what": "Responses of 8k tokens: rollout is 98% of the step (its long tail grows with L), the "
              "trainer idles nearly all the time, and adding trainer GPUs buys nothing."},
-    "Seconds per role for one step, and the step time of the chosen placement.",
+    "Seconds per role for one step, and the step time of the chosen placement: the course's role-time "
+    "model (throughput.role_model), not a measurement.",
     ["posttrain.throughput:role_model", "posttrain.throughput:step_time"]))
 
 
