@@ -8,10 +8,9 @@ from __future__ import annotations
 import sys
 
 import pytest
+from lessons_util import floats, kpis
 
 from posttrain.lessons import registry
-
-from lessons_util import floats, kpis
 
 
 def broken(name: str) -> dict:
@@ -32,7 +31,7 @@ def test_break_bandit():
 
 def test_break_sampler():
     ok, bad = kpis("sampler"), broken("sampler")
-    assert bad["P(degenerate group), measured"] > 0.85 > 0.5 > ok["P(degenerate group), measured"]
+    assert bad["P(degenerate group), measured"] > 0.85 and ok["P(degenerate group), measured"] < 0.5
 
 
 def test_break_beta():
@@ -96,13 +95,13 @@ def test_break_rloo():
 
 def test_break_dapo():
     ok, bad = kpis("dapo"), broken("dapo")
-    assert bad["useful groups"] < 0.05 < 0.3 < ok["useful groups"]
+    assert bad["useful groups"] < 0.05 and ok["useful groups"] > 0.3
 
 
 def test_break_dapo_ablation():
     ok, bad = kpis("dapo_ablation"), broken("dapo_ablation")
     assert bad["groups with signal per batch (mean)"] < 0.2 < ok["groups with signal per batch (mean)"]
-    final = lambda k: float(k["accuracy at step 30 / 75 / 150"].split(" / ")[-1])     # noqa: E731
+    final = lambda k: float(k["accuracy at step 30 / 75 / 150"].split(" / ")[-1])
     assert final(ok) - final(bad) > 0.1
 
 
@@ -162,13 +161,13 @@ def test_break_grpo_sim():
     """G06: K = 2 has not converged by step 40 where K = 8 has (P(correct) ≥ 0.9)."""
     ok, bad = kpis("grpo_sim"), broken("grpo_sim")
     assert ok["P(correct) at step 40"] >= 0.9 and bad["P(correct) at step 40"] < 0.7
-    assert bad["groups with no signal, steps 1–40"] > 0.6 > 0.3 > ok["groups with no signal, steps 1–40"]
+    assert bad["groups with no signal, steps 1–40"] > 0.6 and ok["groups with no signal, steps 1–40"] < 0.3
     assert bad["first step with P(correct) ≥ 0.9"] > 2 * ok["first step with P(correct) ≥ 0.9"]
 
 
 def test_break_curation():
     ok, bad = kpis("curation"), broken("curation")
-    assert pct(ok["rollouts in groups with no signal"]) < 10 < 40 < pct(bad["rollouts in groups with no signal"])
+    assert pct(ok["rollouts in groups with no signal"]) < 10 and pct(bad["rollouts in groups with no signal"]) > 40
     assert bad["signal per 100 rollouts"] < 0.6 * ok["signal per 100 rollouts"]
 
 
@@ -238,8 +237,8 @@ def test_break_throughput():
 
 def test_break_stragglers():
     ok, bad = kpis("stragglers"), broken("stragglers")
-    tax = lambda k: pct(k["straggler tax max/mean − 1"]) / 100 + 1                  # noqa: E731
-    assert tax(bad) > 9 > 5 > tax(ok)
+    tax = lambda k: pct(k["straggler tax max/mean − 1"]) / 100 + 1
+    assert tax(bad) > 9 and tax(ok) < 5
 
 
 def test_break_failures():
@@ -297,7 +296,7 @@ def test_break_forces_map():
 
 def test_break_topology():
     ok, bad = kpis("topology"), broken("topology")
-    idle = lambda k: max(pct(k["rollout pool idle (disaggregated)"]), pct(k["trainer pool idle (disaggregated)"]))  # noqa: E731
+    idle = lambda k: max(pct(k["rollout pool idle (disaggregated)"]), pct(k["trainer pool idle (disaggregated)"]))
     assert idle(ok) < 30 and pct(bad["rollout pool idle (disaggregated)"]) > 60
     assert bad["async / colocated"] < ok["async / colocated"]
 
@@ -328,7 +327,7 @@ def test_break_forces():
 def test_break_snr():
     ok, bad = kpis("snr"), broken("snr")
     assert bad["mean |ĝ − target|"] > 1.8 * ok["mean |ĝ − target|"]
-    assert pct(bad["estimates that are exactly 0"]) > 40 > 10 > pct(ok["estimates that are exactly 0"])
+    assert pct(bad["estimates that are exactly 0"]) > 40 and pct(ok["estimates that are exactly 0"]) < 10
 
 
 def test_break_sync():
@@ -347,7 +346,7 @@ def test_break_budget():
 
 def test_break_async_pipe():
     ok, bad = kpis("async_pipe"), broken("async_pipe")
-    minutes = lambda k, key: float(k[key].split()[0])                                     # noqa: E731
+    minutes = lambda k, key: float(k[key].split()[0])
     key, sync = "wall clock to accuracy 0.7", "wall clock to accuracy 0.7, synchronous"
     assert minutes(ok, key) < minutes(ok, sync)                            # a little staleness pays
     assert minutes(bad, key) > minutes(bad, sync)                          # a lot of it costs more than it buys

@@ -11,7 +11,12 @@ import torch.nn.functional as F
 
 from posttrain.algorithms import core, grpo
 from posttrain.framework.batch import collate
-from posttrain.framework.rollout import SamplingParams, draw_keys, sample_keys, sample_tokens
+from posttrain.framework.rollout import (
+    SamplingParams,
+    draw_keys,
+    sample_keys,
+    sample_tokens,
+)
 from posttrain.lessons import runs
 from posttrain.lessons.registry import Knob, Widget, bar, figure, line, r, register
 from posttrain.models.gpt_mini import ModelConfig, count_params
@@ -76,7 +81,7 @@ register(Widget(
 
 # ---- G02 · pretraining: next-character distributions -------------------------------------------
 
-RIGHT = {"3+4=": "7", "3+4=7;7+": None, "12+6=1": "8", "9+9=": "1"}   # the correct next character, if one is
+RIGHT = {"3+4=": "7", "3+4=7;7+": None, "7+5=1": "2", "9+9=": "1"}    # the correct next character, if one is
 
 
 def next_char(context: str, temperature: float) -> dict:
@@ -104,7 +109,7 @@ def next_char(context: str, temperature: float) -> dict:
                  ["greedy (T = 0) always picks", repr(tok.chars[int(logits.argmax())])],
                  ["share of samples that are the right next char", "— (any digit can follow)" if RIGHT[context] is None
                   else r(freq[tok.stoi[RIGHT[context]]], 3)]],
-        "note": "The model was pretrained (300 steps, recorded) on arithmetic traces; T = 0 is truly greedy.",
+        "note": "The model was pretrained (1000 steps, recorded) on arithmetic traces; T = 0 is truly greedy.",
     }
 
 

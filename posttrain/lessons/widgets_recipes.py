@@ -28,8 +28,8 @@ FAMILY = {
     "RLOO": (["rloo"], "posttrain rl configs/grpo_arith.yaml algorithm=rloo"),
     "REINFORCE": (["reinforce"], "posttrain rl configs/grpo_arith.yaml algorithm=reinforce"),
     "DPO / IPO / KTO / ORPO / SimPO": (["dpo", "ipo", "kto", "orpo", "simpo"], "posttrain dpo init=RUN loss_type=dpo (ipo, kto, orpo, simpo)"),
-    "offline RL / reward-weighted SFT (RAFT, ReST)": (["sft"], "posttrain sft data=rejection init=RUN (RFT; posttrain's "
-                                                               "rejection keeps verified samples, RM ranking is not wired)"),
+    "offline RL / reward-weighted SFT (RAFT, ReST)": (["sft"], ("posttrain sft data=rejection init=RUN (RFT; posttrain's "
+                                                               "rejection keeps verified samples, RM ranking is not wired)")),
     "offline: rejection-sampled SFT or DPO": (["sft", "dpo"], "posttrain sft data=rejection init=RUN, or posttrain dpo init=RUN"),
 }
 
@@ -223,7 +223,7 @@ DEMOS = {"gae": _gae_demo, "kl": _kl_demo, "entropy": _entropy_demo, "offpolicy"
          "whiten": _whiten_demo, "lora": _lora_demo, "prm": _prm_demo, "curriculum": _curriculum_demo}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _demo(gap: str) -> tuple[str, float, float]:
     return DEMOS[gap](True)
 
