@@ -19,6 +19,10 @@ from posttrain.models.tokenizer import BASE_CHARS, CharTokenizer
 from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask, Problem
 from posttrain.tasks.base import safe_reward
 
+# The first optimizer a process builds imports torch's compiler stack (about a second of CPU); build
+# one here, when the widgets are loaded, so the first controller or sync setting does not pay it.
+torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.0)
+
 # ---- 05 · the trainer: one loss, assembled -----------------------------------------------------
 
 _OLD = torch.tensor([[-0.40, -0.10, -1.20, 0.0], [-0.50, -0.90, -0.20, 0.0]], dtype=torch.float64)
