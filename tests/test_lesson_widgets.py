@@ -153,6 +153,8 @@ def test_break_hacking():
 def test_break_next_char():
     ok, bad = kpis("next_char"), broken("next_char")
     assert bad["entropy H of the sampled distribution (nats)"] > ok["entropy H of the sampled distribution (nats)"] + 0.3
+    right = "share of samples that are the right next char"
+    assert ok[right] > 0.99 and bad[right] < 0.92                      # 3+4= → 7: wrong digits at T = 2
     greedy = kpis("next_char", temperature=0.0)
     assert greedy["entropy H of the sampled distribution (nats)"] == 0.0 and greedy["perplexity e^H"] == 1.0
 
@@ -200,14 +202,14 @@ def test_break_sft_mask():
 
 
 def test_break_scheduler():
-    """21: static batches of 4 need more engine forwards for the same responses, at a lower slot
+    """21: static batches need more engine forwards for the same responses, at a lower slot
     occupancy; the responses themselves are identical (counter-based sampling)."""
     ok, bad = kpis("scheduler"), broken("scheduler")
-    assert bad["decode forwards (engine)"] > 1.3 * kpis("scheduler", slots=4)["decode forwards (engine)"]
-    assert bad["slot occupancy"] < 0.75 < kpis("scheduler", slots=4)["slot occupancy"]
+    assert bad["decode forwards (engine)"] > 1.2 * ok["decode forwards (engine)"]
+    assert bad["slot occupancy"] < 0.8 and ok["slot occupancy"] > 0.9
     assert ok["responses cut by the 64-token cap"] <= 2                   # lengths end by themselves
     from posttrain.lessons.widgets_systems import _sched_run
-    assert _sched_run(4, True, 1.0)["responses"] == _sched_run(4, False, 1.0)["responses"]
+    assert _sched_run(8, True, 1.0)["responses"] == _sched_run(8, False, 1.0)["responses"]
 
 
 # ---- systems ---------------------------------------------------------------------------------------
@@ -356,6 +358,14 @@ def test_break_async_pipe():
 
 
 # ---- every widget has its break test ----------------------------------------------------------------
+
+def test_every_function_a_widget_names_resolves_to_source_lines():
+    from posttrain.lessons import pages
+    for w in registry.load_all().values():
+        for spec in w.uses:
+            rel, a, b = pages.code_ref(spec)
+            assert rel.startswith("posttrain/") and 0 < a <= b, (w.name, spec)
+
 
 def test_every_widget_has_a_break_test():
     here = {n[len("test_break_"):] for n in dir(sys.modules[__name__]) if n.startswith("test_break_")}

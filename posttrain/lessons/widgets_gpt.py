@@ -118,8 +118,8 @@ register(Widget(
     [Knob("context", "context", runs.CONTEXTS, runs.CONTEXTS[0], "select"),
      Knob("temperature", "temperature T", [0.0, 0.5, 1.0, 1.5, 2.0], 1.0)],
     {"knobs": {"temperature": 2.0},
-     "what": "At T = 2 the distribution flattens (perplexity 7.7 instead of 4.7 at T = 1): wrong digits "
-             "are sampled far more often, traces carry more errors, and an RL stage sampling there sees "
+     "what": "At T = 2 the distribution flattens: after '3+4=' about one sampled digit in nine is wrong "
+             "(against 3 in 1000 at T = 1), traces carry more errors, and an RL stage sampling there sees "
              "fewer rewards to learn from."},
     "Left: next-character frequencies from the sampler. Right: the recorded pretraining loss.",
     ["posttrain.framework.rollout:sample_tokens", "posttrain.lessons.runs:pretrain_run"]))
