@@ -285,7 +285,8 @@ def controller(phase: int, answers: str) -> dict:
                                textposition="top center", marker={"size": 24, "color": colors})] + right,
                          PHASES[k], "", "", grid={"rows": 1, "columns": 2, "pattern": "independent"},
                          yaxis={"visible": False, "range": [0.5, 1.6]}, xaxis={"visible": False, "range": [-0.6, 7.6]},
-                         yaxis2={"title": {"text": ytitle}}, showlegend=bool(right)),
+                         yaxis2={"title": {"text": ytitle}}, showlegend=bool(right),
+                         xaxis2={"title": {"text": "token position in the batch" if k == 3 else ""}}),
         "kpis": kpis, "note": note,
     }
 
