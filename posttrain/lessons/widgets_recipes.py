@@ -131,7 +131,7 @@ GAPS = {
 }
 
 
-def _gae_demo(fix: bool) -> tuple[str, float, float]:
+def _gae_demo() -> tuple[str, float, float]:
     """Std of the first token's advantage over 2000 episodes of 32 tokens, reward 0/1 at the end,
     a critic that knows the value up to noise: ppo.gae with λ = 0.95 (on) or λ = 1 (off: the
     Monte-Carlo return minus V)."""
@@ -148,7 +148,7 @@ def _gae_demo(fix: bool) -> tuple[str, float, float]:
     return "std of A at the first token", out[0.95], out[1.0]
 
 
-def _kl_demo(fix: bool) -> tuple[str, float, float]:
+def _kl_demo() -> tuple[str, float, float]:
     """Share of negative per-token KL estimates (k3 on, k1 off) on 4096 tokens of a policy 0.5
     away from its reference: a KL penalty that is sometimes a bonus."""
     gen = torch.Generator().manual_seed(0)
@@ -159,7 +159,7 @@ def _kl_demo(fix: bool) -> tuple[str, float, float]:
     return "share of per-token KL estimates < 0", share["k3"], share["k1"]
 
 
-def _entropy_demo(fix: bool) -> tuple[str, float, float]:
+def _entropy_demo() -> tuple[str, float, float]:
     """Entropy of a 5-armed bandit policy after 300 REINFORCE steps (reinforce.loss with the
     entropy term of core.finish_loss, c_H = 0.1 on, 0 off), 200 seeds."""
     out = {}
@@ -185,13 +185,13 @@ def _entropy_demo(fix: bool) -> tuple[str, float, float]:
     return "policy entropy after 300 steps (nats)", out[0.1], out[0.0]
 
 
-def _offpolicy_demo(fix: bool) -> tuple[str, float, float]:
+def _offpolicy_demo() -> tuple[str, float, float]:
     from posttrain.lessons.widgets_practice import stale_estimate
     on, off = stale_estimate(16, "tis", 2.0), stale_estimate(16, "none", 2.0)
     return "|bias| of the estimate from 16-version-old samples", abs(float(on[1] - on[0])), abs(float(off[1] - off[0]))
 
 
-def _whiten_demo(fix: bool) -> tuple[str, float, float]:
+def _whiten_demo() -> tuple[str, float, float]:
     """Two reward sources in one batch, one scored 0–1 and one 0–100: the spread (std) of the
     0–1 source's advantages after core.masked_whiten per source (on) or of the mixed batch (off),
     where the big source sets the scale and the small one's differences all but vanish."""
@@ -204,20 +204,20 @@ def _whiten_demo(fix: bool) -> tuple[str, float, float]:
     return "std of the 0–1 source's advantages", per, mixed
 
 
-def _lora_demo(fix: bool) -> tuple[str, float, float]:
+def _lora_demo() -> tuple[str, float, float]:
     """Peak GiB per GPU of GRPO on llama3-8b on one H100 (memory.plan), LoRA rank 16 vs full."""
     on = memory.plan("llama3-8b", algo="grpo", gpus=1, lora=16, checkpointing=True, suggest=False)["peak_bytes"]
     off = memory.plan("llama3-8b", algo="grpo", gpus=1, lora=0, checkpointing=True, suggest=False)["peak_bytes"]
     return "peak GiB per GPU, llama3-8b GRPO on one H100", on / 2 ** 30, off / 2 ** 30
 
 
-def _prm_demo(fix: bool) -> tuple[str, float, float]:
+def _prm_demo() -> tuple[str, float, float]:
     from posttrain.lessons.widgets_signal import prm_search
     k = dict(prm_search(0.75, 16, 4, "matched")["kpis"])
     return "accuracy: PRM beam (on) vs ORM best of 16 (off)", float(k["PRM beam"][:-1]) / 100, float(k["ORM best of N"][:-1]) / 100
 
 
-def _curriculum_demo(fix: bool) -> tuple[str, float, float]:
+def _curriculum_demo() -> tuple[str, float, float]:
     from posttrain.lessons.widgets_signal import curation
     on, off = (dict(curation(80, c, 8)["kpis"]) for c in (60, 0))
     return "share of rollouts in groups with no signal", float(on["rollouts in groups with no signal"][:-1]) / 100, \
@@ -230,7 +230,7 @@ DEMOS = {"gae": _gae_demo, "kl": _kl_demo, "entropy": _entropy_demo, "offpolicy"
 
 @functools.cache
 def _demo(gap: str) -> tuple[str, float, float]:
-    return DEMOS[gap](True)
+    return DEMOS[gap]()
 
 
 def gaps(gap: str, fix: str) -> dict:
