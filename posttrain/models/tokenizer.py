@@ -78,6 +78,15 @@ class CharTokenizer:
     def chat_response(self, answer: str) -> str:
         return f"{answer}{EOT}"
 
+    def chat_continuation(self, prompt, completion) -> str:
+        """What follows chat_prompt(prompt) when the reply is `completion`: a response string, or
+        the assistant's message(s) (preference rows), through the template's end of turn."""
+        if isinstance(completion, str):
+            return self.chat_response(completion)
+        head = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else check_messages(prompt)
+        full = render_builtin(head + check_messages(completion), add_generation_prompt=False)
+        return full[len(self.chat_prompt(prompt)):]
+
     def chat_tool_result(self, text: str) -> str:
         """An observation as the env injects it into the assistant turn (response_mask 0)."""
         return f"{RESULT_OPEN}{text}{RESULT_CLOSE}"

@@ -192,8 +192,9 @@ def score_samples(task: Task, samples, pool=None, step: int | None = None) -> di
             comps.setdefault(k, []).append(v)
     logged = {f"reward/{k}": v for k, v in getattr(task, "logged", {}).items()}   # TRL's log_metric
     return {"reward/errors": float(errors) - metrics["reward/timeouts"], **metrics, **logged,
-            # a component's mean over the samples that have it (a TRL function's None leaves a sample out)
-            **{f"reward/{k}": sum(v) / len(v) for k, v in comps.items()}}
+            # a component's mean over the samples it scored (a TRL function's None leaves a sample out),
+            # a failed sample counting 0 in every component
+            **{f"reward/{k}": sum(v) / (len(v) + errors) for k, v in comps.items()}}
 
 
 def _batch_rewards(task, samples, step=None) -> list | None:
