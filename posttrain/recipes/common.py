@@ -24,9 +24,6 @@ class Run:
         self.cfg, self.stage = cfg, stage
         self.dir = Path(cfg.out or f"runs/{stage}")
         self.resume_from = None
-        if resume and getattr(getattr(cfg, "lora", None), "r", 0) > 0:
-            raise UsageError(f"--resume of a LoRA run is not supported; start a new run with "
-                             f"init={self.dir}/checkpoints/step_N (its merged weights) and fresh adapters")
         if resume:
             self.resume_from = checkpoint.latest(self.dir)
             if self.resume_from is None:
@@ -46,6 +43,7 @@ def init_model(cfg, init: str, device, task=None) -> tuple[GPTMini, CharTokenize
     switches: gradient checkpointing and LoRA adapters (`cfg.lora.r > 0`)."""
     if init:
         model, tok, path = checkpoint.load_model(init, device)
+        model.lora_base = str(path.resolve())                # a LoRA checkpoint's adapter_config names its base
         print(f"init: {path}")
     else:
         tok = new_tokenizer(cfg, task)
