@@ -66,7 +66,8 @@ CONVO = {   # TRL's conversational preference row: a system message and earlier 
 
 
 def test_conversational_preference_rows_keep_every_turn():
-    tok = CharTokenizer()
+    from posttrain.chat import DEFAULT_CHARS, SYSTEM
+    tok = CharTokenizer(DEFAULT_CHARS + SYSTEM)
     (p, c, r), = encode_pairs(tok, [row_pair(CONVO)])
     assert tok.decode(p) == "§add.<3+4>7#<and +5>" and tok.decode(c) == "{7+5=12}12#" and tok.decode(r) == "{7+5=13}13#"
     implicit = {"chosen": CONVO["prompt"] + CONVO["chosen"], "rejected": CONVO["prompt"] + CONVO["rejected"]}

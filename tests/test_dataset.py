@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from posttrain import UsageError
-from posttrain.chat import render_builtin
+from posttrain.chat import DEFAULT_CHARS, SYSTEM, render_builtin
 from posttrain.config import RLConfig, load_config
 from posttrain.eval import evaluate
 from posttrain.models.tokenizer import CharTokenizer
@@ -219,7 +219,9 @@ def test_messages_render_with_a_system_role_in_both_templates(tmp_path):
                {"role": "tool", "content": "42"}]]
     for c in convos:
         assert hf.apply_chat_template(c, add_generation_prompt=True, tokenize=False) == render_builtin(c), c
-    assert TOK.chat_prompt(convos[1]) == "§be brief<3+4>"
+    assert CharTokenizer(DEFAULT_CHARS + SYSTEM).chat_prompt(convos[1]) == "§be brief<3+4>"
+    with pytest.raises(UsageError, match="this vocabulary has no system marker"):
+        TOK.chat_prompt(convos[1])
     assert TOK.chat_prompt(convos[2]) == "<3+4>7#<+1>"
     assert TOK.chat_prompt(convos[3]) == "<12+30>⟦12+30⟧⟨42⟩"
 

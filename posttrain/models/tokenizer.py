@@ -27,7 +27,7 @@ from pathlib import Path
 from posttrain import UsageError
 
 from posttrain.chat import (ASSISTANT, BASE_CHARS, CALL_CLOSE, CALL_OPEN, DEFAULT_CHARS, EOT, PAD,  # noqa: F401
-                            RESULT_CLOSE, RESULT_OPEN, SPECIALS, THINK_CLOSE, THINK_OPEN, TOOL_SPECIALS, USER,
+                            RESULT_CLOSE, RESULT_OPEN, SPECIALS, SYSTEM, THINK_CLOSE, THINK_OPEN, TOOL_SPECIALS, USER,
                             check_messages, render_builtin)
 
 FILE_NAME = "tokenizer.posttrain.json"
@@ -73,7 +73,11 @@ class CharTokenizer:
         """A question string (one user turn) or a list of {role, content} messages."""
         if isinstance(prompt, str):
             return f"{USER}{prompt}{ASSISTANT}"
-        return render_builtin(check_messages(prompt))
+        messages = check_messages(prompt)
+        if SYSTEM not in self.stoi and any(m["role"] == "system" for m in messages):
+            raise UsageError(f"this vocabulary has no system marker {SYSTEM!r} (the model was trained without system "
+                             "messages); drop the system message, or start from a model built for data that has them")
+        return render_builtin(messages)
 
     def chat_response(self, answer: str) -> str:
         return f"{answer}{EOT}"

@@ -77,10 +77,10 @@ def prepare_task(task, tok, model, max_new_tokens: int, run_dir: Path, stage: st
     if hasattr(task, "check"):
         task.check(tok, getattr(model.config, "max_seq_len", None), max_new_tokens)
     text = tok.chat_prompt(task.prompt(task.items(1, "train", 0)[0]))
-    print(f"[{stage}] first prompt, rendered by the chat template: {text!r}", flush=True)
+    print(f"first {stage} prompt, as the model sees it (chat template applied): {text!r}", flush=True)
     (run_dir / "first_prompt.txt").write_text(text)
     if getattr(task, "correctness", "task") is None:
-        print(f"[{stage}] evaluation: the task has no correctness signal (no task.correct, task.correct_threshold "
+        print(f"{stage} evaluation: the task has no correctness signal (no task.correct, task.correct_threshold "
               "or answer column): it reports rewards, not accuracy", flush=True)
 
 

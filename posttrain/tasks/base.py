@@ -174,7 +174,8 @@ def score_results(task: Task, samples, pool=None, step: int | None = None) -> tu
     else:                # in-process: its time is time/reward_s (latency keys would break the exact-resume test)
         scored = _batch_rewards(task, [samples[i] for i in todo], step)
         if scored is None:
-            scored = [safe_reward(task, samples[i].item, samples[i].text, samples[i].response_ids) for i in todo]
+            scored = [safe_reward(task, samples[i].item, samples[i].text, getattr(samples[i], "response_ids", None))
+                      for i in todo]
     for i, res in zip(todo, scored):
         results[i] = res
     return results, metrics

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from posttrain import UsageError
-from posttrain.chat import EOT, THINK_CLOSE, check_messages, prompt_text, split_last_assistant
+from posttrain.chat import EOT, SYSTEM, THINK_CLOSE, check_messages, prompt_text, split_last_assistant
 from posttrain.tasks.base import RewardResult, TaskConfig, in_heldout
 from posttrain.tasks.rewards import RewardFn, describe, reward_fns, split_specs
 from posttrain.tasks.rows import read_rows
@@ -319,6 +319,8 @@ class DatasetTask:
         """Every character of the rows' texts (a character tokenizer trained from scratch needs them)."""
         chars = set()
         for r in self.train + self.test:
+            if not isinstance(r.prompt, str) and any(m["role"] == "system" for m in r.prompt):
+                chars.add(SYSTEM)                       # the built-in template's system-turn marker
             chars |= set(prompt_text(r.prompt))
             chars |= set(r.completion or "")
             chars |= set(str(r.answer) if r.answer is not None else "")

@@ -68,14 +68,15 @@ def _import_file(path: Path, key: str):
         return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(path.resolve().parent))           # the file may import its neighbours
+    sys.modules[name] = module              # before running it (dataclasses look their module up), and so
+    sys.path.insert(0, str(path.resolve().parent))   # it pickles by reference; the file may import neighbours
     try:
         spec.loader.exec_module(module)
     except Exception as e:
+        del sys.modules[name]
         raise UsageError(f"{key}: {path} does not import: {type(e).__name__}: {e}") from None
     finally:
         sys.path.remove(str(path.resolve().parent))
-    sys.modules[name] = module                                # picklable by reference in worker processes
     return module
 
 
