@@ -336,3 +336,33 @@ def test_safe_reward_passes_ids_to_tasks_that_want_them(tmp_path):
     (tmp_path / "r.py").write_text("def n(completion_ids, **kw):\n    return [float(len(i)) for i in completion_ids]\n")
     t = task_of(tmp_path, ROWS, reward=f"{tmp_path}/r.py:n")
     assert safe_reward(t, t.train[0], "abc", [5, 6, 7]).reward == 3.0
+
+
+def test_reward_functions_run_in_the_verifier_pool_under_its_deadline(tmp_path):
+    """verifier.workers > 0: the same rewards as in-process; a hanging call scores 0 as a timeout."""
+    from posttrain.framework.rollout import Sample
+    from posttrain.tasks.base import score_samples
+    from posttrain.tasks.pool import VerifierPool
+    (tmp_path / "r.py").write_text('''
+import time
+def correct(completions, answer, completion_ids, **kw):
+    if completions[0] == "hang#":
+        time.sleep(60)
+    return [float(c.rstrip("#") == str(a)) + 0.01 * len(i) for c, a, i in zip(completions, answer, completion_ids)]
+''')
+    t = task_of(tmp_path, ROWS, reward=f"{tmp_path}/r.py:correct")
+    row = next(r for r in t.train if r.answer == 7)
+    texts = ["7#", "8#", "77#", "hang#"]
+
+    def samples():
+        return [Sample(prompt_ids=[1], response_ids=TOK.encode(x), response_logprobs=[0.0] * len(x),
+                       response_mask=[1] * len(x), finish_reason="stop", policy_version=0, group=0, index=i, item=row,
+                       text=x) for i, x in enumerate(texts)]
+    with VerifierPool(t, workers=2, timeout_s=2.0) as pool:
+        pooled = samples()
+        m = score_samples(t, pooled, pool)
+    assert [s.reward for s in pooled] == [pytest.approx(1.02), pytest.approx(0.02), pytest.approx(0.03), 0.0]
+    assert m["reward/timeouts"] == 1.0 and pooled[3].reward_error.startswith("verifier timed out")
+    inline = samples()[:3]
+    score_samples(t, inline)
+    assert [s.reward for s in inline] == [s.reward for s in pooled[:3]]

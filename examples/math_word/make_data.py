@@ -1,6 +1,8 @@
 """Math word problems with numeric answers, generated here (GSM8K-like templates, no download).
 
     python examples/math_word/make_data.py --out data/math_word     # train.jsonl (20,000) + test.jsonl (500)
+    python examples/math_word/make_data.py --chat --out data/math_chat   # prompts as chat messages (TRL's
+                                                                         # conversational rows; trl.rewards wants them)
 
 Each row is what TRL and posttrain read: `prompt` (a string), `answer` (the number), `solution`
 (the answer as LaTeX, `$42$`, the column TRL's accuracy_reward reads), `completion` (a worked
@@ -65,6 +67,7 @@ def main(argv=None) -> None:
     p.add_argument("--train", type=int, default=20000)
     p.add_argument("--test", type=int, default=500)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--chat", action="store_true", help="write each prompt as [{role: user, content: ...}]")
     args = p.parse_args(argv)
     rng = random.Random(args.seed)
     rows = {"train": [], "test": []}
@@ -80,6 +83,8 @@ def main(argv=None) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for split, data in rows.items():
+        if args.chat:
+            data = [{**r, "prompt": [{"role": "user", "content": r["prompt"]}]} for r in data]
         (out / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in data))
     print(f"wrote {len(rows['train'])} train and {len(rows['test'])} test problems to {out}/")
 

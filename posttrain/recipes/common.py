@@ -76,12 +76,16 @@ def prepare_task(task, tok, model, max_new_tokens: int, run_dir: Path, stage: st
     the model will see it, printed and saved to RUN_DIR/first_prompt.txt."""
     if hasattr(task, "check"):
         task.check(tok, getattr(model.config, "max_seq_len", None), max_new_tokens)
-    text = tok.chat_prompt(task.prompt(task.items(1, "train", 0)[0]))
-    print(f"first {stage} prompt, as the model sees it (chat template applied): {text!r}", flush=True)
-    (run_dir / "first_prompt.txt").write_text(text)
+    show_first_prompt(tok.chat_prompt(task.prompt(task.items(1, "train", 0)[0])), run_dir, stage)
     if getattr(task, "correctness", "task") is None:
         print(f"{stage} evaluation: the task has no correctness signal (no task.correct, task.correct_threshold "
               "or answer column): it reports rewards, not accuracy", flush=True)
+
+
+def show_first_prompt(text: str, run_dir: Path, stage: str) -> None:
+    """What the model is trained on, visible: the first example as rendered, printed and saved."""
+    print(f"first {stage} prompt, as the model sees it (chat template applied): {text!r}", flush=True)
+    (run_dir / "first_prompt.txt").write_text(text)
 
 
 def print_plan(stage: str, lines: dict) -> None:

@@ -32,7 +32,8 @@ from posttrain.framework.trainer import Trainer, sequence_logprobs
 from posttrain.framework.loop import train_loop
 from posttrain.preference.data import collate_pairs, encode_pairs, load_jsonl, pairs_from_policy, seq_logps
 from posttrain.preference.dpo import LOSSES, REFERENCE_FREE, DPOLossConfig, SeqLogps, preference_loss
-from posttrain.recipes.common import EpochIndices, Run, batch_plan, init_model, print_plan, supervised_step
+from posttrain.recipes.common import (EpochIndices, Run, batch_plan, init_model, print_plan, show_first_prompt,
+                                      supervised_step)
 from posttrain import tasks
 from posttrain.tasks.arithmetic import ArithmeticConfig
 from posttrain.tasks.base import TaskConfig
@@ -129,7 +130,9 @@ def run(cfg: DPOConfig, resume: bool = False, task=None) -> dict:
     init = cfg.init or default_init()
     r = Run(cfg, "dpo", resume)
     model, tok = init_model(cfg, init, r.rt.device)
-    encoded = encode_pairs(tok, build_pairs(cfg, r, model, tok, task))
+    pairs = build_pairs(cfg, r, model, tok, task)
+    encoded = encode_pairs(tok, pairs)
+    show_first_prompt(tok.chat_prompt(pairs[0].prompt) + tok.chat_continuation(pairs[0].prompt, pairs[0].chosen), r.dir, "dpo")
     ref = None if cfg.loss_type in REFERENCE_FREE else reference_logps(model, encoded, tok.pad_id)
     trainer = Trainer(model, cfg.optim, cfg.steps, r.rt)
     indices = EpochIndices(len(encoded), cfg.batch_size, cfg.seed)
