@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from posttrain.framework.rollout import Engine, SamplingParams
+from posttrain.progress import generate_with_progress
 from posttrain.tasks.arithmetic import last_integer
 from posttrain.tasks.base import correctness, score_results
 
@@ -48,7 +49,7 @@ def response_budget(task, items) -> int:
 @torch.no_grad()
 def evaluate(model, tokenizer, task, items, n: int = 0, ks=(1,), temperature: float = 1.0,
              max_new_tokens: int | None = None, seed: int = 0, engine: Engine | None = None,
-             greedy: bool = True, prefix: str = "eval/", scorer=None, pool=None) -> dict:
+             greedy: bool = True, prefix: str = "eval/", scorer=None, pool=None, label: str = "evaluation") -> dict:
     """Greedy accuracy, and with n > 0 sampled pass@1, pass@k for k in ks, maj@n, the mean reward,
     and with a reward-model `scorer` (`.score(prompts, responses)`, preference/reward_model.py) best@n.
 
@@ -69,8 +70,8 @@ def evaluate(model, tokenizer, task, items, n: int = 0, ks=(1,), temperature: fl
     rows: dict = defaultdict(lambda: defaultdict(list))
     kof = (lambda it: it.k) if hasattr(items[0], "k") else (lambda it: 0)
     if greedy:
-        samples = engine.generate(prompts, 1, SamplingParams(temperature=0.0, max_new_tokens=max_new), seed=seed,
-                                  items=items)
+        samples = generate_with_progress(engine, prompts, 1, SamplingParams(temperature=0.0, max_new_tokens=max_new),
+                                         f"{label} (greedy)", seed=seed, items=items)
         results, _ = score_results(task, samples, pool)
         if judged:
             correct = [correctness(r) for r in results]
@@ -80,8 +81,8 @@ def evaluate(model, tokenizer, task, items, n: int = 0, ks=(1,), temperature: fl
         out[f"{prefix}greedy_reward"] = float(np.mean([r.reward for r in results]))
         out[f"{prefix}length_mean"] = float(np.mean([len(s.response_ids) for s in samples]))
     if n > 0:
-        samples = engine.generate(prompts, n, SamplingParams(temperature=temperature, max_new_tokens=max_new),
-                                  seed=seed, items=items)
+        samples = generate_with_progress(engine, prompts, n, SamplingParams(temperature=temperature,
+                                         max_new_tokens=max_new), f"{label} ({n} samples each)", seed=seed, items=items)
         results, _ = score_results(task, samples, pool)
         out[f"{prefix}reward_mean"] = float(np.mean([r.reward for r in results]))
         if judged:

@@ -39,3 +39,30 @@ def test_a_refused_start_leaves_no_run_directory(tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 2 and "rows.jsonl:1: no completion to learn from" in p.stderr, p.stderr
     assert not out.exists()
+
+
+def test_chunked_generation_under_a_progress_bar_samples_what_one_call_samples(nano, tok, capsys):
+    from posttrain.framework.rollout import Engine, SamplingParams
+    from posttrain.progress import generate_with_progress
+    from posttrain.tasks.arithmetic import ArithmeticTask
+    items = ArithmeticTask().items(10, "test", 0)
+    prompts = [tok.encode(tok.chat_prompt(it.question)) for it in items]
+    sp = SamplingParams(temperature=1.0, max_new_tokens=8)
+    whole = Engine(nano, tok).generate(prompts, 3, sp, seed=4, items=items)
+    parts = generate_with_progress(Engine(nano, tok), prompts, 3, sp, "test phase", chunk=4, seed=4, items=items)
+    assert [(s.group, s.index, s.response_ids) for s in parts] == [(s.group, s.index, s.response_ids) for s in whole]
+    worst = max(abs(a - b) for p, w in zip(parts, whole) for a, b in zip(p.response_logprobs, w.response_logprobs))
+    assert worst < 1e-5                                      # the same tokens; logprobs to float rounding
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "test phase: 10 prompts ..." and out[1].startswith("test phase: 10 prompts in ")
+
+
+def test_the_eta_starts_after_the_starting_evaluation(tmp_path, capsys, monkeypatch):
+    from posttrain import logging as plog
+    clock = iter([0.0, 100.0, 101.0, 102.0])                 # the step-0 evaluation takes 100 s
+    monkeypatch.setattr(plog.time, "time", lambda: next(clock))
+    logger = plog.RunLogger(None, "rl", 10, log_every=1, tensorboard=False)
+    logger.log(0, {"eval/pass@1": 0.5})
+    logger.log(1, {"loss": 1.0})
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "rl step 0/10  " and lines[1].endswith("eta 0:09")   # 1 s a step, 9 to go

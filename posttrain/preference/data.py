@@ -37,6 +37,7 @@ from posttrain import UsageError
 from posttrain.chat import check_messages
 from posttrain.framework.batch import collate
 from posttrain.framework.rollout import Engine, SamplingParams
+from posttrain.progress import generate_with_progress
 from posttrain.tasks.base import score_samples
 
 
@@ -59,7 +60,7 @@ def pairs_from_policy(model, tok, task, items, samples_per_prompt: int = 8, temp
     engine = engine or Engine(model, tok)
     prompts = [tok.encode(tok.chat_prompt(task.prompt(it))) for it in items]
     sp = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, stop_ids=(tok.eot_id,))
-    samples = engine.generate(prompts, samples_per_prompt, sp, seed=seed, items=items)
+    samples = generate_with_progress(engine, prompts, samples_per_prompt, sp, "sampling pairs", seed=seed, items=items)
     score_samples(task, samples)
     groups: dict[int, list] = {}
     for s in samples:
