@@ -177,12 +177,43 @@
       if (lb && lb.height && !legend.contains(t) && r.bottom > lb.top && r.top < lb.bottom)   // the legend's own band
         o.clash = Math.max(o.clash, r.bottom - lb.top);
     });
+    // y-axis labels of neighbouring subplots that run into each other (a right axis in the gap)
+    var ys = [];
+    plot.querySelectorAll('[class^="g-y"][class$="title"] text, g[class^="y"][class$="tick"] text').forEach(function (t) {
+      var g = t.closest('[class^="g-y"], g[class^="y"]'), r = t.getBoundingClientRect();
+      if (r.width && r.height) ys.push({axis: g.getAttribute("class").replace(/^g-/, "").replace(/(title|tick)$/, ""), r: r});
+    });
+    o.gap = 0;
+    ys.forEach(function (a) {
+      ys.forEach(function (b) {
+        if (a.axis >= b.axis || a.r.bottom <= b.r.top || b.r.bottom <= a.r.top) return;
+        o.gap = Math.max(o.gap, Math.min(a.r.right, b.r.right) - Math.max(a.r.left, b.r.left));
+      });
+    });
     return o;
+  }
+
+  function widen(layout, px, plotWidth) {  // more room between side-by-side subplots
+    var d = (px + 10) / Math.max(plotWidth, 1);
+    if (layout.grid && layout.grid.columns > 1) {
+      layout.grid.xgap = Math.min(0.6, (layout.grid.xgap || 0.2) + d * layout.grid.columns);
+      return true;
+    }
+    var xs = Object.keys(layout).filter(function (k) { return /^xaxis\d*$/.test(k) && layout[k].domain; });
+    xs.sort(function (a, b) { return layout[a].domain[0] - layout[b].domain[0]; });
+    if (xs.length < 2 || layout[xs[0]].domain[1] > layout[xs[1]].domain[0]) return false;   // stacked, not side by side
+    for (var i = 0; i + 1 < xs.length; i++) {
+      layout[xs[i]].domain = [layout[xs[i]].domain[0], layout[xs[i]].domain[1] - d / 2];
+      layout[xs[i + 1]].domain = [layout[xs[i + 1]].domain[0] + d / 2, layout[xs[i + 1]].domain[1]];
+    }
+    return true;
   }
 
   function fit(plot, data, layout, config, rounds) {
     var o = measure(plot), size = plot._fullLayout && plot._fullLayout._size;
-    if (!rounds || !size || (Math.max(o.t, o.b, o.l, o.r) <= 1 && o.clash <= 0)) return null;
+    if (!rounds || !size) return null;
+    var gap = o.gap > 1 && widen(layout, o.gap, size.w);
+    if (Math.max(o.t, o.b, o.l, o.r) <= 1 && o.clash <= 0 && !gap) return null;
     if (o.clash > 0 || o.b > 1) layout.margin.b = Math.ceil(size.b + Math.max(o.clash, 0) + Math.max(o.b, 0) + 6);
     if (o.t + o.b > 1) layout.height = (layout.height || 340) + Math.ceil(o.t + o.b) + 6;
     if (o.t > 1) layout.margin.t = Math.ceil(size.t + o.t + 2);
@@ -329,14 +360,15 @@
   function search() {
     var box = document.getElementById("search"), list = document.getElementById("search-results");
     if (!box) return;
-    var loading = false;
-    function load(then) {
-      if (PT.searchIndex) return then();
+    var loading = false, then = function () {};
+    function load(next) {             // run `next` once the index is there (the latest caller wins)
+      if (PT.searchIndex) return next();
+      then = next;
       if (loading) return;
       loading = true;
       var s = document.createElement("script");
       s.src = PT.root + "search-index.js";
-      s.onload = then;
+      s.onload = function () { then(); };
       document.head.appendChild(s);
     }
     function snippet(text, term) {
