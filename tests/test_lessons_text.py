@@ -8,6 +8,7 @@ import fnmatch
 import json
 import re
 import tomllib
+from html import unescape
 import urllib.request
 from pathlib import Path
 
@@ -81,9 +82,10 @@ def test_code_excerpt_is_the_live_source_with_a_link_to_its_lines():
     rel, first, _ = sources.code_ref("posttrain.algorithms.grpo:advantages")
     lines = (sources.ROOT / rel).read_text().splitlines()[first:first + 3]           # object lines 2..4
     assert f'href="../source/posttrain/algorithms/grpo.py.html#L{first + 1}-L{first + 3}"' in html
-    shown = re.findall(r'<span class="l" data-n="(\d+)">(.*?)</span>', html)
+    shown = re.findall(r'<span class="l" data-n="(\d+)">(.*)</span>\n', html)
     assert [int(n) for n, _ in shown] == [first + 1, first + 2, first + 3]
-    assert [t for _, t in shown] == [markdown.escape(x[4:]) for x in lines]           # dedented by the def's 4
+    assert [unescape(re.sub("<[^>]+>", "", t)) for _, t in shown] == [x[4:] for x in lines]   # dedented by the def's 4
+    assert '<span class="s' in html                                                   # the docstring is coloured
 
 
 def test_widgets_are_placed_once_and_the_rest_appended(tmp_path, monkeypatch):
@@ -194,7 +196,7 @@ def test_source_view_of_a_dunder_file_is_served():
         assert rel in pages.source_files()
         with urllib.request.urlopen(url + "source/" + pages.source_name(rel), timeout=60) as res:
             body = res.read().decode()
-        assert res.status == 200 and "def get(" in body and '<link rel="stylesheet" href="../../../static/style.css">' in body
+        assert res.status == 200 and "def get(" in unescape(re.sub("<[^>]+>", "", body)) and '<link rel="stylesheet" href="../../../static/style.css">' in body
     finally:
         httpd.shutdown()
     names = [pages.source_name(r) for r in pages.source_files()]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from posttrain import UsageError
 from posttrain.lessons import content, glossary, markdown, registry, sources
-from posttrain.lessons.directives import Env, esc, widget_html
+from posttrain.lessons.directives import Env, esc, highlight, widget_html
 from posttrain.lessons.sources import ROOT, code_ref, source_name  # noqa: F401  (pages.code_ref etc. for callers)
 
 KATEX = ["static/katex/katex.min.js", "static/katex/auto-render.min.js"]
@@ -175,8 +175,9 @@ def source_files() -> list[str]:
 def render_source(relpath: str, static: bool = False) -> str:
     if relpath not in source_files():
         raise UsageError(f"no source view for {relpath!r}")
-    lines = (ROOT / relpath).read_text().splitlines()
-    rows = "".join(f'<tr id="L{i}"><td class="ln"><a href="#L{i}">{i}</a></td><td><pre>{esc(t) or " "}</pre></td></tr>'
+    text = (ROOT / relpath).read_text()
+    lines = highlight(text)[:len(text.splitlines())]
+    rows = "".join(f'<tr id="L{i}"><td class="ln"><a href="#L{i}">{i}</a></td><td><pre>{t or " "}</pre></td></tr>'
                    for i, t in enumerate(lines, 1))
     body = f'<h1 class="src-title"><code>{esc(relpath)}</code></h1><table class="source">{rows}</table>'
     return page(relpath, body, sources.depth_prefix(relpath), static, current="source")
