@@ -60,18 +60,23 @@ def main(argv=None) -> None:
     load_before = os.getloadavg()
     results = {}
     for name in names:
-        results[name] = time_widget(widgets[name], args.random, rng)
-        r = results[name]
+        try:
+            results[name] = r = time_widget(widgets[name], args.random, rng)
+        except Exception as e:                      # noqa: BLE001 — a broken widget is reported, the rest still timed
+            results[name] = {"error": f"{type(e).__name__}: {e}"}
+            print(f"{name:16} error: {results[name]['error']}", flush=True)
+            continue
         print(f"{name:16} grid {r['grid']:4}  default (cold) {r['default_cold_s']:7.3f} s  "
               f"random median {r['random_median_s'] or 0:6.3f} s  max {r['random_max_s'] or 0:6.3f} s", flush=True)
-    slow = sorted(n for n, r in results.items() if max(r["default_cold_s"], r["random_max_s"] or 0) > args.limit)
+    slow = sorted(n for n, r in results.items() if "error" not in r and max(r["default_cold_s"], r["random_max_s"] or 0) > args.limit)
+    broken = sorted(n for n, r in results.items() if "error" in r)
     out = {"threads": args.threads, "limit_s": args.limit, "random_per_widget": args.random, "seed": args.seed,
            "cpu_count": os.cpu_count(), "machine": platform.processor() or platform.machine(),
            "loadavg_before": [round(x, 2) for x in load_before], "loadavg_after": [round(x, 2) for x in os.getloadavg()],
-           "slow": slow, "widgets": results}
+           "slow": slow, "errors": broken, "widgets": results}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
-    print(f"slow (> {args.limit} s): {', '.join(slow) or 'none'}  → {args.out}")
+    print(f"slow (> {args.limit} s): {', '.join(slow) or 'none'}; errors: {', '.join(broken) or 'none'}  → {args.out}")
 
 
 if __name__ == "__main__":

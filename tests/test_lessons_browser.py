@@ -102,6 +102,9 @@ def _walk_widget(page, where: str, name: str) -> int:
     default = _plot_state(page, name)
     assert default[1] != "null" and not default[2], f"{where}/{name}: no plot ({default[2]})"
     _figure_ok(page, where, name)
+    alt = page.eval_on_selector(f".widget[data-widget='{name}'] .plot", "p => p.getAttribute('aria-label')")
+    note = registry.compute(name).get("note") or ""
+    assert alt == registry.get(name).title + (f". {note}" if note else ""), f"{where}/{name}: alt text {alt!r}"
     rev = default[0]
     for knob in registry.get(name).knobs:
         _set(page, name, knob, _other(knob))
@@ -186,6 +189,8 @@ def test_search_and_math_from_an_export_on_disk(browser, tmp_path):
     _wait_rev(page, "sync", int(before[0]))
     assert _plot_state(page, "sync")[1] != before[1]
     _figure_ok(page, "export rl-06", "sync")
+    page.eval_on_selector(".widget[data-widget='sync']", "el => { el.dataset.busy = '1'; }")   # as while computing
+    page.wait_for_function("() => +getComputedStyle(document.querySelector('.widget .busy')).opacity > 0.5")
     page.goto((out / "glossary.html").as_uri())
     page.wait_for_function("() => document.querySelectorAll('.katex').length > 20")
     assert not page.evaluate(MATH_CHECK)
