@@ -34,7 +34,7 @@ class RewardResult:
 class TaskConfig:
     """The `task:` section of a stage config; `name` picks the task (tasks/__init__.py), the
     other keys are that task's own config dataclass, a subclass of this one."""
-    name: str = "arithmetic"      # arithmetic | countdown | tool_arith | reasoning_gym | leaky_arith
+    name: str = "arithmetic"      # arithmetic | countdown | tool_arith | reasoning_gym | leaky_arith | code
 
 
 class Task(Protocol):
