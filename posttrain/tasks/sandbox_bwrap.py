@@ -73,13 +73,17 @@ def binds(python: str) -> tuple[list[str], list[str]]:
     if not any(_under(s, [installed_in]) for s in stdlib):     # never hide the interpreter itself
         hidden.add(installed_in)
     hidden = {h for h in hidden if os.path.isdir(h) and _under(h, real_roots) and not any(_under(s, [h]) for s in stdlib)}
-    return roots, sorted(hidden)
+    return roots, sorted(h for h in hidden if not _under(os.path.dirname(h), hidden))   # outermost only
 
 
 def argv(bwrap: str, python: str, files: dict[str, int], tmpfs_mb: int, seccomp_fd: int | None) -> list[str]:
     """The command that runs `python -I -S main.py` in a fresh sandbox; `files` maps a file
     name in the work dir to an open descriptor bwrap copies it from."""
-    a = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session"]
+    a = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
+         "--proc", "/proc", "--dev", "/dev", "--mqueue", "/dev/mqueue"]
+    size = str(tmpfs_mb << 20)
+    for d in PRIVATE_DIRS:                                    # first: a prefix under /tmp is bound inside it
+        a += ["--perms", "1777", "--size", size, "--tmpfs", d]
     roots, hidden = binds(python)
     for p in roots:
         if os.path.islink(p) and p in SYSTEM_PATHS:           # merged /usr: /lib -> usr/lib
@@ -88,10 +92,6 @@ def argv(bwrap: str, python: str, files: dict[str, int], tmpfs_mb: int, seccomp_
             a += ["--ro-bind", p, p]
     for h in hidden:
         a += ["--perms", "0555", "--size", "4096", "--tmpfs", h, "--remount-ro", h]
-    a += ["--proc", "/proc", "--dev", "/dev", "--mqueue", "/dev/mqueue"]
-    size = str(tmpfs_mb << 20)
-    for d in PRIVATE_DIRS:
-        a += ["--perms", "1777", "--size", size, "--tmpfs", d]
     a += ["--perms", "0700", "--size", size, "--tmpfs", WORKDIR]
     for name, fd in files.items():
         a += ["--perms", "0600", "--file", str(fd), f"{WORKDIR}/{name}"]
