@@ -63,6 +63,12 @@ def _with_repeated_max(r):
     return xs
 
 
+def _clamp_args(r):
+    """Bounds that move: a clamp that ignores lo or hi, or pins them to constants, is wrong."""
+    lo = r.randint(-20, 10)
+    return [r.randint(-30, 30), lo, lo + r.randint(0, 20)]
+
+
 # name, args, description, reference solution (body after the def line), input generator
 FAMILIES = [
     *[(f"add_{k}", "x", f"returns x plus {k}", f"return x + {k}", lambda r: [r.randint(-50, 50)]) for k in (3, 7, 12)],
@@ -106,7 +112,7 @@ FAMILIES = [
     ("celsius_to_fahrenheit", "c", "converts c degrees celsius to fahrenheit (c times 9, divided by 5, plus 32)",
      "return c * 9 / 5 + 32", lambda r: [r.randint(-40, 100)]),
     ("clamp", "x, lo, hi", "returns x limited to the range [lo, hi]", "return max(lo, min(x, hi))",
-     lambda r: (lambda lo: [r.randint(-30, 30), lo, lo + r.randint(0, 20)])(r.randint(-20, 10))),
+     lambda r: _clamp_args(r)),
     ("count_char", "s, c", "returns how many times the character c occurs in s", "return s.count(c)",
      lambda r: [_word(r), r.choice("aeirst")]),
     ("flatten", "xss", "returns the concatenation of the lists in xss", "return [x for xs in xss for x in xs]",

@@ -54,7 +54,8 @@ from dataclasses import dataclass
 from posttrain.tasks import sandbox_bwrap, sandbox_cgroup
 
 UID_RANGE = (1_000_000, 2_000_000_000)                          # fresh uids: no user owns a file there
-_BOOT = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_boot.py")).read()
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_boot.py")) as _f:
+    _BOOT = _f.read()
 NO_BWRAP = ("running untrusted code needs bubblewrap: install the Debian package `bubblewrap` "
             "(apt-get install bubblewrap), or set task.unsafe_local_sandbox=true to run it unisolated")
 

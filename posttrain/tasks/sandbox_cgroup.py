@@ -55,6 +55,11 @@ def _join(mount_root: str, point: str, path: str) -> str | None:
     return os.path.join(point, path[len(mount_root):].lstrip("/"))
 
 
+def _read(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
 def _write(path: str, text: str) -> None:
     with open(path, "w") as f:
         f.write(text)
@@ -73,9 +78,9 @@ def probe() -> tuple[str | None, str, str]:
         if fs == "cgroup2" and v2 is not None:
             parent = _join(root, point, v2)
             try:
-                if parent is None or "memory" not in open(os.path.join(parent, "cgroup.controllers")).read().split():
+                if parent is None or "memory" not in _read(os.path.join(parent, "cgroup.controllers")).split():
                     continue
-                if "memory" not in open(os.path.join(parent, "cgroup.subtree_control")).read().split():
+                if "memory" not in _read(os.path.join(parent, "cgroup.subtree_control")).split():
                     _write(os.path.join(parent, "cgroup.subtree_control"), "+memory")
                 return _try(parent, "v2")
             except OSError as e:
