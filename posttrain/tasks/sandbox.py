@@ -16,7 +16,7 @@ seccomp filter are in sandbox_bwrap.py):
   privileges    as root, a fresh unprivileged uid per run (the process cap counts only its
                 own processes; it can signal nothing of ours); no capabilities; no_new_privs;
                 seccomp: no kernel keyrings, no socket but AF_UNIX, no ptrace/bpf/io_uring
-  environment   cleared: PATH, LANG, HOME, TMPDIR only (no secret of the parent leaks)
+  environment   cleared: PATH, LANG, HOME, TMPDIR (and PWD) only: no secret of the parent leaks
   time          a wall-clock deadline, and RLIMIT_CPU as a second wall
   memory        RLIMIT_AS per process, plus a memory cgroup for all of them together
                 (socket buffers, tmpfs and memfd pages included) where the kernel lets us
@@ -256,20 +256,15 @@ def _kill_all(proc: subprocess.Popen, uid: int | None, cg) -> int | None:
     """SIGKILL the session, the PID namespace, (as root) every process of the uid and the
     cgroup, until none is left; returns the namespace's inode."""
     pidns = _run_pidns(proc.pid)
-    for _ in range(400):
+
+    def alive() -> list[int]:
         try:
             os.killpg(proc.pid, signal.SIGKILL)     # bwrap's death kills its namespace (--die-with-parent)
         except (ProcessLookupError, PermissionError):
             pass
-        left = _leftovers(proc.pid, uid, pidns) + (cg.procs() if cg else [])
-        if not left:
-            break
-        for p in left:
-            try:
-                os.kill(p, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        time.sleep(0.005)
+        return _leftovers(proc.pid, uid, pidns) + (cg.procs() if cg else [])
+
+    sandbox_cgroup.kill_until_gone(alive)
     proc.wait()
     return pidns
 

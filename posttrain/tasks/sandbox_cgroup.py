@@ -137,11 +137,7 @@ class Cgroup:
         return os.path.join(self.path, name)
 
     def procs(self) -> list[int]:
-        try:
-            with open(self._f("cgroup.procs")) as f:
-                return [int(p) for p in f.read().split()]
-        except OSError:
-            return []
+        return _procs(self.path)
 
     def oom_kills(self) -> int:
         """Processes the kernel killed for the limit (0 where the counter is not kept)."""
@@ -171,13 +167,11 @@ def _try_write(path: str, text: str) -> None:
         pass
 
 
-def kill(path: str) -> None:
+def kill_until_gone(find) -> None:
+    """SIGKILL the processes `find()` lists until it lists none (a fork racing the kill is
+    caught on the next round); gives up after ~2 s."""
     for _ in range(400):
-        try:
-            with open(os.path.join(path, "cgroup.procs")) as f:
-                pids = [int(p) for p in f.read().split()]
-        except OSError:
-            return
+        pids = find()
         if not pids:
             return
         for p in pids:
@@ -186,6 +180,18 @@ def kill(path: str) -> None:
             except (ProcessLookupError, PermissionError):
                 pass
         time.sleep(0.005)
+
+
+def _procs(path: str) -> list[int]:
+    try:
+        with open(os.path.join(path, "cgroup.procs")) as f:
+            return [int(p) for p in f.read().split()]
+    except OSError:
+        return []
+
+
+def kill(path: str) -> None:
+    kill_until_gone(lambda: _procs(path))
 
 
 def remove(path: str) -> None:
