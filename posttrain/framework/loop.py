@@ -38,7 +38,7 @@ def train_loop(run, model, tokenizer, trainer: Trainer, step_fn, *, evaluate=Non
     start = 0
     if run.resume_from is not None:
         state = checkpoint.load_trainer_state(run.resume_from)
-        model.load_state_dict(checkpoint.load_model(run.resume_from)[0].state_dict())
+        checkpoint.restore_weights(model, run.resume_from)
         trainer.load_state_dict(state["trainer"])
         runtime.set_rng_state(state["rng"])
         start = state["step"]
