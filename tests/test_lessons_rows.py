@@ -320,7 +320,7 @@ def test_row_42_reward_hacking():
 
 
 def test_rows_44_45_curation():
-    """Rows 44/45 through data/curate.py: an uncurated pool wastes ~42% of the rollouts whether the
+    """Rows 44/45 through data/curate.py: an uncurated pool wastes ~40% of the rollouts whether the
     policy is weak (20) or strong (80); curating to the middle band (80) cuts it to a few percent
     and raises the signal per rollout (the course: 1.51 → 3.04)."""
     for policy in (20, 80):

@@ -137,7 +137,7 @@ def async_pipe(R: int, T: int, S: int, delta: int, correction: str) -> dict:
 
 register(Widget(
     "async_pipe", "Async pipelining: staleness against throughput", async_pipe,
-    [Knob("R", "rollout τ_R (s)", [10, 20, 40], 20), Knob("T", "train τ_T (s)", [4, 8, 16], 8),
+    [Knob("R", "rollout τ_R (s)", [10, 20, 40], 20), Knob("T", "train τ_T (s)", [4, 8, 24], 8),
      Knob("S", "sync τ_S (s)", [0, 3, 10], 3), Knob("delta", "staleness Δ (versions)", list(dapo_toy.STALENESS), 2),
      Knob("correction", "off-policy correction", list(dapo_toy.CORRECTIONS), "none", "select")],
     {"knobs": {"delta": 32},

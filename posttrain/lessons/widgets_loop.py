@@ -236,8 +236,12 @@ def controller(phase: int, answers: str) -> dict:
         right = [bar(names, st["rewards"], "reward from the verifier", xaxis="x2", yaxis="y2")]
     elif k == 3:
         right = [{"type": "heatmap", "z": st["mask"], "y": names, "colorscale": [[0, "#eeeeee"], [1, "#1f77b4"]],
-                  "showscale": True, "colorbar": {"title": {"text": "loss_mask"}, "x": 1.02}, "xaxis": "x2", "yaxis": "y2",
-                  "name": "loss_mask"}]
+                  "zmin": 0, "zmax": 1, "showscale": False, "xaxis": "x2", "yaxis": "y2", "name": "loss_mask",
+                  "xgap": 1, "ygap": 1},
+                 line([None], [None], "loss_mask 1: in the loss", mode="markers", xaxis="x2", yaxis="y2",
+                      marker={"size": 12, "symbol": "square", "color": "#1f77b4"}),
+                 line([None], [None], "loss_mask 0: prompt or padding", mode="markers", xaxis="x2", yaxis="y2",
+                      marker={"size": 12, "symbol": "square", "color": "#eeeeee"})]
     elif k == 4:
         right = [bar(names, st["old"], "behaviour log π(y)", xaxis="x2", yaxis="y2"),
                  bar(names, st["ref"], "reference log π_ref(y)", xaxis="x2", yaxis="y2")]
@@ -281,19 +285,20 @@ def controller(phase: int, answers: str) -> dict:
             7: f"WeightSync copied the weights to the sampler and bumped policy_version {st['versions'][0]} → {st['versions'][1]}.",
             8: f"The step logged {len(m)} metrics; the next step samples from the synced weights."}[k]
     return {
-        "figure": figure([line(xs, [1] * len(xs), "roles", mode="markers+text", text=_NODES,
-                               textposition="top center", marker={"size": 24, "color": colors})] + right,
+        "figure": figure([line([0] * len(xs), [-i for i in xs], "roles", mode="markers+text", text=_NODES,
+                               textposition="middle right", marker={"size": 18, "color": colors})] + right,
                          PHASES[k], "", "", grid={"rows": 1, "columns": 2, "pattern": "independent"},
-                         yaxis={"visible": False, "range": [0.5, 1.6]}, xaxis={"visible": False, "range": [-0.6, 7.6]},
-                         yaxis2={"title": {"text": ytitle}}, showlegend=bool(right),
-                         xaxis2={"title": {"text": "token position in the batch" if k == 3 else ""}}),
+                         yaxis={"visible": False, "range": [-len(xs) + 0.4, 0.6]},
+                         xaxis={"visible": False, "range": [-0.3, 2.2], "domain": [0, 0.3]},
+                         xaxis2={"domain": [0.42, 1], "title": {"text": "token position in the batch" if k == 3 else ""}},
+                         yaxis2={"title": {"text": ytitle}}, showlegend=bool(right)),
         "kpis": kpis, "note": note,
     }
 
 
 register(Widget(
     "controller", "One controller iteration, role by role", controller,
-    [Knob("phase", "phase", list(range(len(PHASES))), 0),
+    [Knob("phase", "phase", list(range(len(PHASES))), 1),
      Knob("answers", "the three responses to <3+4+5>", ANSWER_SETS, ANSWER_SETS[0], kind="select")],
     {"knobs": {"answers": "12, 12, 12", "phase": 5},
      "what": "All three responses right: every advantage is 0; training on this group would spend a "

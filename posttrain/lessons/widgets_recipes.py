@@ -13,6 +13,7 @@ import torch
 from posttrain import algorithms, memory
 from posttrain.algorithms import core, ppo, reinforce
 from posttrain.lessons.registry import Knob, Widget, bar, figure, line, r, register
+from posttrain.lessons.widgets_signal import categorical
 
 # ---- 23 · which recipe is this paper? ------------------------------------------------------------
 
@@ -241,11 +242,12 @@ def gaps(gap: str, fix: str) -> dict:
     z = [[(2 if cells[f][i] == gap else 1 if GAPS[cells[f][i]][5] != "open" else 0) if i < len(cells[f]) else None
           for f in forces] for i in range(rows)]
     text = [[GAPS[cells[f][i]][0] if i < len(cells[f]) else "" for f in forces] for i in range(rows)]
+    status_colors = ["#f4cccc", "#d9ead3", "#f6b26b"]
     traces = [{"type": "heatmap", "z": z, "x": forces, "y": list(range(rows)), "text": text, "texttemplate": "%{text}",
-               "colorscale": [[0, "#f4cccc"], [0.5, "#d9ead3"], [1, "#d62728"]], "zmin": 0, "zmax": 2, "xgap": 3, "ygap": 3,
-               "showscale": True, "hoverinfo": "text",
-               "colorbar": {"title": {"text": "status"}, "tickvals": [0, 1, 2],
-                            "ticktext": ["open", "closed in posttrain", "selected"], "x": 0.47, "len": 0.9}}]
+               "colorscale": categorical(status_colors), "zmin": -0.5, "zmax": 2.5, "xgap": 3, "ygap": 3,
+               "showscale": False, "hoverinfo": "text", "name": "gaps"}]
+    traces += [line([None], [None], name, mode="markers", marker={"size": 12, "symbol": "square", "color": c})
+               for name, c in zip(["open", "closed in posttrain", "selected"], status_colors)]
     kpis = [["gap", label], ["slots in after", after], ["prerequisite lessons", prereq], ["force", force],
             ["effort", effort], ["posttrain", {"closed": "closed in code", "partly": "partly closed", "open": "open"}[status]]]
     if where:
@@ -256,16 +258,17 @@ def gaps(gap: str, fix: str) -> dict:
         val = on if fix == "on" else off
         traces.append(bar(["fix on", "fix off"], [on, off], what, xaxis="x2", yaxis="y2",
                           marker={"color": ["#2ca02c", "#d62728"], "line": {"width": [3 if fix == "on" else 0,
-                                                                                      3 if fix == "off" else 0]}}))
+                                                                                      3 if fix == "off" else 0]}},
+                          showlegend=False))
         kpis += [["measured", what], ["with the fix", r(on, 4)], ["without the fix", r(off, 4)], ["this setting", r(val, 4)]]
         note += f" Measured, {what}: {on:.3g} with the fix, {off:.3g} without."
     else:
         kpis.append(["measured", "no demonstration (open, or nothing to switch off)"])
-        traces.append(bar(["fix on", "fix off"], [0, 0], "no demonstration", xaxis="x2", yaxis="y2"))
+        traces.append(bar(["fix on", "fix off"], [0, 0], "no demonstration", xaxis="x2", yaxis="y2", showlegend=False))
     return {
         "figure": figure(traces, f"{label} ({force}, {effort}): posttrain {status}", "", "",
                          grid={"rows": 1, "columns": 2, "pattern": "independent"},
-                         xaxis={"domain": [0, 0.45], "title": {"text": "force"}, "side": "top"},
+                         xaxis={"domain": [0, 0.5], "title": {"text": "force"}},
                          yaxis={"visible": False, "autorange": "reversed"},
                          xaxis2={"domain": [0.6, 1]}, yaxis2={"title": {"text": "measured value"}, "rangemode": "tozero"}),
         "kpis": kpis, "note": note,
@@ -278,7 +281,7 @@ register(Widget(
     {"knobs": {"gap": "offpolicy", "fix": "off"},
      "what": "Off-policy correction switched off: samples 16 versions old estimate the old policy, with a "
              "bias of about 0.3 on a quantity near 0.9, where truncated importance weights leave about 0.02."},
-    "Left: the gaps by force, green where posttrain closed them in code. Right: where a fix can be "
+    "Left: the gaps by force, coloured by posttrain's status (legend). Right: where a fix can be "
     "switched off, the measured effect of doing so (computed by the function that closes the gap).",
     ["posttrain.algorithms.ppo:gae", "posttrain.algorithms.core:kl", "posttrain.algorithms.reinforce:loss",
      "posttrain.algorithms.core:off_policy_weights", "posttrain.algorithms.core:masked_whiten", "posttrain.memory:plan",

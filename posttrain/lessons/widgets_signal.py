@@ -224,7 +224,7 @@ register(Widget(
 
 # ---- 18a · curation: where the gradient signal is --------------------------------------------------
 
-CURATE_POOL, CURATE_DUPS, CURATE_PROBE = 380, 20, 8
+CURATE_POOL, CURATE_DUPS, CURATE_PROBE = 380, 20, 16
 
 
 @functools.lru_cache(maxsize=1)
@@ -261,11 +261,11 @@ def curation(policy: int, curation: int, K: int) -> dict:
     wasted = float(dead.double().mean()) if kept else 0.0
     signal = float((pk * (1 - pk)).sum())
     rollouts = max(K * len(kept), 1)
-    bins = [i / 8 for i in range(9)]                                   # probe rates are k/8
+    bins = [i / CURATE_PROBE for i in range(CURATE_PROBE + 1)]          # probe rates are k/16
     hist = lambda xs: [sum(1 for x in xs if abs(x - b) < 1e-9) for b in bins]
     kept_rates = rates[kept_t].tolist()
     return {
-        "figure": figure([bar(bins, hist(rates.tolist()), "all prompts (probe of 8)", opacity=0.35),
+        "figure": figure([bar(bins, hist(rates.tolist()), f"all prompts (probe of {CURATE_PROBE})", opacity=0.35),
                           bar(bins, hist(kept_rates), "kept by curate()"),
                           line(bins, [4 * b * (1 - b) * max(hist(rates.tolist())) for b in bins],
                                "p(1−p), scaled: gradient signal per prompt", line={"dash": "dot"}),
@@ -288,7 +288,7 @@ register(Widget(
     [Knob("policy", "policy strength", [0, 20, 40, 60, 80, 100], 80), Knob("curation", "curation", [0, 20, 40, 60, 80, 100], 60),
      Knob("K", "rollouts per prompt K", [2, 4, 8, 16, 32], 8)],
     {"knobs": {"policy": 80, "curation": 0},
-     "what": "A strong policy on an uncurated pool: most prompts pass every time, over 40% of the "
+     "what": "A strong policy on an uncurated pool: most prompts pass every time, nearly 40% of the "
              "rollouts land in all-right groups and teach nothing, and the signal per rollout falls to "
              "little more than half of the curated pool's."},
     "Histogram of the pass rates the probe measured, the prompts curate() kept, and the chance that a "
@@ -326,6 +326,14 @@ def recipe(signal: int, bias: int, cost: int) -> tuple[str, str, str, str]:
 
 
 ALGOS = ["DPO (no rollouts)", "PPO", "GRPO (mixed reward)", "Dr. GRPO", "GRPO", "DAPO"]
+ALGO_COLORS = ["#7f7f7f", "#1f77b4", "#9467bd", "#2ca02c", "#ff7f0e", "#8c564b"]
+
+
+def categorical(colors: list[str]) -> list:
+    """A heatmap colorscale with one flat colour per integer level 0..n−1 (zmin −0.5, zmax n − 0.5),
+    so a legend of coloured squares can name the levels instead of a colorbar."""
+    n = len(colors)
+    return [pair for i, c in enumerate(colors) for pair in ([i / n, c], [(i + 1) / n, c])]
 POSTTRAIN_ALGO = {"DPO (no rollouts)": "dpo", "PPO": "ppo", "GRPO (mixed reward)": "grpo", "Dr. GRPO": "dr_grpo",
                   "GRPO": "grpo", "DAPO": "dapo"}
 RUN_STEPS = {1: 50, 8: 100, 16: 100, 32: 200, 64: 200, 512: 500}      # what a bigger cluster buys: more steps
@@ -350,22 +358,24 @@ def forces(signal: int, bias: int, cost: int) -> dict:
     plan = memory.plan("llama3-8b", algo=POSTTRAIN_ALGO[algo], gpus=min(cost, 64), checkpointing=True, suggest=False)
     hacked = float(pi[0]) < 0.5                                        # the policy prefers the leaked phrase
     return {
-        "figure": {"data": [{"type": "heatmap", "x": sig, "y": sig, "z": z, "colorscale": "Viridis", "zmin": 0, "zmax": 5,
-                             "text": [[ALGOS[v] for v in row] for row in z], "hoverinfo": "text",
-                             "colorbar": {"title": {"text": "algorithm"}, "tickvals": list(range(6)), "ticktext": ALGOS,
-                                          "x": 0.56, "len": 0.9}},
-                            line([signal], [bias], "your setting", mode="markers", marker={"size": 16, "color": "red"}),
+        "figure": {"data": [{"type": "heatmap", "x": sig, "y": sig, "z": z, "colorscale": categorical(ALGO_COLORS),
+                             "zmin": -0.5, "zmax": len(ALGOS) - 0.5, "showscale": False,
+                             "text": [[ALGOS[v] for v in row] for row in z], "hoverinfo": "text", "name": "algorithm"}]
+                            + [line([None], [None], a, mode="markers", marker={"size": 12, "symbol": "square", "color": c})
+                               for a, c in zip(ALGOS, ALGO_COLORS)]
+                            + [line([signal], [bias], "your setting", mode="markers", marker={"size": 16, "color": "black",
+                                                                                              "symbol": "x"}),
                             bar(["proxy reward (trained on)", "held-out correctness"], [train, held],
-                                f"after {steps} steps", xaxis="x2", yaxis="y2",
-                                marker={"color": ["#1f77b4", "#d62728" if hacked else "#2ca02c"]})],
-                   "layout": {"title": {"text": f"algorithm by signal × bias at {cost} GPUs (left); leak ρ = {rho:g}, "
-                                                f"{steps} steps (right)", "font": {"size": 14}},
-                              "height": 360, "showlegend": False,
-                              "xaxis": {"title": {"text": "verifier availability (signal, %)"}, "domain": [0, 0.5]},
-                              "yaxis": {"title": {"text": "estimator bias tolerance (%)"}},
-                              "xaxis2": {"domain": [0.75, 1], "anchor": "y2"},
-                              "yaxis2": {"anchor": "x2", "range": [0, 1.6], "title": {"text": "reward"}},
-                              "margin": {"l": 60, "r": 20, "t": 40, "b": 60}}},
+                                f"after {steps} steps on {cost} GPUs ({topo})", xaxis="x2", yaxis="y2",
+                                marker={"color": ["#1f77b4", "#d62728" if hacked else "#2ca02c"]}, showlegend=False)],
+                   "layout": {"title": {"text": f"algorithm by signal × bias at {cost} GPUs (top); leak ρ = {rho:g}, "
+                                                f"{steps} steps (bottom)", "font": {"size": 14}},
+                              "height": 600, "showlegend": True,
+                              "xaxis": {"title": {"text": "verifier availability (signal, %)"}, "domain": [0, 0.78]},
+                              "yaxis": {"title": {"text": "estimator bias tolerance (%)"}, "domain": [0.5, 1]},
+                              "xaxis2": {"domain": [0, 0.78], "anchor": "y2"},
+                              "yaxis2": {"anchor": "x2", "domain": [0, 0.3], "range": [0, 1.6], "title": {"text": "reward"}},
+                              "margin": {"l": 60, "r": 20, "t": 40, "b": 40}}},
         "kpis": [["reward source", reward], ["algorithm", algo], ["topology", topo], ["closest named recipe", named],
                  ["reward leak ρ this signal implies", rho], ["steps the cluster buys", steps],
                  ["proxy reward after the run", r(train, 3)], ["held-out correctness after the run", r(held, 3)],
@@ -390,7 +400,7 @@ register(Widget(
      "what": "Little verifiable signal on a huge cluster: the reward model leaks (ρ = 0.48 > 0.3), and the "
              "500 steps the cluster buys optimise the leak: the proxy reward climbs past 0.8 while held-out "
              "correctness falls below 0.5. Spend on signal before spending on GPUs."},
-    "Left: which algorithm each (signal, bias) point leads to at this cluster size (the course's rules); "
-    "right: the lesson-18 hacking run with the leak this signal implies, for the steps the cluster buys. "
+    "Top: which algorithm each (signal, bias) point leads to at this cluster size (the course's rules); "
+    "bottom: the lesson-18 hacking run with the leak this signal implies, for the steps the cluster buys. "
     "The rules and the leak are a deliberate toy; the training and the memory check are posttrain's.",
     ["posttrain.algorithms.reinforce:loss", "posttrain.memory:plan"]))

@@ -134,15 +134,20 @@ def _tokens_per_forward(alpha: float) -> float:
     return SPEC_GAMMA + 1 if alpha >= 1 else (1 - alpha ** (SPEC_GAMMA + 1)) / (1 - alpha)
 
 
-def _sched_time(run: dict, share: bool, spec: bool, alpha: float) -> float:
-    """Modelled seconds on the course's 7B/H100: each decode forward streams the weights (4.2 ms),
-    every generated token reads its context's KV once, each prefilled token costs 2·7e9 FLOPs;
-    speculative decoding divides the target forwards by the tokens each verifies and adds the
-    draft's forwards at a tenth of the cost."""
+def _sched_parts(run: dict, share: bool, spec: bool, alpha: float) -> tuple[float, float, float]:
+    """Modelled seconds on the course's 7B/H100, by part: each decode forward streams the weights
+    (4.2 ms); every generated token reads its context's KV once; each prefilled token costs 2·7e9
+    FLOPs. Speculative decoding divides the target forwards by the tokens each verifies and adds
+    the draft's forwards at a tenth of the cost."""
     forwards = run["forwards"]
     if spec:
         forwards = forwards / _tokens_per_forward(alpha) * (1 + SPEC_GAMMA * DRAFT_COST)
-    return forwards * W_BYTES / HBM_BPS + run["kv_read"] / HBM_BPS + (run["prefill"] if share else run["naive"]) * PREFILL_S
+    return (forwards * W_BYTES / HBM_BPS, run["kv_read"] / HBM_BPS,
+            (run["prefill"] if share else run["naive"]) * PREFILL_S)
+
+
+def _sched_time(run: dict, share: bool, spec: bool, alpha: float) -> float:
+    return sum(_sched_parts(run, share, spec, alpha))
 
 
 def scheduler(slots: int, cbatch: bool, share: bool, chunked: bool, spec: bool, temperature: float) -> dict:
@@ -154,15 +159,19 @@ def scheduler(slots: int, cbatch: bool, share: bool, chunked: bool, spec: bool, 
     stall = sum(run["prompt_lens"]) * (1 if share else SCHED_K)          # one prefill forward takes every prompt
     stall = min(stall, CHUNK) if chunked else stall
     p95 = lengths[min(len(lengths) - 1, int(0.95 * len(lengths)))]
+    parts = _sched_parts(run, share, spec, alpha)
+    parts0 = _sched_parts(base, False, False, alpha)
+    names = ["decode: weights", "decode: KV reads", "prefill", "longest prefill stall"]
     return {
         "figure": figure([bar(list(range(len(run["lengths"]))), run["lengths"], "response length (tokens)"),
-                          bar(["decode forwards"], [run["forwards"]], "this setting", xaxis="x2", yaxis="y2"),
-                          bar(["decode forwards"], [base["forwards"]], "static batches, no tricks", xaxis="x2", yaxis="y2",
-                              opacity=0.4)],
+                          bar(names, [1000 * x for x in parts] + [1000 * stall * PREFILL_S], "this setting (ms)",
+                              xaxis="x2", yaxis="y2"),
+                          bar(names, [1000 * x for x in parts0] + [1000 * sum(run["prompt_lens"]) * SCHED_K * PREFILL_S],
+                              "static batches, no tricks (ms)", xaxis="x2", yaxis="y2", opacity=0.4)],
                          f"{slots} slots, {SCHED_PROMPTS} prompts × {SCHED_K}, T = {temperature}", "sample (group-major)",
-                         "tokens", grid={"rows": 1, "columns": 2, "pattern": "independent"},
-                         xaxis={"domain": [0, 0.6]}, xaxis2={"domain": [0.72, 1]},
-                         yaxis2={"title": {"text": "forwards of the engine"}, "rangemode": "tozero"}),
+                         "tokens", grid={"rows": 1, "columns": 2, "pattern": "independent"}, barmode="group",
+                         xaxis={"domain": [0, 0.45]}, xaxis2={"domain": [0.58, 1]},
+                         yaxis2={"title": {"text": "modelled ms (7B, one H100)"}, "rangemode": "tozero"}),
         "kpis": [["decode forwards (engine)", run["forwards"]], ["static batching would need", base["forwards"]],
                  ["slot occupancy", r(occupancy, 3)],
                  ["prompt tokens prefilled", run["prefill"] if share else run["naive"]],
