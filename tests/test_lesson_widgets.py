@@ -335,6 +335,8 @@ def test_break_snr():
 def test_break_sync():
     ok, bad = kpis("sync"), broken("sync")
     assert ok["expected reward at step 50"] > 0.95 and bad["expected reward at step 50"] < 0.2
+    fixed = kpis("sync", sync_every=20, correction="tis")            # the trainer's off-policy correction
+    assert fixed["expected reward at step 50"] > 0.9 and fixed["clip/frac (mean over the run)"] == 0.0
     assert bad["clip/frac (mean over the run)"] > 0.15 > ok["clip/frac (mean over the run)"]
 
 

@@ -97,12 +97,14 @@ class _Sampler:
         self.model, self.policy_version = model, 0
 
 
-@functools.lru_cache(maxsize=16)
-def _sync_run(sync_every: int) -> list[tuple[float, float, float, int]]:
-    """GRPO (grpo.advantages, grpo.loss, no correction) on the 16-answer policy, 64 prompts × 4
-    samples a step drawn from the SAMPLER's copy; WeightSync(mode="separate") copies the trainer's
-    weights into it every `sync_every` steps. Per step: (clip/frac, |log ρ| mean, expected reward
-    of the trainer's policy, versions the sampler is behind)."""
+@functools.lru_cache(maxsize=32)
+def _sync_run(sync_every: int, correction: str = "none") -> list[tuple[float, float, float, int]]:
+    """GRPO (grpo.advantages, grpo.loss) on the 16-answer policy, 64 prompts × 4 samples a step
+    drawn from the SAMPLER's copy; WeightSync(mode="separate") copies the trainer's weights into it
+    every `sync_every` steps. correction 'none': the PPO ratio is taken against the sampler's
+    logprobs; 'tis': as the trainer's correct_off_policy, against the trainer's own logprobs with the
+    advantages reweighted by core.off_policy_weights (cap 2). Per step: (clip/frac, largest
+    |log ρ|, expected reward of the trainer's policy, versions the sampler is behind)."""
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(0)
     policy = _Policy()
@@ -120,6 +122,9 @@ def _sync_run(sync_every: int) -> list[tuple[float, float, float, int]]:
         adv = grpo.advantages(_GOOD[y], groups, cfg)
         lp = torch.log_softmax(policy.logits, -1)[y].unsqueeze(1)       # [256, 1] the trainer's
         batch = {"loss_mask": mask, "advantages": adv, "old_logprobs": mu[y].unsqueeze(1)}
+        if correction != "none":                                         # framework/trainer.correct_off_policy
+            w, _ = core.off_policy_weights(lp.detach(), batch["old_logprobs"], mask, correction, 2.0)
+            batch["old_logprobs"], batch["advantages"] = lp.detach(), core.broadcast(adv, mask) * w
         loss, m = grpo.loss(lp, batch, cfg, core.batch_norm(mask))
         opt.zero_grad()
         loss.backward()
@@ -134,29 +139,33 @@ def _sync_run(sync_every: int) -> list[tuple[float, float, float, int]]:
     return out
 
 
-def stale_sync(sync_every: int) -> dict:
-    run = _sync_run(sync_every)
+def stale_sync(sync_every: int, correction: str) -> dict:
+    run = _sync_run(sync_every, correction)
     steps = list(range(1, SYNC_STEPS + 1))
     clip = sum(c for c, *_ in run) / len(run)
     half = run[SYNC_STEPS // 2 - 1][2]
     return {
         "figure": figure([line(steps, [c for c, *_ in run], "clip/frac: tokens whose gradient the clip zeroed"),
-                          line(steps, [x[2] for x in run], "expected reward of the trainer's policy"),
+                          line(steps, [x[2] for x in run], f"expected reward of the trainer's policy (correction {correction})"),
                           line(steps, [x[1] for x in run], "largest |log ρ| (trainer vs sampler)", yaxis="y2",
                                line={"dash": "dot"})],
-                         f"sync every {sync_every} step(s)", "step", "share / reward", yaxis={"range": [0, 1.02]},
+                         f"sync every {sync_every} step(s), correction {correction}", "step", "share / reward",
+                         yaxis={"range": [0, 1.02]},
                          yaxis2={"overlaying": "y", "side": "right", "rangemode": "tozero", "title": {"text": "|log ρ|"}}),
         "kpis": [["clip/frac (mean over the run)", r(clip, 3)], ["expected reward at step 50", r(half, 3)],
                  ["expected reward at step 100", r(run[-1][2], 3)], ["sampler versions behind at most", max(x[3] for x in run)]],
-        "note": (f"Syncing every {sync_every} step(s): on average {100 * clip:.0f}% of the tokens had their gradient "
-                 f"clipped away because the sampler's weights were up to {max(x[3] for x in run)} versions old, and the "
-                 f"trainer's expected reward is {half:.2f} at step 50."),
+        "note": (f"Syncing every {sync_every} step(s), the sampler's weights were up to {max(x[3] for x in run)} versions "
+                 f"old; {100 * clip:.0f}% of the tokens had their gradient clipped away on average, and the trainer's "
+                 f"expected reward is {half:.2f} at step 50."
+                 + (" With truncated importance weights the ratio is taken against the trainer's own weights and the "
+                    "stale samples are reweighted instead of clipped." if correction != "none" else "")),
     }
 
 
 register(Widget(
     "sync", "A stale sampler and the clip", stale_sync,
-    [Knob("sync_every", "sync every N steps", [1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 40], 1)],
+    [Knob("sync_every", "sync every N steps", [1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 40], 1),
+     Knob("correction", "off-policy correction", ["none", "tis"], "none", "select")],
     {"knobs": {"sync_every": 20},
      "what": "Syncing every 20 steps: the sampler keeps drawing the same unrewarded answers from weights up "
              "to 19 versions old, the clip zeroes the gradient of the rewarded ones once their ratio leaves "
@@ -166,7 +175,8 @@ register(Widget(
     "framework/weight_sync.WeightSync refreshes every N steps (a deliberate toy policy; the sync and "
     "the loss are posttrain's).",
     ["posttrain.framework.weight_sync:WeightSync.sync", "posttrain.algorithms.grpo:advantages",
-     "posttrain.algorithms.grpo:loss", "posttrain.algorithms.core:importance_ratio"]))
+     "posttrain.algorithms.grpo:loss", "posttrain.algorithms.core:off_policy_weights",
+     "posttrain.framework.trainer:correct_off_policy"]))
 
 
 # ---- 07 · the controller, phase by phase --------------------------------------------------------
