@@ -175,8 +175,7 @@ register(Widget(
     "framework/weight_sync.WeightSync refreshes every N steps (a deliberate toy policy; the sync and "
     "the loss are posttrain's).",
     ["posttrain.framework.weight_sync:WeightSync.sync", "posttrain.algorithms.grpo:advantages",
-     "posttrain.algorithms.grpo:loss", "posttrain.algorithms.core:off_policy_weights",
-     "posttrain.framework.trainer:correct_off_policy"]))
+     "posttrain.algorithms.grpo:loss", "posttrain.algorithms.core:off_policy_weights"]))
 
 
 # ---- 07 · the controller, phase by phase --------------------------------------------------------

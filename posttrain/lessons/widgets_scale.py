@@ -116,7 +116,7 @@ register(Widget(
              "as much again for the softmax): the trainer's forward runs out of memory at long contexts "
              "unless the log-prob is computed chunk by chunk."},
     "Left: how many fewer prompt tokens prefix sharing computes. Right: logits memory, full vs. chunked, in GiB.",
-    ["posttrain.framework.rollout:_Run._prefill", "posttrain.shapes:logits_bytes"]))
+    ["posttrain.shapes:logits_bytes"]))
 
 
 # ---- 28 · where to spend optimisation effort --------------------------------------------------------
