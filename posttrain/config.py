@@ -26,6 +26,7 @@ from posttrain.models.gpt_mini import ModelConfig
 from posttrain.models.lora import LoraConfig
 from posttrain.tasks.arithmetic import ArithmeticConfig
 from posttrain.tasks.base import TaskConfig
+from posttrain.validate import validate
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 
@@ -113,9 +114,13 @@ def load_config(cls, path: str | None = None, overrides: typing.Sequence[str] = 
     p = _resolve_path(path)
     if p is not None:
         try:
-            data = yaml.safe_load(p.read_text()) or {}
+            data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
         except yaml.YAMLError as e:
             raise UsageError(f"config file {p} is not valid YAML: {str(e).splitlines()[0]}") from None
+        except UnicodeDecodeError as e:
+            line = p.read_bytes()[:e.start].count(b"\n") + 1
+            raise UsageError(f"config file {p}:{line}: byte 0x{e.object[e.start]:02x} is not UTF-8; "
+                             "save the file as UTF-8") from None
         if not isinstance(data, dict):
             raise UsageError(f"config file {p} must hold a mapping of keys to values")
     for item in overrides:
@@ -133,7 +138,7 @@ def load_config(cls, path: str | None = None, overrides: typing.Sequence[str] = 
             if not isinstance(node, dict):
                 raise UsageError(f"override {key!r}: {part!r} is not a section")
         node[parts[-1]] = value
-    return build(cls, data)
+    return validate(build(cls, data))           # values: posttrain/validate.py
 
 
 def build(cls, data: dict, prefix: str = "", base=None):
@@ -272,6 +277,9 @@ class RLConfig(RunConfig):
     save_samples: int = 8         # audited samples written to samples.jsonl at each eval (top-reward + random)
     verifier_workers: int = 0     # verifier processes (tasks/pool.py); 0 = in-process: cheapest, but a hang stalls the step
     verifier_timeout_s: float = 30.0  # per-call deadline with verifier_workers > 0; a late call scores 0 (reward/timeouts)
+    verifier_memory_mb: int = 0   # address space a verifier worker may add to what it inherits (0 = no cap); past it: MemoryError, worker replaced
+    verifier_max_calls: int = 0   # replace a verifier worker after this many calls (0 = never): bounds what a leaky verifier keeps
+    reward_bound: float = 1e6     # a reward or component beyond ±this (or NaN, inf, not a number) scores 0 and counts in reward/errors
     # scale-out (distributed/): where rollouts run and how far they may run ahead of the trainer
     placement: str = "in-process"  # in-process | ray (rollout workers as Ray actors; the trainer in the driver)
     rollout_workers: int = 2      # placement=ray: rollout actors, each an Engine with its own model copy

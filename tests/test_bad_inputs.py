@@ -153,9 +153,12 @@ def test_full_disk_on_the_first_save_says_to_start_again(tmp_path, monkeypatch, 
     msg = _message(checkpoint.save, tmp_path, 1, nano, tok, error=TrainingHalted)
     assert msg.endswith("free space there or set out= on a bigger disk, then start the run again")
     assert list((tmp_path / "checkpoints").iterdir()) == []
-    with pytest.raises(PermissionError):                     # any other OSError is not disguised as a full disk
-        monkeypatch.setattr(checkpoint, "save_file", lambda *a, **k: (_ for _ in ()).throw(PermissionError(13, "no")))
-        checkpoint.save(tmp_path, 1, nano, tok)
+    monkeypatch.setattr(checkpoint, "save_file", lambda *a, **k: (_ for _ in ()).throw(PermissionError(13, "no")))
+    msg = _message(checkpoint.save, tmp_path, 1, nano, tok, error=TrainingHalted)   # not disguised as a full disk
+    assert msg == (f"writing checkpoint step_000001 in {tmp_path / 'checkpoints'} failed (PermissionError: [Errno 13] "
+                   "no; partial write removed, earlier checkpoints intact): fix the cause or set out= elsewhere, then "
+                   "start the run again")
+    assert list((tmp_path / "checkpoints").iterdir()) == []
 
 
 def test_keep_last_retains_the_newest_checkpoints_with_policy_version(tmp_path, nano, tok):

@@ -27,17 +27,27 @@ class Run:
         if resume and getattr(getattr(cfg, "lora", None), "r", 0) > 0:
             raise UsageError(f"--resume of a LoRA run is not supported; start a new run with "
                              f"init={self.dir}/checkpoints/step_N (its merged weights) and fresh adapters")
+        self.resume_state = None
         if resume:
-            self.resume_from = checkpoint.latest(self.dir)
-            if self.resume_from is None:
-                raise UsageError(f"--resume {self.dir}: no complete checkpoint there; start without --resume")
+            self.resume_from = checkpoint.resume_target(self.dir)
+            self.resume_state = checkpoint.load_trainer_state(self.resume_from)   # a torn trainer.pt fails now
         elif checkpoint.latest(self.dir) is not None and not cfg.overwrite:
             raise UsageError(f"run directory {str(self.dir)!r} already holds checkpoints; "
                              f"pass --resume {self.dir} to continue, overwrite=true to start over, or out=NEW_DIR")
-        self.dir.mkdir(parents=True, exist_ok=True)
-        save_config(cfg, self.dir / "config.yaml")
+        write_run_dir(self.dir, cfg)
         self.rt = runtime.resolve(cfg.device, cfg.dtype, cfg.threads)
         runtime.seed_everything(cfg.seed)
+
+
+def write_run_dir(directory: Path, cfg) -> None:
+    """Create the run directory with its resolved `config.yaml`; an unwritable `out` (read-only
+    filesystem, a path under a file, no permission) is a one-line UsageError before any work."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        save_config(cfg, directory / "config.yaml")
+    except OSError as e:
+        raise UsageError(f"out={directory}: cannot write the run directory ({e.strerror or e}); "
+                         "set out= to a writable directory") from None
 
 
 def init_model(cfg, init: str, device) -> tuple[GPTMini, CharTokenizer]:

@@ -121,8 +121,8 @@ def run(cfg: DPOConfig, resume: bool = False) -> dict:
     if cfg.pairs:
         load_jsonl(cfg.pairs, cfg.on_bad)                             # validate before any work
     from posttrain.recipes.rl import default_init
+    r = Run(cfg, "dpo", resume)                          # a bad --resume or out= fails before the default init
     init = cfg.init or default_init()
-    r = Run(cfg, "dpo", resume)
     model, tok = init_model(cfg, init, r.rt.device)
     task = ArithmeticTask(cfg.task)
     encoded = encode_pairs(tok, build_pairs(cfg, r, model, tok, task))

@@ -59,6 +59,38 @@ def check_config(cfg: RLConfig) -> None:
                          f"use one of {', '.join(map(str, divisors))}")
 
 
+def check_group_size(cfg: RLConfig, algorithm, algo_cfg) -> None:
+    """samples_per_prompt=1 with an algorithm whose advantage is relative to its group: every
+    group is a singleton, so every advantage is exactly 0 and no step could learn. Refused
+    rather than warned: the run would only burn compute. Found by asking the algorithm itself
+    for the advantages of two singleton groups with different rewards."""
+    if cfg.samples_per_prompt != 1:
+        return
+    mask = torch.ones(2, 1)
+    probe = {"loss_mask": mask, "old_logprobs": 0 * mask, "ref_logprobs": 0 * mask, "values": 0 * mask}
+    try:
+        adv = algorithm.advantages(torch.tensor([0.0, 1.0]), torch.tensor([0, 1]), algo_cfg, batch=probe)
+    except Exception:       # an algorithm that needs more than this probe: the run's own checks apply
+        return
+    if bool((adv == 0).all()):
+        raise UsageError(f"samples_per_prompt=1: {cfg.algorithm}'s advantage is relative to the other samples of its "
+                         "prompt, so with one sample per prompt every advantage is 0 and nothing is learned; use "
+                         "samples_per_prompt >= 2 (e.g. 8), or an algorithm without a group baseline (ppo, reinforce "
+                         "with algo.baseline=none)")
+
+
+def check_context(cfg: RLConfig, model, tok, task, init: str) -> None:
+    """The longest prompt (of 200 train and the held-out ones) plus max_new_tokens must fit the
+    model's context: refused here, before the first rollout, not as a traceback mid-step."""
+    items = task.items(200, "train", cfg.seed) + task.items(cfg.eval_problems, "test", cfg.seed)
+    longest = max(len(tok.encode(tok.chat_prompt(task.prompt(it)))) for it in items)
+    room = model.config.max_seq_len - longest
+    if cfg.max_new_tokens > room:
+        raise UsageError(f"max_new_tokens={cfg.max_new_tokens}: the longest prompt ({longest} tokens) plus it exceeds "
+                         f"the context of {init} ({model.config.max_seq_len} tokens); use max_new_tokens <= {room} "
+                         "(0 = what the task needs)")
+
+
 def rl_plan(cfg: RLConfig, tok, task) -> dict:
     """One RL step in units. Token and micro-batch counts are upper bounds: every sample padded to
     the longest prompt (of 200 train prompts) plus max_new_tokens; real batches are shorter."""
@@ -77,11 +109,14 @@ def run(cfg: RLConfig, resume: bool = False) -> dict:
     algorithm = algorithms.get(cfg.algorithm)             # validate everything before any work
     algo_cfg = build(algorithm.Config, cfg.algo, "algo.")
     check_config(cfg)
+    check_group_size(cfg, algorithm, algo_cfg)
     check_scale_config(cfg)
+    r = Run(cfg, "rl", resume)                            # a bad --resume or out= fails before the default init
     init = cfg.init or default_init()
-    r = Run(cfg, "rl", resume)
     model, tok = init_model(cfg, init, r.rt.device)
     task = tasks.make(cfg.task)
+    task.reward_bound = cfg.reward_bound                  # safe_reward's bound, in-process and in pool workers
+    check_context(cfg, model, tok, task, init)
     max_new = cfg.max_new_tokens or response_budget(task, task.items(500, "train", cfg.seed))
     cfg = dataclasses.replace(cfg, max_new_tokens=max_new)
     placement = place(cfg, model, tok, r.rt)              # in-process or Ray workers (distributed/)

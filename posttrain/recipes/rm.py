@@ -141,8 +141,8 @@ def rm_loss_fn(objective: str, margin_coef: float, center_coef: float):
 def run(cfg: RMConfig, resume: bool = False) -> dict:
     check(cfg)
     from posttrain.recipes.rl import default_init
+    r = Run(cfg, "rm", resume)                          # a bad --resume or out= fails before the default init
     init = cfg.init or default_init()
-    r = Run(cfg, "rm", resume)
     trunk, tok = init_model(cfg, init, r.rt.device)
     task = ArithmeticTask(cfg.task)
     # Pairs are sampled from the init policy before any update (on resume: re-read from the run dir).

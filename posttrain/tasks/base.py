@@ -16,6 +16,8 @@ one kept as a component so it is logged as `reward/<name>`.
 
 from __future__ import annotations
 
+import math
+import numbers
 import random
 import zlib
 from dataclasses import dataclass, field
@@ -115,20 +117,54 @@ class LineCorpus:
         return corpus_lines(self, self.corpus_line, 8000, "test", seed)
 
 
+REWARD_BOUND = 1e6   # default |reward| accepted (RLConfig.reward_bound); beyond it a verifier is broken, not generous
+
+
+def validate_reward(value, bound: float = REWARD_BOUND) -> tuple[float, str | None]:
+    """`(float(value), None)` for a usable reward, else `(0.0, why)`: the one check every verifier
+    output passes (reward and each component), in-process and in pool workers alike.
+
+    Usable: a real number (bool, int, float, numpy scalar, a 0-d tensor) that converts to a
+    finite float with |r| ≤ bound. Refused: non-numbers (a string is not parsed), an int too
+    large for a float (10**400), NaN, ±inf and huge values (±1e308 would make reward/mean
+    infinite and pass every `reward >= 1` test)."""
+    v = value
+    if not isinstance(v, numbers.Real) and hasattr(v, "item") and getattr(v, "ndim", 1) == 0:
+        v = v.item()                                   # numpy bool_, a 0-d array or tensor
+    if not isinstance(v, numbers.Real):
+        return 0.0, f"reward {value!r} ({type(value).__name__}), not a number"
+    try:
+        r = float(v)
+    except OverflowError:
+        return 0.0, f"reward {str(value)[:20]}... too large for a float (OverflowError)"
+    if not math.isfinite(r):
+        return 0.0, f"a non-finite reward {r!r}"
+    if abs(r) > bound:
+        return 0.0, f"reward {r:.3g}, beyond reward_bound={bound:g} (raise reward_bound if it is meant)"
+    return r, None
+
+
 def safe_reward(task: Task, item: Any, response: str) -> RewardResult:
-    """Call the verifier; an exception or a non-finite/non-numeric reward becomes 0 with a reason."""
+    """Call the verifier; an exception or an unusable reward or component (validate_reward)
+    becomes 0 with the reason. The bound is `task.reward_bound` when the RL recipe set it."""
     try:
         result = task.reward(item, response)
     except Exception as e:  # a verifier bug must never kill a step; it is counted instead
         return RewardResult(0.0, error=f"{type(e).__name__}: {e}")
     if not isinstance(result, RewardResult):
         return RewardResult(0.0, error=f"verifier returned {type(result).__name__}, not RewardResult")
-    r = result.reward
-    if not isinstance(r, (int, float)):
-        return RewardResult(0.0, error=f"verifier returned reward {r!r} ({type(r).__name__}), not a number")
-    if r != r or r in (float("inf"), float("-inf")):
-        return RewardResult(0.0, error=f"verifier returned a non-finite reward {r!r}")
-    return result
+    bound = getattr(task, "reward_bound", REWARD_BOUND)
+    reward, why = validate_reward(result.reward, bound)
+    if why is not None:
+        return RewardResult(0.0, error=f"verifier returned {why}")
+    if not isinstance(result.components, dict):
+        return RewardResult(0.0, error=f"verifier returned components {type(result.components).__name__}, not a dict")
+    components = {}
+    for name, value in result.components.items():
+        components[name], why = validate_reward(value, bound)
+        if why is not None:
+            return RewardResult(0.0, error=f"verifier returned component {name!r}: {why}")
+    return RewardResult(reward, components, result.error, result.reason)
 
 
 def mean_reward(results: Sequence[RewardResult]) -> float:
