@@ -73,6 +73,7 @@ RULES: dict[str | tuple[str, str], Rule] = {
     "rejection_samples": count(1, "the samples per prompt for rejection SFT", "8"),
     "pair_prompts": count(1, "the prompts sampled for pairs", "2000"),
     "eval_samples": count(1, "the samples per held-out problem", "8"),
+    ("EvalConfig", "samples"): count(1, "the samples per held-out problem", "8"),
     "max_slots": count(1, "the rollout engine's decode slots", "256"),
     "max_resample_attempts": count(1, "the rollout rounds per step", "3"),
     "micro_batch_tokens": count(1, "the micro-batch token budget", "8192"),
@@ -87,10 +88,11 @@ RULES: dict[str | tuple[str, str], Rule] = {
     "max_nonfinite_steps": count(0, "the non-finite steps tolerated in a row (0 = never stop)", "10"),
     "warmup_steps": count(0, "the warm-up steps", "0"),
     "eval_problems": count(0, "the held-out problems", "200"),
+    ("EvalConfig", "problems"): count(0, "the held-out problems", "200"),
     "save_samples": count(0, "the audited samples per evaluation", "8"),
     "max_new_tokens": count(0, "the response cap (0 = what the task needs)", "0"),
-    "verifier_memory_mb": count(0, "a verifier worker's address-space limit (0 = none)", "2048"),
-    "verifier_max_calls": count(0, "the calls after which a verifier worker is recycled (0 = never)", "1000"),
+    ("VerifierConfig", "memory_mb"): count(0, "a verifier worker's added address space (0 = no cap)", "2048"),
+    ("VerifierConfig", "max_calls"): count(0, "the calls after which a verifier worker is replaced (0 = never)", "1000"),
     # real numbers: never NaN or infinite
     "lr": real("the learning rate", open_low=True, example="3e-5"),
     ("OptimConfig", "weight_decay"): real("weight decay", example="0.1"),
@@ -98,7 +100,7 @@ RULES: dict[str | tuple[str, str], Rule] = {
     "min_lr_frac": real("the learning-rate floor", high=1.0, example="0.1"),
     "betas": _betas,
     "temperature": real("the sampling temperature", example="1.0"),
-    "verifier_timeout_s": real("the verifier deadline", open_low=True, example="30"),
+    ("VerifierConfig", "timeout_s"): real("the verifier deadline", open_low=True, example="30"),
     "reward_bound": real("the largest |reward| accepted", open_low=True, example="1e6"),
     "target_acc": real("the target accuracy (0 = off)", high=1.0, example="0.7"),
     "sync_bucket_mb": real("the weight-sync bucket size", open_low=True, example="64"),
@@ -112,7 +114,8 @@ def validate(cfg, prefix: str = ""):
         if dataclasses.is_dataclass(value):
             validate(value, f"{key}.")
             continue
-        rule = RULES.get((type(cfg).__name__, f.name)) or RULES.get(f.name)
+        owned = (RULES.get((k.__name__, f.name)) for k in type(cfg).__mro__)   # RLOptimConfig is an OptimConfig
+        rule = next((r for r in owned if r is not None), None) or RULES.get(f.name)
         if rule is None or value is None or isinstance(value, bool):
             continue
         why = rule(value)
