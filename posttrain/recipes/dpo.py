@@ -29,7 +29,8 @@ from posttrain.eval import evaluate, response_budget
 from posttrain.framework.reference import Reference
 from posttrain.framework.trainer import Trainer, sequence_logprobs
 from posttrain.framework.loop import train_loop
-from posttrain.preference.data import collate_pairs, encode_pairs, load_jsonl, pairs_from_policy, seq_logps
+from posttrain.preference.data import (collate_pairs, encode_pairs, fits_context, load_jsonl, pairs_from_policy,
+                                      seq_logps)
 from posttrain.preference.dpo import LOSSES, REFERENCE_FREE, DPOLossConfig, SeqLogps, preference_loss
 from posttrain.recipes.common import EpochIndices, Run, batch_plan, init_model, print_plan, supervised_step
 from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
@@ -73,7 +74,7 @@ def build_pairs(cfg: DPOConfig, r: Run, model, tok, task) -> list:
     if r.resume_from is not None and saved.exists():
         return [Pair(**json.loads(line)) for line in saved.read_text().splitlines()]
     if cfg.pairs:
-        pairs, skipped = load_jsonl(cfg.pairs, cfg.on_bad)
+        pairs, skipped = load_jsonl(cfg.pairs, cfg.on_bad, fits_context(tok, model.config.max_seq_len))
         stats = {"source": cfg.pairs, "pairs": len(pairs), "skipped_rows": skipped}
     else:
         items = task.items(cfg.pair_prompts, "train", cfg.seed)
