@@ -164,10 +164,10 @@ def run(cfg: RLConfig, resume: bool = False) -> dict:
 
     def get_state():
         critic = {"critic": actor_critic.critic_state_dict()} if actor_critic is not None else {}
-        return {"policy_version": placement.version, **critic}
+        return {"policy_version": placement.version, "older_versions": placement.older_versions(), **critic}
 
     def set_state(s):
-        placement.set_version(s.get("policy_version", 0))
+        placement.set_version(s.get("policy_version", 0), s.get("older_versions"))
         if actor_critic is not None and "critic" in s:
             actor_critic.load_critic_state_dict(s["critic"])
     state = (get_state, set_state)
