@@ -143,7 +143,7 @@ class AsyncRollout:
         that is version 0, after a resume the older versions the checkpoint kept, as the
         uninterrupted run sampled them), then whatever is latest when pacing lets the batch start."""
         if self.stale == "fixed" or (self.stale == "pace" and j < self.K):
-            return v0 - self.K + j            # below the oldest kept version: publisher.latest gives the oldest
+            return max(0, v0 - self.K + j)    # below the oldest kept version: publisher.latest gives the oldest
         return None
 
     def _produce(self, step: int) -> None:
