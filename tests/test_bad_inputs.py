@@ -7,6 +7,11 @@ and a full disk during a checkpoint save.
 
 import errno
 import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -174,3 +179,97 @@ def test_keep_last_retains_the_newest_checkpoints_with_policy_version(tmp_path, 
     assert kept == ["step_000003", "step_000004"]
     assert checkpoint.load_trainer_state(checkpoint.latest(tmp_path))["extra"] == {"policy_version": 4}
     assert json.loads((checkpoint.latest(tmp_path) / "meta.json").read_text())["step"] == 4
+
+
+# ---- the whole table, as a user meets it: `posttrain ...` exits 2 with one line, before any work ----
+
+ROOT = Path(__file__).resolve().parents[1]
+RL = ["rl", "rollout.prompts_per_step=2", "rollout.samples_per_prompt=2", "eval.problems=2", "eval.samples=2",
+      "threads=1", "tensorboard=false", *TINY_TASK]
+LONG_ROW = {"prompt": "+".join(["1"] * 150), "chosen": "150", "rejected": "151"}
+
+# case -> (arguments, what the one line must say: the key or file, and the fix)
+TABLE = {
+    "yaml_not_utf8": (["rl", "{tmp}/bad.yaml"], ["{tmp}/bad.yaml:2", "not UTF-8", "save the file as UTF-8"]),
+    "steps_negative": ([*RL, "steps=-3"], ["steps=-3", "at least one optimizer step"]),
+    "steps_zero": ([*RL, "steps=0"], ["steps=0", "posttrain eval CHECKPOINT"]),
+    "lr_negative": ([*RL, "optim.lr=-1"], ["optim.lr=-1.0", "finite number > 0", "e.g. optim.lr=3e-5"]),
+    "lr_nan": ([*RL, "optim.lr=nan"], ["optim.lr=nan", "finite number > 0"]),
+    "lr_inf": ([*RL, "optim.lr=.inf"], ["optim.lr=inf", "finite number > 0"]),
+    "samples_zero": ([*RL, "rollout.samples_per_prompt=0"], ["rollout.samples_per_prompt=0", "≥ 1"]),
+    "prompts_zero": ([*RL, "rollout.prompts_per_step=0"], ["rollout.prompts_per_step=0", "≥ 1"]),
+    "samples_one_grpo": ([*RL, "rollout.samples_per_prompt=1"],
+                         ["rollout.samples_per_prompt=1", "every advantage is 0", "samples_per_prompt >= 2"]),
+    "temperature_nan": ([*RL, "rollout.temperature=nan"], ["rollout.temperature=nan", "finite"]),
+    "temperature_inf": ([*RL, "rollout.temperature=.inf"], ["rollout.temperature=inf", "finite"]),
+    "max_new_negative": ([*RL, "rollout.max_new_tokens=-5"], ["rollout.max_new_tokens=-5", "≥ 0"]),
+    "max_new_huge": ([*RL, "rollout.max_new_tokens=100000000"],
+                     ["rollout.max_new_tokens=100000000", "context", "use rollout.max_new_tokens <= "]),
+    "max_new_past_context": ([*RL, "rollout.max_new_tokens=250"],
+                             ["rollout.max_new_tokens=250", "(256 tokens)", "use rollout.max_new_tokens <= "]),
+    "save_every_negative": ([*RL, "save_every=-1"], ["save_every=-1", "≥ 0"]),
+    "threads_negative": ([*RL, "threads=-1"], ["threads=-1", "≥ 0"]),
+    "init_without_tokenizer": ([*RL, "init={tmp}/notok"], ["{tmp}/notok", "no tokenizer.posttrain.json"]),
+    "resume_other_model_size": (["pretrain", "--resume", "{tmp}/pt", "model.preset=micro"],
+                                ["--resume", "holds another model", "drop model.*"]),
+    "resume_truncated_trainer_pt": (["pretrain", "--resume", "{tmp}/torn"],
+                                    ["{tmp}/torn/checkpoints/step_000003/trainer.pt is unreadable",
+                                     "start the run again"]),
+    "resume_mistyped": (["rl", "--resume", "{tmp}/no_such_run"], ["--resume {tmp}/no_such_run", "no such run"]),
+    "resume_empty": (["rl", "--resume", "{tmp}/empty"], ["--resume {tmp}/empty", "no complete checkpoint"]),
+    "out_under_a_file": ([*RL, "out={tmp}/a_file/run"], ["out={tmp}/a_file/run", "Not a directory", "writable"]),
+    "out_read_only": ([*RL, "out={tmp}/ro/run"], ["out={tmp}/ro/run", "Read-only file system", "writable"]),
+    "preference_row_too_long": (["dpo", "pairs={tmp}/pairs.jsonl", "batch_size=2", "eval_problems=2",
+                                 "eval_samples=2", "threads=1", "tensorboard=false"],
+                                ["{tmp}/pairs.jsonl:2", "past the model's context of 256", "shorten or drop the row"]),
+}
+
+
+@pytest.fixture(scope="module")
+def bad_input_dir(tmp_path_factory, sft_ckpt):
+    """What the table's cases point at: files and runs with one thing wrong each."""
+    from posttrain.config import PretrainConfig
+    from posttrain.recipes import pretrain
+    tmp = tmp_path_factory.mktemp("bad")
+    (tmp / "bad.yaml").write_bytes(b"steps: 3\nseed: \xff\xfe\n")
+    (tmp / "notok").mkdir()
+    last = checkpoint.latest(sft_ckpt)
+    for name in ("model.safetensors", "model.json"):
+        (tmp / "notok" / name).write_bytes((last / name).read_bytes())
+    pretrain.run(load_config(PretrainConfig, None, [f"out={tmp}/pt", "model.preset=nano", "steps=3", "batch_size=2",
+                                                    "seq_len=16", "corpus_chars=2000", "tensorboard=false", *TINY_TASK]))
+    shutil.copytree(tmp / "pt", tmp / "torn")
+    trainer_pt = tmp / "torn" / "checkpoints" / "step_000003" / "trainer.pt"
+    trainer_pt.write_bytes(trainer_pt.read_bytes()[:1000])              # killed mid-write
+    (tmp / "empty").mkdir()
+    (tmp / "a_file").write_text("")
+    (tmp / "ro").mkdir()
+    good = {"prompt": "1+2", "chosen": "3", "rejected": "4"}
+    (tmp / "pairs.jsonl").write_text(json.dumps(good) + "\n" + json.dumps(LONG_ROW) + "\n")
+    return tmp
+
+
+@pytest.mark.parametrize("case", sorted(TABLE))
+def test_bad_input_table_exits_2_with_one_line_before_any_work(bad_input_dir, sft_ckpt, case):
+    tmp = bad_input_dir
+    args, needles = TABLE[case]
+    args = [a.format(tmp=tmp) for a in args]
+    if args[0] in ("rl", "dpo") and not any(a.startswith(("init=", "--resume")) for a in args):
+        args.append(f"init={sft_ckpt}")
+    if not any(a.startswith(("out=", "--resume")) for a in args):
+        args.append(f"out={tmp}/{case}")
+    prefix = []
+    if case == "out_read_only":                            # a real read-only mount, by bubblewrap
+        if shutil.which("bwrap") is None:
+            pytest.skip("bubblewrap (bwrap) is not installed")
+        prefix = ["bwrap", "--dev-bind", "/", "/", "--ro-bind", str(tmp / "ro"), str(tmp / "ro")]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "POSTTRAIN_CACHE": str(tmp / "cache")}
+    r = subprocess.run([*prefix, sys.executable, "-m", "posttrain.cli", *args], capture_output=True, text=True,
+                       cwd=tmp, env=env, timeout=300)
+    assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"posttrain {args[0]}: error: "), r.stderr
+    for needle in needles:
+        assert needle.format(tmp=tmp) in lines[0], lines[0]
+    assert not (tmp / "cache").exists()                     # never the default pretrain + SFT build
+    assert not (tmp / case / "metrics.jsonl").exists()      # nor a step, nor an evaluation
