@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -112,7 +113,18 @@ BAD_VERIFIERS = [
     (RewardResult(float("-inf")), "verifier returned a non-finite reward -inf"),
     (RewardResult(None), "verifier returned reward None (NoneType), not a number"),
     (RewardResult("1"), "verifier returned reward '1' (str), not a number"),
+    (RewardResult(10 ** 400), "verifier returned reward 100000000000... (401 digits), too large for a float"),
+    (RewardResult(1e308), "verifier returned reward 1e+308, beyond reward_bound=1e+06 (raise verifier.reward_bound "
+                          "if it is meant)"),
+    (RewardResult(-1e308), "verifier returned reward -1e+308, beyond reward_bound=1e+06 (raise "
+                           "verifier.reward_bound if it is meant)"),
+    (RewardResult(1.0, {"format": "yes"}), "verifier returned component 'format' = 'yes' (str), not a number"),
+    (RewardResult(1.0, {"len": float("inf")}), "verifier returned a non-finite component 'len' = inf"),
+    (RewardResult(1.0, [0.5]), "verifier returned components list, not a dict"),
 ]
+# what a verifier may return: any real number, numpy's and torch's scalars included, converted to float
+GOOD_VERIFIERS = [(True, 1.0), (np.float32(1.0), 1.0), (np.float64(0.25), 0.25), (np.int64(2), 2.0),
+                  (np.bool_(True), 1.0), (torch.tensor(0.5), 0.5), (-1e6, -1e6)]
 
 
 @pytest.mark.parametrize("returned,error", BAD_VERIFIERS)
@@ -121,14 +133,32 @@ def test_bad_verifier_output_scores_zero_with_the_reason(returned, error):
     assert (res.reward, res.error) == (0.0, error)
 
 
+@pytest.mark.parametrize("returned,value", GOOD_VERIFIERS)
+def test_numeric_verifier_output_is_accepted_as_a_float(returned, value):
+    res = safe_reward(Garbage(), RewardResult(returned, {"part": returned}), "text")
+    assert (res.reward, res.components, res.error) == (value, {"part": value}, None)
+    assert type(res.reward) is float and type(res.components["part"]) is float
+
+
+def test_the_reward_bound_is_the_tasks():
+    task = Garbage()
+    task.reward_bound = 10.0                             # RL sets it from verifier.reward_bound
+    assert safe_reward(task, RewardResult(10.0), "x").error is None
+    assert safe_reward(task, RewardResult(-10.5), "x").error == (
+        "verifier returned reward -10.5, beyond reward_bound=10 (raise verifier.reward_bound if it is meant)")
+
+
 def test_bad_verifier_outputs_are_counted_and_never_kill_the_step():
+    from posttrain.framework.controller import sample_metrics
     from posttrain.framework.rollout import Sample
     items = [r for r, _ in BAD_VERIFIERS] + [RewardResult(1.0, {"correct": 1.0})]
     samples = [Sample([1], [2], [-0.1], [1], "stop", 0, 0, i, item=it, text="x") for i, it in enumerate(items)]
     metrics = score_samples(Garbage(), samples)
-    assert metrics == {"reward/errors": 7.0, "reward/timeouts": 0.0, "reward/correct": 1.0 / 8}
-    assert [s.reward for s in samples] == [0.0] * 7 + [1.0]
+    n = len(BAD_VERIFIERS)
+    assert metrics == {"reward/errors": float(n), "reward/timeouts": 0.0, "reward/correct": 1.0 / (n + 1)}
+    assert [s.reward for s in samples] == [0.0] * n + [1.0]
     assert [s.reward_error for s in samples] == [e for _, e in BAD_VERIFIERS] + [None]
+    assert sample_metrics(samples, 8)["reward/mean"] == 1.0 / (n + 1)    # ±1e308 neither infinite nor "correct"
 
 
 # ---- a full disk while saving a checkpoint -----------------------------------------------------

@@ -120,7 +120,7 @@ class LineCorpus:
 REWARD_BOUND = 1e6   # default |reward| accepted (RLConfig.reward_bound); beyond it a verifier is broken, not generous
 
 
-def validate_reward(value, bound: float = REWARD_BOUND) -> tuple[float, str | None]:
+def validate_reward(value, bound: float = REWARD_BOUND, what: str = "reward") -> tuple[float, str | None]:
     """`(float(value), None)` for a usable reward, else `(0.0, why)`: the one check every verifier
     output passes (reward and each component), in-process and in pool workers alike.
 
@@ -132,15 +132,15 @@ def validate_reward(value, bound: float = REWARD_BOUND) -> tuple[float, str | No
     if not isinstance(v, numbers.Real) and hasattr(v, "item") and getattr(v, "ndim", 1) == 0:
         v = v.item()                                   # numpy bool_, a 0-d array or tensor
     if not isinstance(v, numbers.Real):
-        return 0.0, f"reward {value!r} ({type(value).__name__}), not a number"
+        return 0.0, f"{what} {value!r} ({type(value).__name__}), not a number"
     try:
         r = float(v)
     except OverflowError:
-        return 0.0, f"reward {str(value)[:20]}... too large for a float (OverflowError)"
+        return 0.0, f"{what} {str(value)[:12]}... ({len(str(value))} digits), too large for a float"
     if not math.isfinite(r):
-        return 0.0, f"a non-finite reward {r!r}"
+        return 0.0, f"a non-finite {what} {r!r}"
     if abs(r) > bound:
-        return 0.0, f"reward {r:.3g}, beyond reward_bound={bound:g} (raise reward_bound if it is meant)"
+        return 0.0, f"{what} {r:.3g}, beyond reward_bound={bound:g} (raise verifier.reward_bound if it is meant)"
     return r, None
 
 
@@ -155,15 +155,15 @@ def safe_reward(task: Task, item: Any, response: str) -> RewardResult:
         return RewardResult(0.0, error=f"verifier returned {type(result).__name__}, not RewardResult")
     bound = getattr(task, "reward_bound", REWARD_BOUND)
     reward, why = validate_reward(result.reward, bound)
+    if why is None and not isinstance(result.components, dict):
+        why = f"components {type(result.components).__name__}, not a dict"
+    components = {}
+    for name, value in (result.components.items() if why is None else ()):
+        components[name], why = validate_reward(value, bound, f"component {name!r} =")
+        if why is not None:
+            break
     if why is not None:
         return RewardResult(0.0, error=f"verifier returned {why}")
-    if not isinstance(result.components, dict):
-        return RewardResult(0.0, error=f"verifier returned components {type(result.components).__name__}, not a dict")
-    components = {}
-    for name, value in result.components.items():
-        components[name], why = validate_reward(value, bound)
-        if why is not None:
-            return RewardResult(0.0, error=f"verifier returned component {name!r}: {why}")
     return RewardResult(reward, components, result.error, result.reason)
 
 
