@@ -94,7 +94,7 @@ RULES: dict[str | tuple[str, str], Rule] = {
     ("VerifierConfig", "memory_mb"): count(0, "a verifier worker's added address space (0 = no cap)", "2048"),
     ("VerifierConfig", "max_calls"): count(0, "the calls after which a verifier worker is replaced (0 = never)", "1000"),
     # real numbers: never NaN or infinite
-    "lr": real("the learning rate", open_low=True, example="3e-5"),
+    "lr": real("the learning rate", high=1.0, open_low=True, example="3e-5"),   # AdamW steps are ~lr per weight
     ("OptimConfig", "weight_decay"): real("weight decay", example="0.1"),
     "grad_clip": real("the gradient-norm clip (0 = off)", example="1.0"),
     "min_lr_frac": real("the learning-rate floor", high=1.0, example="0.1"),
