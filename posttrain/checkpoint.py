@@ -17,11 +17,13 @@ import shutil
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from posttrain import TrainingHalted, UsageError
 from posttrain.models.gpt_mini import GPTMini, ModelConfig
-from posttrain.models.tokenizer import FILE_NAME as TOKENIZER_FILE, CharTokenizer
+from posttrain.models.tokenizer import FILE_NAME as TOKENIZER_FILE
+from posttrain.models.tokenizer import CharTokenizer
 
 
 def step_dirs(run_dir: str | Path) -> list[Path]:
@@ -74,7 +76,7 @@ def save(run_dir: str | Path, step: int, model: GPTMini, tokenizer: CharTokenize
     try:
         tmp.mkdir()
         _write(tmp, step, model, tokenizer, trainer_state, meta)
-    except Exception as e:    # every writer: OSError, torch.save's RuntimeError, safetensors' SafetensorError
+    except (OSError, RuntimeError, SafetensorError) as e:    # every writer: files, torch.save, safetensors
         full = _disk_full(e, root, model, trainer_state)     # asked before the partial write is freed
         shutil.rmtree(tmp, ignore_errors=True)               # give back what the partial write took
         fix = f"then --resume {run_dir}" if latest(run_dir) is not None else "then start the run again"
@@ -160,7 +162,7 @@ def load_weights_into(model, ckpt: str | Path) -> None:
     (size, preset, init) is a one-line UsageError naming the first tensor that differs."""
     saved = load_model(ckpt)[0].state_dict()
     own = model.state_dict()
-    shape = lambda sd, k: tuple(sd[k].shape) if k in sd else "absent"   # noqa: E731
+    shape = lambda sd, k: tuple(sd[k].shape) if k in sd else "absent"
     differ = [k for k in [*own, *saved] if shape(own, k) != shape(saved, k)]
     if differ:
         k = differ[0]

@@ -16,12 +16,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import TINY_TASK
 
 from posttrain import TrainingHalted, UsageError, checkpoint, cli
 from posttrain.config import RLConfig, SFTConfig, load_config
 from posttrain.tasks.base import RewardResult, safe_reward, score_samples
-
-from conftest import TINY_TASK
 
 
 def _message(fn, *args, error=UsageError):
@@ -114,10 +113,10 @@ BAD_VERIFIERS = [
     (RewardResult(None), "verifier returned reward None (NoneType), not a number"),
     (RewardResult("1"), "verifier returned reward '1' (str), not a number"),
     (RewardResult(10 ** 400), "verifier returned reward 100000000000... (401 digits), too large for a float"),
-    (RewardResult(1e308), "verifier returned reward 1e+308, beyond reward_bound=1e+06 (raise verifier.reward_bound "
-                          "if it is meant)"),
-    (RewardResult(-1e308), "verifier returned reward -1e+308, beyond reward_bound=1e+06 (raise "
-                           "verifier.reward_bound if it is meant)"),
+    (RewardResult(1e308), ("verifier returned reward 1e+308, beyond reward_bound=1e+06 (raise "
+                           "verifier.reward_bound if it is meant)")),
+    (RewardResult(-1e308), ("verifier returned reward -1e+308, beyond reward_bound=1e+06 (raise "
+                            "verifier.reward_bound if it is meant)")),
     (RewardResult(1.0, {"format": "yes"}), "verifier returned component 'format' = 'yes' (str), not a number"),
     (RewardResult(1.0, {"len": float("inf")}), "verifier returned a non-finite component 'len' = inf"),
     (RewardResult(1.0, [0.5]), "verifier returned components list, not a dict"),
@@ -295,7 +294,7 @@ def test_bad_input_table_exits_2_with_one_line_before_any_work(bad_input_dir, sf
         prefix = ["bwrap", "--dev-bind", "/", "/", "--ro-bind", str(tmp / "ro"), str(tmp / "ro")]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "POSTTRAIN_CACHE": str(tmp / "cache")}
     r = subprocess.run([*prefix, sys.executable, "-m", "posttrain.cli", *args], capture_output=True, text=True,
-                       cwd=tmp, env=env, timeout=300)
+                       cwd=tmp, env=env, timeout=300, check=False)
     assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"posttrain {args[0]}: error: "), r.stderr

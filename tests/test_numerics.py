@@ -5,10 +5,9 @@ import math
 
 import pytest
 import torch
+from zoo_util import ALL, F64, _batch, _random_batch, cfg_of
 
 from posttrain.algorithms import core, ppo
-
-from zoo_util import ALL, F64, _batch, _random_batch, cfg_of
 
 
 def _nan_off_mask(x, mask):

@@ -48,7 +48,6 @@ import numpy as np
 from posttrain.tasks.base import RewardResult, safe_reward
 from posttrain.tasks.sandbox import descendants
 
-
 PR_SET_PDEATHSIG = 1                                   # linux/prctl.h
 
 
