@@ -81,6 +81,34 @@ def test_resume_tolerates_a_torn_last_metrics_row_and_stays_exact(sft_ckpt, tmp_
     assert _same_weights(tmp_path / "full", tmp_path / "half")
 
 
+def test_rl_resume_with_resampled_groups_is_exact(sft_ckpt, tmp_path, monkeypatch):
+    """degenerate=resample draws extra prompts by (step, attempt): a resumed run draws the same."""
+    from posttrain.config import RLConfig
+    from posttrain.recipes import rl
+    common = [f"init={sft_ckpt}", "rollout.prompts_per_step=2", "rollout.samples_per_prompt=4",
+              "rollout.degenerate=resample", "eval.problems=4", "eval.samples=2", "eval_every=0", "steps=3",
+              "save_every=1", "threads=1", "tensorboard=false", *TINY_TASK]
+    rl.run(load_config(RLConfig, None, [f"out={tmp_path}/full", *common]))
+    cfg = load_config(RLConfig, None, [f"out={tmp_path}/half", *common])
+    from posttrain.framework.controller import Controller
+    real, calls = Controller.step, {"n": 0}
+
+    def dying(self, step):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyError("killed")                                      # mid-step, nothing saved
+        return real(self, step)
+    with monkeypatch.context() as m:
+        m.setattr(Controller, "step", dying)
+        with pytest.raises(KeyError):
+            rl.run(cfg)
+    rl.run(cfg, resume=True)
+    full = read_metrics(tmp_path / "full")
+    assert max(m.get("rollout/attempts", 0) for m in full) > 1             # resampling did happen
+    assert _metrics_without_time(tmp_path / "full") == _metrics_without_time(tmp_path / "half")
+    assert _same_weights(tmp_path / "full", tmp_path / "half")
+
+
 def test_a_bad_row_before_the_end_is_named(tmp_path):
     from posttrain import UsageError
     path = tmp_path / "metrics.jsonl"

@@ -264,3 +264,17 @@ def test_pool_limits_come_from_the_verifier_config():
         assert (pool.memory_mb, pool.max_calls) == (512, 100)
     finally:
         pool.close()
+
+
+def test_reward_values_are_checked_in_the_workers_as_in_process():
+    """The one validation (tasks/base.validate_reward) runs in the workers too: 10**400, ±1e308,
+    string and infinite components score 0 with the same reason; numpy and torch scalars pass."""
+    from test_bad_inputs import BAD_VERIFIERS, GOOD_VERIFIERS, Garbage
+
+    from posttrain.tasks.base import RewardResult, safe_reward
+    items = [r for r, _ in BAD_VERIFIERS] + [RewardResult(v) for v, _ in GOOD_VERIFIERS]
+    with VerifierPool(Garbage(), workers=2, timeout_s=10.0) as pool:
+        results, stats = pool.score([(it, "x") for it in items])
+    expected = [safe_reward(Garbage(), it, "x") for it in items]
+    assert [(r.reward, r.error) for r in results] == [(r.reward, r.error) for r in expected]
+    assert stats["errors"] == len(BAD_VERIFIERS) and stats["timeouts"] == 0
