@@ -29,9 +29,10 @@ TOOL_SPECIALS = CALL_OPEN + CALL_CLOSE + RESULT_OPEN + RESULT_CLOSE
 SPECIALS = PAD + USER + ASSISTANT + EOT + THINK_OPEN + THINK_CLOSE + TOOL_SPECIALS + SYSTEM
 # Digits and the trace operators first, then enough plain text for free-form responses. Appended
 # later (the ids of the characters before never change): the tool specials, division, capitals and
-# quotes for countdown and reasoning-gym questions, then the system-turn marker.
+# quotes for countdown and reasoning-gym questions. The system marker joins a vocabulary built for
+# data that has system messages (recipes/common.new_tokenizer).
 BASE_CHARS = PAD + USER + ASSISTANT + EOT + THINK_OPEN + THINK_CLOSE + "0123456789+-*=;:,.?!()[] \n" + "abcdefghijklmnopqrstuvwxyz"
-DEFAULT_CHARS = BASE_CHARS + TOOL_SPECIALS + "/ABCDEFGHIJKLMNOPQRSTUVWXYZ\"'%" + SYSTEM
+DEFAULT_CHARS = BASE_CHARS + TOOL_SPECIALS + "/ABCDEFGHIJKLMNOPQRSTUVWXYZ\"'%"
 
 ROLES = ("system", "user", "assistant", "tool")
 

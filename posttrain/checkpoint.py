@@ -119,6 +119,9 @@ def _tensor_bytes(obj) -> int:
 def _write(tmp: Path, step: int, model, tokenizer, trainer_state, meta) -> None:
     if hasattr(model, "hf"):                         # a Hugging Face model: saved as an HF directory
         model.save(tmp)
+        from posttrain.models.lora import lora_layers, save_adapter
+        if lora_layers(model.hf):                    # + the adapters in PEFT's format, beside the merged weights
+            save_adapter(model, tmp / "adapter", getattr(model, "lora_base", None))
     else:
         state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
         if model.config.tie_embeddings:
@@ -129,9 +132,10 @@ def _write(tmp: Path, step: int, model, tokenizer, trainer_state, meta) -> None:
     if trainer_state is not None:
         torch.save(trainer_state, tmp / "trainer.pt")
     (tmp / "meta.json").write_text(json.dumps({"step": step, **(meta or {})}, indent=1))
-    for f in tmp.iterdir():                          # data on disk before the rename makes it visible
-        with open(f, "rb") as fh:
-            os.fsync(fh.fileno())
+    for f in tmp.rglob("*"):                         # data on disk before the rename makes it visible
+        if f.is_file():
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
 
 
 def load_model(path: str | Path, device="cpu") -> tuple[GPTMini, CharTokenizer, Path]:
@@ -157,12 +161,22 @@ def load_model(path: str | Path, device="cpu") -> tuple[GPTMini, CharTokenizer, 
     return model.to(device), tokenizer, ckpt
 
 
-def load_weights_into(model, ckpt: str | Path) -> None:
-    """Copy checkpoint `ckpt`'s weights into `model` (a resume). A checkpoint of another model
-    (size, preset, init) is a one-line UsageError naming the first tensor that differs."""
+def restore_weights(model, ckpt: str | Path) -> None:
+    """Put a checkpoint's weights into the run's model (resume): a LoRA run gets its adapters back
+    on the base it was started from; any other model its whole state dict. A checkpoint of another
+    model (size, preset, init) is a one-line UsageError naming the first tensor that differs."""
+    from posttrain.models.lora import load_adapter, lora_layers
+    if hasattr(model, "hf") and lora_layers(model.hf):
+        if not Path(ckpt, "adapter", "adapter_model.safetensors").exists():
+            raise UsageError(f"{str(ckpt)!r} has no adapter/ (a LoRA checkpoint from before adapters were saved); "
+                             "start a new run with init= that checkpoint")
+        load_adapter(model, Path(ckpt, "adapter"))
+        return
     saved = load_model(ckpt)[0].state_dict()
     own = model.state_dict()
-    shape = lambda sd, k: tuple(sd[k].shape) if k in sd else "absent"
+
+    def shape(sd, k):
+        return tuple(sd[k].shape) if k in sd else "absent"
     differ = [k for k in [*own, *saved] if shape(own, k) != shape(saved, k)]
     if differ:
         k = differ[0]

@@ -65,7 +65,15 @@ def run_stage(stage: str, args) -> None:
         from posttrain.config_help import stage_help
         print(stage_help(stage, cfg, args.help))
         return
-    importlib.import_module(module).run(cfg, resume=bool(args.resume))
+    out = Path(getattr(cfg, "out", "") or f"runs/{stage}")
+    fresh = not out.exists()
+    try:
+        importlib.import_module(module).run(cfg, resume=bool(args.resume))
+    except UsageError:                   # refused before any work: leave no half-made run directory behind
+        if fresh and out.is_dir() and not any(out.rglob("step_*")):
+            import shutil
+            shutil.rmtree(out, ignore_errors=True)
+        raise
 
 
 def run_eval(args) -> None:

@@ -111,21 +111,23 @@ def _resolve_path(path: str | None) -> Path | None:
     raise UsageError(f"config file {path!r} not found; give a YAML path or a preset name ({', '.join(names)})")
 
 
-def load_config(cls, path: str | None = None, overrides: typing.Sequence[str] = ()):
-    """Build `cls` from an optional YAML file and `key=value` overrides (dotted for nesting)."""
-    data: dict = {}
+def load_config(cls, path: str | None = None, overrides: typing.Sequence[str] = (), data: dict | None = None):
+    """Build `cls` from an optional YAML file, then `data` (a nested dict: the Python API's keyword
+    arguments), then `key=value` overrides (dotted for nesting)."""
+    merged: dict = {}
     p = _resolve_path(path)
     if p is not None:
         try:
-            data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+            merged = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
         except yaml.YAMLError as e:
             raise UsageError(f"config file {p} is not valid YAML: {str(e).splitlines()[0]}") from None
         except UnicodeDecodeError as e:
             line = p.read_bytes()[:e.start].count(b"\n") + 1
             raise UsageError(f"config file {p}:{line}: byte 0x{e.object[e.start]:02x} is not UTF-8; "
                              "save the file as UTF-8") from None
-        if not isinstance(data, dict):
+        if not isinstance(merged, dict):
             raise UsageError(f"config file {p} must hold a mapping of keys to values")
+    data = _deep_merge(merged, data or {})
     for item in overrides:
         if "=" not in item:
             raise UsageError(f"override {item!r} must look like key=value (e.g. steps=100)")
@@ -142,6 +144,13 @@ def load_config(cls, path: str | None = None, overrides: typing.Sequence[str] = 
                 raise UsageError(f"override {key!r}: {part!r} is not a section")
         node[parts[-1]] = value
     return validate(build(cls, data))           # values: posttrain/validate.py
+
+
+def _deep_merge(a: dict, b: dict) -> dict:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
 
 
 def build(cls, data: dict, prefix: str = "", base=None):

@@ -88,10 +88,14 @@ class RunLogger:
         info = "  ".join(f"{k} {_fmt(record[k])}" for k in self.show if k in record)
         if self._progress is not None:
             self._progress.update(self._task, completed=step, info=info)
+        elif step <= self.start_step:                 # the starting evaluation: one-off work, no ETA yet
+            print(f"{self.stage} step {step}/{self.total}  {info}", flush=True)
         elif step % self.log_every == 0 or step == self.total:
             done = step - self.start_step
             eta = (time.time() - self.t0) / max(done, 1) * (self.total - step)
             print(f"{self.stage} step {step}/{self.total}  {info}  eta {_eta(eta)}", flush=True)
+        if step <= self.start_step:
+            self.t0 = time.time()                     # the ETA counts from the first step, not from before the eval
 
     def message(self, text: str) -> None:
         if self._progress is not None:

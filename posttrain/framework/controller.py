@@ -112,7 +112,7 @@ class Controller:
                                                    group_offset=len(kept) // cfg.rollout.samples_per_prompt,
                                                    keep=cfg.rollout.samples_per_prompt if cfg.rollout.overprovision else None)
             with timed(timers, "reward"):
-                reward_metrics = score_samples(self.task, samples, self.pool)
+                reward_metrics = score_samples(self.task, samples, self.pool, step)
             groups = group_rewards(samples)
             if first is None:                                                   # metrics of the first draw
                 first = {**reward_metrics, **group_metrics(groups), **sample_metrics(samples, cfg.rollout.max_new_tokens),

@@ -40,7 +40,7 @@ def train_loop(run, model, tokenizer, trainer: Trainer, step_fn, *, evaluate=Non
     start = 0
     if run.resume_from is not None:
         state = getattr(run, "resume_state", None) or checkpoint.load_trainer_state(run.resume_from)
-        checkpoint.load_weights_into(model, run.resume_from)
+        checkpoint.restore_weights(model, run.resume_from)
         trainer.load_state_dict(state["trainer"])
         runtime.set_rng_state(state["rng"])
         start = state["step"]

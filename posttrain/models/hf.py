@@ -169,6 +169,11 @@ class HFTokenizer:
     def encode(self, text: str) -> list[int]:
         return self.tok.encode(text, add_special_tokens=False)   # templates write their own BOS
 
+    def encode_data(self, text: str) -> list[int]:
+        """Text that must stay data (tool output): special-token strings in it are split into plain
+        tokens instead of becoming specials, so an observation can never end a turn."""
+        return self.tok(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+
     def decode(self, ids) -> str:
         ids = [int(i) for i in ids if int(i) != self.pad_id or self.pad_id == self.eot_id]
         return self.tok.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
@@ -198,6 +203,21 @@ class HFTokenizer:
         rest = full[len(prompt):] if full.startswith(prompt) else answer + eos
         end = rest.find(eos, rest.find(answer) + len(answer))
         return rest[:end + len(eos)] if end >= 0 else rest + eos
+
+    def chat_continuation(self, prompt, completion) -> str:
+        """What follows chat_prompt(prompt) when the reply is `completion`: a response string, or the
+        assistant's message(s), as the model's template renders the whole conversation."""
+        from posttrain.chat import check_messages
+        if isinstance(completion, str) or not self.tok.chat_template:
+            text = completion if isinstance(completion, str) else "".join(m["content"] for m in completion)
+            return self.chat_response(text)
+        head = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else check_messages(prompt)
+        full = self.tok.apply_chat_template(head + check_messages(completion), tokenize=False)
+        start = self.chat_prompt(prompt)
+        if not full.startswith(start):
+            raise UsageError("the chat template renders the reply differently from the opened assistant turn "
+                             "(a template that rewrites earlier turns); give chosen/rejected as strings")
+        return full[len(start):]
 
     def save(self, directory: str | Path) -> None:
         self.tok.save_pretrained(directory)

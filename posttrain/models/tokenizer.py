@@ -74,10 +74,23 @@ class CharTokenizer:
         """A question string (one user turn) or a list of {role, content} messages."""
         if isinstance(prompt, str):
             return f"{USER}{prompt}{ASSISTANT}"
-        return render_builtin(check_messages(prompt))
+        messages = check_messages(prompt)
+        if SYSTEM not in self.stoi and any(m["role"] == "system" for m in messages):
+            raise UsageError(f"this vocabulary has no system marker {SYSTEM!r} (the model was trained without system "
+                             "messages); drop the system message, or start from a model built for data that has them")
+        return render_builtin(messages)
 
     def chat_response(self, answer: str) -> str:
         return f"{answer}{EOT}"
+
+    def chat_continuation(self, prompt, completion) -> str:
+        """What follows chat_prompt(prompt) when the reply is `completion`: a response string, or
+        the assistant's message(s) (preference rows), through the template's end of turn."""
+        if isinstance(completion, str):
+            return self.chat_response(completion)
+        head = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else check_messages(prompt)
+        full = render_builtin(head + check_messages(completion), add_generation_prompt=False)
+        return full[len(self.chat_prompt(prompt)):]
 
     def chat_tool_result(self, text: str) -> str:
         """An observation as the env injects it into the assistant turn (response_mask 0)."""

@@ -25,6 +25,7 @@ import torch
 
 from posttrain import UsageError
 from posttrain.config import OptimConfig, RunConfig
+from posttrain.models.lora import LoraConfig
 from posttrain.eval import evaluate, response_budget
 from posttrain.framework.reference import Reference
 from posttrain.framework.trainer import Trainer, score_logprobs, sequence_logprobs
@@ -33,8 +34,11 @@ from posttrain.preference.data import (collate_pairs, encode_pairs, fits_context
                                       seq_logps)
 from posttrain.preference.dpo import (LOSSES, REFERENCE_FREE, DPOLossConfig, SeqLogps, kto_reference_point,
                                       preference_loss)
-from posttrain.recipes.common import EpochIndices, Run, batch_plan, init_model, print_plan, supervised_step
-from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
+from posttrain.recipes.common import (EpochIndices, Run, batch_plan, init_model, print_plan, show_first_prompt,
+                                      supervised_step)
+from posttrain import tasks
+from posttrain.tasks.arithmetic import ArithmeticConfig
+from posttrain.tasks.base import TaskConfig
 
 
 @dataclass
@@ -42,9 +46,10 @@ class DPOConfig(RunConfig):
     steps: int = 100
     eval_every: int = 50
     init: str = ""                # SFT checkpoint or run dir; "" = the default SFT(CoT) checkpoint (cached)
-    task: ArithmeticConfig = field(default_factory=ArithmeticConfig)
+    task: TaskConfig = field(default_factory=ArithmeticConfig)  # prompts for sampled pairs and evaluation
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(
         lr=1e-5, weight_decay=0.0, warmup_steps=10, schedule="constant"))
+    lora: LoraConfig = field(default_factory=LoraConfig)  # lora.r > 0: train LoRA adapters only (Hugging Face models)
     # dpo | cdpo | robust | hinge | ipo | simpo | orpo | kto | dpo_nll. The default is DPO + NLL,
     # not TRL's plain "sigmoid": on this task plain DPO at lr 1e-5 pushes the chosen log-probs
     # down with the rejected ones and held-out pass@1 falls (0.567 → 0.371 in 100 steps,
@@ -61,7 +66,7 @@ class DPOConfig(RunConfig):
     samples_per_prompt: int = 8   # samples per prompt; a prompt with mixed rewards gives one pair
     same_length: bool = False     # only pairs whose two responses have equal token counts
     temperature: float = 1.0      # sampling temperature for pairs and evaluation
-    eval_problems: int = 200      # held-out problems per evaluation
+    eval_problems: int = 200      # held-out problems per evaluation (0 = no evaluation: pairs from a file, no task)
     eval_samples: int = 8         # samples per held-out problem: pass@1 and pass@<eval_samples>
 
     def loss_config(self) -> DPOLossConfig:
@@ -123,7 +128,7 @@ def dpo_loss_fn(loss_cfg: DPOLossConfig):
     return loss_fn
 
 
-def run(cfg: DPOConfig, resume: bool = False) -> dict:
+def run(cfg: DPOConfig, resume: bool = False, task=None) -> dict:
     if cfg.loss_type not in LOSSES:
         raise UsageError(f"loss_type={cfg.loss_type!r} is unknown; use one of {', '.join(LOSSES)}")
     if cfg.on_bad not in ("error", "skip"):
@@ -132,12 +137,14 @@ def run(cfg: DPOConfig, resume: bool = False) -> dict:
         raise UsageError(f"label_smoothing={cfg.label_smoothing} must be in [0, 0.5)")
     if cfg.pairs:
         load_jsonl(cfg.pairs, cfg.on_bad)                             # validate before any work
+    task = task if task is not None else tasks.make(cfg.task)
     from posttrain.recipes.rl import default_init
     r = Run(cfg, "dpo", resume)                          # a bad --resume or out= fails before the default init
     init = cfg.init or default_init()
     model, tok = init_model(cfg, init, r.rt.device)
-    task = ArithmeticTask(cfg.task)
-    encoded = encode_pairs(tok, build_pairs(cfg, r, model, tok, task))
+    pairs = build_pairs(cfg, r, model, tok, task)
+    encoded = encode_pairs(tok, pairs)
+    show_first_prompt(tok.chat_prompt(pairs[0].prompt) + tok.chat_continuation(pairs[0].prompt, pairs[0].chosen), r.dir, "dpo")
     ref = None if cfg.loss_type in REFERENCE_FREE else reference_logps(model, encoded, tok.pad_id)
     trainer = Trainer(model, cfg.optim, cfg.steps, r.rt)
     indices = EpochIndices(len(encoded), cfg.batch_size, cfg.seed)
@@ -156,15 +163,17 @@ def run(cfg: DPOConfig, resume: bool = False) -> dict:
                        "epochs": round(cfg.steps * cfg.batch_size / len(encoded), 2),
                        "loss": cfg.loss_type, "beta": cfg.beta, "reference": ref is not None})
 
-    heldout = task.items(cfg.eval_problems, "test", cfg.seed)
+    heldout = task.items(cfg.eval_problems, "test", cfg.seed) if cfg.eval_problems else []
     k = cfg.eval_samples
 
     def evaluate_fn(m):
+        if not cfg.eval_problems:
+            return {}
         res = evaluate(m, tok, task, heldout, n=k, ks=(1, k), temperature=cfg.temperature, seed=cfg.seed)
         res.pop("per_k")
         return res
 
     step_fn = supervised_step(trainer, batch_fn, dpo_loss_fn(cfg.loss_config()), r.rt.device, unit=2)
     return train_loop(r, model, tok, trainer, step_fn, evaluate=evaluate_fn, eval_at_start=True,
-                      meta={"task": "arithmetic", "loss_type": cfg.loss_type},
+                      meta={"task": cfg.task.name, "loss_type": cfg.loss_type},
                       show=("loss", "pref/accuracy", "pref/margin", "eval/pass@1"))

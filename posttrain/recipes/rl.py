@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from posttrain import UsageError, algorithms, checkpoint
-from posttrain.config import RLConfig
+from posttrain.config import RLConfig, save_config
 from posttrain.distributed.placement import check_scale_config, place
 from posttrain.distributed.run_summary import write_summary
 from posttrain.eval import evaluate, response_budget
@@ -26,7 +26,7 @@ from posttrain.framework.loop import eval_due, train_loop
 from posttrain.framework.trainer import Trainer, needs_critic, sequence_logprobs
 from posttrain.logging import read_metrics
 from posttrain.models.heads import ActorCritic
-from posttrain.recipes.common import Run, init_model, print_plan
+from posttrain.recipes.common import Run, init_model, prepare_task, print_plan
 from posttrain import tasks
 
 CACHE = Path(os.environ.get("POSTTRAIN_CACHE", "runs/cache"))
@@ -106,20 +106,24 @@ def rl_plan(cfg: RLConfig, tok, task) -> dict:
             "optimizer steps/step": steps}
 
 
-def run(cfg: RLConfig, resume: bool = False) -> dict:
+def run(cfg: RLConfig, resume: bool = False, task=None) -> dict:
+    """The RL stage; `task` is a ready task object (the Python API hands over the user's reward
+    functions that way), else `cfg.task` builds it."""
     algorithm = algorithms.get(cfg.algo.name)             # validate everything before any work
     algo_cfg = cfg.algo
     check_config(cfg)
     check_group_size(cfg, algorithm, algo_cfg)
     check_scale_config(cfg)
+    task = task if task is not None else tasks.make(cfg.task)   # rows and reward functions load here
     r = Run(cfg, "rl", resume)                            # a bad --resume or out= fails before the default init
     init = cfg.init or default_init()
     model, tok = init_model(cfg, init, r.rt.device)
-    task = tasks.make(cfg.task)
     task.reward_bound = cfg.verifier.reward_bound         # safe_reward's bound, in-process and in pool workers
     check_context(cfg, model, tok, task, init)
     max_new = cfg.rollout.max_new_tokens or response_budget(task, task.items(500, "train", cfg.seed))
     cfg = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, max_new_tokens=max_new))
+    save_config(cfg, r.dir / "config.yaml")              # every value resolved, max_new_tokens included
+    prepare_task(task, tok, model, max_new, r.dir, "rl")
     placement = place(cfg, model, tok, r.rt)              # in-process or Ray workers (distributed/)
     engine = placement.engine
     reference = placement.reference(cfg, model) if algorithm.needs_reference(algo_cfg) else None
@@ -150,6 +154,10 @@ def run(cfg: RLConfig, resume: bool = False) -> dict:
     trace = Audit(r.dir, model, tok, cfg, r.rt)
     controller.on_batch = trace.on_batch
 
+    # the held-out scoring goes through the verifier pool too (a crashing verifier costs a sample, not the
+    # run), unless the trained reward is not the task's verifier (an RM, a leaky proxy)
+    eval_pool = controller.pool if controller.task is task and not hasattr(task, "heldout_task") else None
+
     def evaluate_fn(_model):
         ev = placement.eval_engine
         if hasattr(task, "make_env"):                      # agent tasks: episodes with the tools
@@ -157,7 +165,7 @@ def run(cfg: RLConfig, resume: bool = False) -> dict:
             res = evaluate_episodes(ev, tok, task, heldout, n=k, ks=(1, k), seed=cfg.seed, max_new_tokens=max_new)
         else:
             res = evaluate(ev.model, tok, getattr(task, "heldout_task", task), heldout, n=k, ks=(1, k),
-                           seed=cfg.seed, engine=ev, max_new_tokens=max_new)   # a leaky task: its true verifier
+                           seed=cfg.seed, engine=ev, max_new_tokens=max_new, pool=eval_pool)  # leaky: its true verifier
         res.pop("per_k")
         trace.flush()
         return res

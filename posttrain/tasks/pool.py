@@ -67,7 +67,7 @@ def _address_space_mb() -> float:
 
 
 def _serve(task, conn, parent: int, memory_mb: int) -> None:
-    """Worker loop: (index, item, response) in, (index, RewardResult, retire) out, until EOF.
+    """Worker loop: (index, item, response[, ids]) in, (index, RewardResult, retire) out, until EOF.
     `retire` asks the pool to replace this worker (its memory ran out: what leaked stays)."""
     _die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)       # Ctrl-C is the parent's to handle
@@ -76,10 +76,10 @@ def _serve(task, conn, parent: int, memory_mb: int) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     while True:
         try:
-            idx, item, response = conn.recv()
+            idx, *job = conn.recv()               # (index, item, response[, token ids])
         except (EOFError, OSError):
             return
-        res = safe_reward(task, item, response)
+        res = safe_reward(task, *job)
         retire = (res.error or "").startswith("MemoryError")
         try:
             conn.send((idx, res, retire))
