@@ -6,11 +6,12 @@ it; a leaf whose meaning differs between dataclasses is keyed `(DataclassName, l
 that entry wins over the plain one. `validate(cfg)` walks the built dataclass (sections
 included) and raises `UsageError` on the first value a rule refuses, naming the dotted key:
 
-    optim.lr=nan: the learning rate must be a finite number > 0; e.g. optim.lr=3e-5
+    optim.lr=nan: the learning rate must be a finite number in (0, 1]; e.g. optim.lr=3e-5
 
 Combinations of keys (minibatches must divide the step's samples, a group baseline needs
-two samples per prompt) and values that need the model (max_new_tokens past its context)
-are checked by the stage that knows them (recipes/rl.py check_config, recipes/common.py).
+two samples per prompt) and values that need the model (max_new_tokens past its context, a
+preference row past it) are checked by the stage that knows them (recipes/rl.py
+check_config, check_group_size, check_context; preference/data.fits_context).
 """
 
 from __future__ import annotations

@@ -222,24 +222,27 @@ def test_workers_die_with_a_sigkilled_trainer(tmp_path, workers):
 
 
 class Leaky:
-    """Every call keeps 40 MB (a verifier that caches what it should not); the reward is the pid."""
+    """Every call keeps 100 MB of address space (a verifier that caches what it should not; an
+    anonymous mapping, so it costs no RAM); the reward carries the worker's pid."""
     name = "leaky"
 
     def __init__(self):
         self.kept = []
 
     def reward(self, item, response):
+        import mmap
+
         from posttrain.tasks.base import RewardResult
-        self.kept.append(bytearray(40 << 20))
+        self.kept.append(mmap.mmap(-1, 100 << 20))
         return RewardResult(1.0, {"pid": float(os.getpid())})
 
 
 def test_memory_cap_fails_the_call_that_crosses_it_and_replaces_the_worker():
-    with VerifierPool(Leaky(), workers=1, timeout_s=30.0, memory_mb=100) as pool:
+    with VerifierPool(Leaky(), workers=1, timeout_s=30.0, memory_mb=250) as pool:
         results, stats = pool.score([(i, "x") for i in range(5)])
     rewards = [r.reward for r in results]
-    assert rewards == [1.0, 1.0, 0.0, 1.0, 1.0]               # 40, 80 MB fit; 120 MB does not
-    assert results[2].error.startswith("MemoryError")
+    assert rewards == [1.0, 1.0, 0.0, 1.0, 1.0]               # 100, 200 MB fit; 300 MB does not
+    assert results[2].error.startswith("OSError: [Errno 12] Cannot allocate memory")   # mmap's MemoryError
     assert (stats["errors"], stats["replaced"]) == (1, 1)
     pids = [r.components.get("pid") for r in results]
     assert pids[0] == pids[1] != pids[3] == pids[4]            # a fresh worker after the failure

@@ -20,6 +20,11 @@ throws away batches more than K versions old (counted in `staleness/dropped_batc
 old (the publisher keeps K + 1 versions): staleness K by construction, whatever the speeds
 of the two sides, for experiments on what staleness does to learning.
 
+Resume is exact (pace with K = 1, and fixed): the first K batches after a start sample with
+versions v0 − K … v0 − 1, which the checkpoint carries (Placement.older_versions), as the
+uninterrupted run did; without them a resumed run's first batch would be fresher (staleness 0).
+With K ≥ 2, `pace` itself depends on the two sides' speeds, and `drop` always does.
+
 The sampler holds its own model copy (a thread must never read weights the optimizer is
 writing). By default weights switch between `collect` calls, so a sample's `policy_version`
 is the version of every one of its tokens. `partial_rollouts: true` also lets a newer version

@@ -14,7 +14,7 @@ launcher, a regex with catastrophic backtracking). Whatever it does, the step go
                               the worker and its process tree are killed and replaced
 
   leaks memory               with `memory_mb`, an allocation past the limit fails (RLIMIT_AS):
-                              reward 0, "MemoryError", and the worker is retired and replaced
+                              reward 0, "MemoryError" (or ENOMEM), the worker retired and replaced
   leaks anything else        with `max_calls`, a worker is replaced after that many calls
 
 `stats` holds the counts and the per-call latency percentiles (dispatch → result, seconds);
@@ -34,6 +34,7 @@ a pool used from a thread (async rollouts) keeps its replacements only while tha
 from __future__ import annotations
 
 import ctypes
+import errno
 import multiprocessing as mp
 import os
 import resource
@@ -49,6 +50,7 @@ from posttrain.tasks.base import RewardResult, safe_reward
 from posttrain.tasks.sandbox import descendants
 
 PR_SET_PDEATHSIG = 1                                   # linux/prctl.h
+OUT_OF_MEMORY = ("MemoryError", f"OSError: [Errno {errno.ENOMEM}]")   # a failed allocation, as safe_reward words it
 
 
 def _die_with_parent(parent: int) -> None:
@@ -80,7 +82,7 @@ def _serve(task, conn, parent: int, memory_mb: int) -> None:
         except (EOFError, OSError):
             return
         res = safe_reward(task, *job)
-        retire = (res.error or "").startswith("MemoryError")
+        retire = (res.error or "").startswith(OUT_OF_MEMORY)
         try:
             conn.send((idx, res, retire))
         except Exception as e:                          # e.g. components that do not pickle
