@@ -240,7 +240,8 @@ TABLE = {
     "threads_negative": ([*RL, "threads=-1"], ["threads=-1", "≥ 0"]),
     "init_without_tokenizer": ([*RL, "init={tmp}/notok"], ["{tmp}/notok", "no tokenizer.posttrain.json"]),
     "resume_other_model_size": (["pretrain", "--resume", "{tmp}/pt", "model.preset=micro"],
-                                ["--resume", "holds another model", "drop model.*"]),
+                                ["--resume {tmp}/pt: model.preset='micro' but the run was trained with "
+                                 "model.preset='nano'", "drop the model.preset override"]),
     "resume_truncated_trainer_pt": (["pretrain", "--resume", "{tmp}/torn"],
                                     ["{tmp}/torn/checkpoints/step_000003/trainer.pt is unreadable",
                                      "start the run again"]),
@@ -301,4 +302,5 @@ def test_bad_input_table_exits_2_with_one_line_before_any_work(bad_input_dir, sf
     for needle in needles:
         assert needle.format(tmp=tmp) in lines[0], lines[0]
     assert not (tmp / "cache").exists()                     # never the default pretrain + SFT build
+    assert "preset: nano" in (tmp / "pt" / "config.yaml").read_text()   # a refused resume changes nothing
     assert not (tmp / case / "metrics.jsonl").exists()      # nor a step, nor an evaluation

@@ -109,6 +109,18 @@ def test_rl_resume_with_resampled_groups_is_exact(sft_ckpt, tmp_path, monkeypatc
     assert _same_weights(tmp_path / "full", tmp_path / "half")
 
 
+def test_weights_of_another_model_are_refused_by_name(tmp_path, nano, tok):
+    """The backstop behind the config check: a checkpoint whose tensors differ from the model."""
+    from posttrain import UsageError
+    from posttrain.models.gpt_mini import GPTMini, ModelConfig
+    path = checkpoint.save(tmp_path, 1, nano, tok)
+    micro = GPTMini(ModelConfig(preset="micro").resolved(tok.vocab_size))
+    with pytest.raises(UsageError) as e:
+        checkpoint.restore_weights(micro, path)
+    assert str(e.value).startswith(f"--resume: {path} holds another model than this config builds (embed.weight: ")
+    assert str(e.value).endswith("resume with the run's own config (drop model.* and init= overrides)")
+
+
 def test_a_bad_row_before_the_end_is_named(tmp_path):
     from posttrain import UsageError
     path = tmp_path / "metrics.jsonl"

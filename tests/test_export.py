@@ -128,15 +128,16 @@ def test_skip_special_tokens_keeps_the_reasoning_and_the_tool_calls(exported):
     _, out, _ = exported
     hf_tok = AutoTokenizer.from_pretrained(out, local_files_only=True)
     for text, shown in [("<12+10>{12+10=22}22#__", "12+10{12+10=22}22"),
-                        ("<5+6>⟦5+6⟧⟨11⟩11#", "5+6⟦5+6⟧⟨11⟩11"),
-                        ("§be brief<1+1>{1+1=2}2#", "be brief1+1{1+1=2}2")]:
+                        ("<5+6>⟦5+6⟧⟨11⟩11#", "5+6⟦5+6⟧⟨11⟩11")]:
         ids = hf_tok(text)["input_ids"]
         assert ids == TOK.encode(text)                                     # every marker is still one token
         assert hf_tok.decode(ids) == text
         assert hf_tok.decode(ids, skip_special_tokens=True) == shown
     added = {t.content: t.special for t in hf_tok.added_tokens_decoder.values()}
-    assert added == {"_": True, "#": True, "<": True, ">": True, "§": True,
+    assert added == {"_": True, "#": True, "<": True, ">": True,
                      "{": False, "}": False, "⟦": False, "⟧": False, "⟨": False, "⟩": False}
+    with_system = CharTokenizer(TOK.chars + "§").to_hf_json()["added_tokens"]    # data with system turns
+    assert [t["special"] for t in with_system if t["content"] == "§"] == [True]   # a role marker, like < and >
 
 
 def test_chat_template(exported):
