@@ -38,7 +38,7 @@ def test_nan_logprobs_at_masked_positions_leave_the_gradient_as_clean(name, kl_e
 
 def test_nan_values_at_masked_positions_leave_the_value_gradient_as_clean():
     """PPO's value loss: NaN in V (with gradient), V_old and the returns off the mask."""
-    lp, old, ref, A, ent, mask = _random_batch(6)
+    lp, old, _, A, _, mask = _random_batch(6)
     g = torch.Generator().manual_seed(6)
     values, v_old, returns = (torch.randn(mask.shape, dtype=F64, generator=g) for _ in range(3))
     norm = core.batch_norm(mask, 16)
