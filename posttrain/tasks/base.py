@@ -51,7 +51,7 @@ def correctness(result: RewardResult) -> float | None:
 class TaskConfig:
     """The `task:` section of a stage config; `name` picks the task (tasks/__init__.py), the
     other keys are that task's own config dataclass, a subclass of this one."""
-    name: str = "arithmetic"      # arithmetic | countdown | tool_arith | reasoning_gym | leaky_arith | dataset,
+    name: str = "arithmetic"      # arithmetic | countdown | tool_arith | reasoning_gym | leaky_arith | dataset | code,
                                   # or your own class: FILE.py:Class / module:Class (or an installed entry point)
 
 
