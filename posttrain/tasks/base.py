@@ -168,6 +168,12 @@ def safe_reward(task: Task, item: Any, response: str, ids=None) -> RewardResult:
         result = task.reward(item, response, ids) if getattr(task, "wants_ids", False) else task.reward(item, response)
     except Exception as e:  # a verifier bug must never kill a step; it is counted instead
         return RewardResult(0.0, error=f"{type(e).__name__}: {e}")
+    return checked(task, result)
+
+
+def checked(task: Task, result) -> RewardResult:
+    """A verifier's result after the one validation every path applies (validate_reward on the
+    reward and each component, the bound `task.reward_bound`); 0 with the reason otherwise."""
     if not isinstance(result, RewardResult):
         return RewardResult(0.0, error=f"verifier returned {type(result).__name__}, not RewardResult")
     bound = getattr(task, "reward_bound", REWARD_BOUND)
@@ -249,4 +255,4 @@ def _batch_rewards(task, samples, step=None) -> list | None:
         return None
     if len(results) != len(samples) or not all(isinstance(r, RewardResult) for r in results):
         return None
-    return results
+    return [r if r.error is not None else checked(task, r) for r in results]
