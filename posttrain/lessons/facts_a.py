@@ -405,7 +405,7 @@ def rl06_separate_sync() -> dict:
     m = sync.sync()
     return table(["sampler is a copy", "largest weight gap before sync", "after sync", "bytes copied",
                   "policy_version before → after"],
-                 [[engine.model is not model, f"{before:.3f}", f"{gap():.3f}", int(m["sync/bytes"]),
+                 [["yes" if engine.model is not model else "no", f"{before:.3f}", f"{gap():.3f}", int(m["sync/bytes"]),
                    f"{v0} → {engine.policy_version}"]])
 
 
