@@ -1,0 +1,156 @@
+"""The facts quoted by lessons 00–12 (posttrain/lessons/facts_a.py): every fact runs, returns a
+number, string or well-formed table, and its value agrees with a hand computation or an
+independent formula."""
+
+import json
+import math
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from posttrain.lessons import facts_a, registry
+from posttrain.lessons.facts_a import FACTS
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def rows(name: str) -> list[list]:
+    return FACTS[name]()["rows"]
+
+
+def col(name: str, column: str) -> list:
+    t = FACTS[name]()
+    i = t["columns"].index(column)
+    return [r[i] for r in t["rows"]]
+
+
+def nums(text: str) -> list[float]:
+    return [float(x) for x in text.split(",")]
+
+
+@pytest.mark.parametrize("name", sorted(FACTS))
+def test_every_fact_runs_quickly_and_is_well_formed(name):
+    FACTS[name]()                                                    # warm caches shared between facts
+    t0 = time.perf_counter()
+    v = FACTS[name]()
+    assert time.perf_counter() - t0 < 1.0
+    if isinstance(v, dict):
+        assert set(v) == {"columns", "rows"} and v["rows"]
+        assert all(len(r) == len(v["columns"]) for r in v["rows"])
+    else:
+        assert isinstance(v, (int, float, str)) and not isinstance(v, bool)
+
+
+def test_fact_names_carry_their_lesson_and_live_in_the_loader():
+    from posttrain.lessons import facts
+    assert all(n[:2] == "rl" and n[2:4].isdigit() and int(n[2:4]) <= 12 for n in FACTS)
+    assert set(FACTS) <= set(facts.load_all())
+
+
+# ---- 00 -----------------------------------------------------------------------------------------
+
+def test_rl00_algorithm_count_is_the_number_of_algorithm_files():
+    files = {p.stem for p in (ROOT / "posttrain" / "algorithms").glob("*.py")} - {"__init__", "core"}
+    assert FACTS["rl00_n_algorithms"]() == len(files)
+
+
+def test_rl00_lineage_on_one_right_answer_of_four():
+    t = {r[0]: nums(r[1]) for r in rows("rl00_lineage_table")}
+    # unbiased std of (1,0,0,0): sqrt((0.75² + 3·0.25²)/3) = 0.5 → GRPO (1.5, −0.5, …)
+    assert t["grpo"] == pytest.approx([1.5, -0.5, -0.5, -0.5], abs=1e-2)
+    assert t["rloo"] == pytest.approx([1.0, -1 / 3, -1 / 3, -1 / 3], abs=1e-2)
+    assert t["dr_grpo"] == pytest.approx([0.75, -0.25, -0.25, -0.25], abs=1e-2)
+    assert t["reinforce"] == [1.0, 0.0, 0.0, 0.0]
+
+
+# ---- 01 -----------------------------------------------------------------------------------------
+
+def test_rl01_one_step_by_hand():
+    r = {row[0]: row for row in rows("rl01_one_step")}
+    assert float(r["C"][1]) == pytest.approx(0.4 * 0.9 * 0.8, abs=1e-3)
+    assert float(r["A"][1]) == pytest.approx(-0.4 * 0.9 * 0.2, abs=1e-3)
+    pc = math.exp(0.288) / (math.exp(0.288) + 4 * math.exp(-0.072))
+    assert float(r["C"][3]) == pytest.approx(pc, abs=1e-3)
+
+
+def test_rl01_expected_gradient_is_pi_times_reward_minus_mean():
+    assert FACTS["rl01_mean_reward_uniform"]() == pytest.approx(0.38)
+    for arm, rew, g in rows("rl01_expected_grad"):
+        assert float(g) == pytest.approx(0.2 * (rew - 0.38), abs=1e-3)
+
+
+def test_rl01_bandit_learning_rates():
+    assert 0.02 < FACTS["rl01_break_wrong_share"]() < 0.3             # η = 2 locks some seeds on a wrong arm
+    assert FACTS["rl01_slow_c_share"]() == 1.0                          # η = 0.05: right, ...
+    default_top = dict(registry.compute("bandit")["kpis"])["mean max π"]
+    assert FACTS["rl01_slow_pi_c"]() < default_top                     # ... and slow
+
+
+# ---- 02 -----------------------------------------------------------------------------------------
+
+def test_rl02_sampler_and_trainer_agree_and_temperature_matters():
+    assert FACTS["rl02_parity_max_abs"]() < 1e-5
+    assert FACTS["rl02_wrong_temperature_gap"]() > 1e-2
+    assert FACTS["rl02_response_tokens"]() > 0
+
+
+def test_rl02_recomputed_old_logprobs_make_the_ratio_one():
+    rec, recomputed = rows("rl02_stale_vs_recomputed")
+    assert recomputed[1:] == ["1.000", "1.000", "0.000"]
+    assert float(rec[2]) > 1.05
+
+
+def test_rl02_degenerate_table_follows_the_formula():
+    t = FACTS["rl02_degenerate_table"]()
+    ks = [int(c.rsplit(" ", 1)[1]) for c in t["columns"][2:]]
+    for T, q, *ps in t["rows"]:
+        for k, p in zip(ks, ps):
+            assert p == pytest.approx(q ** k + (1 - q) ** k, abs=0.01)  # q is shown rounded to 3 places
+    assert FACTS["rl02_break_degenerate"]() == t["rows"][0][2]          # T = 0.25, K = 2
+
+
+def test_rl02_observed_degenerate_rows_are_the_benchmark_json():
+    d = json.loads((ROOT / "benchmarks/results/claims.json").read_text())["degenerate"]
+    assert rows("rl02_degenerate_observed") == [[r["K"], r["observed"], r["predicted_per_prompt"], r["predicted_mean_p"]]
+                                               for r in d["rows"]]
+    assert FACTS["rl02_mean_p"]() == d["mean_p"]
+
+
+# ---- 03 -----------------------------------------------------------------------------------------
+
+def test_rl03_verifier_probes():
+    assert [r[2] for r in rows("rl03_probes")] == [1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0]
+    assert rows("rl03_probes")[-1][1] == 13
+
+
+def test_rl03_k_estimators_by_hand():
+    for d, k1, k2, k3 in rows("rl03_k_table"):
+        d = float(d)
+        assert float(k1) == pytest.approx(-d, abs=1e-3)
+        assert float(k2) == pytest.approx(d * d / 2, abs=1e-3)
+        assert float(k3) == pytest.approx(math.exp(d) - 1 - d, abs=1e-3)
+        assert float(k3) >= 0
+
+
+def test_rl03_swapped_arguments_flip_k1_and_miss_the_kl():
+    (o1, exact1, k1a, k3a), (o2, exact2, k1b, k3b) = rows("rl03_swap_table")
+    assert exact1 == exact2 and k1b == pytest.approx(-k1a)
+    assert abs(k3a - exact1) < 0.1 < abs(k3b - exact1)
+
+
+def test_rl03_beta_sweep():
+    t = {r[0]: r for r in rows("rl03_beta_table")}
+    for beta, theta, reward, kl, past in t.values():
+        assert kl == pytest.approx(theta ** 2, rel=0.02, abs=0.05)    # KL = θ² in the toy
+        assert past == ("yes" if theta > 5 else "no")
+    assert t[0.0][1] == 10.0 and t[1.0][1] < 0.5
+    assert FACTS["rl03_beta0_theta"]() == t[0.0][1] and FACTS["rl03_beta1_theta"]() == t[1.0][1]
+    thetas = [t[b][1] for b in sorted(t)]
+    assert thetas == sorted(thetas, reverse=True)                       # a stronger anchor, a shorter walk
+
+
+def test_rl03_reference_does_not_move():
+    n_all, n_train, pol, ref = rows("rl03_reference_frozen")[0]
+    assert n_all > 0 and n_train == 0 and float(ref) == 0.0 and float(pol) > 0.0
