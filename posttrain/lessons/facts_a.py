@@ -295,6 +295,18 @@ def rl04_std_table() -> dict:
     return table(["group std", "σ", "GRPO advantages"], rows)
 
 
+def rl04_scale_table() -> dict:
+    """Advantages of the same group with its rewards scaled by ¼: GRPO divides the scale away,
+    the estimators without /std keep it (posttrain.algorithms' own advantages(), population std)."""
+    g = torch.zeros(3, dtype=torch.long)
+    rows = []
+    for rw in ((0.0, 0.0, 1.0), (0.0, 0.0, 0.25)):
+        r = torch.tensor(rw, dtype=torch.float64)
+        rows.append([", ".join(f"{x:g}" for x in rw), signed(grpo.advantages(r, g, grpo.Config(std="population"))),
+                     signed(rloo.advantages(r, g, rloo.Config())), signed(dr_grpo.advantages(r, g, dr_grpo.Config()))])
+    return table(["rewards", "GRPO", "RLOO", "Dr. GRPO"], rows)
+
+
 def rl04_defaults_table() -> dict:
     """Each registered algorithm's defaults as its Config() has them."""
     rows = []
