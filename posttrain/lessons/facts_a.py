@@ -321,23 +321,24 @@ def rl04_defaults_table() -> dict:
 
 # ---- 05 · the trainer --------------------------------------------------------------------------
 
-def _toy_batch(lengths=(7, 2, 3, 1, 2, 2), width: int = 8, drift: float = 0.0) -> dict:
-    """Six responses of different lengths in two groups, random logprobs, group advantages; the
-    trainer's logprobs are the sampler's + U(−drift, drift) (drift 0: ratio 1)."""
+def _toy_batch(lengths=(7, 2, 3, 1, 2, 2), width: int = 8, drift: float = 0.0,
+               rewards=(1, 0, 1, 0, 0, 1), groups=(0, 0, 0, 1, 1, 1)) -> dict:
+    """Responses of the given lengths (column 0 stands in for the prompt), random behaviour
+    logprobs, GRPO advantages of `rewards` within `groups`; the trainer's logprobs are the
+    sampler's + U(−drift, drift) (drift 0: ratio 1)."""
     g = torch.Generator().manual_seed(0)
     B = len(lengths)
     mask = torch.zeros(B, width, dtype=torch.float64)
     for i, n in enumerate(lengths):
-        mask[i, 1:1 + n] = 1                                             # column 0 stands in for the prompt
+        mask[i, 1:1 + n] = 1
     attn = mask.clone()
     attn[:, 0] = 1
     old = -torch.rand(B, width, generator=g, dtype=torch.float64) * 2 * mask
     lp = old + (torch.rand(B, width, generator=g, dtype=torch.float64) * 2 - 1) * drift * mask
-    rewards = torch.tensor([1.0, 0, 1, 0, 0, 1], dtype=torch.float64)
-    gi = torch.tensor([0, 0, 0, 1, 1, 1])
+    rw, gi = torch.tensor(rewards, dtype=torch.float64), torch.tensor(groups)
     return {"input_ids": torch.zeros(B, width, dtype=torch.long), "attention_mask": attn, "loss_mask": mask,
-            "old_logprobs": old, "logprobs": lp, "rewards": rewards, "group_index": gi,
-            "advantages": core.broadcast(grpo.advantages(rewards, gi, grpo.Config()), mask)}
+            "old_logprobs": old, "logprobs": lp, "rewards": rw, "group_index": gi,
+            "advantages": core.broadcast(grpo.advantages(rw, gi, grpo.Config()), mask)}
 
 
 def rl05_microbatch_table() -> dict:
@@ -447,6 +448,26 @@ def rl07_group_metrics() -> dict:
     rows.append(["group/degenerate_frac", m["group/degenerate_frac"]])
     rows.append(["group/all_pass_frac, group/all_fail_frac", f"{m['group/all_pass_frac']}, {m['group/all_fail_frac']}"])
     return table(["rewards of the group", "degenerate?"], rows)
+
+
+def rl07_keep_vs_skip() -> dict:
+    """GRPO's gradient on the useful groups' tokens when two degenerate groups are kept in the batch
+    (degenerate=keep) vs dropped (skip): kept, they add nothing but still count in the normaliser."""
+    b = _toy_batch(lengths=(3, 5, 4, 2, 6, 3, 2, 4), rewards=(1, 0, 0, 1, 1, 1, 0, 0),   # groups 2, 3 degenerate
+                   groups=(0, 0, 1, 1, 2, 2, 3, 3))
+    useful = slice(0, 4)
+    rows = []
+    for mode in ("token-mean", "seq-mean-token-mean"):
+        cfg = grpo.Config(kl_coef=0.0, aggregation=mode)
+        norms = []
+        for keep in (True, False):
+            sub = b if keep else {k: v[useful] for k, v in b.items()}
+            lp = sub["logprobs"].clone().requires_grad_(True)
+            loss, _ = grpo.loss(lp, sub, cfg, core.batch_norm(sub["loss_mask"]))
+            (grad,) = torch.autograd.grad(loss, lp)
+            norms.append(float(grad[useful].norm()))
+        rows.append([mode, f"{norms[0]:.4f}", f"{norms[1]:.4f}", f"{norms[0] / norms[1]:.3f}"])
+    return table(["aggregation", "gradient norm, degenerate groups kept", "… skipped", "kept / skipped"], rows)
 
 
 def _grpo_length_run() -> dict:
