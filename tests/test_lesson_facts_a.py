@@ -154,3 +154,105 @@ def test_rl03_beta_sweep():
 def test_rl03_reference_does_not_move():
     n_all, n_train, pol, ref = rows("rl03_reference_frozen")[0]
     assert n_all > 0 and n_train == 0 and float(ref) == 0.0 and float(pol) > 0.0
+
+
+# ---- 04 -----------------------------------------------------------------------------------------
+
+def test_rl04_std_conventions_by_hand():
+    t = {r[0]: r for r in rows("rl04_std_table")}
+    # (0, 0, 1): Σ(r−μ)² = 2/3; population σ = √(2/9), unbiased σ = √(1/3)
+    assert float(t["population"][1]) == pytest.approx(math.sqrt(2 / 9), abs=1e-3)
+    assert float(t["unbiased"][1]) == pytest.approx(math.sqrt(1 / 3), abs=1e-3)
+    assert nums(t["population"][2]) == pytest.approx([-1 / 3 / math.sqrt(2 / 9)] * 2 + [2 / 3 / math.sqrt(2 / 9)], abs=1e-2)
+
+
+def test_rl04_grpo_is_scale_free_and_the_others_are_not():
+    (r1, g1, l1, d1), (r2, g2, l2, d2) = rows("rl04_scale_table")
+    assert g1 == g2
+    assert nums(l2) == pytest.approx([x / 4 for x in nums(l1)], abs=0.01)
+    assert nums(d2) == pytest.approx([x / 4 for x in nums(d1)], abs=0.01)
+
+
+def test_rl04_defaults_are_each_algorithms_config():
+    from posttrain import algorithms
+    t = {r[0]: r for r in rows("rl04_defaults_table")}
+    assert set(t) == set(algorithms.ALGORITHMS)
+    assert t["grpo"][1:] == ["seq-mean-token-mean", "0.04", "yes", "0.2 / 0.2"]
+    assert t["dapo"][4] == "0.2 / 0.28" and t["reinforce"][4] == "—"
+
+
+# ---- 05 -----------------------------------------------------------------------------------------
+
+def test_rl05_micro_batches_with_the_batch_normaliser_add_up():
+    for mode, whole, shared, alone in rows("rl05_microbatch_table"):
+        assert shared == whole
+        assert alone != whole
+    assert FACTS["rl05_micro_rows"]() == "2+4"
+
+
+def test_rl05_clip_at_ratio_one_has_reinforce_gradient():
+    assert FACTS["rl05_clip_equals_reinforce"]() < 1e-12
+
+
+def test_rl05_break_and_optimizer():
+    assert FACTS["rl05_break_outside"]() == 1.0
+    assert 0.0 < FACTS["rl05_break_clipped"]() < 1.0
+    assert rows("rl05_optim_table")[0][1:4] == ["0.9, 0.95", "0", "1"]
+
+
+# ---- 06 -----------------------------------------------------------------------------------------
+
+def test_rl06_sync_sweep_is_monotone():
+    t = rows("rl06_sync_table")
+    out = [float(r[1].rstrip("%")) for r in t]
+    assert out == sorted(out) and out[0] == 0.0 and out[-1] > 80
+    ema = {r[0]: r[2] for r in t}
+    assert ema[20] < ema[1] - 0.2
+
+
+def test_rl06_separate_sync_copies_every_byte_and_bumps_the_version():
+    model, _ = facts_a._tiny_model()
+    n_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    copy, before, after, copied, version = rows("rl06_separate_sync")[0]
+    assert copy == "yes" and float(before) > 0 and float(after) == 0.0
+    assert copied == n_bytes and version == "0 → 1"
+
+
+def test_rl06_stale_runs_are_the_benchmark_json():
+    d = json.loads((ROOT / "benchmarks/results/async_vs_sync.json").read_text())
+    fixed = next(r for r in d["runs"] if r["run"] == "fixed4_none" and r["seed"] == 0)
+    t = {r[0]: r for r in rows("rl06_stale_runs")}
+    assert t["4 versions stale, no correction"][2] == f"{fixed['mean ratio/max']:.2f}"
+    assert len(t) == 3
+
+
+# ---- 07 -----------------------------------------------------------------------------------------
+
+def test_rl07_group_bookkeeping():
+    t = rows("rl07_group_metrics")
+    assert [r[1] for r in t[:4]] == ["no", "yes", "yes", "no"]
+    assert t[4][1] == 0.5 and t[5][1] == "0.25, 0.25"
+
+
+def test_rl07_keeping_degenerate_groups_dilutes_by_their_share():
+    t = {r[0]: float(r[3]) for r in rows("rl07_keep_vs_skip")}
+    lengths = (3, 5, 4, 2, 6, 3, 2, 4)
+    assert t["token-mean"] == pytest.approx(sum(lengths[:4]) / sum(lengths), abs=1e-3)
+    assert t["seq-mean-token-mean"] == pytest.approx(0.5, abs=1e-3)
+
+
+def test_rl07_degenerate_share_from_the_benchmark():
+    d = json.loads((ROOT / "benchmarks/results/claims.json").read_text())
+    run = next(r for r in d["length"] if r["algorithm"] == "grpo")
+    assert FACTS["rl07_degenerate_first"]() == run["group/degenerate_frac_first10"]
+    assert FACTS["rl07_degenerate_last"]() == run["group/degenerate_frac_last10"]
+
+
+# ---- 08 -----------------------------------------------------------------------------------------
+
+def test_rl08_masked_loss_ignores_tool_tokens():
+    (m_on, n_on, l_on, g_on, grad_on), (m_off, n_off, l_off, g_off, grad_off) = rows("rl08_mask_table")
+    assert (n_on, n_off) == (49, 55)                                    # the course's counts
+    assert l_on == g_on and float(grad_on) == 0.0
+    assert l_off != g_off and float(grad_off) == 1.0                    # −A·log π: ∂/∂log π = −A, |A| = 1
+    assert FACTS["rl08_observation_text"]() == "⟨1368⟩"
