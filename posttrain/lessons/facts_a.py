@@ -547,6 +547,17 @@ def rl09_baseline_table() -> dict:
     return table(["baseline", "mean gradient (arms A–E)", "variance (sum over θ)"], rows)
 
 
+def rl09_variance_ratio() -> float:
+    """Variance without a baseline ÷ variance with b = the expected reward (rl09_baseline_table)."""
+    t = rl09_baseline_table()["rows"]
+    return float(t[0][2]) / float(t[1][2])
+
+
+def rl09_course_floor() -> float:
+    """The snr widget's error against the course's fixed direction at K = 64: it no longer falls."""
+    return kpi("snr", "mean |ĝ − target|", K=64, target="course")
+
+
 def _algo_runs() -> list[dict]:
     return _json("algorithms.json")
 
