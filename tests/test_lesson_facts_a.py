@@ -256,3 +256,11 @@ def test_rl08_masked_loss_ignores_tool_tokens():
     assert l_on == g_on and float(grad_on) == 0.0
     assert l_off != g_off and float(grad_off) == 1.0                    # −A·log π: ∂/∂log π = −A, |A| = 1
     assert FACTS["rl08_observation_text"]() == "⟨1368⟩"
+
+
+def test_rl07_one_group_through_the_step():
+    t = rows("rl07_step_example")
+    assert [r[1] for r in t[:3]] == [1.0, 0.0, 0.0]                     # only "12#" is right
+    # population std of (1, 0, 0) is √2/3: A = (2/3)/(√2/3) = √2, (−1/3)/(√2/3) = −1/√2
+    assert [float(r[2]) for r in t[:3]] == pytest.approx([math.sqrt(2), -1 / math.sqrt(2), -1 / math.sqrt(2)], abs=0.01)
+    assert t[3][1:] == ["(3, 10)", "9 loss tokens"]

@@ -470,6 +470,25 @@ def rl07_keep_vs_skip() -> dict:
     return table(["aggregation", "gradient norm, degenerate groups kept", "… skipped", "kept / skipped"], rows)
 
 
+def rl07_step_example() -> dict:
+    """Three answers to <3+4+5> through the verifier, grpo.advantages (population std) and
+    collate_samples, as one controller step hands them on."""
+    from posttrain.framework.batch import collate_samples
+    from posttrain.framework.rollout import Sample
+    from posttrain.models.tokenizer import CharTokenizer
+    from posttrain.tasks.arithmetic import verify
+    tok = CharTokenizer()
+    prompt = tok.encode(tok.chat_prompt("3+4+5"))
+    texts = ["12#", "11#", "14#"]
+    samples = [Sample(prompt, tok.encode(t), [0.0] * len(t), [1] * len(t), "stop", 0, 0, i, reward=verify(t, 12))
+               for i, t in enumerate(texts)]
+    b = collate_samples(samples, tok.pad_id)
+    adv = grpo.advantages(b["rewards"].double(), b["group_index"], grpo.Config(std="population"))
+    rows = [[t, s.reward, f"{float(a):+.2f}"] for t, s, a in zip(texts, samples, adv)]
+    rows.append(["batch input_ids shape", str(tuple(b["input_ids"].shape)), f"{int(b['loss_mask'].sum())} loss tokens"])
+    return table(["response", "reward", "advantage"], rows)
+
+
 def _grpo_length_run() -> dict:
     return next(r for r in _json("claims.json")["length"] if r["algorithm"] == "grpo")
 
