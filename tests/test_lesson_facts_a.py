@@ -4,7 +4,6 @@ independent formula."""
 
 import json
 import math
-import time
 from pathlib import Path
 
 import pytest
@@ -31,11 +30,8 @@ def nums(text: str) -> list[float]:
 
 
 @pytest.mark.parametrize("name", sorted(FACTS))
-def test_every_fact_runs_quickly_and_is_well_formed(name):
-    FACTS[name]()                                                    # warm caches shared between facts
-    t0 = time.perf_counter()
+def test_every_fact_runs_and_is_well_formed(name):
     v = FACTS[name]()
-    assert time.perf_counter() - t0 < 1.0
     if isinstance(v, dict):
         assert set(v) == {"columns", "rows"} and v["rows"]
         assert all(len(r) == len(v["columns"]) for r in v["rows"])

@@ -712,10 +712,10 @@ def rl12_scale_table() -> dict:
 
 
 def rl12_bias_table() -> dict:
-    """Monte-Carlo mean of the gradient on the bandit's logits at the uniform policy, 200,000 groups of
+    """Monte-Carlo mean of the gradient on the bandit's logits at the uniform policy, 100,000 groups of
     K = 4 (Bernoulli rewards), with the group-mean baseline (r − mean) and leave-one-out (RLOO),
     against the exact gradient π_a(r_a − r̄)."""
-    K, N = 4, 200_000
+    K, N = 4, 100_000
     g = torch.Generator().manual_seed(0)
     pi = torch.full((5,), 0.2, dtype=torch.float64)
     means = torch.tensor(BANDIT, dtype=torch.float64)
