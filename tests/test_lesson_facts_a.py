@@ -260,3 +260,68 @@ def test_rl07_one_group_through_the_step():
     # population std of (1, 0, 0) is √2/3: A = (2/3)/(√2/3) = √2, (−1/3)/(√2/3) = −1/√2
     assert [float(r[2]) for r in t[:3]] == pytest.approx([math.sqrt(2), -1 / math.sqrt(2), -1 / math.sqrt(2)], abs=0.01)
     assert t[3][1:] == ["(3, 10)", "9 loss tokens"]
+
+
+# ---- 09 -----------------------------------------------------------------------------------------
+
+def test_rl09_error_falls_like_one_over_root_k():
+    t = rows("rl09_error_table")
+    for (k1, e1, s1), (k2, e2, s2) in zip(t, t[1:]):
+        assert e2 / e1 == pytest.approx(math.sqrt(k1 / k2), rel=0.15)
+        assert s2 / s1 == pytest.approx(math.sqrt(k1 / k2), rel=0.02)
+    assert FACTS["rl09_course_floor"]() > 0.7                          # against (1, 0.4) it does not fall
+
+
+def test_rl09_baseline_keeps_the_mean_and_cuts_the_variance():
+    t = rows("rl09_baseline_table")
+    assert t[0][1] == t[1][1] == t[2][1]                                 # unbiased
+    # exact variance at the uniform policy: E‖(r−b)(e_a − π)‖² − ‖E[…]‖², ‖e_a − π‖² = 0.8 for every a
+    r = [0.1, 0.3, 0.9, 0.4, 0.2]
+    mean = [0.2 * (x - 0.38) for x in r]
+    for row, b in zip(t, (0.0, 0.38, 1.0)):
+        var = sum(0.2 * (x - b) ** 2 * 0.8 for x in r) - sum(m * m for m in mean)
+        assert float(row[2]) == pytest.approx(var, abs=1e-4)
+    assert FACTS["rl09_variance_ratio"]() == pytest.approx(float(t[0][2]) / float(t[1][2]))
+
+
+def test_rl09_reinforce_runs_are_the_benchmark():
+    d = json.loads((ROOT / "benchmarks/results/algorithms.json").read_text())
+    seeds = sorted(r["seed"] for r in d if r["algorithm"] == "reinforce")
+    assert [r[0] for r in rows("rl09_reinforce_runs")] == seeds
+
+
+# ---- 10 -----------------------------------------------------------------------------------------
+
+def test_rl10_clip_cells():
+    killed = {(r[0], r[1]) for r in rows("rl10_clip_table") if r[5] == "killed"}
+    assert killed == {(0.7, "-1"), (1.4, "+1")}
+    for rho, a, s1, s2, g, _ in rows("rl10_clip_table"):
+        assert float(s1) == pytest.approx(rho * float(a))
+        if _ == "flows":
+            assert float(g) == pytest.approx(-rho * float(a), abs=1e-2)   # ∂(−ρA)/∂log π = −ρA
+
+
+def test_rl10_gae_by_hand():
+    t = {r[0]: nums(r[1]) for r in rows("rl10_gae_table")}
+    v = [0.2, 0.4, 0.6, 0.8]
+    delta = [v[1] - v[0], v[2] - v[1], v[3] - v[2], 1 - v[3]]           # γ = 1, V after the end = 0
+    assert t["λ = 0"] == pytest.approx(delta, abs=1e-2)
+    assert t["λ = 1"] == pytest.approx([1 - x for x in v], abs=1e-2)
+    lam = 0.95
+    want = [sum(lam ** (j - i) * delta[j] for j in range(i, 4)) for i in range(4)]
+    assert t["λ = 0.95"] == pytest.approx(want, abs=1e-2)
+
+
+def test_rl10_the_clip_bounds_reuse():
+    t = rows("rl10_reuse_table")
+    assert all(float(r[1]) < 0.1 and r[2] == "0.0%" for r in t)          # clipped: small KL, never a wrong arm
+    assert float(t[-1][3]) > 10 * float(t[-1][1])                        # unclipped: the KL keeps growing
+    assert float(t[-1][4].rstrip("%")) > 5.0
+    assert t[0][1:3] == t[0][3:5]                                        # one epoch: the clip never acts
+
+
+def test_rl10_memory_and_clip_fraction():
+    t = {r[0]: r for r in rows("rl10_memory_table")}
+    assert t["grpo"][4] == "yes" and t["ppo"][4] == "no" and float(t["ppo"][1]) > 0
+    assert FACTS["rl10_onpolicy_clip_frac"]() == 0.0
+    assert FACTS["rl10_reuse_clip_frac"]().endswith("%")

@@ -667,6 +667,11 @@ def rl10_reuse_clip_frac() -> str:
     return f"{_clip_run()['clip_frac']:.2%}"
 
 
+def rl10_onpolicy_clip_frac() -> float:
+    """The largest clip fraction of any run in algorithms.json (one optimizer step per batch)."""
+    return max(r["clip_frac"] for r in _algo_runs())
+
+
 # ---- 11 · GRPO ---------------------------------------------------------------------------------
 
 def rl11_patterns_table() -> dict:
