@@ -325,3 +325,45 @@ def test_rl10_memory_and_clip_fraction():
     assert t["grpo"][4] == "yes" and t["ppo"][4] == "no" and float(t["ppo"][1]) > 0
     assert FACTS["rl10_onpolicy_clip_frac"]() == 0.0
     assert FACTS["rl10_reuse_clip_frac"]().endswith("%")
+
+
+# ---- 11 -----------------------------------------------------------------------------------------
+
+def test_rl11_binary_advantages_follow_the_closed_form():
+    for c, right_pop, wrong_pop, right_unb, wrong_unb in rows("rl11_patterns_table"):
+        if c in (0, 4):
+            continue
+        p = c / 4
+        assert float(right_pop) == pytest.approx(math.sqrt((1 - p) / p), abs=1e-3)
+        assert float(wrong_pop) == pytest.approx(-math.sqrt(p / (1 - p)), abs=1e-3)
+        assert float(right_unb) == pytest.approx(float(right_pop) * math.sqrt(3 / 4), abs=1e-3)
+
+
+def test_rl11_group_runs_and_memory():
+    d = json.loads((ROOT / "benchmarks/results/claims.json").read_text())["group"]
+    assert [r[0] for r in rows("rl11_group_runs")] == ["64 × 2", "16 × 8"]
+    assert len(d) == 2
+    grpo, ppo = (facts_a._plan(a)["peak_bytes"] for a in ("grpo", "ppo"))
+    assert FACTS["rl11_memory_saving"]() == f"{1 - grpo / ppo:.0%}"
+
+
+# ---- 12 -----------------------------------------------------------------------------------------
+
+def test_rl12_rloo_is_centred_times_k_over_k_minus_one():
+    for k, measured, formula in rows("rl12_scale_table"):
+        assert measured == formula == f"{k / (k - 1):.3f}"
+
+
+def test_rl12_group_mean_baseline_shrinks_the_gradient_by_k_minus_one_over_k():
+    t = {r[0]: r for r in rows("rl12_bias_table")}
+    assert float(t["group mean (r − mean)"][2]) == pytest.approx(3 / 4, abs=0.02)
+    assert float(t["leave-one-out (RLOO)"][2]) == pytest.approx(1.0, abs=0.02)
+    exact = nums(t["exact"][1])
+    assert exact == pytest.approx([0.2 * (x - 0.38) for x in (0.1, 0.3, 0.9, 0.4, 0.2)], abs=0.006)
+
+
+def test_rl12_runs_table_is_the_benchmark_mean():
+    d = json.loads((ROOT / "benchmarks/results/algorithms.json").read_text())
+    for name, n, mean, rng in rows("rl12_runs_table"):
+        gains = [r["pass@1_end"] - r["pass@1_start"] for r in d if r["algorithm"] == name]
+        assert n == len(gains) and float(mean) == pytest.approx(sum(gains) / n, abs=5e-4)
