@@ -2,14 +2,14 @@
 number, string or well-formed table, and its value agrees with a hand computation or an
 independent formula."""
 
+import itertools
 import json
 import math
 from pathlib import Path
 
 import pytest
-import torch
 
-from posttrain.lessons import facts_a, registry
+from posttrain.lessons import facts_a_algos, facts_a_tools, registry
 from posttrain.lessons.facts_a import FACTS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -131,7 +131,7 @@ def test_rl03_k_estimators_by_hand():
 
 
 def test_rl03_swapped_arguments_flip_k1_and_miss_the_kl():
-    (o1, exact1, k1a, k3a), (o2, exact2, k1b, k3b) = rows("rl03_swap_table")
+    (_o1, exact1, k1a, k3a), (_o2, exact2, k1b, k3b) = rows("rl03_swap_table")
     assert exact1 == exact2 and k1b == pytest.approx(-k1a)
     assert abs(k3a - exact1) < 0.1 < abs(k3b - exact1)
 
@@ -163,7 +163,7 @@ def test_rl04_std_conventions_by_hand():
 
 
 def test_rl04_grpo_is_scale_free_and_the_others_are_not():
-    (r1, g1, l1, d1), (r2, g2, l2, d2) = rows("rl04_scale_table")
+    (_r1, g1, l1, d1), (_r2, g2, l2, d2) = rows("rl04_scale_table")
     assert g1 == g2
     assert nums(l2) == pytest.approx([x / 4 for x in nums(l1)], abs=0.01)
     assert nums(d2) == pytest.approx([x / 4 for x in nums(d1)], abs=0.01)
@@ -207,7 +207,7 @@ def test_rl06_sync_sweep_is_monotone():
 
 
 def test_rl06_separate_sync_copies_every_byte_and_bumps_the_version():
-    model, _ = facts_a._tiny_model()
+    model, _ = facts_a_tools.tiny_model()
     n_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     copy, before, after, copied, version = rows("rl06_separate_sync")[0]
     assert copy == "yes" and float(before) > 0 and float(after) == 0.0
@@ -247,7 +247,7 @@ def test_rl07_degenerate_share_from_the_benchmark():
 # ---- 08 -----------------------------------------------------------------------------------------
 
 def test_rl08_masked_loss_ignores_tool_tokens():
-    (m_on, n_on, l_on, g_on, grad_on), (m_off, n_off, l_off, g_off, grad_off) = rows("rl08_mask_table")
+    (_m_on, n_on, l_on, g_on, grad_on), (_m_off, n_off, l_off, g_off, grad_off) = rows("rl08_mask_table")
     assert (n_on, n_off) == (49, 55)                                    # the course's counts
     assert l_on == g_on and float(grad_on) == 0.0
     assert l_off != g_off and float(grad_off) == 1.0                    # −A·log π: ∂/∂log π = −A, |A| = 1
@@ -266,7 +266,7 @@ def test_rl07_one_group_through_the_step():
 
 def test_rl09_error_falls_like_one_over_root_k():
     t = rows("rl09_error_table")
-    for (k1, e1, s1), (k2, e2, s2) in zip(t, t[1:]):
+    for (k1, e1, s1), (k2, e2, s2) in itertools.pairwise(t):
         assert e2 / e1 == pytest.approx(math.sqrt(k1 / k2), rel=0.15)
         assert s2 / s1 == pytest.approx(math.sqrt(k1 / k2), rel=0.02)
     assert FACTS["rl09_course_floor"]() > 0.7                          # against (1, 0.4) it does not fall
@@ -343,7 +343,7 @@ def test_rl11_group_runs_and_memory():
     d = json.loads((ROOT / "benchmarks/results/claims.json").read_text())["group"]
     assert [r[0] for r in rows("rl11_group_runs")] == ["64 × 2", "16 × 8"]
     assert len(d) == 2
-    grpo, ppo = (facts_a._plan(a)["peak_bytes"] for a in ("grpo", "ppo"))
+    grpo, ppo = (facts_a_algos._plan(a)["peak_bytes"] for a in ("grpo", "ppo"))
     assert FACTS["rl11_memory_saving"]() == f"{1 - grpo / ppo:.0%}"
 
 
