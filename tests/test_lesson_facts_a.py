@@ -367,3 +367,11 @@ def test_rl12_runs_table_is_the_benchmark_mean():
     for name, n, mean, rng in rows("rl12_runs_table"):
         gains = [r["pass@1_end"] - r["pass@1_start"] for r in d if r["algorithm"] == name]
         assert n == len(gains) and float(mean) == pytest.approx(sum(gains) / n, abs=5e-4)
+
+
+def test_rl10_the_clip_width_sets_what_one_batch_can_teach():
+    t = rows("rl10_eps_table")
+    alive = [r[1] for r in t]
+    assert alive == sorted(alive) and alive[0] == 0.0 == FACTS["rl10_tight_tokens"]()
+    assert t[-1][2] > t[0][2]                                            # a wider band gains more reward
+    assert FACTS["rl10_noclip_wrong"]() == rows("rl10_reuse_table")[-1][4]

@@ -115,6 +115,21 @@ def rl10_reuse_table() -> dict:
                   "no clip: KL to π_old", "no clip: seeds > ½ on a wrong arm"], rows)
 
 
+def rl10_eps_table() -> dict:
+    """The clip widget's 8 epochs over one batch, by ε (its KPIs at each ε)."""
+    labels = ("tokens with a gradient, epoch 3", "reward gained over the epochs", "KL(π ‖ π_old) after the epochs")
+    return table(["clip ε"] + list(labels), [[e] + [kpi("clip", lab, eps=e) for lab in labels] for e in (0.05, 0.1, 0.2, 0.3)])
+
+
+def rl10_tight_tokens() -> float:
+    return kpi("clip", "tokens with a gradient, epoch 3", eps=0.05)
+
+
+def rl10_noclip_wrong() -> str:
+    """Share of the bandit batches that end > ½ on a wrong arm after 30 unclipped epochs."""
+    return rl10_reuse_table()["rows"][-1][4]
+
+
 def _plan(algo: str) -> dict:
     return memory.plan("qwen2.5-7b", algo=algo, gpus=8, suggest=False)
 
