@@ -375,3 +375,12 @@ def test_rl10_the_clip_width_sets_what_one_batch_can_teach():
     assert alive == sorted(alive) and alive[0] == 0.0 == FACTS["rl10_tight_tokens"]()
     assert t[-1][2] > t[0][2]                                            # a wider band gains more reward
     assert FACTS["rl10_noclip_wrong"]() == rows("rl10_reuse_table")[-1][4]
+
+
+def test_rl07_widget_step_moves_only_a_group_with_signal():
+    (a1, r1, adv1, g1, d1, v1), (a2, r2, adv2, g2, d2, v2) = rows("rl07_widget_step")
+    assert r1 == "1, 0, 0" and adv1 == rows("rl07_step_example")[0][2] + ", " + ", ".join(r[2] for r in rows("rl07_step_example")[1:3])
+    moved = nums(d1)
+    assert moved[0] > 0 > moved[1] and moved[2] < 0 and g1 > 0
+    assert r2 == "1, 1, 1" and g2 == 0.0 and nums(d2) == [0.0, 0.0, 0.0]
+    assert v1 == v2 == "0 → 1"

@@ -163,6 +163,15 @@ def rl07_step_example() -> dict:
     return table(["response", "reward", "advantage"], rows)
 
 
+def rl07_widget_step() -> dict:
+    """What the controller widget's real step reports once every phase has run, for the default
+    answers and for a group of three right answers."""
+    labels = ("rewards", "advantages (population std)", "grad norm", "Δ log π(y) of the trainer", "policy_version")
+    rows = [[answers] + [kpi("controller", lab, phase=8, answers=answers) for lab in labels]
+            for answers in ("12, 11, 14", "12, 12, 12")]
+    return table(["answers"] + list(labels), rows)
+
+
 def _grpo_length_run() -> dict:
     return next(r for r in load_json("claims.json")["length"] if r["algorithm"] == "grpo")
 
