@@ -378,7 +378,7 @@ def test_rl10_the_clip_width_sets_what_one_batch_can_teach():
 
 
 def test_rl07_widget_step_moves_only_a_group_with_signal():
-    (a1, r1, adv1, g1, d1, v1), (a2, r2, adv2, g2, d2, v2) = rows("rl07_widget_step")
+    (_a1, r1, adv1, g1, d1, v1), (_a2, r2, _adv2, g2, d2, v2) = rows("rl07_widget_step")
     assert r1 == "1, 0, 0" and adv1 == rows("rl07_step_example")[0][2] + ", " + ", ".join(r[2] for r in rows("rl07_step_example")[1:3])
     moved = nums(d1)
     assert moved[0] > 0 > moved[1] and moved[2] < 0 and g1 > 0
