@@ -8,53 +8,77 @@ import math
 
 import torch
 
-from posttrain.algorithms import core, dapo, dr_grpo, grpo, rloo
+from posttrain.algorithms import core, dapo, dr_grpo, grpo, reinforce, rloo
 from posttrain.lessons.registry import Knob, Widget, bar, figure, line, r, register
 from posttrain.preference.dpo import DPOLossConfig, SeqLogps, preference_loss
 
 # ---- 09 · REINFORCE: how noisy is one estimate? -------------------------------------------------
 
 _G = torch.tensor([1.0, 0.4], dtype=torch.float64)
+BASELINES = ["none (REINFORCE)", "leave-one-out (RLOO)"]
 
 
-def _estimates(K: int, trials: int, gen: torch.Generator) -> torch.Tensor:
-    """[trials, 2] estimates ĝ = (1/K) Σ r·u, u a random unit vector, r ~ Bernoulli(clamp(u·g + ½))."""
+def _estimates(K: int, trials: int, gen: torch.Generator, baseline: str = BASELINES[0]) -> torch.Tensor:
+    """[trials, 2] estimates ĝ = (1/K) Σ A_i·u_i: u a random unit direction (the 'response'),
+    reward r ~ Bernoulli(clamp(u·g + ½)), A from reinforce.advantages (A = r) or rloo.advantages
+    (r minus the mean of the other K − 1, still unbiased)."""
     ang = torch.rand(trials, K, generator=gen, dtype=torch.float64) * 2 * math.pi
     u = torch.stack([ang.cos(), ang.sin()], -1)                          # [trials, K, 2]
     rew = (u @ _G > torch.rand(trials, K, generator=gen, dtype=torch.float64) - 0.5).double()  # [trials, K]
-    return (rew.unsqueeze(-1) * u).mean(1)                               # [trials, 2]
+    groups = torch.arange(trials).repeat_interleave(K)
+    if baseline == BASELINES[0]:
+        adv = reinforce.advantages(rew.flatten(), groups, reinforce.Config(baseline="none"))
+    else:
+        adv = rloo.advantages(rew.flatten(), groups, rloo.Config())
+    return (adv.view(trials, K).unsqueeze(-1) * u).mean(1)              # [trials, 2]
 
 
-def snr(K: int, target: str) -> dict:
-    gen = torch.Generator().manual_seed(0)
-    mean_g = _estimates(1, 200_000, gen).mean(0)                         # E[ĝ], what the estimator aims at
-    est = _estimates(K, 2000, gen)
+@functools.lru_cache(maxsize=1)
+def _expected() -> torch.Tensor:
+    return _estimates(1, 200_000, torch.Generator().manual_seed(0)).mean(0)   # E[ĝ], what every estimate aims at
+
+
+def snr(K: int, target: str, baseline: str) -> dict:
+    gen = torch.Generator().manual_seed(1)
+    mean_g = _expected()
+    est = _estimates(K, 2000, gen, baseline)
     goal = _G if target == "course" else mean_g
     err = (est - goal).norm(dim=-1)
-    sigma = float((_estimates(1, 20000, gen) - mean_g).norm(dim=-1).pow(2).mean().sqrt())
+    dot = est @ mean_g
+    wrong = float((dot < 0).double().mean())                            # estimates pointing away from E[ĝ]
+    zero = float((est.abs().sum(-1) == 0).double().mean())              # no signal at all
     show = est[:200]
+    live = K > 1 or baseline == BASELINES[0]
     return {
         "figure": figure([line(show[:, 0].tolist(), show[:, 1].tolist(), f"200 estimates with K = {K}", mode="markers",
                                marker={"size": 5, "opacity": 0.5}),
                           line([0, float(goal[0])], [0, float(goal[1])], "comparison target", mode="lines+markers"),
                           line([0, float(mean_g[0])], [0, float(mean_g[1])], "E[ĝ]", line={"dash": "dot"})],
-                         f"K = {K}, error measured against {'(1, 0.4)' if target == 'course' else 'E[ĝ]'}",
-                         "ĝ₁", "ĝ₂", xaxis={"range": [-1.2, 1.6]}, yaxis={"range": [-1.2, 1.2], "scaleanchor": "x"}),
-        "kpis": [["mean |ĝ − target|", r(err.mean(), 3)], ["σ/√K (σ of one rollout)", r(sigma / math.sqrt(K), 3)],
-                 ["E[ĝ]", f"({float(mean_g[0]):.2f}, {float(mean_g[1]):.2f})"]],
-        "note": "Against E[ĝ] the error falls like σ/√K; against (1, 0.4) it cannot fall below the gap "
-                "between the two arrows, whatever K.",
+                         f"K = {K}, baseline {baseline}, error against {'(1, 0.4)' if target == 'course' else 'E[ĝ]'}",
+                         "ĝ₁", "ĝ₂", xaxis={"range": [-1.2, 1.6], "title": {"text": "ĝ₁"}},
+                         yaxis={"range": [-1.2, 1.2], "scaleanchor": "x", "title": {"text": "ĝ₂"}}),
+        "kpis": [["mean |ĝ − target|", r(err.mean(), 3)], ["estimates pointing the wrong way", f"{100 * wrong:.0f}%"],
+                 ["estimates that are exactly 0", f"{100 * zero:.0f}%"],
+                 ["E[ĝ]", f"({float(mean_g[0]):.2f}, {float(mean_g[1]):.2f})"],
+                 ["mean of the estimates", f"({float(est[:, 0].mean()):.2f}, {float(est[:, 1].mean()):.2f})"]],
+        "note": (f"With K = {K} and baseline {baseline}, {100 * wrong:.0f}% of the estimates point away from the true "
+                 f"direction, {100 * zero:.0f}% carry no signal at all, and their mean error is {float(err.mean()):.3f}."
+                 + ("" if live else " (A single sample has no 'others': leave-one-out needs K ≥ 2, so every advantage is 0.)")),
     }
 
 
 register(Widget(
     "snr", "Noise of one REINFORCE estimate vs. K", snr,
     [Knob("K", "rollouts per estimate K", [1, 2, 4, 8, 16, 32, 64], 4),
-     Knob("target", "measure the error against", ["expected", "course"], "expected", kind="select")],
+     Knob("target", "measure the error against", ["expected", "course"], "expected", kind="select"),
+     Knob("baseline", "baseline", BASELINES, BASELINES[0], kind="select")],
     {"knobs": {"K": 1},
-     "what": "K = 1: a single binary reward decides the whole step; estimates scatter on all sides of "
-             "the true direction and many point the wrong way."},
-    "Each dot is one gradient estimate from K rollouts; the arrow is what they should average to.", []))
+     "what": "K = 1: a single binary reward decides the whole step. Half the estimates are exactly 0 (the "
+             "reward was 0), each of the others is one random direction, and the mean error is twice that "
+             "of K = 4."},
+    "Each dot is one gradient estimate from K rollouts (a deliberate 2-D toy: the 'policy' is a direction); "
+    "the advantages are posttrain's reinforce.advantages or rloo.advantages.",
+    ["posttrain.algorithms.reinforce:advantages", "posttrain.algorithms.rloo:advantages"]))
 
 
 # ---- 10 · PPO: the clip, cell by cell -----------------------------------------------------------

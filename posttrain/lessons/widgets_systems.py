@@ -135,47 +135,6 @@ register(Widget(
      "posttrain.framework.rollout:_Run._admit"]))
 
 
-# ---- 19 and 22c · topology: colocated, disaggregated, async --------------------------------------
-
-def topology(R: int, T: int, S: int, delta: int) -> dict:
-    """throughput.compare_topologies for τ_R rollout, τ_T train, τ_S sync (seconds), and the
-    course's staleness model of the async clip fraction, 1 − e^(−Δ/20)."""
-    runs = tp.compare_topologies(rollout_s=R, train_s=T, sync_s=S)
-    tau = {"colocated": runs["colocated"]["step_s"], "disaggregated": runs["disaggregated"]["step_s"],
-           "async": runs["async"]["step_s"]}
-    idle = {n: runs[n]["idle_s"]["trainer"] for n in tau}
-    clip = 1 - math.exp(-delta / 20) if delta > 0 else 0.0
-    names = list(tau)
-    return {
-        "figure": figure([bar(names, [3600 / tau[n] for n in names], "steps per hour"),
-                          bar(names, [idle[n] for n in names], "trainer idle per step (s)", yaxis="y2"),
-                          line(list(range(13)), [100 * (1 - math.exp(-x / 20)) for x in range(13)],
-                               "async clip fraction (%) vs staleness Δ", xaxis="x2", yaxis="y3"),
-                          line([delta], [100 * clip], f"Δ = {delta}", mode="markers", marker={"size": 12},
-                               xaxis="x2", yaxis="y3")],
-                         f"τ_R = {R} s, τ_T = {T} s, τ_S = {S} s", "", "steps / hour", barmode="group",
-                         xaxis={"domain": [0, 0.55]}, xaxis2={"domain": [0.68, 1], "title": {"text": "staleness Δ"}},
-                         yaxis2={"overlaying": "y", "side": "right", "title": {"text": "idle s"}},
-                         yaxis3={"anchor": "x2", "title": {"text": "clip %"}}),
-        "kpis": [[f"{n} step", f"{tau[n]:g} s ({3600 / tau[n]:.0f} steps/h)"] for n in names]
-                + [["async / colocated", r(tau["colocated"] / tau["async"], 2)],
-                   [f"async clip fraction at staleness Δ = {delta}", f"{100 * clip:.1f}%"]],
-        "note": "Overlapping rollout and training hides the shorter of the two; async also hides the sync, "
-                "at the price of training on samples from older weights.",
-    }
-
-
-register(Widget(
-    "topology", "Colocated, disaggregated, async", topology,
-    [Knob("R", "rollout τ_R (s)", [5, 10, 20, 30, 40], 20), Knob("T", "train τ_T (s)", [2, 5, 8, 15, 20], 15),
-     Knob("S", "sync τ_S (s)", [0, 2, 3, 10], 2), Knob("delta", "async staleness Δ", [0, 2, 6, 8, 12], 2)],
-    {"knobs": {"delta": 12},
-     "what": "Letting async rollout run 12 versions ahead: the modelled clip fraction reaches 45%, so "
-             "most tokens' gradients are clipped away: the speed-up buys nothing."},
-    "Steps per hour and trainer idle time for each placement.",
-    ["posttrain.throughput:step_time", "posttrain.throughput:compare_topologies"]))
-
-
 # ---- 22 · memory envelope (the course's model; the memory planner plugs in beside it) -------------
 
 def memory_envelope(P: int, L: int, B: int, G: int, ckpt: bool) -> dict:
