@@ -48,6 +48,16 @@ def rl00_lineage_table() -> dict:
     return table(["algorithm", "A for rewards (1, 0, 0, 0)", "models besides the policy"], rows)
 
 
+def rl00_forces_table() -> dict:
+    """The forces_map widget with one force at a time moved to its failing setting."""
+    from posttrain.lessons.widgets_lineage import COSTS, ESTIMATORS, SIGNALS
+    cases = [("none (the defaults)", {}), ("signal: a leaky reward model", {"signal": SIGNALS[1]}),
+             ("estimator: one sample, no baseline", {"estimator": ESTIMATORS[1]}),
+             ("cost: PPO on a 70B model", {"cost": COSTS[1]})]
+    return table(["force moved", "SIGNAL", "ESTIMATOR", "COST"],
+                 [[name] + [kpi("forces_map", f, **knobs) for f in ("SIGNAL", "ESTIMATOR", "COST")] for name, knobs in cases])
+
+
 # ---- 01 · the policy gradient on a bandit -----------------------------------------------------------
 
 def rl01_one_step() -> dict:

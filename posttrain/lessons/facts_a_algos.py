@@ -20,9 +20,27 @@ from posttrain.lessons.facts_a_tools import (
 
 # ---- 09 · REINFORCE -----------------------------------------------------------------------------
 
+SNR_ERR, SNR_NONE, SNR_LOO = "mean |ĝ − target|", "none (REINFORCE)", "leave-one-out (RLOO)"
+
+
 def rl09_error_table() -> dict:
-    rows = [[k, kpi("snr", "mean |ĝ − target|", K=k), kpi("snr", "σ/√K (σ of one rollout)", K=k)] for k in (1, 4, 16, 64)]
-    return table(["K rollouts", "mean |ĝ − E[ĝ]|", "σ/√K"], rows)
+    """The snr widget's mean error against E[ĝ] by K, without a baseline and with leave-one-out."""
+    base = kpi("snr", SNR_ERR, K=1)
+    rows = []
+    for k in (1, 4, 16):
+        rows.append([k, kpi("snr", SNR_ERR, K=k, baseline=SNR_NONE), f"{base / k ** 0.5:.3f}",
+                     kpi("snr", "estimates that are exactly 0", K=k, baseline=SNR_NONE),
+                     "— (no others)" if k == 1 else kpi("snr", SNR_ERR, K=k, baseline=SNR_LOO)])
+    return table(["K rollouts", "no baseline: mean |ĝ − E[ĝ]|", "K = 1 error ÷ √K", "no baseline: estimates = 0",
+                  "leave-one-out: mean |ĝ − E[ĝ]|"], rows)
+
+
+def rl09_k1_zero() -> str:
+    return kpi("snr", "estimates that are exactly 0", K=1)
+
+
+def rl09_k1_error() -> float:
+    return kpi("snr", SNR_ERR, K=1)
 
 
 def rl09_baseline_table() -> dict:
