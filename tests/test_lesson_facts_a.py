@@ -2,7 +2,6 @@
 number, string or well-formed table, and its value agrees with a hand computation or an
 independent formula."""
 
-import itertools
 import json
 import math
 from pathlib import Path

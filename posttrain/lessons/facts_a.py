@@ -20,6 +20,7 @@ from posttrain.algorithms import core, dr_grpo, grpo, rloo
 from posttrain.lessons.facts_a_tools import (
     ARMS,
     BANDIT,
+    at,
     bandit_grad,
     kpi,
     load_json,
@@ -82,16 +83,7 @@ def rl01_mean_reward_uniform() -> float:
     return round(sum(BANDIT) / len(BANDIT), 3)
 
 
-def rl01_break_wrong_share() -> float:
-    return kpi("bandit", "seeds ending on a wrong arm", lr=2.0)
 
-
-def rl01_slow_pi_c() -> float:
-    return kpi("bandit", "mean max π", lr=0.05)
-
-
-def rl01_slow_c_share() -> float:
-    return kpi("bandit", "seeds ending on C (best)", lr=0.05)
 
 
 # ---- 02 · rollout: behaviour logprobs -------------------------------------------------------------
@@ -160,9 +152,6 @@ def rl02_mean_p() -> float:
     return load_json("claims.json")["degenerate"]["mean_p"]
 
 
-def rl02_break_degenerate() -> float:
-    return kpi("sampler", "P(degenerate group), formula", temperature=0.25, K=2)
-
 
 # ---- 03 · reward and reference -------------------------------------------------------------------
 
@@ -210,12 +199,6 @@ def rl03_beta_table() -> dict:
     return table(["β", "final θ", "final reward", "final KL = θ²", f"past the flaw (θ > {HACK_THETA:g})?"], rows)
 
 
-def rl03_beta0_theta() -> float:
-    return kpi("beta", "final θ", beta=0.0)
-
-
-def rl03_beta1_theta() -> float:
-    return kpi("beta", "final θ", beta=1.0)
 
 
 def rl03_reference_frozen() -> dict:
@@ -273,11 +256,23 @@ def rl04_defaults_table() -> dict:
                      "yes" if mod.needs_reference(cfg) else "no", clip])
     return table(["algorithm", "loss aggregation", "KL coefficient β", "reference loaded", "clip ε low / high"], rows)
 
+# ---- one KPI of a widget at another setting ------------------------------------------------------
+
+AT = {
+    "rl01_break_wrong_share": at("bandit", "seeds ending on a wrong arm", lr=2.0),
+    "rl01_slow_pi_c": at("bandit", "mean max π", lr=0.05),
+    "rl01_slow_c_share": at("bandit", "seeds ending on C (best)", lr=0.05),
+    "rl02_break_degenerate": at("sampler", "P(degenerate group), formula", temperature=0.25, K=2),
+    "rl03_beta0_theta": at("beta", "final θ", beta=0.0),
+    "rl03_beta1_theta": at("beta", "final θ", beta=1.0),
+}
+
 
 def _gather() -> dict:
     from posttrain.lessons import facts_a_algos, facts_a_loop
     out = {name: fn for name, fn in sorted(globals().items()) if name.startswith("rl") and name[2:4].isdigit()
            and callable(fn)}
+    out.update(AT)
     for mod in (facts_a_loop, facts_a_algos):
         clash = set(out) & set(mod.FACTS)
         if clash:

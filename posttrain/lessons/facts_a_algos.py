@@ -11,6 +11,7 @@ from posttrain.algorithms import core, dr_grpo, grpo, ppo, rloo
 from posttrain.lessons.facts_a_tools import (
     BANDIT,
     algo_runs,
+    at,
     bandit_grad,
     kpi,
     load_json,
@@ -35,12 +36,6 @@ def rl09_error_table() -> dict:
                   "leave-one-out: mean |ĝ − E[ĝ]|"], rows)
 
 
-def rl09_k1_zero() -> str:
-    return kpi("snr", "estimates that are exactly 0", K=1)
-
-
-def rl09_k1_error() -> float:
-    return kpi("snr", SNR_ERR, K=1)
 
 
 def rl09_baseline_table() -> dict:
@@ -63,10 +58,6 @@ def rl09_variance_ratio() -> float:
     t = rl09_baseline_table()["rows"]
     return float(t[0][2]) / float(t[1][2])
 
-
-def rl09_course_floor() -> float:
-    """The snr widget's error against the course's fixed direction at K = 64: it no longer falls."""
-    return kpi("snr", "mean |ĝ − target|", K=64, target="course")
 
 
 def rl09_reinforce_runs() -> dict:
@@ -138,9 +129,6 @@ def rl10_eps_table() -> dict:
     labels = ("tokens with a gradient, epoch 3", "reward gained over the epochs", "KL(π ‖ π_old) after the epochs")
     return table(["clip ε"] + list(labels), [[e] + [kpi("clip", lab, eps=e) for lab in labels] for e in (0.05, 0.1, 0.2, 0.3)])
 
-
-def rl10_tight_tokens() -> float:
-    return kpi("clip", "tokens with a gradient, epoch 3", eps=0.05)
 
 
 def rl10_noclip_wrong() -> str:
@@ -249,6 +237,15 @@ def rl12_runs_table() -> dict:
         rows.append([name, len(gains), f"{sum(gains) / len(gains):+.3f}", f"{min(gains):+.3f} … {max(gains):+.3f}"])
     return table(["algorithm", "seeds", "mean gain in pass@1", "range over seeds"], rows)
 
+# ---- one KPI of a widget at another setting ------------------------------------------------------
+
+AT = {
+    "rl09_k1_zero": at("snr", "estimates that are exactly 0", K=1),
+    "rl09_k1_error": at("snr", SNR_ERR, K=1),
+    "rl09_course_floor": at("snr", "mean |ĝ − target|", K=64, target="course"),
+    "rl10_tight_tokens": at("clip", "tokens with a gradient, epoch 3", eps=0.05),
+}
+
 
 FACTS = {name: fn for name, fn in sorted(globals().items()) if name.startswith("rl") and name[2:4].isdigit()
-         and callable(fn)}
+         and callable(fn)} | AT

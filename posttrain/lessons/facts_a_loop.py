@@ -6,6 +6,7 @@ import torch
 
 from posttrain.algorithms import core, grpo, reinforce
 from posttrain.lessons.facts_a_tools import (
+    at,
     kpi,
     load_json,
     table,
@@ -61,12 +62,6 @@ def rl05_optim_table() -> dict:
                    o.micro_batch_tokens]])
 
 
-def rl05_break_clipped() -> float:
-    return kpi("loss_assembly", "clip/frac (gradient zeroed)", eps=0.05, drift=1.0)
-
-
-def rl05_break_outside() -> float:
-    return kpi("loss_assembly", "ρ outside [1−ε, 1+ε]", eps=0.05, drift=1.0)
 
 
 # ---- 06 · weight sync --------------------------------------------------------------------------
@@ -82,16 +77,7 @@ def rl06_sync_table() -> dict:
                   "sampler behind by at most"], rows)
 
 
-def rl06_break_reward50() -> float:
-    return kpi("sync", "expected reward at step 50", sync_every=20)
 
-
-def rl06_break_behind() -> int:
-    return kpi("sync", "sampler versions behind at most", sync_every=20)
-
-
-def rl06_break_clip() -> float:
-    return kpi("sync", "clip/frac (mean over the run)", sync_every=20)
 
 
 def rl06_separate_sync() -> dict:
@@ -243,6 +229,16 @@ def rl08_observation_text() -> str:
     tok = CharTokenizer()
     return tok.decode(observation_ids(tok, "1368"))
 
+# ---- one KPI of a widget at another setting ------------------------------------------------------
+
+AT = {
+    "rl05_break_clipped": at("loss_assembly", "clip/frac (gradient zeroed)", eps=0.05, drift=1.0),
+    "rl05_break_outside": at("loss_assembly", "ρ outside [1−ε, 1+ε]", eps=0.05, drift=1.0),
+    "rl06_break_reward50": at("sync", "expected reward at step 50", sync_every=20),
+    "rl06_break_behind": at("sync", "sampler versions behind at most", sync_every=20),
+    "rl06_break_clip": at("sync", "clip/frac (mean over the run)", sync_every=20),
+}
+
 
 FACTS = {name: fn for name, fn in sorted(globals().items()) if name.startswith("rl") and name[2:4].isdigit()
-         and callable(fn)}
+         and callable(fn)} | AT

@@ -27,6 +27,11 @@ def kpi(widget: str, label: str, **knobs):
     return found[label]
 
 
+def at(widget: str, label: str, **knobs):
+    """A fact that is one KPI of a widget at a setting other than its defaults."""
+    return functools.partial(kpi, widget, label, **knobs)
+
+
 def table(columns: list[str], rows: list[list]) -> dict:
     return {"columns": columns, "rows": rows}
 
