@@ -65,3 +65,39 @@ def test_rl13_ablation_reads_the_recorded_runs():
     # at equal sampled responses the refilling run is behind the one that never refilled
     assert v("rl13_equal_compute_acc") < v("rl13_acc_no_dynamic")
     assert 0 < v("rl13_ablation_useful_off") < rows["all four on"][1]
+
+
+# ---- 14 · Dr. GRPO --------------------------------------------------------------------------------
+
+def test_rl14_group_advantages_by_hand():
+    rows = v("rl14_group_table")["rows"]
+    assert rows[0][1:] == [0.5, 0.5, "+1.00, −1.00, +1.00, −1.00", "+0.50, −0.50, +0.50, −0.50"]
+    # Y = [1,1,1,0]: mean 0.75, population std √(0.75·0.25) = 0.433; (1 − 0.75)/0.433 = 0.577
+    assert rows[1][1:] == [0.75, 0.433, "+0.58, +0.58, +0.58, −1.73", "+0.25, +0.25, +0.25, −0.75"]
+    assert (v("rl14_y_wrong_grpo"), v("rl14_y_wrong_dr")) == ("−1.73", "−0.75")
+
+
+def test_rl14_difficulty_bias_follows_sqrt_vs_p1mp():
+    for label, p, a_g, a_d, sum_g, sum_d in v("rl14_difficulty_table")["rows"]:
+        assert a_g == pytest.approx((1 - p) / (p * (1 - p)) ** 0.5, abs=0.006)
+        assert a_d == pytest.approx(1 - p, abs=0.006)
+        assert sum_g == pytest.approx(2 * 8 * (p * (1 - p)) ** 0.5, abs=0.006)
+        assert sum_d == pytest.approx(2 * 8 * p * (1 - p), abs=0.006)
+    assert v("rl14_hard_vs_mid_grpo") == pytest.approx((0.125 * 0.875) ** 0.5 / 0.5, abs=0.01)
+    assert v("rl14_hard_vs_mid_dr") == pytest.approx(0.125 * 0.875 / 0.25, abs=0.01)
+
+
+def test_rl14_token_weights_by_hand():
+    rows = {r[0]: r[1:] for r in v("rl14_token_table")["rows"]}
+    # A = 0.5, two answers of 10 and 200 tokens, L_max = 500
+    assert rows["GRPO: seq-mean-token-mean"] == ["0.025", "0.00125", "0.05"]          # A/(2·|y_i|)
+    assert rows["DAPO: token-mean"][:2] == [f"{0.5 / 210:.4g}"] * 2                   # A/Σ|y_i|
+    assert rows["÷G: seq-mean-token-sum"][:2] == ["0.25", "0.25"]                     # A/G
+    assert rows["Dr. GRPO: ÷(G·L_max)"][:2] == ["0.0005", "0.0005"]                  # A/(G·500)
+    assert (v("rl14_grpo_long_share"), v("rl14_grpo_break_share")) == ("5.0%", "0.4%")
+
+
+def test_rl14_bench_numbers_come_from_claims_json():
+    assert v("rl14_bench_steps") == 100
+    assert v("rl14_bench_wrong_len_grpo") > v("rl14_bench_wrong_len_start")
+    assert abs(v("rl14_bench_wrong_len_grpo") - v("rl14_bench_wrong_len_dr")) < 1.0    # no visible length drift here

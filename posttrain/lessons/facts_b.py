@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from posttrain.algorithms import dapo, grpo
+from posttrain.algorithms import core, dapo, dr_grpo, grpo
 from posttrain.lessons import dapo_toy, runs
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
@@ -84,6 +84,68 @@ def _equal_compute() -> tuple[int, float, float]:
     return on["step"][i], on["acc"][i], off["acc"][-1]
 
 
+# ---- 14 · Dr. GRPO -----------------------------------------------------------------------------
+
+def _signed(xs) -> str:
+    return ", ".join(f"{x:+.2f}".replace("-", "−") for x in xs)
+
+
+def rl14_group_table() -> dict:
+    """The lesson's two prompts, GRPO (population std, as the course's tables) vs. Dr. GRPO."""
+    rows = []
+    for name, rw in (("X", (1, 0, 1, 0)), ("Y", (1, 1, 1, 0))):
+        r = _t(*rw)
+        g = torch.zeros(len(rw), dtype=torch.long)
+        mean, std, _ = core.group_stats(r, g, "population")
+        rows.append([f"{name} = {list(rw)}", round(float(mean[0]), 2), round(float(std[0]), 3),
+                     _signed(grpo.advantages(r, g, grpo.Config(std="population")).tolist()),
+                     _signed(dr_grpo.advantages(r, g, dr_grpo.Config()).tolist())])
+    return {"columns": ["group", "mean", "std (population)", "GRPO A_i", "Dr. GRPO A_i"], "rows": rows}
+
+
+def rl14_difficulty_table(k: int = 8) -> dict:
+    """Per prompt with j of K answers right: the advantage of a right answer and the total |A|
+    the group puts into the gradient, GRPO (population std) vs. Dr. GRPO."""
+    rows = []
+    g = torch.zeros(k, dtype=torch.long)
+    for j in (1, 2, 4, 6, 7):
+        r = (torch.arange(k) < j).double()
+        a_g = grpo.advantages(r, g, grpo.Config(std="population"))
+        a_d = dr_grpo.advantages(r, g, dr_grpo.Config())
+        rows.append([f"{j} of {k}", round(j / k, 3), round(float(a_g[0]), 2), round(float(a_d[0]), 2),
+                     round(float(a_g.abs().sum()), 2), round(float(a_d.abs().sum()), 2)])
+    return {"columns": ["right", "pass rate p̂", "GRPO A(right)", "Dr. GRPO A(right)", "GRPO Σ|A|", "Dr. GRPO Σ|A|"],
+            "rows": rows}
+
+
+AGG_LABEL = {"seq-mean-token-mean": "GRPO: seq-mean-token-mean", "token-mean": "DAPO: token-mean",
+             "seq-mean-token-sum": "÷G: seq-mean-token-sum", "seq-mean-token-sum-norm": "Dr. GRPO: ÷(G·L_max)"}
+
+
+def token_weights(short: int, long: int, adv: float = 0.5, l_max: int = 500) -> dict:
+    """∂L/∂log π of one token of each of two responses (both with advantage `adv`), per
+    aggregation mode, by autograd through core.aggregate."""
+    T = max(short, long)
+    mask = torch.zeros(2, T, dtype=torch.float64)
+    mask[0, :short], mask[1, :long] = 1, 1
+    out = {}
+    for mode in AGG_LABEL:
+        lp = torch.zeros(2, T, dtype=torch.float64, requires_grad=True)
+        (g,) = torch.autograd.grad(core.aggregate(-adv * lp, mask, mode, core.batch_norm(mask, max_len=l_max)), lp)
+        out[mode] = (-float(g[0, 0]), -float(g[1, 0]))
+    return out
+
+
+def rl14_token_table() -> dict:
+    w = token_weights(10, 200)
+    return {"columns": ["aggregation", "per token, 10-token answer", "per token, 200-token answer", "long / short"],
+            "rows": [[AGG_LABEL[m], f"{a:.4g}", f"{b:.4g}", f"{b / a:.3g}"] for m, (a, b) in w.items()]}
+
+
+def _claims_run(section: str, algorithm: str) -> dict:
+    return next(r for r in _result("claims")[section] if r["algorithm"] == algorithm)
+
+
 FACTS: dict[str, Callable[[], object]] = {
     # 13 · DAPO
     "rl13_p_degenerate_09_k4": lambda: p_degenerate_exact(0.9, 4),
@@ -115,4 +177,24 @@ FACTS: dict[str, Callable[[], object]] = {
     "rl13_equal_compute_acc": lambda: round(_equal_compute()[1], 3),
     "rl13_bench_degenerate_k4": lambda: next(r["observed"] for r in _result("claims")["degenerate"]["rows"] if r["K"] == 4),
     "rl13_bench_mean_p": lambda: round(_result("claims")["degenerate"]["mean_p"], 2),
+    # 14 · Dr. GRPO
+    "rl14_group_table": rl14_group_table,
+    "rl14_difficulty_table": rl14_difficulty_table,
+    "rl14_token_table": rl14_token_table,
+    "rl14_y_wrong_grpo": lambda: rl14_group_table()["rows"][1][3].split(", ")[-1],
+    "rl14_y_wrong_dr": lambda: rl14_group_table()["rows"][1][4].split(", ")[-1],
+    "rl14_rare_right_grpo": lambda: rl14_difficulty_table()["rows"][0][2],
+    "rl14_rare_right_dr": lambda: rl14_difficulty_table()["rows"][0][3],
+    "rl14_hard_vs_mid_grpo": lambda: round(rl14_difficulty_table()["rows"][0][4] / rl14_difficulty_table()["rows"][2][4], 2),
+    "rl14_hard_vs_mid_dr": lambda: round(rl14_difficulty_table()["rows"][0][5] / rl14_difficulty_table()["rows"][2][5], 2),
+    "rl14_grpo_long_share": lambda: f"{100 * token_weights(10, 200)['seq-mean-token-mean'][1] / token_weights(10, 200)['seq-mean-token-mean'][0]:.1f}%",
+    "rl14_grpo_break_share": lambda: f"{100 * token_weights(2, 500)['seq-mean-token-mean'][1] / token_weights(2, 500)['seq-mean-token-mean'][0]:.1f}%",
+    "rl14_bench_steps": lambda: _claims_run("length", "grpo")["steps"],
+    "rl14_bench_wrong_len_start": lambda: round(_claims_run("length", "grpo")["length/wrong_mean_first10"], 1),
+    "rl14_bench_wrong_len_grpo": lambda: round(_claims_run("length", "grpo")["length/wrong_mean_last10"], 1),
+    "rl14_bench_wrong_len_dr": lambda: round(_claims_run("length", "dr_grpo")["length/wrong_mean_last10"], 1),
+    "rl14_bench_right_len_grpo": lambda: round(_claims_run("length", "grpo")["length/correct_mean_last10"], 1),
+    "rl14_bench_pass1_start": lambda: round(_claims_run("length", "grpo")["pass@1_start"], 3),
+    "rl14_bench_pass1_grpo": lambda: round(_claims_run("length", "grpo")["pass@1_end"], 3),
+    "rl14_bench_pass1_dr": lambda: round(_claims_run("length", "dr_grpo")["pass@1_end"], 3),
 }
