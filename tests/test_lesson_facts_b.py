@@ -4,6 +4,7 @@ an independent formula."""
 
 from __future__ import annotations
 
+import math
 import time
 
 import pytest
@@ -101,3 +102,21 @@ def test_rl14_bench_numbers_come_from_claims_json():
     assert v("rl14_bench_steps") == 100
     assert v("rl14_bench_wrong_len_grpo") > v("rl14_bench_wrong_len_start")
     assert abs(v("rl14_bench_wrong_len_grpo") - v("rl14_bench_wrong_len_dr")) < 1.0    # no visible length drift here
+
+
+# ---- 15 · RLHF and the reward model ------------------------------------------------------------
+
+def test_rl15_bradley_terry_table_by_hand():
+    for d, p, loss, push in v("rl15_bt_table")["rows"]:
+        s = 1 / (1 + math.exp(-d))
+        assert p == pytest.approx(s, abs=5e-4)
+        assert loss == pytest.approx(-math.log(s), abs=5e-4)
+        assert push == pytest.approx(1 - s, abs=5e-4)              # σ(−Δ)
+
+
+def test_rl15_worked_pair_and_real_rm_numbers():
+    assert v("rl15_worked_loss") == pytest.approx(math.log1p(math.exp(-0.8)), abs=1e-6)       # 0.371101
+    assert v("rl15_worked_loss_centred") == pytest.approx(math.log1p(math.exp(-0.8)) + 0.01 * 1.2 ** 2, abs=1e-6)
+    assert v("rl15_cd_worse_pick") == "38%"                          # σ(2 − 2.5)
+    assert v("rl15_rm_ensemble") > v("rl15_rm_best_member")
+    assert float(v("rl15_agreement_lr1").rstrip("%")) < 90

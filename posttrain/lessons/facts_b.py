@@ -17,7 +17,8 @@ from pathlib import Path
 import torch
 
 from posttrain.algorithms import core, dapo, dr_grpo, grpo
-from posttrain.lessons import dapo_toy, runs
+from posttrain.lessons import dapo_toy, registry, runs
+from posttrain.preference.reward_model import bradley_terry_loss
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 
@@ -146,6 +147,29 @@ def _claims_run(section: str, algorithm: str) -> dict:
     return next(r for r in _result("claims")[section] if r["algorithm"] == algorithm)
 
 
+def _kpi(widget: str, label: str, **knobs):
+    """A widget's KPI at a non-default setting (the text quotes defaults with {{kpi:...}})."""
+    return dict(registry.compute(widget, {k: registry.fmt(x) for k, x in knobs.items()})["kpis"])[label]
+
+
+# ---- 15 · RLHF and the reward model ------------------------------------------------------------
+
+def rl15_bt_table() -> dict:
+    """Per pair with score gap Δ = r_w − r_l: the modelled preference σ(Δ), the loss, and the
+    gradient on r_w (autograd through reward_model.bradley_terry_loss: σ(−Δ))."""
+    rows = []
+    for d in (-2.0, 0.0, 0.5, 1.0, 2.0, 3.0, 4.0):
+        r_w = _t(d).requires_grad_(True)
+        loss = bradley_terry_loss(r_w, _t(0.0))
+        (g,) = torch.autograd.grad(loss.sum(), r_w)
+        rows.append([d, round(1 / (1 + math.exp(-d)), 3), round(float(loss.detach()), 3), round(-float(g), 3)])
+    return {"columns": ["gap Δ = r̂_w − r̂_l", "P(w preferred) = σ(Δ)", "loss −log σ(Δ)", "push on r̂_w = σ(−Δ)"],
+            "rows": rows}
+
+
+COURSE_SCORES = (0.0, 1.0, 2.0, 2.5)          # the widget's hidden true scores of A, B, C, D (course lesson 15)
+
+
 FACTS: dict[str, Callable[[], object]] = {
     # 13 · DAPO
     "rl13_p_degenerate_09_k4": lambda: p_degenerate_exact(0.9, 4),
@@ -197,4 +221,14 @@ FACTS: dict[str, Callable[[], object]] = {
     "rl14_bench_pass1_start": lambda: round(_claims_run("length", "grpo")["pass@1_start"], 3),
     "rl14_bench_pass1_grpo": lambda: round(_claims_run("length", "grpo")["pass@1_end"], 3),
     "rl14_bench_pass1_dr": lambda: round(_claims_run("length", "dr_grpo")["pass@1_end"], 3),
+    # 15 · RLHF and the reward model
+    "rl15_bt_table": rl15_bt_table,
+    "rl15_worked_loss": lambda: round(float(bradley_terry_loss(_t(1.0), _t(0.2))), 6),
+    "rl15_worked_loss_centred": lambda: round(float(bradley_terry_loss(_t(1.0), _t(0.2), center_coef=0.01)), 6),
+    "rl15_cd_worse_pick": lambda: f"{100 / (1 + math.exp(COURSE_SCORES[3] - COURSE_SCORES[2])):.0f}%",
+    "rl15_agreement_lr1": lambda: _kpi("bt_rm", "cumulative agreement", lr=1.0),
+    "rl15_rm_pairs": lambda: _result("rm_ensemble")["pairs"],
+    "rl15_rm_members": lambda: ", ".join(f"{a:.3f}" for a in _result("rm_ensemble")["members"].values()),
+    "rl15_rm_best_member": lambda: round(max(_result("rm_ensemble")["members"].values()), 3),
+    "rl15_rm_ensemble": lambda: round(_result("rm_ensemble")["ensemble"], 3),
 }
