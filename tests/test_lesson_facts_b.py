@@ -120,3 +120,30 @@ def test_rl15_worked_pair_and_real_rm_numbers():
     assert v("rl15_cd_worse_pick") == "38%"                          # σ(2 − 2.5)
     assert v("rl15_rm_ensemble") > v("rl15_rm_best_member")
     assert float(v("rl15_agreement_lr1").rstrip("%")) < 90
+
+
+# ---- 16 · DPO and its family -----------------------------------------------------------------------
+
+def test_rl16_family_values_match_the_reference_numbers():
+    rows = {r[0]: r[3] for r in v("rl16_family_table")["rows"]}
+    # ALGORITHMS.md §15.3 (β = 0.1, h = 2): DPO 0.598139, cDPO 0.618139, hinge 0.8, IPO 20.7025, SimPO 0.281150
+    assert rows["DPO"] == pytest.approx(math.log1p(math.exp(-0.2)), abs=1e-4)
+    assert rows["cDPO (ε = 0.1)"] == pytest.approx(0.9 * math.log1p(math.exp(-0.2)) + 0.1 * math.log1p(math.exp(0.2)), abs=1e-4)
+    assert rows["hinge (SLiC)"] == pytest.approx(0.8)
+    assert rows["IPO"] == pytest.approx((1 / 5 + 1 / 4 - 5) ** 2, abs=1e-4)   # h̄ = 1/5 − (−1/4)
+    assert rows["SimPO"] == pytest.approx(0.28115, abs=1e-4)
+
+
+def test_rl16_gradients_by_hand():
+    for h, dpo_l, dpo_g, ipo_l, ipo_g in v("rl16_gradient_table")["rows"]:
+        s = 1 / (1 + math.exp(-0.5 * h))
+        assert dpo_l == pytest.approx(-math.log(s), abs=5e-4) and dpo_g == pytest.approx(0.5 * (1 - s), abs=5e-4)
+        assert ipo_l == pytest.approx((h - 1) ** 2, abs=5e-4) and ipo_g == pytest.approx(-2 * (h - 1), abs=5e-4)
+    assert v("rl16_dpo_push_at_8") > 0                                  # DPO never stops pushing
+
+
+def test_rl16_bench_shows_displacement_and_the_nll_guard():
+    assert v("rl16_bench_greedy_dpo") < v("rl16_bench_greedy_start") - 0.2
+    assert v("rl16_bench_greedy_nll") >= v("rl16_bench_greedy_start")
+    assert v("rl16_bench_chosen_nll") > v("rl16_bench_chosen_dpo")
+    assert v("rl16_dpo4_break_pi").split(", ")[1] == "0.97"            # IPO β=2, η=0.5 ends on B

@@ -18,6 +18,7 @@ import torch
 
 from posttrain.algorithms import core, dapo, dr_grpo, grpo
 from posttrain.lessons import dapo_toy, registry, runs
+from posttrain.preference.dpo import DPOLossConfig, SeqLogps, preference_loss
 from posttrain.preference.reward_model import bradley_terry_loss
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
@@ -170,6 +171,56 @@ def rl15_bt_table() -> dict:
 COURSE_SCORES = (0.0, 1.0, 2.0, 2.5)          # the widget's hidden true scores of A, B, C, D (course lesson 15)
 
 
+# ---- 16 · DPO and its family -------------------------------------------------------------------
+
+def _pair_loss(kind: str, beta: float, chosen=-10.0, rejected=-12.0, ref=-11.0, len_w=5.0, len_l=4.0) -> float:
+    s = SeqLogps(_t(chosen), _t(rejected), _t(ref), _t(ref), _t(len_w), _t(len_l))
+    return float(preference_loss(DPOLossConfig(loss_type=kind, beta=beta), s)[0][0])
+
+
+def rl16_family_table() -> dict:
+    """One pair (ALGORITHMS.md §15.3): log π chosen −10, rejected −12, both −11 under π_ref, 5 and
+    4 tokens; h = 2. β = 0.1 except SimPO (its paper's 2.5, γ 1.375)."""
+    rows = [["DPO", "−log σ(βh)", 0.1], ["cDPO (ε = 0.1)", "label-smoothed DPO", 0.1],
+            ["hinge (SLiC)", "max(0, 1 − βh)", 0.1], ["IPO", "(h̄ − 1/(2β))², h̄ per token", 0.1],
+            ["KTO", "1 − σ(β(ρ − z₀)), per answer", 0.1], ["ORPO", "NLL(w) − λ log σ(log-odds gap)", 0.1],
+            ["SimPO", "−log σ(β·avg-log-π gap − γ)", 2.5]]
+    kinds = {"DPO": "dpo", "cDPO (ε = 0.1)": "cdpo", "hinge (SLiC)": "hinge", "IPO": "ipo", "KTO": "kto",
+             "ORPO": "orpo", "SimPO": "simpo"}
+    return {"columns": ["loss", "per pair", "β", "value"],
+            "rows": [[n, f, b, round(_pair_loss(kinds[n], b), 4)] for n, f, b in rows]}
+
+
+def rl16_gradient_table(beta: float = 0.5) -> dict:
+    """Loss and −∂L/∂h of one pair as the log-ratio gap h grows (1-token answers, so IPO's
+    per-token h̄ is h), by autograd through preference_loss."""
+    rows = []
+    for h in (0.0, 1.0, 2.0, 4.0, 8.0):
+        out = []
+        for kind in ("dpo", "ipo"):
+            x = _t(h).requires_grad_(True)
+            loss, _ = preference_loss(DPOLossConfig(loss_type=kind, beta=beta), SeqLogps(x, _t(0.0), _t(0.0), _t(0.0), _t(1.0), _t(1.0)))
+            (g,) = torch.autograd.grad(loss.sum(), x)
+            out += [round(float(loss.detach()), 3), round(-float(g), 3) + 0.0]
+        rows.append([h] + out)
+    return {"columns": ["gap h", "DPO loss", "DPO push on h", "IPO loss", "IPO push on h"], "rows": rows}
+
+
+def rl16_bench_table() -> dict:
+    rows = []
+    for r in _result("dpo_family"):
+        e0, e1 = r["evals"][0], r["evals"][-1]
+        rows.append([r["run"], f"{e0['eval/greedy_acc']:.2f} → {e1['eval/greedy_acc']:.2f}",
+                     f"{e0['eval/pass@1']:.3f} → {e1['eval/pass@1']:.3f}",
+                     round(r["final_logps_chosen"], 2), round(r["final_logps_rejected"], 2)])
+    return {"columns": ["run (100 steps)", "greedy accuracy", "pass@1", "final log π(chosen)", "final log π(rejected)"],
+            "rows": rows}
+
+
+def _dpo_run(name: str) -> dict:
+    return next(r for r in _result("dpo_family") if r["run"] == name)
+
+
 FACTS: dict[str, Callable[[], object]] = {
     # 13 · DAPO
     "rl13_p_degenerate_09_k4": lambda: p_degenerate_exact(0.9, 4),
@@ -231,4 +282,18 @@ FACTS: dict[str, Callable[[], object]] = {
     "rl15_rm_members": lambda: ", ".join(f"{a:.3f}" for a in _result("rm_ensemble")["members"].values()),
     "rl15_rm_best_member": lambda: round(max(_result("rm_ensemble")["members"].values()), 3),
     "rl15_rm_ensemble": lambda: round(_result("rm_ensemble")["ensemble"], 3),
+    # 16 · DPO and its family
+    "rl16_family_table": rl16_family_table,
+    "rl16_dpo_pair": lambda: round(_pair_loss("dpo", 0.1), 4),
+    "rl16_gradient_table": rl16_gradient_table,
+    "rl16_dpo_push_at_8": lambda: rl16_gradient_table()["rows"][-1][2],
+    "rl16_bench_table": rl16_bench_table,
+    "rl16_bench_greedy_start": lambda: _dpo_run("dpo lr 1e-5")["evals"][0]["eval/greedy_acc"],
+    "rl16_bench_greedy_dpo": lambda: _dpo_run("dpo lr 1e-5")["evals"][-1]["eval/greedy_acc"],
+    "rl16_bench_greedy_nll": lambda: _dpo_run("dpo_nll lr 1e-5")["evals"][-1]["eval/greedy_acc"],
+    "rl16_bench_chosen_dpo": lambda: round(_dpo_run("dpo lr 1e-5")["final_logps_chosen"], 2),
+    "rl16_bench_chosen_nll": lambda: round(_dpo_run("dpo_nll lr 1e-5")["final_logps_chosen"], 2),
+    "rl16_dpo4_break_pi": lambda: _kpi("dpo4", "final π", beta=2.0, lr=0.5, loss_type="ipo"),
+    "rl16_dpo4_break_chosen": lambda: _kpi("dpo4", "log π(chosen), first → last 50 pairs", beta=2.0, lr=0.5, loss_type="ipo"),
+    "rl16_dpo4_small_beta_pi": lambda: _kpi("dpo4", "final π", beta=0.05),
 }
