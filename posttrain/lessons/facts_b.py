@@ -295,5 +295,4 @@ FACTS: dict[str, Callable[[], object]] = {
     "rl16_bench_chosen_nll": lambda: round(_dpo_run("dpo_nll lr 1e-5")["final_logps_chosen"], 2),
     "rl16_dpo4_break_pi": lambda: _kpi("dpo4", "final π", beta=2.0, lr=0.5, loss_type="ipo"),
     "rl16_dpo4_break_chosen": lambda: _kpi("dpo4", "log π(chosen), first → last 50 pairs", beta=2.0, lr=0.5, loss_type="ipo"),
-    "rl16_dpo4_small_beta_pi": lambda: _kpi("dpo4", "final π", beta=0.05),
 }
