@@ -147,3 +147,25 @@ def test_rl16_bench_shows_displacement_and_the_nll_guard():
     assert v("rl16_bench_greedy_nll") >= v("rl16_bench_greedy_start")
     assert v("rl16_bench_chosen_nll") > v("rl16_bench_chosen_dpo")
     assert v("rl16_dpo4_break_pi").split(", ")[1] == "0.97"            # IPO β=2, η=0.5 ends on B
+
+
+# ---- 17 · ORM, PRM and search ----------------------------------------------------------------------
+
+def test_rl17_pass_at_k_by_hand():
+    assert v("rl17_pass1_3_of_16") == pytest.approx(3 / 16)
+    assert v("rl17_pass8_3_of_16") == pytest.approx(1 - math.comb(13, 8) / math.comb(16, 8))     # 0.9
+    assert v("rl17_chain_075") == f"{100 * 0.75 ** 6:.1f}%"
+
+
+def test_rl17_beam_loses_only_at_the_unequal_budget():
+    pct = lambda s: float(s.rstrip("%"))
+    rows = {r[0]: r[1:] for r in v("rl17_budget_table")["rows"]}
+    assert rows["step samples: BoN / beam"] == ["96 / 24", "96 / 96"]     # N·6 vs B·ceil(N/6B)·6 and B·ceil(N/B)·6
+    assert pct(v("rl17_beam_course")) < pct(v("rl17_orm_default")) < pct(v("rl17_beam_matched"))
+    weak = {r[0]: pct(r[1]) for r in v("rl17_weak_table")["rows"]}
+    assert weak["PRM beam"] > weak["best-of-N, PRM"] > weak["best-of-N, ORM"] > weak["greedy (1 sample)"]
+
+
+def test_rl17_best_of_n_is_capped_by_pass_at_n():
+    for name, p1, maj, best, ens, p8 in v("rl17_bon_table")["rows"]:
+        assert max(p1, maj, best, ens) <= p8

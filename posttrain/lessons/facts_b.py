@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from posttrain.algorithms import core, dapo, dr_grpo, grpo
+from posttrain.eval import pass_at_k
 from posttrain.lessons import dapo_toy, registry, runs
 from posttrain.preference.dpo import DPOLossConfig, SeqLogps, preference_loss
 from posttrain.preference.reward_model import bradley_terry_loss
@@ -221,6 +222,35 @@ def _dpo_run(name: str) -> dict:
     return next(r for r in _result("dpo_family") if r["run"] == name)
 
 
+# ---- 17 · ORM, PRM and search ------------------------------------------------------------------
+
+PRM_METHODS = ("greedy (1 sample)", "best-of-N, ORM", "best-of-N, PRM", "PRM beam", "step samples: BoN / beam")
+
+
+def rl17_budget_table() -> dict:
+    """The prm widget at its p_good, N and B, the beam given the course's budget and a matched one."""
+    course = {m: _kpi("prm", m, budget="course") for m in PRM_METHODS}
+    matched = {m: _kpi("prm", m, budget="matched") for m in PRM_METHODS}
+    return {"columns": ["method", "course's beam budget", "matched budget"],
+            "rows": [[m, course[m], matched[m]] for m in PRM_METHODS]}
+
+
+def rl17_weak_table() -> dict:
+    """Weak steps (p_good 0.5), N 64, beam 8, matched budget."""
+    knobs = {"p_good": 0.5, "N": 64, "B": 8, "budget": "matched"}
+    return {"columns": ["method", "share of trials correct"],
+            "rows": [[m, _kpi("prm", m, **knobs)] for m in PRM_METHODS[:4]]}
+
+
+def rl17_bon_table() -> dict:
+    rows = []
+    for name, r in _result("best_of_n")["runs"].items():
+        rows.append([{"sft": "after SFT", "rl": "after RL"}[name]] +
+                    [round(r[k], 3) for k in ("eval/pass@1", "eval/maj@8", "eval/best@8", "eval/best@8_ensemble", "eval/pass@8")])
+    return {"columns": ["policy", "pass@1", "majority of 8", "best of 8 (one RM)", "best of 8 (3-RM ensemble)", "pass@8"],
+            "rows": rows}
+
+
 FACTS: dict[str, Callable[[], object]] = {
     # 13 · DAPO
     "rl13_p_degenerate_09_k4": lambda: p_degenerate_exact(0.9, 4),
@@ -295,4 +325,15 @@ FACTS: dict[str, Callable[[], object]] = {
     "rl16_bench_chosen_nll": lambda: round(_dpo_run("dpo_nll lr 1e-5")["final_logps_chosen"], 2),
     "rl16_dpo4_break_pi": lambda: _kpi("dpo4", "final π", beta=2.0, lr=0.5, loss_type="ipo"),
     "rl16_dpo4_break_chosen": lambda: _kpi("dpo4", "log π(chosen), first → last 50 pairs", beta=2.0, lr=0.5, loss_type="ipo"),
+    # 17 · ORM, PRM and search
+    "rl17_chain_075": lambda: f"{100 * 0.75 ** 6:.1f}%",
+    "rl17_pass1_3_of_16": lambda: round(pass_at_k(16, 3, 1), 4),
+    "rl17_pass8_3_of_16": lambda: round(pass_at_k(16, 3, 8), 4),
+    "rl17_budget_table": rl17_budget_table,
+    "rl17_beam_course": lambda: _kpi("prm", "PRM beam", budget="course"),
+    "rl17_beam_matched": lambda: _kpi("prm", "PRM beam", budget="matched"),
+    "rl17_orm_default": lambda: _kpi("prm", "best-of-N, ORM", budget="course"),
+    "rl17_weak_table": rl17_weak_table,
+    "rl17_bon_table": rl17_bon_table,
+    "rl17_bon_problems": lambda: int(_result("best_of_n")["command"].split("--problems ")[1].split()[0]),
 }
