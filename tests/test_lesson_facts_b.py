@@ -169,3 +169,20 @@ def test_rl17_beam_loses_only_at_the_unequal_budget():
 def test_rl17_best_of_n_is_capped_by_pass_at_n():
     for name, p1, maj, best, ens, p8 in v("rl17_bon_table")["rows"]:
         assert max(p1, maj, best, ens) <= p8
+
+
+# ---- 18 · environments, verifiers, reward hacking -------------------------------------------------
+
+def test_rl18_verifier_tables():
+    assert [r[1] for r in v("rl18_arith_table")["rows"]] == [1.0, 1.0, 0.0, 0.0, 0.0, 0.0]   # SEED row 6
+    assert [r[1] for r in v("rl18_math_table")["rows"]] == [1.0, 1.0, 1.0, 1.0, 0.0, 0.0]
+    leak = {(r[0], r[1]): (r[2], r[3]) for r in v("rl18_leak_table")["rows"]}
+    assert leak[("phrase", "trust me#")] == (1.0, 0.0) and leak[("contains", "12? no, 13#")] == (1.0, 0.0)
+    assert all(true <= proxy for proxy, true in leak.values())          # a leak only ever adds reward
+
+
+def test_rl18_hacking_threshold_and_bench_numbers():
+    assert v("rl18_toy_threshold") == pytest.approx(0.3)                 # 0.4 + ρ > 0.7
+    assert v("rl18_toy_phrase_at_05") == pytest.approx(0.9)
+    assert v("rl18_sandbox_p50_ms") <= v("rl18_sandbox_p99_ms")
+    assert v("rl18_pool4_s") < v("rl18_pool1_s")

@@ -21,6 +21,13 @@ from posttrain.eval import pass_at_k
 from posttrain.lessons import dapo_toy, registry, runs
 from posttrain.preference.dpo import DPOLossConfig, SeqLogps, preference_loss
 from posttrain.preference.reward_model import bradley_terry_loss
+from posttrain.tasks import math_answer
+from posttrain.tasks.arithmetic import verify
+from posttrain.tasks.leaky import (
+    LeakyArithmeticConfig,
+    LeakyArithmeticTask,
+    LeakyProblem,
+)
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 
@@ -251,6 +258,36 @@ def rl17_bon_table() -> dict:
             "rows": rows}
 
 
+# ---- 18 · environments, verifiers, reward hacking ----------------------------------------------
+
+def rl18_arith_table() -> dict:
+    rows = ["12#", "let me think... 5+7=12#", "11#", "120#", "no digits at all", "is it 12? no, 13#"]
+    return {"columns": ["response (gold 12)", "reward"], "rows": [[r, verify(r, 12)] for r in rows]}
+
+
+def rl18_math_table() -> dict:
+    gold = r"\frac{1}{2}"
+    rows = [r"\boxed{0.5}", "the answer is 1/2", r"\boxed{\frac{2}{4}}", "50%", r"\boxed{0.6}", "I am not sure"]
+    return {"columns": [f"response (gold {gold}, backend {math_answer.BACKEND})", "reward"],
+            "rows": [[r, math_answer.score(r, gold).reward] for r in rows]}
+
+
+def rl18_leak_table() -> dict:
+    """One sum (5 + 7) under the two leaks of tasks/leaky.py: the proxy the policy is trained
+    on and the true verifier, on the same responses."""
+    item = LeakyProblem((5, 7))
+    rows = []
+    for leak in ("phrase", "contains"):
+        task = LeakyArithmeticTask(LeakyArithmeticConfig(leak=leak))
+        for resp in ("5+7=12#", "trust me#", "12? no, 13#"):
+            c = task.reward(item, resp).components
+            rows.append([leak, resp, c["proxy"], c["true"]])
+    return {"columns": ["leak", "response", "proxy reward", "true reward"], "rows": rows}
+
+
+HACK_TOY = {"solve": 0.7, "phrase": 0.4}      # P(correct) of the two actions in lesson 18's widget (course)
+
+
 FACTS: dict[str, Callable[[], object]] = {
     # 13 · DAPO
     "rl13_p_degenerate_09_k4": lambda: p_degenerate_exact(0.9, 4),
@@ -336,4 +373,17 @@ FACTS: dict[str, Callable[[], object]] = {
     "rl17_weak_table": rl17_weak_table,
     "rl17_bon_table": rl17_bon_table,
     "rl17_bon_problems": lambda: int(_result("best_of_n")["command"].split("--problems ")[1].split()[0]),
+    # 18 · environments, verifiers, reward hacking
+    "rl18_arith_table": rl18_arith_table,
+    "rl18_math_table": rl18_math_table,
+    "rl18_leak_table": rl18_leak_table,
+    "rl18_toy_solve": lambda: HACK_TOY["solve"],
+    "rl18_toy_phrase": lambda: HACK_TOY["phrase"],
+    "rl18_toy_threshold": lambda: round(HACK_TOY["solve"] - HACK_TOY["phrase"], 2),
+    "rl18_toy_phrase_at_05": lambda: round(HACK_TOY["phrase"] + 0.5, 2),
+    "rl18_sandbox_p50_ms": lambda: round(1000 * _result("verifiers")["sandbox_run_p50_s"]),
+    "rl18_sandbox_p99_ms": lambda: round(1000 * _result("verifiers")["sandbox_run_p99_s"]),
+    "rl18_code_problems": lambda: _result("verifiers")["code_problems"],
+    "rl18_pool1_s": lambda: round(_result("verifiers")["code_pool"]["1"]["wall_s"], 1),
+    "rl18_pool4_s": lambda: round(_result("verifiers")["code_pool"]["4"]["wall_s"], 1),
 }
