@@ -28,21 +28,27 @@ def _message(fn, *args, error=UsageError):
 # ---- config: combinations no run can honour --------------------------------------------------
 
 @pytest.mark.parametrize("overrides,message", [
-    (["minibatches=3", "prompts_per_step=4", "samples_per_prompt=4"],
-     "minibatches=3 does not divide the 16 samples of a step (prompts_per_step=4 × samples_per_prompt=4); "
-     "use one of 1, 2, 4, 8, 16"),
-    (["minibatches=0"], "minibatches=0 does not divide the 128 samples of a step (prompts_per_step=16 × "
-     "samples_per_prompt=8); use one of 1, 2, 4, 8, 16, 32, 64, 128"),
-    (["temperature=0"], "temperature=0.0 samples greedily: RL needs a sampling distribution (behaviour logprobs, "
-     "different samples per group); use temperature > 0, e.g. 1.0"),
-    (["degenerate=drop"], "degenerate='drop' is unknown; use keep, skip or resample"),
-    (["algo.kl_coef=-0.1"], "kl_coef and adv_eps must be ≥ 0 (got -0.1, 1e-06)"),
+    (["optim.minibatches=3", "rollout.prompts_per_step=4", "rollout.samples_per_prompt=4"],
+     "optim.minibatches=3 does not divide the 16 samples of a step (rollout.prompts_per_step=4 × "
+     "rollout.samples_per_prompt=4); use one of 1, 2, 4, 8, 16"),
+    (["optim.minibatches=0"], "optim.minibatches=0 does not divide the 128 samples of a step "
+     "(rollout.prompts_per_step=16 × rollout.samples_per_prompt=8); use one of 1, 2, 4, 8, 16, 32, 64, 128"),
+    (["rollout.temperature=0"], "rollout.temperature=0.0 samples greedily: RL needs a sampling distribution "
+     "(behaviour logprobs, different samples per group); use rollout.temperature > 0, e.g. 1.0"),
+    (["degenerate=drop"], "rollout.degenerate='drop' is unknown; use keep, skip or resample"),   # the old flat name
 ])
 def test_rl_impossible_combinations_are_refused_before_any_work(tmp_path, overrides, message):
     from posttrain.recipes import rl
     cfg = load_config(RLConfig, None, [f"out={tmp_path}/rl", "init=/nonexistent", *overrides])
     assert _message(rl.run, cfg) == message
     assert not (tmp_path / "rl").exists()                    # refused before the run directory
+
+
+def test_algorithm_keys_are_checked_when_the_config_loads():
+    """The `algo:` section is the algorithm's own Config, built (and validated) with the config."""
+    assert _message(load_config, RLConfig, None, ["algo.kl_coef=-0.1"]) == "kl_coef and adv_eps must be ≥ 0 (got -0.1, 1e-06)"
+    assert _message(load_config, RLConfig, None, ["algo.name=rloo", "algo.eps_high=0.3"]).startswith(
+        "unknown config key 'algo.eps_high' for Config")
 
 
 def test_kl_coefficient_without_reference_logprobs():

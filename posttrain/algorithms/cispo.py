@@ -27,10 +27,12 @@ import torch
 
 from posttrain import UsageError
 from posttrain.algorithms import core, grpo, reinforce
+from posttrain.algorithms.base import AlgoConfig
 
 
 @dataclass
-class Config:
+class Config(AlgoConfig):
+    name: str = "cispo"
     eps_high: float = 4.0             # weight cap 1 + eps_high = 5 (ScaleRL; verl example 0.2); lower = smaller steps
     eps_low: float | None = None      # weight floor 1 − eps_low; None = no floor (paper, TRL)
     kl_coef: float = 0.0              # β of a per-token KL to the reference in the loss; 0 = paper (no reference)

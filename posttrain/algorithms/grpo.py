@@ -31,10 +31,12 @@ import torch
 
 from posttrain import UsageError
 from posttrain.algorithms import core
+from posttrain.algorithms.base import AlgoConfig
 
 
 @dataclass
-class Config:
+class Config(AlgoConfig):
+    name: str = "grpo"
     eps_low: float = 0.2              # clip r below at 1 − eps_low (paper ε = 0.2)
     eps_high: float = 0.2             # clip r above at 1 + eps_high; larger (DAPO 0.28) lets rare tokens grow
     kl_coef: float = 0.04             # β of the KL term in the loss (paper 0.04, R1 0.001); 0 = no reference model

@@ -31,6 +31,7 @@ from posttrain.algorithms import core, grpo
 
 @dataclass
 class Config(grpo.Config):
+    name: str = "maxrl"
     scale_by_std: bool = False        # False: (R − p̂)/p̂ (paper) | True: GRPO's advantage / p̂ (ref. repo's misc)
     kl_coef: float = 0.0              # no KL term by default (0 = no reference model)
 

@@ -32,6 +32,7 @@ from posttrain.algorithms import core, grpo
 
 @dataclass
 class Config(grpo.Config):
+    name: str = "mgpo"
     maxent_lambda: float = 1.0        # λ of w = exp(−λ·D_ME(p̂)); 0 = GRPO, larger = focus on prompts near pass rate ½
 
     def __post_init__(self):

@@ -46,6 +46,7 @@ import torch
 
 from posttrain import UsageError
 from posttrain.algorithms import core
+from posttrain.algorithms.base import AlgoConfig
 from posttrain.algorithms.reinforce_pp import token_rewards   # R on the last token − β·KL_t (shared)
 
 KL_PLACES = ("reward", "loss")
@@ -53,7 +54,8 @@ CRITICS = ("shared", "separate")
 
 
 @dataclass
-class Config:
+class Config(AlgoConfig):
+    name: str = "ppo"
     eps_low: float = 0.2              # clip r below at 1 − eps_low (paper ε = 0.2)
     eps_high: float = 0.2             # clip r above at 1 + eps_high (0.28 = DAPO's clip-higher)
     dual_clip: float | None = None    # c > 1 caps the loss of A < 0 tokens at c·|A| (Ye et al.: 3); None = off

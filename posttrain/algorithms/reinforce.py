@@ -32,12 +32,14 @@ import torch
 
 from posttrain import UsageError
 from posttrain.algorithms import core
+from posttrain.algorithms.base import AlgoConfig
 
 BASELINES = ("none", "mean")
 
 
 @dataclass
-class Config:
+class Config(AlgoConfig):
+    name: str = "reinforce"
     baseline: str = "none"            # none: A = R (Williams) | mean: A = R − μ_G (lower variance, gradient × (G−1)/G)
     aggregation: str = "seq-mean-token-sum"  # core.AGGREGATIONS; the paper: sum over tokens, mean over sequences
     kl_coef: float = 0.0              # β of a per-token KL to the reference in the loss; 0 = none (no reference model)

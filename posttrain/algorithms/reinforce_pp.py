@@ -39,6 +39,7 @@ from posttrain.algorithms import core, grpo
 
 @dataclass
 class Config(grpo.Config):
+    name: str = "reinforce_pp"
     aggregation: str = "token-mean"   # core.AGGREGATIONS; the paper's (OpenRLHF's) token-mean
     kl_coef: float = 0.0              # β of a KL in the LOSS (the -baseline recipe: 1e-5..1e-4 with k2); 0 = off
     kl_estimator: str = "k2"          # estimator of that loss KL; k2's gradient is the reverse-KL gradient (OpenRLHF scripts)

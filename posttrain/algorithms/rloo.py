@@ -27,10 +27,12 @@ from dataclasses import dataclass
 import torch
 
 from posttrain.algorithms import core, reinforce
+from posttrain.algorithms.base import AlgoConfig
 
 
 @dataclass
-class Config:
+class Config(AlgoConfig):
+    name: str = "rloo"
     aggregation: str = "seq-mean-token-sum"  # core.AGGREGATIONS; the paper's: tokens summed, sequences averaged
     kl_coef: float = 0.0              # β of a per-token KL to the reference in the loss (paper: in the reward); 0 = none
     kl_estimator: str = "k3"          # k1 | k2 | k3 (core.kl)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from posttrain.framework.rollout import Sample, SamplingParams
-from posttrain.models.tokenizer import SPECIALS
+from posttrain.chat import SPECIALS
 
 
 @dataclass

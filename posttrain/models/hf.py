@@ -173,12 +173,18 @@ class HFTokenizer:
         ids = [int(i) for i in ids if int(i) != self.pad_id or self.pad_id == self.eot_id]
         return self.tok.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
-    def chat_prompt(self, question: str) -> str:
-        """The user turn and the opened assistant turn: a response is what follows it."""
-        if not self.tok.chat_template:
-            return question
-        return self.tok.apply_chat_template([{"role": "user", "content": question}],
-                                            add_generation_prompt=True, tokenize=False)
+    def chat_prompt(self, prompt) -> str:
+        """The conversation (a question string, or {role, content} messages) and the opened
+        assistant turn, through the model's chat template: a response is what follows it."""
+        from posttrain.chat import check_messages
+        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else check_messages(prompt)
+        if not self.tok.chat_template:                     # no template: the turns' texts, one per line
+            return "\n".join(m["content"] for m in messages)
+        try:
+            return self.tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        except Exception as e:                             # jinja's TemplateError: e.g. no system role
+            raise UsageError(f"the model's chat template cannot render this conversation ({type(e).__name__}: "
+                             f"{str(e).splitlines()[0][:120]}); roles: {[m['role'] for m in messages]}") from None
 
     def chat_response(self, answer: str) -> str:
         """What the template renders after chat_prompt for an assistant answer, through its

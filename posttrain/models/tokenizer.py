@@ -26,16 +26,10 @@ from pathlib import Path
 
 from posttrain import UsageError
 
-USER, ASSISTANT, EOT, THINK_OPEN, THINK_CLOSE, PAD = "<", ">", "#", "{", "}", "_"
-CALL_OPEN, CALL_CLOSE, RESULT_OPEN, RESULT_CLOSE = "⟦", "⟧", "⟨", "⟩"
-TOOL_SPECIALS = CALL_OPEN + CALL_CLOSE + RESULT_OPEN + RESULT_CLOSE
-SPECIALS = PAD + USER + ASSISTANT + EOT + THINK_OPEN + THINK_CLOSE + TOOL_SPECIALS
-# Digits and the trace operators first, then enough plain text for free-form responses
-# (reward-hacking phrases, tool calls, verifier test cases such as "let me think... 12#").
-# Appended later (ids of the characters above never change): the tool specials, division,
-# capitals and quotes for countdown and reasoning-gym questions.
-BASE_CHARS = PAD + USER + ASSISTANT + EOT + THINK_OPEN + THINK_CLOSE + "0123456789+-*=;:,.?!()[] \n" + "abcdefghijklmnopqrstuvwxyz"
-DEFAULT_CHARS = BASE_CHARS + TOOL_SPECIALS + "/ABCDEFGHIJKLMNOPQRSTUVWXYZ\"'%"
+from posttrain.chat import (ASSISTANT, BASE_CHARS, CALL_CLOSE, CALL_OPEN, DEFAULT_CHARS, EOT, PAD,  # noqa: F401
+                            RESULT_CLOSE, RESULT_OPEN, SPECIALS, THINK_CLOSE, THINK_OPEN, TOOL_SPECIALS, USER,
+                            check_messages, render_builtin)
+
 FILE_NAME = "tokenizer.posttrain.json"
 
 
@@ -73,10 +67,13 @@ class CharTokenizer:
     def decode(self, ids) -> str:
         return "".join(self.chars[int(i)] for i in ids if int(i) != self.pad_id)
 
-    # The chat template. `prompt` renders the user turn and opens the assistant turn, so a
-    # response is exactly what the model generates after it, end-of-turn included.
-    def chat_prompt(self, question: str) -> str:
-        return f"{USER}{question}{ASSISTANT}"
+    # The chat template (posttrain/chat.py). `chat_prompt` renders the conversation and opens the
+    # assistant turn, so a response is exactly what the model generates after it, end-of-turn included.
+    def chat_prompt(self, prompt) -> str:
+        """A question string (one user turn) or a list of {role, content} messages."""
+        if isinstance(prompt, str):
+            return f"{USER}{prompt}{ASSISTANT}"
+        return render_builtin(check_messages(prompt))
 
     def chat_response(self, answer: str) -> str:
         return f"{answer}{EOT}"

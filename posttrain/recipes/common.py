@@ -40,15 +40,15 @@ class Run:
         runtime.seed_everything(cfg.seed)
 
 
-def init_model(cfg, init: str, device) -> tuple[GPTMini, CharTokenizer]:
+def init_model(cfg, init: str, device, task=None) -> tuple[GPTMini, CharTokenizer]:
     """Start from a checkpoint (`init`: a run, a checkpoint or a Hugging Face directory) or from
-    random weights shaped by `cfg.model`; then the training switches: gradient checkpointing
-    and LoRA adapters (`cfg.lora.r > 0`, Hugging Face models)."""
+    random weights shaped by `cfg.model` (with a vocabulary for `task`); then the training
+    switches: gradient checkpointing and LoRA adapters (`cfg.lora.r > 0`)."""
     if init:
         model, tok, path = checkpoint.load_model(init, device)
         print(f"init: {path}")
     else:
-        tok = new_tokenizer(cfg)
+        tok = new_tokenizer(cfg, task)
         model = GPTMini(cfg.model.resolved(tok.vocab_size)).to(device)
     model.grad_checkpointing = bool(getattr(cfg, "grad_checkpointing", False))
     lora_cfg = getattr(cfg, "lora", None)
@@ -60,12 +60,30 @@ def init_model(cfg, init: str, device) -> tuple[GPTMini, CharTokenizer]:
     return model, tok
 
 
-def new_tokenizer(cfg) -> CharTokenizer:
+def new_tokenizer(cfg, task=None) -> CharTokenizer:
     """The vocabulary of a model started from scratch: the built-in task needs only the base
     characters (58: a smaller embedding, and the same initial weights as before the tool and
-    text tasks existed); every other task gets the full vocabulary (tool specials, capitals, /)."""
-    task = getattr(cfg, "task", None)
-    return CharTokenizer(BASE_CHARS if getattr(task, "name", "arithmetic") == "arithmetic" else DEFAULT_CHARS)
+    text tasks existed); every other task gets the full vocabulary (tool specials, capitals, /),
+    and a task with its own text (a dataset) adds the characters its rows use."""
+    name = getattr(getattr(cfg, "task", None), "name", "arithmetic")
+    if name == "arithmetic":
+        return CharTokenizer(BASE_CHARS)
+    extra = task.vocabulary() if hasattr(task, "vocabulary") else ""
+    return CharTokenizer(DEFAULT_CHARS + "".join(sorted(set(extra) - set(DEFAULT_CHARS))))
+
+
+def prepare_task(task, tok, model, max_new_tokens: int, run_dir: Path, stage: str) -> None:
+    """Before training: the task's own startup checks against this model (its rows render, encode
+    and fit the context; reward functions answer a dry call), then the first training prompt as
+    the model will see it, printed and saved to RUN_DIR/first_prompt.txt."""
+    if hasattr(task, "check"):
+        task.check(tok, getattr(model.config, "max_seq_len", None), max_new_tokens)
+    text = tok.chat_prompt(task.prompt(task.items(1, "train", 0)[0]))
+    print(f"[{stage}] first prompt, rendered by the chat template: {text!r}", flush=True)
+    (run_dir / "first_prompt.txt").write_text(text)
+    if getattr(task, "correctness", "task") is None:
+        print(f"[{stage}] evaluation: the task has no correctness signal (no task.correct, task.correct_threshold "
+              "or answer column): it reports rewards, not accuracy", flush=True)
 
 
 def print_plan(stage: str, lines: dict) -> None:

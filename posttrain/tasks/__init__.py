@@ -15,6 +15,7 @@ TASKS = {
     "tool_arith": ("posttrain.tasks.tools", "ToolArithmeticTask", "ToolArithmeticConfig"),
     "reasoning_gym": ("posttrain.tasks.reasoning_gym", "ReasoningGymTask", "ReasoningGymConfig"),
     "leaky_arith": ("posttrain.tasks.leaky", "LeakyArithmeticTask", "LeakyArithmeticConfig"),
+    "dataset": ("posttrain.tasks.dataset", "DatasetTask", "DatasetConfig"),
 }
 
 

@@ -40,10 +40,10 @@ def _serve(task, conn) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)       # Ctrl-C is the parent's to handle
     while True:
         try:
-            idx, item, response = conn.recv()
+            idx, *job = conn.recv()               # (index, item, response[, token ids])
         except (EOFError, OSError):
             return
-        res = safe_reward(task, item, response)
+        res = safe_reward(task, *job)
         try:
             conn.send((idx, res))
         except Exception as e:                          # e.g. components that do not pickle
