@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from posttrain import shapes, throughput
+from posttrain.lessons import units
 from posttrain.lessons.registry import Knob, Widget, bar, figure, line, r, register
 
 # ---- 22b · the straggler tax -------------------------------------------------------------------
@@ -79,23 +80,28 @@ register(Widget(
 # ---- 25 · kernels: prefix sharing and chunked log-probs ---------------------------------------------
 
 def kernels(K: int, gp: float, tokens: int, vocab: int, chunk: int) -> dict:
+    """Prefix sharing's saving K/(1 + K·G/P) on prompt + response tokens, and the logits memory
+    (shapes.logits_bytes, bf16) of a full log-softmax vs. one vocabulary chunk at a time."""
     share = K / (1 + K * gp)
     full = shapes.logits_bytes(tokens, vocab)                    # bf16 logits [tokens, vocab]
     chunk = min(chunk, vocab)                                    # a chunk as wide as the vocabulary = no chunking
     chunked = shapes.logits_bytes(tokens, vocab, vocab_chunk=chunk)
     ks = [1, 2, 4, 8, 16, 32, 64, 128]
+    label = "no chunking (whole vocabulary)" if chunk == vocab else f"one {chunk}-column chunk"
     return {
         "figure": figure([line(ks, [k / (1 + k * gp) for k in ks], f"prefix-sharing saving, G/P = {gp}"),
                           line([K], [share], f"K = {K}", mode="markers", marker={"size": 12}),
-                          bar(["full logits", f"one {chunk}-vocab chunk"], [full / 1e9, chunked / 1e9], "GB",
+                          bar(["full logits", label], [units.gib(full), units.gib(chunked)], "GiB",
                               xaxis="x2", yaxis="y2")],
                          "prefix sharing (left) and chunked log-probs (right)", "K samples per prompt", "× fewer tokens",
                          grid={"rows": 1, "columns": 2, "pattern": "independent"}, xaxis={"type": "log"},
-                         yaxis2={"type": "log", "title": {"text": "GB"}}),
-        "kpis": [["prefix-sharing saving K/(1 + K·G/P)", f"{share:.2f}×"], ["full logits", f"{full / 1e9:.1f} GB"],
-                 ["one chunk", f"{chunked / 1e6:.0f} MB"], ["chunking saves", f"{vocab // chunk}×"],
+                         yaxis2={"type": "log", "title": {"text": "logits held at once (GiB)"}}),
+        "kpis": [["prefix-sharing saving K/(1 + K·G/P)", f"{share:.2f}×"], ["full logits", units.size(full)],
+                 ["logits held at once", units.size(chunked)], ["chunking saves", f"{full / chunked:.0f}×"],
                  ["bf16→fp8 cast of 140 GB at 3.35 TB/s", f"{140 / 3.35:.0f} ms"]],
-        "note": "posttrain's Engine prefills each prompt once for its K samples (rollout/prefix_reuse).",
+        "note": f"The trainer holds {units.size(chunked)} of logits at once ({label}) instead of "
+                f"{units.size(full)}; posttrain's Engine prefills each prompt once for its K samples "
+                "(rollout/prefix_reuse).",
     }
 
 
@@ -105,10 +111,10 @@ register(Widget(
      Knob("tokens", "tokens in the batch", [4096, 32768], 32768), Knob("vocab", "vocabulary", [32768, 131072], 131072),
      Knob("chunk", "vocab chunk (131072 = none)", [1024, 4096, 131072], 4096)],
     {"knobs": {"chunk": 131072, "vocab": 131072, "tokens": 32768},
-     "what": "Materialising the full logits of 32k tokens × 131k vocabulary takes 8.6 GB in bf16 (and "
+     "what": "Materialising the full logits of 32k tokens × 131k vocabulary takes 8.0 GiB in bf16 (and "
              "as much again for the softmax): the trainer's forward runs out of memory at long contexts "
              "unless the log-prob is computed chunk by chunk."},
-    "Left: how many fewer prompt tokens prefix sharing computes. Right: logits memory, full vs. chunked.",
+    "Left: how many fewer prompt tokens prefix sharing computes. Right: logits memory, full vs. chunked, in GiB.",
     ["posttrain.framework.rollout:_Run._prefill", "posttrain.shapes:logits_bytes"]))
 
 

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import functools
 import math
+from types import SimpleNamespace
 
 import torch
 
 from posttrain.algorithms import core, reinforce
 from posttrain.lessons.registry import Knob, Widget, bar, figure, line, r, register
+from posttrain.preference.prm import aggregate
 from posttrain.preference.reward_model import bradley_terry_loss
+from posttrain.preference.search import sample_table
+from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
 
 # ---- 15 · a Bradley–Terry reward model on four responses -------------------------------------------
 
@@ -63,48 +67,90 @@ register(Widget(
 
 # ---- 17 · ORM and PRM reranking vs. PRM beam search ------------------------------------------------
 
+PRM_TRIALS, PRM_STEPS = 600, 6
+ORM_NOISE, PRM_NOISE = 2.2, 1.93           # Gaussian noise on a ±2 logit: 18% of outcome / 15% of step labels flip
+
+
+def _steps(gen, shape, p_good):
+    """Reasoning steps of the given shape: ok, and the amount (1…9) a bad step adds to the answer."""
+    ok = torch.rand(shape, generator=gen) < p_good
+    err = torch.randint(1, 10, shape, generator=gen)
+    return ok, torch.where(ok, 0, err)
+
+
+def _step_scores(gen, ok):
+    """A PRM's score per step: σ(±2 + noise), high when the step is right."""
+    return torch.sigmoid(torch.where(ok, 2.0, -2.0) + PRM_NOISE * torch.randn(ok.shape, generator=gen))
+
+
+@functools.lru_cache(maxsize=1)
+def _prm_problems():
+    task = ArithmeticTask(ArithmeticConfig(min_terms=PRM_STEPS + 1, max_terms=PRM_STEPS + 1))
+    return task, task.items(PRM_TRIALS, "test", 0)
+
+
 def prm_search(p_good: float, N: int, B: int, budget: str) -> dict:
-    """2000 trials of a 6-step chain (correct iff every step is good). ORM labels flip w.p. 0.10,
-    PRM step labels w.p. 0.15. The beam extends each of B beams K times per step; 'course' uses
-    K = ceil(N/(6B)) (a fraction of BoN's samples), 'matched' K = ceil(N/B) (the same step budget)."""
+    """PRM_TRIALS problems (7-term sums, posttrain's ArithmeticTask) answered by chains of 6
+    steps, each right w.p. p_good; a wrong step shifts the answer. Best-of-N: N chains, the table
+    of preference/search.sample_table (pass@1, majority vote, ORM best@N, PRM best@N with
+    prm.aggregate 'min'). Beam: B prefixes, each extended by K candidate steps, ranked by the
+    min of their step scores as search.beam_search ranks them; 'matched' K = ⌈N/B⌉ samples as
+    many steps as best-of-N does, 'course' K = ⌈N/(6B)⌉ a sixth of it. The chains and the scores
+    are simulated (a deliberate toy: no model is trained); the ranking and the table are posttrain's."""
     gen = torch.Generator().manual_seed(0)
-    T, S = 2000, 6
-    steps = torch.rand(T, N, S, generator=gen) < p_good                  # [T, N, S]
-    ok = steps.all(-1)                                                   # [T, N]
-    orm = ok ^ (torch.rand(T, N, generator=gen) < 0.10)
-    prm = (steps ^ (torch.rand(T, N, S, generator=gen) < 0.15)).sum(-1)
-    pick = lambda score: ok.gather(1, score.float().argmax(1, keepdim=True)).float().mean()
+    T, S = PRM_TRIALS, PRM_STEPS
+    task, items = _prm_problems()
+    gold = torch.tensor([task.gold(it) for it in items])
+    ok, err = _steps(gen, (T, N, S), p_good)                              # [T, N, S]
+    final = gold[:, None] + err.sum(-1)                                  # [T, N] the answer each chain ends on
+    right = final == gold[:, None]
+    orm = torch.sigmoid(torch.where(right, 2.0, -2.0) + ORM_NOISE * torch.randn(T, N, generator=gen))
+    steps = _step_scores(gen, ok)                                        # [T, N, S]
+    samples = [SimpleNamespace(text=f"{int(a)}#") for a in final.flatten().tolist()]
+    table = sample_table(task, items, samples, N, orm_scores=orm.flatten().tolist(),
+                         prm_scores=[aggregate(sc, "min") for sc in steps.view(-1, S).tolist()])
     K = max(1, math.ceil(N / (B * S))) if budget == "course" else max(1, math.ceil(N / B))
-    good = torch.ones(T, B, dtype=torch.bool)
-    score = torch.zeros(T, B)
+    beam_err = torch.zeros(T, B, dtype=torch.long)                       # answer error of each kept prefix
+    beam_min = torch.ones(T, B)                                          # its weakest step score so far
     for _ in range(S):
-        cand_ok = torch.rand(T, B, K, generator=gen) < p_good           # [T, B, K] the new step
-        cand_s = score[..., None] + (cand_ok ^ (torch.rand(T, B, K, generator=gen) < 0.15)).float()
-        cand_g = good[..., None] & cand_ok
-        top = cand_s.view(T, -1).topk(B, dim=1).indices                  # keep the B best partial chains
-        score, good = cand_s.view(T, -1).gather(1, top), cand_g.view(T, -1).gather(1, top)
-    beam = good.gather(1, score.argmax(1, keepdim=True)).float().mean()
-    acc = {"greedy (1 sample)": float(ok[:, 0].float().mean()), "best-of-N, ORM": float(pick(orm)),
-           "best-of-N, PRM": float(pick(prm)), "PRM beam": float(beam)}
+        c_ok, c_err = _steps(gen, (T, B, K), p_good)                     # [T, B, K] candidate next steps
+        c_sc = _step_scores(gen, c_ok)
+        score = torch.minimum(beam_min[..., None], c_sc).view(T, -1)     # aggregate 'min' of the prefix
+        top = score.topk(B, dim=1).indices                               # keep the B best prefixes
+        beam_err = (beam_err[..., None] + c_err).view(T, -1).gather(1, top)
+        beam_min = score.gather(1, top)
+    beam = float((beam_err.gather(1, beam_min.argmax(1, keepdim=True)) == 0).float().mean())
+    acc = {"one sample (pass@1)": table["pass@1"], f"majority of {N}": table[f"maj@{N}"],
+           f"ORM best of {N}": table[f"orm best@{N}"], f"PRM best of {N}": table[f"prm best@{N}"],
+           f"PRM beam {B}×{K}": beam}
+    names = ["one sample (pass@1)", "majority of N", "ORM best of N", "PRM best of N", "PRM beam"]
+    vals = list(acc.values())
+    best = max(range(len(vals)), key=vals.__getitem__)
     return {
-        "figure": figure([bar(list(acc), list(acc.values()), "share of trials correct")],
-                         f"p_good = {p_good}, N = {N}, beam {B} × {K} per step ({budget} budget)", "", "accuracy",
-                         yaxis={"range": [0, 1]}),
-        "kpis": [[k, f"{100 * v:.1f}%"] for k, v in acc.items()]
-                + [["step samples: BoN / beam", f"{N * S} / {B * K * S}"], ["p_good⁶", f"{100 * p_good ** 6:.1f}%"]],
-        "note": "Reranking needs a verifier only at the end; beam search spends its samples where partial "
-                "chains still look good.",
+        "figure": figure([bar(list(acc), vals, "share of problems answered right",
+                              marker={"color": ["#d62728" if i == best else "#1f77b4" for i in range(len(vals))]})],
+                         f"p_good = {p_good}, N = {N}, beam {B} × {K} per step ({budget} budget)", "",
+                         "accuracy over 600 problems", yaxis={"range": [0, 1]}),
+        "kpis": [[n, f"{100 * v:.1f}%"] for n, v in zip(names, vals)]
+                + [["best method", names[best]], ["step samples: best-of-N / beam", f"{N * S} / {B * K * S}"],
+                   ["p_good⁶", f"{100 * p_good ** 6:.1f}%"]],
+        "note": (f"Sampling {B * K * S} steps against best-of-N's {N * S}, the PRM beam answers {100 * beam:.1f}% "
+                 f"right; the best reranker of N whole chains {100 * max(vals[2], vals[3]):.1f}%, one sample "
+                 f"{100 * vals[0]:.1f}%. Best here: {names[best]}."),
     }
 
 
 register(Widget(
     "prm", "Reranking with an ORM or a PRM, and PRM beam search", prm_search,
     [Knob("p_good", "P(step is good)", [0.5, 0.6, 0.75, 0.9], 0.75), Knob("N", "samples N", [2, 4, 8, 16, 32, 64], 16),
-     Knob("B", "beam width", [1, 2, 4, 8], 4), Knob("budget", "beam budget", ["course", "matched"], "course", "select")],
+     Knob("B", "beam width", [1, 2, 4, 8], 4), Knob("budget", "beam budget", ["matched", "course"], "matched", "select")],
     {"knobs": {"p_good": 0.5, "N": 2},
      "what": "Weak steps and two samples: 1.6% of chains are right, and no reranker can pick a correct "
-             "chain that was never sampled; the policy has to get better first."},
-    "Share of 2000 trials that end with a correct chain, by method.", []))
+             "chain that was never sampled; every method stays near the floor and the policy has to get "
+             "better first."},
+    "Share of 600 six-step problems answered right, by method; red: the best one.",
+    ["posttrain.preference.search:sample_table", "posttrain.preference.prm:aggregate",
+     "posttrain.tasks.arithmetic:ArithmeticTask.reward"]))
 
 
 # ---- 18 · reward hacking under a leaky verifier ----------------------------------------------------
@@ -152,7 +198,12 @@ def hacking(rho: float, steps: int) -> dict:
                          yaxis2={"range": [0, 1.6]}),
         "kpis": [["π(solve)", r(pi[0], 3)], ["train reward EMA", r(train, 3)], ["held-out correctness EMA", r(held, 3)],
                  ["phrase wins when 0.4 + ρ > 0.7", "yes" if 0.4 + rho > 0.7 else "no"]],
-        "note": "The training reward rises while the held-out score falls: the only trustworthy signal is held out.",
+        "note": (f"The policy learned the phrase (π(solve) = {float(pi[0]):.2f}): the train reward reads {train:.2f} "
+                 f"while held-out correctness is {held:.2f}; only the held-out number tells." if float(pi[0]) < 0.5 else
+                 f"Half the policy drifts to the phrase (π(solve) = {float(pi[0]):.2f}): train reward {train:.2f} and "
+                 f"held-out correctness {held:.2f} have started to part." if train - held > 0.1 else
+                 f"The policy solves (π(solve) = {float(pi[0]):.2f}): train reward {train:.2f} and held-out "
+                 f"correctness {held:.2f} move together; the leak is too small to pay."),
     }
 
 
