@@ -231,22 +231,21 @@ def _dpo_run(name: str) -> dict:
 
 # ---- 17 · ORM, PRM and search ------------------------------------------------------------------
 
-PRM_METHODS = ("greedy (1 sample)", "best-of-N, ORM", "best-of-N, PRM", "PRM beam", "step samples: BoN / beam")
+PRM_METHODS = ("one sample (pass@1)", "majority of N", "ORM best of N", "PRM best of N", "PRM beam",
+               "step samples: best-of-N / beam")
 
 
 def rl17_budget_table() -> dict:
-    """The prm widget at its p_good, N and B, the beam given the course's budget and a matched one."""
-    course = {m: _kpi("prm", m, budget="course") for m in PRM_METHODS}
-    matched = {m: _kpi("prm", m, budget="matched") for m in PRM_METHODS}
-    return {"columns": ["method", "course's beam budget", "matched budget"],
-            "rows": [[m, course[m], matched[m]] for m in PRM_METHODS]}
+    """The prm widget at its default p_good, N and B: the beam at a matched step budget (the
+    widget's default) and at the course's budget."""
+    return {"columns": ["method", "matched budget", "course's beam budget"],
+            "rows": [[m, _kpi("prm", m, budget="matched"), _kpi("prm", m, budget="course")] for m in PRM_METHODS]}
 
 
 def rl17_weak_table() -> dict:
     """Weak steps (p_good 0.5), N 64, beam 8, matched budget."""
     knobs = {"p_good": 0.5, "N": 64, "B": 8, "budget": "matched"}
-    return {"columns": ["method", "share of trials correct"],
-            "rows": [[m, _kpi("prm", m, **knobs)] for m in PRM_METHODS[:4]]}
+    return {"columns": ["method", "share of problems right"], "rows": [[m, _kpi("prm", m, **knobs)] for m in PRM_METHODS[:5]]}
 
 
 def rl17_bon_table() -> dict:
@@ -369,7 +368,8 @@ FACTS: dict[str, Callable[[], object]] = {
     "rl17_budget_table": rl17_budget_table,
     "rl17_beam_course": lambda: _kpi("prm", "PRM beam", budget="course"),
     "rl17_beam_matched": lambda: _kpi("prm", "PRM beam", budget="matched"),
-    "rl17_orm_default": lambda: _kpi("prm", "best-of-N, ORM", budget="course"),
+    "rl17_orm": lambda: _kpi("prm", "ORM best of N", budget="matched"),
+    "rl17_steps_course": lambda: _kpi("prm", "step samples: best-of-N / beam", budget="course"),
     "rl17_weak_table": rl17_weak_table,
     "rl17_bon_table": rl17_bon_table,
     "rl17_bon_problems": lambda: int(_result("best_of_n")["command"].split("--problems ")[1].split()[0]),
