@@ -16,7 +16,8 @@ from pathlib import Path
 
 import torch
 
-from posttrain.algorithms import core, dapo, dr_grpo, grpo
+from posttrain.algorithms import core, dapo, dr_grpo, grpo, rloo
+from posttrain.data import curate
 from posttrain.eval import pass_at_k
 from posttrain.lessons import dapo_toy, registry, runs
 from posttrain.preference.dpo import DPOLossConfig, SeqLogps, preference_loss
@@ -287,6 +288,52 @@ def rl18_leak_table() -> dict:
 HACK_TOY = {"solve": 0.7, "phrase": 0.4}      # P(correct) of the two actions in lesson 18's widget (course)
 
 
+# ---- 18a · data: where the gradient is -----------------------------------------------------------
+
+def mean_sq_advantage(p: float, k: int, algo) -> float:
+    """E[A_i²] of one sample in a group of K with 0/1 rewards at pass rate p, exactly: one group
+    per number of right answers j, the algorithm's own advantages, binomial weights."""
+    total = 0.0
+    g = torch.zeros(k, dtype=torch.long)
+    for j in range(k + 1):
+        r = (torch.arange(k) < j).double()
+        a = algo.advantages(r, g, algo.Config())
+        total += math.comb(k, j) * p ** j * (1 - p) ** (k - j) * float((a ** 2).mean())
+    return total
+
+
+def rl18a_signal_table(k: int = 8) -> dict:
+    rows = []
+    for p in (0.02, 0.1, 0.25, 0.5, 0.75, 0.9, 0.98):
+        rows.append([p, round(p * (1 - p), 4), round(mean_sq_advantage(p, k, dr_grpo), 4),
+                     round(mean_sq_advantage(p, k, rloo), 4), round(p ** k + (1 - p) ** k, 3)])
+    return {"columns": ["pass rate p", "p(1−p)", f"E[A²], A = R − mean (K = {k})", "E[A²], RLOO", "P(group degenerate)"],
+            "rows": rows}
+
+
+def rl18a_degenerate_table() -> dict:
+    d = _result("claims")["degenerate"]
+    return {"columns": ["K", "observed", "Σ over prompts of p^K + (1−p)^K", "(mean p)^K + (1 − mean p)^K"],
+            "rows": [[r["K"], r["observed"], r["predicted_per_prompt"], r["predicted_mean_p"]] for r in d["rows"]]}
+
+
+def rl18a_bucket_table() -> dict:
+    band = (0.125, 0.875)
+    return {"columns": ["pass rate over 8 samples", f"bucket (band {band[0]}–{band[1]})"],
+            "rows": [[f"{n}/8", curate.bucket(n / 8, band)] for n in (0, 1, 2, 4, 7, 8)]}
+
+
+def rl18a_curation_table() -> dict:
+    c = _result("curation")
+    keys = [("prompts probed", "prompts"), ("samples per prompt K", "k"), ("never solved", "bucket/never"),
+            ("learnable (in the band)", "bucket/learnable"), ("always solved", "bucket/always"),
+            ("removed: exact duplicates", "removed/exact_dup"), ("removed: out of band", "removed/out_of_band"),
+            ("keep rate", "keep_rate"), ("groups with signal before", "frac_groups_with_signal_before"),
+            ("groups with signal after", "frac_groups_with_signal")]
+    return {"columns": ["curate() on the SFT checkpoint", "value"],
+            "rows": [[name, round(c[key], 3) if isinstance(c[key], float) else c[key]] for name, key in keys]}
+
+
 FACTS: dict[str, Callable[[], object]] = {
     # 13 · DAPO
     "rl13_p_degenerate_09_k4": lambda: p_degenerate_exact(0.9, 4),
@@ -386,4 +433,16 @@ FACTS: dict[str, Callable[[], object]] = {
     "rl18_code_problems": lambda: _result("verifiers")["code_problems"],
     "rl18_pool1_s": lambda: round(_result("verifiers")["code_pool"]["1"]["wall_s"], 1),
     "rl18_pool4_s": lambda: round(_result("verifiers")["code_pool"]["4"]["wall_s"], 1),
+    # 18a · data: where the gradient is
+    "rl18a_signal_table": rl18a_signal_table,
+    "rl18a_degenerate_table": rl18a_degenerate_table,
+    "rl18a_bench_prompts": lambda: _result("claims")["degenerate"]["prompts"],
+    "rl18a_bench_mean_p": lambda: round(_result("claims")["degenerate"]["mean_p"], 3),
+    "rl18a_bench_obs_k8": lambda: next(r["observed"] for r in _result("claims")["degenerate"]["rows"] if r["K"] == 8),
+    "rl18a_bench_naive_k8": lambda: next(r["predicted_mean_p"] for r in _result("claims")["degenerate"]["rows"] if r["K"] == 8),
+    "rl18a_bucket_table": rl18a_bucket_table,
+    "rl18a_curation_table": rl18a_curation_table,
+    "rl18a_curation_band": lambda: " – ".join(str(b) for b in _result("curation")["band"]),
+    "rl18a_curation_wall_s": lambda: round(_result("curation")["wall_s"], 1),
+    "rl18a_pass_by_terms": lambda: ", ".join(f"{t} terms {v:.2f}" for t, v in _result("curation")["pass_rate_by_terms"].items()),
 }
