@@ -166,6 +166,20 @@ def test_break_grpo_sim():
     assert bad["first step with P(correct) ≥ 0.9"] > 2 * ok["first step with P(correct) ≥ 0.9"]
 
 
+def test_break_curation():
+    ok, bad = kpis("curation"), broken("curation")
+    assert pct(ok["rollouts in groups with no signal"]) < 10 < 40 < pct(bad["rollouts in groups with no signal"])
+    assert bad["signal per 100 rollouts"] < 0.6 * ok["signal per 100 rollouts"]
+
+
+def test_break_clip():
+    ok, bad = kpis("clip"), broken("clip")
+    assert ok["gradient"] == "flows" and ok["∂loss/∂log π"] != 0 and ok["tokens with a gradient, epoch 3"] > 0.3
+    assert bad["gradient"] == "killed (clipped)" and bad["∂loss/∂log π"] == 0.0
+    assert bad["tokens with a gradient, epoch 3"] == 0.0                       # the later epochs learn nothing
+    assert bad["reward gained over the epochs"] < 0.6 * ok["reward gained over the epochs"]
+
+
 # ---- systems ---------------------------------------------------------------------------------------
 
 def test_break_kv():

@@ -33,20 +33,23 @@ EVAL_EVERY = 25
 CONTEXTS = ["3+4=", "3+4=7;7+", "12+6=1", "9+9="]
 
 
-def tiny_model(tok: CharTokenizer, seed: int) -> GPTMini:
+def tiny_model(tok: CharTokenizer, seed: int, layers: int = 2) -> GPTMini:
     torch.manual_seed(seed)
-    return GPTMini(ModelConfig(d_model=64, n_layers=2, n_heads=4, d_ff=128, max_seq_len=64).resolved(tok.vocab_size))
+    return GPTMini(ModelConfig(d_model=64, n_layers=layers, n_heads=4, d_ff=128, max_seq_len=64).resolved(tok.vocab_size))
 
 
-def sft_run(mask_prompt: bool, cot: bool, steps: int = 300, seed: int = 0) -> dict:
-    """SFT from scratch on sums of 2–3 digits; held-out greedy accuracy every EVAL_EVERY steps."""
+def sft_run(mask_prompt: bool, cot: bool, steps: int = 300, seed: int = 0, layers: int = 2, terms: int | None = None,
+            heldout_n: int = 100) -> dict:
+    """SFT from scratch on sums of 2–3 digits (or of exactly `terms` digits); held-out greedy
+    accuracy every EVAL_EVERY steps."""
     torch.set_num_threads(1)
-    tok, task = CharTokenizer(BASE_CHARS), ArithmeticTask(TASK)
-    model = tiny_model(tok, seed)
-    items = task.items(2000, "train", seed)
+    tok = CharTokenizer(BASE_CHARS)
+    task = ArithmeticTask(TASK if terms is None else ArithmeticConfig(min_terms=terms, max_terms=terms, max_value=9))
+    model = tiny_model(tok, seed, layers)
+    items = task.items(2000, "train", seed, k=terms)
     prompts = [tok.encode(tok.chat_prompt(task.prompt(it))) for it in items]
     responses = [tok.encode(tok.chat_response(it.target(cot))) for it in items]
-    heldout = task.items(100, "test", seed)
+    heldout = task.items(heldout_n, "test", seed, k=terms)
     trainer = Trainer(model, OptimConfig(lr=3e-3, schedule="constant", weight_decay=0.0), steps)
     gen = torch.Generator().manual_seed(seed)
     curve = {"step": [], "loss": [], "acc": []}

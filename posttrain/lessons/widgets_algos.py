@@ -3,6 +3,7 @@ posttrain.preference."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -58,6 +59,32 @@ register(Widget(
 
 # ---- 10 · PPO: the clip, cell by cell -----------------------------------------------------------
 
+PPO_EPOCHS, PPO_TOKENS, PPO_LR = 8, 256, 4.0
+
+
+@functools.lru_cache(maxsize=8)
+def _ppo_epochs(eps: float) -> list[tuple[float, float, float]]:
+    """PPO's reuse of one batch: 256 tokens sampled from a uniform policy over 8 answers whose
+    rewards are 0, 1/7, …, 1; advantages r − mean; PPO_EPOCHS full-batch gradient steps (η = 4)
+    on core.ppo_clip_loss. Per epoch: (share of tokens whose gradient survived the clip,
+    expected reward of the policy after the step, KL(π ‖ π_old))."""
+    gen = torch.Generator().manual_seed(0)
+    rew = torch.linspace(0, 1, 8, dtype=torch.float64)
+    old = torch.full((8,), -math.log(8), dtype=torch.float64)            # log π_old, uniform
+    y = torch.multinomial(old.exp(), PPO_TOKENS, replacement=True, generator=gen)   # [N]
+    adv = rew[y] - rew[y].mean()
+    theta = torch.zeros(8, dtype=torch.float64, requires_grad=True)
+    out = []
+    for _ in range(PPO_EPOCHS):
+        loss, clipped = core.ppo_clip_loss(torch.log_softmax(theta, -1)[y], old[y], adv, eps, eps)   # [N]
+        (g,) = torch.autograd.grad(loss.mean(), theta)
+        with torch.no_grad():
+            theta -= PPO_LR * g
+        pi = torch.softmax(theta.detach(), -1)
+        out.append((float((~clipped).double().mean()), float(pi @ rew), float((pi * (pi.log() - old)).sum())))
+    return out
+
+
 def clip_cell(eps: float, rho: float, adv: float) -> dict:
     rhos = torch.linspace(0.4, 1.8, 141, dtype=torch.float64)
     A = torch.full_like(rhos, adv)
@@ -66,28 +93,48 @@ def clip_cell(eps: float, rho: float, adv: float) -> dict:
     loss, clipped = core.ppo_clip_loss(lp, torch.zeros(1, dtype=torch.float64), torch.tensor([adv], dtype=torch.float64), eps, eps)
     (g,) = torch.autograd.grad(loss.sum(), lp)
     s1, s2 = rho * adv, min(max(rho, 1 - eps), 1 + eps) * adv
+    ep = _ppo_epochs(eps)
+    xs = list(range(1, PPO_EPOCHS + 1))
+    dead = next((i + 1 for i, e in enumerate(ep) if e[0] == 0), None)
     return {
         "figure": figure([line(rhos.tolist(), curve.tolist(), f"loss −min(ρA, clip(ρ)A), A = {adv:+}"),
                           line([rho], [float(loss.detach())], "this cell", mode="markers",
-                               marker={"size": 14, "color": "#d62728" if bool(clipped) else "#2ca02c"})],
-                         f"ε = {eps}: red = gradient killed, green = gradient flows", "ρ = π_θ/π_old", "loss",
-                         shapes=[{"type": "rect", "x0": 1 - eps, "x1": 1 + eps, "y0": 0, "y1": 1, "yref": "paper",
-                                  "fillcolor": "#dddddd", "opacity": 0.4, "line": {"width": 0}}]),
+                               marker={"size": 14, "color": "#d62728" if bool(clipped) else "#2ca02c"}),
+                          line(xs, [e[0] for e in ep], "tokens whose gradient survives", mode="lines+markers",
+                               xaxis="x2", yaxis="y2"),
+                          line(xs, [e[1] for e in ep], "expected reward of the policy", mode="lines+markers",
+                               xaxis="x2", yaxis="y2")],
+                         f"ε = {eps}: the clipped loss (left), {PPO_EPOCHS} epochs on one batch (right)",
+                         "ρ = π_θ/π_old", "loss", grid={"rows": 1, "columns": 2, "pattern": "independent"},
+                         xaxis2={"title": {"text": "epoch over the same batch"}},
+                         yaxis2={"range": [0, 1.05], "title": {"text": "share / reward"}},
+                         shapes=[{"type": "rect", "x0": 1 - eps, "x1": 1 + eps, "y0": 0, "y1": 1, "yref": "y domain",
+                                  "xref": "x", "fillcolor": "#dddddd", "opacity": 0.4, "line": {"width": 0}}]),
         "kpis": [["s1 = ρA", r(s1, 2)], ["s2 = clip(ρ)A", r(s2, 2)], ["min(s1, s2)", r(min(s1, s2), 2)],
-                 ["∂loss/∂log π", r(g[0], 3)], ["gradient", "killed (clipped)" if bool(clipped) else "flows"]],
-        "note": "The clip only bites on the side where the update would push further past the band.",
+                 ["∂loss/∂log π", r(g[0], 3)], ["gradient", "killed (clipped)" if bool(clipped) else "flows"],
+                 ["tokens with a gradient, epoch 3", r(ep[2][0], 2)],
+                 ["reward gained over the epochs", r(ep[-1][1] - 0.5, 3)],
+                 ["KL(π ‖ π_old) after the epochs", r(ep[-1][2], 3)]],
+        "note": (f"This cell's gradient {'is killed: the ratio is past the band on the side the advantage pushes' if bool(clipped) else 'flows'}. "
+                 f"Reusing one batch for {PPO_EPOCHS} epochs at ε = {eps}: "
+                 + (f"from epoch {dead} no token has a gradient left, so the policy stops after gaining "
+                    f"{ep[-1][1] - 0.5:.3f} reward." if dead else
+                    f"{100 * ep[-1][0]:.0f}% of the tokens still pass a gradient in the last epoch; the reward gained "
+                    f"is {ep[-1][1] - 0.5:.3f}.")),
     }
 
 
 register(Widget(
     "clip", "The PPO clip, one cell at a time", clip_cell,
-    [Knob("eps", "clip ε", [0.1, 0.2, 0.3], 0.2),
-     Knob("rho", "ratio ρ", [0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6], 1.4),
+    [Knob("eps", "clip ε", [0.05, 0.1, 0.2, 0.3], 0.2),
+     Knob("rho", "ratio ρ", [0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6], 1.1),
      Knob("adv", "advantage A", [-1.0, 1.0], 1.0, kind="select")],
-    {"knobs": {"eps": 0.1, "rho": 1.5},
-     "what": "A tiny ε with a ratio already far from 1: every token that would improve is clipped, the "
-             "gradient is 0, and a whole epoch of PPO updates stops learning."},
-    "The clipped surrogate as a function of ρ; the grey band is [1−ε, 1+ε].",
+    {"knobs": {"eps": 0.05, "rho": 1.5},
+     "what": "A tiny ε with a ratio already far from 1: every token that would improve is clipped and its "
+             "gradient is 0; reusing one batch, no token has a gradient left after the second epoch, and the "
+             "remaining epochs of PPO updates learn nothing."},
+    "Left: the clipped surrogate as a function of ρ (grey band: [1−ε, 1+ε]). Right: PPO's epochs over one "
+    "batch of a toy 8-answer policy, each a gradient step on core.ppo_clip_loss.",
     ["posttrain.algorithms.core:ppo_clip_loss"]))
 
 

@@ -9,7 +9,8 @@ from types import SimpleNamespace
 
 import torch
 
-from posttrain.algorithms import core, reinforce
+from posttrain.algorithms import core, dapo, reinforce
+from posttrain.data.curate import curate
 from posttrain.lessons.registry import Knob, Widget, bar, figure, line, r, register
 from posttrain.preference.prm import aggregate
 from posttrain.preference.reward_model import bradley_terry_loss
@@ -219,45 +220,77 @@ register(Widget(
 
 # ---- 18a · curation: where the gradient signal is --------------------------------------------------
 
+CURATE_POOL, CURATE_DUPS, CURATE_PROBE = 380, 20, 8
+
+
+@functools.lru_cache(maxsize=1)
+def _pool():
+    """A pool of 400 prompts (380 sums from ArithmeticTask + 20 repeated ones) and a hidden
+    difficulty per prompt in [0, 1], piled up near both ends (3u² − 2u³ of a spread u): most
+    prompts are far too easy or far too hard for a given policy, as in a scraped pool."""
+    task = ArithmeticTask(ArithmeticConfig(min_terms=3, max_terms=6, max_value=99))
+    items = task.items(CURATE_POOL, "train", 0)
+    items = items + items[:CURATE_DUPS]                                # duplicates a scraped pool has
+    u = torch.arange(CURATE_POOL + CURATE_DUPS, dtype=torch.float64) % CURATE_POOL
+    u = (u * 0.6180339887) % 1.0                                       # spread, repeatable
+    return items, [task.prompt(it) for it in items], 3 * u ** 2 - 2 * u ** 3
+
+
 def curation(policy: int, curation: int, K: int) -> dict:
-    """1000 prompts of difficulty d; pass rate p = σ(6(s − d)). Keep prompts with |p − ½| < band.
-    Signal Σ p(1−p) (= E[A²] with a group-mean baseline); a group is wasted w.p. p^K + (1−p)^K."""
-    s = policy / 100
-    u = [(i + 0.5) / 1000 for i in range(1000)]
-    p = [1 / (1 + math.exp(-6 * (s - (3 * x * x - 2 * x ** 3)))) for x in u]
-    band = 0.5 - 0.45 * curation / 100
-    kept = [q for q in p if abs(q - 0.5) < band]
-    signal = sum(q * (1 - q) for q in kept)
-    rollouts = K * len(kept)
-    wasted = sum(K * (q ** K + (1 - q) ** K) for q in kept)
-    bins = [i / 20 for i in range(20)]
-    hist_all = [sum(1 for q in p if b <= q < b + 0.05 or (b == 0.95 and q == 1)) for b in bins]
-    hist_kept = [sum(1 for q in kept if b <= q < b + 0.05 or (b == 0.95 and q == 1)) for b in bins]
+    """The curation loop of data/curate.py on a simulated policy: each prompt's true pass rate is
+    σ(6(s − d)) for policy strength s; probe draws CURATE_PROBE samples per prompt (the
+    pass-rate estimate `probe` makes), curate() drops duplicates and keeps the band
+    [½ − w, ½ + w], w = ½ − 0.45·curation/100; training then draws K rollouts per kept prompt,
+    and dapo.degenerate finds the groups whose rewards are all equal (no gradient)."""
+    gen = torch.Generator().manual_seed(0)
+    items, prompts, d = _pool()
+    p = torch.sigmoid(6 * (policy / 100 - d))                          # [N] true pass rates
+    probe = (torch.rand(len(items), CURATE_PROBE, generator=gen, dtype=torch.float64) < p[:, None]).double()
+    rates = probe.mean(1)
+    w = 0.5 - 0.45 * curation / 100
+    kept, m = curate(list(range(len(items))), prompts, rates.numpy(), (probe.std(1) > 0).numpy(),
+                     band=(max(0.0, 0.5 - w), min(1.0, 0.5 + w)))
+    kept_t = torch.tensor(kept, dtype=torch.long)
+    pk = p[kept_t]
+    rew = (torch.rand(len(kept), K, generator=gen, dtype=torch.float64) < pk[:, None]).double()   # [n, K]
+    dead = dapo.degenerate(rew.flatten(), torch.arange(len(kept)).repeat_interleave(K))
+    wasted = float(dead.double().mean()) if kept else 0.0
+    signal = float((pk * (1 - pk)).sum())
+    rollouts = max(K * len(kept), 1)
+    bins = [i / 8 for i in range(9)]                                   # probe rates are k/8
+    hist = lambda xs: [sum(1 for x in xs if abs(x - b) < 1e-9) for b in bins]      # noqa: E731
+    kept_rates = rates[kept_t].tolist()
     return {
-        "figure": figure([bar([b + 0.025 for b in bins], hist_all, "all prompts", opacity=0.35),
-                          bar([b + 0.025 for b in bins], hist_kept, "kept"),
-                          line([b + 0.025 for b in bins], [400 * (b + 0.025) * (0.975 - b) for b in bins],
-                               "p(1−p) (scaled): signal per prompt", line={"dash": "dot"}),
-                          line([b + 0.025 for b in bins], [(b + 0.025) ** K + (0.975 - b) ** K for b in bins],
-                               f"P(group of {K} all equal)", yaxis="y2")],
-                         f"policy strength {policy}, curation {curation}, K = {K}", "pass rate p̂", "prompts",
-                         barmode="overlay", yaxis2={"overlaying": "y", "side": "right", "range": [0, 1],
-                                                    "title": {"text": "P(degenerate)"}}),
-        "kpis": [["prompts kept", len(kept)], ["expected signal Σp(1−p)", r(signal, 1)],
-                 ["compute wasted on degenerate groups", f"{100 * wasted / max(rollouts, 1):.0f}%"],
-                 ["signal per 100 rollouts", r(100 * signal / max(rollouts, 1), 2)]],
-        "note": "Prompts the policy always or never solves give all-equal groups: compute with no gradient.",
+        "figure": figure([bar(bins, hist(rates.tolist()), "all prompts (probe of 8)", opacity=0.35),
+                          bar(bins, hist(kept_rates), "kept by curate()"),
+                          line(bins, [4 * b * (1 - b) * max(hist(rates.tolist())) for b in bins],
+                               "p(1−p), scaled: gradient signal per prompt", line={"dash": "dot"}),
+                          line(bins, [b ** K + (1 - b) ** K for b in bins], f"P(group of {K} all equal)", yaxis="y2")],
+                         f"policy strength {policy}, curation {curation}, K = {K}", "pass rate measured by the probe",
+                         "prompts", barmode="overlay",
+                         yaxis2={"overlaying": "y", "side": "right", "range": [0, 1], "title": {"text": "P(no signal)"}}),
+        "kpis": [["prompts kept", len(kept)], ["duplicates removed", m["removed/exact_dup"] + m["removed/near_dup"]],
+                 ["out of band removed", m["removed/out_of_band"]],
+                 ["rollouts in groups with no signal", f"{100 * wasted:.0f}%"],
+                 ["expected signal Σp(1−p)", r(signal, 1)], ["signal per 100 rollouts", r(100 * signal / rollouts, 2)]],
+        "note": (f"curate() kept {len(kept)} of {len(items)} prompts; {100 * wasted:.0f}% of the training rollouts "
+                 f"then land in groups whose {K} rewards are all equal and teach nothing "
+                 f"({100 * signal / rollouts:.2f} units of signal per 100 rollouts)."),
     }
 
 
 register(Widget(
     "curation", "Where the gradient signal is: pass rates and curation", curation,
-    [Knob("policy", "policy strength", [0, 20, 40, 60, 80, 100], 20), Knob("curation", "curation", [0, 20, 40, 60, 80, 100], 0),
+    [Knob("policy", "policy strength", [0, 20, 40, 60, 80, 100], 80), Knob("curation", "curation", [0, 20, 40, 60, 80, 100], 60),
      Knob("K", "rollouts per prompt K", [2, 4, 8, 16, 32], 8)],
     {"knobs": {"policy": 80, "curation": 0},
-     "what": "A strong policy on an uncurated pool: most prompts pass every time, 42% of the rollouts "
-             "land in all-right groups and teach nothing."},
-    "Histogram of pass rates over the pool, kept prompts highlighted; dotted: the signal p(1−p).", []))
+     "what": "A strong policy on an uncurated pool: most prompts pass every time, over 40% of the "
+             "rollouts land in all-right groups and teach nothing, and the signal per rollout falls to "
+             "little more than half of the curated pool's."},
+    "Histogram of the pass rates the probe measured, the prompts curate() kept, and the chance that a "
+    "group of K rollouts has all-equal rewards. The policy is simulated (a deliberate toy); the "
+    "curation is posttrain's data/curate.py.",
+    ["posttrain.data.curate:curate", "posttrain.data.curate:bucket", "posttrain.algorithms.dapo:degenerate"]))
 
 
 # ---- 26 · the three forces pick a recipe ------------------------------------------------------------
