@@ -186,3 +186,33 @@ def test_rl18_hacking_threshold_and_bench_numbers():
     assert v("rl18_toy_phrase_at_05") == pytest.approx(0.9)
     assert v("rl18_sandbox_p50_ms") <= v("rl18_sandbox_p99_ms")
     assert v("rl18_pool4_s") < v("rl18_pool1_s")
+
+
+# ---- 18a · data: where the gradient is -------------------------------------------------------------
+
+def test_rl18a_signal_identity_exact_constants():
+    k = 8
+    for p, pq, centred, loo, dead in v("rl18a_signal_table")["rows"]:
+        assert pq == pytest.approx(p * (1 - p), abs=1e-4)
+        assert centred == pytest.approx(p * (1 - p) * (k - 1) / k, abs=1e-4)     # Var(R_i − R̄)
+        assert loo == pytest.approx(p * (1 - p) * k / (k - 1), abs=1e-4)         # RLOO
+        assert dead == pytest.approx(p ** k + (1 - p) ** k, abs=1e-3)
+
+
+def test_rl18a_per_prompt_prediction_beats_the_mean():
+    for K, obs, per_prompt, naive in v("rl18a_degenerate_table")["rows"]:
+        assert abs(obs - per_prompt) < abs(obs - naive)                            # Jensen: the mean underestimates
+        assert naive < obs
+
+
+def test_rl18a_buckets_and_curation_run():
+    assert [r[1] for r in v("rl18a_bucket_table")["rows"]] == ["never", "learnable", "learnable", "learnable",
+                                                               "learnable", "always"]
+    rows = dict(map(tuple, v("rl18a_curation_table")["rows"]))
+    assert rows["never solved"] + rows["learnable (in the band)"] + rows["always solved"] == rows["prompts probed"]
+    assert rows["groups with signal after"] == 1.0 > rows["groups with signal before"]
+
+
+def test_rl18a_widget_numbers_show_the_break():
+    pct = lambda s: float(s.rstrip("%"))
+    assert pct(v("rl18a_widget_dead_off")) > 30 and pct(v("rl18a_widget_dead_strong")) > pct(v("rl18a_widget_dead_off"))
