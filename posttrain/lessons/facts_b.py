@@ -19,7 +19,7 @@ import torch
 from posttrain.algorithms import core, dapo, dr_grpo, grpo, rloo
 from posttrain.data import curate
 from posttrain.eval import pass_at_k
-from posttrain.lessons import dapo_toy, registry, runs
+from posttrain.lessons import dapo_toy, facts_b_sys, registry, runs
 from posttrain.preference.dpo import DPOLossConfig, SeqLogps, preference_loss
 from posttrain.preference.reward_model import bradley_terry_loss
 from posttrain.tasks import math_answer
@@ -449,3 +449,4 @@ FACTS: dict[str, Callable[[], object]] = {
     "rl18a_curation_wall_s": lambda: round(_result("curation")["wall_s"], 1),
     "rl18a_pass_by_terms": lambda: ", ".join(f"{t} terms {v:.2f}" for t, v in _result("curation")["pass_rate_by_terms"].items()),
 }
+FACTS.update(facts_b_sys.FACTS)                   # lessons 19–22
