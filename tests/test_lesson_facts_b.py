@@ -232,3 +232,22 @@ def test_rl19_topology_equations_by_hand():
 def test_rl19_cpu_measurement_falls_short_of_the_formula():
     assert v("rl19_cpu_predicted") > 1.2 and v("rl19_cpu_measured") < v("rl19_cpu_predicted")
     assert v("rl19_sync_70b") == "140 GB (130 GiB)"
+
+
+# ---- 20 · the KV cache --------------------------------------------------------------------------
+
+def test_rl20_kv_sizes_by_hand():
+    rows = {r[0]: r[4] for r in v("rl20_kv_table")["rows"]}
+    assert rows == {"llama3-8b": "131,072", "qwen2.5-7b": "57,344", "llama-7b": "524,288", "llama3-70b": "327,680"}  # SEED row 51
+    assert (v("rl20_course_gqa"), v("rl20_course_mha")) == ("128 KiB", "512 KiB")
+    assert v("rl20_70b_256_8k") == "640 GiB" and v("rl20_70b_256_8k_gb") == "687 GB"      # SEED row 52
+    assert v("rl20_70b_h100s") == math.ceil(256 * 8192 * 327680 / 80e9)
+
+
+def test_rl20_decode_step_and_prefix_sharing():
+    gqa = v("rl20_decode_table")["rows"][0]
+    assert gqa[1] == "8.0 GiB" and gqa[2] == f"{32 * 2048 * 131072 / 3.35e12 * 1e3:.1f} ms"
+    assert v("rl20_per_seq_gqa") == round(3.35e12 / (14e9 + 32 * 2048 * 131072))
+    assert v("rl20_prefix_separate") == f"{16 * 1224:,}" and v("rl20_prefix_shared") == f"{1024 + 16 * 200:,}"
+    assert v("rl20_nano_kv") == 4 * 2 * 128 * 4                  # layers · (K, V) · d_model · fp32
+    assert 0 < v("rl20_engine_cache_occupancy") < 1

@@ -218,6 +218,7 @@ FACTS: dict[str, Callable[[], object]] = {
     # 20 · the KV cache
     "rl20_kv_table": rl20_kv_table,
     "rl20_decode_table": rl20_decode_table,
+    "rl20_per_seq_gqa": lambda: round(HBM_BYTES_PER_S / (2 * 7e9 + kv_total(32, 4096, 8, 32, 2048))),
     "rl20_course_gqa": lambda: f"{shapes.kv_bytes_per_token(course_shape(32, 4096, 8)) // 1024} KiB",
     "rl20_course_mha": lambda: f"{shapes.kv_bytes_per_token(course_shape(32, 4096, 32)) // 1024} KiB",
     "rl20_70b_256_8k": lambda: gib(kv_total(80, 8192, 8, 256, 8192), 0),
