@@ -251,3 +251,22 @@ def test_rl20_decode_step_and_prefix_sharing():
     assert v("rl20_prefix_separate") == f"{16 * 1224:,}" and v("rl20_prefix_shared") == f"{1024 + 16 * 200:,}"
     assert v("rl20_nano_kv") == 4 * 2 * 128 * 4                  # layers · (K, V) · d_model · fp32
     assert 0 < v("rl20_engine_cache_occupancy") < 1
+
+
+# ---- 21 · scheduling ----------------------------------------------------------------------------
+
+def test_rl21_engine_counts():
+    from posttrain.lessons.facts_b_sys import engine_run, static_vs_continuous
+    for slots, k in ((8, 4), (4, 8), (32, 8)):
+        r = engine_run(slots, k)
+        assert len(r["lengths"]) == 4 * k
+        lower = max(max(r["lengths"]), math.ceil(sum(r["lengths"]) / slots))
+        assert lower <= r["engine"] <= r["static"]                # the engine is never worse than static batches
+    assert static_vs_continuous([5, 1, 1, 1], 2) == (6, 5)        # batches (5,1) and (1,1); refill: max(5, ⌈8/2⌉)
+    assert (v("rl21_prefill_shared"), v("rl21_prefill_separate")) == (20, 80)   # 4 prompts of 5 tokens, K = 4
+
+
+def test_rl21_long_tail_is_where_refill_pays():
+    rows = dict(map(tuple, v("rl21_tail_table")["rows"]))
+    assert rows["static / continuous"] > 2 > v("rl21_static_over_engine")
+    assert rows["longest / mean response"] == pytest.approx(4.3, abs=0.2)

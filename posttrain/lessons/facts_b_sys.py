@@ -139,8 +139,7 @@ def engine_run(slots: int, k: int, max_new: int = 32) -> dict:
     eng = Engine(model, tok, max_slots=slots)
     samples = eng.generate(prompts, k, SamplingParams(max_new_tokens=max_new), seed=0)
     lengths = [len(s.response_ids) for s in samples]
-    static = sum(max(lengths[i:i + slots]) for i in range(0, len(lengths), slots))
-    return {"lengths": lengths, "engine": eng.stats["rollout/decode_steps"], "static": static,
+    return {"lengths": lengths, "engine": eng.stats["rollout/decode_steps"], "static": static_vs_continuous(lengths, slots)[0],
             "capped": sum(s.finish_reason == "length" for s in samples), "stats": eng.stats}
 
 
@@ -161,20 +160,31 @@ def static_vs_continuous(lengths: list[int], slots: int) -> tuple[int, int]:
     return static, max(max(lengths), math.ceil(sum(lengths) / slots))
 
 
-def rl21_tail_table() -> dict:
-    """32 responses whose lengths follow the course's long tail (log-normal, mean 800, cv 1) at
-    their expected order statistics, in random admission order, 8 slots."""
+def tail_lengths(n: int = 32) -> list[int]:
+    """n response lengths with the course's long tail (log-normal, mean 800, cv 1) at their
+    expected order statistics, in a fixed random admission order."""
     s = math.sqrt(math.log1p(1.0))
     mu = math.log(800) - s * s / 2
-    n = 32
-    q = [(i + 0.5) / n for i in range(n)]
-    lengths = [round(math.exp(mu + s * math.sqrt(2) * torch.erfinv(torch.tensor(2 * x - 1)).item())) for x in q]
+    q = torch.tensor([(i + 0.5) / n for i in range(n)], dtype=torch.float64)
+    lengths = torch.exp(mu + s * math.sqrt(2) * torch.erfinv(2 * q - 1)).round().long().tolist()
     order = torch.randperm(n, generator=torch.Generator().manual_seed(0)).tolist()
-    lengths = [lengths[i] for i in order]
+    return [lengths[i] for i in order]
+
+
+def rl21_tail_table() -> dict:
+    lengths = tail_lengths()
     static, cont = static_vs_continuous(lengths, 8)
     return {"columns": ["32 responses, 8 slots", "decode steps"],
             "rows": [["static batches (each waits for its longest)", static], ["continuous refill (at best)", cont],
-                     ["static / continuous", round(static / cont, 2)], ["longest / mean response", round(max(lengths) / (sum(lengths) / n), 1)]]}
+                     ["static / continuous", round(static / cont, 2)],
+                     ["longest / mean response", round(max(lengths) / (sum(lengths) / len(lengths)), 1)]]}
+
+
+def rl21_batch_longest() -> str:
+    lengths = tail_lengths()
+    mean = sum(lengths) / len(lengths)
+    ratios = [max(lengths[i:i + 8]) / mean for i in range(0, len(lengths), 8)]
+    return f"{min(ratios):.1f} to {max(ratios):.1f}"
 
 
 # ---- 22 · memory math --------------------------------------------------------------------------
@@ -233,6 +243,10 @@ FACTS: dict[str, Callable[[], object]] = {
     # 21 · scheduling
     "rl21_engine_table": rl21_engine_table,
     "rl21_tail_table": rl21_tail_table,
+    "rl21_static_over_engine": lambda: round(engine_run(4, 8)["static"] / engine_run(4, 8)["engine"], 2),
+    "rl21_capped_4x8": lambda: f"{engine_run(4, 8)['capped']} of {len(engine_run(4, 8)['lengths'])}",
+    "rl21_batch_longest": rl21_batch_longest,
+    "rl21_tail_ratio": lambda: rl21_tail_table()["rows"][2][1],
     "rl21_prefill_shared": lambda: engine_run(8, 4)["stats"]["rollout/prefill_tokens"],
     "rl21_prefill_separate": lambda: engine_run(8, 4)["stats"]["rollout/prompt_tokens"],
     # 22 · memory math
