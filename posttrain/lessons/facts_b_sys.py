@@ -154,10 +154,13 @@ def rl21_engine_table() -> dict:
 
 
 def static_vs_continuous(lengths: list[int], slots: int) -> tuple[int, int]:
-    """Decode steps for these response lengths: static batches of `slots` (each runs to its
-    longest), and an ideal refill (the total work spread over the slots, rounded up)."""
-    static = sum(max(lengths[i:i + slots]) for i in range(0, len(lengths), slots))
-    return static, max(max(lengths), math.ceil(sum(lengths) / slots))
+    """Decode forwards for these response lengths, counted as the engine counts them (a response
+    of ℓ tokens needs ℓ − 1 forwards: its first token comes from the prompt's prefill): static
+    batches of `slots` (each runs until its longest is done) and a perfect refill (the work spread
+    evenly over the slots, but never less than the longest response)."""
+    work = [n - 1 for n in lengths]
+    static = sum(max(work[i:i + slots]) for i in range(0, len(work), slots))
+    return static, max(max(work), math.ceil(sum(work) / slots))
 
 
 def tail_lengths(n: int = 32) -> list[int]:
