@@ -270,3 +270,24 @@ def test_rl21_long_tail_is_where_refill_pays():
     rows = dict(map(tuple, v("rl21_tail_table")["rows"]))
     assert rows["static / continuous"] > 2 > v("rl21_static_over_engine")
     assert rows["longest / mean response"] == pytest.approx(4.3, abs=0.2)
+
+
+# ---- 22 · memory math ---------------------------------------------------------------------------
+
+def test_rl22_bytes_and_state_by_hand():
+    assert [r[-1] for r in v("rl22_bytes_table")["rows"]] == [18, 16, 12]                 # SEED row 59
+    rows = {r[0]: r[1:] for r in v("rl22_state_table")["rows"]}
+    assert rows["7B"][:3] == ["126 GB", "117.3 GiB", 2] and rows["70B"][2] == 16 and rows["405B"][2] == 96   # row 60
+    assert [rows[m][3] for m in ("7B", "70B", "405B")] == ["19,048", "1,905", "329"]      # row 62
+
+
+def test_rl22_activations_and_the_worked_example():
+    full = 32 * 8192 * 4 * (12 * 4096 + 2 * 8192) * 2                                      # row 61: 137.4 GB
+    assert v("rl22_act_7b") == f"{full / 2 ** 30:,.0f} GiB" and v("rl22_act_7b_gb") == "137.4 GB"
+    assert v("rl22_act_7b_ckpt") == f"{full / 8 / 2 ** 30:,.0f} GiB"
+    ex = {r[0]: r[2] for r in v("rl22_example_table")["rows"]}
+    act = 32 * 4096 * 8 * (12 * 4096 + 2 * 4096) * 2 / 8
+    assert ex["trainer (4 GPUs, FSDP)"] == f"{(18 * 7e9 / 4 + act) / 2 ** 30:,.1f} GiB"
+    assert ex["rollout (3 GPUs, TP 1)"] == f"{(14e9 + 2 ** 20 * 131072 / 3) / 2 ** 30:,.1f} GiB"
+    assert v("rl22_train_1m_4gpu_s") == pytest.approx(1e6 / (4 * 800e12 / (6 * 7e9)), abs=0.05)   # 13.1 s, not 5
+    assert v("rl22_envelope_train") == "30.7 GiB" and v("rl22_envelope_train_gb") == "32.9 GB"   # row 64

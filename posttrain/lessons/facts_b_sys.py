@@ -210,6 +210,18 @@ def rl22_state_table() -> dict:
                         "train tokens/s per H100 (6P at 800 TFLOP/s)"], "rows": rows}
 
 
+def rl22_example_table() -> dict:
+    """The course's 7B GRPO on 8 H100s: trainer on 4 (FSDP), reference on 1, rollout on 3 (TP 1),
+    256 sequences of 4,096 tokens decoding; per-GPU memory in GiB, computed with memory.py's rules."""
+    p = 7e9
+    act = shapes.course_activation_bytes(32, 4096, 4096, 8, checkpointing=True)
+    kv = shapes.kv_bytes_per_token(course_shape(32, 4096, 8)) * 256 * 4096
+    rows = [["trainer (4 GPUs, FSDP)", "18 B × P / 4 + checkpointed activations (L 4,096, B 8)", gib(memory.train_bytes_per_param() * p / 4 + act)],
+            ["reference (1 GPU)", "2 B × P", gib(2 * p)],
+            ["rollout (3 GPUs, TP 1)", "2 B × P + KV / 3", gib(2 * p + kv / 3)]]
+    return {"columns": ["pool", "what it holds", "per GPU"], "rows": rows}
+
+
 def _act_7b(ckpt: bool) -> float:
     return shapes.course_activation_bytes(32, 4096, 8192, 4, checkpointing=ckpt)
 
@@ -258,10 +270,17 @@ FACTS: dict[str, Callable[[], object]] = {
     "rl22_act_7b": lambda: gib(_act_7b(False), 0),
     "rl22_act_7b_ckpt": lambda: gib(_act_7b(True), 0),
     "rl22_act_7b_gb": lambda: f"{_act_7b(False) / 1e9:.1f} GB",
+    "rl22_example_table": rl22_example_table,
+    "rl22_example_kv": lambda: gib(shapes.kv_bytes_per_token(course_shape(32, 4096, 8)) * 256 * 4096, 0),
+    "rl22_example_act": lambda: gib(shapes.course_activation_bytes(32, 4096, 4096, 8, checkpointing=True)),
+    "rl22_4gpu_cap": lambda: f"{4 * throughput.train_tokens_per_s(7e9):,.0f}",
     "rl22_train_1m_4gpu_s": lambda: round(throughput.train_time_s(1e6, 7e9, gpus=4), 1),
     "rl22_plan_peak": lambda: gib(_plan()["peak_bytes"]),
     "rl22_plan_peak_ckpt": lambda: gib(_plan(checkpointing=True)["peak_bytes"]),
     "rl22_plan_act": lambda: gib(_plan()["notes"]["activations_without_checkpointing"]),
     "rl22_plan_act_ckpt": lambda: gib(_plan()["notes"]["activations_with_checkpointing"]),
     "rl22_h100_gib": lambda: gib(memory.GPUS["h100"][1]),
+    "rl22_envelope_train": lambda: gib(memory.envelope(7)["train_gb"] * 1e9),
+    "rl22_envelope_train_gb": lambda: f"{memory.envelope(7)['train_gb']:.1f} GB",
+    "rl22_envelope_train_nockpt": lambda: gib(memory.envelope(7, checkpointing=False)["train_gb"] * 1e9),
 }
