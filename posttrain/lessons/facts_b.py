@@ -3,43 +3,23 @@ functions or read from a committed JSON, so a page cannot drift from the code it
 
 `FACTS = {name: function}`: a function takes no argument and returns a number, a short string, or a
 table {"columns": [...], "rows": [[...], ...]} (lessons/facts.py has the contract). Names start with
-their lesson's number. Nothing here trains; the recorded runs are read from lessons/data/runs.json
-and benchmarks/results/*.json.
+their lesson's number. This module holds lessons 13–16 and merges facts_b_signal (17–18a) and
+facts_b_sys (19–22). Nothing here trains; recorded runs are read from lessons/data/runs.json and
+benchmarks/results/*.json (facts_b_data).
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
 
-from posttrain.algorithms import core, dapo, dr_grpo, grpo, rloo
-from posttrain.data import curate
-from posttrain.eval import pass_at_k
-from posttrain.lessons import dapo_toy, facts_b_sys, registry, runs
+from posttrain.algorithms import core, dapo, dr_grpo, grpo
+from posttrain.lessons import dapo_toy, facts_b_signal, facts_b_sys, runs
+from posttrain.lessons.facts_b_data import kpi, result, t
 from posttrain.preference.dpo import DPOLossConfig, SeqLogps, preference_loss
 from posttrain.preference.reward_model import bradley_terry_loss
-from posttrain.tasks import math_answer
-from posttrain.tasks.arithmetic import verify
-from posttrain.tasks.leaky import (
-    LeakyArithmeticConfig,
-    LeakyArithmeticTask,
-    LeakyProblem,
-)
-
-RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
-
-
-def _result(name: str):
-    return json.loads((RESULTS / f"{name}.json").read_text())
-
-
-def _t(*xs) -> torch.Tensor:
-    return torch.tensor(xs, dtype=torch.float64)
-
 
 # ---- 13 · DAPO ---------------------------------------------------------------------------------
 
@@ -61,7 +41,7 @@ def rl13_degenerate_table() -> dict:
 
 def rl13_overlong_table() -> dict:
     """The paper's setting: cap 20,480 tokens, buffer 4,096 (the ramp starts at 16,384)."""
-    lengths = _t(8000, 16384, 17408, 18432, 19456, 20480)
+    lengths = t(8000, 16384, 17408, 18432, 19456, 20480)
     pen = dapo.overlong_penalty(lengths, 20480, 4096)
     return {"columns": ["response length |y|", "reward added"],
             "rows": [[int(n), round(float(v), 2) + 0.0] for n, v in zip(lengths, pen)]}
@@ -105,7 +85,7 @@ def rl14_group_table() -> dict:
     """The lesson's two prompts, GRPO (population std, as the course's tables) vs. Dr. GRPO."""
     rows = []
     for name, rw in (("X", (1, 0, 1, 0)), ("Y", (1, 1, 1, 0))):
-        r = _t(*rw)
+        r = t(*rw)
         g = torch.zeros(len(rw), dtype=torch.long)
         mean, std, _ = core.group_stats(r, g, "population")
         rows.append([f"{name} = {list(rw)}", round(float(mean[0]), 2), round(float(std[0]), 3),
@@ -154,12 +134,7 @@ def rl14_token_table() -> dict:
 
 
 def _claims_run(section: str, algorithm: str) -> dict:
-    return next(r for r in _result("claims")[section] if r["algorithm"] == algorithm)
-
-
-def _kpi(widget: str, label: str, **knobs):
-    """A widget's KPI at a non-default setting (the text quotes defaults with {{kpi:...}})."""
-    return dict(registry.compute(widget, {k: registry.fmt(x) for k, x in knobs.items()})["kpis"])[label]
+    return next(r for r in result("claims")[section] if r["algorithm"] == algorithm)
 
 
 # ---- 15 · RLHF and the reward model ------------------------------------------------------------
@@ -169,8 +144,8 @@ def rl15_bt_table() -> dict:
     gradient on r_w (autograd through reward_model.bradley_terry_loss: σ(−Δ))."""
     rows = []
     for d in (-2.0, 0.0, 0.5, 1.0, 2.0, 3.0, 4.0):
-        r_w = _t(d).requires_grad_(True)
-        loss = bradley_terry_loss(r_w, _t(0.0))
+        r_w = t(d).requires_grad_(True)
+        loss = bradley_terry_loss(r_w, t(0.0))
         (g,) = torch.autograd.grad(loss.sum(), r_w)
         rows.append([d, round(1 / (1 + math.exp(-d)), 3), round(float(loss.detach()), 3), round(-float(g), 3)])
     return {"columns": ["gap Δ = r̂_w − r̂_l", "P(w preferred) = σ(Δ)", "loss −log σ(Δ)", "push on r̂_w = σ(−Δ)"],
@@ -183,7 +158,7 @@ COURSE_SCORES = (0.0, 1.0, 2.0, 2.5)          # the widget's hidden true scores 
 # ---- 16 · DPO and its family -------------------------------------------------------------------
 
 def _pair_loss(kind: str, beta: float, chosen=-10.0, rejected=-12.0, ref=-11.0, len_w=5.0, len_l=4.0) -> float:
-    s = SeqLogps(_t(chosen), _t(rejected), _t(ref), _t(ref), _t(len_w), _t(len_l))
+    s = SeqLogps(t(chosen), t(rejected), t(ref), t(ref), t(len_w), t(len_l))
     return float(preference_loss(DPOLossConfig(loss_type=kind, beta=beta), s)[0][0])
 
 
@@ -207,8 +182,8 @@ def rl16_gradient_table(beta: float = 0.5) -> dict:
     for h in (0.0, 1.0, 2.0, 4.0, 8.0):
         out = []
         for kind in ("dpo", "ipo"):
-            x = _t(h).requires_grad_(True)
-            loss, _ = preference_loss(DPOLossConfig(loss_type=kind, beta=beta), SeqLogps(x, _t(0.0), _t(0.0), _t(0.0), _t(1.0), _t(1.0)))
+            x = t(h).requires_grad_(True)
+            loss, _ = preference_loss(DPOLossConfig(loss_type=kind, beta=beta), SeqLogps(x, t(0.0), t(0.0), t(0.0), t(1.0), t(1.0)))
             (g,) = torch.autograd.grad(loss.sum(), x)
             out += [round(float(loss.detach()), 3), round(-float(g), 3) + 0.0]
         rows.append([h] + out)
@@ -217,7 +192,7 @@ def rl16_gradient_table(beta: float = 0.5) -> dict:
 
 def rl16_bench_table() -> dict:
     rows = []
-    for r in _result("dpo_family"):
+    for r in result("dpo_family"):
         e0, e1 = r["evals"][0], r["evals"][-1]
         rows.append([r["run"], f"{e0['eval/greedy_acc']:.2f} → {e1['eval/greedy_acc']:.2f}",
                      f"{e0['eval/pass@1']:.3f} → {e1['eval/pass@1']:.3f}",
@@ -227,111 +202,7 @@ def rl16_bench_table() -> dict:
 
 
 def _dpo_run(name: str) -> dict:
-    return next(r for r in _result("dpo_family") if r["run"] == name)
-
-
-# ---- 17 · ORM, PRM and search ------------------------------------------------------------------
-
-PRM_METHODS = ("one sample (pass@1)", "majority of N", "ORM best of N", "PRM best of N", "PRM beam",
-               "step samples: best-of-N / beam")
-
-
-def rl17_budget_table() -> dict:
-    """The prm widget at its default p_good, N and B: the beam at a matched step budget (the
-    widget's default) and at the course's budget."""
-    return {"columns": ["method", "matched budget", "course's beam budget"],
-            "rows": [[m, _kpi("prm", m, budget="matched"), _kpi("prm", m, budget="course")] for m in PRM_METHODS]}
-
-
-def rl17_weak_table() -> dict:
-    """Weak steps (p_good 0.5), N 64, beam 8, matched budget."""
-    knobs = {"p_good": 0.5, "N": 64, "B": 8, "budget": "matched"}
-    return {"columns": ["method", "share of problems right"], "rows": [[m, _kpi("prm", m, **knobs)] for m in PRM_METHODS[:5]]}
-
-
-def rl17_bon_table() -> dict:
-    rows = []
-    for name, r in _result("best_of_n")["runs"].items():
-        rows.append([{"sft": "after SFT", "rl": "after RL"}[name]] +
-                    [round(r[k], 3) for k in ("eval/pass@1", "eval/maj@8", "eval/best@8", "eval/best@8_ensemble", "eval/pass@8")])
-    return {"columns": ["policy", "pass@1", "majority of 8", "best of 8 (one RM)", "best of 8 (3-RM ensemble)", "pass@8"],
-            "rows": rows}
-
-
-# ---- 18 · environments, verifiers, reward hacking ----------------------------------------------
-
-def rl18_arith_table() -> dict:
-    rows = ["12#", "let me think... 5+7=12#", "11#", "120#", "no digits at all", "is it 12? no, 13#"]
-    return {"columns": ["response (gold 12)", "reward"], "rows": [[r, verify(r, 12)] for r in rows]}
-
-
-def rl18_math_table() -> dict:
-    gold = r"\frac{1}{2}"
-    rows = [r"\boxed{0.5}", "the answer is 1/2", r"\boxed{\frac{2}{4}}", "50%", r"\boxed{0.6}", "I am not sure"]
-    return {"columns": [f"response (gold {gold}, backend {math_answer.BACKEND})", "reward"],
-            "rows": [[r, math_answer.score(r, gold).reward] for r in rows]}
-
-
-def rl18_leak_table() -> dict:
-    """One sum (5 + 7) under the two leaks of tasks/leaky.py: the proxy the policy is trained
-    on and the true verifier, on the same responses."""
-    item = LeakyProblem((5, 7))
-    rows = []
-    for leak in ("phrase", "contains"):
-        task = LeakyArithmeticTask(LeakyArithmeticConfig(leak=leak))
-        for resp in ("5+7=12#", "trust me#", "12? no, 13#"):
-            c = task.reward(item, resp).components
-            rows.append([leak, resp, c["proxy"], c["true"]])
-    return {"columns": ["leak", "response", "proxy reward", "true reward"], "rows": rows}
-
-
-HACK_TOY = {"solve": 0.7, "phrase": 0.4}      # P(correct) of the two actions in lesson 18's widget (course)
-
-
-# ---- 18a · data: where the gradient is -----------------------------------------------------------
-
-def mean_sq_advantage(p: float, k: int, algo) -> float:
-    """E[A_i²] of one sample in a group of K with 0/1 rewards at pass rate p, exactly: one group
-    per number of right answers j, the algorithm's own advantages, binomial weights."""
-    total = 0.0
-    g = torch.zeros(k, dtype=torch.long)
-    for j in range(k + 1):
-        r = (torch.arange(k) < j).double()
-        a = algo.advantages(r, g, algo.Config())
-        total += math.comb(k, j) * p ** j * (1 - p) ** (k - j) * float((a ** 2).mean())
-    return total
-
-
-def rl18a_signal_table(k: int = 8) -> dict:
-    rows = []
-    for p in (0.02, 0.1, 0.25, 0.5, 0.75, 0.9, 0.98):
-        rows.append([p, round(p * (1 - p), 4), round(mean_sq_advantage(p, k, dr_grpo), 4),
-                     round(mean_sq_advantage(p, k, rloo), 4), round(p ** k + (1 - p) ** k, 3)])
-    return {"columns": ["pass rate p", "p(1−p)", f"E[A²], A = R − mean (K = {k})", "E[A²], RLOO", "P(group degenerate)"],
-            "rows": rows}
-
-
-def rl18a_degenerate_table() -> dict:
-    d = _result("claims")["degenerate"]
-    return {"columns": ["K", "observed", "Σ over prompts of p^K + (1−p)^K", "(mean p)^K + (1 − mean p)^K"],
-            "rows": [[r["K"], r["observed"], r["predicted_per_prompt"], r["predicted_mean_p"]] for r in d["rows"]]}
-
-
-def rl18a_bucket_table() -> dict:
-    band = (0.125, 0.875)
-    return {"columns": ["pass rate over 8 samples", f"bucket (band {band[0]}–{band[1]})"],
-            "rows": [[f"{n}/8", curate.bucket(n / 8, band)] for n in (0, 1, 2, 4, 7, 8)]}
-
-
-def rl18a_curation_table() -> dict:
-    c = _result("curation")
-    keys = [("prompts probed", "prompts"), ("samples per prompt K", "k"), ("never solved", "bucket/never"),
-            ("learnable (in the band)", "bucket/learnable"), ("always solved", "bucket/always"),
-            ("removed: exact duplicates", "removed/exact_dup"), ("removed: out of band", "removed/out_of_band"),
-            ("keep rate", "keep_rate"), ("groups with signal before", "frac_groups_with_signal_before"),
-            ("groups with signal after", "frac_groups_with_signal")]
-    return {"columns": ["curate() on the SFT checkpoint", "value"],
-            "rows": [[name, round(c[key], 3) if isinstance(c[key], float) else c[key]] for name, key in keys]}
+    return next(r for r in result("dpo_family") if r["run"] == name)
 
 
 FACTS: dict[str, Callable[[], object]] = {
@@ -363,8 +234,8 @@ FACTS: dict[str, Callable[[], object]] = {
     "rl13_other_switches_spread": lambda: round(max(abs(_ablation(sw)["acc"][-1] - _ablation((1, 1, 1, 1))["acc"][-1])
                                               for sw in ((0, 1, 1, 1), (1, 1, 0, 1), (1, 1, 1, 0))), 3),
     "rl13_equal_compute_acc": lambda: round(_equal_compute()[1], 3),
-    "rl13_bench_degenerate_k4": lambda: next(r["observed"] for r in _result("claims")["degenerate"]["rows"] if r["K"] == 4),
-    "rl13_bench_mean_p": lambda: round(_result("claims")["degenerate"]["mean_p"], 2),
+    "rl13_bench_degenerate_k4": lambda: next(r["observed"] for r in result("claims")["degenerate"]["rows"] if r["K"] == 4),
+    "rl13_bench_mean_p": lambda: round(result("claims")["degenerate"]["mean_p"], 2),
     # 14 · Dr. GRPO
     "rl14_group_table": rl14_group_table,
     "rl14_difficulty_table": rl14_difficulty_table,
@@ -387,14 +258,14 @@ FACTS: dict[str, Callable[[], object]] = {
     "rl14_bench_pass1_dr": lambda: round(_claims_run("length", "dr_grpo")["pass@1_end"], 3),
     # 15 · RLHF and the reward model
     "rl15_bt_table": rl15_bt_table,
-    "rl15_worked_loss": lambda: round(float(bradley_terry_loss(_t(1.0), _t(0.2))), 6),
-    "rl15_worked_loss_centred": lambda: round(float(bradley_terry_loss(_t(1.0), _t(0.2), center_coef=0.01)), 6),
+    "rl15_worked_loss": lambda: round(float(bradley_terry_loss(t(1.0), t(0.2))), 6),
+    "rl15_worked_loss_centred": lambda: round(float(bradley_terry_loss(t(1.0), t(0.2), center_coef=0.01)), 6),
     "rl15_cd_worse_pick": lambda: f"{100 / (1 + math.exp(COURSE_SCORES[3] - COURSE_SCORES[2])):.0f}%",
-    "rl15_agreement_lr1": lambda: _kpi("bt_rm", "cumulative agreement", lr=1.0),
-    "rl15_rm_pairs": lambda: _result("rm_ensemble")["pairs"],
-    "rl15_rm_members": lambda: ", ".join(f"{a:.3f}" for a in _result("rm_ensemble")["members"].values()),
-    "rl15_rm_best_member": lambda: round(max(_result("rm_ensemble")["members"].values()), 3),
-    "rl15_rm_ensemble": lambda: round(_result("rm_ensemble")["ensemble"], 3),
+    "rl15_agreement_lr1": lambda: kpi("bt_rm", "cumulative agreement", lr=1.0),
+    "rl15_rm_pairs": lambda: result("rm_ensemble")["pairs"],
+    "rl15_rm_members": lambda: ", ".join(f"{a:.3f}" for a in result("rm_ensemble")["members"].values()),
+    "rl15_rm_best_member": lambda: round(max(result("rm_ensemble")["members"].values()), 3),
+    "rl15_rm_ensemble": lambda: round(result("rm_ensemble")["ensemble"], 3),
     # 16 · DPO and its family
     "rl16_family_table": rl16_family_table,
     "rl16_dpo_pair": lambda: round(_pair_loss("dpo", 0.1), 4),
@@ -406,47 +277,9 @@ FACTS: dict[str, Callable[[], object]] = {
     "rl16_bench_greedy_nll": lambda: _dpo_run("dpo_nll lr 1e-5")["evals"][-1]["eval/greedy_acc"],
     "rl16_bench_chosen_dpo": lambda: round(_dpo_run("dpo lr 1e-5")["final_logps_chosen"], 2),
     "rl16_bench_chosen_nll": lambda: round(_dpo_run("dpo_nll lr 1e-5")["final_logps_chosen"], 2),
-    "rl16_dpo4_break_pi": lambda: _kpi("dpo4", "final π", beta=2.0, lr=0.5, loss_type="ipo"),
-    "rl16_dpo4_break_chosen": lambda: _kpi("dpo4", "log π(chosen), first → last 50 pairs", beta=2.0, lr=0.5, loss_type="ipo"),
-    # 17 · ORM, PRM and search
-    "rl17_chain_075": lambda: f"{100 * 0.75 ** 6:.1f}%",
-    "rl17_pass1_3_of_16": lambda: round(pass_at_k(16, 3, 1), 4),
-    "rl17_pass8_3_of_16": lambda: round(pass_at_k(16, 3, 8), 4),
-    "rl17_budget_table": rl17_budget_table,
-    "rl17_beam_course": lambda: _kpi("prm", "PRM beam", budget="course"),
-    "rl17_beam_matched": lambda: _kpi("prm", "PRM beam", budget="matched"),
-    "rl17_orm": lambda: _kpi("prm", "ORM best of N", budget="matched"),
-    "rl17_steps_course": lambda: _kpi("prm", "step samples: best-of-N / beam", budget="course"),
-    "rl17_weak_table": rl17_weak_table,
-    "rl17_bon_table": rl17_bon_table,
-    "rl17_bon_problems": lambda: int(_result("best_of_n")["command"].split("--problems ")[1].split()[0]),
-    # 18 · environments, verifiers, reward hacking
-    "rl18_arith_table": rl18_arith_table,
-    "rl18_math_table": rl18_math_table,
-    "rl18_leak_table": rl18_leak_table,
-    "rl18_toy_solve": lambda: HACK_TOY["solve"],
-    "rl18_toy_phrase": lambda: HACK_TOY["phrase"],
-    "rl18_toy_threshold": lambda: round(HACK_TOY["solve"] - HACK_TOY["phrase"], 2),
-    "rl18_toy_phrase_at_05": lambda: round(HACK_TOY["phrase"] + 0.5, 2),
-    "rl18_sandbox_p50_ms": lambda: round(1000 * _result("verifiers")["sandbox_run_p50_s"]),
-    "rl18_sandbox_p99_ms": lambda: round(1000 * _result("verifiers")["sandbox_run_p99_s"]),
-    "rl18_code_problems": lambda: _result("verifiers")["code_problems"],
-    "rl18_pool1_s": lambda: round(_result("verifiers")["code_pool"]["1"]["wall_s"], 1),
-    "rl18_pool4_s": lambda: round(_result("verifiers")["code_pool"]["4"]["wall_s"], 1),
-    # 18a · data: where the gradient is
-    "rl18a_signal_table": rl18a_signal_table,
-    "rl18a_degenerate_table": rl18a_degenerate_table,
-    "rl18a_bench_prompts": lambda: _result("claims")["degenerate"]["prompts"],
-    "rl18a_bench_mean_p": lambda: round(_result("claims")["degenerate"]["mean_p"], 3),
-    "rl18a_bench_obs_k8": lambda: next(r["observed"] for r in _result("claims")["degenerate"]["rows"] if r["K"] == 8),
-    "rl18a_bench_naive_k8": lambda: next(r["predicted_mean_p"] for r in _result("claims")["degenerate"]["rows"] if r["K"] == 8),
-    "rl18a_bucket_table": rl18a_bucket_table,
-    "rl18a_curation_table": rl18a_curation_table,
-    "rl18a_widget_dead_off": lambda: _kpi("curation", "rollouts in groups with no signal", curation=0),
-    "rl18a_widget_signal_off": lambda: _kpi("curation", "signal per 100 rollouts", curation=0),
-    "rl18a_widget_dead_strong": lambda: _kpi("curation", "rollouts in groups with no signal", policy=100, curation=0),
-    "rl18a_curation_band": lambda: " – ".join(str(b) for b in _result("curation")["band"]),
-    "rl18a_curation_wall_s": lambda: round(_result("curation")["wall_s"], 1),
-    "rl18a_pass_by_terms": lambda: ", ".join(f"{t} terms {v:.2f}" for t, v in _result("curation")["pass_rate_by_terms"].items()),
+    "rl16_dpo4_break_pi": lambda: kpi("dpo4", "final π", beta=2.0, lr=0.5, loss_type="ipo"),
+    "rl16_dpo4_break_chosen": lambda: kpi("dpo4", "log π(chosen), first → last 50 pairs", beta=2.0, lr=0.5, loss_type="ipo"),
 }
+
+FACTS.update(facts_b_signal.FACTS)                # lessons 17–18a
 FACTS.update(facts_b_sys.FACTS)                   # lessons 19–22

@@ -7,19 +7,17 @@ so wherever a course number is quoted the text gives both.
 from __future__ import annotations
 
 import functools
-import json
 import math
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
 
 from posttrain import memory, shapes, throughput
 from posttrain.framework.rollout import Engine, SamplingParams
+from posttrain.lessons.facts_b_data import result
 from posttrain.models.gpt_mini import GPTMini, KVCache, ModelConfig
 from posttrain.models.tokenizer import CharTokenizer
 
-RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 GIB, TIB = 2 ** 30, 2 ** 40
 HBM_BYTES_PER_S = 3.35e12                     # H100 SXM (course): every decode step streams weights + KV once
 
@@ -52,7 +50,7 @@ def rl19_scenarios_table() -> dict:
 
 
 def _async_bench() -> dict:
-    return json.loads((RESULTS / "async_vs_sync.json").read_text())
+    return result("async_vs_sync")
 
 
 def _measured_sync_times() -> dict:
