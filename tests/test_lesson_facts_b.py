@@ -227,6 +227,7 @@ def test_rl19_topology_equations_by_hand():
     assert sc["rollout-bound"] == [round(47 / 42, 2), round(47 / 40, 2)]
     assert sc["heavy sync"][1] == pytest.approx(40 / 15, abs=0.01)
     assert v("rl19_rollout_bound_disagg") == sc["rollout-bound"][0]
+    assert v("rl19_trainer_bound_step") == 22.0 and v("rl19_trainer_bound_idle") == f"{100 * 15 / 22:.0f}%"   # max(5, 20) + 2; waits 20 − 5
 
 
 def test_rl19_cpu_measurement_falls_short_of_the_formula():

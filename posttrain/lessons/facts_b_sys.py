@@ -61,6 +61,12 @@ def _measured_sync_times() -> dict:
             "train_s": mean("train_s"), "sync_s": mean("sync_s")}
 
 
+def rl19_trainer_bound_idle() -> str:
+    """Share of a disaggregated step the rollout pool waits, at τ_R 5 s, τ_T 20 s, τ_S 2 s."""
+    r = throughput.step_time(rollout_s=5, train_s=20, sync_s=2)
+    return f"{100 * r['idle_s']['rollout'] / r['step_s']:.0f}%"
+
+
 def rl19_cpu_train_share() -> str:
     t = _measured_sync_times()
     return f"{100 * (t['train_s'] + t['reference_s']) / sum(t.values()):.0f}%"
@@ -232,6 +238,8 @@ FACTS: dict[str, Callable[[], object]] = {
     # 19 · topology
     "rl19_topology_table": rl19_topology_table,
     "rl19_scenarios_table": rl19_scenarios_table,
+    "rl19_trainer_bound_step": lambda: throughput.step_time(rollout_s=5, train_s=20, sync_s=2)["step_s"],
+    "rl19_trainer_bound_idle": rl19_trainer_bound_idle,
     "rl19_rollout_bound_disagg": lambda: rl19_scenarios_table()["rows"][1][4],
     "rl19_sync_70b": lambda: f"{2 * 70e9 / 1e9:.0f} GB ({gib(2 * 70e9, 0)})",
     "rl19_cpu_train_share": rl19_cpu_train_share,
