@@ -180,6 +180,16 @@ def test_break_clip():
     assert bad["reward gained over the epochs"] < 0.6 * ok["reward gained over the epochs"]
 
 
+def test_break_cot():
+    """G04, recorded runs: six terms answered directly by the 2-layer model are mostly wrong where the
+    same model with the trace gets most right; direct accuracy falls with K, CoT's stays high."""
+    ok, bad = kpis("cot"), broken("cot")
+    assert ok["held-out accuracy (this setting)"] > 0.7 and bad["held-out accuracy (this setting)"] < 0.2
+    direct, cot = (floats(ok[k].replace(" → ", ",")) for k in ("direct answers, K = 2 → 6", "chain of thought, K = 2 → 6"))
+    assert all(c > d + 0.4 for c, d in zip(cot, direct))
+    assert direct[-1] < direct[0]
+
+
 # ---- systems ---------------------------------------------------------------------------------------
 
 def test_break_kv():
@@ -254,6 +264,75 @@ def test_break_lineage():
     assert ok["algorithms with no signal here"] == "none"
     assert bad["algorithms with no signal here"] == "grpo, rloo, dapo, dr_grpo"
     assert floats(bad["reinforce"]) == [1.0] * 4
+
+
+# ---- new widgets and the ones rebuilt on posttrain's functions --------------------------------------------
+
+def test_break_forces_map():
+    ok, bad = kpis("forces_map"), broken("forces_map")
+    assert ok["forces that hold"] == 3 and bad["forces that hold"] == 0
+    assert all(bad[f].startswith("fails") for f in ("SIGNAL", "ESTIMATOR", "COST"))
+
+
+def test_break_topology():
+    ok, bad = kpis("topology"), broken("topology")
+    idle = lambda k: max(pct(k["rollout pool idle (disaggregated)"]), pct(k["trainer pool idle (disaggregated)"]))  # noqa: E731
+    assert idle(ok) < 30 and pct(bad["rollout pool idle (disaggregated)"]) > 60
+    assert bad["async / colocated"] < ok["async / colocated"]
+
+
+def test_break_classify():
+    ok, bad = kpis("classify"), broken("classify")
+    assert ok["consistent?"] == "yes" and ok["posttrain algorithms"] == "grpo, dapo, dr_grpo"
+    assert bad["consistent?"] == "no" and bad["note 1"].startswith("inconsistent")
+
+
+def test_break_gaps():
+    ok, bad = kpis("gaps", gap="offpolicy"), broken("gaps")
+    assert ok["this setting"] < 0.03 and bad["this setting"] > 0.25       # |bias| with and without TIS
+    for gap in ("gae", "kl", "whiten", "lora", "prm", "curriculum", "entropy"):
+        k = kpis("gaps", gap=gap, fix="on")
+        better = {"gae": "lower", "kl": "lower", "whiten": "higher", "lora": "lower", "prm": "higher",
+                  "curriculum": "lower", "entropy": "higher"}[gap]
+        assert (k["with the fix"] < k["without the fix"]) == (better == "lower"), gap
+
+
+def test_break_forces():
+    ok, bad = kpis("forces"), broken("forces")
+    assert ok["π(solve) after the run"] > 0.5 and bad["π(solve) after the run"] < 0.1
+    assert bad["proxy reward after the run"] - bad["held-out correctness after the run"] > 0.4
+    assert bad["held-out correctness after the run"] < ok["held-out correctness after the run"]
+
+
+def test_break_snr():
+    ok, bad = kpis("snr"), broken("snr")
+    assert bad["mean |ĝ − target|"] > 1.8 * ok["mean |ĝ − target|"]
+    assert pct(bad["estimates that are exactly 0"]) > 40 > 10 > pct(ok["estimates that are exactly 0"])
+
+
+def test_break_sync():
+    ok, bad = kpis("sync"), broken("sync")
+    assert ok["expected reward at step 50"] > 0.95 and bad["expected reward at step 50"] < 0.2
+    assert bad["clip/frac (mean over the run)"] > 0.15 > ok["clip/frac (mean over the run)"]
+
+
+def test_break_budget():
+    ok, bad = kpis("budget"), broken("budget")
+    assert float(ok["speed-up"][:-1]) > 2 and float(bad["speed-up"][:-1]) < 1.15
+    assert bad["largest remaining slice"].startswith("rollout") and pct(bad["largest remaining slice"].split()[1]) > 60
+    dis = kpis("budget", **{**registry.get("budget").breaks["knobs"], "placement": "disaggregated"})
+    assert dis["speed-up"] == "1.00×"                                     # the trainer hides inside rollout
+
+
+def test_break_async_pipe():
+    ok, bad = kpis("async_pipe"), broken("async_pipe")
+    minutes = lambda k, key: float(k[key].split()[0])                                     # noqa: E731
+    key, sync = "wall clock to accuracy 0.7", "wall clock to accuracy 0.7, synchronous"
+    assert minutes(ok, key) < minutes(ok, sync)                            # a little staleness pays
+    assert minutes(bad, key) > minutes(bad, sync)                          # a lot of it costs more than it buys
+    assert bad["clip fraction (mean over the run)"] > 3 * ok["clip fraction (mean over the run)"]
+    tis = kpis("async_pipe", delta=32, correction="tis")
+    assert minutes(tis, key) < minutes(bad, key)                           # the correction recovers part of it
 
 
 # ---- every widget has its break test ----------------------------------------------------------------

@@ -8,53 +8,77 @@ import math
 
 import torch
 
-from posttrain.algorithms import core, dapo, dr_grpo, grpo, rloo
+from posttrain.algorithms import core, dapo, dr_grpo, grpo, reinforce, rloo
 from posttrain.lessons.registry import Knob, Widget, bar, figure, line, r, register
 from posttrain.preference.dpo import DPOLossConfig, SeqLogps, preference_loss
 
 # ---- 09 · REINFORCE: how noisy is one estimate? -------------------------------------------------
 
 _G = torch.tensor([1.0, 0.4], dtype=torch.float64)
+BASELINES = ["none (REINFORCE)", "leave-one-out (RLOO)"]
 
 
-def _estimates(K: int, trials: int, gen: torch.Generator) -> torch.Tensor:
-    """[trials, 2] estimates ĝ = (1/K) Σ r·u, u a random unit vector, r ~ Bernoulli(clamp(u·g + ½))."""
+def _estimates(K: int, trials: int, gen: torch.Generator, baseline: str = BASELINES[0]) -> torch.Tensor:
+    """[trials, 2] estimates ĝ = (1/K) Σ A_i·u_i: u a random unit direction (the 'response'),
+    reward r ~ Bernoulli(clamp(u·g + ½)), A from reinforce.advantages (A = r) or rloo.advantages
+    (r minus the mean of the other K − 1, still unbiased)."""
     ang = torch.rand(trials, K, generator=gen, dtype=torch.float64) * 2 * math.pi
     u = torch.stack([ang.cos(), ang.sin()], -1)                          # [trials, K, 2]
     rew = (u @ _G > torch.rand(trials, K, generator=gen, dtype=torch.float64) - 0.5).double()  # [trials, K]
-    return (rew.unsqueeze(-1) * u).mean(1)                               # [trials, 2]
+    groups = torch.arange(trials).repeat_interleave(K)
+    if baseline == BASELINES[0]:
+        adv = reinforce.advantages(rew.flatten(), groups, reinforce.Config(baseline="none"))
+    else:
+        adv = rloo.advantages(rew.flatten(), groups, rloo.Config())
+    return (adv.view(trials, K).unsqueeze(-1) * u).mean(1)              # [trials, 2]
 
 
-def snr(K: int, target: str) -> dict:
-    gen = torch.Generator().manual_seed(0)
-    mean_g = _estimates(1, 200_000, gen).mean(0)                         # E[ĝ], what the estimator aims at
-    est = _estimates(K, 2000, gen)
+@functools.lru_cache(maxsize=1)
+def _expected() -> torch.Tensor:
+    return _estimates(1, 200_000, torch.Generator().manual_seed(0)).mean(0)   # E[ĝ], what every estimate aims at
+
+
+def snr(K: int, target: str, baseline: str) -> dict:
+    gen = torch.Generator().manual_seed(1)
+    mean_g = _expected()
+    est = _estimates(K, 2000, gen, baseline)
     goal = _G if target == "course" else mean_g
     err = (est - goal).norm(dim=-1)
-    sigma = float((_estimates(1, 20000, gen) - mean_g).norm(dim=-1).pow(2).mean().sqrt())
+    dot = est @ mean_g
+    wrong = float((dot < 0).double().mean())                            # estimates pointing away from E[ĝ]
+    zero = float((est.abs().sum(-1) == 0).double().mean())              # no signal at all
     show = est[:200]
+    live = K > 1 or baseline == BASELINES[0]
     return {
         "figure": figure([line(show[:, 0].tolist(), show[:, 1].tolist(), f"200 estimates with K = {K}", mode="markers",
                                marker={"size": 5, "opacity": 0.5}),
                           line([0, float(goal[0])], [0, float(goal[1])], "comparison target", mode="lines+markers"),
                           line([0, float(mean_g[0])], [0, float(mean_g[1])], "E[ĝ]", line={"dash": "dot"})],
-                         f"K = {K}, error measured against {'(1, 0.4)' if target == 'course' else 'E[ĝ]'}",
-                         "ĝ₁", "ĝ₂", xaxis={"range": [-1.2, 1.6]}, yaxis={"range": [-1.2, 1.2], "scaleanchor": "x"}),
-        "kpis": [["mean |ĝ − target|", r(err.mean(), 3)], ["σ/√K (σ of one rollout)", r(sigma / math.sqrt(K), 3)],
-                 ["E[ĝ]", f"({float(mean_g[0]):.2f}, {float(mean_g[1]):.2f})"]],
-        "note": "Against E[ĝ] the error falls like σ/√K; against (1, 0.4) it cannot fall below the gap "
-                "between the two arrows, whatever K.",
+                         f"K = {K}, baseline {baseline}, error against {'(1, 0.4)' if target == 'course' else 'E[ĝ]'}",
+                         "ĝ₁", "ĝ₂", xaxis={"range": [-1.2, 1.6], "title": {"text": "ĝ₁"}},
+                         yaxis={"range": [-1.2, 1.2], "scaleanchor": "x", "title": {"text": "ĝ₂"}}),
+        "kpis": [["mean |ĝ − target|", r(err.mean(), 3)], ["estimates pointing the wrong way", f"{100 * wrong:.0f}%"],
+                 ["estimates that are exactly 0", f"{100 * zero:.0f}%"],
+                 ["E[ĝ]", f"({float(mean_g[0]):.2f}, {float(mean_g[1]):.2f})"],
+                 ["mean of the estimates", f"({float(est[:, 0].mean()):.2f}, {float(est[:, 1].mean()):.2f})"]],
+        "note": (f"With K = {K} and baseline {baseline}, {100 * wrong:.0f}% of the estimates point away from the true "
+                 f"direction, {100 * zero:.0f}% carry no signal at all, and their mean error is {float(err.mean()):.3f}."
+                 + ("" if live else " (A single sample has no 'others': leave-one-out needs K ≥ 2, so every advantage is 0.)")),
     }
 
 
 register(Widget(
     "snr", "Noise of one REINFORCE estimate vs. K", snr,
     [Knob("K", "rollouts per estimate K", [1, 2, 4, 8, 16, 32, 64], 4),
-     Knob("target", "measure the error against", ["expected", "course"], "expected", kind="select")],
+     Knob("target", "measure the error against", ["expected", "course"], "expected", kind="select"),
+     Knob("baseline", "baseline", BASELINES, BASELINES[0], kind="select")],
     {"knobs": {"K": 1},
-     "what": "K = 1: a single binary reward decides the whole step; estimates scatter on all sides of "
-             "the true direction and many point the wrong way."},
-    "Each dot is one gradient estimate from K rollouts; the arrow is what they should average to.", []))
+     "what": "K = 1: a single binary reward decides the whole step. Half the estimates are exactly 0 (the "
+             "reward was 0), each of the others is one random direction, and the mean error is twice that "
+             "of K = 4."},
+    "Each dot is one gradient estimate from K rollouts (a deliberate 2-D toy: the 'policy' is a direction); "
+    "the advantages are posttrain's reinforce.advantages or rloo.advantages.",
+    ["posttrain.algorithms.reinforce:advantages", "posttrain.algorithms.rloo:advantages"]))
 
 
 # ---- 10 · PPO: the clip, cell by cell -----------------------------------------------------------
@@ -149,7 +173,7 @@ def grpo_group(r0: int, r1: int, r2: int, r3: int, std: str) -> dict:
     return {
         "figure": figure([bar([f"y{i} (r={int(x)})" for i, x in enumerate(rw)], adv.tolist(), "A_i",
                               text=effect, marker={"color": ["#2ca02c" if a > 0 else "#d62728" for a in adv.tolist()]})],
-                         f"GRPO advantages, {std} std", "", "advantage", yaxis={"range": [-2, 2]}),
+                         f"GRPO advantages, {std} std", "rollout (its reward)", "advantage A_i", yaxis={"range": [-2, 2]}),
         "kpis": [["mean", r(mean[0], 3)], [f"std ({std})", r(sd[0], 3)],
                  ["A", ", ".join(f"{a:+.2f}" for a in adv.tolist())],
                  ["degenerate?", "yes (skip step)" if float(sd[0]) == 0 else "no"]],
@@ -184,7 +208,7 @@ def rloo_vs_grpo(K: int, accuracy: float, seed: int) -> dict:
                           bar(names, a_l.tolist(), "RLOO: r − mean of the others"),
                           line([names[0], names[-1]], [accuracy, accuracy], "policy accuracy (expected reward)",
                                line={"dash": "dot", "color": "grey"})],
-                         f"K = {K}, accuracy {accuracy}", "", "advantage", barmode="group"),
+                         f"K = {K}, accuracy {accuracy}", "rollout (its reward)", "advantage A_i", barmode="group"),
         "kpis": [["K/(K−1)", r(K / (K - 1), 3)], ["measured A_RLOO / A_centred", "— (degenerate)" if math.isnan(ratio) else r(ratio, 3)],
                  ["mean reward", r(rw.mean(), 3)]],
         "note": "RLOO is the centred advantage scaled by K/(K−1): same direction, a slightly larger step.",
@@ -220,7 +244,8 @@ def dapo_waste(accuracy: float, K: int, buffer: int) -> dict:
                                xaxis="x2", yaxis="y2")],
                          "wasted groups (left) and the length penalty (right)", "accuracy p", "P(all rewards equal)",
                          grid={"rows": 1, "columns": 2, "pattern": "independent"},
-                         xaxis2={"title": {"text": "response length"}}, yaxis2={"range": [-1.1, 0.1]}),
+                         xaxis2={"title": {"text": "response length (tokens)"}},
+                         yaxis2={"range": [-1.1, 0.1], "title": {"text": "reward added"}}),
         "kpis": [["P(degenerate) = p^K + (1−p)^K", r(accuracy ** K + (1 - accuracy) ** K, 4)],
                  ["measured", r(measured, 3)], ["useful groups", r(1 - measured, 3)],
                  ["penalty at the cap", r(pen[max_len], 2)]],
@@ -262,7 +287,7 @@ def length_bias(short: int, long: int) -> dict:
     return {
         "figure": figure([bar(names, [v[0] for v in grads.values()], f"short response ({short} tokens)"),
                           bar(names, [v[1] for v in grads.values()], f"long response ({long} tokens)")],
-                         "gradient on each token's log π (A = 0.5 for both)", "", "per-token weight",
+                         "gradient on each token's log π (A = 0.5 for both)", "aggregation", "per-token weight (log scale)",
                          barmode="group", yaxis={"type": "log"}),
         "kpis": [[f"{AGG_NAMES[m]}: short / long", f"{v[0]:.4g} / {v[1]:.4g}"] for m, v in grads.items()]
                 + [["GRPO: long token gets", f"{100 * grads['seq-mean-token-mean'][1] / grads['seq-mean-token-mean'][0]:.1f}% of a short token"]],

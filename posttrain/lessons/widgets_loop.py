@@ -51,7 +51,7 @@ def loss_assembly(eps: float, beta: float, drift: float, seed: int) -> dict:
                           line([labels[0], labels[-1], None, labels[0], labels[-1]],
                                [1 - eps, 1 - eps, None, 1 + eps, 1 + eps], "clip band 1 ± ε", yaxis="y2",
                                line={"dash": "dot", "color": "grey"})],
-                         f"ε = {eps}, β = {beta}, drift ±{drift}", "", "per-token loss", barmode="group",
+                         f"ε = {eps}, β = {beta}, drift ±{drift}", "token", "per-token loss", barmode="group",
                          yaxis2={"overlaying": "y", "side": "right", "title": {"text": "ρ"}}),
         "kpis": [["policy loss (token mean)", r(m["loss/policy"])], ["KL term β·mean(k3)", r(beta * float(m["kl/ref"]))],
                  ["total loss", r(total)], ["clip/frac (gradient zeroed)", r(m["clip/frac"], 3)],
@@ -75,32 +75,80 @@ register(Widget(
 
 # ---- 06 · weight sync: a stale sampler ---------------------------------------------------------
 
+SYNC_STEPS, SYNC_LR = 100, 2.0
+_GOOD = (torch.arange(16) >= 12).double()                             # the four rewarded answers of 16
+
+
+class _Policy(torch.nn.Module):
+    """A policy over 16 answers: one logit each, the rewarded four least likely at the start."""
+
+    def __init__(self):
+        super().__init__()
+        self.logits = torch.nn.Parameter(torch.linspace(1.5, -1.5, 16, dtype=torch.float64))
+
+
+class _Sampler:
+    """The sampler side as WeightSync sees an engine: a model and the policy_version it stamps."""
+
+    def __init__(self, model):
+        self.model, self.policy_version = model, 0
+
+
+@functools.lru_cache(maxsize=16)
+def _sync_run(sync_every: int) -> list[tuple[float, float, float, int]]:
+    """GRPO (grpo.advantages, grpo.loss, no correction) on the 16-answer policy, 64 prompts × 4
+    samples a step drawn from the SAMPLER's copy; WeightSync(mode="separate") copies the trainer's
+    weights into it every `sync_every` steps. Per step: (clip/frac, |log ρ| mean, expected reward
+    of the trainer's policy, versions the sampler is behind)."""
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(0)
+    policy = _Policy()
+    sampler = _Sampler(policy)
+    sync = WeightSync(policy, sampler, mode="separate")                 # the sampler gets its own copy
+    opt = torch.optim.SGD(policy.parameters(), lr=SYNC_LR)
+    cfg = grpo.Config(std="population", kl_coef=0.0)
+    groups = torch.arange(64).repeat_interleave(4)
+    mask = torch.ones(256, 1, dtype=torch.float64)
+    out, trainer_version = [], 0
+    for step in range(1, SYNC_STEPS + 1):
+        with torch.no_grad():
+            mu = torch.log_softmax(sampler.model.logits, -1)            # behaviour logprobs (stale weights)
+            y = torch.multinomial(mu.exp(), 256, replacement=True, generator=gen)
+        adv = grpo.advantages(_GOOD[y], groups, cfg)
+        lp = torch.log_softmax(policy.logits, -1)[y].unsqueeze(1)       # [256, 1] the trainer's
+        batch = {"loss_mask": mask, "advantages": adv, "old_logprobs": mu[y].unsqueeze(1)}
+        loss, m = grpo.loss(lp, batch, cfg, core.batch_norm(mask))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        trainer_version += 1
+        if step % sync_every == 0:
+            sync.sync()                                                  # copy + policy_version += 1
+            sampler.policy_version = trainer_version                    # the version it now holds
+        with torch.no_grad():
+            reward = float(torch.softmax(policy.logits, -1) @ _GOOD)
+            rho = float((torch.log_softmax(policy.logits, -1) - torch.log_softmax(sampler.model.logits, -1)).abs().max())
+        out.append((float(m["clip/frac"]), rho, reward, trainer_version - sampler.policy_version))
+    return out
+
+
 def stale_sync(sync_every: int) -> dict:
-    """The course's 1-D toy: the trainer's θ_T chases 4; the sampler's θ_R is synced every
-    `sync_every` steps; a step only updates when ρ = e^(θ_T − θ_R) is inside the clip band."""
-    theta_t = theta_r = 0.0
-    ema, out, logrho, rewards = 0.0, 0, [], []
-    for s in range(200):
-        rho = float(core.importance_ratio(torch.tensor(theta_t), torch.tensor(theta_r)))
-        if 0.8 <= rho <= 1.2:
-            theta_t += (4 - theta_t) * 0.04
-        else:
-            out += 1
-        reward = 1 / (1 + math.exp(-(theta_t - 2)))
-        ema = 0.95 * ema + 0.05 * reward
-        if (s + 1) % sync_every == 0:
-            theta_r = theta_t
-        logrho.append(abs(theta_t - theta_r))
-        rewards.append(ema)
-    steps = list(range(1, 201))
+    run = _sync_run(sync_every)
+    steps = list(range(1, SYNC_STEPS + 1))
+    clip = sum(c for c, *_ in run) / len(run)
+    half = run[SYNC_STEPS // 2 - 1][2]
     return {
-        "figure": figure([line(steps, logrho, "|log ρ| after the step"), line(steps, rewards, "reward EMA", yaxis="y2")],
-                         f"sync every {sync_every} step(s)", "step", "|log ρ|", yaxis={"range": [0, 2]},
-                         yaxis2={"overlaying": "y", "side": "right", "range": [0, 1], "title": {"text": "reward EMA"}}),
-        "kpis": [["steps outside the clip band", f"{100 * out / 200:.0f}%"], ["final reward EMA", r(ema, 2)],
-                 ["final |log ρ|", r(logrho[-1], 2)]],
-        "note": "Between syncs the trainer moves away from the weights that sampled; once ρ leaves the "
-                "band the clip blocks every update until the next sync.",
+        "figure": figure([line(steps, [c for c, *_ in run], "clip/frac: tokens whose gradient the clip zeroed"),
+                          line(steps, [x[2] for x in run], "expected reward of the trainer's policy"),
+                          line(steps, [x[1] for x in run], "largest |log ρ| (trainer vs sampler)", yaxis="y2",
+                               line={"dash": "dot"})],
+                         f"sync every {sync_every} step(s)", "step", "share / reward", yaxis={"range": [0, 1.02]},
+                         yaxis2={"overlaying": "y", "side": "right", "rangemode": "tozero", "title": {"text": "|log ρ|"}}),
+        "kpis": [["clip/frac (mean over the run)", r(clip, 3)], ["expected reward at step 50", r(half, 3)],
+                 ["expected reward at step 100", r(run[-1][2], 3)], ["sampler versions behind at most", max(x[3] for x in run)]],
+        "note": (f"Syncing every {sync_every} step(s): on average {100 * clip:.0f}% of the tokens had their gradient "
+                 f"clipped away because the sampler's weights were up to {max(x[3] for x in run)} versions old, and the "
+                 f"trainer's expected reward is {half:.2f} at step 50."),
     }
 
 
@@ -108,10 +156,15 @@ register(Widget(
     "sync", "A stale sampler and the clip", stale_sync,
     [Knob("sync_every", "sync every N steps", [1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 40], 1)],
     {"knobs": {"sync_every": 20},
-     "what": "Syncing every 20 steps: 88% of steps fall outside the clip band and do nothing, and the "
-             "reward stalls while the loss curve still looks normal."},
-    "|log ρ| between trainer and sampler, and the reward EMA, over 200 steps.",
-    ["posttrain.algorithms.core:importance_ratio"]))
+     "what": "Syncing every 20 steps: the sampler keeps drawing the same unrewarded answers from weights up "
+             "to 19 versions old, the clip zeroes the gradient of the rewarded ones once their ratio leaves "
+             "the band (a fifth of all tokens), and at step 50 the reward is 0.14 where syncing every step "
+             "reaches 0.99. The loss curve looks normal all along."},
+    "A 16-answer policy trained by grpo.loss on samples from its own stale copy, which "
+    "framework/weight_sync.WeightSync refreshes every N steps (a deliberate toy policy; the sync and "
+    "the loss are posttrain's).",
+    ["posttrain.framework.weight_sync:WeightSync.sync", "posttrain.algorithms.grpo:advantages",
+     "posttrain.algorithms.grpo:loss", "posttrain.algorithms.core:importance_ratio"]))
 
 
 # ---- 07 · the controller, phase by phase --------------------------------------------------------

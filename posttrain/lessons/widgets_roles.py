@@ -111,7 +111,8 @@ def sampler(temperature: float, top_k: int, top_p: float, K: int) -> dict:
                           line([K], [p_deg], f"K = {K}", mode="markers", marker={"size": 12}, xaxis="x2", yaxis="y2")],
                          f"T = {temperature}, top-k = {top_k}, top-p = {top_p}", "next digit", "probability",
                          barmode="group", grid={"rows": 1, "columns": 2, "pattern": "independent"},
-                         xaxis2={"title": {"text": "K samples per prompt"}}, yaxis2={"range": [0, 1.05]}),
+                         xaxis2={"title": {"text": "K samples per prompt"}},
+                         yaxis2={"range": [0, 1.05], "title": {"text": "P(degenerate group)"}}),
         "kpis": [["P(digit right)", r(p, 3)], ["P(response right) = p²", r(q, 3)],
                  ["P(degenerate group), formula", r(p_deg, 3)], ["P(degenerate group), measured", r(measured, 3)],
                  ["recorded log π(right) − log of what was sampled", r(math.log(full[1]) - math.log(max(p, 1e-9)), 3)]],
@@ -289,7 +290,7 @@ def advantage_table(r0: float, r1: float, r2: float, std: str) -> dict:
     out = [["mean", r(mean[0], 3)], [f"std ({std})", r(sd[0], 3)],
            ["degenerate (all equal)?", "yes: GRPO gives 0 to all" if float(sd[0]) == 0 else "no"]]
     out += [[name, ", ".join(f"{float(x):+.2f}" for x in v)] for name, v in rows.items()]
-    return {"figure": figure(traces, "advantage of each rollout", "", "advantage", barmode="group"),
+    return {"figure": figure(traces, "advantage of each rollout", "estimator", "advantage", barmode="group"),
             "kpis": out, "note": "Same three rewards, five estimators: the baseline and the scale differ."}
 
 

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import torch
 
+from posttrain import memory
 from posttrain.algorithms import core, dapo, reinforce
 from posttrain.data.curate import curate
 from posttrain.lessons.registry import Knob, Widget, bar, figure, line, r, register
@@ -130,7 +131,7 @@ def prm_search(p_good: float, N: int, B: int, budget: str) -> dict:
     return {
         "figure": figure([bar(list(acc), vals, "share of problems answered right",
                               marker={"color": ["#d62728" if i == best else "#1f77b4" for i in range(len(vals))]})],
-                         f"p_good = {p_good}, N = {N}, beam {B} × {K} per step ({budget} budget)", "",
+                         f"p_good = {p_good}, N = {N}, beam {B} × {K} per step ({budget} budget)", "method",
                          "accuracy over 600 problems", yaxis={"range": [0, 1]}),
         "kpis": [[n, f"{100 * v:.1f}%"] for n, v in zip(names, vals)]
                 + [["best method", names[best]], ["step samples: best-of-N / beam", f"{N * S} / {B * K * S}"],
@@ -194,9 +195,9 @@ def hacking(rho: float, steps: int) -> dict:
     return {
         "figure": figure([bar(["π(solve)", "π(emit phrase)"], pi.tolist(), "policy (mean of 200 seeds)"),
                           bar(["train reward (proxy)", "held-out correctness"], [train, held], "EMA", xaxis="x2", yaxis="y2")],
-                         f"leak ρ = {rho}, {steps} steps", "", "probability",
+                         f"leak ρ = {rho}, {steps} steps", "", "probability (mean of 200 seeds)",
                          grid={"rows": 1, "columns": 2, "pattern": "independent"}, yaxis={"range": [0, 1]},
-                         yaxis2={"range": [0, 1.6]}),
+                         yaxis2={"range": [0, 1.6], "title": {"text": "reward (EMA)"}}),
         "kpis": [["π(solve)", r(pi[0], 3)], ["train reward EMA", r(train, 3)], ["held-out correctness EMA", r(held, 3)],
                  ["phrase wins when 0.4 + ρ > 0.7", "yes" if 0.4 + rho > 0.7 else "no"]],
         "note": (f"The policy learned the phrase (π(solve) = {float(pi[0]):.2f}): the train reward reads {train:.2f} "
@@ -321,29 +322,58 @@ def recipe(signal: int, bias: int, cost: int) -> tuple[str, str, str, str]:
     return reward, algo, topo, named
 
 
+ALGOS = ["DPO (no rollouts)", "PPO", "GRPO (mixed reward)", "Dr. GRPO", "GRPO", "DAPO"]
+POSTTRAIN_ALGO = {"DPO (no rollouts)": "dpo", "PPO": "ppo", "GRPO (mixed reward)": "grpo", "Dr. GRPO": "dr_grpo",
+                  "GRPO": "grpo", "DAPO": "dapo"}
+RUN_STEPS = {1: 50, 8: 100, 16: 100, 32: 200, 64: 200, 512: 500}      # what a bigger cluster buys: more steps
+
+
+def leak(signal: int) -> float:
+    """How much a reward without a verifier pays for the wrong thing: the hacking toy's leak ρ
+    (lesson 18) falls from 0.6 with no verifiable signal to 0 with a verifier for everything."""
+    return round(0.6 * (1 - signal / 100), 10)
+
+
 def forces(signal: int, bias: int, cost: int) -> dict:
+    """The course's three-forces rules pick reward, algorithm and topology; two consequences are
+    computed with posttrain: the lesson-18 hacking run (REINFORCE via reinforce.loss) with the leak
+    this much signal implies, run for as many steps as the cluster buys, and memory.plan of the
+    chosen algorithm for llama3-8b on this many H100s."""
     reward, algo, topo, named = recipe(signal, bias, cost)
     sig = list(range(0, 101, 5))
-    algos = ["DPO (no rollouts)", "PPO", "GRPO (mixed reward)", "Dr. GRPO", "GRPO", "DAPO"]
-    z = [[algos.index(recipe(s, b, cost)[1]) for s in sig] for b in sig]
+    z = [[ALGOS.index(recipe(s, b, cost)[1]) for s in sig] for b in sig]
+    rho, steps = leak(signal), RUN_STEPS[cost]
+    pi, train, held = _hack_run(rho)[steps]
+    plan = memory.plan("llama3-8b", algo=POSTTRAIN_ALGO[algo], gpus=min(cost, 64), checkpointing=True, suggest=False)
+    hacked = float(pi[0]) < 0.5                                        # the policy prefers the leaked phrase
     return {
-        "figure": {"data": [{"type": "heatmap", "x": sig, "y": sig, "z": z, "colorscale": "Viridis", "showscale": False,
-                             "text": [[algos[v] for v in row] for row in z], "hoverinfo": "text"},
-                            line([signal], [bias], "you", mode="markers", marker={"size": 16, "color": "red"}),
-                            {"type": "scatter", "mode": "lines+markers", "x": [str(c) for c in GPUS],
-                             "y": [recipe(signal, bias, c)[2] for c in GPUS], "name": "topology by cluster size",
-                             "xaxis": "x2", "yaxis": "y2"},
-                            {"type": "scatter", "mode": "markers", "x": [str(cost)], "y": [topo], "name": "your cluster",
-                             "marker": {"size": 16, "color": "red"}, "xaxis": "x2", "yaxis": "y2"}],
-                   "layout": {"title": {"text": "algorithm by signal × bias tolerance (left), topology by GPUs (right)"},
-                              "height": 340, "grid": {"rows": 1, "columns": 2, "pattern": "independent"},
-                              "xaxis": {"title": {"text": "verifier availability (signal)"}, "domain": [0, 0.55]},
-                              "yaxis": {"title": {"text": "estimator bias tolerance"}}, "showlegend": False,
-                              "xaxis2": {"title": {"text": "GPUs"}, "type": "category", "domain": [0.68, 1]},
-                              "yaxis2": {"type": "category", "categoryarray": ["colocated", "disaggregated", "async"]},
-                              "margin": {"t": 40}}},
-        "kpis": [["reward source", reward], ["algorithm", algo], ["topology", topo], ["closest named recipe", named]],
-        "note": "Hover the map for the algorithm each region leads to; the cluster size sets the topology.",
+        "figure": {"data": [{"type": "heatmap", "x": sig, "y": sig, "z": z, "colorscale": "Viridis", "zmin": 0, "zmax": 5,
+                             "text": [[ALGOS[v] for v in row] for row in z], "hoverinfo": "text",
+                             "colorbar": {"title": {"text": "algorithm"}, "tickvals": list(range(6)), "ticktext": ALGOS,
+                                          "x": 0.56, "len": 0.9}},
+                            line([signal], [bias], "your setting", mode="markers", marker={"size": 16, "color": "red"}),
+                            bar(["proxy reward (trained on)", "held-out correctness"], [train, held],
+                                f"after {steps} steps", xaxis="x2", yaxis="y2",
+                                marker={"color": ["#1f77b4", "#d62728" if hacked else "#2ca02c"]})],
+                   "layout": {"title": {"text": f"algorithm by signal × bias at {cost} GPUs (left); leak ρ = {rho:g}, "
+                                                f"{steps} steps (right)", "font": {"size": 14}},
+                              "height": 360, "showlegend": False,
+                              "xaxis": {"title": {"text": "verifier availability (signal, %)"}, "domain": [0, 0.5]},
+                              "yaxis": {"title": {"text": "estimator bias tolerance (%)"}},
+                              "xaxis2": {"domain": [0.75, 1], "anchor": "y2"},
+                              "yaxis2": {"anchor": "x2", "range": [0, 1.6], "title": {"text": "reward"}},
+                              "margin": {"l": 60, "r": 20, "t": 40, "b": 60}}},
+        "kpis": [["reward source", reward], ["algorithm", algo], ["topology", topo], ["closest named recipe", named],
+                 ["reward leak ρ this signal implies", rho], ["steps the cluster buys", steps],
+                 ["proxy reward after the run", r(train, 3)], ["held-out correctness after the run", r(held, 3)],
+                 ["π(solve) after the run", r(pi[0], 3)],
+                 ["llama3-8b fits on this cluster?", ("yes" if plan["fits"] else "no") + f" (peak {plan['peak_bytes'] / 2 ** 30:.1f} GiB per GPU)"]],
+        "note": (f"{algo} with a {reward} reward on {cost} GPUs ({topo}). "
+                 + (f"With this little verifiable signal the reward leaks (ρ = {rho:g}), and {steps} steps of "
+                    f"optimisation drive the proxy to {train:.2f} while held-out correctness falls to {held:.2f}."
+                    if hacked else
+                    f"After {steps} steps the policy still solves (π(solve) = {float(pi[0]):.2f}); the proxy reward "
+                    f"({train:.2f}) overstates held-out correctness ({held:.2f}) only by what the leak pays.")),
     }
 
 
@@ -354,6 +384,10 @@ register(Widget(
     [Knob("signal", "verifier availability %", _PCT, 60), Knob("bias", "bias tolerance %", [0, 20, 30, 50, 70, 100], 50),
      Knob("cost", "GPUs", GPUS, 8)],
     {"knobs": {"signal": 20, "cost": 512},
-     "what": "Little verifiable signal on a huge cluster: PPO against a learned reward model at scale, "
-             "the regime where reward hacking is cheapest; the map recommends spending on signal first."},
-    "Which algorithm each (signal, bias) point leads to at this cluster size; red: your setting.", []))
+     "what": "Little verifiable signal on a huge cluster: the reward model leaks (ρ = 0.48 > 0.3), and the "
+             "500 steps the cluster buys optimise the leak: the proxy reward climbs past 0.8 while held-out "
+             "correctness falls below 0.5. Spend on signal before spending on GPUs."},
+    "Left: which algorithm each (signal, bias) point leads to at this cluster size (the course's rules); "
+    "right: the lesson-18 hacking run with the leak this signal implies, for the steps the cluster buys. "
+    "The rules and the leak are a deliberate toy; the training and the memory check are posttrain's.",
+    ["posttrain.algorithms.reinforce:loss", "posttrain.memory:plan"]))
