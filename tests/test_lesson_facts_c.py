@@ -26,8 +26,16 @@ def cell(name, row, col):
     return t["rows"][row][t["columns"].index(col) if isinstance(col, str) else col]
 
 
+@pytest.fixture(scope="module")
+def warm_imports():
+    """Module imports (torch, the widget registry) are paid once per process, not by a fact."""
+    import posttrain.framework.rollout  # noqa: F401
+    from posttrain.lessons import registry
+    registry.load_all()
+
+
 @pytest.mark.parametrize("name", sorted(FACTS))
-def test_every_fact_runs_fast_and_has_a_quotable_value(name):
+def test_every_fact_runs_fast_and_has_a_quotable_value(name, warm_imports):
     t0 = time.perf_counter()
     v = FACTS[name]()
     assert time.perf_counter() - t0 < 5.0            # < 1 s on a quiet core; slack for a loaded machine
@@ -80,3 +88,42 @@ def test_rl22a_cpu_run_is_train_bound_and_the_timers_cover_the_step():
     assert f("rl22a_cpu_bottleneck") == "train"
     assert f("rl22a_cpu_train_share") > 50 > f("rl22a_cpu_rollout_share")
     assert f("rl22a_cpu_equation_s") == pytest.approx(f("rl22a_cpu_measured_s"), rel=0.02)
+
+
+# ---- 22b -------------------------------------------------------------------------------------
+
+def test_rl22b_max_of_k_table_matches_the_course_row_71():
+    want = {4: ("1.96", "2.83", "3.70"), 16: ("2.72", "5.02", "8.87"), 64: ("3.49", "7.80", "17.36"),
+            256: ("4.31", "11.31", "30.57")}
+    assert {r[0]: tuple(r[1:]) for r in f("rl22b_maxk_table")["rows"]} == want
+    assert round(f("rl22b_k32_c05_pct")) == 14 and round(f("rl22b_k32_c1_pct")) == 26   # row 72
+
+
+def test_rl22b_tail_share_agrees_with_monte_carlo():
+    import torch
+    g = torch.Generator().manual_seed(0)
+    for row in f("rl22b_tail_table")["rows"]:
+        c = row[0]
+        s = math.sqrt(math.log1p(c * c))
+        L = torch.exp(s * torch.randn(400_000, generator=g, dtype=torch.float64) - s * s / 2)   # μ = 1
+        q = torch.quantile(L[:100_000], 0.95)
+        assert float(q) == pytest.approx(float(row[2].split()[0]), rel=0.03)
+        share = float(L[L > torch.quantile(L, 0.95)].sum() / L.sum())
+        assert 100 * share == pytest.approx(float(row[3].rstrip("%")), abs=1.5)
+
+
+def test_rl22b_cutoff_shortens_the_wall_costs_tokens_and_favours_short_answers():
+    assert f("rl22b_cutoff_steps_cut") < f("rl22b_cutoff_steps_all")
+    assert f("rl22b_cutoff_tokens_cut") > f("rl22b_cutoff_tokens_all")
+    assert f("rl22b_cutoff_mean_cut") < f("rl22b_cutoff_mean_all")
+    assert [r[3] for r in f("rl22b_cutoff_table")["rows"]] == [64, 64]
+
+
+def test_rl22b_overlong_penalty_course_values():
+    assert {r[0]: r[1] for r in f("rl22b_overlong_table")["rows"]} == {
+        50: "+0.00", 80: "+0.00", 90: "-0.50", 100: "-1.00", 110: "-1.00"}
+
+
+def test_rl22b_widget_facts_order():
+    pct = lambda name: int(f(name).rstrip("%"))                        # noqa: E731
+    assert pct("rl22b_w_capdyn_tax") < pct("rl22b_w_cap_tax") < pct("rl22b_w_course_tax") < pct("rl22b_w_cv2_tax")

@@ -31,6 +31,14 @@ def result(name: str):
     return json.loads((RESULTS / f"{name}.json").read_text())
 
 
+def kpi(widget: str, label: str, **knobs):
+    """A widget's KPI at a setting other than its defaults (the page's {{kpi:…}} reads defaults
+    only), computed by the widget itself so the text and the plot cannot disagree."""
+    from posttrain.lessons import registry
+    out = dict(registry.compute(widget, {k: registry.fmt(v) for k, v in knobs.items()})["kpis"])
+    return out[label]
+
+
 # ---- 22a · the throughput equation -------------------------------------------------------------
 
 WORKED = {"rollout_s": 30, "reward_s": 1, "reference_s": 3, "train_s": 8, "sync_s": 1}   # the lesson's example
@@ -100,6 +108,74 @@ def rl22a_cpu_table() -> dict:
                  [[k, f"{v:.3f}", f"{100 * r['shares'][k]:.1f}%"] for k, v in r["terms"].items()])
 
 
+# ---- 22b · long-tail rollouts -------------------------------------------------------------------
+
+CVS = (0.5, 1.0, 2.0)
+
+
+def rl22b_maxk_table() -> dict:
+    return table(["K", *[f"cv = {c}" for c in CVS]],
+                 [[k, *[f"{tp.max_of_k(k, c):.2f}" for c in CVS]] for k in (4, 16, 64, 256)])
+
+
+def rl22b_k32_pct(cv: float) -> float:
+    return 100 * (tp.max_of_k(32, cv) / tp.max_of_k(16, cv) - 1)
+
+
+def rl22b_tail_table() -> dict:
+    """Log-normal lengths of mean μ and CV c: σ = √ln(1 + c²); the 95th percentile is
+    μ·exp(1.645σ − σ²/2), and the longest 5% hold a share Φ(σ − 1.645) of all decoded tokens."""
+    from statistics import NormalDist
+    z = NormalDist().inv_cdf(0.95)
+    rows = []
+    for c in CVS:
+        s = math.sqrt(math.log1p(c * c))
+        rows.append([c, f"{s:.2f}", f"{math.exp(z * s - s * s / 2):.2f} μ", f"{100 * NormalDist().cdf(s - z):.0f}%"])
+    return table(["cv", "σ of ln L", "95th percentile", "tokens in the longest 5%"], rows)
+
+
+@lru_cache(maxsize=1)
+def rl22b_cutoff() -> dict:
+    """posttrain's engine on a random tiny gpt_mini (its lengths are long-tailed): 8 prompts,
+    8 samples each, against 12 started and the first 8 of each group to finish kept
+    (Engine.generate(keep=8), the `overprovision` straggler cut-off), cap 128 tokens."""
+    import torch
+    from posttrain.framework.rollout import Engine, SamplingParams
+    from posttrain.models.gpt_mini import GPTMini, ModelConfig
+    from posttrain.models.tokenizer import BASE_CHARS, CharTokenizer
+    tok = CharTokenizer(BASE_CHARS)
+    torch.manual_seed(0)
+    model = GPTMini(ModelConfig(d_model=16, n_layers=1, n_heads=2, d_ff=32, max_seq_len=160).resolved(tok.vocab_size)).eval()
+    prompts = [tok.encode(f"<{i}+{2 * i + 1}>") for i in range(8)]
+    out = {}
+    for name, n, keep in (("all", 8, None), ("cut", 12, 8)):
+        eng = Engine(model, tok, max_slots=256)
+        samples = eng.generate(prompts, n, SamplingParams(max_new_tokens=128), seed=0, keep=keep)
+        lengths = [len(s.response_ids) for s in samples]
+        out[name] = {"steps": eng.stats["rollout/decode_steps"], "tokens": eng.stats["rollout/generated_tokens"],
+                     "kept": len(samples), "mean": sum(lengths) / len(lengths), "longest": max(lengths),
+                     "capped": sum(s.finish_reason == "length" for s in samples),
+                     "cancelled": eng.stats["rollout/cancelled"]}
+    return out
+
+
+def rl22b_cutoff_table() -> dict:
+    c = rl22b_cutoff()
+    label = {"all": "start 8 per prompt, keep all", "cut": "start 12 per prompt, keep the first 8"}
+    return table(["rollout", "decode steps (wall)", "tokens decoded", "samples kept", "mean kept length",
+                  "kept samples cut by the cap"],
+                 [[label[k], v["steps"], v["tokens"], v["kept"], f"{v['mean']:.1f}", v["capped"]] for k, v in c.items()])
+
+
+def rl22b_overlong_table() -> dict:
+    import torch
+    from posttrain.algorithms.dapo import overlong_penalty
+    lengths = torch.tensor([50.0, 80.0, 90.0, 100.0, 110.0])
+    pen = overlong_penalty(lengths, max_len=100, buffer=20)
+    return table(["response length", "penalty (L_max = 100, buffer 20)"],
+                 [[int(a), f"{float(b) + 0.0:+.2f}"] for a, b in zip(lengths, pen)])
+
+
 FACTS: dict[str, Callable[[], object]] = {
     "rl22a_worked_table": rl22a_worked_table,
     "rl22a_worked_disagg_s": lambda: rl22a_worked()["step_s"],
@@ -123,4 +199,24 @@ FACTS: dict[str, Callable[[], object]] = {
     "rl22a_cpu_measured_s": rl22a_cpu_measured_s,
     "rl22a_default_rollout_s": lambda: tp.role_model()["terms"]["rollout"],
     "rl22a_default_step_s": lambda: tp.role_model()["step_s"],
+    "rl22b_maxk_table": rl22b_maxk_table,
+    "rl22b_maxk_16_1": lambda: tp.max_of_k(16, 1.0),
+    "rl22b_k32_c05_pct": lambda: rl22b_k32_pct(0.5),
+    "rl22b_k32_c1_pct": lambda: rl22b_k32_pct(1.0),
+    "rl22b_k32_c2_pct": lambda: rl22b_k32_pct(2.0),
+    "rl22b_tail_table": rl22b_tail_table,
+    "rl22b_cutoff_table": rl22b_cutoff_table,
+    "rl22b_cutoff_steps_all": lambda: rl22b_cutoff()["all"]["steps"],
+    "rl22b_cutoff_steps_cut": lambda: rl22b_cutoff()["cut"]["steps"],
+    "rl22b_cutoff_tokens_all": lambda: rl22b_cutoff()["all"]["tokens"],
+    "rl22b_cutoff_tokens_cut": lambda: rl22b_cutoff()["cut"]["tokens"],
+    "rl22b_cutoff_mean_all": lambda: rl22b_cutoff()["all"]["mean"],
+    "rl22b_cutoff_mean_cut": lambda: rl22b_cutoff()["cut"]["mean"],
+    "rl22b_overlong_table": rl22b_overlong_table,
+    "rl22b_w_cap_tax": lambda: kpi("stragglers", "straggler tax max/mean − 1", cap=True),
+    "rl22b_w_capdyn_tax": lambda: kpi("stragglers", "straggler tax max/mean − 1", cap=True, dynk=True),
+    "rl22b_w_capdyn_saved": lambda: kpi("stragglers", "decode saved", cap=True, dynk=True),
+    "rl22b_w_course_tax": lambda: kpi("stragglers", "straggler tax max/mean − 1", cap=True, rule="course"),
+    "rl22b_w_cv2_tax": lambda: kpi("stragglers", "straggler tax max/mean − 1", cv=2.0),
+    "rl22b_w_cv2_longest": lambda: kpi("stragglers", "τ_R = longest response", cv=2.0),
 }
