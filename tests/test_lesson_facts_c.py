@@ -127,3 +127,25 @@ def test_rl22b_overlong_penalty_course_values():
 def test_rl22b_widget_facts_order():
     pct = lambda name: int(f(name).rstrip("%"))                        # noqa: E731
     assert pct("rl22b_w_capdyn_tax") < pct("rl22b_w_cap_tax") < pct("rl22b_w_course_tax") < pct("rl22b_w_cv2_tax")
+
+
+# ---- 22c -------------------------------------------------------------------------------------
+
+def test_rl22c_topologies_by_hand():
+    assert [r[1] for r in f("rl22c_topology_table")["rows"]] == [f"{20 + 8 + 3} s", f"{max(20, 8) + 3} s", "20 s"]
+    assert f("rl22c_async_speedup") == pytest.approx(31 / 20)
+    assert f("rl22c_disagg_idle_s") == 20 - 8
+    assert {r[0]: r[1] for r in f("rl22c_course_clip_table")["rows"]}[6] == f"{100 * (1 - math.exp(-0.3)):.1f}%"
+
+
+def test_rl22c_measured_staleness_shows_in_the_log_ratio():
+    rows = {r[0].split(",")[0]: r for r in f("rl22c_measured_table")["rows"]}
+    assert rows["sync (on-policy)"][1] == "0.00" and rows["sync (on-policy)"][3] == "1.00"
+    assert f("rl22c_fixed4_logratio") > 5 * f("rl22c_async1_logratio") > 0
+    assert f("rl22c_fixed4_ratio_max") > 1.5 and 0 < f("rl22c_fixed4_clip_pct") < 5
+    roles = next(r for r in __import__("json").loads((Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+                                                       / "async_vs_sync.json").read_text())["runs"]
+                 if r["run"] == "sync" and r["seed"] == 0)["roles_s"]
+    colo = sum(roles.values())
+    asyn = max(roles["rollout_s"] + roles["reward_s"], roles["reference_s"] + roles["train_s"], roles["sync_s"])
+    assert f("rl22c_cpu_async_speedup") == pytest.approx(colo / asyn)

@@ -176,6 +176,57 @@ def rl22b_overlong_table() -> dict:
                  [[int(a), f"{float(b) + 0.0:+.2f}"] for a, b in zip(lengths, pen)])
 
 
+# ---- 22c · async pipelining and staleness ---------------------------------------------------
+
+def rl22c_topologies() -> dict:
+    """The lesson's example: τ_R = 20 s, τ_T = 8 s, τ_S = 3 s."""
+    return tp.compare_topologies(rollout_s=20, train_s=8, sync_s=3)
+
+
+def rl22c_topology_table() -> dict:
+    runs = rl22c_topologies()
+    return table(["placement", "τ_step", "speed-up over colocated", "trainer idle per step"],
+                 [[n, f"{r['step_s']:g} s", f"{r['speedup_vs_colocated']:.2f}×", f"{r['idle_s']['trainer']:g} s"]
+                  for n, r in runs.items()])
+
+
+def rl22c_course_clip_table() -> dict:
+    """The course's staleness model of the clip fraction, 1 − e^(−Δ/20): a curve, not a measurement."""
+    return table(["staleness Δ", "clip fraction by the course's model"],
+                 [[d, f"{100 * (1 - math.exp(-d / 20)):.1f}%"] for d in (1, 2, 4, 6, 8, 12)])
+
+
+def _async_runs(seed: int = 0) -> dict:
+    return {r["run"]: r for r in result("async_vs_sync")["runs"] if r["seed"] == seed}
+
+
+def rl22c_measured_table() -> dict:
+    """benchmarks/async_vs_sync.py, seed 0: GRPO on gpt_mini nano from the SFT(CoT) checkpoint,
+    60 steps of 128 samples, lr 3e-5, the same prompts in every run."""
+    label = {"sync": "sync (on-policy)", "async_tis": "async, ≤ 1 version behind, TIS",
+             "fixed4_none": "every batch 4 versions old, no correction",
+             "fixed4_tis": "every batch 4 versions old, TIS"}
+    rows = []
+    for name, r in _async_runs().items():
+        lr = r.get("mean offpolicy/log_ratio_abs")
+        rows.append([label[name], f"{r.get('mean staleness/mean', 0.0):.2f}", f"{100 * r['mean clip/frac']:.2f}%",
+                     f"{r['mean ratio/max']:.2f}", "—" if lr is None else f"{lr:.4f}",
+                     f"{r['pass@1_before']:.3f} → {r['pass@1_after']:.3f}"])
+    return table(["run", "mean staleness (versions)", "clip/frac", "largest ratio r", "mean |log π_prox − log μ|",
+                  "held-out pass@1"], rows)
+
+
+def rl22c_gain(run: str, key: str) -> float:
+    return result("async_vs_sync")["summary"][run][key]
+
+
+def rl22c_cpu_async_speedup() -> float:
+    """What the throughput equation predicts async would buy for the sync run's measured role times."""
+    run = _async_runs()["sync"]
+    t = tp.compare_topologies(**run["roles_s"])
+    return t["async"]["speedup_vs_colocated"]
+
+
 FACTS: dict[str, Callable[[], object]] = {
     "rl22a_worked_table": rl22a_worked_table,
     "rl22a_worked_disagg_s": lambda: rl22a_worked()["step_s"],
@@ -219,4 +270,18 @@ FACTS: dict[str, Callable[[], object]] = {
     "rl22b_w_course_tax": lambda: kpi("stragglers", "straggler tax max/mean − 1", cap=True, rule="course"),
     "rl22b_w_cv2_tax": lambda: kpi("stragglers", "straggler tax max/mean − 1", cv=2.0),
     "rl22b_w_cv2_longest": lambda: kpi("stragglers", "τ_R = longest response", cv=2.0),
+    "rl22c_topology_table": rl22c_topology_table,
+    "rl22c_async_speedup": lambda: rl22c_topologies()["async"]["speedup_vs_colocated"],
+    "rl22c_disagg_idle_s": lambda: rl22c_topologies()["disaggregated"]["idle_s"]["trainer"],
+    "rl22c_course_clip_table": rl22c_course_clip_table,
+    "rl22c_measured_table": rl22c_measured_table,
+    "rl22c_fixed4_clip_pct": lambda: 100 * _async_runs()["fixed4_none"]["mean clip/frac"],
+    "rl22c_fixed4_logratio": lambda: _async_runs()["fixed4_tis"]["mean offpolicy/log_ratio_abs"],
+    "rl22c_fixed4_ratio_max": lambda: _async_runs()["fixed4_none"]["mean ratio/max"],
+    "rl22c_async1_logratio": lambda: _async_runs()["async_tis"]["mean offpolicy/log_ratio_abs"],
+    "rl22c_sync_gain_pts": lambda: 100 * rl22c_gain("sync", "pass@1_gain_mean"),
+    "rl22c_sync_gain_sd_pts": lambda: 100 * rl22c_gain("sync", "pass@1_gain_sd"),
+    "rl22c_async_gain_pts": lambda: 100 * rl22c_gain("async_tis", "pass@1_gain_mean"),
+    "rl22c_async_gain_sd_pts": lambda: 100 * rl22c_gain("async_tis", "pass@1_gain_sd"),
+    "rl22c_cpu_async_speedup": rl22c_cpu_async_speedup,
 }
