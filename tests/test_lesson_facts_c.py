@@ -149,3 +149,25 @@ def test_rl22c_measured_staleness_shows_in_the_log_ratio():
     colo = sum(roles.values())
     asyn = max(roles["rollout_s"] + roles["reward_s"], roles["reference_s"] + roles["train_s"], roles["sync_s"])
     assert f("rl22c_cpu_async_speedup") == pytest.approx(colo / asyn)
+
+
+# ---- 23 --------------------------------------------------------------------------------------
+
+def test_rl23_alarm_thresholds_are_the_report_functions_defaults():
+    rows = {r[0]: r[2] for r in f("rl23_alarm_table")["rows"]}
+    assert rows["clip fraction high"] == "clip/frac > 0.2"
+    assert rows["many degenerate groups"] == "> 60% of groups"
+    assert rows["entropy collapse"] == "entropy < 10% of its start"
+
+
+def test_rl23_alarms_on_real_runs_follow_the_degenerate_threshold():
+    for r in f("rl23_real_runs_table")["rows"]:
+        last = float(r[3].split("→")[1])
+        assert ("many degenerate groups" in r[4]) == (last > 0.6), r
+
+
+def test_rl23_each_failure_mode_fires_its_own_alarm():
+    want = {"healthy": "none", "entropy collapse": "entropy collapse", "easy prompts": "many degenerate groups",
+            "reward hacking": "reward up, held-out flat", "stale sampler": "clip fraction high",
+            "temperature mismatch": "sampler/trainer mismatch", "length blow-up": "length blow-up"}
+    assert {r[0]: r[1] for r in f("rl23_modes_table")["rows"]} == want

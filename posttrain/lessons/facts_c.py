@@ -227,6 +227,61 @@ def rl22c_cpu_async_speedup() -> float:
     return t["async"]["speedup_vs_colocated"]
 
 
+# ---- 23 · recipes and how runs fail -----------------------------------------------------------
+
+def _default(fn, arg: str):
+    import inspect
+    return inspect.signature(fn).parameters[arg].default
+
+
+def rl23_alarm_table() -> dict:
+    """posttrain.report's alarms with their thresholds, read from the functions themselves."""
+    from posttrain import report as rp
+    return table(["alarm", "reads", "fires when (the last quarter of the run)"], [
+        ["reward up, held-out flat", "reward/mean, eval/pass@1",
+         f"train reward rose ≥ {_default(rp.reward_up_heldout_flat, 'rise')} while held-out pass@1 moved "
+         f"< {_default(rp.reward_up_heldout_flat, 'flat')}"],
+        ["entropy collapse", "entropy", f"entropy < {_default(rp.entropy_collapse, 'frac'):.0%} of its start"],
+        ["clip fraction high", "clip/frac", f"clip/frac > {_default(rp.clip_fraction_high, 'limit')}"],
+        ["length blow-up", "length/mean, length/truncated_frac",
+         f"mean length ×{_default(rp.length_blowup, 'growth'):g} or > {_default(rp.length_blowup, 'truncated_limit'):.0%} "
+         "of responses hit the cap"],
+        ["sampler/trainer mismatch", "mismatch/logprob_abs",
+         f"> {_default(rp.mismatch_high, 'limit')} nats per token at any step"],
+        ["many degenerate groups", "group/degenerate_frac", f"> {_default(rp.degenerate_groups, 'limit'):.0%} of groups"],
+    ])
+
+
+def rl23_real_runs_table() -> dict:
+    """report.alarms on posttrain's own 100-step GRPO runs (benchmarks/results/claims.json), each
+    summarised by the means of its first and last 10 steps and its held-out pass@1 at both ends."""
+    from posttrain import report as rp
+    label = {"length_grpo": "GRPO", "length_dr_grpo": "Dr. GRPO", "clip_0.2": "GRPO, 4 updates per batch",
+             "clip_0.28": "the same, ε_high = 0.28", "group_2": "GRPO, K = 2, strong start",
+             "group_8": "GRPO, K = 8, strong start"}
+    rows = []
+    for kind in ("length", "clip", "group"):
+        for run in result("claims")[kind]:
+            series = [{"step": 0, "eval/pass@1": run["pass@1_start"]}]
+            for i, when in enumerate(("first10", "last10")):
+                series.append({"step": i + 1, "eval/pass@1": run["pass@1_start" if i == 0 else "pass@1_end"],
+                               **{k: run[f"{k}_{when}"] for k in ("reward/mean", "entropy", "clip/frac",
+                                                                   "group/degenerate_frac")}})
+            fired = rp.alarms(series)
+            rows.append([label[run["run"]], f"{run['reward/mean_first10']:.2f} → {run['reward/mean_last10']:.2f}",
+                         f"{run['pass@1_start']:.3f} → {run['pass@1_end']:.3f}",
+                         f"{run['group/degenerate_frac_first10']:.2f} → {run['group/degenerate_frac_last10']:.2f}",
+                         ", ".join(a.name for a in fired) or "none"])
+    return table(["run (100 steps)", "train reward", "held-out pass@1", "degenerate groups", "alarms fired"], rows)
+
+
+def rl23_modes_table() -> dict:
+    """The failures widget at severity 1 for each mode: which alarms its metrics fire."""
+    from posttrain.lessons.widgets_practice import MODES
+    return table(["what goes wrong (severity 1)", "alarms fired"],
+                 [[m, kpi("failures", "alarms fired", mode=m, severity=1.0)] for m in MODES])
+
+
 FACTS: dict[str, Callable[[], object]] = {
     "rl22a_worked_table": rl22a_worked_table,
     "rl22a_worked_disagg_s": lambda: rl22a_worked()["step_s"],
@@ -284,4 +339,7 @@ FACTS: dict[str, Callable[[], object]] = {
     "rl22c_async_gain_pts": lambda: 100 * rl22c_gain("async_tis", "pass@1_gain_mean"),
     "rl22c_async_gain_sd_pts": lambda: 100 * rl22c_gain("async_tis", "pass@1_gain_sd"),
     "rl22c_cpu_async_speedup": rl22c_cpu_async_speedup,
+    "rl23_alarm_table": rl23_alarm_table,
+    "rl23_real_runs_table": rl23_real_runs_table,
+    "rl23_modes_table": rl23_modes_table,
 }
