@@ -171,3 +171,27 @@ def test_rl23_each_failure_mode_fires_its_own_alarm():
             "reward hacking": "reward up, held-out flat", "stale sampler": "clip fraction high",
             "temperature mismatch": "sampler/trainer mismatch", "length blow-up": "length blow-up"}
     assert {r[0]: r[1] for r in f("rl23_modes_table")["rows"]} == want
+
+
+# ---- 24 --------------------------------------------------------------------------------------
+
+def test_rl24_rates_by_hand():
+    assert f("rl24_decode_tok_s") == pytest.approx(32 * 3.35e12 / (14e9 + 8.6e9))
+    assert f("rl24_train_tok_s") == pytest.approx(800e12 / (6 * 7e9))
+    assert f("rl24_speed_ratio") == pytest.approx(f("rl24_train_tok_s") / f("rl24_decode_tok_s"))
+
+
+def test_rl24_sizing_70b_needs_lora_or_more_gpus():
+    fits = {(r[0], r[1], r[2], r[3]): r[6] for r in f("rl24_sizing_table")["rows"]}
+    assert fits == {("llama3-8b", 8, "full", 1): "yes", ("llama-70b", 8, "full", 1): "no",
+                    ("llama-70b", 8, "full", 8): "no", ("llama-70b", 8, 16, 4): "yes", ("llama-70b", 32, "full", 8): "yes"}
+    assert f("rl24_state_tib") * 2 ** 40 == pytest.approx(18 * 68_976_648_192)   # Llama-2-70B's parameter count
+    assert f("rl24_state_tib") * 1024 > f("rl24_hbm_gib")
+    persistent = {(r[0], r[1], r[2]): float(r[4]) for r in f("rl24_sizing_table")["rows"]}
+    assert persistent[("llama-70b", 8, "full")] == pytest.approx((18 + 2) * 68_976_648_192 / 8 / 2 ** 30, abs=0.1)   # state + bf16 reference
+
+
+def test_rl24_traps_hold_on_a_real_engine():
+    assert f("rl24_gap") < 1e-5
+    assert f("rl24_ref_trainable") == 0 < f("rl24_ref_params")
+    assert f("rl24_eos_in_loss") == f("rl24_stopped") > 0

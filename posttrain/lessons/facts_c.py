@@ -282,6 +282,69 @@ def rl23_modes_table() -> dict:
                  [[m, kpi("failures", "alarms fired", mode=m, severity=1.0)] for m in MODES])
 
 
+# ---- 24 · the RL infra engineer -------------------------------------------------------------
+
+GIB = 2 ** 30
+SIZING = [  # (model, GPUs, LoRA rank, rollout TP): the whiteboard question and the planner's ways out
+    ("llama3-8b", 8, 0, 1), ("llama-70b", 8, 0, 1), ("llama-70b", 8, 0, 8), ("llama-70b", 8, 16, 4),
+    ("llama-70b", 32, 0, 8)]
+
+
+def rl24_plan(model: str, gpus: int, lora: int, rollout_tp: int) -> dict:
+    from posttrain import memory
+    return memory.plan(model, algo="grpo", gpus=gpus, lora=lora, checkpointing=True, rollout_tp=rollout_tp)
+
+
+def rl24_sizing_table() -> dict:
+    rows = []
+    for model, gpus, lora, rtp in SIZING:
+        p = rl24_plan(model, gpus, lora, rtp)
+        ph = p["pools"]["colocated"]["phases"]
+        rows.append([model, gpus, lora or "full", rtp, f"{ph['persistent'] / GIB:.1f}",
+                     f"{p['peak_bytes'] / GIB:.1f}", "yes" if p["fits"] else "no"])
+    return table(["model", "H100s", "LoRA rank", "rollout TP", "persistent state, GiB/GPU", "peak, GiB/GPU",
+                  "fits in 74.5 GiB?"], rows)
+
+
+def rl24_state_tib() -> float:
+    """18 B per parameter for the 70B's full training state, in TiB."""
+    from posttrain import memory, shapes
+    return memory.train_bytes_per_param() * shapes.count_params(shapes.resolve_model("llama-70b")) / 2 ** 40
+
+
+@lru_cache(maxsize=1)
+def rl24_traps() -> dict:
+    """Three correctness traps checked on a real engine + trainer pair (random tiny gpt_mini, fp32):
+    sampler vs trainer log-probs on the same tokens, a reference that cannot be trained, and the
+    stop token in the loss of every response that stopped."""
+    import torch
+    from posttrain.framework.batch import collate_samples
+    from posttrain.framework.reference import Reference
+    from posttrain.framework.rollout import Engine, SamplingParams
+    from posttrain.framework.trainer import sequence_logprobs
+    from posttrain.models.gpt_mini import GPTMini, ModelConfig
+    from posttrain.models.tokenizer import BASE_CHARS, CharTokenizer
+    tok = CharTokenizer(BASE_CHARS)
+    torch.manual_seed(0)
+    model = GPTMini(ModelConfig(d_model=32, n_layers=2, n_heads=2, d_ff=64, max_seq_len=64).resolved(tok.vocab_size))
+    prompts = [tok.encode(tok.chat_prompt(f"{i}+{i + 3}")) for i in range(6)]
+    T = 0.8
+    samples = Engine(model, tok, max_slots=64).generate(prompts, 4, SamplingParams(temperature=T, max_new_tokens=24), seed=0)
+    for s in samples:
+        s.reward = 0.0
+    batch = collate_samples(samples, tok.pad_id)
+    with torch.no_grad():
+        lp, _ = sequence_logprobs(model.eval(), batch["input_ids"], T)                   # [B, T]
+    mask = batch["loss_mask"]
+    gap = float(((lp - batch["old_logprobs"]) * mask).abs().max())
+    ref = Reference(model)
+    stopped = [i for i, s in enumerate(samples) if s.finish_reason == "stop"]
+    eos_in_loss = sum(int(mask[i, len(samples[i].prompt_ids) + len(samples[i].response_ids) - 1]) for i in stopped)
+    return {"gap": gap, "tokens": int(mask.sum()), "ref_trainable": sum(p.requires_grad for p in ref.model.parameters()),
+            "ref_params": sum(1 for _ in ref.model.parameters()), "stopped": len(stopped), "eos_in_loss": eos_in_loss,
+            "samples": len(samples)}
+
+
 FACTS: dict[str, Callable[[], object]] = {
     "rl22a_worked_table": rl22a_worked_table,
     "rl22a_worked_disagg_s": lambda: rl22a_worked()["step_s"],
@@ -342,4 +405,17 @@ FACTS: dict[str, Callable[[], object]] = {
     "rl23_alarm_table": rl23_alarm_table,
     "rl23_real_runs_table": rl23_real_runs_table,
     "rl23_modes_table": rl23_modes_table,
+    "rl24_tokens_per_step": lambda: 1024 * 64 * 16,
+    "rl24_decode_tok_s": lambda: tp.decode_tokens_per_s(14e9, 8.6e9, 32),
+    "rl24_train_tok_s": lambda: tp.train_tokens_per_s(7e9),
+    "rl24_speed_ratio": lambda: tp.train_tokens_per_s(7e9) / tp.decode_tokens_per_s(14e9, 8.6e9, 32),
+    "rl24_sizing_table": rl24_sizing_table,
+    "rl24_state_tib": rl24_state_tib,
+    "rl24_hbm_gib": lambda: 8 * 80e9 / GIB,
+    "rl24_gap": lambda: rl24_traps()["gap"],
+    "rl24_gap_tokens": lambda: rl24_traps()["tokens"],
+    "rl24_ref_trainable": lambda: rl24_traps()["ref_trainable"],
+    "rl24_ref_params": lambda: rl24_traps()["ref_params"],
+    "rl24_stopped": lambda: rl24_traps()["stopped"],
+    "rl24_eos_in_loss": lambda: rl24_traps()["eos_in_loss"],
 }
