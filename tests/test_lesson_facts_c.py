@@ -195,3 +195,27 @@ def test_rl24_traps_hold_on_a_real_engine():
     assert f("rl24_gap") < 1e-5
     assert f("rl24_ref_trainable") == 0 < f("rl24_ref_params")
     assert f("rl24_eos_in_loss") == f("rl24_stopped") > 0
+
+
+# ---- 25 --------------------------------------------------------------------------------------
+
+def test_rl25_logits_and_chunks_by_hand():
+    assert f("rl25_logits_gib") == 32768 * 131072 * 2 / 2 ** 30 == 8.0
+    rows = {r[0]: r[1:] for r in f("rl25_chunk_table")["rows"]}
+    assert rows["1,024 columns"] == ["64 MiB", "128×"] and rows["4,096 columns"] == ["256 MiB", "32×"]
+
+
+def test_rl25_prefix_sharing_course_row_85_and_the_engine():
+    rows = {r[0]: r for r in f("rl25_prefix_table")["rows"]}
+    assert rows[16][2] == "6.15×" and rows[64][2] == "8.65×"                        # SEED_SPEC row 85
+    assert rows[16][3] == f"{16 * 1.1 / 2.6:.2f}×"
+    prompts = ["<3+4+5>", "<12+7+9+1>", "<6+6>", "<18+2+11>"]
+    assert f("rl25_engine_prefill_tokens") == sum(map(len, prompts))
+    assert f("rl25_engine_prompt_tokens") == 16 * sum(map(len, prompts)) and f("rl25_engine_prefills") == 4
+    assert f("rl25_w_gp05") == f"{16 / (1 + 16 * 0.5):.2f}×" and f("rl25_w_k64") == f"{64 / (1 + 64 * 0.05):.2f}×"
+
+
+def test_rl25_chunked_logsumexp_is_exact_and_a_forgotten_temperature_is_not():
+    assert f("rl25_chunked_exact") < 1e-4
+    assert f("rl25_wrong_t_gap") > 1e3 * f("rl24_gap")
+    assert f("rl25_cast_ms") == pytest.approx(41.79, abs=0.01)
