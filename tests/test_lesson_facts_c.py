@@ -219,3 +219,20 @@ def test_rl25_chunked_logsumexp_is_exact_and_a_forgotten_temperature_is_not():
     assert f("rl25_chunked_exact") < 1e-4
     assert f("rl25_wrong_t_gap") > 1e3 * f("rl24_gap")
     assert f("rl25_cast_ms") == pytest.approx(41.79, abs=0.01)
+
+
+# ---- 26 --------------------------------------------------------------------------------------
+
+def test_rl26_cost_table_by_hand():
+    rows = {r[0]: r for r in f("rl26_cost_table")["rows"]}
+    assert rows["7B"][1] == f"{18 * 7e9 / 2 ** 30:,.0f} GiB" and rows["7B"][2] == 2      # 126 GB → 2 H100s (row 60)
+    assert rows["70B"][2] == 16 and rows["405B"][2] == 96
+    assert rows["7B"][4] == "128 KiB"                                                      # 32·2·8·128·2 B
+    assert f("rl26_train_over_serve") == 9
+
+
+def test_rl26_corners_recover_the_course_recipes():
+    rows = {(r[0], r[1], r[2]): r[3:] for r in f("rl26_extremes_table")["rows"]}
+    assert rows[("100%", "0%", 32)] == ["verifier", "Dr. GRPO", "disaggregated", "DeepSeek-R1"]     # row 90
+    assert rows[("20%", "50%", 8)][3] == "InstructGPT-style RLHF"
+    assert rows[("20%", "50%", 1)][1] == "DPO (no rollouts)"

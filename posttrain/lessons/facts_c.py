@@ -403,6 +403,41 @@ def rl25_chunked_exact() -> float:
     return float((chunked - token_logprobs(logits, y, 1.0)).abs().max())
 
 
+# ---- 26 · why recipes look the way they do ----------------------------------------------------
+
+def rl26_cost_table() -> dict:
+    """The cost force in numbers (memory.py, shapes.py): training vs serving the course's round sizes."""
+    from posttrain import memory, shapes
+    rows = []
+    for b in (7, 70, 405):
+        s = shapes.course_shape(b)
+        p = shapes.count_params(s)
+        train = memory.train_bytes_per_param() * p
+        rows.append([f"{b}B", f"{train / GIB:,.0f} GiB", memory.min_gpus(train), f"{2 * p / GIB:,.0f} GiB",
+                     f"{shapes.kv_bytes_per_token(s) / 1024:.0f} KiB"])
+    return table(["model", "training state (18 B/param)", "H100s just to hold it", "bf16 weights to serve",
+                  "KV cache per token"], rows)
+
+
+FORCE_SETTINGS = [(100, 0, 32), (100, 50, 8), (100, 100, 512), (60, 50, 64), (20, 50, 8), (20, 50, 1)]
+
+
+def memory_ratio() -> float:
+    """Training state over serving weights, per parameter: 18 B / 2 B."""
+    from posttrain import memory
+    return memory.train_bytes_per_param() / 2
+
+
+def rl26_extremes_table() -> dict:
+    """The forces widget at a few corners of its map (its own recipe rules)."""
+    rows = []
+    for sig, bias, cost in FORCE_SETTINGS:
+        k = {label: kpi("forces", label, signal=sig, bias=bias, cost=cost)
+             for label in ("reward source", "algorithm", "topology", "closest named recipe")}
+        rows.append([f"{sig}%", f"{bias}%", cost, k["reward source"], k["algorithm"], k["topology"], k["closest named recipe"]])
+    return table(["verifiable signal", "bias tolerance", "GPUs", "reward", "algorithm", "topology", "closest recipe"], rows)
+
+
 FACTS: dict[str, Callable[[], object]] = {
     "rl22a_worked_table": rl22a_worked_table,
     "rl22a_worked_disagg_s": lambda: rl22a_worked()["step_s"],
@@ -488,4 +523,7 @@ FACTS: dict[str, Callable[[], object]] = {
     "rl25_cast_ms": lambda: 140e9 / 3.35e12 * 1000,
     "rl25_w_gp05": lambda: kpi("kernels", "prefix-sharing saving K/(1 + K·G/P)", gp=0.5),
     "rl25_w_k64": lambda: kpi("kernels", "prefix-sharing saving K/(1 + K·G/P)", K=64, gp=0.05),
+    "rl26_cost_table": rl26_cost_table,
+    "rl26_extremes_table": rl26_extremes_table,
+    "rl26_train_over_serve": lambda: memory_ratio(),
 }
