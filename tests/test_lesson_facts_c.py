@@ -236,3 +236,35 @@ def test_rl26_corners_recover_the_course_recipes():
     assert rows[("100%", "0%", 32)] == ["verifier", "Dr. GRPO", "disaggregated", "DeepSeek-R1"]     # row 90
     assert rows[("20%", "50%", 8)][3] == "InstructGPT-style RLHF"
     assert rows[("20%", "50%", 1)][1] == "DPO (no rollouts)"
+
+
+# ---- 27 --------------------------------------------------------------------------------------
+
+def test_rl27_gae_limits_by_hand():
+    rows = {r[0]: [float(x) for x in r[1:]] for r in f("rl27_gae_table")["rows"]}
+    V = [0.2, 0.4, 0.5, 0.7, 0.9]
+    assert rows[1.0] == pytest.approx([1 - v for v in V])                         # λ = 1: outcome − V
+    assert rows[0.0] == pytest.approx([b - a for a, b in zip(V, V[1:] + [1.0])])   # λ = 0: δ_t = V_{t+1} − V_t (last: 1 − V)
+    lam, a, expect = 0.95, 0.0, []
+    for t in range(4, -1, -1):                                                    # the recursion by hand
+        a = (rows[0.0][t]) + lam * a
+        expect.insert(0, a)
+    assert rows[0.95] == pytest.approx(expect, abs=1e-3)
+
+
+def test_rl27_kl_estimators_properties():
+    t = f("rl27_kl_table")
+    exact = float(t["columns"][1].split("= ")[1].rstrip(")"))
+    rows = {r[0]: r for r in t["rows"]}
+    assert float(rows["k3"][1]) == pytest.approx(exact, rel=0.05)                   # unbiased: close on 4,096 tokens
+    assert rows["k3"][3] == rows["k2"][3] == "0%" and int(rows["k1"][3].rstrip("%")) > 40
+    assert float(rows["k3"][2]) < float(rows["k2"][2]) < float(rows["k1"][2])
+
+
+def test_rl27_lora_and_off_policy_numbers():
+    assert f("rl27_lora_params") == 39_976_960                                    # shapes.lora_params docstring
+    assert f("rl27_lora_pct") == pytest.approx(100 * 39_976_960 / 6_738_415_616)
+    assert f("rl27_lora_opt_ratio") > 10
+    assert abs(f("rl27_w_bias_tis16")) < abs(f("rl27_w_bias_none16"))
+    assert abs(f("rl27_w_bias_tis16_c10")) < abs(f("rl27_w_bias_tis16"))
+    assert f("rl27_w_sd_tis16_c10") > f("rl27_w_sd_tis16")

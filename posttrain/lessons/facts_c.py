@@ -438,6 +438,48 @@ def rl26_extremes_table() -> dict:
     return table(["verifiable signal", "bias tolerance", "GPUs", "reward", "algorithm", "topology", "closest recipe"], rows)
 
 
+# ---- 27 · concepts the course leaves out -----------------------------------------------------
+
+def rl27_kl_table() -> dict:
+    """k1, k2, k3 (core.kl) on 4,096 tokens sampled from π_θ, against the exact KL(π_θ ‖ π_ref)
+    of two 16-token categoricals (π_ref's logits shifted by 0.5 × a ramp)."""
+    import torch
+    from posttrain.algorithms import core
+    base = torch.linspace(-1.5, 1.5, 16, dtype=torch.float64)
+    lp, lr = torch.log_softmax(base, -1), torch.log_softmax(base + 0.5 * torch.linspace(-1, 1, 16, dtype=torch.float64), -1)
+    exact = float((lp.exp() * (lp - lr)).sum())
+    y = torch.multinomial(lp.exp(), 4096, replacement=True, generator=torch.Generator().manual_seed(0))
+    rows = []
+    for k in core.KL_ESTIMATORS:
+        est = core.kl(lp[y], lr[y], k)                                                   # [4096]
+        rows.append([k, f"{float(est.mean()):.4f}", f"{float(est.std()):.4f}", f"{float((est < 0).double().mean()):.0%}"])
+    return table(["estimator", f"mean (exact KL = {exact:.4f})", "std per token", "tokens < 0"], rows)
+
+
+def rl27_gae_table() -> dict:
+    """ppo.gae on one 5-token response with an outcome reward of 1 on its last token and a critic's
+    values V = (0.2, 0.4, 0.5, 0.7, 0.9), γ = 1, for three λ."""
+    import torch
+    from posttrain.algorithms.ppo import gae
+    rewards = torch.tensor([[0.0, 0.0, 0.0, 0.0, 1.0]], dtype=torch.float64)
+    values = torch.tensor([[0.2, 0.4, 0.5, 0.7, 0.9]], dtype=torch.float64)
+    mask = torch.ones_like(rewards)
+    rows = []
+    for lam in (0.0, 0.95, 1.0):
+        adv, _ = gae(rewards, values, mask, gamma=1.0, lam=lam)
+        rows.append([lam, *[f"{float(a):+.3f}" for a in adv[0]]])
+    return table(["λ", *[f"A at token {t + 1}" for t in range(5)]], rows)
+
+
+def rl27_lora() -> dict:
+    from posttrain import shapes
+    s = shapes.resolve_model("llama-7b")
+    run = result("lora_memory")
+    return {"params": shapes.lora_params(s, 16), "frac": shapes.lora_params(s, 16) / shapes.count_params(s),
+            "opt_ratio": run["full"]["optimizer_state_bytes"] / run["lora"]["optimizer_state_bytes"],
+            "measured_frac": run["lora"]["trainable"] / run["lora"]["total"]}
+
+
 FACTS: dict[str, Callable[[], object]] = {
     "rl22a_worked_table": rl22a_worked_table,
     "rl22a_worked_disagg_s": lambda: rl22a_worked()["step_s"],
@@ -526,4 +568,16 @@ FACTS: dict[str, Callable[[], object]] = {
     "rl26_cost_table": rl26_cost_table,
     "rl26_extremes_table": rl26_extremes_table,
     "rl26_train_over_serve": lambda: memory_ratio(),
+    "rl27_kl_table": rl27_kl_table,
+    "rl27_gae_table": rl27_gae_table,
+    "rl27_lora_params": lambda: rl27_lora()["params"],
+    "rl27_lora_pct": lambda: 100 * rl27_lora()["frac"],
+    "rl27_lora_measured_pct": lambda: 100 * rl27_lora()["measured_frac"],
+    "rl27_lora_opt_ratio": lambda: rl27_lora()["opt_ratio"],
+    "rl27_w_bias_none16": lambda: kpi("off_policy", "bias", delta=16, mode="none"),
+    "rl27_w_bias_tis16": lambda: kpi("off_policy", "bias", delta=16, mode="tis"),
+    "rl27_w_capped_tis16": lambda: kpi("off_policy", "capped / masked tokens", delta=16, mode="tis"),
+    "rl27_w_bias_tis16_c10": lambda: kpi("off_policy", "bias", delta=16, mode="tis", cap=10.0),
+    "rl27_w_sd_tis16_c10": lambda: kpi("off_policy", "std over 200 batches", delta=16, mode="tis", cap=10.0),
+    "rl27_w_sd_tis16": lambda: kpi("off_policy", "std over 200 batches", delta=16, mode="tis"),
 }
