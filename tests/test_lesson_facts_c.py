@@ -268,3 +268,19 @@ def test_rl27_lora_and_off_policy_numbers():
     assert abs(f("rl27_w_bias_tis16")) < abs(f("rl27_w_bias_none16"))
     assert abs(f("rl27_w_bias_tis16_c10")) < abs(f("rl27_w_bias_tis16"))
     assert f("rl27_w_sd_tis16_c10") > f("rl27_w_sd_tis16")
+
+
+# ---- 28 --------------------------------------------------------------------------------------
+
+def test_rl28_amdahl_by_hand():
+    rows = {r[0]: r[1:] for r in f("rl28_amdahl_table")["rows"]}
+    assert rows["10%"][0] == f"{1 / (0.9 + 0.05):.2f}×" and rows["20%"][2] == "1.25×"
+    assert f("rl28_two_on_ten") == pytest.approx(100 * (1 / 0.95 - 1))
+    assert f("rl28_train_1gpu_s") == pytest.approx(6 * 7e9 * 32768 / 800e12)
+    assert f("rl28_train_8gpu_s") == pytest.approx(f("rl28_train_1gpu_s") / 8)
+
+
+def test_rl28_cpu_runs_are_train_bound_and_the_budget_widget_agrees_with_the_course():
+    assert [r[5] for r in f("rl28_cpu_table")["rows"]] == ["train"] * 3
+    assert f("rl28_w_trainonly_speedup") == "1.12×" and f("rl28_w_prefixonly_speedup") == "1.56×"   # row 95
+    assert f("rl28_w_all_speedup") == "4.63×" and f("rl28_w_all_largest").startswith("train")

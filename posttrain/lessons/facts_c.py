@@ -480,6 +480,30 @@ def rl27_lora() -> dict:
             "measured_frac": run["lora"]["trainable"] / run["lora"]["total"]}
 
 
+# ---- 28 · bottlenecks and where to optimise --------------------------------------------------
+
+def amdahl(share: float, speedup: float) -> float:
+    """Whole-step speed-up when a slice holding `share` of the step gets `speedup`× faster."""
+    return 1 / (1 - share + share / speedup)
+
+
+def rl28_amdahl_table() -> dict:
+    cols = [2, 10, math.inf]
+    return table(["slice's share of the step", *[("∞" if c == math.inf else f"{c}×") + " on that slice" for c in cols]],
+                 [[f"{int(100 * f)}%", *[f"{amdahl(f, c):.2f}×" for c in cols]] for f in (0.1, 0.2, 0.6, 0.8)])
+
+
+def rl28_cpu_table() -> dict:
+    """Per-role shares of the three synchronous seeds of benchmarks/async_vs_sync.py (one CPU thread)."""
+    rows = []
+    for r in result("async_vs_sync")["runs"]:
+        if r["run"] == "sync":
+            t = tp.step_time(**r["roles_s"], topology="colocated")
+            rows.append([r["seed"], f"{t['step_s']:.2f} s", *[f"{100 * t['shares'][k]:.0f}%" for k in ("rollout", "reference", "train")],
+                         t["bottleneck"]])
+    return table(["seed", "step", "rollout", "reference", "train", "bottleneck"], rows)
+
+
 FACTS: dict[str, Callable[[], object]] = {
     "rl22a_worked_table": rl22a_worked_table,
     "rl22a_worked_disagg_s": lambda: rl22a_worked()["step_s"],
@@ -580,4 +604,15 @@ FACTS: dict[str, Callable[[], object]] = {
     "rl27_w_bias_tis16_c10": lambda: kpi("off_policy", "bias", delta=16, mode="tis", cap=10.0),
     "rl27_w_sd_tis16_c10": lambda: kpi("off_policy", "std over 200 batches", delta=16, mode="tis", cap=10.0),
     "rl27_w_sd_tis16": lambda: kpi("off_policy", "std over 200 batches", delta=16, mode="tis"),
+    "rl28_amdahl_table": rl28_amdahl_table,
+    "rl28_two_on_ten": lambda: 100 * (amdahl(0.1, 2) - 1),
+    "rl28_cpu_table": rl28_cpu_table,
+    "rl28_train_1gpu_s": lambda: tp.train_time_s(32768, 7e9),
+    "rl28_train_8gpu_s": lambda: tp.train_time_s(32768, 7e9, gpus=8),
+    "rl28_w_trainonly_speedup": lambda: kpi("budget", "speed-up", prefix=False, cbatch=False, train_opts=True),
+    "rl28_w_prefixonly_speedup": lambda: kpi("budget", "speed-up", prefix=True, cbatch=False, train_opts=False),
+    "rl28_w_all_speedup": lambda: kpi("budget", "speed-up", prefix=True, cbatch=True, spec=True, fp8=True,
+                                       train_opts=True, sync="overlapped", refpool=True),
+    "rl28_w_all_largest": lambda: kpi("budget", "largest remaining slice", prefix=True, cbatch=True, spec=True, fp8=True,
+                                       train_opts=True, sync="overlapped", refpool=True),
 }
