@@ -284,3 +284,18 @@ def test_rl28_cpu_runs_are_train_bound_and_the_budget_widget_agrees_with_the_cou
     assert [r[5] for r in f("rl28_cpu_table")["rows"]] == ["train"] * 3
     assert f("rl28_w_trainonly_speedup") == "1.12×" and f("rl28_w_prefixonly_speedup") == "1.56×"   # row 95
     assert f("rl28_w_all_speedup") == "4.63×" and f("rl28_w_all_largest").startswith("train")
+
+
+# ---- gpt-01 ----------------------------------------------------------------------------------
+
+def test_g01_counts_by_hand():
+    assert f("g01_nano_params") == f("g01_module_params") == 58 * 128 + 4 * 197_888 + 128 + 58 * 128
+    assert f("g01_course_params") == 796_416                                         # SEED_SPEC row 97
+    parts = f("g01_parts_table")["rows"]
+    assert sum(int(r[1].replace(",", "")) for r in parts[:-1]) == f("g01_nano_params")
+    assert f("g01_block_over_d2") == pytest.approx(197_888 / 128 ** 2)
+    assert f("g01_flops_fwd") == 2 * f("g01_nano_params")
+
+
+def test_g01_unscaled_attention_saturates():
+    assert f("g01_peak_32_scaled") < 0.5 < f("g01_peak_32_unscaled") < f("g01_peak_512_unscaled")

@@ -504,6 +504,53 @@ def rl28_cpu_table() -> dict:
     return table(["seed", "step", "rollout", "reference", "train", "bottleneck"], rows)
 
 
+# ---- gpt_mini 01 · the model under every stage ----------------------------------------------
+
+def _nano():
+    from posttrain.models.gpt_mini import ModelConfig
+    from posttrain.models.tokenizer import BASE_CHARS
+    return ModelConfig(preset="nano").resolved(len(BASE_CHARS))
+
+
+def g01_parts_table() -> dict:
+    """gpt_mini nano (the arithmetic task's 58-character vocabulary) by part, from its config."""
+    from posttrain.models.gpt_mini import count_params
+    c = _nano()
+    d, L, V, hd = c.d_model, c.n_layers, c.vocab_size, c.head_dim
+    parts = {"token embedding (V·d)": V * d,
+             "attention, all blocks (q, k, v, o)": L * (d * (c.n_heads + 2 * c.n_kv_heads) * hd + c.n_heads * hd * d),
+             "SwiGLU MLP, all blocks (3·d·d_ff)": L * 3 * d * c.d_ff,
+             "RMSNorm weights (2 per block + final)": L * 2 * d + d, "output head (V·d, untied)": V * d}
+    total = count_params(c)
+    return table(["part", "parameters", "share"],
+                 [[k, f"{v:,}", f"{100 * v / total:.1f}%"] for k, v in parts.items()] + [["total", f"{total:,}", "100%"]])
+
+
+def g01_presets_table() -> dict:
+    from posttrain.models.gpt_mini import PRESETS, ModelConfig, count_params
+    from posttrain.models.tokenizer import BASE_CHARS
+    rows = []
+    for name in PRESETS:
+        c = ModelConfig(preset=name).resolved(len(BASE_CHARS))
+        rows.append([name, c.d_model, c.n_layers, c.n_heads, c.d_ff, f"{count_params(c):,}"])
+    return table(["preset", "d", "layers", "heads", "d_ff", "parameters (V = 58)"], rows)
+
+
+def g01_module_count() -> int:
+    """Parameters of an instantiated GPTMini nano, counted tensor by tensor."""
+    from posttrain.models.gpt_mini import GPTMini
+    return GPTMini(_nano()).num_params()
+
+
+def g01_softmax_peak(d_head: int, scaled: bool) -> float:
+    """Mean largest attention weight over 16 keys for random q, k with unit-variance entries."""
+    import torch
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(256, 1, d_head, generator=g), torch.randn(256, 16, d_head, generator=g)
+    scores = (q @ k.transpose(1, 2)).squeeze(1) / (math.sqrt(d_head) if scaled else 1.0)    # [256, 16]
+    return float(torch.softmax(scores, -1).max(-1).values.mean())
+
+
 FACTS: dict[str, Callable[[], object]] = {
     "rl22a_worked_table": rl22a_worked_table,
     "rl22a_worked_disagg_s": lambda: rl22a_worked()["step_s"],
@@ -615,4 +662,15 @@ FACTS: dict[str, Callable[[], object]] = {
                                        train_opts=True, sync="overlapped", refpool=True),
     "rl28_w_all_largest": lambda: kpi("budget", "largest remaining slice", prefix=True, cbatch=True, spec=True, fp8=True,
                                        train_opts=True, sync="overlapped", refpool=True),
+    "g01_parts_table": g01_parts_table,
+    "g01_presets_table": g01_presets_table,
+    "g01_nano_params": lambda: __import__("posttrain.models.gpt_mini", fromlist=["x"]).count_params(_nano()),
+    "g01_module_params": g01_module_count,
+    "g01_course_params": lambda: __import__("posttrain.shapes", fromlist=["x"]).count_params(
+        __import__("posttrain.shapes", fromlist=["x"]).resolve_model("course-minigpt")),
+    "g01_block_over_d2": lambda: (lambda c: (4 * c.d_model ** 2 + 3 * c.d_model * c.d_ff + 2 * c.d_model) / c.d_model ** 2)(_nano()),
+    "g01_peak_32_unscaled": lambda: g01_softmax_peak(32, False),
+    "g01_peak_32_scaled": lambda: g01_softmax_peak(32, True),
+    "g01_peak_512_unscaled": lambda: g01_softmax_peak(512, False),
+    "g01_flops_fwd": lambda: 2 * __import__("posttrain.models.gpt_mini", fromlist=["x"]).count_params(_nano()),
 }
