@@ -30,6 +30,7 @@ def cell(name, row, col):
 def warm_imports():
     """Module imports (torch, the widget registry) are paid once per process, not by a fact."""
     import posttrain.framework.rollout  # noqa: F401
+    import posttrain.lessons.runs  # noqa: F401
     from posttrain.lessons import registry
     registry.load_all()
 
@@ -299,3 +300,33 @@ def test_g01_counts_by_hand():
 
 def test_g01_unscaled_attention_saturates():
     assert f("g01_peak_32_scaled") < 0.5 < f("g01_peak_32_unscaled") < f("g01_peak_512_unscaled")
+
+
+# ---- gpt-02 ----------------------------------------------------------------------------------
+
+def test_g02_loss_landmarks_are_ordered_and_the_floor_by_hand():
+    rows = [float(r[1]) for r in f("g02_loss_table")["rows"]]
+    assert rows[0] == pytest.approx(math.log(58), abs=0.005)
+    assert rows[0] > rows[1] > rows[2] > rows[3] > rows[4] > rows[5]              # uniform … trained … floor
+    # floor by hand: two or three uniform digits per line (ln 10 each) and the count (ln 2), over the
+    # mean line length; 2-term lines "a+b=s\n" and 3-term lines "a+b=s;s+c=t\n"
+    import itertools
+    def line(ts):
+        acc, parts = ts[0], []
+        for t in ts[1:]:
+            parts.append(f"{acc}+{t}={acc + t}")
+            acc += t
+        return ";".join(parts) + "\n"
+    chars = {k: sum(len(line(ts)) for ts in itertools.product(range(10), repeat=k)) / 10 ** k for k in (2, 3)}
+    floor = (2.5 * math.log(10) + math.log(2)) / ((chars[2] + chars[3]) / 2)
+    assert f("g02_floor") == pytest.approx(floor, rel=0.03)                        # the held-out split removes ~10%
+
+
+def test_g02_contexts_and_temperature():
+    ent = {r[0]: [float(x) for x in r[3:]] for r in f("g02_context_table")["rows"]}
+    for e in ent.values():
+        assert e[0] < e[1] < e[2]                                                  # T = 0.5 < 1 < 2
+    assert ent["3+4=7;7+"][1] == pytest.approx(math.log(10), abs=0.1)             # the next term is random
+    assert f("g02_ent_99_t1") < 0.5 < 1.0 < f("g02_ent_99_t2")
+    assert f("g02_targets_per_step") == 32 * 95 and f("g02_tokens_seen") == 300 * 32 * 96
+    assert f("g02_chinchilla") == 20 * f("g01_nano_params")

@@ -551,6 +551,85 @@ def g01_softmax_peak(d_head: int, scaled: bool) -> float:
     return float(torch.softmax(scores, -1).max(-1).values.mean())
 
 
+# ---- gpt_mini 02 · pretraining ----------------------------------------------------------------
+
+CONTEXT_NEXT = {"3+4=": "7, the sum", "3+4=7;7+": "any digit: the next term is random",
+                "12+6=1": "8 (12 + 6 = 18)", "9+9=": "1 (9 + 9 = 18)"}
+
+
+@lru_cache(maxsize=1)
+def g02_corpus_stats() -> dict:
+    """The recorded run's corpus (runs.TASK: sums of 2–3 digits, lines as task.corpus writes them):
+    character entropy, and the floor of any predictor: the terms and the number of terms are
+    random, everything else follows from them."""
+    import random
+    from collections import Counter
+    from posttrain.lessons import runs
+    from posttrain.tasks.arithmetic import ArithmeticTask
+    task = ArithmeticTask(runs.TASK)
+    rng = random.Random(0)
+    problems = [task.sample_problem(rng, "train") for _ in range(1500)]
+    text = "".join(p.trace()[1:-1] + "\n" for p in problems)
+    n = len(text)
+    unigram = -sum(c / n * math.log(c / n) for c in Counter(text).values())
+    info = sum(p.k * math.log(runs.TASK.max_value + 1) + math.log(runs.TASK.max_terms - runs.TASK.min_terms + 1)
+               for p in problems)
+    return {"unigram": unigram, "floor": info / n, "symbols": len(set(text))}
+
+
+def g02_loss_table() -> dict:
+    from posttrain.lessons import runs
+    from posttrain.models.tokenizer import BASE_CHARS
+    rec = runs.recorded()["pretrain"]
+    c = g02_corpus_stats()
+    return table(["predictor", "nats per character"], [
+        [f"uniform over the {len(BASE_CHARS)}-character vocabulary", f"{math.log(len(BASE_CHARS)):.2f}"],
+        [f"uniform over the {c['symbols']} characters the corpus uses", f"{math.log(c['symbols']):.2f}"],
+        ["character frequencies, no context", f"{c['unigram']:.2f}"],
+        [f"gpt_mini, training loss at step {rec['step'][0]}", f"{rec['loss'][0]:.2f}"],
+        [f"gpt_mini, training loss at step {rec['step'][-1]}", f"{rec['loss'][-1]:.2f}"],
+        ["the floor: terms are random, the rest follows", f"{c['floor']:.2f}"]])
+
+
+def g02_context_table() -> dict:
+    import torch
+    from posttrain.lessons import runs
+    from posttrain.models.tokenizer import BASE_CHARS
+    rec = runs.recorded()["pretrain"]
+    rows = []
+    for ctx, logits in rec["logits"].items():
+        z = torch.tensor(logits, dtype=torch.float64)
+        p = torch.softmax(z, -1)
+        top = int(p.argmax())
+        ent = lambda t: float(-(torch.softmax(z / t, -1) * torch.log_softmax(z / t, -1)).sum())   # noqa: E731
+        rows.append([ctx, CONTEXT_NEXT[ctx], f"{BASE_CHARS[top]!r} ({float(p[top]):.2f})", f"{ent(0.5):.2f}",
+                     f"{ent(1.0):.2f}", f"{ent(2.0):.2f}"])
+    return table(["context", "what follows in the corpus", "model's top choice (probability)", "entropy at T = 0.5",
+                  "T = 1", "T = 2"], rows)
+
+
+def g02_entropy(ctx: str, t: float) -> float:
+    import torch
+    from posttrain.lessons import runs
+    z = torch.tensor(runs.recorded()["pretrain"]["logits"][ctx], dtype=torch.float64) / t
+    return float(-(torch.softmax(z, -1) * torch.log_softmax(z, -1)).sum())
+
+
+def g02_prob(ctx: str, char: str) -> float:
+    import torch
+    from posttrain.lessons import runs
+    from posttrain.models.tokenizer import BASE_CHARS
+    return float(torch.softmax(torch.tensor(runs.recorded()["pretrain"]["logits"][ctx]), -1)[BASE_CHARS.index(char)])
+
+
+def g02_tokens() -> dict:
+    from posttrain.config import PretrainConfig
+    c = PretrainConfig()
+    n = __import__("posttrain.models.gpt_mini", fromlist=["x"]).count_params(_nano())
+    seen = c.steps * c.batch_size * c.seq_len
+    return {"targets": c.batch_size * (c.seq_len - 1), "seen": seen, "chinchilla": 20 * n, "frac": seen / (20 * n)}
+
+
 FACTS: dict[str, Callable[[], object]] = {
     "rl22a_worked_table": rl22a_worked_table,
     "rl22a_worked_disagg_s": lambda: rl22a_worked()["step_s"],
@@ -673,4 +752,16 @@ FACTS: dict[str, Callable[[], object]] = {
     "g01_peak_32_scaled": lambda: g01_softmax_peak(32, True),
     "g01_peak_512_unscaled": lambda: g01_softmax_peak(512, False),
     "g01_flops_fwd": lambda: 2 * __import__("posttrain.models.gpt_mini", fromlist=["x"]).count_params(_nano()),
+    "g02_loss_table": g02_loss_table,
+    "g02_context_table": g02_context_table,
+    "g02_floor": lambda: g02_corpus_stats()["floor"],
+    "g02_final_loss": lambda: __import__("posttrain.lessons.runs", fromlist=["x"]).recorded()["pretrain"]["loss"][-1],
+    "g02_p_7_after_34": lambda: g02_prob("3+4=", "7"),
+    "g02_targets_per_step": lambda: g02_tokens()["targets"],
+    "g02_tokens_seen": lambda: g02_tokens()["seen"],
+    "g02_chinchilla": lambda: g02_tokens()["chinchilla"],
+    "g02_chinchilla_pct": lambda: 100 * g02_tokens()["frac"],
+    "g02_ln10": lambda: math.log(10),
+    "g02_ent_99_t1": lambda: g02_entropy("9+9=", 1.0),
+    "g02_ent_99_t2": lambda: g02_entropy("9+9=", 2.0),
 }
