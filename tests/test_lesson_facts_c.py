@@ -330,3 +330,19 @@ def test_g02_contexts_and_temperature():
     assert f("g02_ent_99_t1") < 0.5 < 1.0 < f("g02_ent_99_t2")
     assert f("g02_targets_per_step") == 32 * 95 and f("g02_tokens_seen") == 300 * 32 * 96
     assert f("g02_chinchilla") == 20 * f("g01_nano_params")
+
+
+# ---- gpt-03 ----------------------------------------------------------------------------------
+
+def test_g03_mask_boundary_row_102():
+    rows = f("g03_mask_table")["rows"]
+    P = len("<3+4+5>")
+    assert [r[3] for r in rows] == [0] * P + [1, 1, 1]                            # trained from column P on
+    assert [r[4] for r in rows] == [0] + [1] * (len(rows) - 1)                    # unmasked: all but column 0
+    assert (f("g03_trained_masked"), f("g03_targets"), f("g03_prompt_targets")) == (3, 9, 6)
+
+
+def test_g03_prompt_share_by_hand_on_one_problem_and_over_the_task():
+    assert 50 < f("g03_prompt_share_direct") < 90 and f("g03_prompt_share_cot") < f("g03_prompt_share_direct")
+    rows = f("g03_recorded_table")["rows"]
+    assert float(rows[0][1]) > float(rows[0][2])                                  # masked answers sooner (step 50)

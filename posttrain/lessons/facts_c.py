@@ -630,6 +630,48 @@ def g02_tokens() -> dict:
     return {"targets": c.batch_size * (c.seq_len - 1), "seen": seen, "chinchilla": 20 * n, "frac": seen / (20 * n)}
 
 
+# ---- gpt_mini 03 · SFT and the loss mask -------------------------------------------------------
+
+def g03_mask_table() -> dict:
+    """collate's loss mask for <3+4+5>12#, with the prompt masked and not: column t is trained
+    when the loss predicts input_ids[t] from input_ids[:t]."""
+    from posttrain.framework.batch import collate
+    from posttrain.models.tokenizer import BASE_CHARS, CharTokenizer
+    tok = CharTokenizer(BASE_CHARS)
+    prompt, response = tok.encode(tok.chat_prompt("3+4+5")), tok.encode(tok.chat_response("12"))
+    on = collate([prompt], [response], tok.pad_id, True)["loss_mask"][0].tolist()
+    off = collate([prompt], [response], tok.pad_id, False)["loss_mask"][0].tolist()
+    text = "".join(tok.chars[i] for i in prompt + response)
+    return table(["column t", "token", "predicted from", "trained, prompt masked", "trained, prompt not masked"],
+                 [[t, repr(text[t]), repr(text[:t]) if t else "—", int(a), int(b)] for t, (a, b) in enumerate(zip(on, off))])
+
+
+@lru_cache(maxsize=1)
+def g03_prompt_share() -> dict:
+    """Over 2,000 training problems of the default task (2–6 terms below 20): the share of trained
+    positions that are prompt positions when the prompt is not masked, direct and with CoT."""
+    from posttrain.models.tokenizer import BASE_CHARS, CharTokenizer
+    from posttrain.tasks.arithmetic import ArithmeticTask
+    tok, task = CharTokenizer(BASE_CHARS), ArithmeticTask()
+    out = {}
+    for cot in (False, True):
+        pr = rs = 0
+        for it in task.items(2000, "train", 0):
+            pr += len(tok.chat_prompt(task.prompt(it))) - 1                    # every prompt token but the first
+            rs += len(tok.chat_response(it.target(cot)))
+        out[cot] = pr / (pr + rs)
+    return out
+
+
+def g03_recorded_table() -> dict:
+    """The two recorded SFT runs (runs.json, direct answers, 2–3 digit sums): held-out greedy accuracy."""
+    from posttrain.lessons import runs
+    rec = runs.recorded()
+    on, off = rec["sft cot=False mask=True"], rec["sft cot=False mask=False"]
+    rows = [[st, f"{a:.2f}", f"{b:.2f}"] for st, a, b in zip(on["step"], on["acc"], off["acc"]) if st in (50, 100, 150, 200, 300)]
+    return table(["SFT step", "held-out accuracy, prompt masked", "prompt not masked"], rows)
+
+
 FACTS: dict[str, Callable[[], object]] = {
     "rl22a_worked_table": rl22a_worked_table,
     "rl22a_worked_disagg_s": lambda: rl22a_worked()["step_s"],
@@ -764,4 +806,11 @@ FACTS: dict[str, Callable[[], object]] = {
     "g02_ln10": lambda: math.log(10),
     "g02_ent_99_t1": lambda: g02_entropy("9+9=", 1.0),
     "g02_ent_99_t2": lambda: g02_entropy("9+9=", 2.0),
+    "g03_mask_table": g03_mask_table,
+    "g03_prompt_share_direct": lambda: 100 * g03_prompt_share()[False],
+    "g03_prompt_share_cot": lambda: 100 * g03_prompt_share()[True],
+    "g03_recorded_table": g03_recorded_table,
+    "g03_trained_masked": lambda: sum(r[3] for r in g03_mask_table()["rows"]),
+    "g03_targets": lambda: sum(r[4] for r in g03_mask_table()["rows"]),
+    "g03_prompt_targets": lambda: sum(r[4] - r[3] for r in g03_mask_table()["rows"]),
 }
