@@ -346,3 +346,16 @@ def test_g03_prompt_share_by_hand_on_one_problem_and_over_the_task():
     assert 50 < f("g03_prompt_share_direct") < 90 and f("g03_prompt_share_cot") < f("g03_prompt_share_direct")
     rows = f("g03_recorded_table")["rows"]
     assert float(rows[0][1]) > float(rows[0][2])                                  # masked answers sooner (step 50)
+
+
+# ---- gpt-04 ----------------------------------------------------------------------------------
+
+def test_g04_trace_and_the_measured_gap():
+    assert f("g04_example_cot") == "{3+4=7;7+5=12;12+6=18}18" and f("g04_example_direct") == "18"
+    assert f("g04_example_len") == len("{3+4=7;7+5=12;12+6=18}18")
+    assert f("g04_compound_100") == pytest.approx(0.366, abs=0.001)                 # row 105
+    rows = f("g04_table")["rows"]
+    assert all(float(r[3]) > float(r[2]) for r in rows)                            # CoT ≥ direct at every K
+    assert float(rows[-1][2]) < float(rows[0][2])                                  # direct falls with K
+    assert f("g04_acc_ratio") == pytest.approx(f("g04_cot_acc") / f("g04_direct_acc"))
+    assert rows[2][4] == f"{90 ** 4:.1e}" and 90 ** 4 > f("g01_nano_params") > 90 ** 3

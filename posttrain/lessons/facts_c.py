@@ -672,6 +672,22 @@ def g03_recorded_table() -> dict:
     return table(["SFT step", "held-out accuracy, prompt masked", "prompt not masked"], rows)
 
 
+# ---- gpt_mini 04 · chain of thought -----------------------------------------------------------
+
+def g04_table() -> dict:
+    """benchmarks/results/cot_vs_direct.json: nano pretrained, then 800 SFT steps on direct answers or
+    on CoT traces, sums of 2–6 two-digit terms (10–99), held-out greedy accuracy by term count."""
+    r = result("cot_vs_direct")
+    return table(["terms K", "additions in the sum", "direct answer", "chain of thought", "distinct problems (90^K)"],
+                 [[k, k - 1, f"{r['direct'][f'eval/greedy_acc_k{k}']:.2f}", f"{r['cot'][f'eval/greedy_acc_k{k}']:.2f}",
+                   f"{90 ** k:.1e}" if k > 3 else f"{90 ** k:,}"] for k in range(2, 7)])
+
+
+def g04_target(terms: tuple, cot: bool) -> str:
+    from posttrain.tasks.arithmetic import Problem
+    return Problem(terms).target(cot)
+
+
 FACTS: dict[str, Callable[[], object]] = {
     "rl22a_worked_table": rl22a_worked_table,
     "rl22a_worked_disagg_s": lambda: rl22a_worked()["step_s"],
@@ -813,4 +829,15 @@ FACTS: dict[str, Callable[[], object]] = {
     "g03_trained_masked": lambda: sum(r[3] for r in g03_mask_table()["rows"]),
     "g03_targets": lambda: sum(r[4] for r in g03_mask_table()["rows"]),
     "g03_prompt_targets": lambda: sum(r[4] - r[3] for r in g03_mask_table()["rows"]),
+    "g04_table": g04_table,
+    "g04_direct_acc": lambda: result("cot_vs_direct")["direct"]["eval/greedy_acc"],
+    "g04_cot_acc": lambda: result("cot_vs_direct")["cot"]["eval/greedy_acc"],
+    "g04_direct_len": lambda: result("cot_vs_direct")["direct"]["eval/length_mean"],
+    "g04_cot_len": lambda: result("cot_vs_direct")["cot"]["eval/length_mean"],
+    "g04_example_cot": lambda: g04_target((3, 4, 5, 6), True),
+    "g04_example_direct": lambda: g04_target((3, 4, 5, 6), False),
+    "g04_example_len": lambda: len(g04_target((3, 4, 5, 6), True)),
+    "g04_compound_100": lambda: 0.99 ** 100,
+    "g04_len_ratio": lambda: result("cot_vs_direct")["cot"]["eval/length_mean"] / result("cot_vs_direct")["direct"]["eval/length_mean"],
+    "g04_acc_ratio": lambda: result("cot_vs_direct")["cot"]["eval/greedy_acc"] / result("cot_vs_direct")["direct"]["eval/greedy_acc"],
 }
