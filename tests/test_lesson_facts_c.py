@@ -359,3 +359,16 @@ def test_g04_trace_and_the_measured_gap():
     assert float(rows[-1][2]) < float(rows[0][2])                                  # direct falls with K
     assert f("g04_acc_ratio") == pytest.approx(f("g04_cot_acc") / f("g04_direct_acc"))
     assert rows[2][4] == f"{90 ** 4:.1e}" and 90 ** 4 > f("g01_nano_params") > 90 ** 3
+
+
+# ---- gpt-05 ----------------------------------------------------------------------------------
+
+def test_g05_first_step_is_ln2_and_beta_over_two():
+    assert f("g05_loss0") == pytest.approx(math.log(2)) and f("g05_ln2") == pytest.approx(math.log(2))
+    assert f("g05_grad_chosen") == pytest.approx(-0.1 / 2) and f("g05_grad_rejected") == pytest.approx(0.1 / 2)
+
+
+def test_g05_plain_dpo_displaces_the_chosen_likelihood():
+    assert f("g05_dpo_end") < f("g05_start") < f("g05_nll_end")
+    assert f("g05_dpo_chosen") < f("g05_nll_chosen")
+    assert len(f("g05_family_table")["rows"]) == 4

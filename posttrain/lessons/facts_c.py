@@ -688,6 +688,37 @@ def g04_target(terms: tuple, cot: bool) -> str:
     return Problem(terms).target(cot)
 
 
+# ---- gpt_mini 05 · DPO ------------------------------------------------------------------------
+
+def g05_first_step(beta: float = 0.1) -> dict:
+    """preference_loss on one pair when π_θ = π_ref (every log-ratio 0): the loss and its gradient
+    with respect to the chosen and rejected log-probs."""
+    import torch
+    from posttrain.preference.dpo import DPOLossConfig, SeqLogps, preference_loss
+    lp = torch.zeros(2, dtype=torch.float64, requires_grad=True)
+    zero, one = torch.zeros(1, dtype=torch.float64), torch.ones(1, dtype=torch.float64)
+    loss, _ = preference_loss(DPOLossConfig("dpo", beta), SeqLogps(lp[:1], lp[1:], zero, zero, one, one))
+    (g,) = torch.autograd.grad(loss.sum(), lp)
+    return {"loss": float(loss.detach()), "grad_chosen": float(g[0]), "grad_rejected": float(g[1])}
+
+
+def g05_family_table() -> dict:
+    """benchmarks/results/dpo_family.json: from the same SFT checkpoint and the same verifier-labelled
+    pairs, 100 steps each; held-out pass@1 and the final mean log-probabilities of the pairs."""
+    rows = []
+    for r in result("dpo_family"):
+        if r["run"] in ("dpo lr 1e-5", "dpo lr 3e-6", "dpo_nll lr 1e-5", "orpo lr 1e-5"):
+            ev = {e["step"]: e["eval/pass@1"] for e in r["evals"]}
+            rows.append([r["run"], f"{ev[0]:.3f} → {ev[50]:.3f} → {ev[100]:.3f}", f"{r['final_logps_chosen']:.2f}",
+                         f"{r['final_logps_rejected']:.2f}"])
+    return table(["loss, learning rate", "held-out pass@1 at steps 0 → 50 → 100", "log π(chosen), end",
+                  "log π(rejected), end"], rows)
+
+
+def g05_run(name: str) -> dict:
+    return next(r for r in result("dpo_family") if r["run"] == name)
+
+
 FACTS: dict[str, Callable[[], object]] = {
     "rl22a_worked_table": rl22a_worked_table,
     "rl22a_worked_disagg_s": lambda: rl22a_worked()["step_s"],
@@ -840,4 +871,14 @@ FACTS: dict[str, Callable[[], object]] = {
     "g04_compound_100": lambda: 0.99 ** 100,
     "g04_len_ratio": lambda: result("cot_vs_direct")["cot"]["eval/length_mean"] / result("cot_vs_direct")["direct"]["eval/length_mean"],
     "g04_acc_ratio": lambda: result("cot_vs_direct")["cot"]["eval/greedy_acc"] / result("cot_vs_direct")["direct"]["eval/greedy_acc"],
+    "g05_loss0": lambda: g05_first_step()["loss"],
+    "g05_ln2": lambda: math.log(2),
+    "g05_grad_chosen": lambda: g05_first_step()["grad_chosen"],
+    "g05_grad_rejected": lambda: g05_first_step()["grad_rejected"],
+    "g05_family_table": g05_family_table,
+    "g05_dpo_end": lambda: g05_run("dpo lr 1e-5")["evals"][-1]["eval/pass@1"],
+    "g05_nll_end": lambda: g05_run("dpo_nll lr 1e-5")["evals"][-1]["eval/pass@1"],
+    "g05_start": lambda: g05_run("dpo lr 1e-5")["evals"][0]["eval/pass@1"],
+    "g05_dpo_chosen": lambda: g05_run("dpo lr 1e-5")["final_logps_chosen"],
+    "g05_nll_chosen": lambda: g05_run("dpo_nll lr 1e-5")["final_logps_chosen"],
 }
