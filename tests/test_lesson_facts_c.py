@@ -54,7 +54,7 @@ def test_every_fact_the_pages_quote_exists_and_every_fact_is_quoted():
     for page in PAGES:
         path = TEXT / f"{page}.md"
         if path.exists():
-            quoted |= set(re.findall(r"\{\{(?:fact|table):([a-z0-9_]+)", path.read_text()))
+            quoted |= set(re.findall(r"\{\{(?:fact|table):([A-Za-z0-9_]+)", path.read_text()))
     assert quoted <= set(FACTS), sorted(quoted - set(FACTS))
     assert set(FACTS) <= quoted, f"facts no page quotes: {sorted(set(FACTS) - quoted)}"
 
@@ -372,3 +372,23 @@ def test_g05_plain_dpo_displaces_the_chosen_likelihood():
     assert f("g05_dpo_end") < f("g05_start") < f("g05_nll_end")
     assert f("g05_dpo_chosen") < f("g05_nll_chosen")
     assert len(f("g05_family_table")["rows"]) == 4
+
+
+# ---- gpt-06 ----------------------------------------------------------------------------------
+
+def test_g06_worked_group_row_108_and_the_degenerate_formula():
+    rows = {r[0]: r[1:] for r in f("g06_group_table")["rows"]}
+    assert rows["1, 1, 0, 0"] == ["+1.000, +1.000, -1.000, -1.000", "+0.866, +0.866, -0.866, -0.866"]
+    assert rows["1, 0, 0, 0"][0] == f"{3 / math.sqrt(3):+.3f}, " + ", ".join([f"{-1 / math.sqrt(3):+.3f}"] * 3)
+    assert rows["1, 1, 1, 1"][0] == "+0.000, +0.000, +0.000, +0.000"
+    for K, obs, per_prompt, mean_p in f("g06_degenerate_table")["rows"]:
+        p = f("g06_mean_p")
+        assert float(mean_p) == pytest.approx(p ** K + (1 - p) ** K, abs=0.006)
+        assert abs(float(obs) - float(per_prompt)) < 0.05 and float(obs) >= float(mean_p)
+    assert f("g06_k2_degenerate") > f("g06_k8_degenerate")
+    assert f("g06_k2_first10_degenerate") > f("g06_k8_first10_degenerate")
+
+
+def test_g06_preset_values():
+    assert (f("g06_cfg_K"), f("g06_cfg_prompts"), f("g06_cfg_kl")) == (8, 32, 0.01)
+    assert f("g06_lr_ratio") == pytest.approx(1e-3 / 5e-5)

@@ -719,6 +719,41 @@ def g05_run(name: str) -> dict:
     return next(r for r in result("dpo_family") if r["run"] == name)
 
 
+# ---- gpt_mini 06 · RL with verifiable rewards (GRPO) -----------------------------------------
+
+def g06_group_table() -> dict:
+    """grpo.advantages for the group r = (1, 1, 0, 0) and (1, 0, 0, 0), both std conventions."""
+    import torch
+    from posttrain.algorithms import grpo
+    rows = []
+    for rewards in ((1.0, 1.0, 0.0, 0.0), (1.0, 0.0, 0.0, 0.0), (1.0, 1.0, 1.0, 1.0)):
+        r = torch.tensor(rewards, dtype=torch.float64)
+        adv = {std: grpo.advantages(r, torch.zeros(4, dtype=torch.long), grpo.Config(std=std)) for std in ("population", "unbiased")}
+        rows.append([", ".join(f"{x:g}" for x in rewards),
+                     *[", ".join(f"{float(a):+.3f}" for a in adv[std]) for std in ("population", "unbiased")]])
+    return table(["rewards of the group", "A, population std (the course's tables)", "A, unbiased std (torch, TRL, verl)"], rows)
+
+
+def g06_degenerate_table() -> dict:
+    """benchmarks/results/claims.json: 300 train prompts, each prompt's pass rate p estimated from 32
+    samples of the SFT model; fresh groups of K: the share with all-equal rewards, against
+    p^K + (1 − p)^K per prompt and against the same formula at the mean p."""
+    d = result("claims")["degenerate"]
+    return table(["K", "observed", "predicted, per-prompt p", f"predicted from the mean p = {d['mean_p']:.2f}"],
+                 [[r["K"], f"{r['observed']:.2f}", f"{r['predicted_per_prompt']:.2f}", f"{r['predicted_mean_p']:.2f}"]
+                  for r in d["rows"]])
+
+
+def g06_group_runs() -> dict:
+    return {r["run"]: r for r in result("claims")["group"]}
+
+
+def g06_config() -> dict:
+    from posttrain.config import RLConfig, load_config
+    c = load_config(RLConfig, "grpo_arith", [])
+    return {"K": c.samples_per_prompt, "prompts": c.prompts_per_step, "lr": c.optim.lr, "kl": c.algo["kl_coef"]}
+
+
 FACTS: dict[str, Callable[[], object]] = {
     "rl22a_worked_table": rl22a_worked_table,
     "rl22a_worked_disagg_s": lambda: rl22a_worked()["step_s"],
@@ -881,4 +916,20 @@ FACTS: dict[str, Callable[[], object]] = {
     "g05_start": lambda: g05_run("dpo lr 1e-5")["evals"][0]["eval/pass@1"],
     "g05_dpo_chosen": lambda: g05_run("dpo lr 1e-5")["final_logps_chosen"],
     "g05_nll_chosen": lambda: g05_run("dpo_nll lr 1e-5")["final_logps_chosen"],
+    "g06_group_table": g06_group_table,
+    "g06_degenerate_table": g06_degenerate_table,
+    "g06_k2_degenerate": lambda: result("claims")["degenerate"]["rows"][0]["observed"],
+    "g06_k8_degenerate": lambda: result("claims")["degenerate"]["rows"][2]["observed"],
+    "g06_mean_p": lambda: result("claims")["degenerate"]["mean_p"],
+    "g06_k2_first10_degenerate": lambda: g06_group_runs()["group_2"]["group/degenerate_frac_first10"],
+    "g06_k8_first10_degenerate": lambda: g06_group_runs()["group_8"]["group/degenerate_frac_first10"],
+    "g06_k2_pass_end": lambda: g06_group_runs()["group_2"]["pass@1_end"],
+    "g06_k8_pass_end": lambda: g06_group_runs()["group_8"]["pass@1_end"],
+    "g06_group_pass_start": lambda: g06_group_runs()["group_2"]["pass@1_start"],
+    "g06_cfg_K": lambda: g06_config()["K"],
+    "g06_cfg_prompts": lambda: g06_config()["prompts"],
+    "g06_cfg_lr": lambda: g06_config()["lr"],
+    "g06_cfg_kl": lambda: g06_config()["kl"],
+    "g06_lr_ratio": lambda: __import__("posttrain.config", fromlist=["x"]).SFTConfig().optim.lr / g06_config()["lr"],
+    "g06_sync_gain_pts": lambda: 100 * rl22c_gain("sync", "pass@1_gain_mean"),
 }
