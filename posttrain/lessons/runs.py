@@ -2,6 +2,7 @@
 
     python -m posttrain.lessons.runs          # re-runs them all and rewrites data/runs.json
     python -m posttrain.lessons.runs dapo     # re-runs only the 16 DAPO ablation runs (~30 s)
+    python -m posttrain.lessons.runs stale mask cot   # or other parts (see PARTS), keeping the rest
 
 Each run is seconds on a laptop CPU (a 2-layer, 64-wide gpt_mini on one-digit sums), so the
 lesson pages read recorded curves instead of training while you move a knob; tests re-run a
@@ -33,34 +34,68 @@ EVAL_EVERY = 25
 CONTEXTS = ["3+4=", "3+4=7;7+", "12+6=1", "9+9="]
 
 
-def tiny_model(tok: CharTokenizer, seed: int) -> GPTMini:
+def tiny_model(tok: CharTokenizer, seed: int, layers: int = 2, max_seq_len: int = 64) -> GPTMini:
     torch.manual_seed(seed)
-    return GPTMini(ModelConfig(d_model=64, n_layers=2, n_heads=4, d_ff=128, max_seq_len=64).resolved(tok.vocab_size))
+    return GPTMini(ModelConfig(d_model=64, n_layers=layers, n_heads=4, d_ff=128,
+                               max_seq_len=max_seq_len).resolved(tok.vocab_size))
 
 
-def sft_run(mask_prompt: bool, cot: bool, steps: int = 300, seed: int = 0) -> dict:
-    """SFT from scratch on sums of 2–3 digits; held-out greedy accuracy every EVAL_EVERY steps."""
+def sft_run(mask_prompt: bool, cot: bool, steps: int = 300, seed: int = 0, layers: int = 2,
+            task_cfg: ArithmeticConfig = TASK, heldout_n: int = 100, eval_every: int = EVAL_EVERY) -> dict:
+    """SFT from scratch on the task's sums (default: 2–3 single digits); held-out greedy accuracy
+    every `eval_every` steps, overall ("acc") and per number of terms ("acc_k": {K: [...]})."""
     torch.set_num_threads(1)
-    tok, task = CharTokenizer(BASE_CHARS), ArithmeticTask(TASK)
-    model = tiny_model(tok, seed)
+    tok, task = CharTokenizer(BASE_CHARS), ArithmeticTask(task_cfg)
+    model = tiny_model(tok, seed, layers, max_seq_len=64 if task_cfg.max_terms <= 3 else 128)
     items = task.items(2000, "train", seed)
     prompts = [tok.encode(tok.chat_prompt(task.prompt(it))) for it in items]
     responses = [tok.encode(tok.chat_response(it.target(cot))) for it in items]
-    heldout = task.items(100, "test", seed)
+    heldout = task.items(heldout_n, "test", seed)
     trainer = Trainer(model, OptimConfig(lr=3e-3, schedule="constant", weight_decay=0.0), steps)
     gen = torch.Generator().manual_seed(seed)
-    curve = {"step": [], "loss": [], "acc": []}
+    curve = {"step": [], "loss": [], "acc": [], "acc_k": {}}
     for step in range(1, steps + 1):
         idx = torch.randint(0, len(items), (32,), generator=gen).tolist()
         batch = collate([prompts[i] for i in idx], [responses[i] for i in idx], tok.pad_id, mask_prompt)
         m = trainer.step(batch, lm_loss)
-        if step % EVAL_EVERY == 0:
-            acc = evaluate(model, tok, task, heldout, seed=seed)["eval/greedy_acc"]
+        if step % eval_every == 0:
+            ev = evaluate(model, tok, task, heldout, seed=seed)
             curve["step"].append(step)
             curve["loss"].append(round(float(m["train/nll"]), 4))
-            curve["acc"].append(round(acc, 4))
+            curve["acc"].append(round(ev["eval/greedy_acc"], 4))
+            for k, row in ev["per_k"].items():
+                curve["acc_k"].setdefault(str(k), []).append(round(row["greedy"], 4))
             model.train()
     return curve
+
+
+def seeds_mean(curves: list[dict]) -> dict:
+    """Curves of several seeds averaged point by point (per-K accuracies too)."""
+    out = {"step": curves[0]["step"], "seeds": len(curves)}
+    for key in ("loss", "acc"):
+        out[key] = [round(sum(c[key][i] for c in curves) / len(curves), 4) for i in range(len(out["step"]))]
+    out["acc_k"] = {k: [round(sum(c["acc_k"][k][i] for c in curves) / len(curves), 4) for i in range(len(out["step"]))]
+                    for k in curves[0]["acc_k"]}
+    return out
+
+
+MASK_SEEDS = 3
+COT_TASK = ArithmeticConfig(min_terms=2, max_terms=6, max_value=19)   # the default task: two-digit terms
+COT_LAYERS, COT_STEPS = (1, 2), 1200
+
+
+def mask_runs() -> dict:
+    """G03: SFT with the prompt masked or trained on, MASK_SEEDS seeds each, averaged."""
+    return {f"sft mask={int(m)} seeds": seeds_mean([sft_run(m, False, seed=s) for s in range(MASK_SEEDS)])
+            for m in (True, False)}
+
+
+def cot_runs() -> dict:
+    """G04: SFT on 2–6-term sums of 0..19, direct answers vs chain of thought, 1 and 2 layers;
+    held-out accuracy per number of terms every 200 steps."""
+    return {f"cot layers={L} cot={int(c)}": sft_run(True, c, steps=COT_STEPS, layers=L, task_cfg=COT_TASK,
+                                                     heldout_n=500, eval_every=200)
+            for L in COT_LAYERS for c in (False, True)}
 
 
 def pretrain_run(steps: int = 300, seed: int = 0) -> dict:
@@ -95,7 +130,8 @@ def all_runs() -> dict:
         for mask in (True, False):
             out[f"sft cot={cot} mask={mask}"] = sft_run(mask, cot)
             print(f"[runs] sft cot={cot} mask={mask}: acc {out[f'sft cot={cot} mask={mask}']['acc']}", flush=True)
-    out.update(dapo_toy.all_runs())
+    for part in ("dapo", "stale", "mask", "cot"):
+        out.update(PARTS[part]())
     return out
 
 
@@ -107,10 +143,19 @@ def recorded() -> dict:
     return json.loads(DATA.read_text())
 
 
-if __name__ == "__main__":
-    if sys.argv[1:] == ["dapo"]:                  # keep the other recorded runs as they are
-        runs = {k: v for k, v in json.loads(DATA.read_text()).items() if not k.startswith("dapo ")}
-        runs.update(dapo_toy.all_runs())
+PARTS = {"dapo": lambda: dapo_toy.all_runs(), "stale": lambda: dapo_toy.stale_runs(), "mask": mask_runs,
+         "cot": cot_runs, "pretrain": lambda: {"pretrain": pretrain_run()}}
+
+
+if __name__ == "__main__":                        # python -m posttrain.lessons.runs [PART ...]
+    runs = json.loads(DATA.read_text()) if DATA.exists() else {}
+    if sys.argv[1:]:                              # re-run only the named parts, keep the rest
+        for part in sys.argv[1:]:
+            if part not in PARTS:
+                sys.exit(f"unknown part {part!r}; parts: {', '.join(PARTS)}")
+            runs.update(PARTS[part]())
+            DATA.write_text(json.dumps(runs))
+            print(f"[runs] {part} done", file=sys.stderr, flush=True)
     else:
         runs = all_runs()
     DATA.parent.mkdir(exist_ok=True)

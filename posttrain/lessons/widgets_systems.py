@@ -14,14 +14,15 @@ import torch
 
 from posttrain import memory, shapes, throughput as tp
 from posttrain.framework.rollout import Engine, SamplingParams
+from posttrain.lessons import units
 from posttrain.lessons.registry import Knob, Widget, bar, figure, line, r, register
 from posttrain.models.gpt_mini import GPTMini, KVCache, ModelConfig
 from posttrain.models.tokenizer import CharTokenizer
 
 # ---- 20 · KV cache footprint ---------------------------------------------------------------------
 
-MODELS = {"7b": {"layers": 32, "d": 4096, "weights_gb": 14}, "70b": {"layers": 80, "d": 8192, "weights_gb": 140}}
-HBM_GB, HBM_GBPS = 80, 3350
+MODELS = {"7b": {"layers": 32, "d": 4096, "params": 7e9}, "70b": {"layers": 80, "d": 8192, "params": 70e9}}
+HBM_BYTES_PER_S = 3.35e12                                            # H100 SXM memory bandwidth
 
 
 def course_kv_shape(model: str, gqa: bool) -> shapes.ModelShape:
@@ -40,28 +41,33 @@ def gpt_mini_kv_bytes(preset: str) -> int:
 
 
 def kv_cache(model: str, B: int, L: int, gqa: bool) -> dict:
+    """Bytes of the KV cache of B sequences of L tokens (shapes.kv_bytes_per_token, bf16), the
+    bf16 weights, and one H100; the time to stream the cache once at HBM bandwidth."""
     m = MODELS[model]
     per_tok = shapes.kv_bytes_per_token(course_kv_shape(model, gqa))     # 2·layers·kv_heads·head_dim·2 B
-    total = B * L * per_tok / 2 ** 30                                 # GiB
-    free = HBM_GB - m["weights_gb"]
-    ms = total / HBM_GBPS * 1000
-    if total > free:
+    kv, weights = B * L * per_tok, 2 * m["params"]                     # bytes
+    free = units.H100_BYTES - weights
+    ms = kv / HBM_BYTES_PER_S * 1000
+    if kv > free:
         bound = "HBM capacity: split across GPUs"
-    elif total > 5 * m["weights_gb"]:
+    elif kv > 5 * weights:
         bound = "KV bandwidth (decode-bound)"
-    elif total > m["weights_gb"]:
+    elif kv > weights:
         bound = "KV dominates weights"
     else:
         bound = "weight bandwidth dominates KV"
     return {
-        "figure": figure([bar(["weights", "KV cache", "HBM of one GPU"], [m["weights_gb"], total, HBM_GB],
-                              "GB", marker={"color": ["#1f77b4", "#ff7f0e", "#cccccc"]})],
-                         f"{model}, {'GQA-8' if gqa else 'MHA'}, B = {B}, L = {L}", "", "GB"),
-        "kpis": [["KV per token", f"{per_tok / 1024:.0f} KB"], ["KV total", f"{total:.1f} GB"],
-                 ["free HBM after weights", f"{free} GB"], ["time to read the KV once", f"{ms:.1f} ms"],
+        "figure": figure([bar(["weights (bf16)", "KV cache", "one H100"], [units.gib(weights), units.gib(kv), units.H100_GIB],
+                              "GiB", marker={"color": ["#1f77b4", "#ff7f0e", "#cccccc"]})],
+                         f"{model}, {'GQA-8' if gqa else 'MHA'}, B = {B}, L = {L}", "", "GiB (2^30 bytes)"),
+        "kpis": [["KV per token", units.size(per_tok)], ["KV total", units.size(kv)],
+                 ["weights", units.size(weights)], ["free HBM after weights", units.size(free) if free > 0 else "none: the weights alone exceed one H100"],
+                 ["H100s the KV alone needs", f"{kv / units.H100_BYTES:.1f}"],
+                 ["time to read the KV once", f"{ms:.1f} ms"], ["time to read the weights once", f"{weights / HBM_BYTES_PER_S * 1000:.1f} ms"],
                  ["bottleneck", bound], ["posttrain's gpt_mini nano KV per token (fp32, measured)",
                                          f"{gpt_mini_kv_bytes('nano')} B"]],
-        "note": "Every decode step reads the weights once and every cached token's keys and values once.",
+        "note": f"Every decode step streams the weights once ({weights / HBM_BYTES_PER_S * 1000:.1f} ms) and every "
+                f"cached token's keys and values once ({ms:.1f} ms here): {bound}.",
     }
 
 
@@ -70,9 +76,9 @@ register(Widget(
     [Knob("model", "model", ["7b", "70b"], "7b", "select"), Knob("B", "concurrent sequences B", [1, 8, 32, 128, 256, 512], 32),
      Knob("L", "sequence length L", [128, 512, 2048, 8192, 32768], 2048), Knob("gqa", "GQA (8 KV heads)", [False, True], True, "check")],
     {"knobs": {"model": "70b", "B": 256, "L": 8192},
-     "what": "70B with 256 sequences of 8k tokens: 640 GB of KV cache, eight GPUs' worth; the engine "
-             "must cut concurrency or preempt, and the rollout phase stalls."},
-    "Weights, KV cache and the 80 GB of one H100, in GB (GiB for the KV).",
+     "what": "70B with 256 sequences of 8k tokens: 640 GiB of KV cache, more than eight H100s hold; the "
+             "engine must cut concurrency or preempt, and the rollout phase stalls."},
+    "Weights, KV cache and the capacity of one H100 (80 GB as sold = 74.5 GiB), all in GiB.",
     ["posttrain.shapes:kv_bytes_per_token", "posttrain.models.gpt_mini:KVCache"]))
 
 
@@ -129,70 +135,33 @@ register(Widget(
      "posttrain.framework.rollout:_Run._admit"]))
 
 
-# ---- 19 and 22c · topology: colocated, disaggregated, async --------------------------------------
-
-def topology(R: int, T: int, S: int, delta: int) -> dict:
-    """throughput.compare_topologies for τ_R rollout, τ_T train, τ_S sync (seconds), and the
-    course's staleness model of the async clip fraction, 1 − e^(−Δ/20)."""
-    runs = tp.compare_topologies(rollout_s=R, train_s=T, sync_s=S)
-    tau = {"colocated": runs["colocated"]["step_s"], "disaggregated": runs["disaggregated"]["step_s"],
-           "async": runs["async"]["step_s"]}
-    idle = {n: runs[n]["idle_s"]["trainer"] for n in tau}
-    clip = 1 - math.exp(-delta / 20) if delta > 0 else 0.0
-    names = list(tau)
-    return {
-        "figure": figure([bar(names, [3600 / tau[n] for n in names], "steps per hour"),
-                          bar(names, [idle[n] for n in names], "trainer idle per step (s)", yaxis="y2"),
-                          line(list(range(13)), [100 * (1 - math.exp(-x / 20)) for x in range(13)],
-                               "async clip fraction (%) vs staleness Δ", xaxis="x2", yaxis="y3"),
-                          line([delta], [100 * clip], f"Δ = {delta}", mode="markers", marker={"size": 12},
-                               xaxis="x2", yaxis="y3")],
-                         f"τ_R = {R} s, τ_T = {T} s, τ_S = {S} s", "", "steps / hour", barmode="group",
-                         xaxis={"domain": [0, 0.55]}, xaxis2={"domain": [0.68, 1], "title": {"text": "staleness Δ"}},
-                         yaxis2={"overlaying": "y", "side": "right", "title": {"text": "idle s"}},
-                         yaxis3={"anchor": "x2", "title": {"text": "clip %"}}),
-        "kpis": [[f"{n} step", f"{tau[n]:g} s ({3600 / tau[n]:.0f} steps/h)"] for n in names]
-                + [["async / colocated", r(tau["colocated"] / tau["async"], 2)],
-                   [f"async clip fraction at staleness Δ = {delta}", f"{100 * clip:.1f}%"]],
-        "note": "Overlapping rollout and training hides the shorter of the two; async also hides the sync, "
-                "at the price of training on samples from older weights.",
-    }
-
-
-register(Widget(
-    "topology", "Colocated, disaggregated, async", topology,
-    [Knob("R", "rollout τ_R (s)", [5, 10, 20, 30, 40], 20), Knob("T", "train τ_T (s)", [2, 5, 8, 15, 20], 15),
-     Knob("S", "sync τ_S (s)", [0, 2, 3, 10], 2), Knob("delta", "async staleness Δ", [0, 2, 6, 8, 12], 2)],
-    {"knobs": {"delta": 12},
-     "what": "Letting async rollout run 12 versions ahead: the modelled clip fraction reaches 45%, so "
-             "most tokens' gradients are clipped away: the speed-up buys nothing."},
-    "Steps per hour and trainer idle time for each placement.",
-    ["posttrain.throughput:step_time", "posttrain.throughput:compare_topologies"]))
-
-
 # ---- 22 · memory envelope (the course's model; the memory planner plugs in beside it) -------------
 
 def memory_envelope(P: int, L: int, B: int, G: int, ckpt: bool) -> dict:
     """memory.envelope: training = 18 B/param sharded over G + activations (not sharded; ÷8 with
-    checkpointing); inference = bf16 weights and KV over TP = min(G, 8)."""
+    checkpointing); inference = bf16 weights and KV over TP = min(G, 8). Shown in GiB."""
     e = memory.envelope(P, seq_len=L, batch=B, gpus=G, checkpointing=ckpt)
     params, tpn = P * 1e9, min(G, 8)
-    train, infer, fits = e["train_gb"], e["infer_gb"], e["fits_h100"]
-    act, weights_inf = e["activations_gb"] * 1e9, 2 * params / tpn
-    kv_tok = int(e["kv_kb_per_token"] * 1024)
+    train, infer = e["train_gb"] * memory.GB, e["infer_gb"] * memory.GB             # bytes per GPU
+    act, weights_inf = e["activations_gb"] * memory.GB, 2 * params / tpn
+    fits = train <= units.H100_BYTES and infer <= units.H100_BYTES
+    g = units.gib
     return {
-        "figure": figure([bar(["trainer / GPU", "inference / GPU"], [train - act / 1e9, weights_inf / 1e9],
+        "figure": figure([bar(["trainer / GPU", "inference / GPU"], [g(train - act), g(weights_inf)],
                               "weights, grads, optimizer"),
-                          bar(["trainer / GPU", "inference / GPU"], [act / 1e9, infer - weights_inf / 1e9],
+                          bar(["trainer / GPU", "inference / GPU"], [g(act), g(infer - weights_inf)],
                               "activations / KV cache"),
-                          line(["trainer / GPU", "inference / GPU"], [80, 80], "one H100 (80 GB)",
+                          line(["trainer / GPU", "inference / GPU"], [units.H100_GIB] * 2, "one H100 (74.5 GiB)",
                                line={"dash": "dash", "color": "black"})],
-                         f"{P}B, L = {L}, B = {B}, {G} GPUs, checkpointing {'on' if ckpt else 'off'}", "", "GB",
-                         barmode="stack"),
-        "kpis": [["per-GPU training", f"{train:.1f} GB"], ["per-GPU inference", f"{infer:.1f} GB"],
-                 ["KV per token", f"{kv_tok // 1024} KB"], ["fits on H100s?", "yes" if fits else "no"],
-                 ["training state, whole model (18 B/param)", f"{18 * P / 1000:.2f} TB" if P >= 56 else f"{18 * P} GB"]],
-        "note": "The course's envelope: activations are not sharded, and checkpointing keeps 1/8 of them.",
+                         f"{P}B, L = {L}, B = {B}, {G} GPUs, checkpointing {'on' if ckpt else 'off'}", "",
+                         "GiB per GPU", barmode="stack"),
+        "kpis": [["per-GPU training", units.size(train)], ["per-GPU inference", units.size(infer)],
+                 ["activations per GPU", units.size(act)],
+                 ["KV per token", units.size(e["kv_kb_per_token"] * 1024)], ["fits on H100s?", "yes" if fits else "no"],
+                 ["training state, whole model (18 B/param)", units.size(18 * params, 2)]],
+        "note": (f"The trainer needs {units.size(train)} per GPU against 74.5 GiB: "
+                 + ("it fits." if fits else "it does not fit.")
+                 + " In the course's envelope activations are not sharded, and checkpointing keeps 1/8 of them."),
     }
 
 
@@ -202,9 +171,10 @@ register(Widget(
      Knob("B", "sequences per GPU", [1, 4, 16], 4), Knob("G", "GPUs (FSDP)", [1, 8, 16, 64], 8),
      Knob("ckpt", "activation checkpointing", [False, True], True, "check")],
     {"knobs": {"ckpt": False},
-     "what": "Checkpointing off at 8k tokens: 7B activations alone are 137 GB per GPU, the trainer "
-             "runs out of memory at its first step."},
-    "Stacked GB per GPU for the trainer and the sampler against one H100.", ["posttrain.memory:envelope"]))
+     "what": "Checkpointing off at 8k tokens: the 7B activations alone are 128 GiB per GPU, and the "
+             "trainer runs out of memory at its first step."},
+    "Stacked GiB per GPU for the trainer and the sampler against one H100 (80 GB = 74.5 GiB).",
+    ["posttrain.memory:envelope"]))
 
 
 # ---- 22a · the throughput equation ---------------------------------------------------------------
@@ -250,20 +220,23 @@ def planner(model: str, algo: str, gpus: int, lora: int, ckpt: bool) -> dict:
     activations, KV cache) for `algo` on `gpus` H100s, colocated, and its cheapest fix if it does not fit."""
     p = memory.plan(model, algo=algo, gpus=gpus, lora=lora, checkpointing=ckpt, suggest=True)
     pool = next(iter(p["pools"].values()))
-    comps = [(n, b / 1e9) for n, b in pool["components"].items() if b > 0]
-    phases = [(n, b / 1e9) for n, b in pool["phases"].items()]
+    comps = [(n, units.gib(b)) for n, b in pool["components"].items() if b > 0]
+    phases = [(n, units.gib(b)) for n, b in pool["phases"].items()]
     fix = p["suggestions"][0]["change"] if p["suggestions"] else "—"
     return {
-        "figure": figure([bar([n], [gb], n) for n, gb in comps]
-                         + [line([phases[0][0], phases[-1][0]], [p["capacity_bytes"] / 1e9] * 2, "H100 capacity",
+        "figure": figure([bar([n], [v], n) for n, v in comps]
+                         + [line([phases[0][0], phases[-1][0]], [units.gib(p["capacity_bytes"])] * 2, "H100 capacity",
                                  xaxis="x2", yaxis="y2", line={"dash": "dash", "color": "black"}),
-                            bar([n for n, _ in phases], [gb for _, gb in phases], "peak by phase", xaxis="x2", yaxis="y2")],
+                            bar([n for n, _ in phases], [v for _, v in phases], "peak by phase", xaxis="x2", yaxis="y2")],
                          f"{model}, {algo}, {gpus} × H100, LoRA {lora or 'off'}, checkpointing {'on' if ckpt else 'off'}",
-                         "", "GB per GPU", grid={"rows": 1, "columns": 2, "pattern": "independent"}, showlegend=False),
-        "kpis": [["peak per GPU", f"{p['peak_bytes'] / 1e9:.1f} GB"], ["fits on H100?", "yes" if p["fits"] else "no"],
+                         "", "GiB per GPU", grid={"rows": 1, "columns": 2, "pattern": "independent"}, showlegend=False,
+                         yaxis2={"title": {"text": "GiB per GPU"}}),
+        "kpis": [["peak per GPU", units.size(p["peak_bytes"])], ["fits on H100?", "yes" if p["fits"] else "no"],
+                 ["H100 capacity", units.size(p["capacity_bytes"])],
                  ["trainable params", f"{p['trainable_params'] / 1e9:.2f} B"],
-                 ["KV per token", f"{p['notes']['kv_bytes_per_token'] // 1024} KB"], ["cheapest change that fits", fix]],
-        "note": "Left: what each component costs on one GPU. Right: the peak of each phase (rollout, train).",
+                 ["KV per token", units.size(p["notes"]["kv_bytes_per_token"])], ["cheapest change that fits", fix]],
+        "note": (f"Peak {units.size(p['peak_bytes'])} per GPU against {units.size(p['capacity_bytes'])}: "
+                 + ("it fits." if p["fits"] else f"it does not fit; the planner's cheapest fix: {fix}.")),
     }
 
 
@@ -275,4 +248,4 @@ register(Widget(
     {"knobs": {"model": "llama-70b", "algo": "ppo"},
      "what": "PPO on a 70B model and 8 GPUs: the critic doubles the trainable state and nothing fits "
              "(hundreds of GB per GPU); the planner's cheapest fix is checkpointing plus LoRA."},
-    "Bytes per GPU by component and by phase, from posttrain's planner.", ["posttrain.memory:plan"]))
+    "GiB per GPU by component (left) and the peak of each phase (right), from posttrain's planner.", ["posttrain.memory:plan"]))
