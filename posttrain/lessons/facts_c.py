@@ -282,6 +282,25 @@ def rl23_modes_table() -> dict:
                  [[m, kpi("failures", "alarms fired", mode=m, severity=1.0)] for m in MODES])
 
 
+PAPERS = [  # (recipe, reward, data, baseline, turns): the classify widget's four questions
+    ("InstructGPT's RL stage", "reward model", "on-policy (samples its own answers)", "learned critic", "single turn"),
+    ("DeepSeek-R1-Zero", "verifier", "on-policy (samples its own answers)", "group mean", "single turn"),
+    ("Tülu 3's DPO stage", "preference pairs", "off-policy (a fixed dataset)", "none", "single turn"),
+    ("RLOO on a reward model", "reward model", "on-policy (samples its own answers)", "leave-one-out", "single turn"),
+    ("a tool-using agent with a verifier", "verifier", "on-policy (samples its own answers)", "group mean",
+     "multi-turn with tools")]
+
+
+def rl23_classify_table() -> dict:
+    """The classify widget's answers for a few known recipes."""
+    rows = []
+    for name, reward, data, baseline, turns in PAPERS:
+        k = {lab: kpi("classify", lab, reward=reward, data=data, baseline=baseline, turns=turns)
+             for lab in ("algorithm family", "reward label", "roles it needs")}
+        rows.append([name, k["algorithm family"], k["reward label"], k["roles it needs"]])
+    return table(["recipe", "algorithm family", "reward label", "roles it needs (memory.ROLES)"], rows)
+
+
 # ---- 24 · the RL infra engineer -------------------------------------------------------------
 
 GIB = 2 ** 30
@@ -429,13 +448,15 @@ def memory_ratio() -> float:
 
 
 def rl26_extremes_table() -> dict:
-    """The forces widget at a few corners of its map (its own recipe rules)."""
+    """The forces widget's rules (widgets_signal.recipe and .leak, the course's decision table) at a
+    few corners of its map; the widget's training run behind them is not repeated here."""
+    from posttrain.lessons.widgets_signal import leak, recipe
     rows = []
     for sig, bias, cost in FORCE_SETTINGS:
-        k = {label: kpi("forces", label, signal=sig, bias=bias, cost=cost)
-             for label in ("reward source", "algorithm", "topology", "closest named recipe")}
-        rows.append([f"{sig}%", f"{bias}%", cost, k["reward source"], k["algorithm"], k["topology"], k["closest named recipe"]])
-    return table(["verifiable signal", "bias tolerance", "GPUs", "reward", "algorithm", "topology", "closest recipe"], rows)
+        reward, algo, topo, named = recipe(sig, bias, cost)
+        rows.append([f"{sig}%", f"{bias}%", cost, reward, algo, topo, named, f"{leak(sig):g}"])
+    return table(["verifiable signal", "bias tolerance", "GPUs", "reward", "algorithm", "topology", "closest recipe",
+                  "reward leak ρ"], rows)
 
 
 # ---- 27 · concepts the course leaves out -----------------------------------------------------
@@ -469,6 +490,15 @@ def rl27_gae_table() -> dict:
         adv, _ = gae(rewards, values, mask, gamma=1.0, lam=lam)
         rows.append([lam, *[f"{float(a):+.3f}" for a in adv[0]]])
     return table(["λ", *[f"A at token {t + 1}" for t in range(5)]], rows)
+
+
+def rl27_gaps_table() -> dict:
+    """The gaps widget, fix on and off, for four of the gaps posttrain closed (the cheap ones)."""
+    rows = []
+    for g in ("kl", "whiten", "offpolicy", "lora"):
+        k = {lab: kpi("gaps", lab, gap=g) for lab in ("gap", "measured", "with the fix", "without the fix")}
+        rows.append([k["gap"], k["measured"], k["with the fix"], k["without the fix"]])
+    return table(["gap", "what is measured", "posttrain's fix on", "fix off"], rows)
 
 
 def rl27_lora() -> dict:
@@ -814,6 +844,9 @@ FACTS: dict[str, Callable[[], object]] = {
     "rl23_alarm_table": rl23_alarm_table,
     "rl23_real_runs_table": rl23_real_runs_table,
     "rl23_modes_table": rl23_modes_table,
+    "rl23_classify_table": rl23_classify_table,
+    "rl23_classify_break": lambda: kpi("classify", "consistent?", reward="preference pairs",
+                                       data="on-policy (samples its own answers)"),
     "rl24_tokens_per_step": lambda: 1024 * 64 * 16,
     "rl24_decode_tok_s": lambda: tp.decode_tokens_per_s(14e9, 8.6e9, 32),
     "rl24_train_tok_s": lambda: tp.train_tokens_per_s(7e9),
@@ -843,6 +876,7 @@ FACTS: dict[str, Callable[[], object]] = {
     "rl26_extremes_table": rl26_extremes_table,
     "rl26_train_over_serve": lambda: memory_ratio(),
     "rl27_kl_table": rl27_kl_table,
+    "rl27_gaps_table": rl27_gaps_table,
     "rl27_gae_table": rl27_gae_table,
     "rl27_lora_params": lambda: rl27_lora()["params"],
     "rl27_lora_pct": lambda: 100 * rl27_lora()["frac"],
@@ -860,6 +894,8 @@ FACTS: dict[str, Callable[[], object]] = {
     "rl28_train_1gpu_s": lambda: tp.train_time_s(32768, 7e9),
     "rl28_train_8gpu_s": lambda: tp.train_time_s(32768, 7e9, gpus=8),
     "rl28_w_trainonly_speedup": lambda: kpi("budget", "speed-up", prefix=False, cbatch=False, train_opts=True),
+    "rl28_w_trainonly_disagg": lambda: kpi("budget", "speed-up", prefix=False, cbatch=False, train_opts=True,
+                                           placement="disaggregated"),
     "rl28_w_prefixonly_speedup": lambda: kpi("budget", "speed-up", prefix=True, cbatch=False, train_opts=False),
     "rl28_w_all_speedup": lambda: kpi("budget", "speed-up", prefix=True, cbatch=True, spec=True, fp8=True,
                                        train_opts=True, sync="overlapped", refpool=True),
