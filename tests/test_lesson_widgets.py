@@ -180,6 +180,37 @@ def test_break_clip():
     assert bad["reward gained over the epochs"] < 0.6 * ok["reward gained over the epochs"]
 
 
+def test_break_cot():
+    """G04, recorded runs: six terms answered directly by the 2-layer model are mostly wrong where the
+    same model with the trace gets most right; direct accuracy falls with K, CoT's stays high."""
+    ok, bad = kpis("cot"), broken("cot")
+    assert ok["held-out accuracy (this setting)"] > 0.7 and bad["held-out accuracy (this setting)"] < 0.2
+    direct, cot = (floats(ok[k].replace(" → ", ",")) for k in ("direct answers, K = 2 → 6", "chain of thought, K = 2 → 6"))
+    assert all(c > d + 0.4 for c, d in zip(cot, direct))
+    assert direct[-1] < direct[0]
+
+
+def test_break_sft_mask():
+    """G03, recorded runs (3 seeds): trained on the prompt, the model answers about half as many
+    held-out 4–5-term sums at step 200 as with the prompt masked, and is still behind at 400."""
+    ok, bad = kpis("sft_mask"), broken("sft_mask")
+    assert bad["held-out accuracy at step 200 (this setting)"] < 0.6 * ok["held-out accuracy at step 200 (this setting)"]
+    assert bad["held-out accuracy at step 400 (this setting)"] < ok["held-out accuracy at step 400 (this setting)"]
+    assert ok["trained positions"] == "3 of 11" and bad["trained positions"] == "11 of 11"
+    assert bad["answer's share of the loss tokens"] == round(3 / 11, 2)
+
+
+def test_break_scheduler():
+    """21: static batches of 4 need more engine forwards for the same responses, at a lower slot
+    occupancy; the responses themselves are identical (counter-based sampling)."""
+    ok, bad = kpis("scheduler"), broken("scheduler")
+    assert bad["decode forwards (engine)"] > 1.3 * kpis("scheduler", slots=4)["decode forwards (engine)"]
+    assert bad["slot occupancy"] < 0.75 < kpis("scheduler", slots=4)["slot occupancy"]
+    assert ok["responses cut by the 64-token cap"] <= 2                   # lengths end by themselves
+    from posttrain.lessons.widgets_systems import _sched_run
+    assert _sched_run(4, True, 1.0)["responses"] == _sched_run(4, False, 1.0)["responses"]
+
+
 # ---- systems ---------------------------------------------------------------------------------------
 
 def test_break_kv():
@@ -320,7 +351,7 @@ def test_break_async_pipe():
     key, sync = "wall clock to accuracy 0.7", "wall clock to accuracy 0.7, synchronous"
     assert minutes(ok, key) < minutes(ok, sync)                            # a little staleness pays
     assert minutes(bad, key) > minutes(bad, sync)                          # a lot of it costs more than it buys
-    assert bad["clip fraction (mean over the run)"] > 4 * ok["clip fraction (mean over the run)"]
+    assert bad["clip fraction (mean over the run)"] > 3 * ok["clip fraction (mean over the run)"]
     tis = kpis("async_pipe", delta=32, correction="tis")
     assert minutes(tis, key) < minutes(bad, key)                           # the correction recovers part of it
 

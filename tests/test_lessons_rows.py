@@ -193,10 +193,19 @@ def test_rows_51_53_kv_cache():
 
 
 def test_scheduler_runs_the_engine():
-    k = kpis("scheduler", slots=4, K=8, max_new=32)
-    assert k["decode steps (engine)"] < k["decode steps, static batching"]   # refilling beats waiting
-    assert k["prompt tokens prefilled / without sharing"].split(" / ")[1] == \
-        str(8 * int(k["prompt tokens prefilled / without sharing"].split(" / ")[0]))   # one prefill per prompt
+    """Rows 56–58 on posttrain's engine: refilling beats waiting; the K samples of a prompt share one
+    prefill (K× fewer prompt tokens than each sample prefilling its own); speculative decoding pays
+    more at T = 0 than at T = 1 (its acceptance rate, measured between two recorded models, falls)."""
+    k = kpis("scheduler", slots=8, cbatch=True, share=True, chunked=False, spec=False, temperature=1.0)
+    assert k["decode forwards (engine)"] < k["static batching would need"]
+    naive = kpis("scheduler", slots=8, cbatch=True, share=False, chunked=False, spec=False, temperature=1.0)
+    assert naive["prompt tokens prefilled"] == 4 * k["prompt tokens prefilled"]
+    a0, a1 = (kpis("scheduler", spec=True, temperature=t)["draft acceptance α at this T (measured)"] for t in (0.0, 1.0))
+    assert 0 < a1 < a0 <= 1
+    sp = lambda t: float(kpis("scheduler", spec=True, temperature=t)["speed-up over static batches without tricks"][:-1])  # noqa: E731
+    assert sp(0.0) > sp(1.0)
+    chunk = kpis("scheduler", chunked=True)["longest decode stall (tokens in one prefill forward)"]
+    assert chunk == 16 < k["longest decode stall (tokens in one prefill forward)"]
 
 
 def test_every_widget_default_runs_and_is_json():

@@ -79,14 +79,17 @@ def seeds_mean(curves: list[dict]) -> dict:
     return out
 
 
-MASK_SEEDS = 3
+MASK_SEEDS, MASK_STEPS = 3, 400
+MASK_TASK = ArithmeticConfig(min_terms=4, max_terms=5, max_value=9)   # prompts 3× longer than the answers
 COT_TASK = ArithmeticConfig(min_terms=2, max_terms=6, max_value=19)   # the default task: two-digit terms
 COT_LAYERS, COT_STEPS = (1, 2), 1200
 
 
 def mask_runs() -> dict:
-    """G03: SFT with the prompt masked or trained on, MASK_SEEDS seeds each, averaged."""
-    return {f"sft mask={int(m)} seeds": seeds_mean([sft_run(m, False, seed=s) for s in range(MASK_SEEDS)])
+    """G03: SFT on 4–5-term sums with the prompt masked or trained on, MASK_SEEDS seeds each, averaged
+    (held-out accuracy every 50 steps on 200 problems)."""
+    return {f"sft mask={int(m)} seeds": seeds_mean([sft_run(m, False, steps=MASK_STEPS, seed=s, task_cfg=MASK_TASK,
+                                                             heldout_n=200, eval_every=50) for s in range(MASK_SEEDS)])
             for m in (True, False)}
 
 
@@ -130,7 +133,7 @@ def all_runs() -> dict:
         for mask in (True, False):
             out[f"sft cot={cot} mask={mask}"] = sft_run(mask, cot)
             print(f"[runs] sft cot={cot} mask={mask}: acc {out[f'sft cot={cot} mask={mask}']['acc']}", flush=True)
-    for part in ("dapo", "stale", "mask", "cot"):
+    for part in ("dapo", "stale", "mask", "cot", "engine"):
         out.update(PARTS[part]())
     return out
 
@@ -143,8 +146,82 @@ def recorded() -> dict:
     return json.loads(DATA.read_text())
 
 
+SPEC_TEMPERATURES = (0.0, 0.5, 1.0)
+
+
+def train_sft_model(layers: int, d_model: int, steps: int, seed: int = 0) -> GPTMini:
+    """A gpt_mini trained by SFT on chain-of-thought traces of 2–6-term sums (COT_TASK)."""
+    torch.set_num_threads(1)
+    tok, task = CharTokenizer(BASE_CHARS), ArithmeticTask(COT_TASK)
+    torch.manual_seed(seed)
+    model = GPTMini(ModelConfig(d_model=d_model, n_layers=layers, n_heads=4, d_ff=2 * d_model,
+                                max_seq_len=128).resolved(tok.vocab_size))
+    items = task.items(4000, "train", seed)
+    prompts = [tok.encode(tok.chat_prompt(task.prompt(it))) for it in items]
+    responses = [tok.encode(tok.chat_response(it.target(True))) for it in items]
+    trainer = Trainer(model, OptimConfig(lr=3e-3, schedule="constant", weight_decay=0.0), steps)
+    gen = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        idx = torch.randint(0, len(items), (32,), generator=gen).tolist()
+        trainer.step(collate([prompts[i] for i in idx], [responses[i] for i in idx], tok.pad_id, True), lm_loss)
+    return model.eval()
+
+
+def pack_model(model: GPTMini) -> dict:
+    """A small model as JSON: its config and its weights in float16, base64."""
+    import base64
+    from dataclasses import asdict
+    return {"config": asdict(model.config),
+            "weights": {k: [list(v.shape), base64.b64encode(v.detach().half().numpy().tobytes()).decode()]
+                        for k, v in model.state_dict().items()}}
+
+
+def unpack_model(d: dict) -> GPTMini:
+    import base64
+
+    import numpy as np
+    model = GPTMini(ModelConfig(**d["config"]))
+    state = {k: torch.from_numpy(np.frombuffer(base64.b64decode(b), dtype=np.float16).reshape(shape).astype(np.float32))
+             for k, (shape, b) in d["weights"].items()}
+    model.load_state_dict(state)
+    return model.eval()
+
+
+@torch.no_grad()
+def spec_acceptance(target: GPTMini, draft: GPTMini, contexts: list[list[int]]) -> dict:
+    """Speculative decoding's per-token acceptance rate α(T) = E_context Σ_v min(p_T(v), q_T(v))
+    (Leviathan et al. 2023) of the draft q for the target p, over every position of the given
+    sequences; at T = 0 (greedy) α is the rate at which the two argmaxes agree."""
+    out = {}
+    for T in SPEC_TEMPERATURES:
+        acc = []
+        for ids in contexts:
+            x = torch.tensor([ids])
+            lp, lq = target(x)[0], draft(x)[0]                               # [L, V]
+            if T == 0:
+                acc.append((lp.argmax(-1) == lq.argmax(-1)).double())
+            else:
+                acc.append(torch.minimum(torch.softmax(lp / T, -1), torch.softmax(lq / T, -1)).sum(-1).double())
+        out[str(T)] = round(float(torch.cat(acc).mean()), 4)
+    return out
+
+
+def engine_runs() -> dict:
+    """The lesson-21 scheduler's model: a 2-layer gpt_mini SFT'd on CoT traces (its response
+    lengths vary with the number of terms), and the acceptance rate of a 1-layer draft for it."""
+    from posttrain.framework.rollout import Engine, SamplingParams
+    target = train_sft_model(2, 64, 1500)
+    draft = train_sft_model(1, 32, 600)
+    tok, task = CharTokenizer(BASE_CHARS), ArithmeticTask(COT_TASK)
+    items = task.items(100, "test", 0)
+    prompts = [tok.encode(tok.chat_prompt(task.prompt(it))) for it in items]
+    samples = Engine(target, tok).generate(prompts, 1, SamplingParams(temperature=1.0, max_new_tokens=64), seed=0)
+    contexts = [s.prompt_ids + s.response_ids for s in samples]
+    return {"engine model": pack_model(target), "spec acceptance": spec_acceptance(target, draft, contexts)}
+
+
 PARTS = {"dapo": lambda: dapo_toy.all_runs(), "stale": lambda: dapo_toy.stale_runs(), "mask": mask_runs,
-         "cot": cot_runs, "pretrain": lambda: {"pretrain": pretrain_run()}}
+         "cot": cot_runs, "pretrain": lambda: {"pretrain": pretrain_run()}, "engine": engine_runs}
 
 
 if __name__ == "__main__":                        # python -m posttrain.lessons.runs [PART ...]

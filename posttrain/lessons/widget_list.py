@@ -31,9 +31,12 @@ def _val(v) -> str:
 
 
 def section(w: registry.Widget, lesson: str) -> str:
-    default = dict(registry.compute(w.name)["kpis"])
     broken_q = {k: registry.fmt(v) for k, v in w.breaks["knobs"].items()}
-    broken = dict(registry.compute(w.name, broken_q)["kpis"])
+    try:
+        default = dict(registry.compute(w.name)["kpis"])
+        broken = dict(registry.compute(w.name, broken_q)["kpis"])
+    except Exception as e:                       # a widget whose recorded data is not there yet
+        default, broken = {"(not computable yet)": f"{type(e).__name__}: {e}"}, {}
     lines = [f"### `{w.name}` — {w.title}  (lesson {lesson})", ""]
     if w.explain:
         lines += [w.explain, ""]

@@ -173,7 +173,7 @@ def grpo_group(r0: int, r1: int, r2: int, r3: int, std: str) -> dict:
     return {
         "figure": figure([bar([f"y{i} (r={int(x)})" for i, x in enumerate(rw)], adv.tolist(), "A_i",
                               text=effect, marker={"color": ["#2ca02c" if a > 0 else "#d62728" for a in adv.tolist()]})],
-                         f"GRPO advantages, {std} std", "", "advantage", yaxis={"range": [-2, 2]}),
+                         f"GRPO advantages, {std} std", "rollout (its reward)", "advantage A_i", yaxis={"range": [-2, 2]}),
         "kpis": [["mean", r(mean[0], 3)], [f"std ({std})", r(sd[0], 3)],
                  ["A", ", ".join(f"{a:+.2f}" for a in adv.tolist())],
                  ["degenerate?", "yes (skip step)" if float(sd[0]) == 0 else "no"]],
@@ -208,7 +208,7 @@ def rloo_vs_grpo(K: int, accuracy: float, seed: int) -> dict:
                           bar(names, a_l.tolist(), "RLOO: r − mean of the others"),
                           line([names[0], names[-1]], [accuracy, accuracy], "policy accuracy (expected reward)",
                                line={"dash": "dot", "color": "grey"})],
-                         f"K = {K}, accuracy {accuracy}", "", "advantage", barmode="group"),
+                         f"K = {K}, accuracy {accuracy}", "rollout (its reward)", "advantage A_i", barmode="group"),
         "kpis": [["K/(K−1)", r(K / (K - 1), 3)], ["measured A_RLOO / A_centred", "— (degenerate)" if math.isnan(ratio) else r(ratio, 3)],
                  ["mean reward", r(rw.mean(), 3)]],
         "note": "RLOO is the centred advantage scaled by K/(K−1): same direction, a slightly larger step.",
@@ -244,7 +244,8 @@ def dapo_waste(accuracy: float, K: int, buffer: int) -> dict:
                                xaxis="x2", yaxis="y2")],
                          "wasted groups (left) and the length penalty (right)", "accuracy p", "P(all rewards equal)",
                          grid={"rows": 1, "columns": 2, "pattern": "independent"},
-                         xaxis2={"title": {"text": "response length"}}, yaxis2={"range": [-1.1, 0.1]}),
+                         xaxis2={"title": {"text": "response length (tokens)"}},
+                         yaxis2={"range": [-1.1, 0.1], "title": {"text": "reward added"}}),
         "kpis": [["P(degenerate) = p^K + (1−p)^K", r(accuracy ** K + (1 - accuracy) ** K, 4)],
                  ["measured", r(measured, 3)], ["useful groups", r(1 - measured, 3)],
                  ["penalty at the cap", r(pen[max_len], 2)]],
@@ -260,7 +261,8 @@ register(Widget(
     {"knobs": {"accuracy": 0.99, "K": 2},
      "what": "A policy that already solves 99% with K = 2: 98% of groups are all-right and produce no "
              "gradient; without dynamic sampling almost every step is wasted."},
-    "Left: share of groups whose rewards are all equal. Right: reward added for a response length.",
+    "Left: share of groups whose rewards are all equal (rewards drawn at the given accuracy: a toy). "
+    "Right: reward added for a response length.",
     ["posttrain.algorithms.dapo:degenerate", "posttrain.algorithms.dapo:overlong_penalty"]))
 
 
@@ -286,7 +288,7 @@ def length_bias(short: int, long: int) -> dict:
     return {
         "figure": figure([bar(names, [v[0] for v in grads.values()], f"short response ({short} tokens)"),
                           bar(names, [v[1] for v in grads.values()], f"long response ({long} tokens)")],
-                         "gradient on each token's log π (A = 0.5 for both)", "", "per-token weight",
+                         "gradient on each token's log π (A = 0.5 for both)", "aggregation", "per-token weight (log scale)",
                          barmode="group", yaxis={"type": "log"}),
         "kpis": [[f"{AGG_NAMES[m]}: short / long", f"{v[0]:.4g} / {v[1]:.4g}"] for m, v in grads.items()]
                 + [["GRPO: long token gets", f"{100 * grads['seq-mean-token-mean'][1] / grads['seq-mean-token-mean'][0]:.1f}% of a short token"]],
@@ -357,7 +359,8 @@ register(Widget(
      "what": "IPO with β = 2 and η = 0.5: the squared loss overshoots its target on every pair, the "
              "policy ends on B (π ≈ 0.97), a mediocre answer, and the chosen answers' log-probability "
              "falls from −1.5 to −5."},
-    "Probability of each response as labelled pairs arrive.",
+    "Probability of each response as labelled pairs arrive: four responses and a simulated labeller, a "
+    "deliberate toy trained by preference_loss.",
     ["posttrain.preference.dpo:preference_loss"]))
 
 

@@ -40,7 +40,7 @@ def lineage(group: str) -> dict:
     dead = [n for n, a in adv.items() if float(a.abs().max()) == 0]
     return {
         "figure": figure([bar(names, a.tolist(), n) for n, a in adv.items()],
-                         f"one group of K = 4, rewards ({group})", "", "advantage A_i", barmode="group"),
+                         f"one group of K = 4, rewards ({group})", "answer (its reward)", "advantage A_i", barmode="group"),
         "kpis": [[n, ", ".join(f"{x:+.2f}" for x in a.tolist())] for n, a in adv.items()]
                 + [["roles beyond rollout + reward", "; ".join(
                     f"{n}: " + ("+".join(k for k in ("reference", "critic") if getattr(roles[n], k)) or "none")
@@ -120,7 +120,8 @@ register(Widget(
              "task (held-out correctness falls below 0.5), a single sample without a baseline gives a "
              "gradient error several times larger, and PPO on a 70B model does not fit on 8 H100s."},
     "The map of the course: every lesson answers one of three questions. Each force has a measurement "
-    "made by posttrain (hover a box for its lessons); its colour says whether the chosen setting holds.",
+    "made by posttrain on a lesson's toy (hover a box for its lessons); its colour says whether the "
+    "chosen setting holds.",
     ["posttrain.algorithms.reinforce:loss", "posttrain.algorithms.rloo:advantages",
      "posttrain.algorithms.reinforce:advantages", "posttrain.memory:plan"]))
 
@@ -141,7 +142,8 @@ def dapo_ablation(clip_higher: bool, dynamic_sampling: bool, token_mean: bool, o
                           line(this["step"], this["useful"], "groups with signal / batch", xaxis="x2", yaxis="y2")],
                          "exact accuracy over all prompts (left); entropy and useful groups (right)", "step",
                          "accuracy", grid={"rows": 1, "columns": 2, "pattern": "independent"},
-                         yaxis={"range": [0, 1]}, xaxis2={"title": {"text": "step"}}, yaxis2={"range": [0, 1.3]}),
+                         yaxis={"range": [0, 1]}, xaxis2={"title": {"text": "step"}},
+                         yaxis2={"range": [0, 1.3], "title": {"text": "entropy (nats) / share"}}),
         "kpis": [["accuracy at step 30 / 75 / 150", " / ".join(f"{this['acc'][i]:.3f}" for i in (5, 14, n - 1))],
                  ["all on / all off at step 150", f"{on['acc'][-1]:.3f} / {off['acc'][-1]:.3f}"],
                  ["groups with signal per batch (mean)", r(mean(this["useful"]), 3)],

@@ -51,7 +51,7 @@ def loss_assembly(eps: float, beta: float, drift: float, seed: int) -> dict:
                           line([labels[0], labels[-1], None, labels[0], labels[-1]],
                                [1 - eps, 1 - eps, None, 1 + eps, 1 + eps], "clip band 1 ± ε", yaxis="y2",
                                line={"dash": "dot", "color": "grey"})],
-                         f"ε = {eps}, β = {beta}, drift ±{drift}", "", "per-token loss", barmode="group",
+                         f"ε = {eps}, β = {beta}, drift ±{drift}", "token", "per-token loss", barmode="group",
                          yaxis2={"overlaying": "y", "side": "right", "title": {"text": "ρ"}}),
         "kpis": [["policy loss (token mean)", r(m["loss/policy"])], ["KL term β·mean(k3)", r(beta * float(m["kl/ref"]))],
                  ["total loss", r(total)], ["clip/frac (gradient zeroed)", r(m["clip/frac"], 3)],

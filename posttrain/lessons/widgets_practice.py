@@ -65,7 +65,7 @@ def failures(mode: str, severity: float) -> dict:
         "figure": figure([line(xs, report.series(rows, k), k) for k in flat]
                          + [line(xs, [m[k] / rows[0][k] for m in rows], f"{k} ÷ its start", xaxis="x2", yaxis="y2")
                             for k in ("entropy", "length/mean")],
-                         f"{mode}, severity {severity}", "step", "",
+                         f"{mode}, severity {severity}", "step", "value (0–1)",
                          grid={"rows": 1, "columns": 2, "pattern": "independent"},
                          yaxis={"range": [0, 1.05]}, xaxis2={"title": {"text": "step"}}),
         "kpis": [["alarms fired", ", ".join(a.name for a in fired) or "none"]]
@@ -178,7 +178,8 @@ def off_policy(delta: int, mode: str, cap: float) -> dict:
                          f"cap C = {cap}: bias of the estimate (left), share of tokens capped (right)",
                          "staleness Δ (versions)", "estimate − truth",
                          grid={"rows": 1, "columns": 2, "pattern": "independent"},
-                         xaxis2={"title": {"text": "staleness Δ"}}, yaxis2={"range": [0, 1]}),
+                         xaxis2={"title": {"text": "staleness Δ"}},
+                         yaxis2={"range": [0, 1], "title": {"text": "share of tokens capped"}}),
         "kpis": [["true E_π[f]", r(truth, 4)], ["mean estimate", r(est, 4)], ["bias", r(est - truth, 4)],
                  ["std over 200 batches", r(sd, 4)], ["capped / masked tokens", r(m["offpolicy/capped_frac"], 3)],
                  ["largest weight", r(m["offpolicy/weight_max"], 3)], ["mean |log ρ|", r(m["offpolicy/log_ratio_abs"], 3)]],
@@ -194,5 +195,6 @@ register(Widget(
     {"knobs": {"delta": 16, "mode": "none"},
      "what": "Samples 16 versions old used with no correction: the estimate is the old policy's value, "
              "far from the current one, and the gradient points where the policy used to be."},
-    "Each point: the mean over 200 batches of 64 tokens of the weighted estimate minus the truth.",
+    "Each point: the mean over 200 batches of 64 tokens of the weighted estimate minus the truth. The "
+    "16-token policies are a deliberate toy; the weights are core.off_policy_weights.",
     ["posttrain.algorithms.core:off_policy_weights"]))

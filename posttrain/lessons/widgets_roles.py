@@ -75,7 +75,8 @@ register(Widget(
     {"knobs": {"lr": 2.0, "steps": 200},
      "what": "With η = 2 one lucky early sample of a mediocre arm can push its probability so high that "
              "the best arm is never tried again: some seeds lock onto a wrong action for good."},
-    "Bars: the policy of one seed, and over 1000 seeds how often each arm ends up the favourite.",
+    "Bars: the policy of one seed, and over 1000 seeds how often each arm ends up the favourite. A five-armed "
+    "bandit is a deliberate toy; the update is reinforce.loss's gradient.",
     ["posttrain.algorithms.reinforce:advantages", "posttrain.algorithms.reinforce:loss"]))
 
 
@@ -111,7 +112,8 @@ def sampler(temperature: float, top_k: int, top_p: float, K: int) -> dict:
                           line([K], [p_deg], f"K = {K}", mode="markers", marker={"size": 12}, xaxis="x2", yaxis="y2")],
                          f"T = {temperature}, top-k = {top_k}, top-p = {top_p}", "next digit", "probability",
                          barmode="group", grid={"rows": 1, "columns": 2, "pattern": "independent"},
-                         xaxis2={"title": {"text": "K samples per prompt"}}, yaxis2={"range": [0, 1.05]}),
+                         xaxis2={"title": {"text": "K samples per prompt"}},
+                         yaxis2={"range": [0, 1.05], "title": {"text": "P(degenerate group)"}}),
         "kpis": [["P(digit right)", r(p, 3)], ["P(response right) = p²", r(q, 3)],
                  ["P(degenerate group), formula", r(p_deg, 3)], ["P(degenerate group), measured", r(measured, 3)],
                  ["recorded log π(right) − log of what was sampled", r(math.log(full[1]) - math.log(max(p, 1e-9)), 3)]],
@@ -130,7 +132,8 @@ register(Widget(
      "what": "At low temperature almost every response is right, so groups of K = 2 are nearly always "
              "all-right: the group std is 0, every advantage is 0, and the step learns nothing."},
     "Left: the distribution the sampler draws from and the one its logprob records. Right: the chance "
-    "that all K responses to a prompt get the same reward.",
+    "that all K responses to a prompt get the same reward. The next-digit logits are a fixed toy; the "
+    "sampling is posttrain's sample_tokens.",
     ["posttrain.framework.rollout:sample_tokens", "posttrain.framework.rollout:token_logprobs"]))
 
 
@@ -200,7 +203,8 @@ register(Widget(
     {"knobs": {"order": "ref, policy", "shift": 1.0},
      "what": "Swapping the arguments estimates a different quantity on the wrong samples: the curves "
              "settle far from the dashed line, and the anchor pulls with the wrong strength."},
-    "Running means of k1, k2, k3 as more tokens are drawn, against the exact KL (dashed).",
+    "Running means of k1, k2, k3 as more tokens are drawn, against the exact KL (dashed). The two "
+    "16-token policies are a deliberate toy; the estimators are core.kl.",
     ["posttrain.algorithms.core:kl"]))
 
 
@@ -289,7 +293,7 @@ def advantage_table(r0: float, r1: float, r2: float, std: str) -> dict:
     out = [["mean", r(mean[0], 3)], [f"std ({std})", r(sd[0], 3)],
            ["degenerate (all equal)?", "yes: GRPO gives 0 to all" if float(sd[0]) == 0 else "no"]]
     out += [[name, ", ".join(f"{float(x):+.2f}" for x in v)] for name, v in rows.items()]
-    return {"figure": figure(traces, "advantage of each rollout", "", "advantage", barmode="group"),
+    return {"figure": figure(traces, "advantage of each rollout", "estimator", "advantage", barmode="group"),
             "kpis": out, "note": "Same three rewards, five estimators: the baseline and the scale differ."}
 
 

@@ -74,7 +74,8 @@ register(Widget(
     {"knobs": {"cv": 2.0},
      "what": "cv = 2 with no patch: the longest response is 9× the mean, so the step takes 9× the "
              "average decode and most slots idle for most of it."},
-    "Each bar is one response's length; the step lasts as long as the longest.", ["posttrain.throughput:max_of_k"]))
+    "Each bar is one response's length; the step lasts as long as the longest. Lengths are drawn "
+    "log-normal with the course's seeded generator (a model, not engine output).", ["posttrain.throughput:max_of_k"]))
 
 
 # ---- 25 · kernels: prefix sharing and chunked log-probs ---------------------------------------------
@@ -148,7 +149,7 @@ def budget(prefix: bool, cbatch: bool, spec: bool, fp8: bool, train_opts: bool, 
     return {
         "figure": figure([bar(names, list(BASE.values()), "baseline (100 s of role time)", opacity=0.35),
                           bar(names, list(t.values()), "optimised")],
-                         f"{placement}: step {base_total:.1f} s → {total:.1f} s", "", "seconds per step", barmode="group"),
+                         f"{placement}: step {base_total:.1f} s → {total:.1f} s", "role", "seconds per step", barmode="group"),
         "kpis": [["optimised step", f"{total:.1f} s"], ["speed-up", f"{base_total / total:.2f}×"],
                  ["largest remaining slice", f"{largest} {100 * t[largest] / sum(t.values()):.0f}%"],
                  ["trainer peak per GPU, llama3-8b GRPO on 8 H100", f"{mem / 2 ** 30:.1f} GiB"]],

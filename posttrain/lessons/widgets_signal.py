@@ -131,7 +131,7 @@ def prm_search(p_good: float, N: int, B: int, budget: str) -> dict:
     return {
         "figure": figure([bar(list(acc), vals, "share of problems answered right",
                               marker={"color": ["#d62728" if i == best else "#1f77b4" for i in range(len(vals))]})],
-                         f"p_good = {p_good}, N = {N}, beam {B} × {K} per step ({budget} budget)", "",
+                         f"p_good = {p_good}, N = {N}, beam {B} × {K} per step ({budget} budget)", "method",
                          "accuracy over 600 problems", yaxis={"range": [0, 1]}),
         "kpis": [[n, f"{100 * v:.1f}%"] for n, v in zip(names, vals)]
                 + [["best method", names[best]], ["step samples: best-of-N / beam", f"{N * S} / {B * K * S}"],
@@ -150,7 +150,9 @@ register(Widget(
      "what": "Weak steps and two samples: 1.6% of chains are right, and no reranker can pick a correct "
              "chain that was never sampled; every method stays near the floor and the policy has to get "
              "better first."},
-    "Share of 600 six-step problems answered right, by method; red: the best one.",
+    "Share of 600 six-step problems answered right, by method; red: the best one. The chains and the "
+    "reward models' scores are simulated (a deliberate toy); the ranking and the table are posttrain's "
+    "search.sample_table and prm.aggregate.",
     ["posttrain.preference.search:sample_table", "posttrain.preference.prm:aggregate",
      "posttrain.tasks.arithmetic:ArithmeticTask.reward"]))
 
@@ -195,9 +197,9 @@ def hacking(rho: float, steps: int) -> dict:
     return {
         "figure": figure([bar(["π(solve)", "π(emit phrase)"], pi.tolist(), "policy (mean of 200 seeds)"),
                           bar(["train reward (proxy)", "held-out correctness"], [train, held], "EMA", xaxis="x2", yaxis="y2")],
-                         f"leak ρ = {rho}, {steps} steps", "", "probability",
+                         f"leak ρ = {rho}, {steps} steps", "", "probability (mean of 200 seeds)",
                          grid={"rows": 1, "columns": 2, "pattern": "independent"}, yaxis={"range": [0, 1]},
-                         yaxis2={"range": [0, 1.6]}),
+                         yaxis2={"range": [0, 1.6], "title": {"text": "reward (EMA)"}}),
         "kpis": [["π(solve)", r(pi[0], 3)], ["train reward EMA", r(train, 3)], ["held-out correctness EMA", r(held, 3)],
                  ["phrase wins when 0.4 + ρ > 0.7", "yes" if 0.4 + rho > 0.7 else "no"]],
         "note": (f"The policy learned the phrase (π(solve) = {float(pi[0]):.2f}): the train reward reads {train:.2f} "
@@ -215,7 +217,8 @@ register(Widget(
     {"knobs": {"rho": 0.5, "steps": 500},
      "what": "ρ = 0.5: the phrase earns 0.9 per try against 0.7 for solving; the policy learns to emit "
              "the phrase, train reward climbs to ~0.9 while held-out correctness falls to ~0.4."},
-    "Left: the policy. Right: the proxy reward it is trained on vs. the correctness it should have.",
+    "Left: the policy. Right: the proxy reward it is trained on vs. the correctness it should have. Two "
+    "actions and a leaky verifier: a deliberate toy trained by reinforce.loss.",
     ["posttrain.algorithms.reinforce:loss"]))
 
 

@@ -14,10 +14,12 @@ import torch
 
 from posttrain import memory, shapes, throughput as tp
 from posttrain.framework.rollout import Engine, SamplingParams
-from posttrain.lessons import units
+from posttrain.lessons import runs, units
 from posttrain.lessons.registry import Knob, Widget, bar, figure, line, r, register
 from posttrain.models.gpt_mini import GPTMini, KVCache, ModelConfig
-from posttrain.models.tokenizer import CharTokenizer
+from posttrain.models.tokenizer import BASE_CHARS, CharTokenizer
+from posttrain.tasks.arithmetic import ArithmeticTask
+from posttrain.tasks.base import safe_reward
 
 # ---- 20 · KV cache footprint ---------------------------------------------------------------------
 
@@ -82,57 +84,128 @@ register(Widget(
     ["posttrain.shapes:kv_bytes_per_token", "posttrain.models.gpt_mini:KVCache"]))
 
 
-# ---- 21 · the rollout engine's scheduler on a simulated workload --------------------------------
+# ---- 21 · scheduling: the real engine, and a labelled cost model around it -------------------------
+
+SCHED_PROMPTS, SCHED_K, SCHED_MAX_NEW = 8, 4, 64
+W_BYTES, KV_TOKEN_BYTES, HBM_BPS, FLOPS = 14e9, 131072, 3.35e12, 800e12     # the course's 7B on one H100
+PREFILL_S = 2 * 7e9 / FLOPS                                              # compute-bound prefill, per token
+SPEC_GAMMA, DRAFT_COST, CHUNK = 4, 0.1, 16                               # draft tokens, draft/target cost, chunk budget
+
 
 @functools.lru_cache(maxsize=1)
-def _tiny_engine_model():
-    tok = CharTokenizer()
-    torch.manual_seed(0)
-    cfg = ModelConfig(d_model=16, n_layers=1, n_heads=2, d_ff=32, max_seq_len=96).resolved(tok.vocab_size)
-    return GPTMini(cfg).eval(), tok
+def _sched_setup():
+    """The recorded 2-layer gpt_mini SFT'd on CoT traces (runs.engine_runs) and 8 held-out
+    problems of 2–6 terms: its response lengths follow the number of terms."""
+    tok = CharTokenizer(BASE_CHARS)
+    model = runs.unpack_model(runs.recorded()["engine model"])
+    task = ArithmeticTask(runs.COT_TASK)
+    items = task.items(SCHED_PROMPTS, "test", 1)
+    return model, tok, task, items, [tok.encode(tok.chat_prompt(task.prompt(it))) for it in items]
 
 
-def static_steps(lengths: list[int], slots: int) -> int:
-    """Decode steps if batches of `slots` sequences ran to their longest member (no refill)."""
-    return sum(max(lengths[i:i + slots]) for i in range(0, len(lengths), slots))
-
-
-def scheduler(slots: int, K: int, max_new: int) -> dict:
-    """Runs rollout.Engine (a random tiny gpt_mini: long-tailed lengths) on 4 prompts × K samples."""
-    model, tok = _tiny_engine_model()
-    prompts = [tok.encode(f"<{i}+{2 * i + 1}>") for i in range(4)]
-    eng = Engine(model, tok, max_slots=slots)
-    samples = eng.generate(prompts, K, SamplingParams(max_new_tokens=max_new), seed=0)
+@functools.lru_cache(maxsize=64)
+def _sched_run(slots: int, cbatch: bool, temperature: float) -> dict:
+    """The engine on 8 prompts × K: continuous batching = one generate() with `slots` slots;
+    static = one generate() per batch of `slots` samples, each running until its longest
+    finishes. Counter-based sampling draws the same responses either way (group_offset)."""
+    model, tok, task, items, prompts = _sched_setup()
+    sp = SamplingParams(temperature=temperature, max_new_tokens=SCHED_MAX_NEW)
+    engine = Engine(model, tok, max_slots=slots)
+    if cbatch:
+        samples = engine.generate(prompts, SCHED_K, sp, seed=0)
+        forwards, prefill, naive = (engine.stats[k] for k in ("rollout/decode_steps", "rollout/prefill_tokens",
+                                                              "rollout/prompt_tokens"))
+    else:
+        per = slots // SCHED_K                                             # whole groups per batch
+        samples, forwards, prefill, naive = [], 0, 0, 0
+        for a in range(0, SCHED_PROMPTS, per):
+            samples += engine.generate(prompts[a:a + per], SCHED_K, sp, seed=0, group_offset=a)
+            forwards += engine.stats["rollout/decode_steps"]
+            prefill += engine.stats["rollout/prefill_tokens"]
+            naive += engine.stats["rollout/prompt_tokens"]
     lengths = [len(s.response_ids) for s in samples]
-    st = eng.stats
-    cont, stat = st["rollout/decode_steps"], static_steps(lengths, slots)
-    ideal = math.ceil(sum(lengths) / min(slots, len(lengths)))
+    right = sum(safe_reward(task, items[s.group], s.text).reward for s in samples) if cbatch else None
+    kv_read = sum(sum(len(s.prompt_ids) + t for t in range(len(s.response_ids))) for s in samples) * KV_TOKEN_BYTES
+    return {"lengths": lengths, "forwards": forwards, "prefill": prefill, "naive": naive, "kv_read": kv_read,
+            "capped": sum(s.finish_reason == "length" for s in samples), "right": right,
+            "responses": [s.response_ids for s in samples], "prompt_lens": [len(p) for p in prompts],
+            "distinct": sum(len({tuple(s.response_ids) for s in samples[g * SCHED_K:(g + 1) * SCHED_K]})
+                            for g in range(SCHED_PROMPTS)) / SCHED_PROMPTS}
+
+
+def _tokens_per_forward(alpha: float) -> float:
+    """Expected tokens per target forward with SPEC_GAMMA draft tokens accepted at rate α."""
+    return SPEC_GAMMA + 1 if alpha >= 1 else (1 - alpha ** (SPEC_GAMMA + 1)) / (1 - alpha)
+
+
+def _sched_time(run: dict, share: bool, spec: bool, alpha: float) -> float:
+    """Modelled seconds on the course's 7B/H100: each decode forward streams the weights (4.2 ms),
+    every generated token reads its context's KV once, each prefilled token costs 2·7e9 FLOPs;
+    speculative decoding divides the target forwards by the tokens each verifies and adds the
+    draft's forwards at a tenth of the cost."""
+    forwards = run["forwards"]
+    if spec:
+        forwards = forwards / _tokens_per_forward(alpha) * (1 + SPEC_GAMMA * DRAFT_COST)
+    return forwards * W_BYTES / HBM_BPS + run["kv_read"] / HBM_BPS + (run["prefill"] if share else run["naive"]) * PREFILL_S
+
+
+def scheduler(slots: int, cbatch: bool, share: bool, chunked: bool, spec: bool, temperature: float) -> dict:
+    run, base = _sched_run(slots, cbatch, temperature), _sched_run(slots, False, temperature)
+    alpha = runs.recorded()["spec acceptance"][str(temperature)]
+    t, t0 = _sched_time(run, share, spec, alpha), _sched_time(base, False, False, alpha)
+    lengths = sorted(run["lengths"])
+    occupancy = sum(lengths) / max(run["forwards"] * min(slots, len(lengths)), 1)
+    stall = sum(run["prompt_lens"]) * (1 if share else SCHED_K)          # one prefill forward takes every prompt
+    stall = min(stall, CHUNK) if chunked else stall
+    p95 = lengths[min(len(lengths) - 1, int(0.95 * len(lengths)))]
     return {
-        "figure": figure([bar(list(range(len(lengths))), lengths, "response length (admission order)"),
-                          bar(["continuous batching (engine)", "static batches", "lower bound"], [cont, stat, ideal],
-                              "decode steps", xaxis="x2", yaxis="y2", marker={"color": ["#2ca02c", "#d62728", "#cccccc"]})],
-                         f"{slots} slots, 4 prompts × {K}, cap {max_new}", "sample", "tokens",
-                         grid={"rows": 1, "columns": 2, "pattern": "independent"}, yaxis2={"title": {"text": "decode steps"}}),
-        "kpis": [["decode steps (engine)", cont], ["decode steps, static batching", stat],
-                 ["static / continuous", r(stat / max(cont, 1), 2)], ["slot occupancy", r(st["rollout/slot_occupancy"], 3)],
-                 ["prompt tokens prefilled / without sharing", f"{st['rollout/prefill_tokens']} / {st['rollout/prompt_tokens']}"],
-                 ["responses cut by the cap", sum(s.finish_reason == "length" for s in samples)]],
-        "note": "A finished slot takes the next waiting sample at once; the K samples of a prompt share "
-                "one prefill of that prompt.",
+        "figure": figure([bar(list(range(len(run["lengths"]))), run["lengths"], "response length (tokens)"),
+                          bar(["decode forwards"], [run["forwards"]], "this setting", xaxis="x2", yaxis="y2"),
+                          bar(["decode forwards"], [base["forwards"]], "static batches, no tricks", xaxis="x2", yaxis="y2",
+                              opacity=0.4)],
+                         f"{slots} slots, {SCHED_PROMPTS} prompts × {SCHED_K}, T = {temperature}", "sample (group-major)",
+                         "tokens", grid={"rows": 1, "columns": 2, "pattern": "independent"},
+                         xaxis={"domain": [0, 0.6]}, xaxis2={"domain": [0.72, 1]},
+                         yaxis2={"title": {"text": "forwards of the engine"}, "rangemode": "tozero"}),
+        "kpis": [["decode forwards (engine)", run["forwards"]], ["static batching would need", base["forwards"]],
+                 ["slot occupancy", r(occupancy, 3)],
+                 ["prompt tokens prefilled", run["prefill"] if share else run["naive"]],
+                 ["response length mean / p95 / max", f"{sum(lengths) / len(lengths):.1f} / {p95} / {lengths[-1]}"],
+                 ["responses cut by the 64-token cap", run["capped"]],
+                 ["distinct responses per prompt (of 4)", r(run["distinct"], 2)],
+                 ["draft acceptance α at this T (measured)", r(alpha, 3)],
+                 ["tokens per target forward (spec, model)", r(_tokens_per_forward(alpha), 2) if spec else 1.0],
+                 ["longest decode stall (tokens in one prefill forward)", stall],
+                 ["modelled rollout time, 7B on one H100", f"{1000 * t:.0f} ms"],
+                 ["speed-up over static batches without tricks", f"{t0 / t:.2f}×"]],
+        "note": (f"The engine needed {run['forwards']} decode forwards for {len(lengths)} responses of "
+                 f"{lengths[0]}–{lengths[-1]} tokens ({run['capped']} cut by the cap); static batches of {slots} would "
+                 f"need {base['forwards']}. Modelled on a 7B model: {1000 * t:.0f} ms, {t0 / t:.2f}× the plain engine."
+                 + (f" Speculative decoding verifies {_tokens_per_forward(alpha):.2f} tokens per forward at α = {alpha:.2f}."
+                    if spec else "")),
     }
 
 
 register(Widget(
-    "scheduler", "The rollout engine's scheduler", scheduler,
-    [Knob("slots", "slots (max concurrent)", [4, 8, 32], 8), Knob("K", "samples per prompt K", [1, 4, 8], 4),
-     Knob("max_new", "length cap", [16, 32], 32)],
-    {"knobs": {"slots": 4, "K": 8, "max_new": 32},
-     "what": "Few slots and long-tailed lengths: a static batch waits for its slowest member while the "
-             "other slots idle, so rollout, already most of a step, takes ~20% longer; the trainer "
-             "waits and fewer updates fit in the budget (continuous batching refills the slots)."},
-    "Left: how long each response ran. Right: decode steps the engine needed vs. static batching.",
+    "scheduler", "Scheduling: continuous batching, shared prefill, chunked prefill, speculative decoding", scheduler,
+    [Knob("slots", "slots (max concurrent)", [4, 8, 16, 32], 8),
+     Knob("cbatch", "continuous batching (engine)", [False, True], True, "check"),
+     Knob("share", "shared prompt prefill (engine)", [False, True], True, "check"),
+     Knob("chunked", "chunked prefill (model)", [False, True], False, "check"),
+     Knob("spec", "speculative decoding (model, measured α)", [False, True], False, "check"),
+     Knob("temperature", "temperature T", [0.0, 0.5, 1.0], 1.0)],
+    {"knobs": {"slots": 4, "cbatch": False},
+     "what": "Four slots filled in static batches: every batch waits for its longest response while the other "
+             "slots idle, so the engine needs far more forwards for the same tokens and slot occupancy falls; "
+             "continuous batching refills a slot the moment its response ends."},
+    "Real engine runs (posttrain's rollout.Engine on a small gpt_mini SFT'd on chain-of-thought sums, "
+    "whose response lengths follow the number of terms): decode forwards, prefill tokens and lengths are "
+    "counted by the engine. Chunked prefill and speculative decoding are not in the engine: they are a "
+    "labelled model (the draft's acceptance rate α is measured between two recorded gpt_mini models), and "
+    "time is modelled with the course's 7B-on-H100 constants.",
     ["posttrain.framework.rollout:Engine.generate", "posttrain.framework.rollout:_Run._step",
-     "posttrain.framework.rollout:_Run._admit"]))
+     "posttrain.framework.rollout:_Run._admit", "posttrain.framework.rollout:_Run._prefill",
+     "posttrain.tasks.base:safe_reward", "posttrain.lessons.runs:spec_acceptance"]))
 
 
 # ---- 22 · memory envelope (the course's model; the memory planner plugs in beside it) -------------
@@ -173,7 +246,8 @@ register(Widget(
     {"knobs": {"ckpt": False},
      "what": "Checkpointing off at 8k tokens: the 7B activations alone are 128 GiB per GPU, and the "
              "trainer runs out of memory at its first step."},
-    "Stacked GiB per GPU for the trainer and the sampler against one H100 (80 GB = 74.5 GiB).",
+    "Stacked GiB per GPU for the trainer and the sampler against one H100 (80 GB = 74.5 GiB): the course's "
+    "envelope (memory.envelope), a back-of-envelope model; lesson 22's planner widget counts every tensor.",
     ["posttrain.memory:envelope"]))
 
 
@@ -191,7 +265,7 @@ def throughput(P: int, K: int, L: int, topo: str) -> dict:
     return {
         "figure": figure([bar(list(t), list(t.values()), "seconds per step"),
                           bar(["step time"], [step], f"τ_step ({TOPO[topo]})", marker={"color": "#d62728"})],
-                         f"{P}B, K = {K}, L = {L}, {TOPO[topo]}", "", "seconds"),
+                         f"{P}B, K = {K}, L = {L}, {TOPO[topo]}", "role", "seconds per step"),
         "kpis": [[f"τ_{k}", f"{v:.1f} s"] for k, v in t.items()]
                 + [["τ_step", f"{step:.1f} s"], ["useful tokens/s", f"{m['useful_tokens_per_s'] / 1000:.1f}k"],
                    ["rollout share of the step", f"{100 * t['rollout'] / step:.0f}%"], ["bottleneck", m["bottleneck"]],
@@ -209,7 +283,8 @@ register(Widget(
     {"knobs": {"L": 8192},
      "what": "Responses of 8k tokens: rollout is 98% of the step (its long tail grows with L), the "
              "trainer idles nearly all the time, and adding trainer GPUs buys nothing."},
-    "Seconds per role for one step, and the step time of the chosen placement.",
+    "Seconds per role for one step, and the step time of the chosen placement: the course's role-time "
+    "model (throughput.role_model), not a measurement.",
     ["posttrain.throughput:role_model", "posttrain.throughput:step_time"]))
 
 
