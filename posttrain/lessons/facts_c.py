@@ -190,12 +190,6 @@ def rl22c_topology_table() -> dict:
                   for n, r in runs.items()])
 
 
-def rl22c_course_clip_table() -> dict:
-    """The course's staleness model of the clip fraction, 1 − e^(−Δ/20): a curve, not a measurement."""
-    return table(["staleness Δ", "clip fraction by the course's model"],
-                 [[d, f"{100 * (1 - math.exp(-d / 20)):.1f}%"] for d in (1, 2, 4, 6, 8, 12)])
-
-
 def _async_runs(seed: int = 0) -> dict:
     return {r["run"]: r for r in result("async_vs_sync")["runs"] if r["seed"] == seed}
 
@@ -218,6 +212,31 @@ def rl22c_measured_table() -> dict:
 
 def rl22c_gain(run: str, key: str) -> float:
     return result("async_vs_sync")["summary"][run][key]
+
+
+def rl22c_stale_curves(correction: str) -> dict:
+    """The recorded staleness runs behind the async_pipe widget (dapo_toy.stale_runs: the lesson-13
+    DAPO toy with all switches on and the sampler Δ versions behind, 3 seeds averaged)."""
+    from posttrain.lessons import dapo_toy, runs
+    rec = runs.recorded()
+    return {d: rec[dapo_toy.stale_key(d, correction)] for d in dapo_toy.STALENESS}
+
+
+def rl22c_stale_table() -> dict:
+    """Per staleness: mean clip fraction and steps to accuracy 0.7, without and with TIS; and the
+    wall clock to 0.7 at the widget's default role times (τ_R 20, τ_T 8, τ_S 3 s; Δ = 0 is the
+    synchronous disaggregated loop, Δ ≥ 1 async)."""
+    none, tis = rl22c_stale_curves("none"), rl22c_stale_curves("tis")
+    first = lambda c: next((st for st, a in zip(c["step"], c["acc"]) if a >= 0.7), None)     # noqa: E731
+    rows = []
+    for d in none:
+        step_s = tp.step_time(rollout_s=20, train_s=8, sync_s=3, topology="async" if d else "disaggregated")["step_s"]
+        wall = lambda c: f"{first(c) * step_s / 60:.0f} min" if first(c) else "not reached"    # noqa: E731
+        rows.append([d, f"{100 * sum(none[d]['clip']) / len(none[d]['clip']):.1f}%",
+                     f"{100 * sum(tis[d]['clip']) / len(tis[d]['clip']):.1f}%",
+                     first(none[d]) or "—", first(tis[d]) or "—", wall(none[d]), wall(tis[d])])
+    return table(["staleness Δ", "clip fraction, no correction", "with TIS", "steps to accuracy 0.7, no correction",
+                  "with TIS", "wall clock to 0.7, no correction", "with TIS"], rows)
 
 
 def rl22c_cpu_async_speedup() -> float:
@@ -694,12 +713,33 @@ def g03_prompt_share() -> dict:
 
 
 def g03_recorded_table() -> dict:
-    """The two recorded SFT runs (runs.json, direct answers, 2–3 digit sums): held-out greedy accuracy."""
+    """The recorded SFT runs of the widget (runs.mask_runs: a small gpt_mini from scratch on 4–5-term
+    sums of digits, direct answers, 3 seeds averaged): held-out accuracy and training loss."""
     from posttrain.lessons import runs
     rec = runs.recorded()
-    on, off = rec["sft cot=False mask=True"], rec["sft cot=False mask=False"]
-    rows = [[st, f"{a:.2f}", f"{b:.2f}"] for st, a, b in zip(on["step"], on["acc"], off["acc"]) if st in (50, 100, 150, 200, 300)]
-    return table(["SFT step", "held-out accuracy, prompt masked", "prompt not masked"], rows)
+    on, off = rec["sft mask=1 seeds"], rec["sft mask=0 seeds"]
+    return table(["SFT step", "held-out accuracy, prompt masked", "prompt trained on", "training loss, masked",
+                  "training loss, trained on"],
+                 [[st, f"{a:.2f}", f"{b:.2f}", f"{la:.2f}", f"{lb:.2f}"]
+                  for st, a, b, la, lb in zip(on["step"], on["acc"], off["acc"], on["loss"], off["loss"])])
+
+
+def _mask_run(masked: bool) -> dict:
+    from posttrain.lessons import runs
+    return runs.recorded()[f"sft mask={int(masked)} seeds"]
+
+
+def g03_mask_share() -> float:
+    """Share of the trained positions that are prompt characters, unmasked, on the recorded runs' task."""
+    from posttrain.lessons import runs
+    from posttrain.models.tokenizer import BASE_CHARS, CharTokenizer
+    from posttrain.tasks.arithmetic import ArithmeticTask
+    tok, task = CharTokenizer(BASE_CHARS), ArithmeticTask(runs.MASK_TASK)
+    pr = rs = 0
+    for it in task.items(1000, "train", 0):
+        pr += len(tok.chat_prompt(task.prompt(it))) - 1
+        rs += len(tok.chat_response(it.target(False)))
+    return pr / (pr + rs)
 
 
 # ---- gpt_mini 04 · chain of thought -----------------------------------------------------------
@@ -830,7 +870,8 @@ FACTS: dict[str, Callable[[], object]] = {
     "rl22c_topology_table": rl22c_topology_table,
     "rl22c_async_speedup": lambda: rl22c_topologies()["async"]["speedup_vs_colocated"],
     "rl22c_disagg_idle_s": lambda: rl22c_topologies()["disaggregated"]["idle_s"]["trainer"],
-    "rl22c_course_clip_table": rl22c_course_clip_table,
+    "rl22c_course_clip_2": lambda: 100 * (1 - math.exp(-2 / 20)),
+    "rl22c_course_clip_8": lambda: 100 * (1 - math.exp(-8 / 20)),
     "rl22c_measured_table": rl22c_measured_table,
     "rl22c_fixed4_clip_pct": lambda: 100 * _async_runs()["fixed4_none"]["mean clip/frac"],
     "rl22c_fixed4_logratio": lambda: _async_runs()["fixed4_tis"]["mean offpolicy/log_ratio_abs"],
@@ -841,6 +882,10 @@ FACTS: dict[str, Callable[[], object]] = {
     "rl22c_async_gain_pts": lambda: 100 * rl22c_gain("async_tis", "pass@1_gain_mean"),
     "rl22c_async_gain_sd_pts": lambda: 100 * rl22c_gain("async_tis", "pass@1_gain_sd"),
     "rl22c_cpu_async_speedup": rl22c_cpu_async_speedup,
+    "rl22c_stale_table": rl22c_stale_table,
+    "rl22c_w_clip32": lambda: f'{100 * kpi("async_pipe", "clip fraction (mean over the run)", delta=32):.0f}%',
+    "rl22c_w_steps32": lambda: kpi("async_pipe", "steps to accuracy 0.7", delta=32),
+    "rl22c_w_wall32": lambda: kpi("async_pipe", "wall clock to accuracy 0.7", delta=32),
     "rl23_alarm_table": rl23_alarm_table,
     "rl23_real_runs_table": rl23_real_runs_table,
     "rl23_modes_table": rl23_modes_table,
@@ -928,6 +973,11 @@ FACTS: dict[str, Callable[[], object]] = {
     "g03_prompt_share_direct": lambda: 100 * g03_prompt_share()[False],
     "g03_prompt_share_cot": lambda: 100 * g03_prompt_share()[True],
     "g03_recorded_table": g03_recorded_table,
+    "g03_mask_task_share": lambda: 100 * g03_mask_share(),
+    "g03_acc_masked_200": lambda: _mask_run(True)["acc"][_mask_run(True)["step"].index(200)],
+    "g03_acc_open_200": lambda: _mask_run(False)["acc"][_mask_run(False)["step"].index(200)],
+    "g03_acc_masked_end": lambda: _mask_run(True)["acc"][-1],
+    "g03_acc_open_end": lambda: _mask_run(False)["acc"][-1],
     "g03_trained_masked": lambda: sum(r[3] for r in g03_mask_table()["rows"]),
     "g03_targets": lambda: sum(r[4] for r in g03_mask_table()["rows"]),
     "g03_prompt_targets": lambda: sum(r[4] - r[3] for r in g03_mask_table()["rows"]),
@@ -940,6 +990,9 @@ FACTS: dict[str, Callable[[], object]] = {
     "g04_example_direct": lambda: g04_target((3, 4, 5, 6), False),
     "g04_example_len": lambda: len(g04_target((3, 4, 5, 6), True)),
     "g04_compound_100": lambda: 0.99 ** 100,
+    "g04_w_cot_1layer": lambda: kpi("cot", "chain of thought, K = 2 → 6", layers=1),
+    "g04_w_direct6": lambda: kpi("cot", "held-out accuracy (this setting)", cot=False, K=6),
+    "g04_w_cot6": lambda: kpi("cot", "held-out accuracy (this setting)", cot=True, K=6),
     "g04_len_ratio": lambda: result("cot_vs_direct")["cot"]["eval/length_mean"] / result("cot_vs_direct")["direct"]["eval/length_mean"],
     "g04_acc_ratio": lambda: result("cot_vs_direct")["cot"]["eval/greedy_acc"] / result("cot_vs_direct")["direct"]["eval/greedy_acc"],
     "g05_loss0": lambda: g05_first_step()["loss"],
@@ -967,5 +1020,8 @@ FACTS: dict[str, Callable[[], object]] = {
     "g06_cfg_lr": lambda: g06_config()["lr"],
     "g06_cfg_kl": lambda: g06_config()["kl"],
     "g06_lr_ratio": lambda: __import__("posttrain.config", fromlist=["x"]).SFTConfig().optim.lr / g06_config()["lr"],
+    "g06_w_beta05_final": lambda: kpi("grpo_sim", "final P(correct)", beta=0.5),
+    "g06_w_k2_dead": lambda: kpi("grpo_sim", "groups with no signal, steps 1–40", K=2),
+    "g06_w_k2_p40": lambda: kpi("grpo_sim", "P(correct) at step 40", K=2),
     "g06_sync_gain_pts": lambda: 100 * rl22c_gain("sync", "pass@1_gain_mean"),
 }
