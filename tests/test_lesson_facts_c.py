@@ -29,7 +29,7 @@ def cell(name, row, col):
 @pytest.fixture(scope="module")
 def warm_imports():
     """Module imports (torch, the widget registry) are paid once per process, not by a fact."""
-    import posttrain.framework.rollout  # noqa: F401
+    import posttrain.framework.rollout
     import posttrain.lessons.runs  # noqa: F401
     from posttrain.lessons import registry
     registry.load_all()
@@ -126,7 +126,7 @@ def test_rl22b_overlong_penalty_course_values():
 
 
 def test_rl22b_widget_facts_order():
-    pct = lambda name: int(f(name).rstrip("%"))                        # noqa: E731
+    pct = lambda name: int(f(name).rstrip("%"))
     assert pct("rl22b_w_capdyn_tax") < pct("rl22b_w_cap_tax") < pct("rl22b_w_course_tax") < pct("rl22b_w_cv2_tax")
 
 
@@ -335,7 +335,7 @@ def test_g02_contexts_and_temperature():
     for e in ent.values():
         assert e[0] < e[1] < e[2]                                                  # T = 0.5 < 1 < 2
     assert ent["3+4=7;7+"][1] == pytest.approx(math.log(10), abs=0.1)             # the next term is random
-    assert f("g02_ent_99_t1") < 0.5 < 1.0 < f("g02_ent_99_t2")
+    assert f("g02_ent_99_t1") < 0.5 and f("g02_ent_99_t2") > 1.0
     assert f("g02_targets_per_step") == 32 * 95 and f("g02_tokens_seen") == 300 * 32 * 96
     assert f("g02_chinchilla") == 20 * f("g01_nano_params")
 
@@ -411,7 +411,7 @@ def test_g04_recorded_widget_runs():
 
 
 def test_g06_widget_break_k2_lags_k8():
-    from posttrain.lessons.facts_c import kpi
+    from posttrain.lessons.facts_c_common import kpi
     assert f("g06_w_k2_p40") < 0.7 < kpi("grpo_sim", "P(correct) at step 40", K=8)
     assert f("g06_w_k2_dead") > 0.5 and f("g06_w_beta05_final") < 0.9
 
