@@ -7,10 +7,9 @@ import json
 import math
 
 import pytest
+from lessons_util import floats, kpis
 
 from posttrain.lessons import registry
-
-from lessons_util import floats, kpis
 
 
 def pct(text) -> float:
@@ -74,7 +73,7 @@ def test_row_14_sync_every():
     assert k[1]["clip/frac (mean over the run)"] < k[2]["clip/frac (mean over the run)"] < \
         k[5]["clip/frac (mean over the run)"] < k[10]["clip/frac (mean over the run)"]
     at50 = [k[n]["expected reward at step 50"] for n in (1, 2, 5, 10, 20, 40)]
-    assert at50 == sorted(at50, reverse=True) and at50[0] > 0.95 > 0.2 > at50[-2]
+    assert at50 == sorted(at50, reverse=True) and at50[0] > 0.95 and at50[-2] < 0.2
     assert k[40]["sampler versions behind at most"] == 39
 
 
@@ -202,14 +201,14 @@ def test_scheduler_runs_the_engine():
     assert naive["prompt tokens prefilled"] == 4 * k["prompt tokens prefilled"]
     a0, a1 = (kpis("scheduler", spec=True, temperature=t)["draft acceptance α at this T (measured)"] for t in (0.0, 1.0))
     assert 0 < a1 < a0 <= 1
-    sp = lambda t: float(kpis("scheduler", spec=True, temperature=t)["speed-up over static batches without tricks"][:-1])  # noqa: E731
+    sp = lambda t: float(kpis("scheduler", spec=True, temperature=t)["speed-up over static batches without tricks"][:-1])
     assert sp(0.0) > sp(1.0)
     chunk = kpis("scheduler", chunked=True)["longest decode stall (tokens in one prefill forward)"]
     assert chunk == 16 < k["longest decode stall (tokens in one prefill forward)"]
 
 
 def test_every_widget_default_runs_and_is_json():
-    for name, w in registry.load_all().items():
+    for name in registry.load_all():
         out = registry.compute(name)
         json.dumps(out, allow_nan=False)            # the browser's JSON.parse rejects NaN
         assert out["figure"]["data"] and out["kpis"], name
@@ -302,7 +301,7 @@ def test_rows_35_36_bradley_terry():
 def test_row_40_prm_search():
     """Row 40 with posttrain's search table: one sample ≈ p⁶; at the course's budget (a sixth of
     the steps) the beam loses to reranking; at an equal budget (the default) it wins."""
-    pct = lambda k, n: float(k[n][:-1])                                             # noqa: E731
+    pct = lambda k, n: float(k[n][:-1])
     course = kpis("prm", p_good=0.75, N=16, B=4, budget="course")
     assert pct(course, "one sample (pass@1)") == pytest.approx(17.8, abs=2.5)       # 0.75⁶
     assert course["step samples: best-of-N / beam"] == "96 / 24"
@@ -338,7 +337,7 @@ def test_rows_71_72_73_stragglers():
     for K, row in table.items():
         for cv, want in zip((0.5, 1.0, 2.0), row):
             assert kpis("stragglers", K=K, mu=800, cv=cv, cap=False, dynk=False, rule="fixed")["max-of-K formula (× μ)"] == want
-    base = dict(K=16, mu=800, cv=1.0, dynk=False, rule="course")
+    base = {"K": 16, "mu": 800, "cv": 1.0, "dynk": False, "rule": "course"}
     k = kpis("stragglers", cap=False, **base)
     assert (k["τ_R = longest response"], k["mean response"], k["straggler tax max/mean − 1"]) == ("4015 tok", "994 tok", "304%")
     assert kpis("stragglers", cap=True, **base)["τ_R = longest response"] == "4015 tok"     # the course's no-op cap

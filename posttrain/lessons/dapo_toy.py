@@ -129,7 +129,7 @@ def run(clip_higher: bool, dynamic_sampling: bool, token_mean: bool, overlong: b
                     e_keep = ~dapo.degenerate(e_rew, torch.arange(len(e_pid)) // K)
                     take = min(int(e_keep.sum()) // K, PROMPTS - have)
                     idx = e_keep.nonzero().squeeze(1)[:take * K]
-                    parts.append((t[idx] for t in (e_pid, e_toks, e_mask, e_old, e_first, e_rew)))
+                    parts.append(t[idx] for t in (e_pid, e_toks, e_mask, e_old, e_first, e_rew))
                     have += take
                 cols = list(zip(*[tuple(p) for p in parts]))
                 pid, toks, mask, old, first, rew = (torch.cat(c) for c in cols)

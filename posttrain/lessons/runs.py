@@ -31,7 +31,7 @@ from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
 DATA = Path(__file__).resolve().parent / "data" / "runs.json"
 TASK = ArithmeticConfig(min_terms=2, max_terms=3, max_value=9)
 EVAL_EVERY = 25
-CONTEXTS = ["3+4=", "3+4=7;7+", "12+6=1", "9+9="]
+CONTEXTS = ["3+4=", "3+4=7;7+", "7+5=1", "9+9="]      # each read at the start of a line of the corpus
 
 
 def tiny_model(tok: CharTokenizer, seed: int, layers: int = 2, max_seq_len: int = 64) -> GPTMini:
@@ -101,7 +101,7 @@ def cot_runs() -> dict:
             for L in COT_LAYERS for c in (False, True)}
 
 
-def pretrain_run(steps: int = 300, seed: int = 0) -> dict:
+def pretrain_run(steps: int = 1000, seed: int = 0) -> dict:
     """Next-character pretraining on the task's trace corpus; the final next-char logits for a
     few contexts (the widget samples from them at any temperature)."""
     torch.set_num_threads(1)
@@ -122,7 +122,7 @@ def pretrain_run(steps: int = 300, seed: int = 0) -> dict:
             losses.append(round(float(m["train/nll"]), 4))
     model.eval()
     with torch.no_grad():
-        logits = {c: model(torch.tensor([tok.encode(c)]))[0, -1].tolist() for c in CONTEXTS}
+        logits = {c: model(torch.tensor([tok.encode("\n" + c)]))[0, -1].tolist() for c in CONTEXTS}
     return {"step": list(range(EVAL_EVERY, steps + 1, EVAL_EVERY)), "loss": losses,
             "logits": {c: [round(x, 4) for x in v] for c, v in logits.items()}}
 

@@ -106,8 +106,8 @@ def async_pipe(R: int, T: int, S: int, delta: int, correction: str) -> dict:
               for d in dapo_toy.STALENESS}
     to_target = {d: (_first(c, TARGET) or None) for d, c in curves.items()}
     wall = {d: (n * step_s[d] / 60 if n else None) for d, n in to_target.items()}
-    this, sync0 = curves[delta], curves[0]
-    mean = lambda xs: sum(xs) / len(xs)                                   # noqa: E731
+    this = curves[delta]
+    mean = lambda xs: sum(xs) / len(xs)
     traces = [line([s * step_s[d] / 60 for s in c["step"]], c["acc"], f"Δ = {d}",
                    line={"width": 4 if d == delta else 1.5}) for d, c in curves.items()]
     traces.append(line([0, max(c["step"][-1] * step_s[d] / 60 for d, c in curves.items())], [TARGET, TARGET],

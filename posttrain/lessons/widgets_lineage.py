@@ -80,9 +80,9 @@ def forces_map(signal: str, estimator: str, cost: str) -> dict:
     verifier or a reward model that leaks ρ = 0.5, 200 steps; ESTIMATOR, 2000 gradient estimates
     of the lesson-09 toy with rloo.advantages at K = 8 or reinforce.advantages at K = 1 (their
     error against the true gradient); COST, memory.plan of the recipe on 8 H100s."""
-    from posttrain.lessons.widgets_algos import _estimates, _expected, BASELINES
+    from posttrain.lessons.widgets_algos import BASELINES, _estimates, _expected
     from posttrain.lessons.widgets_signal import _hack_run
-    pi, train, held = _hack_run(0.0 if signal == SIGNALS[0] else 0.5)[200]
+    _pi, train, held = _hack_run(0.0 if signal == SIGNALS[0] else 0.5)[200]
     K, base = (8, BASELINES[1]) if estimator == ESTIMATORS[0] else (1, BASELINES[0])
     err = float((_estimates(K, 2000, torch.Generator().manual_seed(1), base) - _expected()).norm(dim=-1).mean())
     algo, model = ("grpo", "llama3-8b") if cost == COSTS[0] else ("ppo", "llama-70b")
@@ -133,7 +133,7 @@ def dapo_ablation(clip_higher: bool, dynamic_sampling: bool, token_mean: bool, o
     this = rec[dapo_toy.key(clip_higher, dynamic_sampling, token_mean, overlong)]
     on, off = rec[dapo_toy.key(True, True, True, True)], rec[dapo_toy.key(False, False, False, False)]
     n = len(this["step"])
-    mean = lambda xs: sum(xs) / len(xs)                                # noqa: E731
+    mean = lambda xs: sum(xs) / len(xs)
     return {
         "figure": figure([line(this["step"], this["acc"], "this setting: accuracy"),
                           line(on["step"], on["acc"], "all four on", line={"dash": "dot", "color": "green"}),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import math
 
 import torch
 
@@ -19,6 +18,10 @@ from posttrain.models.gpt_mini import GPTMini, ModelConfig
 from posttrain.models.tokenizer import BASE_CHARS, CharTokenizer
 from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask, Problem
 from posttrain.tasks.base import safe_reward
+
+# The first optimizer a process builds imports torch's compiler stack (about a second of CPU); build
+# one here, when the widgets are loaded, so the first controller or sync setting does not pay it.
+torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.0)
 
 # ---- 05 · the trainer: one loss, assembled -----------------------------------------------------
 
@@ -109,7 +112,7 @@ def _sync_run(sync_every: int) -> list[tuple[float, float, float, int]]:
     cfg = grpo.Config(std="population", kl_coef=0.0)
     groups = torch.arange(64).repeat_interleave(4)
     mask = torch.ones(256, 1, dtype=torch.float64)
-    out, trainer_version = [], 0
+    out, synced_at = [], 0
     for step in range(1, SYNC_STEPS + 1):
         with torch.no_grad():
             mu = torch.log_softmax(sampler.model.logits, -1)            # behaviour logprobs (stale weights)
@@ -121,14 +124,13 @@ def _sync_run(sync_every: int) -> list[tuple[float, float, float, int]]:
         opt.zero_grad()
         loss.backward()
         opt.step()
-        trainer_version += 1
         if step % sync_every == 0:
             sync.sync()                                                  # copy + policy_version += 1
-            sampler.policy_version = trainer_version                    # the version it now holds
+            synced_at = step
         with torch.no_grad():
             reward = float(torch.softmax(policy.logits, -1) @ _GOOD)
             rho = float((torch.log_softmax(policy.logits, -1) - torch.log_softmax(sampler.model.logits, -1)).abs().max())
-        out.append((float(m["clip/frac"]), rho, reward, trainer_version - sampler.policy_version))
+        out.append((float(m["clip/frac"]), rho, reward, step - synced_at))
     return out
 
 
@@ -283,7 +285,8 @@ def controller(phase: int, answers: str) -> dict:
                                textposition="top center", marker={"size": 24, "color": colors})] + right,
                          PHASES[k], "", "", grid={"rows": 1, "columns": 2, "pattern": "independent"},
                          yaxis={"visible": False, "range": [0.5, 1.6]}, xaxis={"visible": False, "range": [-0.6, 7.6]},
-                         yaxis2={"title": {"text": ytitle}}, showlegend=bool(right)),
+                         yaxis2={"title": {"text": ytitle}}, showlegend=bool(right),
+                         xaxis2={"title": {"text": "token position in the batch" if k == 3 else ""}}),
         "kpis": kpis, "note": note,
     }
 
@@ -324,7 +327,7 @@ def tool_mask(mask_tools: bool) -> dict:
     return {
         "figure": figure([bar(list(range(len(response))), lm.tolist(), "trained on (loss_mask)",
                               marker={"color": [colors[x] for x in roles]},
-                              text=list(tok.decode([i]) for i in response))],
+                              text=[tok.decode([i]) for i in response])],
                          "response tokens: blue = assistant, orange = tool output", "response position",
                          "loss_mask", yaxis={"range": [0, 1.1]}),
         "kpis": [["tokens scored", int(lm.sum())], ["assistant tokens", roles.count("assistant")],

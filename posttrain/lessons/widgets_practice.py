@@ -27,7 +27,7 @@ def failure_run(mode: str, severity: float) -> list[dict]:
     """40 steps of metrics, each measured with posttrain's functions on sampled data (all steps at
     once, one row of each tensor per step); `mode` at `severity` bends one cause, the rest stay healthy."""
     gen = torch.Generator().manual_seed(0)
-    sev = lambda m: severity if mode == m else 0.0                    # noqa: E731
+    sev = lambda m: severity if mode == m else 0.0
     u = torch.linspace(0, 1, STEPS, dtype=torch.float64).unsqueeze(1)  # [S, 1] progress through the run
     sharp = 1 + (0.5 + 40 * sev("entropy collapse")) * u              # logits scale: the policy sharpens
     ent = core.entropy_from_logits((_BASE * sharp).unsqueeze(1)).squeeze(1)   # [S, 1, V] → [S]
@@ -162,7 +162,7 @@ def stale_estimate(delta: int, mode: str, cap: float, trials: int = 200):
     return float((pi.exp() * _GOOD).sum()), est.mean(), est.std(), m
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _curves(cap: float) -> dict:
     return {md: [stale_estimate(d, md, cap) for d in STALENESS] for md in CORRECTIONS}
 

@@ -10,7 +10,7 @@ import functools
 
 import torch
 
-from posttrain import memory
+from posttrain import algorithms, memory
 from posttrain.algorithms import core, ppo, reinforce
 from posttrain.lessons.registry import Knob, Widget, bar, figure, line, r, register
 
@@ -28,8 +28,8 @@ FAMILY = {
     "RLOO": (["rloo"], "posttrain rl configs/grpo_arith.yaml algorithm=rloo"),
     "REINFORCE": (["reinforce"], "posttrain rl configs/grpo_arith.yaml algorithm=reinforce"),
     "DPO / IPO / KTO / ORPO / SimPO": (["dpo", "ipo", "kto", "orpo", "simpo"], "posttrain dpo init=RUN loss_type=dpo (ipo, kto, orpo, simpo)"),
-    "offline RL / reward-weighted SFT (RAFT, ReST)": (["sft"], "posttrain sft data=rejection init=RUN (RFT; posttrain's "
-                                                               "rejection keeps verified samples, RM ranking is not wired)"),
+    "offline RL / reward-weighted SFT (RAFT, ReST)": (["sft"], ("posttrain sft data=rejection init=RUN (RFT; posttrain's "
+                                                               "rejection keeps verified samples, RM ranking is not wired)")),
     "offline: rejection-sampled SFT or DPO": (["sft", "dpo"], "posttrain sft data=rejection init=RUN, or posttrain dpo init=RUN"),
 }
 
@@ -58,6 +58,10 @@ def classify(reward: str, data: str, baseline: str, turns: str) -> dict:
     family, warn = classify_paper(reward, data, baseline, turns)
     names, command = FAMILY[family]
     roles = memory.ROLES[names[0]]
+    rl = [n for n in names if n in algorithms.ALGORITHMS]
+    cfg = algorithms.get(rl[0]).Config() if rl else None                # posttrain's defaults for the first one
+    defaults = (f"clip ε {getattr(cfg, 'eps_low', '—')}, KL β {cfg.kl_coef}, aggregation {cfg.aggregation}"
+                if cfg else "— (not an RL algorithm module)")
     need = [k for k in ("rollout", "reference", "critic", "reward_model") if getattr(roles, k)]
     if reward in ("reward model", "process reward model") and "reward_model" not in need:
         need.append("reward_model")
@@ -82,7 +86,8 @@ def classify(reward: str, data: str, baseline: str, turns: str) -> dict:
                          yaxis={"visible": False, "range": [-4.2, 0.6]}),
         "kpis": [["algorithm family", family], ["reward label", LABEL[reward]],
                  ["posttrain algorithms", ", ".join(names)], ["roles it needs", ", ".join(need) or "none beyond the policy"],
-                 ["posttrain command", command], ["consistent?", "yes" if consistent else "no"]]
+                 ["posttrain command", command], ["posttrain defaults of the first algorithm", defaults],
+                 ["consistent?", "yes" if consistent else "no"]]
                 + [[f"note {i + 1}", w] for i, w in enumerate(warn)],
         "note": (f"In posttrain's terms this paper is {family} ({LABEL[reward]}): roles {', '.join(need) or 'policy only'}."
                  + (" " + warn[0][0].upper() + warn[0][1:] + "." if warn else "")),
@@ -101,7 +106,7 @@ register(Widget(
              "makes it online DPO or RLHF."},
     "Four questions about a paper, the course's decision tree, and what the answer is in posttrain: the "
     "algorithm modules, the roles memory.ROLES says they need, and the command that runs them.",
-    ["posttrain.memory:ROLES"]))
+    ["posttrain.algorithms:get", "posttrain.memory:Roles"]))
 
 
 # ---- 27 · the gap explorer --------------------------------------------------------------------------
@@ -223,7 +228,7 @@ DEMOS = {"gae": _gae_demo, "kl": _kl_demo, "entropy": _entropy_demo, "offpolicy"
          "whiten": _whiten_demo, "lora": _lora_demo, "prm": _prm_demo, "curriculum": _curriculum_demo}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _demo(gap: str) -> tuple[str, float, float]:
     return DEMOS[gap](True)
 

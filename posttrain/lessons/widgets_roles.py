@@ -9,7 +9,12 @@ import torch
 from numpy.polynomial.hermite_e import hermegauss
 
 from posttrain.algorithms import core, dr_grpo, grpo, reinforce, rloo
-from posttrain.framework.rollout import SamplingParams, draw_keys, sample_keys, sample_tokens
+from posttrain.framework.rollout import (
+    SamplingParams,
+    draw_keys,
+    sample_keys,
+    sample_tokens,
+)
 from posttrain.lessons.registry import Knob, Widget, bar, figure, line, r, register
 from posttrain.tasks.arithmetic import last_integer, verify
 
@@ -93,7 +98,7 @@ def sampler(temperature: float, top_k: int, top_p: float, K: int) -> dict:
     N = 4000
     logits = _DIGIT_LOGITS.expand(N, 10)
     keys = draw_keys(sample_keys(0, 0, torch.zeros(N, dtype=torch.long), torch.arange(N)), torch.zeros(N, dtype=torch.long))
-    tok, lp = sample_tokens(logits, params, keys)
+    tok, _lp = sample_tokens(logits, params, keys)
     freq = torch.bincount(tok, minlength=10).double() / N
     full = torch.softmax(_DIGIT_LOGITS / (temperature if temperature > 0 else 1.0), -1)
     p = float(freq[1])                                 # P(one digit right)

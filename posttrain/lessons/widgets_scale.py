@@ -139,7 +139,7 @@ def budget(prefix: bool, cbatch: bool, spec: bool, fp8: bool, train_opts: bool, 
     t["sync"] *= {"every step": 1.0, "every 5 steps": 0.2, "overlapped": 0.0}[sync]
     if refpool:
         t["reference"] = 0.0
-    step = lambda x: throughput.step_time(rollout_s=x["rollout"], reference_s=x["reference"],   # noqa: E731
+    step = lambda x: throughput.step_time(rollout_s=x["rollout"], reference_s=x["reference"],
                                           train_s=x["train"] + x["algorithm"], sync_s=x["sync"], topology=placement)
     now, before = step(t), step(BASE)
     total, base_total = now["step_s"], before["step_s"]

@@ -262,7 +262,7 @@ def curation(policy: int, curation: int, K: int) -> dict:
     signal = float((pk * (1 - pk)).sum())
     rollouts = max(K * len(kept), 1)
     bins = [i / 8 for i in range(9)]                                   # probe rates are k/8
-    hist = lambda xs: [sum(1 for x in xs if abs(x - b) < 1e-9) for b in bins]      # noqa: E731
+    hist = lambda xs: [sum(1 for x in xs if abs(x - b) < 1e-9) for b in bins]
     kept_rates = rates[kept_t].tolist()
     return {
         "figure": figure([bar(bins, hist(rates.tolist()), "all prompts (probe of 8)", opacity=0.35),
