@@ -1,5 +1,7 @@
-"""The lessons' text, in posttrain's own words: what each idea is, why it exists, where the code
-lives (links computed from the live source), and which widgets it carries."""
+"""The course's structure: each lesson's id, number, title, part and track, where its code lives
+(links computed from the live source) and which widgets it carries. A lesson's text is
+text/<id>.md (rendered by markdown.py); the short `idea`/`why` strings here stand in for a lesson
+that has no text file yet, and give the gpt_mini index its one-line summaries."""
 
 from __future__ import annotations
 

@@ -19,10 +19,15 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from html import escape
 
+from pygments.lexers import PythonLexer
+from pygments.token import STANDARD_TYPES
+
 from posttrain import UsageError
 from posttrain.lessons import facts, registry, sources
 
 BLOCK = ("widget", "code", "table")
+COLOURED = {"k", "kn", "kc", "kd", "ow", "s", "s1", "s2", "sa", "se", "si", "sd", "c", "c1", "ch", "cm",
+            "nf", "fm", "nc", "mi", "mf", "mh", "mo", "nb", "bp", "nd"}                # pygments classes style.css colours
 INLINE = ("kpi", "fact")
 
 
@@ -92,11 +97,28 @@ def widget_html(name: str) -> str:
 </section>"""
 
 
+def highlight(code: str) -> list[str]:
+    """Python source → one HTML string per line, tokens in pygments' short classes (k, s, c1, nf …;
+    style.css colours a few). pygments comes with rich, a core dependency."""
+    lines, cur = [], []
+    for ttype, value in PythonLexer(stripnl=False, ensurenl=False).get_tokens(code):
+        while ttype not in STANDARD_TYPES:
+            ttype = ttype.parent
+        cls = STANDARD_TYPES[ttype]
+        for i, part in enumerate(value.split("\n")):
+            if i:
+                lines.append("".join(cur))
+                cur = []
+            if part:
+                cur.append(f'<span class="{cls}">{esc(part)}</span>' if cls in COLOURED else esc(part))
+    return lines + ["".join(cur)]
+
+
 def code_excerpt(spec: str, prefix: str) -> str:
     rel, a, b = sources.excerpt_ref(spec)
     module, qual = spec.split(":")[:2]
-    lines = textwrap.dedent("\n".join((sources.ROOT / rel).read_text().splitlines()[a - 1:b])).split("\n")
-    body = "".join(f'<span class="l" data-n="{a + i}">{esc(t)}</span>\n' for i, t in enumerate(lines))
+    lines = highlight(textwrap.dedent("\n".join((sources.ROOT / rel).read_text().splitlines()[a - 1:b])))
+    body = "".join(f'<span class="l" data-n="{a + i}">{t}</span>\n' for i, t in enumerate(lines))
     label = f"{module.rsplit('.', 1)[-1]}.{qual}"
     return (f'<figure class="excerpt"><figcaption><a class="code" href="{prefix}source/{sources.source_name(rel)}'
             f'#L{a}-L{b}"><code>{esc(label)}</code></a> <span class="where">{esc(rel)}:{a}–{b}</span></figcaption>'

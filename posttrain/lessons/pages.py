@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from posttrain import UsageError
 from posttrain.lessons import content, glossary, markdown, registry, sources
-from posttrain.lessons.directives import Env, esc, widget_html
+from posttrain.lessons.directives import Env, esc, highlight, widget_html
 from posttrain.lessons.sources import ROOT, code_ref, source_name  # noqa: F401  (pages.code_ref etc. for callers)
 
 KATEX = ["static/katex/katex.min.js", "static/katex/auto-render.min.js"]
@@ -49,20 +49,24 @@ autocomplete="off"><ol id="search-results" hidden></ol></div></header>
 
 def sidebar(prefix: str, current: str, sections: list[tuple[str, str]]) -> str:
     """The table of contents on every page: parts, lessons, and the current page's sections."""
+    subs = "".join(f'<li><a href="#{a}">{esc(t)}</a></li>' for a, t in sections)
+    subs = f'<ol class="sections">{subs}</ol>' if subs else ""
+
     def item(ls) -> str:
         here = ls.id == current
-        subs = "".join(f'<li><a href="#{a}">{esc(t)}</a></li>' for a, t in sections) if here else ""
         return (f'<li data-lesson="{ls.id}"{" class=current aria-current=page" if here else ""}>'
                 f'<a href="{prefix}lessons/{ls.id}.html"><span class="num">{esc(ls.number)}</span> {esc(ls.title)}</a>'
-                + (f'<ol class="sections">{subs}</ol>' if subs else "") + "</li>")
+                + (subs if here else "") + "</li>")
     groups = []
     for part in content.PARTS + [content.G]:
         lessons = [ls for ls in content.LESSONS if ls.part == part]
         head = (f'<a href="{prefix}gpt_mini.html"{" aria-current=page" if current == "gpt-index" else ""}>{esc(part)}</a>'
                 if part == content.G else esc(part))
-        groups.append(f'<h4>{head}</h4><ol class="toc">{"".join(item(ls) for ls in lessons)}</ol>')
+        mine = subs if part == content.G and current == "gpt-index" else ""
+        groups.append(f'<h4>{head}</h4>{mine}<ol class="toc">{"".join(item(ls) for ls in lessons)}</ol>')
+    home = subs if current == "index" else ""
     return (f'<nav class="sidebar" aria-label="table of contents"><details class="toc-box"><summary>Contents</summary>'
-            f'<a class="course-home" href="{prefix}index.html">Course home</a>{"".join(groups)}'
+            f'<a class="course-home" href="{prefix}index.html">Course home</a>{home}{"".join(groups)}'
             f'<h4><a href="{prefix}glossary.html">Glossary</a></h4></details></nav>')
 
 
@@ -175,8 +179,9 @@ def source_files() -> list[str]:
 def render_source(relpath: str, static: bool = False) -> str:
     if relpath not in source_files():
         raise UsageError(f"no source view for {relpath!r}")
-    lines = (ROOT / relpath).read_text().splitlines()
-    rows = "".join(f'<tr id="L{i}"><td class="ln"><a href="#L{i}">{i}</a></td><td><pre>{esc(t) or " "}</pre></td></tr>'
+    text = (ROOT / relpath).read_text()
+    lines = highlight(text)[:len(text.splitlines())]
+    rows = "".join(f'<tr id="L{i}"><td class="ln"><a href="#L{i}">{i}</a></td><td><pre>{t or " "}</pre></td></tr>'
                    for i, t in enumerate(lines, 1))
     body = f'<h1 class="src-title"><code>{esc(relpath)}</code></h1><table class="source">{rows}</table>'
     return page(relpath, body, sources.depth_prefix(relpath), static, current="source")
