@@ -66,7 +66,7 @@ def g01_softmax_peak(d_head: int, scaled: bool) -> float:
 # ---- gpt_mini 02 · pretraining ----------------------------------------------------------------
 
 CONTEXT_NEXT = {"3+4=": "7, the sum", "3+4=7;7+": "any digit: the next term is random",
-                "12+6=1": "8 (12 + 6 = 18)", "9+9=": "1 (9 + 9 = 18)"}
+                "7+5=1": "2 (7 + 5 = 12)", "9+9=": "1 (9 + 9 = 18)"}
 
 
 @lru_cache(maxsize=1)
@@ -314,8 +314,11 @@ FACTS: dict[str, Callable[[], object]] = {
     "g02_chinchilla": lambda: g02_tokens()["chinchilla"],
     "g02_chinchilla_pct": lambda: 100 * g02_tokens()["frac"],
     "g02_ln10": lambda: math.log(10),
-    "g02_ent_99_t1": lambda: g02_entropy("9+9=", 1.0),
-    "g02_ent_99_t2": lambda: g02_entropy("9+9=", 2.0),
+    "g02_ent_34_t1": lambda: g02_entropy("3+4=", 1.0),
+    "g02_ent_34_t2": lambda: g02_entropy("3+4=", 2.0),
+    "g02_recorded_steps": lambda: __import__("posttrain.lessons.runs", fromlist=["x"]).recorded()["pretrain"]["step"][-1],
+    "g02_w_trace10": lambda: kpi("next_char", "share of samples that are the right next char", temperature=2.0) ** 10,
+    "g02_w_right_t2": lambda: kpi("next_char", "share of samples that are the right next char", temperature=2.0),
     "g03_mask_table": g03_mask_table,
     "g03_prompt_share_direct": lambda: 100 * g03_prompt_share()[False],
     "g03_prompt_share_cot": lambda: 100 * g03_prompt_share()[True],
