@@ -289,7 +289,7 @@ def g06_group_runs() -> dict:
 def g06_config() -> dict:
     from posttrain.config import RLConfig, load_config
     c = load_config(RLConfig, "grpo_arith", [])
-    return {"K": c.samples_per_prompt, "prompts": c.prompts_per_step, "lr": c.optim.lr, "kl": c.algo["kl_coef"]}
+    return {"K": c.rollout.samples_per_prompt, "prompts": c.rollout.prompts_per_step, "lr": c.optim.lr, "kl": c.algo.kl_coef}
 
 
 FACTS: dict[str, Callable[[], object]] = {
