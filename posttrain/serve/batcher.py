@@ -4,7 +4,9 @@
     future = batcher.submit(prompt_ids, Params(n=4, temperature=1.0, max_new_tokens=64))
     samples = future.result()          # the n samples of that prompt, behaviour logprobs included
 
-One worker thread owns the engine. It takes every request queued since its last call, groups
+One worker thread owns the engine. It takes every request queued since its last call (and, after
+the first, whatever arrives within `window_s`: clients released together by one call re-send a
+few milliseconds apart, and waiting that long lets them share the next call), groups
 those whose sampling parameters agree (`Params`: n, temperature, top-k/p, length cap, stop ids),
 and runs each group as ONE `Engine.generate` call, so 32 clients asking at once cost one batched
 decode loop, not 32. Requests that arrive while a call runs wait for the next one: batching is
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
 
@@ -50,8 +53,8 @@ class _Job:
 class Batcher:
     """A worker thread that turns queued requests into grouped `Engine.generate` calls."""
 
-    def __init__(self, engine, seed: int = 0):
-        self.engine, self.seed = engine, int(seed)
+    def __init__(self, engine, seed: int = 0, window_s: float = 0.005):
+        self.engine, self.seed, self.window_s = engine, int(seed), float(window_s)
         self.lock = threading.Lock()
         self.calls = 0                                   # engine calls made (the draw counter)
         self.stats = {"serve/calls": 0, "serve/requests": 0, "serve/generated_tokens": 0, "serve/engine_s": 0.0}
@@ -81,9 +84,11 @@ class Batcher:
             if first is None:
                 return
             jobs = [first]
-            while True:                                  # everything queued since the last call
-                try:
-                    job = self._queue.get_nowait()
+            deadline = time.monotonic() + self.window_s
+            while True:                                  # everything queued since the last call, and what
+                try:                                     # arrives within the window after the first
+                    job = self._queue.get(timeout=max(deadline - time.monotonic(), 0.0)) \
+                        if time.monotonic() < deadline else self._queue.get_nowait()
                 except queue.Empty:
                     break
                 if job is None:
