@@ -11,15 +11,15 @@ import torch
 pytest.importorskip("fastapi")
 httpx = pytest.importorskip("httpx")
 
-from posttrain.config import RLConfig, load_config  # noqa: E402
-from posttrain.framework.batch import collate_samples  # noqa: E402
-from posttrain.framework.rollout import Engine  # noqa: E402
-from posttrain.framework.trainer import sequence_logprobs  # noqa: E402
-from posttrain.logging import read_metrics  # noqa: E402
-from posttrain.serve.app import RLPolicy, create_app  # noqa: E402
-from posttrain.serve.batcher import Batcher  # noqa: E402
-from posttrain.serve.records import Recorder, episode_samples  # noqa: E402
-from posttrain.serve.server import Server  # noqa: E402
+from posttrain.config import RLConfig, load_config
+from posttrain.framework.batch import collate_samples
+from posttrain.framework.rollout import Engine
+from posttrain.framework.trainer import sequence_logprobs
+from posttrain.logging import read_metrics
+from posttrain.serve.app import RLPolicy, create_app
+from posttrain.serve.batcher import Batcher
+from posttrain.serve.records import Recorder, episode_samples
+from posttrain.serve.server import Server
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "envs"
 T = 20.0

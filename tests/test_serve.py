@@ -11,14 +11,16 @@ import torch
 pytest.importorskip("fastapi")
 httpx = pytest.importorskip("httpx")
 
-from posttrain.framework.rollout import Engine, Sample  # noqa: E402
-from posttrain.framework.trainer import sequence_logprobs  # noqa: E402
-from posttrain.serve.app import RLPolicy, create_app  # noqa: E402
-from posttrain.serve.batcher import Batcher  # noqa: E402
-from posttrain.serve.protocol import Request, choice_of  # noqa: E402
-from posttrain.serve.batcher import Params  # noqa: E402
-from posttrain.serve.records import Recorder  # noqa: E402
-from posttrain.serve.server import Server  # noqa: E402
+from posttrain.framework.rollout import Engine, Sample
+from posttrain.framework.trainer import sequence_logprobs
+from posttrain.serve.app import RLPolicy, create_app
+from posttrain.serve.batcher import (
+    Batcher,
+    Params,
+)
+from posttrain.serve.protocol import Request, choice_of
+from posttrain.serve.records import Recorder
+from posttrain.serve.server import Server
 
 T = 10.0                                         # seconds: every request's bound
 
@@ -114,15 +116,13 @@ def test_a_client_that_leaves_mid_stream_ends_only_its_own_stream(served):
     url = served[0]
     body = {"model": "nano", "messages": [{"role": "user", "content": "1+2"}], "max_tokens": 40, "seed": 7,
             "stream": True, "stream_options": {"include_usage": True}}
-    with httpx.Client(timeout=T) as c:
-        with c.stream("POST", url + "/chat/completions", json=body) as r:
-            assert r.status_code == 200
-            first = next(r.iter_lines())                  # one event, then hang up
-            assert first.startswith("data: ")
+    with httpx.Client(timeout=T) as c, c.stream("POST", url + "/chat/completions", json=body) as r:
+        assert r.status_code == 200
+        first = next(r.iter_lines())                      # one event, then hang up
+        assert first.startswith("data: ")
     # the server goes on: a full stream reassembles to the non-streamed reply of the same seed
-    with httpx.Client(timeout=T) as c:
-        with c.stream("POST", url + "/chat/completions", json=body) as r:
-            events = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
+    with httpx.Client(timeout=T) as c, c.stream("POST", url + "/chat/completions", json=body) as r:
+        events = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
     assert events[-1] == "[DONE]"
     chunks = [json.loads(e) for e in events[:-1]]
     text = "".join(ch["choices"][0]["delta"].get("content", "") for ch in chunks if ch["choices"])

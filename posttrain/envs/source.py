@@ -109,22 +109,18 @@ class ExternalRollouts:
         metrics["rollout/attempts"] = 1.0
         return kept, metrics
 
-    def run(self, items, n: int, temperature: float | None = None):
+    def run(self, items, n: int):
         """n episodes per item through the server: (samples, metrics). Samples of item g have group g."""
         ids = [[f"{uuid.uuid4().hex[:12]}-{g}-{j}" for j in range(n)] for g in range(len(items))]
         flat = [e for row in ids for e in row]
         before = dict(self.batcher.stats)
         overridden = self.policy.overridden
-        if temperature is not None:                    # evaluation: its own temperature (0 = greedy)
-            saved, self.policy.temperature = self.policy.temperature, temperature
         self.recorder.open(flat)
         t0 = time.perf_counter()
         try:
             results = asyncio.run(self._drive(items, ids))
         finally:
             turns = self.recorder.close(flat)
-            if temperature is not None:
-                self.policy.temperature = saved
         wall = time.perf_counter() - t0
         samples, empty = [], 0
         for g, row in enumerate(ids):
@@ -152,7 +148,8 @@ class ExternalRollouts:
                    "rollout/requests": float(self.batcher.stats["serve/requests"] - before["serve/requests"]),
                    "rollout/engine_calls": float(self.batcher.stats["serve/calls"] - before["serve/calls"]),
                    "rollout/generated_tokens": float(generated), "rollout/tokens_per_s": generated / max(wall, 1e-9),
-                   "rollout/sampling_overridden": float(self.policy.overridden - overridden)}
+                   "rollout/sampling_overridden": float(self.policy.overridden - overridden),
+                   "time/rollout_s": wall}                      # episodes, scoring included (the env scores them)
         return samples, metrics
 
     async def _drive(self, items, ids) -> list[list[RewardResult]]:

@@ -28,7 +28,15 @@ from fastapi import FastAPI
 from fastapi import Request as HTTPRequest
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from posttrain.serve.protocol import Limits, Request, RequestError, choice_of, parse, reply, stream_events
+from posttrain.serve.protocol import (
+    Limits,
+    Request,
+    RequestError,
+    choice_of,
+    parse,
+    reply,
+    stream_events,
+)
 from posttrain.serve.records import Recorder, Turn
 
 

@@ -55,7 +55,7 @@ class Server:
                                                     timeout_graceful_shutdown=5))
         self.thread: threading.Thread | None = None
 
-    def start(self, timeout_s: float = 30.0) -> "Server":
+    def start(self, timeout_s: float = 30.0) -> Server:
         """Serve on a background thread; return once it accepts connections."""
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},
                                        name="posttrain-serve", daemon=True)
