@@ -181,3 +181,35 @@ def test_inside_rl_requests_name_an_open_episode_and_sample_at_the_run_temperatu
     finally:
         server.close()
         batcher.close()
+
+
+def test_the_serve_command_serves_a_checkpoint_on_loopback(sft_ckpt):
+    """`posttrain serve RUN --port 0` as a subprocess: it names its URL, answers, and stops on SIGTERM."""
+    import os
+    import subprocess
+    import sys
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "posttrain.cli", "serve", str(sft_ckpt), "--port", "0", "--threads",
+                             "1", "--served-model-name", "sft"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=env)
+    try:
+        line = ""
+        for line in proc.stdout:                          # bounded: the process prints this line or exits
+            if line.startswith("serving "):
+                break
+        url = line.split(" on ")[1].split(" ")[0]
+        assert url.startswith("http://127.0.0.1:")
+        r = httpx.post(url + "/chat/completions", timeout=30,
+                       json={"model": "sft", "messages": [{"role": "user", "content": "2+3"}], "max_tokens": 16})
+        assert r.status_code == 200 and r.json()["model"] == "sft"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_the_serve_command_refuses_a_missing_checkpoint_in_one_line(tmp_path):
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-m", "posttrain.cli", "serve", str(tmp_path / "nope")], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 2 and "does not exist" in out.stderr and len(out.stderr.strip().splitlines()) <= 2
