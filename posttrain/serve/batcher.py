@@ -5,9 +5,9 @@
     samples = future.result()          # the n samples of that prompt, behaviour logprobs included
 
 One worker thread owns the engine. It takes every request queued since its last call, then waits
-(at most a tenth of the last call's duration, and `max_wait_s`: the wait costs at most ~10%) until as many have come as were in play at the end of the last call (its
-requests and those that queued meanwhile), and keeps taking while they
-arrive less than `window_s` apart: clients released together by one call re-send within
+(at most a quarter of the last call's duration, and `max_wait_s`) until as many have come as were
+in play at the end of the last call (its requests and those that queued meanwhile), and keeps
+taking while they arrive less than `window_s` apart: clients released together by one call re-send within
 milliseconds of each other, and a call that waits for that burst decodes it as one batch instead
 of a small call followed by a large one (on a CPU a decode step costs about the same for 4 rows
 as for 32). A lone request waits `window_s` at most. It then groups
@@ -91,7 +91,7 @@ class Batcher:
             if first is None:
                 return
             jobs = [first]
-            cap = time.monotonic() + max(self.window_s, min(self.max_wait_s, 0.1 * self._last_call_s))
+            cap = time.monotonic() + max(self.window_s, min(self.max_wait_s, 0.25 * self._last_call_s))
             while True:                                  # everything queued since the last call, then more:
                 left = cap - time.monotonic()            # up to as many as the last call had, then while
                 wait = left if len(jobs) < self._expect else min(self.window_s, left)   # they come < window apart

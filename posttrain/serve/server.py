@@ -46,6 +46,7 @@ class Server:
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             self.sock.bind((host, port))
+            self.sock.listen(2048)                       # connections queue from now on, before uvicorn runs
         except OSError as e:
             raise UsageError(f"cannot listen on {host}:{port} ({e.strerror}); pick another --port") from None
         self.port = self.sock.getsockname()[1]
