@@ -3,7 +3,7 @@
     python -m posttrain.cli pipeline out=runs/env_bench/chain stages=pretrain,sft task.max_terms=3 \
         sft.target_acc=0.5 threads=1 report=false eval_problems=100          # the start (~10 min on 2 cores)
     python benchmarks/env_learning.py --init runs/env_bench/chain/sft [--seeds 0,1,2] [--steps 16]
-        [--envs verifiers,openenv] [--out benchmarks/results/env_learning.json]
+        [--envs verifiers,openenv] [--lr 5e-5] [--out benchmarks/results/env_learning.json]
 
 Both environments pose the same small task the char-level gpt_mini can learn (sums of 2–3
 integers up to 19, reward 1 when the last number of the reply is the sum) but are written with
@@ -29,12 +29,11 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 sys.path.insert(0, str(ROOT))                                  # this checkout's posttrain
 sys.path.insert(0, str(ROOT / "examples" / "envs"))
 
-COMMON = ["rollout.prompts_per_step=8", "rollout.samples_per_prompt=8", "rollout.max_new_tokens=32",
-          "optim.lr=5e-5", "algo.kl_coef=0.0", "eval.problems=64", "eval.samples=4", "eval.save_samples=4",
+COMMON = ["rollout.prompts_per_step=8", "rollout.samples_per_prompt=8", "rollout.max_new_tokens=32", "algo.kl_coef=0.0", "eval.problems=64", "eval.samples=4", "eval.save_samples=4",
           "threads=1", "log_every=1", "verifier.timeout_s=120", "overwrite=true"]
 
 
-def one_run(env: str, seed: int, steps: int, init: str, out: Path, openenv_url: str) -> dict:
+def one_run(env: str, seed: int, steps: int, init: str, out: Path, openenv_url: str, lr: float) -> dict:
     from posttrain.config import RLConfig, load_config
     from posttrain.logging import read_metrics
     from posttrain.recipes import rl
@@ -43,7 +42,7 @@ def one_run(env: str, seed: int, steps: int, init: str, out: Path, openenv_url: 
             "openenv": ["task.name=openenv", f"task.url={openenv_url}", "task.observation_field=question",
                         "task.reset_args={max_terms: 3}"]}[env]
     cfg = load_config(RLConfig, None, [f"out={out}", f"init={init}", f"seed={seed}", f"steps={steps}",
-                                       f"eval_every={steps}", *COMMON, *task])
+                                       f"eval_every={steps}", f"optim.lr={lr}", *COMMON, *task])
     t0 = time.perf_counter()
     rl.run(cfg)
     wall = time.perf_counter() - t0
@@ -65,6 +64,7 @@ def main(argv=None) -> dict:
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--steps", type=int, default=16)
     p.add_argument("--envs", default="verifiers,openenv")
+    p.add_argument("--lr", type=float, default=5e-5)
     p.add_argument("--work", default="runs/env_bench")
     p.add_argument("--out", default="benchmarks/results/env_learning.json")
     args = p.parse_args(argv)
@@ -77,7 +77,7 @@ def main(argv=None) -> dict:
         for seed in [int(s) for s in args.seeds.split(",")]:
             for env in args.envs.split(","):                  # interleaved: both see the same machine
                 row = one_run(env, seed, args.steps, args.init, Path(args.work, f"{env}_s{seed}"),
-                              envserver.url[:-len("/v1")])
+                              envserver.url[:-len("/v1")], args.lr)
                 row["load_avg_1m"] = os.getloadavg()[0]
                 rows.append(row)
                 print(f"{env} seed {seed}: reward {row['reward_first_quarter']:.3f} -> {row['reward_last_quarter']:.3f}"
@@ -94,7 +94,7 @@ def main(argv=None) -> dict:
                         "reward_last_quarter_mean": sum(r["reward_last_quarter"] for r in mine) / len(mine),
                         "heldout_greedy_before_mean": sum(r["heldout_greedy_before"] for r in mine) / len(mine),
                         "heldout_greedy_after_mean": sum(r["heldout_greedy_after"] for r in mine) / len(mine)}
-    result = {"benchmark": "env_learning", "init": args.init, "config": COMMON, "summary": summary, "runs": rows,
+    result = {"benchmark": "env_learning", "init": args.init, "config": [*COMMON, f"optim.lr={args.lr}"], "summary": summary, "runs": rows,
               "load_avg": load, "cpu_count": os.cpu_count(),
               "command": "python benchmarks/env_learning.py " + " ".join(sys.argv[1:] if argv is None else argv)}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
