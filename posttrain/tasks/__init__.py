@@ -26,6 +26,7 @@ TASKS = {
     "reasoning_gym": ("posttrain.tasks.reasoning_gym", "ReasoningGymTask", "ReasoningGymConfig"),
     "leaky_arith": ("posttrain.tasks.leaky", "LeakyArithmeticTask", "LeakyArithmeticConfig"),
     "dataset": ("posttrain.tasks.dataset", "DatasetTask", "DatasetConfig"),
+    "code": ("posttrain.tasks.code", "CodeTask", "CodeConfig"),
     "openenv": ("posttrain.envs.openenv_env", "OpenEnvTask", "OpenEnvConfig"),
 }
 VERIFIERS = ("posttrain.envs.verifiers_env", "VerifiersTask", "VerifiersConfig")   # task.name=verifiers:ENV
