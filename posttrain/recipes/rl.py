@@ -140,6 +140,10 @@ def run(cfg: RLConfig, resume: bool = False, task=None) -> dict:
                             algorithm, algo_cfg, trainer, placement.sync)
     if cfg.scale.async_:
         controller.source = controller.sync = placement.asynchronous(cfg, controller.collect)
+    external = None
+    if getattr(task, "external", False):                  # episodes driven from outside through the server
+        from posttrain.envs.source import ExternalRollouts
+        controller.source = external = ExternalRollouts(cfg, task, tok, engine)
     n = cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt
     print_plan("rl", {"params": model.num_params(), **rl_plan(cfg, tok, task),
                       "steps": cfg.steps, "algorithm": cfg.algo.name, "reference": reference is not None,
@@ -160,7 +164,9 @@ def run(cfg: RLConfig, resume: bool = False, task=None) -> dict:
 
     def evaluate_fn(_model):
         ev = placement.eval_engine
-        if hasattr(task, "make_env"):                      # agent tasks: episodes with the tools
+        if external is not None:                            # the environment's own episodes, greedy and sampled
+            res = {**external.evaluate(heldout, k), "per_k": {}}
+        elif hasattr(task, "make_env"):                      # agent tasks: episodes with the tools
             from posttrain.framework.agent import evaluate_episodes
             res = evaluate_episodes(ev, tok, task, heldout, n=k, ks=(1, k), seed=cfg.seed, max_new_tokens=max_new)
         else:
@@ -188,6 +194,8 @@ def run(cfg: RLConfig, resume: bool = False, task=None) -> dict:
                              eval_at_start=True, meta={"task": cfg.task.name, "algorithm": cfg.algo.name},
                              show=("reward/mean", "eval/pass@1", "kl/ref", "clip/frac"))
     finally:
+        if external is not None:
+            external.close()
         placement.close()
         if cfg.scale.trainer_ranks > 1:
             trainer.close()
