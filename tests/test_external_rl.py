@@ -164,7 +164,7 @@ def test_an_environment_that_raises_hangs_or_lies_costs_its_episode_not_the_step
     from posttrain.envs.source import ExternalRollouts
     model, tok = model_tok
     cfg = load_config(RLConfig, None, ["rollout.prompts_per_step=5", "rollout.samples_per_prompt=2",
-                                       "rollout.max_new_tokens=4", "verifier.timeout_s=2"])
+                                       "rollout.max_new_tokens=4", "verifier.timeout_s=10"])   # a loaded machine serves slowly
     src = ExternalRollouts(cfg, FaultyTask(), tok, Engine(model, tok, max_slots=16))
     try:
         samples, metrics = src.get(1)
