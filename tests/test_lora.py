@@ -14,7 +14,8 @@ from posttrain.config import OptimConfig, RLConfig, load_config  # noqa: E402
 from posttrain.framework.rollout import Engine  # noqa: E402
 from posttrain.framework.trainer import Trainer  # noqa: E402
 from posttrain.models.hf import load_hf, write_tiny  # noqa: E402
-from posttrain.models.lora import LoraConfig, LoraSync, apply_lora, lora_layers  # noqa: E402
+from posttrain.framework.weight_sync import LoraSync  # noqa: E402
+from posttrain.models.lora import LoraConfig, apply_lora, lora_layers  # noqa: E402
 
 R, ALPHA = 4, 8.0
 IDS = torch.tensor([[1, 9, 16, 10, 2, 14, 20], [1, 12, 13, 2, 30, 31, 0]])

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from posttrain.distributed.async_rollout import AsyncRollout, token_staleness
-from posttrain.distributed.weights import WeightPublisher
+from posttrain.framework.weight_sync.snapshots import WeightPublisher
 from posttrain.framework.rollout import Engine, Sample, SamplingParams
 
 M = 8                                                   # tokens per response (ignore_eos: all full length)

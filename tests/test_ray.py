@@ -12,7 +12,7 @@ ray = pytest.importorskip("ray")
 
 from posttrain.config import RLConfig, load_config
 from posttrain.distributed.ray_rollout import RayRollout
-from posttrain.distributed.weights import state_buckets
+from posttrain.framework.weight_sync.snapshots import state_buckets
 from posttrain.framework.rollout import Engine, SamplingParams
 from posttrain.logging import read_metrics
 from posttrain.recipes import rl
@@ -105,7 +105,7 @@ def test_a_dead_worker_is_restarted_and_its_prompts_requeued(rollout):
 
 
 def test_pack_unpack_round_trips_a_mixed_dtype_bucket():
-    from posttrain.distributed.broadcast_sync import layout, pack, unpack
+    from posttrain.framework.weight_sync.broadcast import layout, pack, unpack
     bucket = {"w": torch.randn(3, 4), "b": torch.arange(5, dtype=torch.int64), "h": torch.randn(2).half(),
               "t": torch.randn(4, 3).t()}                # non-contiguous: packed as its contiguous copy
     flat = pack(bucket)

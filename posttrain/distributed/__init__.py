@@ -1,7 +1,6 @@
 """Scale-out: the same roles, placed differently (DESIGN.md §7).
 
     placement.py      config → where the rollout role and the reference run, and how ❽ syncs
-    weights.py        versioned weight snapshots, split into buckets; load between requests
     async_rollout.py  asynchronous mode: a producer thread keeps rollouts coming into a
                         bounded queue, at most `max_staleness` policy versions behind
     ray_rollout.py    `placement: ray`: rollout workers as Ray actors (an Engine and a model
@@ -11,6 +10,9 @@
     trainer_group.py  `trainer_ranks: N`: `posttrain rl` spawns N−1 trainer ranks; rank 0 the controller
     fsdp.py           `trainer_shard: fsdp`: the group's module sharded with FSDP2 (fully_shard, on gloo)
     run_summary.py    the step-time decomposition and the bottleneck role of a run
+
+The weights' side of scale-out (versioned snapshots, the synchronous push, the broadcast
+transport) lives with every other weight sync in framework/weight_sync/.
 
 Nothing here is imported unless a config asks for it; Ray only by `ray_rollout.py`.
 """

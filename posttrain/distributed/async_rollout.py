@@ -45,17 +45,7 @@ import queue
 import threading
 import time
 
-from posttrain.distributed.weights import WeightPublisher, load_buckets
-
-
-def switch_weights(engine, version: int, buckets: list[dict]) -> None:
-    """Load a published version into a sampler: its own `load_weights` (Ray workers) or an
-    in-place copy into a local Engine's model."""
-    if hasattr(engine, "load_weights"):
-        engine.load_weights(version, buckets)
-    else:
-        load_buckets(engine.model, buckets)
-        engine.policy_version = version
+from posttrain.framework.weight_sync.snapshots import WeightPublisher, switch_weights
 
 
 class AsyncRollout:

@@ -15,33 +15,20 @@ from __future__ import annotations
 import copy
 import dataclasses
 
-from posttrain.distributed.weights import WeightPublisher
+from posttrain.framework.roles import ReferenceScorer, RolloutEngine, WeightSyncer, close_all
 from posttrain.framework.rollout import Engine
-from posttrain.framework.weight_sync import WeightSync
+from posttrain.framework.weight_sync import LoraSync, PushSync, WeightPublisher, WeightSync, switch_weights
 
 PLACEMENTS = ("in-process", "ray")
 
 
-class PushSync:
-    """Synchronous weight sync to a sampler in another process: publish, load, wait."""
-
-    def __init__(self, publisher: WeightPublisher, engine):
-        self.publisher, self.engine = publisher, engine
-
-    def sync(self) -> dict:
-        metrics = self.publisher.publish()
-        version, buckets = self.publisher.latest()
-        metrics.update(self.engine.load_weights(version, buckets))   # sync/... and the full time/sync_s
-        return metrics
-
-
 @dataclasses.dataclass
 class Placement:
-    engine: object            # what Controller.collect generates with
-    sync: object              # .sync() after every update
+    engine: RolloutEngine     # what Controller.collect generates with
+    sync: WeightSyncer | None  # .sync() after every update (async: the producer, set by `asynchronous`)
     eval_engine: Engine       # held-out evaluation: the trainer's current weights, in the driver
     publisher: WeightPublisher | None = None
-    ref: object = None        # the reference, once `reference()` has placed it
+    ref: ReferenceScorer | None = None   # the reference, once `reference()` has placed it
 
     @property
     def version(self) -> int:
@@ -53,7 +40,6 @@ class Placement:
         if self.publisher is None:
             self.engine.policy_version = v
             return
-        from posttrain.distributed.async_rollout import switch_weights
         self.publisher.reset(v, older)
         switch_weights(self.engine, *self.publisher.latest())
 
@@ -82,9 +68,7 @@ class Placement:
         return self.sync
 
     def close(self) -> None:
-        for role in (self.sync, self.engine, self.ref):             # producer first: it uses the engine
-            if hasattr(role, "close"):
-                role.close()
+        close_all(self.sync, self.engine, self.ref)                  # producer first: it uses the engine
 
 
 def place(cfg, model, tokenizer, runtime=None) -> Placement:
@@ -92,7 +76,6 @@ def place(cfg, model, tokenizer, runtime=None) -> Placement:
     if cfg.scale.placement == "in-process" and not cfg.scale.async_:
         engine = Engine(model, tokenizer, max_slots=cfg.rollout.max_slots, runtime=runtime)
         if cfg.lora.r > 0:                                 # the sampler gets merged W + (α/r)·B·A
-            from posttrain.models.lora import LoraSync
             return Placement(engine, LoraSync(model, engine, cfg.scale.weight_sync), engine)
         return Placement(engine, WeightSync(model, engine, cfg.scale.weight_sync), engine)
     eval_engine = Engine(model, tokenizer, max_slots=cfg.rollout.max_slots, runtime=runtime)

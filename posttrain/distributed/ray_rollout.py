@@ -15,7 +15,7 @@ What a reader should study:
    call at a time, so a worker switches versions between two `generate` requests, never
    inside one; the call returns when every worker has switched (sync mode waits on it).
    With `transport="broadcast"` the bytes go through a process group of the driver and the
-   workers instead, one broadcast per bucket (distributed/broadcast_sync.py); the actor
+   workers instead, one broadcast per bucket (framework/weight_sync/broadcast.py); the actor
    call only carries the layouts, and the switch stays between requests the same way.
 3. **Fault isolation.** A worker that dies (its process killed, `os._exit`, a lost node)
    makes its `generate` raise RayActorError: it is replaced by a fresh actor that loads
@@ -32,8 +32,8 @@ import time
 
 import torch
 
-from posttrain.distributed.broadcast_sync import SyncGroup, free_port, layout
-from posttrain.distributed.weights import load_buckets
+from posttrain.framework.weight_sync.broadcast import SyncGroup, free_port, layout
+from posttrain.framework.weight_sync.snapshots import load_buckets
 from posttrain.framework.rollout import Engine
 
 MAX_TRIES = 3   # attempts per shard before a call gives up

@@ -26,9 +26,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from posttrain.framework.rollout import Sample, SamplingParams
 from posttrain import UsageError
 from posttrain.chat import CALL_CLOSE, SPECIALS
+from posttrain.framework.rollout import Sample, SamplingParams
+from posttrain.models.tokenizer import CharTokenizer
 
 
 @dataclass
@@ -45,7 +46,7 @@ def observation_ids(tok, text: str, task=None) -> list[int]:
     characters outside the vocabulary replaced by '?' and capped at 64 chars. A Hugging Face
     tokenizer: the task's `observation_template` (default `<result>…</result>`), encoded with
     special-token strings split into plain text. Either way tool output never acts as markup."""
-    if not hasattr(tok, "stoi"):
+    if not isinstance(tok, CharTokenizer):
         template = getattr(task, "observation_template", "\n<result>{}</result>\n")
         return tok.encode_data(template.format(text[:256]))
     clean = "".join(c if c in tok.stoi and c not in SPECIALS else "?" for c in text[:64])
@@ -81,7 +82,7 @@ def _cut(tok, ids: list[int], stops: tuple[str, ...]) -> int:
 
 def token_text(tok, ids) -> str:
     """The text of sampled tokens (the built-in tokenizer keeps pads, so it re-encodes to the ids)."""
-    return "".join(tok.chars[i] for i in ids) if hasattr(tok, "chars") else tok.decode(ids)
+    return "".join(tok.chars[i] for i in ids) if isinstance(tok, CharTokenizer) else tok.decode(ids)
 
 
 def run_episodes(engine, tok, task, items, n: int, sampling: SamplingParams, seed: int = 0, step: int = 0,
@@ -146,7 +147,7 @@ def run_episodes(engine, tok, task, items, n: int, sampling: SamplingParams, see
             ep.response_ids += ids
             ep.response_logprobs += [0.0] * len(ids)     # no behaviour logprob: the policy did not sample these
             ep.response_mask += [0] * len(ids)
-            ep.conversation.append(("observation", tok.decode(ids)[1:-1] if hasattr(tok, "stoi") else tok.decode(ids)))
+            ep.conversation.append(("observation", tok.decode(ids)[1:-1] if isinstance(tok, CharTokenizer) else tok.decode(ids)))
             ep.tool_calls += 1
             ep.tool_errors += info.get("tool_error") is not None
             still.append(e)

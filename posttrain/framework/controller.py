@@ -32,7 +32,7 @@ from posttrain.framework.agent import Episode, episode_metrics, run_episodes
 from posttrain.framework.batch import collate_samples
 from posttrain.framework.rollout import SamplingParams
 from posttrain.framework.trainer import correct_off_policy, critic_values, needs_critic, policy_loss_fn
-from posttrain.tasks.base import score_samples
+from posttrain.tasks.base import MultiTurnTask, score_samples
 from posttrain.tasks.pool import make_pool
 
 
@@ -102,7 +102,7 @@ class Controller:
             items = self.task.items(want, "train", seed=f"{cfg.seed}/{step}/{attempt}")
             prompts = [self.tok.encode(self.tok.chat_prompt(self.task.prompt(it))) for it in items]
             with timed(timers, "rollout"):
-                if hasattr(self.task, "make_env"):                              # agent episodes (framework/agent.py)
+                if isinstance(self.task, MultiTurnTask):                         # agent episodes (framework/agent.py)
                     samples = run_episodes(self.engine, self.tok, self.task, items, cfg.rollout.samples_per_prompt,
                                            self.sampling, seed=cfg.seed, step=step * 1000 + attempt,
                                            group_offset=len(kept) // cfg.rollout.samples_per_prompt)

@@ -8,9 +8,9 @@ AdamW moments and gradients for A and B only: that is where the memory goes down
 module's forward is unchanged, so the engine, the reference and the heads see a model with
 adapters like any other (colocated sampling runs the adapter path: W·x + (α/r)·B·A·x).
 
-Weight sync (`LoraSync`, weight_sync=separate): the sampler holds a plain model without
-adapter layers and receives the merged W + (α/r)·B·A of every adapted Linear, the only
-weights that change; frozen ones never need copying. Checkpoints write the merged weights
+Weight sync (framework/weight_sync/lora.py, weight_sync=separate): the sampler holds a plain
+model without adapter layers (`unadapted_copy`) and receives the merged W + (α/r)·B·A of
+every adapted Linear (`merged_weight`), the only weights that change. Checkpoints write the merged weights
 (`merged_state_dict`), a plain HF directory that transformers loads without peft, and beside
 them `adapter/` in PEFT's own format (adapter_config.json naming the base model +
 adapter_model.safetensors): `PeftModel.from_pretrained(base, CKPT/adapter)` rebuilds the policy,
@@ -20,14 +20,12 @@ and `--resume` puts the adapters back on the base (`load_adapter`).
 from __future__ import annotations
 
 import copy
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from posttrain import UsageError
-from posttrain.framework.weight_sync import WeightSync
 
 ADAPTER = "default"
 
@@ -133,28 +131,3 @@ def unadapted_copy(model):
         parent_name, _, child = name.rpartition(".")
         setattr(twin.get_submodule(parent_name), child, base)
     return twin.eval().requires_grad_(False)
-
-
-class LoraSync(WeightSync):
-    """weight_sync for a LoRA policy: separate = the sampler is a plain (merged) copy and
-    receives merged weights of the adapted layers only; colocated = shared module, as usual."""
-
-    def __init__(self, trainer_model, engine, mode: str = "colocated"):
-        if mode == "separate":
-            engine.model = unadapted_copy(trainer_model)
-        super().__init__(trainer_model, engine, mode)
-
-    @torch.no_grad()
-    def sync(self) -> dict:
-        if self.mode != "separate":
-            return super().sync()
-        t0 = time.perf_counter()
-        copied = 0
-        dst = dict(self.engine.model.named_modules())
-        for name, layer in lora_layers(self.trainer_model).items():
-            w = dst[name].weight
-            w.copy_(merged_weight(layer))                               # [out, in]: W + (α/r)·B·A
-            copied += w.numel() * w.element_size()
-        self.engine.policy_version += 1
-        return {"time/sync_s": time.perf_counter() - t0, "sync/bytes": float(copied),
-                "sync/policy_version": float(self.engine.policy_version)}

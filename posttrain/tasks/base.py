@@ -22,7 +22,7 @@ import numbers
 import random
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 
 @dataclass
@@ -75,6 +75,14 @@ class Env(Protocol):
     def step(self, action_text: str) -> tuple[str | None, float, bool, dict]:
         """One policy turn in, `(observation | None, reward, done, info)` out. `info` may hold
         `components` (named reward parts) and `error` (a tool failure, already in the observation)."""
+
+
+@runtime_checkable
+class MultiTurnTask(Protocol):
+    """A task whose items run as episodes (framework/agent.py): one `Env` per episode. What the
+    controller checks to choose episodes over single `generate` calls."""
+
+    def make_env(self, item: Any) -> Env: ...
 
 
 def compose(parts: dict[str, float], weights: dict[str, float] | None = None) -> RewardResult:

@@ -5,6 +5,10 @@ copy of the state dict, split into buckets of about `bucket_mb` (a bucket is wha
 moves: one object-store put for Ray, one broadcast for NCCL). A sampler loads the newest
 snapshot *between* requests, never during one, so every sample is produced by exactly one
 version, and all tensors of a version switch together (no torn weights).
+
+`switch_weights` is the sampler's side of that handoff, `PushSync` the synchronous sync of a
+sampler in another process (publish, every worker loads, then the step goes on); the async
+producer (distributed/async_rollout.py) loads the newest version between two requests instead.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ import threading
 import time
 
 import torch
+
+from posttrain.framework.roles import RemoteSampler
 
 
 def state_buckets(model: torch.nn.Module, bucket_mb: float = 64.0) -> list[dict[str, torch.Tensor]]:
@@ -94,3 +100,26 @@ class WeightPublisher:
             self.buckets = state_buckets(self.model, self.bucket_mb)
             keep = {v: b for v, b in (older or {}).items() if version - self.history < v < version}
             self.kept = {**keep, version: self.buckets}
+
+
+def switch_weights(engine, version: int, buckets: list[dict]) -> None:
+    """Load a published version into a sampler: its own `load_weights` (Ray workers) or an
+    in-place copy into a local Engine's model."""
+    if isinstance(engine, RemoteSampler):
+        engine.load_weights(version, buckets)
+    else:
+        load_buckets(engine.model, buckets)
+        engine.policy_version = version
+
+
+class PushSync:
+    """Synchronous weight sync to a sampler in another process: publish, load, wait."""
+
+    def __init__(self, publisher: WeightPublisher, engine: RemoteSampler):
+        self.publisher, self.engine = publisher, engine
+
+    def sync(self) -> dict:
+        metrics = self.publisher.publish()
+        version, buckets = self.publisher.latest()
+        metrics.update(self.engine.load_weights(version, buckets))   # sync/... and the full time/sync_s
+        return metrics

@@ -1,4 +1,4 @@
-"""Role 5, weight sync: hand the trainer's new weights to the sampler, with a version number.
+"""In-process weight sync: hand the trainer's new weights to a local sampler, with a version number.
 
 One explicit call in both modes, so the loop reads the same either way:
 
@@ -7,26 +7,27 @@ One explicit call in both modes, so the loop reads the same either way:
   says which weights produced it.
 - separate: the sampler holds its own copy (as a rollout worker in another process or on
   another device would). `sync()` copies tensor by tensor, in place, bumps the version and
-  measures the time. Across processes the same contract is kept by distributed/.
+  measures the time. Across processes the same contract is kept by snapshots.py.
 """
 
 from __future__ import annotations
 
+import copy
 import time
 
 import torch
+
+from posttrain import UsageError
 
 
 class WeightSync:
     def __init__(self, trainer_model: torch.nn.Module, engine, mode: str = "colocated"):
         if mode not in ("colocated", "separate"):
-            from posttrain import UsageError
             raise UsageError(f"weight_sync={mode!r} is unknown; use colocated or separate")
         self.trainer_model, self.engine, self.mode = trainer_model, engine, mode
         if mode == "colocated":
             engine.model = trainer_model
         elif engine.model is trainer_model:
-            import copy
             engine.model = copy.deepcopy(trainer_model).eval().requires_grad_(False)
 
     @torch.no_grad()
