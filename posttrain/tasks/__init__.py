@@ -24,6 +24,7 @@ TASKS = {
     "reasoning_gym": ("posttrain.tasks.reasoning_gym", "ReasoningGymTask", "ReasoningGymConfig"),
     "leaky_arith": ("posttrain.tasks.leaky", "LeakyArithmeticTask", "LeakyArithmeticConfig"),
     "dataset": ("posttrain.tasks.dataset", "DatasetTask", "DatasetConfig"),
+    "search": ("posttrain.tasks.search", "SearchTask", "SearchConfig"),
 }
 GROUP = "posttrain.tasks"
 
