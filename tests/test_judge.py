@@ -329,3 +329,75 @@ def test_dataset_rows_without_answers_train_on_a_judge(tmp_path):
     res = task.reward_batch(task.items(2, "train", 0), ["hi a", "hi b"], step=0)
     assert [r.reward for r in res] == [0.8, 0.2]
     assert "judge_agreement" not in task.logged                 # no verifier to agree with
+
+
+def test_judge_through_posttrain_serve_equals_the_in_process_judge(sft_ckpt, tmp_path):
+    """The same checkpoint as a judge two ways: `posttrain serve` (a subprocess, OpenAI chat API on
+    127.0.0.1) and in this process. Greedy, so the replies are the same text and the verdicts, errors
+    and counts match one for one."""
+    import os
+    import subprocess
+    import sys
+
+    import httpx
+    from posttrain.models.tokenizer import CharTokenizer
+    pytest.importorskip("fastapi")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "posttrain.cli", "serve", str(sft_ckpt), "--port", str(port),
+                             "--threads", "1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        url, deadline = f"http://127.0.0.1:{port}/v1", time.time() + 120
+        while time.time() < deadline:
+            try:
+                if httpx.get(f"{url}/models", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.5)
+        template = tmp_path / "t.txt"
+        template.write_text("judge {question} answer {response} score")
+        keys = dict(template=str(template), scale=1.0, max_tokens=24, timeout_s=60)
+        remote = JudgeTask(_task(), JudgeConfig(model=url, **keys))
+        local = JudgeTask(_task(), JudgeConfig(model=str(sft_ckpt), **keys))
+        items, texts = _batch(remote, 4, 2)
+        for t in (remote, local):
+            t.check(CharTokenizer())
+            t.start(tmp_path, False, 2)
+        assert remote.backend.name == str(sft_ckpt)            # what the server lists
+        prompts = [render(remote.template, response=x, **remote._fields(it)) for it, x in zip(items, texts)]
+        assert remote.backend.complete(prompts) == local.backend.complete(prompts)
+        a, b = remote.reward_batch(items, texts, step=0), local.reward_batch(items, texts, step=0)
+        assert [(r.reward, r.error) for r in a] == [(r.reward, r.error) for r in b]
+        assert remote.logged == local.logged and remote.logged["judge_calls"] == 8.0
+    finally:
+        proc.terminate()
+        proc.wait(20)
+
+
+def test_rl_with_a_pairwise_judge_logs_and_freezes(sft_ckpt, tmp_path):
+    """Two GRPO steps rewarded by a checkpoint judge, pairwise, through the Python API: the judge's
+    counts per step are the hand-computed ones (2 prompts × a ring of 4 with pairs=2: 6 comparisons
+    each), every failure is scored 0 and counted, the verifier is logged beside, evaluation keeps
+    the verifier, and the template sits in the run directory."""
+    import posttrain
+    template = tmp_path / "t.txt"
+    template.write_text("{question} a {response_a} b {response_b} better")
+    run = posttrain.rl(init=str(sft_ckpt), out=str(tmp_path / "rl"), steps=2, eval_every=0, threads=1,
+                       tensorboard=False, rollout={"prompts_per_step": 2, "samples_per_prompt": 4},
+                       eval={"problems": 4, "samples": 2},
+                       task={"name": "arithmetic", "max_terms": 3,
+                             "judge": {"model": str(sft_ckpt), "mode": "pairwise", "template": str(template),
+                                       "max_tokens": 8}})
+    steps = [m for m in run.metrics if m["step"] > 0]
+    assert len(steps) == 2
+    for m in steps:
+        assert m["reward/judge_calls"] == 12.0
+        assert 0 <= m["reward/judge_errors"] <= 12
+        assert {"reward/judge", "reward/verifier", "reward/errors"} <= set(m)
+        if m["reward/judge_errors"] == 12:                   # every comparison failed: every sample scored 0
+            assert m["reward/mean"] == 0.0 and m["reward/errors"] == 8.0
+    assert "eval/pass@1" in run.metrics[-1]                    # the verifier's evaluation
+    assert (tmp_path / "rl" / "judge_prompt.txt").read_text() == template.read_text()
+    assert "judge:\n    model: " + str(sft_ckpt) in (tmp_path / "rl" / "config.yaml").read_text()
