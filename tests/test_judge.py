@@ -12,7 +12,14 @@ import pytest
 from posttrain import UsageError
 from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
 from posttrain.tasks.base import JudgeConfig
-from posttrain.tasks.judge import JudgeError, JudgeTask, comparisons, parse_choice, parse_score, render
+from posttrain.tasks.judge import (
+    JudgeError,
+    JudgeTask,
+    comparisons,
+    parse_choice,
+    parse_score,
+    render,
+)
 
 SCORES = [                      # reply, scale, reward
     ("Score: 7", 10, 0.7),
@@ -340,6 +347,7 @@ def test_judge_through_posttrain_serve_equals_the_in_process_judge(sft_ckpt, tmp
     import sys
 
     import httpx
+
     from posttrain.models.tokenizer import CharTokenizer
     pytest.importorskip("fastapi")
     with socket.socket() as s:

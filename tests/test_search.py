@@ -8,12 +8,19 @@ import torch
 
 pytest.importorskip("bm25s")
 
-from posttrain import UsageError  # noqa: E402
-from posttrain.framework.agent import evaluate_episodes, run_episodes  # noqa: E402
-from posttrain.framework.rollout import Engine, SamplingParams  # noqa: E402
-from posttrain.tasks.search import (BM25Index, SearchConfig, SearchTask, calls_in, encyclopedia,  # noqa: E402
-                                    final_answer)
-from test_agent import ScriptedEngine  # noqa: E402
+from test_agent import ScriptedEngine
+
+from posttrain import UsageError
+from posttrain.framework.agent import evaluate_episodes, run_episodes
+from posttrain.framework.rollout import Engine, SamplingParams
+from posttrain.tasks.search import (
+    BM25Index,
+    SearchConfig,
+    SearchTask,
+    calls_in,
+    encyclopedia,
+    final_answer,
+)
 
 DOCS = ["the cat sat on the mat", "dogs chase the cat", "zorblat is a city in vemia", "vemia exports cats"]
 
@@ -119,7 +126,7 @@ def test_answer_and_tool_n1_rewards(tok):
     # Tool-N1's does not (no call hit); evaluation counts it correct either way (the "correct" component)
     t = SearchTask(SearchConfig(entities=60, reward="tool_n1"))
     lucky = {it.question: it.answer for it in items}
-    script = lambda text: "⟦nothing⟧" if "⟩" not in text else f"{lucky[text[1:text.index('>')]]}#"  # noqa: E731
+    script = lambda text: "⟦nothing⟧" if "⟩" not in text else f"{lucky[text[1:text.index('>')]]}#"
     eps = run_episodes(ScriptedEngine(tok, script), tok, t, items, 1, SamplingParams(max_new_tokens=40))
     assert [e.reward for e in eps] == [0.0] * 4 and all(e.reward_components["correct"] == 1.0 for e in eps)
     assert "no results" in eps[0].conversation[1][1]

@@ -74,6 +74,17 @@ _LABELLED = re.compile(r"(?:score|rating|grade|mark)\**\s*(?:is|of|[:=])?\s*\**\
 _ONLY = re.compile(r"^[\s*\[\]()\"'`]*" + _NUM + r"[\s*\[\]()\"'`.!]*$")
 
 
+def _json_objects(body: str):
+    """The flat JSON objects in a reply, last first (`{"score": 7}`; a brace that is not JSON is skipped)."""
+    for obj in re.findall(r"\{[^{}]*\}", body)[::-1]:
+        try:
+            data = json.loads(obj)
+        except ValueError:
+            continue
+        if isinstance(data, dict):
+            yield data
+
+
 def _strip(text: str) -> str:
     """The reply without hidden reasoning (`<think>…</think>`)."""
     return _THINK.sub(" ", text).split("</think>")[-1]
@@ -88,12 +99,8 @@ def parse_score(text: str, scale: float) -> float:
     that is one number. Anything else (no score, several bare numbers, a score outside 0..scale)
     raises JudgeError."""
     body = _strip(text)
-    for obj in re.findall(r"\{[^{}]*\}", body)[::-1]:
-        try:
-            data = json.loads(obj)
-        except ValueError:
-            continue
-        value = next((data[k] for k in ("score", "rating") if k in data), None) if isinstance(data, dict) else None
+    for data in _json_objects(body):
+        value = next((data[k] for k in ("score", "rating") if k in data), None)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return _in_range(float(value), scale, text)
     denominator = scale
@@ -137,12 +144,8 @@ def parse_choice(text: str) -> str:
     one letter; a reply that names exactly one of "Response A" / "Response B"; a stated tie.
     Anything else (both named, neither) raises JudgeError."""
     body = _strip(text)
-    for obj in re.findall(r"\{[^{}]*\}", body)[::-1]:
-        try:
-            data = json.loads(obj)
-        except ValueError:
-            continue
-        if isinstance(data, dict) and str(data.get("winner", "")).strip().upper() in ("A", "B", "C", "TIE"):
+    for data in _json_objects(body):
+        if str(data.get("winner", "")).strip().upper() in ("A", "B", "C", "TIE"):
             return _choice(str(data["winner"]))
     for pattern in (_CHOICE_BRACKETS, _CHOICE_LABELLED):
         if m := pattern.findall(body):

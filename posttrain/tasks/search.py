@@ -132,7 +132,7 @@ def final_answer(text: str) -> int | None:
 class SearchEnv:
     """One episode: a turn ending in a call gets the search results; any other turn is the answer."""
 
-    def __init__(self, task: "SearchTask", item: Question):
+    def __init__(self, task: SearchTask, item: Question):
         self.task, self.item = task, item
 
     def reset(self, item: Question) -> str:
@@ -178,7 +178,7 @@ class SearchTask(LineCorpus):
     def check(self, tok, max_len=None, max_new_tokens=0) -> None:
         """A Hugging Face tokenizer searches with Search-R1's tags; the built-in one with its call markers."""
         self.stop = (CALL_CLOSE,) if hasattr(tok, "stoi") else (TAG_CLOSE,)
-        self.index                                             # build it (and fail on a missing bm25s) before step 1
+        _ = self.index                                         # build it (and fail on a missing bm25s) before step 1
 
     @property
     def observation_template(self) -> str:
