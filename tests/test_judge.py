@@ -12,14 +12,7 @@ import pytest
 from posttrain import UsageError
 from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
 from posttrain.tasks.base import JudgeConfig
-from posttrain.tasks.judge import (
-    JudgeError,
-    JudgeTask,
-    comparisons,
-    parse_choice,
-    parse_score,
-    render,
-)
+from posttrain.tasks.judge import JudgeError, JudgeTask, comparisons, parse_choice, parse_score, render
 
 SCORES = [                      # reply, scale, reward
     ("Score: 7", 10, 0.7),

@@ -13,14 +13,8 @@ from test_agent import ScriptedEngine
 from posttrain import UsageError
 from posttrain.framework.agent import evaluate_episodes, run_episodes
 from posttrain.framework.rollout import Engine, SamplingParams
-from posttrain.tasks.search import (
-    BM25Index,
-    SearchConfig,
-    SearchTask,
-    calls_in,
-    encyclopedia,
-    final_answer,
-)
+from posttrain.tasks.search import (BM25Index, SearchConfig, SearchTask, calls_in, encyclopedia,
+                                    final_answer)
 
 DOCS = ["the cat sat on the mat", "dogs chase the cat", "zorblat is a city in vemia", "vemia exports cats"]
 
