@@ -8,6 +8,7 @@ import threading
 import time
 
 import pytest
+from test_agent_hf import hf_dir  # noqa: F401 (the fixture: a BPE tokenizer and a tiny Llama trained here)
 
 from posttrain import UsageError
 from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
@@ -402,3 +403,21 @@ def test_rl_with_a_pairwise_judge_logs_and_freezes(sft_ckpt, tmp_path):
     assert "eval/pass@1" in run.metrics[-1]                    # the verifier's evaluation
     assert (tmp_path / "rl" / "judge_prompt.txt").read_text() == template.read_text()
     assert "judge:\n    model: " + str(sft_ckpt) in (tmp_path / "rl" / "config.yaml").read_text()
+
+
+def test_engine_judge_on_a_hugging_face_directory(hf_dir, tmp_path):
+    """A local Hugging Face model directory as the judge: the prompt goes through its chat template,
+    every reply comes back as text (an untrained model: whatever it says is parsed or counted)."""
+    template = tmp_path / "t.txt"
+    template.write_text("{question} = {response}? Score:")
+    task = JudgeTask(_task(), JudgeConfig(model=str(hf_dir), template=str(template), max_tokens=6))
+    task.start(tmp_path, False, 2)
+    prompt = render(task.template, response="5", **task._fields(task.items(1, "train", 0)[0]))
+    assert task.backend.tok.decode(task.backend._encode(prompt)).startswith("<|im_start|>user\n")
+    items, texts = _batch(task, 2, 2)
+    replies = task.backend.complete([render(task.template, response=t, **task._fields(it))
+                                     for it, t in zip(items, texts)])
+    assert len(replies) == 4 and all(isinstance(r, str) for r in replies)
+    res = task.reward_batch(items, texts, step=0)
+    assert task.logged["judge_calls"] == 4.0
+    assert task.logged["judge_errors"] == sum(r.error is not None for r in res)

@@ -9,10 +9,11 @@ import torch
 pytest.importorskip("bm25s")
 
 from test_agent import ScriptedEngine
+from test_agent_hf import hf_dir  # noqa: F401 (the fixture: a BPE tokenizer and a tiny Llama trained here)
 
 from posttrain import UsageError
 from posttrain.framework.agent import evaluate_episodes, run_episodes
-from posttrain.framework.rollout import Engine, SamplingParams
+from posttrain.framework.rollout import Engine, Sample, SamplingParams
 from posttrain.tasks.search import (BM25Index, SearchConfig, SearchTask, calls_in, encyclopedia,
                                     final_answer)
 
@@ -178,3 +179,35 @@ def test_bad_search_config_is_one_line(key, msg):
     from posttrain.config import RLConfig, load_config
     with pytest.raises(UsageError, match=msg):
         tasks.make(load_config(RLConfig, None, ["task.name=search", key]).task)
+
+
+def test_search_r1_tags_with_a_subword_tokenizer(hf_dir):
+    """A Hugging Face tokenizer: the policy searches with `<search>…</search>` (several tokens: the
+    turn is cut after the token that closes it), the result comes back as `<information>…</information>`,
+    masked, and the answer after it is scored."""
+    from test_agent_hf import Scripted as HFScripted
+
+    from posttrain.models.hf import load_hf
+    _, tok = load_hf(hf_dir)
+    task = SearchTask(SearchConfig(entities=40))
+    task.check(tok)
+    assert task.stop == ("</search>",) and len(tok.encode("</search>")) > 1
+    item = task.items(1, "test", 0)[0]
+
+    class Searcher(HFScripted):
+        def generate(self, prompts, n, sampling, seed=0, step=0, items=None, group_offset=0):
+            out = []
+            for g, p in enumerate(prompts):
+                text = self.tok.decode(p)
+                turn = (f"<search>{item.name}</search> and more words" if "<information>" not in text else
+                        text.rsplit(f"{item.attribute} ", 1)[1].split(" ")[0].split("<")[0] + "<|im_end|>")
+                ids = self.tok.encode(turn)
+                cut = next((i + 1 for i, t in enumerate(ids) if t in {self.tok.eot_id, *sampling.stop_ids}), len(ids))
+                out += [Sample(list(p), ids[:cut], [-0.5] * cut, [1] * cut, "stop", 0, g, j) for j in range(n)]
+            return out
+    [ep] = run_episodes(Searcher(tok), tok, task, [item], 1, SamplingParams(temperature=1.0, max_new_tokens=40))
+    text = tok.decode(ep.response_ids)
+    assert text.startswith(f"<search>{item.name}</search>") and "more words" not in text
+    obs = [i for i, m in zip(ep.response_ids, ep.response_mask) if m == 0]
+    assert tok.decode(obs) == f"\n<information>{item.doc}</information>\n"
+    assert ep.reward == 1.0 and ep.reward_components["call_hit"] == 1.0 and ep.tool_calls == 1
