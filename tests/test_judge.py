@@ -421,3 +421,25 @@ def test_engine_judge_on_a_hugging_face_directory(hf_dir, tmp_path):
     res = task.reward_batch(items, texts, step=0)
     assert task.logged["judge_calls"] == 4.0
     assert task.logged["judge_errors"] == sum(r.error is not None for r in res)
+
+
+def test_rl_with_a_judge_resumes_to_the_same_numbers(sft_ckpt, tmp_path, monkeypatch):
+    """A judge-rewarded run killed in step 3 and resumed logs what the uninterrupted run logs: the
+    judge samples greedily and the order coin flips are pure in (step, group, pair)."""
+    from test_recipes import _metrics_without_time, run_killed
+
+    from posttrain.config import RLConfig, load_config
+    from posttrain.recipes import rl
+    template = tmp_path / "t.txt"
+    template.write_text("{question} a {response_a} b {response_b} better")
+    common = [f"init={sft_ckpt}", "rollout.prompts_per_step=2", "rollout.samples_per_prompt=4", "eval.problems=2",
+              "eval.samples=1", "save_every=1", "eval_every=0", "steps=3", "threads=1", "task.max_terms=3",
+              f"task.judge.model={sft_ckpt}", "task.judge.mode=pairwise", f"task.judge.template={template}",
+              "task.judge.max_tokens=8", "task.judge.temperature=1.0"]
+    rl.run(load_config(RLConfig, None, [f"out={tmp_path}/full", *common]))
+    cfg = load_config(RLConfig, None, [f"out={tmp_path}/half", *common])
+    run_killed(monkeypatch, rl, cfg, die_on_step=3)
+    rl.run(cfg, resume=True)
+    full = _metrics_without_time(tmp_path / "full")
+    assert [m["step"] for m in full] == [0, 1, 2, 3] and all(m["reward/judge_calls"] == 12.0 for m in full[1:])
+    assert full == _metrics_without_time(tmp_path / "half")
