@@ -163,6 +163,8 @@ def test_hf_style_tags_and_parsing():
         pass
     task.check(HFLike())
     assert task.stop == ("</search>",)
+    demo = next(q for q in task.items(50, "train", 0) if q.demo_search)    # demonstrations in the tags too
+    assert demo.target() == f"<search>{demo.name}</search>\n<information>{demo.doc}</information>\n{demo.answer}"
     env = task.make_env(item := task.items(1, "train", 0)[0])
     env.reset(item)
     obs, _, done, _ = env.step(f"let me look <search>{item.name}</search>")

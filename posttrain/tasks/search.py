@@ -23,7 +23,8 @@ Rewards (`reward`):
 Components logged either way: correct, format, call_hit, searched; evaluation counts `correct`.
 
 Demonstrations (pretraining corpus, SFT) search on `demo_search_frac` of the questions and answer
-from memory on the rest, so the warm-up model searches sometimes: RL has room to raise it.
+from memory on the rest, so the warm-up model searches sometimes: RL has room to raise it. They are
+written in the syntax of the tokenizer `check` saw (the markers, or the tags for a Hugging Face one).
 """
 
 from __future__ import annotations
@@ -103,6 +104,7 @@ class Question:
     answer: int
     doc: str                      # the entity's document (what a good search returns)
     demo_search: bool = False     # whether this question's demonstration searches
+    tags: bool = False            # demonstrations in Search-R1's tags (a Hugging Face tokenizer), else the markers
 
     @property
     def question(self) -> str:
@@ -111,9 +113,11 @@ class Question:
     def target(self, cot: bool = True) -> str:
         """The demonstration (built-in markers): a search, its result (masked in SFT), the answer; or
         the answer from memory."""
-        if self.demo_search:
-            return f"{CALL_OPEN}{self.name}{CALL_CLOSE}{RESULT_OPEN}{self.doc}{RESULT_CLOSE}{self.answer}"
-        return str(self.answer)
+        if not self.demo_search:
+            return str(self.answer)
+        if self.tags:
+            return f"{TAG_OPEN}{self.name}{TAG_CLOSE}\n<information>{self.doc}</information>\n{self.answer}"
+        return f"{CALL_OPEN}{self.name}{CALL_CLOSE}{RESULT_OPEN}{self.doc}{RESULT_CLOSE}{self.answer}"
 
 
 def calls_in(text: str) -> list[str]:
@@ -190,7 +194,7 @@ class SearchTask(LineCorpus):
         for _ in range(n):
             e, a = rng.choice(pool), rng.choice(list(ATTRIBUTES))
             demo = zlib.crc32(f"demo/{e['name']}/{a}".encode()) % 10_000 < self.config.demo_search_frac * 10_000
-            out.append(Question(e["name"], a, e[a], e["doc"], demo))
+            out.append(Question(e["name"], a, e[a], e["doc"], demo, self.stop == (TAG_CLOSE,)))
         return out
 
     def prompt(self, item: Question) -> str:
