@@ -18,7 +18,7 @@ Pointwise: one call per response; the reply's score on 0..`scale` (parse_score) 
 reward. Pairwise: each response meets `pairs` others of its group (same prompt); its reward is its
 win rate (a tie counts ½). Which of the two is shown first is a coin flip per comparison, seeded by
 (step, group, pair), so a judge that favours a position (Zheng et al. 2023, "Judging LLM-as-a-judge",
-2306.05685 §3.3) favours no response systematically; `judge_first_frac` shows how much it leans.
+2306.05685) favours no response systematically; `judge_first_frac` shows how much it leans.
 
 The prompt template is frozen: RL writes it to RUN_DIR/judge_prompt.txt at the start, and a resumed
 run refuses a different one (a judge that changes mid-run changes the reward under the optimiser).

@@ -16,7 +16,7 @@ Search-R1's `<search>query</search>` for a Hugging Face one, whose result comes 
 Rewards (`reward`):
   answer   1 when the last number the policy wrote after the last result is the asked attribute
            (Search-R1's exact-match outcome reward);
-  tool_n1  Tool-N1's binary format-and-call reward (Zhang et al. 2025, 2505.00024 §3.2): 1 only when
+  tool_n1  Tool-N1's binary format-and-call reward (Zhang et al. 2025, 2505.00024): 1 only when
            every call is well formed, the answer turn holds an answer and no stray call markers, and
            a call retrieved the asked entity's document; no partial credit, and the answer itself
            is not checked (what the paper rewards is the right call in the right format).
