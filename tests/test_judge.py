@@ -443,3 +443,12 @@ def test_rl_with_a_judge_resumes_to_the_same_numbers(sft_ckpt, tmp_path, monkeyp
     full = _metrics_without_time(tmp_path / "full")
     assert [m["step"] for m in full] == [0, 1, 2, 3] and all(m["reward/judge_calls"] == 12.0 for m in full[1:])
     assert full == _metrics_without_time(tmp_path / "half")
+
+
+def test_rl_refuses_a_judge_in_verifier_workers(sft_ckpt, tmp_path):
+    from posttrain.config import RLConfig, load_config
+    from posttrain.recipes import rl
+    cfg = load_config(RLConfig, None, [f"init={sft_ckpt}", f"out={tmp_path}/rl", "verifier.workers=2", "steps=1",
+                                       "task.judge.model=http://127.0.0.1:1/v1"])
+    with pytest.raises(UsageError, match=r"verifier.workers > 0.*set verifier.workers=0"):
+        rl.run(cfg)
