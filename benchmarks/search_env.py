@@ -67,7 +67,7 @@ def main(argv=None) -> dict:
     def mean(when, k):
         vals = [r[when][k] for r in runs.values() if r[when][k] is not None]
         return sum(vals) / len(vals) if vals else None
-    out = {"task": "search (tasks/search.py): 300 made-up entities, 20% held out; BM25 top-1; reward " + args.reward,
+    out = {"task": "search (tasks/search.py): 3000 made-up entities, 20% held out; BM25 top-1; reward " + args.reward,
            "warmup": {"pretrain_steps": args.pretrain_steps, "sft_steps": args.sft_steps, "demo_search_frac": 0.3},
            "rl": {"algorithm": "grpo", "steps": args.rl_steps, "prompts_per_step": 8, "samples_per_prompt": 8,
                   "lr": 1e-4, "kl_coef": 0.0, "eval": "100 held-out questions, greedy + 4 samples"},

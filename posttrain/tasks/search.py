@@ -48,7 +48,9 @@ _SYLLABLES = ["ba", "ce", "di", "fo", "gu", "ka", "le", "mi", "no", "pu", "ra", 
 @dataclass
 class SearchConfig(TaskConfig):
     name: str = "search"
-    entities: int = 300           # made-up entities in the encyclopedia (one document each)
+    entities: int = 3000          # made-up entities in the encyclopedia (one document each); this many facts
+                                  # (3 each) are too many for a small warm-up model to memorise from its
+                                  # demonstrations, so even on training questions a search is the way up
     heldout_frac: float = 0.2     # share of entities whose questions are held out (their facts are in no training text)
     top_k: int = 1                # documents a search returns (the built-in tokenizer shows 64 characters of them)
     max_calls: int = 2            # searches per episode; the turn limit is max_calls + 1
