@@ -8,8 +8,8 @@ The judge is a gpt_mini checkpoint trained for it (nothing bigger runs on 2 CPU 
   2. each becomes a judge row through the frozen template of the mode (examples/judge/): pointwise, the
      question and one response, target "score: 1" or "score: 0" by the verifier; pairwise, the question
      and two responses in random order, target "[[a]]", "[[b]]" (the verifier-correct one) or "[[c]]"
-     (both right or both wrong). Either target starts with the judge's own worked sum: the judge is
-     reference-free and must redo the sum;
+     (both right or both wrong; ties thinned to one per two decisive pairs). Either target starts with
+     the judge's own worked sum: the judge is reference-free and must redo the sum;
   3. SFT of the policy checkpoint on those rows (posttrain.sft, task.name=dataset) is the judge.
 Agreement is measured on HELD-OUT problems: fresh policy samples scored by the verifier and by the
 judge through `JudgeTask` (the code `task.judge.model=` runs in RL: greedy, replies parsed by
@@ -56,7 +56,7 @@ def judge_rows(pairs, template: str, mode: str, n: int):
         return [{"prompt": render(template, question=it.question, response=t),
                  "completion": f"{it.target(True)} score: {int(verify(t, it.answer))}",
                  "answer": int(verify(t, it.answer))} for it, t in pairs]
-    rng, rows = random.Random(0), []
+    rng, rows, ties = random.Random(0), [], []
     for g in range(0, len(pairs), n):
         group = pairs[g:g + n]
         for k in range(n):
@@ -65,9 +65,12 @@ def judge_rows(pairs, template: str, mode: str, n: int):
                 a, b = b, a
             ra, rb = verify(a, it.answer), verify(b, it.answer)
             verdict = "c" if ra == rb else "a" if ra > rb else "b"
-            rows.append({"prompt": render(template, question=it.question, response_a=a, response_b=b),
-                         "completion": f"{it.target(True)} [[{verdict}]]", "answer": verdict})
-    return rows
+            (ties if verdict == "c" else rows).append(
+                {"prompt": render(template, question=it.question, response_a=a, response_b=b),
+                 "completion": f"{it.target(True)} [[{verdict}]]", "answer": verdict})
+    # ties (both right or both wrong) are most pairs of a 60%-accurate policy; a judge trained on them
+    # as they come says "tie" to everything. Keep one tie per two decisive pairs.
+    return rows + rng.sample(ties, min(len(ties), len(rows) // 2))
 
 
 def pointwise_stats(task, heldout, verify) -> dict:
