@@ -33,7 +33,7 @@ def main(argv=None) -> dict:
     p.add_argument("--work", default="runs/search_env")
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--pretrain-steps", type=int, default=600)
-    p.add_argument("--sft-steps", type=int, default=300)
+    p.add_argument("--sft-steps", type=int, default=800)
     p.add_argument("--rl-steps", type=int, default=30)
     p.add_argument("--reward", default="answer", help="answer | tool_n1")
     p.add_argument("--threads", type=int, default=1)
@@ -43,8 +43,10 @@ def main(argv=None) -> dict:
     work, t0, load = Path(args.work), time.time(), os.getloadavg()
     task = {"name": "search"}
     common = dict(threads=args.threads, tensorboard=False, overwrite=True)
-    if not (work / "sft").exists():
+    from posttrain import checkpoint
+    if not checkpoint.latest(work / "pt"):
         posttrain.pretrain(task=task, steps=args.pretrain_steps, corpus_chars=200_000, out=str(work / "pt"), **common)
+    if not checkpoint.latest(work / "sft"):
         posttrain.sft(task=task, init=str(work / "pt"), steps=args.sft_steps, batch_size=32, eval_every=100,
                       eval_problems=100, out=str(work / "sft"), **common)
     t_warm = time.time() - t0
