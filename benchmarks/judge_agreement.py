@@ -119,6 +119,30 @@ def pairwise_stats(task, heldout, verify) -> dict:
             "both_orders_parsed": len(both)}
 
 
+def rl_with_judge(args, work: Path, template: Path) -> dict:
+    """GRPO from the policy, rewarded by the judge alone (task.judge.*): the verifier's held-out pass@1
+    before and after, and how often the judge agreed with the verifier on the training samples."""
+    import posttrain
+    judge = {"model": str(work / "judge"), "template": str(template), "mode": args.mode, "scale": 1.0,
+             "max_tokens": 64, "pairs": 1}
+    run = posttrain.rl(init=args.policy, task={"name": "arithmetic", "judge": judge}, steps=args.rl_steps,
+                       eval_every=args.rl_steps, out=str(work / "rl"), overwrite=True, threads=args.threads,
+                       tensorboard=False, rollout={"prompts_per_step": 16, "samples_per_prompt": 8},
+                       eval={"problems": 200, "samples": 4})
+    steps = [m for m in run.metrics if m["step"] > 0]
+    evals = [m for m in run.metrics if "eval/pass@1" in m]
+    mean = lambda k: sum(m[k] for m in steps if k in m) / max(sum(k in m for m in steps), 1)  # noqa: E731
+    return {"steps": args.rl_steps, "prompts_per_step": 16, "samples_per_prompt": 8,
+            "verifier_pass@1": [evals[0]["eval/pass@1"], evals[-1]["eval/pass@1"]],
+            "verifier_greedy_acc": [evals[0]["eval/greedy_acc"], evals[-1]["eval/greedy_acc"]],
+            "reward_judge_first_last5": [sum(m["reward/judge"] for m in steps[:5]) / 5,
+                                         sum(m["reward/judge"] for m in steps[-5:]) / 5],
+            "reward_verifier_first_last5": [sum(m["reward/verifier"] for m in steps[:5]) / 5,
+                                            sum(m["reward/verifier"] for m in steps[-5:]) / 5],
+            "judge_agreement_mean": mean("reward/judge_agreement"), "judge_errors_total": sum(
+                m["reward/judge_errors"] for m in steps)}
+
+
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--policy", required=True, help="the SFT(CoT) checkpoint whose responses are judged")
@@ -129,6 +153,7 @@ def main(argv=None) -> dict:
     p.add_argument("--samples", type=int, default=2, help="policy responses per problem")
     p.add_argument("--sft-steps", type=int, default=300)
     p.add_argument("--reuse", action="store_true", help="measure an already trained judge in WORK/MODE/judge")
+    p.add_argument("--rl-steps", type=int, default=0, help="then GRPO from the policy with this judge as the reward")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", default=str(ROOT / "benchmarks/results/judge_agreement.json"))
     args = p.parse_args(argv)
@@ -165,6 +190,8 @@ def main(argv=None) -> dict:
               "machine": {"threads": args.threads, "loadavg_start": load, "loadavg_end": os.getloadavg(),
                           "seconds_data_and_sft": round(t_train, 1), "seconds_total": round(time.time() - t0, 1)},
               "command": "python benchmarks/judge_agreement.py " + " ".join(argv if argv is not None else sys.argv[1:])}
+    if args.rl_steps:
+        result["rl_with_judge"] = rl_with_judge(args, work, path)
     out = Path(args.out)
     merged = json.loads(out.read_text()) if out.exists() else {}
     merged[args.mode] = result
