@@ -28,7 +28,15 @@ from fastapi import FastAPI
 from fastapi import Request as HTTPRequest
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from posttrain.serve.protocol import Limits, Request, RequestError, choice_of, parse, reply, stream_events
+from posttrain.serve.protocol import (
+    Limits,
+    Request,
+    RequestError,
+    choice_of,
+    parse,
+    reply,
+    stream_events,
+)
 from posttrain.serve.records import Recorder, Turn
 
 
@@ -50,7 +58,7 @@ class RLPolicy:
         p = req.params
         if (p.temperature, p.top_k, p.top_p) != (self.temperature, 0, 1.0):
             self.overridden += 1
-        params = dataclasses.replace(p, temperature=self.temperature, top_k=0, top_p=1.0, seed=None,
+        params = dataclasses.replace(p, temperature=self.temperature, top_k=0, top_p=1.0, seed=None, ignore_eos=False,
                                      max_new_tokens=min(p.max_new_tokens, self.max_new_tokens))
         return dataclasses.replace(req, params=params)
 

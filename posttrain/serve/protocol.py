@@ -1,10 +1,9 @@
 """The OpenAI wire format: request bodies checked and turned into prompts, samples turned into replies.
 
 Field names follow the OpenAI API, and vLLM's where the API has none: `return_token_ids: true`
-adds the served token ids (`prompt_token_ids` on a chat reply, `prompt_token_ids` and
-`token_ids` on each choice; the chat choice carries `token_ids`), `top_k` is accepted as in
-vLLM. Every refusal is a `RequestError` with the status and a message naming the field.
-"""
+adds the served token ids (a chat reply's `prompt_token_ids` and each choice's `token_ids`; a
+completion choice carries both), and `top_k` and `ignore_eos` are accepted as in vLLM. Every
+refusal is a `RequestError` with the status and a message naming the field."""
 
 from __future__ import annotations
 
@@ -111,7 +110,8 @@ def parse(body, kind: str, tok, model_name: str, max_len: int, limits: Limits, h
     episode = (headers.get("x-episode-id") or headers.get("x-session-id")
                or _get(body, "user", str, None, None, "a string"))
     return Request(kind, prompts, Params(n=n, temperature=temperature, top_k=max(top_k, 0), top_p=top_p,
-                                         max_new_tokens=max_new, stop_ids=stop_ids, seed=seed),
+                                         max_new_tokens=max_new, stop_ids=stop_ids, seed=seed,
+                                         ignore_eos=bool(_get(body, "ignore_eos", bool, False, None, "true or false"))),
                    stop_strings, logprobs, bool(_get(body, "return_token_ids", bool, False, None, "true or false")),
                    stream, bool(options.get("include_usage")), episode)
 

@@ -46,6 +46,7 @@ class Server:
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             self.sock.bind((host, port))
+            self.sock.listen(2048)                       # connections queue from now on, before uvicorn runs
         except OSError as e:
             raise UsageError(f"cannot listen on {host}:{port} ({e.strerror}); pick another --port") from None
         self.port = self.sock.getsockname()[1]
@@ -55,7 +56,7 @@ class Server:
                                                     timeout_graceful_shutdown=5))
         self.thread: threading.Thread | None = None
 
-    def start(self, timeout_s: float = 30.0) -> "Server":
+    def start(self, timeout_s: float = 30.0) -> Server:
         """Serve on a background thread; return once it accepts connections."""
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},
                                        name="posttrain-serve", daemon=True)
