@@ -184,6 +184,6 @@ def test_bad_directories_are_one_line_errors(tmp_path):
 def test_an_architecture_that_bypasses_the_cache_is_refused(dirs):
     model, _ = load_hf(dirs["llama"])
     for layer in model.hf.model.layers:        # simulate attention that never reads the cache
-        layer.self_attn.forward = lambda *a, _f=layer.self_attn.forward, **k: _f(*a, **{**k, "past_key_values": None})
+        layer.self_attn.forward = lambda *a, _f=layer.self_attn.forward, **k: _f(*a, **{**k, **dict.fromkeys({"past_key_values", "cache"} & k.keys())})
     with pytest.raises(UsageError, match="does not go through the engine's KV cache"):
         check_cache_path(model)

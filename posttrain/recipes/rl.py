@@ -28,6 +28,7 @@ from posttrain.logging import read_metrics
 from posttrain.models.heads import ActorCritic
 from posttrain.recipes.common import Run, init_model, prepare_task, print_plan
 from posttrain import tasks
+from posttrain.tasks.judge import JudgeTask
 
 CACHE = Path(os.environ.get("POSTTRAIN_CACHE", "runs/cache"))
 
@@ -124,6 +125,11 @@ def run(cfg: RLConfig, resume: bool = False, task=None) -> dict:
     cfg = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, max_new_tokens=max_new))
     save_config(cfg, r.dir / "config.yaml")              # every value resolved, max_new_tokens included
     prepare_task(task, tok, model, max_new, r.dir, "rl")
+    if isinstance(task, JudgeTask):                       # freeze the template, reach the judge (tasks/judge.py)
+        if cfg.verifier.workers:
+            raise UsageError("task.judge with verifier.workers > 0: the judge has its own deadline and concurrency "
+                             "(task.judge.timeout_s, task.judge.concurrency); set verifier.workers=0")
+        task.start(r.dir, resume, cfg.rollout.samples_per_prompt)
     placement = place(cfg, model, tok, r.rt)              # in-process or Ray workers (distributed/)
     engine = placement.engine
     reference = placement.reference(cfg, model) if algorithm.needs_reference(algo_cfg) else None

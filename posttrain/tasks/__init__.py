@@ -28,6 +28,7 @@ TASKS = {
     "dataset": ("posttrain.tasks.dataset", "DatasetTask", "DatasetConfig"),
     "code": ("posttrain.tasks.code", "CodeTask", "CodeConfig"),
     "openenv": ("posttrain.envs.openenv_env", "OpenEnvTask", "OpenEnvConfig"),
+    "search": ("posttrain.tasks.search", "SearchTask", "SearchConfig"),
 }
 VERIFIERS = ("posttrain.envs.verifiers_env", "VerifiersTask", "VerifiersConfig")   # task.name=verifiers:ENV
 GROUP = "posttrain.tasks"
@@ -79,5 +80,10 @@ def config_class(name: str):
 
 def make(config, **kw):
     """The task a `task:` config section describes (`kw`: Python objects the API hands over, such
-    as a dataset's reward functions)."""
-    return _lookup(config.name, 0)(config, **kw)
+    as a dataset's reward functions); with `task.judge.model` set, wrapped so a judge gives the reward."""
+    task = _lookup(config.name, 0)(config, **kw)
+    judge = getattr(config, "judge", None)
+    if judge is not None and judge.model:
+        from posttrain.tasks.judge import JudgeTask
+        task = JudgeTask(task, judge)
+    return task

@@ -48,11 +48,31 @@ def correctness(result: RewardResult) -> float | None:
 
 
 @dataclass
+class JudgeConfig:
+    """A judge model as the reward of any single-turn task (tasks/judge.py); its verifier is logged beside."""
+    model: str = ""               # "" = no judge; a posttrain run/checkpoint or Hugging Face directory (sampled
+                                  # in this process), or an OpenAI-compatible base URL http://HOST:PORT/v1
+    mode: str = "pointwise"       # pointwise (a 0..scale score per response) | pairwise (two responses, shown in random order)
+    template: str = ""            # prompt template file ({question} {response} | {response_a} {response_b}, {reference});
+                                  # "" = the built-in one of the mode. Frozen in RUN_DIR/judge_prompt.txt
+    scale: float = 10.0           # pointwise: the top score; reward = score / scale
+    opponent: str = "group"       # pairwise: group = other responses to the same prompt | reference = the task's answer
+    pairs: int = 2                # pairwise, opponent=group: comparisons per response (reward = its win rate)
+    max_tokens: int = 64          # the judge's reply cap
+    temperature: float = 0.0      # the judge's sampling temperature (0 = greedy)
+    timeout_s: float = 30.0       # deadline of one judge call; a late reply fails (reward/judge_errors), the step goes on
+    concurrency: int = 8          # URL judges: requests in flight
+    api_model: str = ""           # URL judges: the request's `model` ("" = the first one the server's /v1/models lists)
+    api_key_env: str = "OPENAI_API_KEY"  # URL judges: the environment variable whose value is sent as a bearer token
+
+
+@dataclass
 class TaskConfig:
     """The `task:` section of a stage config; `name` picks the task (tasks/__init__.py), the
     other keys are that task's own config dataclass, a subclass of this one."""
-    name: str = "arithmetic"      # arithmetic | countdown | tool_arith | reasoning_gym | leaky_arith | dataset | code,
+    name: str = "arithmetic"      # arithmetic | countdown | tool_arith | reasoning_gym | leaky_arith | dataset | code | search,
                                   # or your own class: FILE.py:Class / module:Class (or an installed entry point)
+    judge: JudgeConfig = field(default_factory=JudgeConfig)  # task.judge.model=...: a judge model's verdicts are the reward
 
 
 class Task(Protocol):
