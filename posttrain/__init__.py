@@ -2,7 +2,7 @@
 
 The six roles around the loss live in `posttrain.framework`, one algorithm per file in
 `posttrain.algorithms`, the built-in model in `posttrain.models.gpt_mini`, and one entry
-point per stage in `posttrain.recipes`. See DESIGN.md for the map.
+point per stage in `posttrain.recipes`. See docs/architecture.md for the map.
 """
 
 __version__ = "0.1.0"

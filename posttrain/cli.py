@@ -1,4 +1,4 @@
-"""The `posttrain` command: one sub-command per stage (DESIGN.md §6).
+"""The `posttrain` command: one sub-command per stage (docs/architecture.md §7).
 
     posttrain pipeline [CONFIG] [key=value ...]
     posttrain pretrain|sft|rm|dpo|rl|distill CONFIG [key=value ...] [--resume RUN_DIR]

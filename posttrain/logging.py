@@ -1,7 +1,7 @@
 """Metric sinks: metrics.jsonl always, TensorBoard when installed, W&B when configured,
 and a rich progress bar on a terminal (plain lines otherwise).
 
-One flat dict per step with namespaced keys (DESIGN.md §6). The same dict goes to every
+One flat dict per step with namespaced keys (docs/architecture.md §7). The same dict goes to every
 sink: `RUN_DIR/metrics.jsonl`, TensorBoard event files in `RUN_DIR/tensorboard/` (the
 `tensorboard` package, extra `report`; without it a one-time note says so), and a W&B run
 when `wandb.project` is set (`wandb.mode=offline` writes `RUN_DIR/wandb/` with no network).

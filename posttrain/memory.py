@@ -24,7 +24,7 @@ Accounting, per GPU (all bytes; "GB" below is 1e9 bytes, as the course writes it
   peak         colocated: persistent + max(train phase, rollout phase) (each phase frees its
                buffers before the other runs); split placement: each pool on its own.
 
-Decisions where the course is loose or inconsistent (SEED_SPEC Part C/D):
+Decisions where the course is loose or inconsistent (docs/architecture.md §11):
   * 18 / 16 / 12 B/param (row 59): 18 = 2+4+4+8 is the course's own breakdown. 18 − 4 is
     14, not 16, so we read "16 without the master" as training the fp32 weights directly
     (4 weights + 4 grads + 8 Adam) and "12 with bf16 Adam" as that with 2-byte m and v.

@@ -1,4 +1,4 @@
-"""`posttrain report RUN_DIR`: one self-contained HTML page about a run (DESIGN.md §6).
+"""`posttrain report RUN_DIR`: one self-contained HTML page about a run (docs/architecture.md §7).
 
     posttrain report runs/rl            # → runs/rl/report.html, opens offline (plotly.js inlined)
 
@@ -23,7 +23,7 @@ from posttrain import UsageError, checkpoint
 from posttrain.logging import read_jsonl, read_metrics
 
 DESIGN_GROUPS = ("reward", "group", "kl", "entropy", "clip", "ratio", "grad", "length", "rollout", "time",
-                 "staleness", "mismatch", "eval")   # DESIGN.md §6, in its order; other groups follow
+                 "staleness", "mismatch", "eval")   # docs/architecture.md §7, in its order; other groups follow
 
 
 # ---- health alarms: pure functions of (step, value) series ------------------------------------

@@ -12,7 +12,7 @@ the tests pin their parameter counts to the numbers on the model cards. The cour
 sizes ("7b" = exactly 7e9 params, d=4096, 32 layers, 8 KV heads) come from lesson 22's
 memory widget, so the course's worked numbers can be reproduced. The course's own MiniGPT
 (`course-minigpt`, GPT-2-shaped) counts 796,416 params exactly: the lesson's "≈793,000" and
-gpt_mini 02's "~200k non-embedding" (it is 791,040) are slips (SEED_SPEC rows 97, 100).
+gpt_mini 02's "~200k non-embedding" (it is 791,040) are slips (the course's rows 97, 100; docs/architecture.md §11).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""One algorithm per file, each a patch on its predecessor (DESIGN.md §4).
+"""One algorithm per file, each a patch on its predecessor (docs/architecture.md §6).
 
 Every module exposes `Config` (dataclass), `advantages(rewards, group_index, cfg, **kw)`,
 `loss(logprobs, batch, cfg, norm, entropy=None) -> (loss, metrics)` and

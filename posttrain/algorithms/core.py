@@ -2,7 +2,7 @@
 group statistics, the PPO clip and its diagnostics.
 
 Everything is a pure function on tensors; algorithms import it and never re-implement it.
-Conventions (DESIGN.md §3):
+Conventions (docs/architecture.md §3):
 
 - `[B, T]` tensors are aligned so that `logprobs[:, t] = log π(input_ids[:, t] | input_ids[:, :t])`.
 - `loss_mask` is 1 on policy-generated response tokens only. A position with mask 0 never

@@ -47,7 +47,7 @@ def matmul_peak_gflops(threads: int | None = None, n: int = 1024, dtype=torch.fl
 
 
 def write_json(path: str | os.PathLike, obj) -> None:
-    """Write `obj` as indented JSON: to a temporary name first, then rename (DESIGN.md §8)."""
+    """Write `obj` as indented JSON: to a temporary name first, then rename (docs/architecture.md §9)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")

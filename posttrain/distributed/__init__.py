@@ -1,4 +1,4 @@
-"""Scale-out: the same roles, placed differently (DESIGN.md §7).
+"""Scale-out: the same roles, placed differently (docs/architecture.md §8).
 
     placement.py      config → where the rollout role and the reference run, and how ❽ syncs
     async_rollout.py  asynchronous mode: a producer thread keeps rollouts coming into a

@@ -12,7 +12,7 @@ as its own prompt. A turn ends at end-of-turn, at a call close (the engine stops
 the env runs the tool), or at the per-turn length cap; an episode ends when the env says
 done, when a turn hits the length cap, or at the turn limit (`finish_reason="length"`).
 
-Masks are set here, by the code that produced the tokens (STYLE §5): the policy's tokens get
+Masks are set here, by the code that produced the tokens (docs/architecture.md §10): the policy's tokens get
 response_mask 1 and their sampling logprobs; injected observation tokens get 0 and logprob 0,
 so collate gives them loss_mask 0 and no algorithm ever sees them. Tool output is data: it is
 sanitised to the tokenizer's plain characters (specials and unknown characters become '?')

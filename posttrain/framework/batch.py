@@ -1,4 +1,4 @@
-"""The one collate function: samples → a padded `RolloutBatch` dict (DESIGN.md §3).
+"""The one collate function: samples → a padded `RolloutBatch` dict (docs/architecture.md §3).
 
     input_ids       [B, T]  prompt + response, right-padded
     attention_mask  [B, T]  1 on real tokens

@@ -38,7 +38,7 @@ LossFn = Callable[[torch.nn.Module, dict, dict], tuple[torch.Tensor, dict]]
 
 @runtime_checkable
 class RolloutEngine(Protocol):
-    """Role 1: samples n responses per prompt with their behaviour logprobs (DESIGN §5)."""
+    """Role 1: samples n responses per prompt with their behaviour logprobs (docs/architecture.md §4)."""
 
     policy_version: int      # the weights' version, stamped on every Sample; weight sync bumps it
     stats: dict              # rollout/* metrics of the last call (tokens/s, cache occupancy, …)

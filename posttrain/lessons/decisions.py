@@ -1,6 +1,7 @@
 """What the lesson site did with each of the course's widget bugs (the index's table)."""
 
-# (lesson, the course's widget bug, decision, why) — SEED_SPEC Part B 88 and Part D
+# (lesson, the course's widget bug, decision, why) — the course's widget bugs and
+# contradictions, decided here (docs/architecture.md §11)
 DECISIONS = [
     ("03", "the β widget never reaches the reward-hack region (θ stays < 2.2 even at β = 0)",
      "fixed, course kept as an option:", "the 'fixed' step size (η = 1) lets β = 0 run into the hack; 'course' "

@@ -1,6 +1,6 @@
 """Export gpt_mini to a Hugging Face `LlamaForCausalLM` directory, and import it back.
 
-gpt_mini is a Llama with two fusions (DESIGN.md §2): q/k/v are one Linear `attn.qkv`
+gpt_mini is a Llama with two fusions (docs/architecture.md §2): q/k/v are one Linear `attn.qkv`
 holding [q; k; v] rows, gate/up are one Linear `mlp.gate_up` holding [gate; up] rows.
 Export splits them along the output rows; import concatenates them again, so
 `import_hf(export_hf(m))` gives back the same tensors bit for bit. Rotary positions already

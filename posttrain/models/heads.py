@@ -1,7 +1,7 @@
 """Heads on the final hidden state: the value head (PPO's critic) and the actor–critic container.
 
 A head reads `model.hidden(ids)` [B, T, d] (GPTMini's final normed hidden states). Values are
-aligned with logprobs (DESIGN.md §3): `values[:, t] = V(input_ids[:, :t])`, the value of the
+aligned with logprobs (docs/architecture.md §3): `values[:, t] = V(input_ids[:, :t])`, the value of the
 state in which token t is chosen, read from the hidden state at position t − 1 (the same
 position whose logits give logprobs[:, t]); column 0 holds 0. TRL's PPO reads the same shift.
 

@@ -13,7 +13,7 @@ Two per-token objectives on the student's rollouts (ALGORITHMS.md §13); `posttr
           KL(T ‖ S) and β = 1 the reverse KL(S ‖ T), SPECIAL-CASED: the formula itself tends to
           0 at both ends (M → S or M → T); JSD_β/β → KL(T ‖ S) and JSD_β/(1−β) → KL(S ‖ T).
 
-Alignment as everywhere (DESIGN.md §3): column t holds the divergence of the distribution
+Alignment as everywhere (docs/architecture.md §3): column t holds the divergence of the distribution
 that chose input_ids[:, t], read from logits[:, t − 1]; column 0 holds 0.
 
 Deviations: one update per batch (the ratio is 1; it is kept so a stale batch would be

@@ -125,7 +125,7 @@ def show_first_prompt(text: str, run_dir: Path, stage: str) -> None:
 
 def print_plan(stage: str, lines: dict) -> None:
     """The step plan in units, printed at start: what one step means in prompts, samples,
-    tokens, micro-batches and optimizer steps (STYLE §10: never ambiguous batch semantics)."""
+    tokens, micro-batches and optimizer steps (docs/architecture.md §10: never ambiguous batch semantics)."""
     body = "  ".join(f"{k}: {v:,}" if isinstance(v, int) and not isinstance(v, bool) else f"{k}: {v}" for k, v in lines.items())
     print(f"[{stage}] {body}", flush=True)
 

@@ -223,7 +223,7 @@ def rlhf_task(task, reward_model: str, device):
 
 
 class Audit:
-    """samples.jsonl, the per-sample trace (DESIGN §6): at every evaluation, the highest-reward
+    """samples.jsonl, the per-sample trace (docs/architecture.md §7): at every evaluation, the highest-reward
     and some random samples of the step just trained, token by token.
 
     Hooked into the controller before the update (`Controller.on_batch`), so the batch still
