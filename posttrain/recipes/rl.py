@@ -28,6 +28,7 @@ from posttrain.logging import read_metrics
 from posttrain.models.heads import ActorCritic
 from posttrain.recipes.common import Run, init_model, prepare_task, print_plan
 from posttrain import tasks
+from posttrain.tasks.base import MultiTurnTask
 from posttrain.tasks.judge import JudgeTask
 
 CACHE = Path(os.environ.get("POSTTRAIN_CACHE", "runs/cache"))
@@ -172,7 +173,7 @@ def run(cfg: RLConfig, resume: bool = False, task=None) -> dict:
         ev = placement.eval_engine
         if external is not None:                            # the environment's own episodes, greedy and sampled
             res = {**external.evaluate(heldout, k), "per_k": {}}
-        elif hasattr(task, "make_env"):                      # agent tasks: episodes with the tools
+        elif isinstance(task, MultiTurnTask):                # agent tasks: episodes with the tools
             from posttrain.framework.agent import evaluate_episodes
             res = evaluate_episodes(ev, tok, task, heldout, n=k, ks=(1, k), seed=cfg.seed, max_new_tokens=max_new)
         else:
