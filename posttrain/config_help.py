@@ -14,13 +14,13 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import re
-from functools import lru_cache
+from functools import cache
 
 _FIELD = re.compile(r"^\s+(\w+)\s*:[^#]*?(?:#\s?(.*))?$")
 _CONTINUED = re.compile(r"^\s+#\s?(.*)$")
 
 
-@lru_cache(maxsize=None)
+@cache
 def field_docs(cls) -> dict[str, str]:
     """name -> the comment written beside the field (and comment lines right below it), for `cls`
     and its dataclass bases (a subclass's own comment wins)."""

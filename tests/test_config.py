@@ -1,5 +1,4 @@
 import pytest
-import yaml
 
 from posttrain import UsageError
 from posttrain.config import PretrainConfig, SFTConfig, load_config, save_config

@@ -11,7 +11,6 @@ import torch.nn.functional as F
 
 from posttrain.cli import main
 from posttrain.config import load_config
-from posttrain.framework.batch import collate
 from posttrain.logging import read_metrics
 from posttrain.preference.distill import distill_loss_fn, generalized_jsd, kl, reverse_kl_advantages
 from posttrain.recipes import distill

@@ -46,7 +46,7 @@ def test_tokens_trained_on_are_the_tokens_served(model_tok):
         rec.open(["e"])
         served = []
         messages = [{"role": "user", "content": "12+30"}]
-        for turn in range(2):
+        for _turn in range(2):
             r = httpx.post(server.url + "/chat/completions", headers={"X-Episode-Id": "e"}, timeout=T,
                            json={"model": "p", "messages": messages, "logprobs": True, "return_token_ids": True})
             assert r.status_code == 200

@@ -79,7 +79,7 @@ def test_rl01_one_step_by_hand():
 
 def test_rl01_expected_gradient_is_pi_times_reward_minus_mean():
     assert FACTS["rl01_mean_reward_uniform"]() == pytest.approx(0.38)
-    for arm, rew, g in rows("rl01_expected_grad"):
+    for _arm, rew, g in rows("rl01_expected_grad"):
         assert float(g) == pytest.approx(0.2 * (rew - 0.38), abs=1e-3)
 
 
@@ -107,7 +107,7 @@ def test_rl02_recomputed_old_logprobs_make_the_ratio_one():
 def test_rl02_degenerate_table_follows_the_formula():
     t = FACTS["rl02_degenerate_table"]()
     ks = [int(c.rsplit(" ", 1)[1]) for c in t["columns"][2:]]
-    for T, q, *ps in t["rows"]:
+    for _T, q, *ps in t["rows"]:
         for k, p in zip(ks, ps):
             assert p == pytest.approx(q ** k + (1 - q) ** k, abs=0.01)  # q is shown rounded to 3 places
     assert FACTS["rl02_break_degenerate"]() == t["rows"][0][2]          # T = 0.25, K = 2
@@ -144,7 +144,7 @@ def test_rl03_swapped_arguments_flip_k1_and_miss_the_kl():
 
 def test_rl03_beta_sweep():
     t = {r[0]: r for r in rows("rl03_beta_table")}
-    for beta, theta, reward, kl, past in t.values():
+    for _beta, theta, _reward, kl, past in t.values():
         assert kl == pytest.approx(theta ** 2, rel=0.02, abs=0.05)    # KL = θ² in the toy
         assert past == ("yes" if theta > 5 else "no")
     assert t[0.0][1] == 10.0 and t[1.0][1] < 0.5
@@ -186,7 +186,7 @@ def test_rl04_defaults_are_each_algorithms_config():
 # ---- 05 -----------------------------------------------------------------------------------------
 
 def test_rl05_micro_batches_with_the_batch_normaliser_add_up():
-    for mode, whole, shared, alone in rows("rl05_microbatch_table"):
+    for _mode, whole, shared, alone in rows("rl05_microbatch_table"):
         assert shared == whole
         assert alone != whole
     assert FACTS["rl05_micro_rows"]() == "2+4"
@@ -276,7 +276,7 @@ def test_rl07_one_group_through_the_step():
 
 def test_rl09_error_falls_like_one_over_root_k_and_the_baseline_cuts_it():
     t = rows("rl09_error_table")
-    for k, err, predicted, zero, loo in t:
+    for k, err, predicted, _zero, loo in t:
         assert err == pytest.approx(float(predicted), rel=0.1)            # K = 1 error / √K
         if k > 1:
             assert loo < err                                             # leave-one-out: less noise
@@ -308,7 +308,7 @@ def test_rl09_reinforce_runs_are_the_benchmark():
 def test_rl10_clip_cells():
     killed = {(r[0], r[1]) for r in rows("rl10_clip_table") if r[5] == "killed"}
     assert killed == {(0.7, "-1"), (1.4, "+1")}
-    for rho, a, s1, s2, g, _ in rows("rl10_clip_table"):
+    for rho, a, s1, _s2, g, _ in rows("rl10_clip_table"):
         assert float(s1) == pytest.approx(rho * float(a))
         if _ == "flows":
             assert float(g) == pytest.approx(-rho * float(a), abs=1e-2)   # ∂(−ρA)/∂log π = −ρA
@@ -343,7 +343,7 @@ def test_rl10_memory_and_clip_fraction():
 # ---- 11 -----------------------------------------------------------------------------------------
 
 def test_rl11_binary_advantages_follow_the_closed_form():
-    for c, right_pop, wrong_pop, right_unb, wrong_unb in rows("rl11_patterns_table"):
+    for c, right_pop, wrong_pop, right_unb, _wrong_unb in rows("rl11_patterns_table"):
         if c in (0, 4):
             continue
         p = c / 4
@@ -377,7 +377,7 @@ def test_rl12_group_mean_baseline_shrinks_the_gradient_by_k_minus_one_over_k():
 
 def test_rl12_runs_table_is_the_benchmark_mean():
     d = json.loads((ROOT / "benchmarks/results/algorithms.json").read_text())
-    for name, n, mean, rng in rows("rl12_runs_table"):
+    for name, n, mean, _rng in rows("rl12_runs_table"):
         gains = [r["pass@1_end"] - r["pass@1_start"] for r in d if r["algorithm"] == name]
         assert n == len(gains) and float(mean) == pytest.approx(sum(gains) / n, abs=5e-4)
 

@@ -76,7 +76,7 @@ def test_rl14_group_advantages_by_hand():
 
 
 def test_rl14_difficulty_bias_follows_sqrt_vs_p1mp():
-    for label, p, a_g, a_d, sum_g, sum_d in v("rl14_difficulty_table")["rows"]:
+    for _label, p, a_g, a_d, sum_g, sum_d in v("rl14_difficulty_table")["rows"]:
         assert a_g == pytest.approx((1 - p) / (p * (1 - p)) ** 0.5, abs=0.006)
         assert a_d == pytest.approx(1 - p, abs=0.006)
         assert sum_g == pytest.approx(2 * 8 * (p * (1 - p)) ** 0.5, abs=0.006)
@@ -164,7 +164,7 @@ def test_rl17_beam_loses_only_at_the_unequal_budget():
 
 
 def test_rl17_best_of_n_is_capped_by_pass_at_n():
-    for name, p1, maj, best, ens, p8 in v("rl17_bon_table")["rows"]:
+    for _name, p1, maj, best, ens, p8 in v("rl17_bon_table")["rows"]:
         assert max(p1, maj, best, ens) <= p8
 
 
@@ -197,7 +197,7 @@ def test_rl18a_signal_identity_exact_constants():
 
 
 def test_rl18a_per_prompt_prediction_beats_the_mean():
-    for K, obs, per_prompt, naive in v("rl18a_degenerate_table")["rows"]:
+    for _K, obs, per_prompt, naive in v("rl18a_degenerate_table")["rows"]:
         assert abs(obs - per_prompt) < abs(obs - naive)                            # Jensen: the mean underestimates
         assert naive < obs
 

@@ -140,7 +140,7 @@ def test_every_page_renders_strictly():
     for ls in content.LESSONS:
         assert f"{ls.number} · " in pages.render_lesson(ls)
     assert "gpt_mini" in pages.render_gpt_index()
-    for name, fn in facts.load_all().items():
+    for name, _fn in facts.load_all().items():
         facts.value(name)                                             # each fact returns a valid value
 
 
@@ -176,7 +176,7 @@ def test_glossary_terms_link_to_their_lessons():
     for term, lesson_id, text in glossary.TERMS:
         content.by_id(lesson_id)
         assert f'id="{glossary.anchor(term)}"' in page and 1 <= text.count(". ") + 1 <= 3, term
-    assert r'<span class="math">\(A = R - b\)</span>' in page and f'href="lessons/rl-04.html"' in page
+    assert r'<span class="math">\(A = R - b\)</span>' in page and 'href="lessons/rl-04.html"' in page
 
 
 def test_search_index_covers_every_lesson_and_the_glossary():

@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 
 from posttrain import UsageError, algorithms, checkpoint
 from posttrain.algorithms import core, ppo, reinforce_pp
-from posttrain.config import OptimConfig, PretrainConfig, RLConfig, SFTConfig, build, load_config
+from posttrain.config import OptimConfig, RLConfig, build, load_config
 from posttrain.framework.batch import collate
 from posttrain.framework.trainer import Trainer, critic_values, policy_loss_fn, sequence_logprobs
 from posttrain.logging import read_metrics

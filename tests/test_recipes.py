@@ -7,9 +7,9 @@ import torch
 from safetensors.torch import load_file
 
 from posttrain import checkpoint
-from posttrain.config import PretrainConfig, RLConfig, SFTConfig, load_config
+from posttrain.config import RLConfig, SFTConfig, load_config
 from posttrain.logging import read_jsonl, read_metrics
-from posttrain.recipes import dpo, pretrain, rl, sft
+from posttrain.recipes import dpo, rl, sft
 
 from conftest import TINY_TASK
 

@@ -118,9 +118,10 @@ def test_unix_sockets_outside_the_sandbox_are_unreachable(tmp_path):
             s.listen(4)
             s.setblocking(False)
             servers.append(s)
-        code = ("import json, socket\nout = []\nfor p in json.loads(%r):\n    s = socket.socket(socket.AF_UNIX)\n"
+        listing = json.dumps(paths)
+        code = (f"import json, socket\nout = []\nfor p in json.loads({listing!r}):\n    s = socket.socket(socket.AF_UNIX)\n"
                 "    try:\n        s.connect(p)\n        out.append('connected')\n    except OSError as e:\n"
-                "        out.append(type(e).__name__)\nprint(json.dumps(out))\n") % json.dumps(paths)
+                "        out.append(type(e).__name__)\nprint(json.dumps(out))\n")
         r = run_python(code, limits=LIMITS)
         assert r.ok, r.reason
         assert json.loads(r.stdout) == ["FileNotFoundError", "FileNotFoundError", "ConnectionRefusedError"]

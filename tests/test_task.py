@@ -31,7 +31,6 @@ def test_deterministic_and_disjoint_splits():
 
 
 def test_heldout_fraction_roughly_as_configured():
-    task = ArithmeticTask()
     import random
     rng = random.Random(0)
     probs = [Problem(tuple(rng.randint(0, 9) for _ in range(4))) for _ in range(5000)]

@@ -100,27 +100,29 @@ def _is_pkg(name: str, root: Path = ROOT) -> bool:
     return (root.parent / name.replace(".", "/") / "__init__.py").exists()
 
 
+def _visit(mod: Module, node: ast.AST, in_function: bool, names: set[str], root: Path) -> None:
+    """Record the imports under `node` into `mod`: module level or inside a function."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.If) and not in_function and _guard(child):
+            continue                                             # types only, or the script's entry
+        if isinstance(child, (ast.Import, ast.ImportFrom)):
+            for t in dict.fromkeys(targets(child, names, mod.name, root)):    # once per statement
+                top = t.split(".")[0]
+                if top == "posttrain":
+                    (mod.inner if in_function else mod.top).append((t, child.lineno))
+                elif not in_function and top not in CORE and top not in sys.stdlib_module_names:
+                    mod.third_party.add(top)
+        inner = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+        _visit(mod, child, inner, names, root)
+
+
 def scan(root: Path = ROOT) -> dict[str, Module]:
     paths = sorted(root.rglob("*.py"))
     names = {module_name(p, root) for p in paths}
     mods = {}
     for path in paths:
         mod = Module(module_name(path, root), path)
-
-        def visit(node, in_function: bool):
-            for child in ast.iter_child_nodes(node):
-                if isinstance(child, ast.If) and not in_function and _guard(child):
-                    continue                                     # types only, or the script's entry
-                if isinstance(child, (ast.Import, ast.ImportFrom)):
-                    for t in dict.fromkeys(targets(child, names, mod.name, root)):    # once per statement
-                        top = t.split(".")[0]
-                        if top == "posttrain":
-                            (mod.inner if in_function else mod.top).append((t, child.lineno))
-                        elif not in_function and top not in CORE and top not in sys.stdlib_module_names:
-                            mod.third_party.add(top)
-                visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
-
-        visit(ast.parse(path.read_text()), False)
+        _visit(mod, ast.parse(path.read_text()), False, names, root)
         mods[mod.name] = mod
     return mods
 

@@ -61,7 +61,6 @@ def check_trainer_config(cfg) -> None:
                          "or trainer_ranks=1 on a GPU")
     if cfg.scale.trainer_shard == "fsdp" and cfg.scale.trainer_ranks > 1:
         from posttrain import algorithms
-        from posttrain.config import build
         from posttrain.framework.trainer import needs_critic
         algorithm = algorithms.get(cfg.algo.name)
         if needs_critic(algorithm, cfg.algo):
@@ -143,7 +142,6 @@ def _recv():
 def _follow(rank: int, world: int, init: str, cfg) -> None:
     """Ranks 1 … N−1: wait for a batch, train on this rank's rows, repeat until "stop"."""
     from posttrain import algorithms, runtime
-    from posttrain.config import build
     from posttrain.distributed import fsdp
     from posttrain.framework.trainer import policy_loss_fn
     rt = runtime.resolve(cfg.device, cfg.dtype, cfg.threads)

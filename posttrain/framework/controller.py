@@ -25,7 +25,6 @@ import time
 from contextlib import contextmanager
 
 import numpy as np
-import torch
 
 from posttrain.algorithms.core import broadcast
 from posttrain.framework.agent import Episode, episode_metrics, run_episodes

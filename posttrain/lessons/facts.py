@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import functools
 import importlib
-from typing import Callable
+from collections.abc import Callable
 
 from posttrain import UsageError
 
 MODULES = ("facts_a", "facts_b", "facts_c")          # posttrain/lessons/<name>.py
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_all() -> dict[str, Callable[[], object]]:
     facts: dict[str, Callable[[], object]] = {}
     for m in MODULES:
@@ -29,7 +29,7 @@ def load_all() -> dict[str, Callable[[], object]]:
     return facts
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def value(name: str) -> object:
     """The fact's value, computed once per process."""
     facts = load_all()

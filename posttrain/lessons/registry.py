@@ -20,8 +20,9 @@ from __future__ import annotations
 import functools
 import importlib
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from posttrain import UsageError
 
@@ -125,7 +126,7 @@ def register(w: Widget) -> Widget:
     return w
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_all() -> dict[str, Widget]:
     for m in WIDGET_MODULES:
         importlib.import_module(f"posttrain.lessons.widgets_{m}")

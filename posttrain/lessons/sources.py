@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import re
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from posttrain import UsageError
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]          # the directory holding the 
 CODE_DIRECTIVE = re.compile(r"\{\{code:([^{}]+)\}\}")
 
 
-@lru_cache(maxsize=None)
+@cache
 def code_ref(spec: str) -> tuple[str, int, int]:
     """'posttrain.algorithms.grpo:advantages' → ('posttrain/algorithms/grpo.py', first, last line).
     An empty qualname means the whole module."""

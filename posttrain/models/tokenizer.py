@@ -120,7 +120,7 @@ class CharTokenizer:
         Path(directory, FILE_NAME).write_text(json.dumps({"chars": self.chars}))
 
     @classmethod
-    def load(cls, directory: str | Path) -> "CharTokenizer":
+    def load(cls, directory: str | Path) -> CharTokenizer:
         path = Path(directory, FILE_NAME)
         if not path.exists():
             return cls()

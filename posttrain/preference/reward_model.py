@@ -140,7 +140,7 @@ class RewardModelScorer:
         self.rm, self.tok, self.batch_size = rm.requires_grad_(False).eval(), tok, batch_size
 
     @classmethod
-    def from_checkpoint(cls, path: str | Path, device="cpu", batch_size: int = 64) -> "RewardModelScorer":
+    def from_checkpoint(cls, path: str | Path, device="cpu", batch_size: int = 64) -> RewardModelScorer:
         rm, tok, _ = load_reward_model(path, device)
         return cls(rm, tok, batch_size)
 

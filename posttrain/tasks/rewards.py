@@ -29,10 +29,11 @@ import importlib.util
 import inspect
 import math
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any
 
 from posttrain import UsageError
 from posttrain.tasks.base import validate_reward
