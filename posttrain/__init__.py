@@ -15,3 +15,15 @@ class UsageError(Exception):
 class TrainingHalted(RuntimeError):
     """The run cannot go on (e.g. only non-finite steps): a checkpoint was saved and the message
     says why and how to continue. Printed as one line, exit 1."""
+
+
+_API = ("pretrain", "sft", "rl", "dpo", "rm", "Run")
+
+
+def __getattr__(name):
+    """`posttrain.rl(...)` and friends (posttrain/api.py), imported on first use: `import posttrain`
+    stays light (no torch) for the CLI's usage errors."""
+    if name in _API:
+        from posttrain import api
+        return getattr(api, name)
+    raise AttributeError(f"module 'posttrain' has no attribute {name!r}")

@@ -61,7 +61,19 @@ def run_stage(stage: str, args) -> None:
     if args.resume:
         overrides.append(f"out={args.resume}")
     cfg = load_config(_load(cls_path), config, overrides)
-    importlib.import_module(module).run(cfg, resume=bool(args.resume))
+    if args.help is not None:
+        from posttrain.config_help import stage_help
+        print(stage_help(stage, cfg, args.help))
+        return
+    out = Path(getattr(cfg, "out", "") or f"runs/{stage}")
+    fresh = not out.exists()
+    try:
+        importlib.import_module(module).run(cfg, resume=bool(args.resume))
+    except UsageError:                   # refused before any work: leave no half-made run directory behind
+        if fresh and out.is_dir() and not any(out.rglob("step_*")):
+            import shutil
+            shutil.rmtree(out, ignore_errors=True)
+        raise
 
 
 def run_eval(args) -> None:
@@ -127,7 +139,9 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="posttrain", description="RL post-training for language models.")
     sub = p.add_subparsers(dest="command", required=True)
     for stage in STAGES:
-        s = sub.add_parser(stage, help=f"run the {stage} stage")
+        s = sub.add_parser(stage, help=f"run the {stage} stage", add_help=False)
+        s.add_argument("-h", "--help", nargs="?", const="", metavar="TOPIC",
+                       help="every config key with its value and doc; TOPIC algo|task lists every algorithm's or task's keys")
         s.add_argument("config", nargs="?", help="YAML config file or preset name in configs/")
         s.add_argument("overrides", nargs="*", help="key=value overrides (dotted for sections)")
         s.add_argument("--preset", help="a preset name from configs/")
@@ -194,6 +208,10 @@ def main(argv=None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:                          # `posttrain rl --help | head`: the reader left
+        import os
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     return 0
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import keyword
+import sys
 import types
 import typing
 from dataclasses import dataclass, field
@@ -21,11 +22,14 @@ from pathlib import Path
 import yaml
 
 from posttrain import UsageError
+from posttrain.algorithms import grpo
+from posttrain.algorithms.base import AlgoConfig
 from posttrain.logging import WandbConfig
 from posttrain.models.gpt_mini import ModelConfig
 from posttrain.models.lora import LoraConfig
 from posttrain.tasks.arithmetic import ArithmeticConfig
 from posttrain.tasks.base import TaskConfig
+from posttrain.validate import validate
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 
@@ -107,17 +111,23 @@ def _resolve_path(path: str | None) -> Path | None:
     raise UsageError(f"config file {path!r} not found; give a YAML path or a preset name ({', '.join(names)})")
 
 
-def load_config(cls, path: str | None = None, overrides: typing.Sequence[str] = ()):
-    """Build `cls` from an optional YAML file and `key=value` overrides (dotted for nesting)."""
-    data: dict = {}
+def load_config(cls, path: str | None = None, overrides: typing.Sequence[str] = (), data: dict | None = None):
+    """Build `cls` from an optional YAML file, then `data` (a nested dict: the Python API's keyword
+    arguments), then `key=value` overrides (dotted for nesting)."""
+    merged: dict = {}
     p = _resolve_path(path)
     if p is not None:
         try:
-            data = yaml.safe_load(p.read_text()) or {}
+            merged = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
         except yaml.YAMLError as e:
             raise UsageError(f"config file {p} is not valid YAML: {str(e).splitlines()[0]}") from None
-        if not isinstance(data, dict):
+        except UnicodeDecodeError as e:
+            line = p.read_bytes()[:e.start].count(b"\n") + 1
+            raise UsageError(f"config file {p}:{line}: byte 0x{e.object[e.start]:02x} is not UTF-8; "
+                             "save the file as UTF-8") from None
+        if not isinstance(merged, dict):
             raise UsageError(f"config file {p} must hold a mapping of keys to values")
+    data = _deep_merge(merged, data or {})
     for item in overrides:
         if "=" not in item:
             raise UsageError(f"override {item!r} must look like key=value (e.g. steps=100)")
@@ -133,7 +143,14 @@ def load_config(cls, path: str | None = None, overrides: typing.Sequence[str] = 
             if not isinstance(node, dict):
                 raise UsageError(f"override {key!r}: {part!r} is not a section")
         node[parts[-1]] = value
-    return build(cls, data)
+    return validate(build(cls, data))           # values: posttrain/validate.py
+
+
+def _deep_merge(a: dict, b: dict) -> dict:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
 
 
 def build(cls, data: dict, prefix: str = "", base=None):
@@ -142,12 +159,13 @@ def build(cls, data: dict, prefix: str = "", base=None):
     obj = base if base is not None else cls()
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
+    data = _renamed(cls, data, prefix, hints)
     kwargs = {}
     for key, value in data.items():
         if keyword.iskeyword(key):   # `async: true` in YAML is the field async_
             key += "_"
         if key not in hints:
-            raise UsageError(f"unknown config key '{prefix}{key}' for {cls.__name__}{_suggest(cls, key, names, prefix)}")
+            raise UsageError(f"unknown config key '{prefix}{key}' for {cls.__name__}{_suggest(obj, key, names, prefix)}")
         if dataclasses.is_dataclass(hints[key]) and isinstance(value, dict):
             sub, current = _section(hints[key], value, getattr(obj, key))
             kwargs[key] = build(sub, value, f"{prefix}{key}.", current)
@@ -156,9 +174,42 @@ def build(cls, data: dict, prefix: str = "", base=None):
     return dataclasses.replace(obj, **kwargs)
 
 
+_NOTED: set[str] = set()
+
+
+def _renamed(cls, data: dict, prefix: str, hints) -> dict:
+    """Old flat names moved into their sections (a one-line note, once); TRL's names refused with
+    posttrain's name for the same thing."""
+    moved, foreign = ALIASES.get(cls, ({}, {}))
+    out = dict(data)
+    for key in [k for k in data if k not in hints and (k + "_" not in hints or not keyword.iskeyword(k))]:
+        if key in moved:
+            *path, leaf = moved[key].split(".")
+            node = out
+            for part in path:
+                node[part] = node = dict(node.get(part) or {})
+            if leaf in node and node[leaf] != data[key]:
+                raise UsageError(f"config keys '{prefix}{key}' and '{prefix}{moved[key]}' are the same key with two "
+                                 f"values; keep '{prefix}{moved[key]}'")
+            node[leaf] = out.pop(key)
+            if key not in _NOTED:
+                _NOTED.add(key)
+                print(f"note: config key '{prefix}{key}' is now '{prefix}{moved[key]}' (the old name works until "
+                      "posttrain 0.3)", file=sys.stderr)
+        elif key in foreign:
+            raise UsageError(f"unknown config key '{prefix}{key}' for {cls.__name__}: that is TRL's name; "
+                             f"posttrain's is '{prefix}{foreign[key]}'")
+    return out
+
+
 def _section(tp, value: dict, current):
-    """The dataclass of a nested section and its base: a `task:` section is the config of the
-    task its `name` picks (tasks/__init__.py); switching task starts from that task's defaults."""
+    """The dataclass of a nested section and its base. A `task:` section is the config of the task
+    its `name` picks (tasks/__init__.py), an `algo:` section the Config of the algorithm its `name`
+    picks (algorithms/__init__.py); switching the name starts from that one's defaults."""
+    if isinstance(tp, type) and issubclass(tp, AlgoConfig):
+        from posttrain import algorithms
+        cls = algorithms.get(value.get("name", current.name)).Config
+        return cls, current if type(current) is cls else None
     if not (isinstance(tp, type) and issubclass(tp, TaskConfig)):
         return tp, current
     from posttrain.tasks import config_class
@@ -169,17 +220,19 @@ def _section(tp, value: dict, current):
     return cls, current if type(current) is cls else None
 
 
-def _dotted_keys(cls, prefix=""):
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        if dataclasses.is_dataclass(hints[f.name]):
-            yield from _dotted_keys(hints[f.name], f"{prefix}{f.name}.")
+def _dotted_keys(obj, prefix=""):
+    """Every leaf key of a config instance, dotted (sections at their current class: the task and
+    algorithm picked by name)."""
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if dataclasses.is_dataclass(value):
+            yield from _dotted_keys(value, f"{prefix}{f.name}.")
         else:
             yield f"{prefix}{f.name}"
 
 
-def _suggest(cls, key, names, prefix) -> str:
-    leafs = {k.rsplit(".", 1)[-1]: k for k in _dotted_keys(cls)}
+def _suggest(obj, key, names, prefix) -> str:
+    leafs = {k.rsplit(".", 1)[-1]: k for k in _dotted_keys(obj)}
     if key in leafs and "." in leafs[key]:         # an exact key of a section: `lr` is `optim.lr`
         return f"; did you mean '{prefix}{leafs[key]}'?"
     close = difflib.get_close_matches(key, names, n=1)
@@ -247,34 +300,52 @@ def save_config(cfg, path: str | Path) -> None:
 
 
 @dataclass
-class RLConfig(RunConfig):
-    steps: int = 150
-    eval_every: int = 50
-    init: str = ""                # SFT checkpoint or run dir; "" = the default SFT(CoT) checkpoint (trained once, cached)
-    task: TaskConfig = field(default_factory=ArithmeticConfig)  # `task.name` picks the task (tasks/__init__.py)
-    lora: LoraConfig = field(default_factory=LoraConfig)  # lora.r > 0: train LoRA adapters only (HF models)
-    algorithm: str = "grpo"       # name in posttrain.algorithms (grpo, ...)
-    algo: dict = field(default_factory=lambda: {"kl_coef": 0.01})  # the algorithm's own keys (see its Config)
-    optim: OptimConfig = field(default_factory=lambda: OptimConfig(
-        lr=3e-5, weight_decay=0.0, schedule="constant", micro_batch_tokens=8192))  # RL lr ≈ SFT lr / 30
+class RolloutConfig:
+    """How each RL step samples."""
     prompts_per_step: int = 16    # prompts (groups) per step
-    samples_per_prompt: int = 8   # responses per prompt: the group size G
+    samples_per_prompt: int = 8   # responses per prompt: the group size G (TRL: num_generations)
     temperature: float = 1.0      # sampling temperature; the trainer recomputes logprobs at the same one
     max_new_tokens: int = 0       # response cap; 0 = what a correct trace of the task needs, plus slack
+                                  # (TRL: max_completion_length)
     degenerate: str = "keep"      # groups whose rewards are all equal: keep | skip | resample
     max_resample_attempts: int = 3  # with degenerate=resample: rollout rounds per step at most
-    epochs: int = 1               # passes over each batch (PPO-style reuse; 1 = strictly on-policy)
-    minibatches: int = 1          # optimizer steps per pass
-    weight_sync: str = "colocated"  # colocated (sampler shares the module) | separate (a copy, synced)
+    overprovision: int = 0        # straggler cut-off: start samples_per_prompt + this per prompt, keep the first to finish
     max_slots: int = 256          # rollout engine decode slots (continuous batching)
-    eval_problems: int = 200      # held-out problems per evaluation
-    eval_samples: int = 8         # samples per held-out problem: pass@1 and pass@<eval_samples>
+
+
+@dataclass
+class RLOptimConfig(OptimConfig):
+    """AdamW as in every stage, plus how often one batch is reused."""
+    epochs: int = 1               # passes over each batch (PPO-style reuse; 1 = strictly on-policy; TRL: num_iterations)
+    minibatches: int = 1          # optimizer steps per pass (the batch split into this many minibatches)
+
+
+@dataclass
+class EvalConfig:
+    """The held-out evaluation at step 0, every `eval_every` steps and at the end."""
+    problems: int = 200           # held-out problems per evaluation
+    samples: int = 8              # samples per held-out problem: pass@1, pass@<samples> and maj@<samples>
     save_samples: int = 8         # audited samples written to samples.jsonl at each eval (top-reward + random)
-    verifier_workers: int = 0     # verifier processes (tasks/pool.py); 0 = in-process: cheapest, but a hang stalls the step
-    verifier_timeout_s: float = 30.0  # per-call deadline with verifier_workers > 0; a late call scores 0 (reward/timeouts)
-    # scale-out (distributed/): where rollouts run and how far they may run ahead of the trainer
+
+
+@dataclass
+class VerifierConfig:
+    """Where reward functions and verifiers run."""
+    workers: int = 0              # verifier processes (tasks/pool.py); 0 = in-process: cheapest, but a hang stalls the step
+    timeout_s: float = 30.0       # per-call deadline with workers > 0; a late call scores 0 (reward/timeouts)
+    memory_mb: int = 0            # address space a worker may add to what it inherits (0 = no cap); past it an
+                                  # allocation fails (MemoryError, reward 0) and the worker is replaced
+    max_calls: int = 0            # replace a worker after this many calls (0 = never): bounds what a leaky verifier keeps
+    reward_bound: float = 1e6     # a reward or component beyond ±this (or NaN, inf, not a number) scores 0, counted
+                                  # in reward/errors: a broken verifier, not a generous one
+
+
+@dataclass
+class ScaleConfig:
+    """Where the roles run, and how far rollouts may run ahead of the trainer (distributed/)."""
     placement: str = "in-process"  # in-process | ray (rollout workers as Ray actors; the trainer in the driver)
     rollout_workers: int = 2      # placement=ray: rollout actors, each an Engine with its own model copy
+    weight_sync: str = "colocated"  # colocated (sampler shares the module) | separate (a copy, synced)
     async_: bool = False          # YAML `async: true`: rollouts run ahead on a producer; more throughput, stale samples
     max_staleness: int = 1        # async: samples at most this many policy versions behind the trainer (0 = sync)
     stale: str = "pace"           # async: pace = producers wait (no work wasted) | drop = run free, drop older batches
@@ -286,9 +357,48 @@ class RLConfig(RunConfig):
     sync_bucket_mb: float = 64.0  # weight sync across copies/processes: MB per transfer bucket
     sync_transport: str = "object_store"  # placement=ray: object_store (ray.put per bucket) | broadcast (a process
                                   # group of trainer + workers, one broadcast per bucket; gloo: the workers are CPU actors)
-    overprovision: int = 0        # straggler cut-off: start samples_per_prompt + this per prompt, keep the first to finish
     trainer_ranks: int = 1        # trainer data-parallel over N local processes (gloo, CPU); rank 0 also runs the other roles
     trainer_shard: str = "replicate"  # trainer_ranks > 1: replicate = every rank a full copy, gradients all-reduced
                                   # | fsdp = FSDP2 fully_shard: params, grads, AdamW state split over ranks (less memory)
+
+
+@dataclass
+class RLConfig(RunConfig):
+    steps: int = 150
+    eval_every: int = 50
+    init: str = ""                # SFT checkpoint or run dir; "" = the default SFT(CoT) checkpoint (trained once, cached)
+    task: TaskConfig = field(default_factory=ArithmeticConfig)  # `task.name` picks the task (tasks/__init__.py)
+    algo: AlgoConfig = field(default_factory=lambda: grpo.Config(kl_coef=0.01))  # `algo.name` picks the algorithm;
+                                  # the other keys are its Config (posttrain rl --help algo)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    optim: RLOptimConfig = field(default_factory=lambda: RLOptimConfig(
+        lr=3e-5, weight_decay=0.0, schedule="constant", micro_batch_tokens=8192))  # RL lr ≈ SFT lr / 30
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    verifier: VerifierConfig = field(default_factory=VerifierConfig)
+    scale: ScaleConfig = field(default_factory=ScaleConfig)
+    lora: LoraConfig = field(default_factory=LoraConfig)  # lora.r > 0: train LoRA adapters only
     reward_model: str = ""        # RLHF: an `rm` run whose frozen score is the reward (verifier logged as reward/true);
                                   # RUN_A,RUN_B = an ensemble, the mean of their scores
+
+
+# Flat names of the RL config before it had sections: accepted with a one-line note (until 0.3).
+RL_MOVED = {"algorithm": "algo.name", "epochs": "optim.epochs", "minibatches": "optim.minibatches",
+            **{k: f"rollout.{k}" for k in ("prompts_per_step", "samples_per_prompt", "temperature", "max_new_tokens",
+                                            "degenerate", "max_resample_attempts", "overprovision", "max_slots")},
+            "eval_problems": "eval.problems", "eval_samples": "eval.samples", "save_samples": "eval.save_samples",
+            "verifier_workers": "verifier.workers", "verifier_timeout_s": "verifier.timeout_s",
+            **{k: f"scale.{k}" for k in ("placement", "rollout_workers", "weight_sync", "max_staleness", "stale",
+                                          "partial_rollouts", "off_policy_correction", "off_policy_cap",
+                                          "sync_bucket_mb", "sync_transport", "trainer_ranks", "trainer_shard")},
+            "async": "scale.async", "async_": "scale.async"}
+# TRL's GRPOConfig names, recognised so the error can name posttrain's key.
+TRL_NAMES = {"beta": "algo.kl_coef", "num_generations": "rollout.samples_per_prompt",
+             "max_completion_length": "rollout.max_new_tokens", "learning_rate": "optim.lr",
+             "epsilon_high": "algo.eps_high", "epsilon": "algo.eps_low (and algo.eps_high)",
+             "num_iterations": "optim.epochs", "max_steps": "steps", "max_grad_norm": "optim.grad_clip",
+             "warmup_steps": "optim.warmup_steps", "lr_scheduler_type": "optim.schedule",
+             "reward_funcs": "task.reward", "reward_weights": "task.reward_weights",
+             "output_dir": "out", "logging_steps": "log_every", "save_steps": "save_every", "eval_steps": "eval_every",
+             "per_device_train_batch_size": "rollout.prompts_per_step (× rollout.samples_per_prompt samples)",
+             "scale_rewards": "algo.scale_by_std", "loss_type": "algo.aggregation (or algo.name=dr_grpo|dapo)"}
+ALIASES = {RLConfig: (RL_MOVED, TRL_NAMES)}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 from dataclasses import dataclass
 
@@ -35,6 +36,8 @@ class Runtime:
 
 def resolve(device: str = "auto", dtype: str = "auto", threads: int = 0) -> Runtime:
     """`threads`: torch CPU threads for this run (0 = the process's starting count)."""
+    if threads <= 0:
+        busy_machine_hint()
     torch.set_num_threads(threads if threads > 0 else DEFAULT_THREADS)
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -52,6 +55,26 @@ def resolve(device: str = "auto", dtype: str = "auto", threads: int = 0) -> Runt
     # No bf16 on CPU by default: without bf16 hardware it is ~170x slower than fp32 here. An
     # explicit dtype=bfloat16 on CPU runs the CUDA path's autocast on the CPU (tests use it).
     return Runtime(dev, torch.float32, compute)
+
+
+_HINTED = []
+
+
+def busy_machine_hint() -> str:
+    """Once per process: when the load average is above the cores, other jobs share the machine, and
+    torch's default of a thread per core makes every job several times slower (threads wait on each
+    other); one thread per job is the fix. Returns the line printed ("" when quiet or said already)."""
+    try:
+        load, cores = os.getloadavg()[0], os.cpu_count() or 1
+    except OSError:
+        return ""
+    if load <= cores or _HINTED:
+        return ""
+    _HINTED.append(load)
+    line = (f"note: the load average ({load:.1f}) is above this machine's {cores} cores: other jobs share it, and with "
+            f"a thread per core each job runs several times slower; pass threads=1")
+    print(line, flush=True)
+    return line
 
 
 def seed_everything(seed: int) -> None:

@@ -15,7 +15,7 @@ def posttrain(*args, cwd=None):
     (["sft", "lrr=0.1"], "posttrain sft: error: unknown config key 'lrr' for SFTConfig; did you mean 'optim.lr'?"),
     (["sft", "steps=abc"], "posttrain sft: error: config key 'steps' expects int, got 'abc' (str)"),
     (["pretrain", "missing.yaml"], "posttrain pretrain: error: config file 'missing.yaml' not found"),
-    (["rl", "algorithm=gpro"], "posttrain rl: error: unknown algorithm 'gpro'; did you mean 'grpo'?"),
+    (["rl", "algo.name=gpro"], "posttrain rl: error: unknown algorithm 'gpro'; did you mean 'grpo'?"),
     (["eval", "no/such/run"], "posttrain eval: error: checkpoint 'no/such/run' does not exist; give a run directory"),
 ])
 def test_usage_errors_exit_2_with_one_line(tmp_path, args, message):

@@ -102,7 +102,11 @@ def test_load_jsonl_standard_and_conversational(tmp_path):
     ])
     pairs, skipped = load_jsonl(p)
     assert skipped == 0
-    assert [(q.prompt, q.chosen, q.rejected, q.margin) for q in pairs] == [("1+2", "3", "4", 1.5), ("2+2", "4", "5", 0.0)]
+    assert (pairs[0].prompt, pairs[0].chosen, pairs[0].rejected, pairs[0].margin) == ("1+2", "3", "4", 1.5)
+    # conversational rows keep their messages (every turn goes through the chat template)
+    assert (pairs[1].prompt, pairs[1].chosen, pairs[1].rejected) == (
+        [{"role": "user", "content": "2+2"}], [{"role": "assistant", "content": "4"}],
+        [{"role": "assistant", "content": "5"}])
 
 
 @pytest.mark.parametrize("row,message", [

@@ -107,5 +107,51 @@ def test_grpo_with_lora_end_to_end(hf_dir, tmp_path):
     assert trained.keys() == start.keys()
     moved = {k for k in start if not torch.equal(trained[k], start[k])}
     assert moved and all(k.endswith(("proj.weight")) for k in moved)    # embeddings and norms untouched
-    with pytest.raises(UsageError, match="--resume of a LoRA run"):
-        rl.run(load_config(RLConfig, None, args + ["steps=3"]), resume=True)
+    # the adapters in PEFT's format beside the merged weights: PeftModel on the base gives the same policy
+    from peft import PeftModel
+    ckpt = checkpoint.latest(tmp_path / "rl")
+    config = json.loads((ckpt / "adapter" / "adapter_config.json").read_text())
+    assert config["peft_type"] == "LORA" and config["r"] == 4 and config["base_model_name_or_path"] == str(hf_dir.resolve())
+    assert all(k.startswith("base_model.model.") and ".lora_" in k for k in load_file(ckpt / "adapter" / "adapter_model.safetensors"))
+    base = AutoModelForCausalLM.from_pretrained(config["base_model_name_or_path"], local_files_only=True)
+    peft = PeftModel.from_pretrained(base, ckpt / "adapter").eval()
+    merged = AutoModelForCausalLM.from_pretrained(ckpt, local_files_only=True).eval()
+    with torch.no_grad():
+        assert torch.allclose(peft(input_ids=IDS).logits, merged(input_ids=IDS).logits, atol=1e-5)
+
+
+def test_a_lora_run_resumes_to_the_same_numbers(hf_dir, tmp_path):
+    from posttrain.recipes import rl
+    args = [f"init={hf_dir}", "prompts_per_step=2", "samples_per_prompt=4", "max_new_tokens=6", "eval_problems=2",
+            "eval_samples=1", "optim.lr=1e-2", "lora.r=4", "task.min_terms=1", "task.max_terms=1", "task.max_value=9",
+            "eval_every=2", "tensorboard=false"]
+    rl.run(load_config(RLConfig, None, [*args, f"out={tmp_path}/full", "steps=4"]))
+    rl.run(load_config(RLConfig, None, [*args, f"out={tmp_path}/cut", "steps=2"]))
+    rl.run(load_config(RLConfig, None, [*args, f"out={tmp_path}/cut", "steps=4"]), resume=True)
+    full, cut = (load_file(checkpoint.latest(tmp_path / d) / "adapter" / "adapter_model.safetensors") for d in ("full", "cut"))
+    assert full.keys() == cut.keys() and all(torch.equal(full[k], cut[k]) for k in full)
+    rows = lambda d: [json.loads(x) for x in open(tmp_path / d / "metrics.jsonl")]
+    assert [r["reward/mean"] for r in rows("full") if "reward/mean" in r] == \
+           [r["reward/mean"] for r in rows("cut") if "reward/mean" in r]
+
+
+def test_sft_and_dpo_take_lora_keys(hf_dir, tmp_path):
+    from posttrain.config import SFTConfig
+    from posttrain.recipes import dpo, sft
+    from posttrain.recipes.dpo import DPOConfig
+    common = [f"init={hf_dir}", "steps=2", "lora.r=2", "lora.target_modules=[q_proj,v_proj]", "tensorboard=false",
+              "task.min_terms=1", "task.max_terms=2", "task.max_value=9"]
+    sft.run(load_config(SFTConfig, None, [*common, f"out={tmp_path}/sft", "batch_size=4", "num_problems=20",
+                                          "eval_problems=2"]))
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps({"prompt": f"{a}+1", "chosen": f"{a + 1}", "rejected": f"{a + 2}"}) + "\n"
+                             for a in range(8)))
+    dpo.run(load_config(DPOConfig, None, [*common, f"out={tmp_path}/dpo", f"pairs={pairs}", "batch_size=4",
+                                          "eval_problems=0", "optim.lr=1e-2"]))
+    for stage in ("sft", "dpo"):
+        ckpt = checkpoint.latest(tmp_path / stage)
+        adapter = load_file(ckpt / "adapter" / "adapter_model.safetensors")
+        assert adapter and all(("q_proj" in k or "v_proj" in k) for k in adapter)
+        trained, start = load_file(ckpt / "model.safetensors"), load_file(hf_dir / "model.safetensors")
+        moved = {k for k in start if not torch.equal(trained[k], start[k])}
+        assert moved and all(k.endswith(("q_proj.weight", "v_proj.weight")) for k in moved), stage

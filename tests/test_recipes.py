@@ -175,8 +175,9 @@ def test_pipeline_chains_stages_skips_done_ones_and_validates(tmp_path):
     # each stage starts from the one before it
     for prev, name in [("pretrain", "sft"), ("sft", "dpo"), ("dpo", "rl")]:
         assert str(tmp_path / "pipe" / prev) in (tmp_path / "pipe" / name / "config.yaml").read_text()
-    again = pipeline.run(cfg)["rows"]                      # everything done: skipped, same weights
-    assert [r["wall_s"] for r in again] == [0.0] * 4
+    again = pipeline.run(cfg)["rows"]                      # everything done: skipped, same weights, and the
+    assert [r["wall_s"] for r in again] == [r["wall_s"] for r in rows]   # times the stages took when they ran
+    assert [r["pass@1"] for r in again] == [r["pass@1"] for r in rows]
     with pytest.raises(UsageError, match="stages='sft,pretrain'"):
         pipeline.run(load_config(pipeline.PipelineConfig, None, [*over, "stages=sft,pretrain"]))
 

@@ -1,5 +1,6 @@
 """The sandbox contains hostile programs: each gets a reason, the test process goes on, and
-nothing it started is left running. The code task scores every one of them 0."""
+nothing it started is left running. The code task scores every one of them 0. (More hostile
+classes: test_sandbox_escape.py; the code verifier against wrong programs: test_code_verifier.py.)"""
 
 import dataclasses
 import os
@@ -9,8 +10,25 @@ from pathlib import Path
 
 import pytest
 
+from posttrain import UsageError
 from posttrain.tasks import sandbox
 from posttrain.tasks.sandbox import Limits, run_python
+
+
+def needs_bwrap():
+    """Skip where bubblewrap cannot run, except in CI (POSTTRAIN_REQUIRE_BWRAP): never a silent skip there."""
+    try:
+        sandbox.backend()
+    except UsageError as e:
+        if os.environ.get("POSTTRAIN_REQUIRE_BWRAP"):
+            raise
+        pytest.skip(str(e))
+
+
+@pytest.fixture(autouse=True)
+def _bwrap(request):
+    if not request.node.name.startswith("test_without_bwrap"):    # those hide it themselves
+        needs_bwrap()
 
 REPO = Path(__file__).resolve().parents[1]
 SECRET = "hunter2-" + uuid.uuid4().hex
@@ -30,7 +48,8 @@ def _listener():
     srv.listen(8)
     return srv
 
-# name -> (program, a substring the reason must contain). {port} is a socket the test listens on.
+# name -> (program, a substring the reason must contain; None: it runs to the end and learns
+# nothing). {port} is a socket the test listens on.
 HOSTILE = {
     "infinite_loop": ("while True:\n    pass\n", "timed out"),
     "fork_bomb": ("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
@@ -39,26 +58,16 @@ HOSTILE = {
     "network_connect": ("import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1)\n"
                         "socket.create_connection(('1.1.1.1', 80), timeout=1)\nprint('connected')\n", "exit code 1"),
     "write_outside": (f"open({OUTSIDE!r}, 'w').write('x')\nopen({str(IN_REPO)!r}, 'w').write('x')\n", "exit code 1"),
-    "read_parent_env": ("import os\nprint(dict(os.environ))\nprint(open(f'/proc/{{os.getppid()}}/environ').read())\n",
-                        "exit code 1"),
-    "kill_parent": ("import os, signal\nos.kill(-1, signal.SIGKILL)\nos.kill(os.getppid(), signal.SIGKILL)\n",
-                    "PermissionError"),   # kill(-1): everything it may signal
+    "read_parent_env": ("import os\nprint(dict(os.environ))\nfor p in os.listdir('/proc'):\n    if p.isdigit():\n"
+                        "        print(open(f'/proc/{{p}}/environ').read())\n", None),   # its own PID namespace only
+    "kill_parent": ("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nos.kill(-1, signal.SIGKILL)\n",
+                    "ProcessLookupError"),   # its parent is the namespace's init; kill(-1) finds nobody else
     "read_reference_solutions": (f"print(open({str(REPO / 'posttrain' / 'tasks' / 'code.py')!r}).read())\n",
                                  "FileNotFoundError"),
     "fill_disk": ("for i in range(100):\n    open(f'f{{i}}', 'wb').write(b'x' * (10 << 20))\n", "No space left"),
     "huge_output": ("while True:\n    print('x' * 10000)\n", "output exceeded"),
     "missing_module": ("import no_such_module_posttrain\n", "ModuleNotFoundError"),
 }
-
-
-def _needs(case: str) -> None:
-    info = sandbox.isolation()
-    if case in ("kill_parent", "write_outside", "read_parent_env") and info["user"] != "uid":
-        pytest.skip(f"{case}: containment needs a separate uid (mode {info['mode']}: run as root)")
-    if case in ("read_reference_solutions", "fill_disk") and info["filesystem"] == "none":
-        pytest.skip("no mount namespace here: the checkout cannot be hidden")
-    if case == "network_connect" and info["network"] != "netns":
-        pytest.skip("no network namespace here (isolation: none)")
 
 
 # Children the test process had before any sandbox run (e.g. multiprocessing's resource
@@ -80,7 +89,6 @@ def _alive_children() -> list[int]:
 
 @pytest.mark.parametrize("case", sorted(HOSTILE))
 def test_hostile_program_is_contained(case, monkeypatch):
-    _needs(case)
     monkeypatch.setenv("POSTTRAIN_SECRET", SECRET)
     srv = _listener()
     try:
@@ -88,8 +96,8 @@ def test_hostile_program_is_contained(case, monkeypatch):
         r = run_python(code.format(port=srv.getsockname()[1]), limits=_limits(case))
     finally:
         srv.close()
-    assert not r.ok and want in r.reason, (case, r.reason, r.stderr[-300:])
-    assert sandbox.leftovers(r.pid, r.uid) == []                      # nothing of it still runs
+    assert (r.ok if want is None else want in (r.reason or "")), (case, r.reason, r.stderr[-300:])
+    assert sandbox.leftovers(r) == []                                 # nothing of it still runs
     assert _alive_children() == []
     assert SECRET not in r.stdout + r.stderr and "connected" not in r.stdout
     assert not os.path.exists(OUTSIDE) and not IN_REPO.exists()
@@ -104,13 +112,12 @@ def test_fork_bomb_stops_at_the_process_cap():
             "            os._exit(0)\n        n += 1\nexcept OSError:\n    print(n)\n")
     r = run_python(code, limits=LIMITS)
     assert r.ok and 0 < int(r.stdout) < LIMITS.max_procs                # the cap, not the timeout, stopped it
-    assert sandbox.leftovers(r.pid, r.uid) == [] and _alive_children() == []
+    assert sandbox.leftovers(r) == [] and _alive_children() == []
 
 
-def test_network_isolation_is_in_force():
+def test_isolation_in_force():
     info = sandbox.isolation()
-    if info["network"] == "none":
-        pytest.skip(f"no network namespace in mode {info['mode']}")
+    assert (info["backend"], info["network"], info["filesystem"], info["pid"]) == ("bwrap", "netns", "private", "pidns")
     assert sandbox.network_blocked() is True
 
 
@@ -119,7 +126,7 @@ def test_cleared_environment_cwd_and_stdin():
                    "print(sys.flags.isolated, sys.stdin.read())\nprint(open('data.txt').read())",
                    stdin="hello", files={"data.txt": "given"})
     assert r.ok, r.reason
-    assert r.stdout.splitlines() == ["['HOME', 'LANG', 'PATH', 'TMPDIR']", "True", "1 hello", "given"]
+    assert r.stdout.splitlines() == ["['HOME', 'LANG', 'PATH', 'PWD', 'TMPDIR']", "True", "1 hello", "given"]
 
 
 def test_exit_codes_and_cpu_limit():
@@ -154,7 +161,6 @@ def test_every_reference_solution_scores_one_and_splits_are_disjoint(code_tasks)
 @pytest.mark.parametrize("case", sorted(HOSTILE))
 def test_hostile_candidate_scores_zero_with_a_reason(code_tasks, case, monkeypatch):
     code_task = code_tasks[_limits(case).timeout_s]
-    _needs(case)
     monkeypatch.setenv("POSTTRAIN_SECRET", SECRET)
     item = next(p for p in code_task.problems if p.name == "sumdigits")
     code = HOSTILE[case][0].format(port=1)
@@ -177,10 +183,21 @@ def test_partial_credit_and_forged_result_lines(code_tasks):
     assert extract_code("Here:\n```python\nx = 1\n```\nbye") == "x = 1\n" and extract_code("x = 2") == "x = 2"
 
 
-@pytest.mark.parametrize("mode", ["userns", "plain"])
-def test_fallback_modes_run_programs(mode):
-    """The weaker modes (non-root machines) still run programs with a cleared environment."""
-    r = sandbox._run(mode, "import os\nprint(sorted(os.environ), 6 * 7)", "", {}, Limits(timeout_s=5.0))
-    if mode == "userns" and r.reason and r.reason.startswith("sandbox failed to start"):
-        pytest.skip(f"no unprivileged user namespaces here: {r.reason}")
-    assert r.ok and r.stdout == "['HOME', 'LANG', 'PATH', 'TMPDIR'] 42\n" and r.uid is None
+def test_without_bwrap_untrusted_code_is_refused_unless_opted_in(monkeypatch, tmp_path):
+    """No bwrap on PATH: one line naming the Debian package, at the code task's construction;
+    `task.unsafe_local_sandbox=true` runs programs anyway (rlimits, cleared environment)."""
+    from posttrain.config import RLConfig, load_config
+    from posttrain.tasks import make
+    monkeypatch.setenv("PATH", str(tmp_path))                           # an empty directory: no bwrap
+    with pytest.raises(UsageError, match="install the Debian package `bubblewrap`") as e:
+        run_python("print(1)")
+    assert "\n" not in str(e.value) and "task.unsafe_local_sandbox=true" in str(e.value)
+    with pytest.raises(UsageError, match="bubblewrap"):
+        make(load_config(RLConfig, None, ["task.name=code"]).task)
+    task = make(load_config(RLConfig, None, ["task.name=code", "task.unsafe_local_sandbox=true"]).task)
+    assert task.config.unsafe_local_sandbox is True
+    item = next(p for p in task.problems if p.name == "sumdigits")
+    assert task.reward(item, task.target(item)).reward == 1.0
+    r = run_python("import os\nprint(sorted(os.environ), 6 * 7)", unsafe_local=True)
+    assert r.ok and r.stdout == "['HOME', 'LANG', 'PATH', 'TMPDIR'] 42\n" and r.pidns is None
+    assert sandbox.leftovers(r) == []

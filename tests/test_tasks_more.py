@@ -145,6 +145,6 @@ def test_task_config_errors_name_the_fix():
         load_config(RLConfig, None, ["task.name=countdown", "task.max_terms=3"])
     with pytest.raises(UsageError, match="did you mean 'task.max_digits'"):
         load_config(RLConfig, None, ["task.name=tool_arith", "task.max_digit=3"])
-    from posttrain.recipes.dpo import DPOConfig                  # a stage built for one task says so
+    from posttrain.recipes.pipeline import PipelineConfig        # a stage built for one task says so
     with pytest.raises(UsageError, match="task.name='countdown': this stage runs on task.name=arithmetic only"):
-        load_config(DPOConfig, None, ["task.name=countdown"])
+        load_config(PipelineConfig, None, ["task.name=countdown"])

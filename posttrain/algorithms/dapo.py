@@ -45,6 +45,7 @@ from posttrain.algorithms import core, grpo
 
 @dataclass
 class Config(grpo.Config):
+    name: str = "dapo"
     eps_high: float = 0.28            # ← fix 1, clip-higher: upper clip 1.28 (lower stays 0.8)
     aggregation: str = "token-mean"   # ← fix 3, token-level loss over the whole batch
     kl_coef: float = 0.0              # the paper trains without the KL term (β = 0)
@@ -83,6 +84,7 @@ def degenerate(rewards: torch.Tensor, group_index: torch.Tensor) -> torch.Tensor
 def advantages(rewards: torch.Tensor, group_index: torch.Tensor, cfg: Config, batch: dict | None = None,
                **kw) -> torch.Tensor:
     """GRPO advantage [B] of the length-shaped reward; `batch` (loss_mask) gives the lengths."""
+    rewards = core.float_rewards(rewards)
     shaped = rewards
     if cfg.overlong_buffer > 0:
         if batch is None:

@@ -37,13 +37,15 @@ import torch
 
 from posttrain import UsageError
 from posttrain.algorithms import core, grpo, reinforce
+from posttrain.algorithms.base import AlgoConfig
 
 DIVERGENCES = ("tv", "kl")
 DEFAULT_DELTA = {"tv": 0.15, "kl": 0.05}                               # verl examples/dppo_trainer
 
 
 @dataclass
-class Config:
+class Config(AlgoConfig):
+    name: str = "dppo"
     divergence: str = "tv"            # tv: |p − p_old| (binary total variation) | kl: binary KL(p_old ‖ p)
     delta_low: float | None = None    # bound on the move for A ≤ 0 tokens; None = 0.15 (tv) / 0.05 (kl)
     delta_high: float | None = None   # bound on the move for A > 0 tokens; None = 0.15 (tv) / 0.05 (kl)

@@ -31,10 +31,12 @@ import torch
 
 from posttrain import UsageError
 from posttrain.algorithms import core
+from posttrain.algorithms.base import AlgoConfig
 
 
 @dataclass
-class Config:
+class Config(AlgoConfig):
+    name: str = "grpo"
     eps_low: float = 0.2              # clip r below at 1 − eps_low (paper ε = 0.2)
     eps_high: float = 0.2             # clip r above at 1 + eps_high; larger (DAPO 0.28) lets rare tokens grow
     kl_coef: float = 0.04             # β of the KL term in the loss (paper 0.04, R1 0.001); 0 = no reference model
@@ -69,8 +71,9 @@ def needs_reference(cfg: Config) -> bool:
 def advantages(rewards: torch.Tensor, group_index: torch.Tensor, cfg: Config, **kw) -> torch.Tensor:
     """Group-normalised outcome advantage [B] (broadcast over response tokens by the caller).
 
-    rewards [B] float, group_index [B] long (samples of one prompt share an index).
+    rewards [B] float (an integer tensor is cast), group_index [B] long (samples of one prompt share an index).
     """
+    rewards = core.float_rewards(rewards)
     mean, std, _ = core.group_stats(rewards, group_index, cfg.std)     # [B] each
     adv = rewards - mean                                               # ← the group baseline replaces V(s)
     if cfg.scale_by_std:

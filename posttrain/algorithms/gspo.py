@@ -35,6 +35,7 @@ VARIANTS = ("sequence", "token")
 
 @dataclass
 class Config(grpo.Config):
+    name: str = "gspo"
     eps_low: float = 3e-4             # clip s_i below at 1 − 3e-4 (paper); s_i moves far less than a token ratio
     eps_high: float = 4e-4            # sequence-ratio clip above at 1 + 4e-4 (paper)
     kl_coef: float = 0.0              # the paper trains without the KL term (β = 0)

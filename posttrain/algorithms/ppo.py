@@ -46,6 +46,7 @@ import torch
 
 from posttrain import UsageError
 from posttrain.algorithms import core
+from posttrain.algorithms.base import AlgoConfig
 from posttrain.algorithms.reinforce_pp import token_rewards   # R on the last token − β·KL_t (shared)
 
 KL_PLACES = ("reward", "loss")
@@ -53,7 +54,8 @@ CRITICS = ("shared", "separate")
 
 
 @dataclass
-class Config:
+class Config(AlgoConfig):
+    name: str = "ppo"
     eps_low: float = 0.2              # clip r below at 1 − eps_low (paper ε = 0.2)
     eps_high: float = 0.2             # clip r above at 1 + eps_high (0.28 = DAPO's clip-higher)
     dual_clip: float | None = None    # c > 1 caps the loss of A < 0 tokens at c·|A| (Ye et al.: 3); None = off
@@ -209,8 +211,9 @@ def loss(logprobs: torch.Tensor, batch: dict, cfg: Config, norm: dict, entropy: 
     total, metrics = core.finish_loss(pg, logprobs, batch, tail_cfg, norm, entropy, who="ppo")
     metrics.update(core.ratio_metrics(logprobs, batch["old_logprobs"], mask, clipped))
 
-    v_new = batch["new_values"]                                        # [B, T] with gradient
-    vf, v_clipped = value_loss(v_new, batch["values"], batch["returns"], cfg.value_clip)  # [B, T]
+    v_new = core.on_mask(batch["new_values"], mask)                    # [B, T] with gradient, 0 off the mask
+    vf, v_clipped = value_loss(v_new, core.on_mask(batch["values"], mask), core.on_mask(batch["returns"], mask),
+                               cfg.value_clip)                         # [B, T]
     v_loss = core.aggregate(vf, mask, cfg.aggregation, norm)           # ← the critic's loss, same mode
     total = total + cfg.vf_coef * v_loss
     metrics.update({

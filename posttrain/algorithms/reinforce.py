@@ -32,12 +32,14 @@ import torch
 
 from posttrain import UsageError
 from posttrain.algorithms import core
+from posttrain.algorithms.base import AlgoConfig
 
 BASELINES = ("none", "mean")
 
 
 @dataclass
-class Config:
+class Config(AlgoConfig):
+    name: str = "reinforce"
     baseline: str = "none"            # none: A = R (Williams) | mean: A = R − μ_G (lower variance, gradient × (G−1)/G)
     aggregation: str = "seq-mean-token-sum"  # core.AGGREGATIONS; the paper: sum over tokens, mean over sequences
     kl_coef: float = 0.0              # β of a per-token KL to the reference in the loss; 0 = none (no reference model)
@@ -58,6 +60,7 @@ def needs_reference(cfg) -> bool:
 def advantages(rewards: torch.Tensor, group_index: torch.Tensor, cfg: Config, **kw) -> torch.Tensor:
     """A = R, or R − μ_G [B]. A group of equal rewards (singletons included) gets exactly 0
     under "mean" (core.group_stats); under "none" every sample keeps its reward."""
+    rewards = core.float_rewards(rewards)
     if cfg.baseline == "none":
         return rewards.clone()
     mean, _, _ = core.group_stats(rewards, group_index)               # [B]

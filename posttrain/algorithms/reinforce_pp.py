@@ -25,6 +25,9 @@ Deviations from the paper, each a config value unless stated:
    equal rewards gets the common value −mean/std, not 0 (OpenRLHF/verl do the same). A batch
    whose tokens all hold one value gets exactly 0.
 4. No adaptive KL controller: β is fixed.
+5. A singleton group (one sample of its prompt) has R − μ_G = 0 under -baseline, as in
+   OpenRLHF (each sample minus its prompt's mean); verl's `reinforce_plus_plus_baseline` takes
+   a singleton's mean as 0 and leaves it R. Either way whitening then shifts it with the batch.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from posttrain.algorithms import core, grpo
 
 @dataclass
 class Config(grpo.Config):
+    name: str = "reinforce_pp"
     aggregation: str = "token-mean"   # core.AGGREGATIONS; the paper's (OpenRLHF's) token-mean
     kl_coef: float = 0.0              # β of a KL in the LOSS (the -baseline recipe: 1e-5..1e-4 with k2); 0 = off
     kl_estimator: str = "k2"          # estimator of that loss KL; k2's gradient is the reverse-KL gradient (OpenRLHF scripts)
@@ -100,6 +104,7 @@ def advantages(rewards: torch.Tensor, group_index: torch.Tensor, cfg: Config, ba
     old_logprobs + ref_logprobs when the reward carries a KL."""
     if batch is None:
         raise UsageError("reinforce_pp: advantages need the batch (loss_mask, old/ref logprobs): batch=...")
+    rewards = core.float_rewards(rewards)
     mask = batch["loss_mask"]                                          # [B, T]
     beta = reward_kl(cfg)
     kl_tok = None

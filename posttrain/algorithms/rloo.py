@@ -27,10 +27,12 @@ from dataclasses import dataclass
 import torch
 
 from posttrain.algorithms import core, reinforce
+from posttrain.algorithms.base import AlgoConfig
 
 
 @dataclass
-class Config:
+class Config(AlgoConfig):
+    name: str = "rloo"
     aggregation: str = "seq-mean-token-sum"  # core.AGGREGATIONS; the paper's: tokens summed, sequences averaged
     kl_coef: float = 0.0              # β of a per-token KL to the reference in the loss (paper: in the reward); 0 = none
     kl_estimator: str = "k3"          # k1 | k2 | k3 (core.kl)
@@ -46,6 +48,7 @@ loss = reinforce.loss                                                  # RLOO's 
 
 def advantages(rewards: torch.Tensor, group_index: torch.Tensor, cfg: Config, **kw) -> torch.Tensor:
     """A_i = R_i − (Σ_{j≠i} R_j)/(G−1) [B]; exactly 0 for singletons and equal-reward groups."""
+    rewards = core.float_rewards(rewards)
     r = rewards.double()
     mean, std, size = core.group_stats(r, group_index)                 # [B] each
     others = (mean * size - r) / (size - 1).clamp_min(1)               # ← leave-one-out baseline

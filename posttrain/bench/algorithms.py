@@ -5,7 +5,7 @@ answers, entropy, clip fraction, KL, wall time. Writes JSON and prints one table
     posttrain bench algorithms --init runs/pipeline/sft --steps 50 --seeds 0 \
         --out benchmarks/results/algorithms.json      (or python benchmarks/algorithms.py ...)
 
-Each run is `posttrain rl configs/grpo_arith.yaml algorithm=NAME prompts_per_step=16
+Each run is `posttrain rl configs/grpo_arith.yaml algo.name=NAME rollout.prompts_per_step=16
 optim.lr=3e-5` (16 prompts × 8 samples a step) with the algorithm's own defaults; only the KL coefficient of the preset
 (0.01) is shared, where the algorithm has one. PPO adds its value head on the policy trunk.
 """
@@ -20,11 +20,11 @@ import time
 from pathlib import Path
 
 from posttrain import UsageError, algorithms
-from posttrain.config import RLConfig, load_config
+from posttrain.config import RLConfig, build, load_config
 from posttrain.logging import read_metrics
 from posttrain.recipes import rl
 
-BUDGET = ["prompts_per_step=16", "optim.lr=3e-5"]   # on top of configs/grpo_arith.yaml
+BUDGET = ["rollout.prompts_per_step=16", "optim.lr=3e-5"]   # on top of configs/grpo_arith.yaml
 ORDER = ["reinforce", "rloo", "grpo", "dr_grpo", "dapo", "gspo", "cispo", "reinforce_pp", "maxrl",
               "dppo", "mgpo", "ppo"]
 
@@ -40,9 +40,9 @@ def one_run(name: str, init: str, steps: int, seed: int, out: Path, overrides=()
     algo_fields = {f.name for f in dataclasses.fields(algorithms.get(name).Config)}
     algo = {**({"kl_coef": 0.01} if "kl_coef" in algo_fields else {}), **(algo or {})}
     cfg = load_config(RLConfig, "grpo_arith", [f"init={init}", f"out={out}", "overwrite=true", f"steps={steps}",
-                                               f"seed={seed}", f"eval_every={steps}", f"algorithm={name}",
+                                               f"seed={seed}", f"eval_every={steps}",
                                                *BUDGET, *overrides])
-    cfg = dataclasses.replace(cfg, algo=algo)
+    cfg = dataclasses.replace(cfg, algo=build(algorithms.get(name).Config, {"name": name, **algo}, "algo."))
     t0 = time.time()
     rl.run(cfg)
     ms = read_metrics(out)

@@ -98,10 +98,10 @@ def main(argv=None) -> None:
         elif claim == "length":
             res[claim] = [run("grpo", "length_grpo"), run("dr_grpo", "length_dr_grpo")]
         elif claim == "clip":
-            res[claim] = [run("grpo", f"clip_{h}", ["minibatches=4"], {"eps_high": h}) for h in (0.2, 0.28)]
+            res[claim] = [run("grpo", f"clip_{h}", ["optim.minibatches=4"], {"eps_high": h}) for h in (0.2, 0.28)]
         elif claim == "group":
-            res[claim] = [run("grpo", "group_2", ["prompts_per_step=64", "samples_per_prompt=2"]),
-                          run("grpo", "group_8", ["prompts_per_step=16", "samples_per_prompt=8"])]
+            res[claim] = [run("grpo", "group_2", ["rollout.prompts_per_step=64", "rollout.samples_per_prompt=2"]),
+                          run("grpo", "group_8", ["rollout.prompts_per_step=16", "rollout.samples_per_prompt=8"])]
         else:
             raise SystemExit(f"--only: unknown claim {claim!r}; choose from {', '.join(CLAIMS)}")
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -60,7 +60,7 @@ def step_prompts(cfg) -> list[tuple[str, int]]:
     task = ArithmeticTask(cfg.task)
     out = []
     for step in range(1, cfg.steps + 1):      # the controller's seeds (framework/controller.py)
-        for it in task.items(cfg.prompts_per_step, "train", seed=f"{cfg.seed}/{step}/0"):
+        for it in task.items(cfg.rollout.prompts_per_step, "train", seed=f"{cfg.seed}/{step}/0"):
             out.append((tok.chat_prompt(task.prompt(it)), it.answer))
     return out
 
@@ -106,10 +106,10 @@ def run_trl(cfg, prompts, out) -> list[dict]:
         def on_step_end(self, args, state, control, **kw):
             self.ends.append((time.perf_counter(), time.process_time()))
 
-    n = cfg.prompts_per_step * GROUP
+    n = cfg.rollout.prompts_per_step * GROUP
     args = GRPOConfig(
         output_dir=str(out), max_steps=cfg.steps, per_device_train_batch_size=n, gradient_accumulation_steps=1,
-        num_generations=GROUP, max_completion_length=cfg.max_new_tokens, temperature=cfg.temperature,
+        num_generations=GROUP, max_completion_length=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature,
         learning_rate=cfg.optim.lr, adam_beta1=0.9, adam_beta2=0.999, weight_decay=0.0, max_grad_norm=1.0,
         lr_scheduler_type="constant", warmup_steps=0, beta=0.0, loss_type="grpo", num_iterations=1,
         shuffle_dataset=False, bf16=False, fp16=False, gradient_checkpointing=False, use_vllm=False,

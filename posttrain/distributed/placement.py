@@ -47,30 +47,38 @@ class Placement:
     def version(self) -> int:
         return self.publisher.version if self.publisher is not None else self.engine.policy_version
 
-    def set_version(self, v: int) -> None:
-        """After a resume (weights already loaded): the sampler catches up to version v."""
+    def set_version(self, v: int, older: dict | None = None) -> None:
+        """After a resume (weights already loaded): the sampler catches up to version v; `older`
+        ({version: buckets}, from `older_versions` at the save) restores what async samples from next."""
         if self.publisher is None:
             self.engine.policy_version = v
             return
         from posttrain.distributed.async_rollout import switch_weights
-        self.publisher.reset(v)
+        self.publisher.reset(v, older)
         switch_weights(self.engine, *self.publisher.latest())
+
+    def older_versions(self) -> dict:
+        """{version: buckets} the publisher keeps below the current version (async: the last
+        max_staleness), for the checkpoint; {} when nothing samples from old weights."""
+        if self.publisher is None:
+            return {}
+        return {v: b for v, b in self.publisher.kept.items() if v < self.publisher.version}
 
     def reference(self, cfg, policy):
         """The frozen reference, placed with the rollout workers' placement."""
-        if cfg.placement == "ray":
+        if cfg.scale.placement == "ray":
             from posttrain.distributed.ray_rollout import RayReference
-            self.ref = RayReference(policy, cfg.temperature, max(cfg.threads, 1))
+            self.ref = RayReference(policy, cfg.rollout.temperature, max(cfg.threads, 1))
         else:
             from posttrain.framework.reference import Reference
-            self.ref = Reference(policy, cfg.temperature)
+            self.ref = Reference(policy, cfg.rollout.temperature)
         return self.ref
 
     def asynchronous(self, cfg, collect):
         """Turn this placement async: a producer thread runs `collect` ahead of the trainer."""
         from posttrain.distributed.async_rollout import AsyncRollout
-        self.sync = AsyncRollout(collect, self.engine, self.publisher, cfg.max_staleness, cfg.stale,
-                                 partial=cfg.partial_rollouts)
+        self.sync = AsyncRollout(collect, self.engine, self.publisher, cfg.scale.max_staleness, cfg.scale.stale,
+                                 partial=cfg.scale.partial_rollouts)
         return self.sync
 
     def close(self) -> None:
@@ -81,22 +89,24 @@ class Placement:
 
 def place(cfg, model, tokenizer, runtime=None) -> Placement:
     check_scale_config(cfg)
-    if cfg.placement == "in-process" and not cfg.async_:
-        engine = Engine(model, tokenizer, max_slots=cfg.max_slots, runtime=runtime)
+    if cfg.scale.placement == "in-process" and not cfg.scale.async_:
+        engine = Engine(model, tokenizer, max_slots=cfg.rollout.max_slots, runtime=runtime)
         if cfg.lora.r > 0:                                 # the sampler gets merged W + (α/r)·B·A
             from posttrain.models.lora import LoraSync
-            return Placement(engine, LoraSync(model, engine, cfg.weight_sync), engine)
-        return Placement(engine, WeightSync(model, engine, cfg.weight_sync), engine)
-    eval_engine = Engine(model, tokenizer, max_slots=cfg.max_slots, runtime=runtime)
-    publisher = WeightPublisher(model, bucket_mb=cfg.sync_bucket_mb,
-                                history=cfg.max_staleness + 1 if cfg.stale == "fixed" else 1)
-    if cfg.placement == "ray":
+            return Placement(engine, LoraSync(model, engine, cfg.scale.weight_sync), engine)
+        return Placement(engine, WeightSync(model, engine, cfg.scale.weight_sync), engine)
+    eval_engine = Engine(model, tokenizer, max_slots=cfg.rollout.max_slots, runtime=runtime)
+    # async (pace, fixed) keeps the last K + 1 versions: fixed samples from old ones, and a checkpoint
+    # carries the K older ones so the batches after a resume come from the same weights as without it
+    keep = cfg.scale.max_staleness + 1 if cfg.scale.async_ and cfg.scale.stale in ("pace", "fixed") else 1
+    publisher = WeightPublisher(model, bucket_mb=cfg.scale.sync_bucket_mb, history=keep)
+    if cfg.scale.placement == "ray":
         from posttrain.distributed.ray_rollout import RayRollout
-        engine = RayRollout(model, tokenizer, workers=cfg.rollout_workers, max_slots=cfg.max_slots,
-                            threads=max(cfg.threads, 1), transport=cfg.sync_transport)
+        engine = RayRollout(model, tokenizer, workers=cfg.scale.rollout_workers, max_slots=cfg.rollout.max_slots,
+                            threads=max(cfg.threads, 1), transport=cfg.scale.sync_transport)
         return Placement(engine, PushSync(publisher, engine), eval_engine, publisher)
     # in-process async: the sampler needs its own copy (the optimizer writes the trainer's)
-    engine = Engine(copy.deepcopy(model).eval().requires_grad_(False), tokenizer, max_slots=cfg.max_slots)
+    engine = Engine(copy.deepcopy(model).eval().requires_grad_(False), tokenizer, max_slots=cfg.rollout.max_slots)
     return Placement(engine, None, eval_engine, publisher)
 
 
@@ -104,26 +114,26 @@ def check_scale_config(cfg) -> None:
     """Reject bad scale-out keys before any work (one line naming the key and the fix)."""
     from posttrain import UsageError
     from posttrain.algorithms.core import OFF_POLICY_CORRECTIONS
-    if cfg.placement not in PLACEMENTS:
-        raise UsageError(f"placement={cfg.placement!r} is unknown; use {' or '.join(PLACEMENTS)}")
-    if cfg.off_policy_correction not in (*OFF_POLICY_CORRECTIONS, "auto"):
-        raise UsageError(f"off_policy_correction={cfg.off_policy_correction!r} is unknown; "
+    if cfg.scale.placement not in PLACEMENTS:
+        raise UsageError(f"scale.placement={cfg.scale.placement!r} is unknown; use {' or '.join(PLACEMENTS)}")
+    if cfg.scale.off_policy_correction not in (*OFF_POLICY_CORRECTIONS, "auto"):
+        raise UsageError(f"scale.off_policy_correction={cfg.scale.off_policy_correction!r} is unknown; "
                          f"use auto, {', '.join(OFF_POLICY_CORRECTIONS)}")
-    if cfg.off_policy_cap <= 1.0:
-        raise UsageError(f"off_policy_cap must be > 1 (got {cfg.off_policy_cap}); 2 is verl's default")
-    if cfg.sync_transport not in ("object_store", "broadcast"):
-        raise UsageError(f"sync_transport={cfg.sync_transport!r} is unknown; use object_store or broadcast")
-    if cfg.stale not in ("pace", "drop", "fixed"):
-        raise UsageError(f"stale={cfg.stale!r} is unknown; use pace (producers wait), drop or fixed")
-    if cfg.max_staleness < 0:
-        raise UsageError(f"max_staleness must be ≥ 0 (got {cfg.max_staleness})")
-    if cfg.lora.r > 0 and (cfg.async_ or cfg.placement != "in-process"):
+    if cfg.scale.off_policy_cap <= 1.0:
+        raise UsageError(f"scale.off_policy_cap must be > 1 (got {cfg.scale.off_policy_cap}); 2 is verl's default")
+    if cfg.scale.sync_transport not in ("object_store", "broadcast"):
+        raise UsageError(f"scale.sync_transport={cfg.scale.sync_transport!r} is unknown; use object_store or broadcast")
+    if cfg.scale.stale not in ("pace", "drop", "fixed"):
+        raise UsageError(f"scale.stale={cfg.scale.stale!r} is unknown; use pace (producers wait), drop or fixed")
+    if cfg.scale.max_staleness < 0:
+        raise UsageError(f"scale.max_staleness must be ≥ 0 (got {cfg.scale.max_staleness})")
+    if cfg.lora.r > 0 and (cfg.scale.async_ or cfg.scale.placement != "in-process"):
         raise UsageError("lora.r > 0 runs with placement=in-process and async=false only (the sampler's merged "
                          "weights are synced in-process); drop lora or use the in-process sync placement")
-    if cfg.partial_rollouts and not (cfg.async_ and cfg.placement == "in-process" and cfg.stale != "fixed"):
+    if cfg.scale.partial_rollouts and not (cfg.scale.async_ and cfg.scale.placement == "in-process" and cfg.scale.stale != "fixed"):
         raise UsageError("partial_rollouts needs async=true, placement=in-process and stale=pace or drop (weights "
                          "land mid-sample in the producer's engine); drop partial_rollouts or change those keys")
     from posttrain.distributed.trainer_group import check_trainer_config
     check_trainer_config(cfg)
-    if cfg.overprovision < 0:
-        raise UsageError(f"overprovision must be ≥ 0 (got {cfg.overprovision}); it is extra samples per prompt")
+    if cfg.rollout.overprovision < 0:
+        raise UsageError(f"rollout.overprovision must be ≥ 0 (got {cfg.rollout.overprovision}); it is extra samples per prompt")

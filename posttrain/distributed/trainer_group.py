@@ -51,21 +51,21 @@ SHARDS = ("replicate", "fsdp")
 
 def check_trainer_config(cfg) -> None:
     from posttrain import UsageError
-    if cfg.trainer_ranks < 1:
-        raise UsageError(f"trainer_ranks must be ≥ 1 (got {cfg.trainer_ranks}); 1 = the trainer in this process")
-    if cfg.trainer_shard not in SHARDS:
-        raise UsageError(f"trainer_shard={cfg.trainer_shard!r} is unknown; use {' or '.join(SHARDS)}")
+    if cfg.scale.trainer_ranks < 1:
+        raise UsageError(f"trainer_ranks must be ≥ 1 (got {cfg.scale.trainer_ranks}); 1 = the trainer in this process")
+    if cfg.scale.trainer_shard not in SHARDS:
+        raise UsageError(f"trainer_shard={cfg.scale.trainer_shard!r} is unknown; use {' or '.join(SHARDS)}")
     cuda = cfg.device.startswith("cuda") or (cfg.device == "auto" and torch.cuda.is_available())
-    if cfg.trainer_ranks > 1 and cuda:
+    if cfg.scale.trainer_ranks > 1 and cuda:
         raise UsageError("trainer_ranks > 1 runs the trainer group on CPU (gloo) only; use device=cpu, "
                          "or trainer_ranks=1 on a GPU")
-    if cfg.trainer_shard == "fsdp" and cfg.trainer_ranks > 1:
+    if cfg.scale.trainer_shard == "fsdp" and cfg.scale.trainer_ranks > 1:
         from posttrain import algorithms
         from posttrain.config import build
         from posttrain.framework.trainer import needs_critic
-        algorithm = algorithms.get(cfg.algorithm)
-        if needs_critic(algorithm, build(algorithm.Config, cfg.algo, "algo.")):
-            raise UsageError(f"trainer_shard=fsdp does not shard a critic ({cfg.algorithm}); use trainer_shard=replicate")
+        algorithm = algorithms.get(cfg.algo.name)
+        if needs_critic(algorithm, cfg.algo):
+            raise UsageError(f"trainer_shard=fsdp does not shard a critic ({cfg.algo.name}); use trainer_shard=replicate")
 
 
 class TrainerGroup:
@@ -73,8 +73,8 @@ class TrainerGroup:
     (model, device, cfg, state_dict, …) is the wrapped trainer's, rank 0's full replica."""
 
     def __init__(self, trainer, cfg):
-        self.inner, self.model, self.world, self.cfg = trainer, trainer.model, cfg.trainer_ranks, cfg
-        self.fsdp = cfg.trainer_shard == "fsdp"
+        self.inner, self.model, self.world, self.cfg = trainer, trainer.model, cfg.scale.trainer_ranks, cfg
+        self.fsdp = cfg.scale.trainer_shard == "fsdp"
         init = f"tcp://127.0.0.1:{_free_port()}"
         ctx = mp.get_context("spawn")                        # never fork a process holding threads
         self.procs = [ctx.Process(target=_follow, args=(r, self.world, init, cfg), daemon=True,
@@ -149,8 +149,8 @@ def _follow(rank: int, world: int, init: str, cfg) -> None:
     rt = runtime.resolve(cfg.device, cfg.dtype, cfg.threads)
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world, timeout=TIMEOUT)
     try:
-        algorithm = algorithms.get(cfg.algorithm)
-        loss_fn = policy_loss_fn(algorithm, build(algorithm.Config, cfg.algo, "algo."), cfg.temperature)
+        algorithm = algorithms.get(cfg.algo.name)
+        loss_fn = policy_loss_fn(algorithm, cfg.algo, cfg.rollout.temperature)
         msg = _recv()
         if msg[0] == "stop":
             return
@@ -161,7 +161,7 @@ def _follow(rank: int, world: int, init: str, cfg) -> None:
                 continue
             _, batch, epochs, minibatches, max_len = msg
             trainer.train({k: v.to(trainer.device) for k, v in batch.items()}, loss_fn, epochs, minibatches, max_len)
-            if cfg.trainer_shard == "fsdp":
+            if cfg.scale.trainer_shard == "fsdp":
                 fsdp.gather_into(trainer.model, None)
     finally:
         dist.destroy_process_group()
@@ -171,10 +171,10 @@ def _trainer(model, state: dict, cfg, rt):
     """A rank's trainer: on the replica it was sent, or (fsdp) on a sharded copy of it."""
     from posttrain.distributed import fsdp
     from posttrain.framework.trainer import Trainer
-    if cfg.trainer_shard == "fsdp":
+    if cfg.scale.trainer_shard == "fsdp":
         model = fsdp.shard_module(copy.deepcopy(model))     # rank 0 keeps its plain module
-    trainer = Trainer(model, cfg.optim, cfg.steps * cfg.epochs * cfg.minibatches, rt)
-    if cfg.trainer_shard == "fsdp":
+    trainer = Trainer(model, cfg.optim, cfg.steps * cfg.optim.epochs * cfg.optim.minibatches, rt)
+    if cfg.scale.trainer_shard == "fsdp":
         fsdp.load_full_state(trainer, state)
         trainer.dp = fsdp.FSDPShard()
     else:

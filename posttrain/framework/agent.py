@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from posttrain.framework.rollout import Sample, SamplingParams
-from posttrain.models.tokenizer import SPECIALS
+from posttrain import UsageError
+from posttrain.chat import CALL_CLOSE, SPECIALS
 
 
 @dataclass
@@ -39,11 +40,48 @@ class Episode(Sample):
     scored: bool = True           # the env has set reward / reward_components (score_samples keeps them)
 
 
-def observation_ids(tok, text: str) -> list[int]:
-    """Tokens of an observation as injected: `⟨text⟩`, with specials and characters outside
-    the vocabulary replaced by '?' (tool output never acts as markup) and capped at 64 chars."""
+def observation_ids(tok, text: str, task=None) -> list[int]:
+    """Tokens of an observation as injected. Built-in tokenizer: `⟨text⟩`, with specials and
+    characters outside the vocabulary replaced by '?' and capped at 64 chars. A Hugging Face
+    tokenizer: the task's `observation_template` (default `<result>…</result>`), encoded with
+    special-token strings split into plain text. Either way tool output never acts as markup."""
+    if not hasattr(tok, "stoi"):
+        template = getattr(task, "observation_template", "\n<result>{}</result>\n")
+        return tok.encode_data(template.format(text[:256]))
     clean = "".join(c if c in tok.stoi and c not in SPECIALS else "?" for c in text[:64])
     return tok.encode(tok.chat_tool_result(clean))
+
+
+def turn_stops(tok, task) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """What ends a policy turn so the env can act: the task's `stop` strings (default the built-in
+    call close `⟧`). A stop that is one token stops the engine there; a longer one is found in the
+    decoded text after sampling, and the turn is cut after the token that completes it."""
+    declared = tuple(getattr(task, "stop", ()) or ())
+    ids, rest = [], []
+    for s in declared or (CALL_CLOSE,):
+        try:
+            enc = tok.encode(s)
+        except UsageError:
+            if declared:                          # a stop the task asked for must exist
+                raise
+            continue                              # a vocabulary older than tool use: no call close
+        (ids if len(enc) == 1 else rest).append(enc[0] if len(enc) == 1 else s)
+    return tuple(ids), tuple(rest)
+
+
+def _cut(tok, ids: list[int], stops: tuple[str, ...]) -> int:
+    """How many of `ids` to keep: up to the token completing the first stop string (all if none)."""
+    if not stops or not any(s in tok.decode(ids) for s in stops):
+        return len(ids)
+    for j in range(1, len(ids) + 1):
+        if any(s in tok.decode(ids[:j]) for s in stops):
+            return j
+    return len(ids)
+
+
+def token_text(tok, ids) -> str:
+    """The text of sampled tokens (the built-in tokenizer keeps pads, so it re-encodes to the ids)."""
+    return "".join(tok.chars[i] for i in ids) if hasattr(tok, "chars") else tok.decode(ids)
 
 
 def run_episodes(engine, tok, task, items, n: int, sampling: SamplingParams, seed: int = 0, step: int = 0,
@@ -54,12 +92,13 @@ def run_episodes(engine, tok, task, items, n: int, sampling: SamplingParams, see
     call; turn t > 0 from (seed, step·64 + t, group_offset·n + rank among live episodes, 0).
     Both are pure in the call's arguments, so runs are reproducible and resumable."""
     max_turns = max_turns or getattr(task, "max_turns", 2)
-    stops = tuple(i for i in (tok.call_close_id,) if i is not None) + tuple(sampling.stop_ids)
+    stop_ids, stop_strings = turn_stops(tok, task)
+    stops = stop_ids + tuple(sampling.stop_ids)
     eps, envs = [], []
     for g, item in enumerate(items):
         for j in range(n):
             env = task.make_env(item)
-            prompt = tok.encode(tok.chat_prompt(env.reset(item)))
+            prompt = tok.encode(tok.chat_prompt(env.reset(item)))      # a question string or messages
             eps.append(Episode(prompt_ids=prompt, response_ids=[], response_logprobs=[], response_mask=[],
                                finish_reason="length", policy_version=engine.policy_version, group=g, index=j,
                                item=item))
@@ -86,10 +125,14 @@ def run_episodes(engine, tok, task, items, n: int, sampling: SamplingParams, see
         still = []
         for e in live:
             ep, out = eps[e], outs[e]
+            keep = _cut(tok, out.response_ids, stop_strings)      # a multi-token stop string ends the turn here
+            if keep < len(out.response_ids):
+                out.response_ids, out.response_logprobs, out.finish_reason = (
+                    out.response_ids[:keep], out.response_logprobs[:keep], "stop")
             ep.response_ids += out.response_ids
             ep.response_logprobs += out.response_logprobs
             ep.response_mask += [1] * len(out.response_ids)
-            text = "".join(tok.chars[i] for i in out.response_ids)  # pads kept: the text re-encodes to the ids
+            text = token_text(tok, out.response_ids)
             ep.conversation.append(("policy", text))
             ep.turns += 1
             obs, reward, done, info = envs[e].step(text)
@@ -99,11 +142,11 @@ def run_episodes(engine, tok, task, items, n: int, sampling: SamplingParams, see
                 ep.reward_components = dict(info.get("components", {}))
                 ep.reward_error = info.get("error")
                 continue
-            ids = observation_ids(tok, obs or "")
+            ids = observation_ids(tok, obs or "", task)
             ep.response_ids += ids
             ep.response_logprobs += [0.0] * len(ids)     # no behaviour logprob: the policy did not sample these
             ep.response_mask += [0] * len(ids)
-            ep.conversation.append(("observation", tok.decode(ids)[1:-1]))
+            ep.conversation.append(("observation", tok.decode(ids)[1:-1] if hasattr(tok, "stoi") else tok.decode(ids)))
             ep.tool_calls += 1
             ep.tool_errors += info.get("tool_error") is not None
             still.append(e)

@@ -41,15 +41,16 @@ class Controller:
         self.cfg, self.task, self.tok = cfg, task, tokenizer
         self.engine, self.reference, self.trainer, self.sync = engine, reference, trainer, sync
         self.algorithm, self.algo_cfg = algorithm, algo_cfg
-        self.sampling = SamplingParams(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens)
-        self.loss_fn = policy_loss_fn(algorithm, algo_cfg, cfg.temperature)
+        self.sampling = SamplingParams(temperature=cfg.rollout.temperature, max_new_tokens=cfg.rollout.max_new_tokens)
+        self.loss_fn = policy_loss_fn(algorithm, algo_cfg, cfg.rollout.temperature)
         self.timers: dict[str, float] = {}
         self.source = source      # None: collect inline (sync); else .get(step) -> (samples, metrics)
-        auto = "tis" if cfg.async_ else "none"
-        self.correction = auto if cfg.off_policy_correction == "auto" else cfg.off_policy_correction
+        auto = "tis" if cfg.scale.async_ else "none"
+        self.correction = auto if cfg.scale.off_policy_correction == "auto" else cfg.scale.off_policy_correction
         self.last_samples: list = []
         self.on_batch = None                     # optional hook(step, samples, batch) before ❼: the audit trace
-        self.pool = make_pool(task, cfg.verifier_workers, cfg.verifier_timeout_s)  # None = in-process
+        self.pool = make_pool(task, cfg.verifier.workers, cfg.verifier.timeout_s,   # None = in-process
+                              cfg.verifier.memory_mb, cfg.verifier.max_calls)
 
     def timer(self, name: str):
         return timed(self.timers, name)
@@ -78,9 +79,9 @@ class Controller:
         if self.correction != "none":                                           # stale samples: IS weights
             with self.timer("proximal"):                                        # from the behaviour logprobs
                 metrics.update(correct_off_policy(self.trainer.model, batch, self.correction,
-                                                  cfg.off_policy_cap, cfg.temperature, self.trainer.cfg.micro_batch_tokens))
+                                                  cfg.scale.off_policy_cap, cfg.rollout.temperature, self.trainer.cfg.micro_batch_tokens))
         with self.timer("train"):
-            train = self.trainer.train(batch, self.loss_fn, cfg.epochs, cfg.minibatches, cfg.max_new_tokens)  # ❼
+            train = self.trainer.train(batch, self.loss_fn, cfg.optim.epochs, cfg.optim.minibatches, cfg.rollout.max_new_tokens)  # ❼
         with self.timer("sync"):
             sync = self.sync.sync()                                             # ❽
         metrics.update(train)
@@ -95,35 +96,35 @@ class Controller:
         attempt cap is hit). `degenerate`: keep = use every group; skip = drop groups whose
         rewards are all equal; resample = also draw fresh prompts to refill the batch."""
         cfg, kept, first, timers = self.cfg, [], None, {}    # own timers: async runs this on another thread
-        attempts = cfg.max_resample_attempts if cfg.degenerate == "resample" else 1
+        attempts = cfg.rollout.max_resample_attempts if cfg.rollout.degenerate == "resample" else 1
         for attempt in range(attempts):
-            want = cfg.prompts_per_step - len(kept) // cfg.samples_per_prompt
+            want = cfg.rollout.prompts_per_step - len(kept) // cfg.rollout.samples_per_prompt
             items = self.task.items(want, "train", seed=f"{cfg.seed}/{step}/{attempt}")
             prompts = [self.tok.encode(self.tok.chat_prompt(self.task.prompt(it))) for it in items]
             with timed(timers, "rollout"):
                 if hasattr(self.task, "make_env"):                              # agent episodes (framework/agent.py)
-                    samples = run_episodes(self.engine, self.tok, self.task, items, cfg.samples_per_prompt,
+                    samples = run_episodes(self.engine, self.tok, self.task, items, cfg.rollout.samples_per_prompt,
                                            self.sampling, seed=cfg.seed, step=step * 1000 + attempt,
-                                           group_offset=len(kept) // cfg.samples_per_prompt)
+                                           group_offset=len(kept) // cfg.rollout.samples_per_prompt)
                 else:
-                    samples = self.engine.generate(prompts, cfg.samples_per_prompt + cfg.overprovision, self.sampling,
+                    samples = self.engine.generate(prompts, cfg.rollout.samples_per_prompt + cfg.rollout.overprovision, self.sampling,
                                                    seed=cfg.seed, step=step * 1000 + attempt, items=items,
-                                                   group_offset=len(kept) // cfg.samples_per_prompt,
-                                                   keep=cfg.samples_per_prompt if cfg.overprovision else None)
+                                                   group_offset=len(kept) // cfg.rollout.samples_per_prompt,
+                                                   keep=cfg.rollout.samples_per_prompt if cfg.rollout.overprovision else None)
             with timed(timers, "reward"):
-                reward_metrics = score_samples(self.task, samples, self.pool)
+                reward_metrics = score_samples(self.task, samples, self.pool, step)
             groups = group_rewards(samples)
             if first is None:                                                   # metrics of the first draw
-                first = {**reward_metrics, **group_metrics(groups), **sample_metrics(samples, cfg.max_new_tokens),
+                first = {**reward_metrics, **group_metrics(groups), **sample_metrics(samples, cfg.rollout.max_new_tokens),
                          **{k if k.startswith("rollout/") else f"rollout/{k}": float(v) for k, v in self.engine.stats.items()},
                          **episode_metrics([s for s in samples if isinstance(s, Episode)])}
-            useful = [s for s in samples if cfg.degenerate == "keep" or not groups[s.group][1]]
+            useful = [s for s in samples if cfg.rollout.degenerate == "keep" or not groups[s.group][1]]
             kept.extend(useful)
-            if len(kept) >= cfg.prompts_per_step * cfg.samples_per_prompt:
+            if len(kept) >= cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt:
                 break
         first["rollout/attempts"] = float(attempt + 1)
-        first["group/kept_frac"] = len(kept) / (cfg.prompts_per_step * cfg.samples_per_prompt)
-        return kept[:cfg.prompts_per_step * cfg.samples_per_prompt], {**first, **timers}
+        first["group/kept_frac"] = len(kept) / (cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt)
+        return kept[:cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt], {**first, **timers}
 
 
 @contextmanager

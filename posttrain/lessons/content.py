@@ -1,9 +1,12 @@
-"""The lessons' text, in posttrain's own words: what each idea is, why it exists, where the code
-lives (links computed from the live source), and which widgets it carries."""
+"""The course's structure: each lesson's id, number, title, part and track, where its code lives
+(links computed from the live source) and which widgets it carries. A lesson's text is
+text/<id>.md (rendered by markdown.py); the short `idea`/`why` strings here stand in for a lesson
+that has no text file yet, and give the gpt_mini index its one-line summaries."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from posttrain import UsageError
 from posttrain.lessons.decisions import DECISIONS  # noqa: F401  (content.DECISIONS, read by pages)
@@ -20,9 +23,22 @@ class Lesson:
     code: list[str]                                   # "module:qualname", resolved by pages.code_ref
     widgets: list[str] = field(default_factory=list)  # names in the widget registry
 
+    @property
+    def track(self) -> str:
+        return "gpt" if self.id.startswith("gpt-") else "rl"
 
-P0, P1, P2, P3, G = ("Start here", "Part I · the six roles", "Part II · the algorithm lineage", "Part III · systems",
-                 "gpt_mini · the whole pipeline on a tiny model")
+
+P0 = "Start here · orientation"
+P1 = "Part I · the framework: six roles around the loss"
+P2 = "Part II · the algorithms: one lineage"
+P3 = "Part III · production: signal, data and systems"
+P4 = "Part IV · the engineer"
+P5 = "Part V · synthesis"
+G = "gpt_mini · the whole pipeline on a tiny model"
+PARTS = [P0, P1, P2, P3, P4, P5]                      # the RL track, in reading order
+TRACKS = {"rl": ("RL post-training, from first principles", "index.html"),   # track → (title, its index page)
+          "gpt": ("gpt_mini: post-training a tiny model", "gpt_mini.html")}
+TEXT_DIR = Path(__file__).resolve().parent / "text"  # text/<lesson-id>.md; gpt-index.md is the gpt_mini index
 ALG = "posttrain.algorithms"
 
 INTRO = ("Each page explains one idea of RL post-training and lets you turn its knobs. The plots are "
@@ -143,7 +159,7 @@ LESSONS = [
            "long wrong answers are punished less and grow; dividing by the std over-weights prompts that "
            "are almost always right or wrong.",
            [f"{ALG}.dr_grpo:Config", f"{ALG}.core:aggregate", f"{ALG}.core:batch_norm"], ["length_bias"]),
-    Lesson("rl-15", "15", "RLHF and the reward model", P2,
+    Lesson("rl-15", "15", "RLHF and the reward model", P3,
            "When no program can check an answer, people compare pairs of answers and a reward model learns "
            "a score whose differences predict their choices: the Bradley–Terry loss −log σ(r_w − r_l). The "
            "policy is then trained against that score, with a KL anchor.",
@@ -151,28 +167,28 @@ LESSONS = [
            "is only right near the data it saw, which is why the anchor matters more here than with a verifier.",
            ["posttrain.preference.reward_model:bradley_terry_loss", "posttrain.preference.reward_model:RewardModel"],
            ["bt_rm"]),
-    Lesson("rl-16", "16", "DPO and its family", P2,
+    Lesson("rl-16", "16", "DPO and its family", P3,
            "The KL-regularised reward-maximisation problem has a closed-form optimum in which the reward is "
            "β·log π/π_ref. DPO trains the policy directly with a Bradley–Terry loss on that implicit reward "
            "over preference pairs: no reward model, no sampling.",
            "It is cheap and stable, but off-policy: it can push the probabilities of both the chosen and the "
            "rejected answers down, and it learns only from the pairs it is given.",
            ["posttrain.preference.dpo:preference_loss"], ["dpo4", "pref_curves"]),
-    Lesson("rl-17", "17", "Outcome and process rewards, and search", P2,
+    Lesson("rl-17", "17", "Outcome and process rewards, and search", P3,
            "An outcome reward model scores a finished answer; a process reward model scores every step. "
            "At test time either can rerank N samples, and a PRM can also steer a beam search that keeps "
            "only the most promising partial chains.",
            "Long chains fail at one step; scoring steps puts the signal where the error is, and search "
            "spends samples on chains that still look right.",
            ["posttrain.eval:pass_at_k", "posttrain.eval:majority_correct"], ["prm"]),
-    Lesson("rl-18", "18", "Environments, verifiers and reward hacking", P2,
+    Lesson("rl-18", "18", "Environments, verifiers and reward hacking", P3,
            "A verifier is a function from (prompt, response) to a reward. Whatever it rewards, the policy "
            "will find, including what it rewards by mistake.",
            "A leak in the verifier becomes the behaviour you train; held-out evaluation with a strict "
            "checker is the only signal that tells real progress from gaming.",
            ["posttrain.tasks.arithmetic:ArithmeticTask.reward", "posttrain.tasks.math_answer:score",
             "posttrain.tasks.base:safe_reward"], ["hacking"]),
-    Lesson("rl-18a", "18a", "Data: where the gradient is", P2,
+    Lesson("rl-18a", "18a", "Data: where the gradient is", P3,
            "With a group baseline and 0/1 rewards, a prompt solved with probability p gives advantages whose "
            "square averages p(1−p): no signal at p = 0 or 1, most at ½. Curation keeps prompts near the "
            "middle and re-measures as the policy improves.",
@@ -241,7 +257,7 @@ LESSONS = [
            "mysterious plateau into a config change.",
            ["posttrain.report:alarms", "posttrain.report:entropy_collapse", "posttrain.report:clip_fraction_high",
             "posttrain.report:degenerate_groups", "posttrain.recipes.pipeline:run"], ["failures"]),
-    Lesson("rl-24", "24", "The RL infra engineer", P3,
+    Lesson("rl-24", "24", "The RL infra engineer", P4,
            "The job is keeping the loop fast and correct at once: rollout is most of each step's time, so "
            "the sampler's throughput, the placement of the roles on GPUs and the cost of moving weights "
            "decide the speed; and a handful of silent bugs decide whether the numbers mean anything — "
@@ -253,19 +269,19 @@ LESSONS = [
            "producer of each token.",
            ["posttrain.memory:plan", "posttrain.throughput:role_model", "posttrain.framework.reference:Reference",
             "posttrain.framework.weight_sync:WeightSync.sync"], ["sizing"]),
-    Lesson("rl-25", "25", "Kernels for RL", P3,
+    Lesson("rl-25", "25", "Kernels for RL", P4,
            "Two savings that need no approximation: K samples of one prompt can share its prefill (the "
            "prompt's keys and values are computed once), and the trainer's log-probs can be computed over "
            "vocabulary chunks instead of materialising every logit.",
            "At long contexts the logits tensor alone is larger than the model's activations; at large K "
            "the repeated prompt is most of the prefill.",
            ["posttrain.framework.rollout:_Run._prefill", "posttrain.framework.trainer:sequence_logprobs"], ["kernels"]),
-    Lesson("rl-26", "26", "Why recipes look the way they do", P3,
+    Lesson("rl-26", "26", "Why recipes look the way they do", P5,
            "Three forces pick a recipe: how much verifiable signal the task has, how much estimator bias "
            "you can tolerate, and what the cluster costs. Extreme settings recover the named recipes.",
            "It is a way to read a new paper: which force moved, and which of the lessons' switches it flipped.",
            [f"{ALG}:get"], ["forces"]),
-    Lesson("rl-27", "27", "Concepts the course leaves out", P3,
+    Lesson("rl-27", "27", "Concepts the course leaves out", P5,
            "The course lists seventeen gaps. posttrain closes several of them in code: GAE for PPO, the three "
            "KL estimators k1/k2/k3, an entropy bonus (<code>entropy_coef</code>), reward whitening, "
            "checkpoint and resume, LoRA, and truncated importance weights for samples from an older policy. "
@@ -276,7 +292,7 @@ LESSONS = [
            "estimates the policy that sampled, not the one being trained, and the error grows with Δ.",
            [f"{ALG}.core:off_policy_weights", f"{ALG}.ppo:gae", f"{ALG}.core:kl", f"{ALG}.core:masked_whiten",
             "posttrain.checkpoint:save", "posttrain.models.lora:apply_lora"], ["off_policy"]),
-    Lesson("rl-28", "28", "Bottlenecks and where to optimise", P3,
+    Lesson("rl-28", "28", "Bottlenecks and where to optimise", P5,
            "Time each role every step (posttrain logs time/rollout_s, time/train_s, time/sync_s), then "
            "spend effort on the largest slice. Optimisations compose multiplicatively within a role and "
            "additively across roles.",
@@ -345,6 +361,15 @@ NOT_YET = [
     "Lesson 22's planner widget shows one colocated pool; split placements (separate trainer, reference "
     "and rollout pools) are a knob only in lesson 24's sizing widget (and in `posttrain memory`).",
 ]
+
+
+def track(lesson: Lesson) -> list[Lesson]:
+    """The lessons of the track the lesson belongs to, in reading order."""
+    return [ls for ls in LESSONS if ls.track == lesson.track]
+
+
+def text_path(page_id: str) -> Path:
+    return TEXT_DIR / f"{page_id}.md"
 
 
 def by_id(lesson_id: str) -> Lesson:

@@ -1,4 +1,6 @@
-"""HTML of the lesson site: the index, one page per lesson, and a source view of posttrain's files.
+"""HTML of the lesson site: the page chrome (top bar, search, the sidebar table of contents), one
+page per lesson, the gpt_mini track's index, the glossary, and the source view of posttrain's files.
+The RL track's index (the role diagram, the lineage) is in home.py.
 
 Every page uses relative links, so the same HTML works served (`posttrain lessons`) and from
 disk (`--export`). `static=True` pages load their widgets' precomputed data from `data/*.js`
@@ -7,50 +9,97 @@ instead of calling `/api/`.
 
 from __future__ import annotations
 
-import html
-import importlib
-import inspect
 import json
-from functools import lru_cache
-from pathlib import Path
+from dataclasses import dataclass
 
-from posttrain.lessons import content, registry
+from posttrain import UsageError
+from posttrain.lessons import content, glossary, markdown, registry, sources
+from posttrain.lessons.directives import Env, esc, highlight, widget_html
+from posttrain.lessons.sources import ROOT, code_ref, source_name  # noqa: F401  (pages.code_ref etc. for callers)
 
-ROOT = Path(__file__).resolve().parents[2]          # the directory holding the posttrain package
-PKG = Path(__file__).resolve().parents[1]           # posttrain/
-
-
-def esc(s) -> str:
-    return html.escape(str(s), quote=True)
+KATEX = ["static/katex/katex.min.js", "static/katex/auto-render.min.js"]
 
 
-@lru_cache(maxsize=None)
-def code_ref(spec: str) -> tuple[str, int, int]:
-    """'posttrain.algorithms.grpo:advantages' → ('posttrain/algorithms/grpo.py', first, last line),
-    read from the live source with inspect, so links stay true when the code moves."""
-    module, _, qual = spec.partition(":")
-    obj = importlib.import_module(module)
-    for part in qual.split(".") if qual else []:
-        obj = getattr(obj, part)
-    obj = inspect.unwrap(obj)                        # decorated functions (torch.no_grad) → the real one
-    path = Path(inspect.getsourcefile(obj)).resolve()
-    if qual:
-        lines, first = inspect.getsourcelines(obj)
-        last = first + len(lines) - 1
-    else:
-        first, last = 1, len(path.read_text().splitlines())
-    return path.relative_to(ROOT).as_posix(), first, last
+def page(title: str, body: str, prefix: str, static: bool, scripts: list[str] = (), current: str = "",
+         sections: list[tuple[str, str]] = ()) -> str:
+    """A whole page: `current` is the id of the page the sidebar marks (a lesson id, 'index',
+    'gpt-index', 'glossary'); `sections` its h2s, listed under it in the sidebar."""
+    head_js = [f'<script>window.PT = {{data: {{}}, static: {json.dumps(static)}, api: "{prefix}api/", '
+               f'root: "{prefix}"}};</script>']
+    head_js += [f'<script src="{prefix}{s}" defer></script>' for s in KATEX]
+    head_js += [f'<script src="{prefix}{s}"></script>' for s in scripts]
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{esc(title)} · posttrain lessons</title>
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<link rel="icon" href="data:,">
+<link rel="stylesheet" href="{prefix}static/katex/katex.min.css">
+<link rel="stylesheet" href="{prefix}static/style.css">
+{chr(10).join(head_js)}
+</head><body>
+<header class="top"><a class="home" href="{prefix}index.html">posttrain lessons</a>
+<a href="{prefix}gpt_mini.html">gpt_mini track</a> <a href="{prefix}glossary.html">glossary</a>
+<div class="search"><input type="search" id="search" placeholder="search the lessons" aria-label="search the lessons"
+autocomplete="off"><ol id="search-results" hidden></ol></div></header>
+<div class="layout">{sidebar(prefix, current, sections)}
+<main>{body}</main></div>
+<script src="{prefix}static/app.js"></script>
+</body></html>
+"""
 
 
-def source_name(relpath: str) -> str:
-    return relpath.replace("/", "__") + ".html"
+def sidebar(prefix: str, current: str, sections: list[tuple[str, str]]) -> str:
+    """The table of contents on every page: parts, lessons, and the current page's sections."""
+    subs = "".join(f'<li><a href="#{a}">{esc(t)}</a></li>' for a, t in sections)
+    subs = f'<ol class="sections">{subs}</ol>' if subs else ""
+
+    def item(ls) -> str:
+        here = ls.id == current
+        return (f'<li data-lesson="{ls.id}"{" class=current aria-current=page" if here else ""}>'
+                f'<a href="{prefix}lessons/{ls.id}.html"><span class="num">{esc(ls.number)}</span> {esc(ls.title)}</a>'
+                + (subs if here else "") + "</li>")
+    groups = []
+    for part in content.PARTS + [content.G]:
+        lessons = [ls for ls in content.LESSONS if ls.part == part]
+        head = (f'<a href="{prefix}gpt_mini.html"{" aria-current=page" if current == "gpt-index" else ""}>{esc(part)}</a>'
+                if part == content.G else esc(part))
+        mine = subs if part == content.G and current == "gpt-index" else ""
+        groups.append(f'<h4>{head}</h4>{mine}<ol class="toc">{"".join(item(ls) for ls in lessons)}</ol>')
+    home = subs if current == "index" else ""
+    return (f'<nav class="sidebar" aria-label="table of contents"><details class="toc-box"><summary>Contents</summary>'
+            f'<a class="course-home" href="{prefix}index.html">Course home</a>{home}{"".join(groups)}'
+            f'<h4><a href="{prefix}glossary.html">Glossary</a></h4></details></nav>')
 
 
-def source_files() -> list[str]:
-    """Every file a lesson or a widget links to."""
-    refs = {spec for ls in content.LESSONS for spec in ls.code}
-    refs |= {spec for w in registry.load_all().values() for spec in w.uses}
-    return sorted({code_ref(s)[0] for s in refs})
+# ---- a lesson -------------------------------------------------------------------------------------
+
+@dataclass
+class View:
+    """A rendered text page: its body HTML, the widgets on it (in order), its h2 sections."""
+    html: str
+    widgets: list[str]
+    sections: list[tuple[str, str]]
+
+
+def text_view(page_id: str, widgets: list[str], prefix: str, fallback: str = "", strict: bool = True) -> View:
+    """The page's text/<id>.md rendered, then the page's widgets the text did not place (under
+    "Try it"). Without a .md file the fallback HTML stands in, so the site works mid-way."""
+    text = markdown.lesson_text(page_id)
+    env = Env(prefix=prefix)
+    body = markdown.render(text, env, strict=strict)[0] if text is not None else fallback
+    rest = [w for w in widgets if w not in env.widgets]
+    if rest:
+        env.sections.append(("try-it", "Try it"))
+        body += '<h2 id="try-it">Try it</h2>' + "".join(widget_html(w) for w in rest)
+    return View(body, env.widgets + rest, env.sections)
+
+
+def lesson_view(lesson, prefix: str = "../", strict: bool = True) -> View:
+    fallback = (f'<h2 id="the-idea">The idea</h2><p>{lesson.idea}</p>'
+                f'<h2 id="why-it-exists">Why it exists</h2><p>{lesson.why}</p>')
+    view = text_view(lesson.id, lesson.widgets, prefix, fallback, strict)
+    if markdown.lesson_text(lesson.id) is None:
+        view.sections[:0] = [("the-idea", "The idea"), ("why-it-exists", "Why it exists")]
+    return view
 
 
 def code_link(spec: str, prefix: str) -> str:
@@ -61,159 +110,78 @@ def code_link(spec: str, prefix: str) -> str:
             f'<code>{esc(label)}</code></a> <span class="where">{esc(rel)}:{a}–{b}</span>')
 
 
-def page(title: str, body: str, prefix: str, static: bool, scripts: list[str] = ()) -> str:
-    head_js = [f'<script>window.PT = {{data: {{}}, static: {json.dumps(static)}, api: "{prefix}api/"}};</script>']
-    head_js += [f'<script src="{prefix}{s}"></script>' for s in scripts]
-    return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>{esc(title)} · posttrain lessons</title>
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<link rel="icon" href="data:,">
-<link rel="stylesheet" href="{prefix}static/style.css">
-{chr(10).join(head_js)}
-</head><body>
-<nav class="top"><a href="{prefix}index.html">posttrain lessons</a></nav>
-<main>{body}</main>
-<script src="{prefix}static/app.js"></script>
-</body></html>
-"""
+def lesson_nav(lesson) -> str:
+    """Previous / next inside the lesson's track; the track's ends lead to its index."""
+    track = content.track(lesson)
+    i = track.index(lesson)
+    home = f"../{content.TRACKS[lesson.track][1]}"
+    prev_ = (f'<a rel="prev" href="{track[i - 1].id}.html">← {esc(track[i - 1].number)} {esc(track[i - 1].title)}</a>'
+             if i else f'<a rel="prev" href="{home}">← the track\'s index</a>')
+    next_ = (f'<a rel="next" href="{track[i + 1].id}.html">{esc(track[i + 1].number)} {esc(track[i + 1].title)} →</a>'
+             if i + 1 < len(track) else f'<a rel="next" href="{home}">the track\'s index →</a>')
+    return f'<nav class="lesson-nav">{prev_}{next_}</nav>'
 
 
-# ---- the index ------------------------------------------------------------------------------------
-
-ROLES_SVG = """<svg class="diagram" viewBox="0 0 780 215" role="img" aria-label="the six roles">
-<defs><marker id="arr" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto">
-<path d="M0,0L10,5L0,10z" fill="#555"/></marker></defs>
-{nodes}
-{edges}
-</svg>"""
-W2 = 62                                              # half the width of a role box
-ROLES = [  # (x, y, name, hover, lesson)
-    (80, 35, "ROLLOUT", "samples K responses per prompt and records their behaviour logprobs", "rl-02"),
-    (285, 35, "REWARD", "the task's verifier (or a reward model) scores each response", "rl-03"),
-    (490, 35, "REFERENCE", "a frozen copy of the start policy: logprobs for the KL anchor", "rl-03"),
-    (695, 35, "ALGORITHM", "turns rewards into advantages and a loss (one file per algorithm)", "rl-04"),
-    (695, 180, "TRAINER", "forward, the loss, the one backward, clip, optimizer step", "rl-05"),
-    (285, 180, "WEIGHT SYNC", "hands the new weights to the sampler, with a version number", "rl-06"),
-    (490, 108, "CONTROLLER", "runs the loop: calls each role in order, skips empty groups, logs", "rl-07"),
-]
-EDGES = [(0, 1, "responses"), (1, 2, "+ rewards"), (2, 3, "ref logp"), (3, 4, "loss fn"), (4, 5, "new weights")]
-
-
-def roles_svg(prefix: str) -> str:
-    nodes = []
-    for x, y, name, hover, lid in ROLES:
-        nodes.append(f'<a href="{prefix}lessons/{lid}.html"><g class="role"><title>{esc(hover)}</title>'
-                     f'<rect x="{x - W2}" y="{y - 22}" width="{2 * W2}" height="44" rx="8"/>'
-                     f'<text x="{x}" y="{y + 5}" text-anchor="middle">{name}</text></g></a>')
-    edges = []
-    for a, b, label in EDGES:
-        (x1, y1), (x2, y2) = ROLES[a][:2], ROLES[b][:2]
-        if y1 == y2:
-            sx, ex = (x1 + W2, x2 - W2) if x2 > x1 else (x1 - W2, x2 + W2)
-            edges.append(f'<line x1="{sx}" y1="{y1}" x2="{ex}" y2="{y2}" marker-end="url(#arr)"/>'
-                         f'<text class="edge" x="{(sx + ex) / 2}" y="{y1 - 8}" text-anchor="middle">{label}</text>')
-        else:
-            edges.append(f'<line x1="{x1}" y1="{y1 + 22}" x2="{x2}" y2="{y2 - 22}" marker-end="url(#arr)"/>'
-                         f'<text class="edge" x="{x1 + 6}" y="{(y1 + y2) / 2 + 4}">{label}</text>')
-    edges.append(f'<path d="M{285 - W2},180 Q80,180 80,59" fill="none" marker-end="url(#arr)"/>'
-                 '<text class="edge" x="92" y="150">sync</text>'
-                 '<text class="edge" x="490" y="146" text-anchor="middle">calls every role, in order</text>')
-    return ROLES_SVG.format(nodes="\n".join(nodes), edges="\n".join(edges))
-
-
-def lineage_html(prefix: str) -> str:
-    rows = []
-    for lid, name, delta in content.LINEAGE:
-        rows.append(f'<li><a href="{prefix}lessons/{lid}.html">{esc(name)}</a> <span>{esc(delta)}</span></li>')
-    return '<ol class="lineage">' + "".join(rows) + "</ol>"
-
-
-def render_index(static: bool = False) -> str:
-    by_part: dict[str, list] = {}
-    for ls in content.LESSONS:
-        by_part.setdefault(ls.part, []).append(ls)
-    parts = []
-    for part, lessons in by_part.items():
-        items = "".join(f'<li data-lesson="{ls.id}"><a href="lessons/{ls.id}.html">{esc(ls.number)} · {esc(ls.title)}</a>'
-                        f'<span class="done-mark"></span></li>' for ls in lessons)
-        parts.append(f"<h3>{esc(part)}</h3><ul class='toc'>{items}</ul>")
-    paths = "".join(f"<li><b>{esc(goal)}</b>: " + " → ".join(f'<a href="lessons/{i}.html">{esc(content.by_id(i).number)}</a>'
-                                                              for i in ids) + "</li>" for goal, ids in content.PATHS)
-    linear = " → ".join(f'<a href="lessons/{ls.id}.html">{esc(ls.number)}</a>' for ls in content.LESSONS)
-    decisions = "".join(f"<tr><td>{esc(where)}</td><td>{esc(bug)}</td><td><b>{esc(choice)}</b> {esc(why)}</td></tr>"
-                        for where, bug, choice, why in content.DECISIONS)
-    missing = "".join(f"<li>{esc(m)}</li>" for m in content.NOT_YET)
-    body = f"""
-<h1>RL post-training, lesson by lesson, on posttrain's own code</h1>
-<p class="lede">{esc(content.INTRO)}</p>
-<p class="progress-line">Your progress (kept in this browser only): <b id="progress-count">0</b> of {len(content.LESSONS)} lessons done.
-<button id="progress-reset" type="button">forget progress</button></p>
-<h2>The six roles around the loss</h2>
-<p>Click a role to open its lesson; hover for what it does.</p>
-{roles_svg("")}
-<h2>The algorithm lineage</h2>
-<p>Each algorithm is one file in <code>posttrain/algorithms/</code>, a small patch on the one before it.</p>
-{lineage_html("")}
-<h2>Reading paths</h2>
-<p><b>Linear</b>: {linear}</p>
-<ul>{paths}</ul>
-<h2>All lessons</h2>
-{"".join(parts)}
-<h2>The course's widget bugs: what we did with each</h2>
-<table class="decisions"><tr><th>lesson</th><th>the course's widget</th><th>decision</th></tr>{decisions}</table>
-<h2>Not here yet</h2><ul>{missing}</ul>
-"""
-    return page("index", body, "", static)
-
-
-# ---- a lesson -------------------------------------------------------------------------------------
-
-def widget_html(name: str) -> str:
-    w = registry.get(name)
-    brk = ", ".join(f"{k} = {registry.fmt(v)}" for k, v in w.breaks["knobs"].items())
-    return f"""<section class="widget" data-widget="{esc(name)}" data-rev="0">
-<h3>{esc(w.title)}</h3>
-<script type="application/json">{json.dumps(w.spec())}</script>
-<div class="controls"></div><button type="button" class="reset-knobs">reset knobs</button>
-<div class="plot" id="plot-{esc(name)}"></div>
-<div class="kpis"></div>
-<p class="note"></p><p class="explain">{esc(w.explain)}</p><p class="error"></p>
-<div class="callout warn"><b>What breaks training:</b> set <code>{esc(brk)}</code>
-<button type="button" class="apply-break">try it</button>. {esc(w.breaks["what"])}</div>
-</section>"""
-
-
-def render_lesson(lesson, static: bool = False) -> str:
-    idx = content.LESSONS.index(lesson)
-    prev_ = content.LESSONS[idx - 1] if idx else None
-    next_ = content.LESSONS[idx + 1] if idx + 1 < len(content.LESSONS) else None
-    nav = '<nav class="lesson-nav">'
-    nav += f'<a href="{prev_.id}.html">← {esc(prev_.number)} {esc(prev_.title)}</a>' if prev_ else "<span></span>"
-    nav += f'<a href="{next_.id}.html">{esc(next_.number)} {esc(next_.title)} →</a>' if next_ else "<span></span>"
-    nav += "</nav>"
+def render_lesson(lesson, static: bool = False, strict: bool = True) -> str:
+    track = content.track(lesson)
+    view = lesson_view(lesson, strict=strict)
     code = "".join(f"<li>{code_link(spec, '../')}</li>" for spec in lesson.code)
-    widgets = "".join(widget_html(n) for n in lesson.widgets)
-    scripts = ["static/plotly.min.js"] + ([f"data/{n}.js" for n in lesson.widgets] if static else [])
-    body = f"""{nav}
-<p class="crumbs">{esc(lesson.part)}</p>
+    view.sections.append(("code-links", "Code links"))
+    scripts = ["static/plotly.min.js"] + ([f"data/{n}.js" for n in view.widgets] if static else [])
+    body = f"""{lesson_nav(lesson)}
+<p class="crumbs">{esc(lesson.part)} · <span class="position">lesson {track.index(lesson) + 1} of {len(track)}</span></p>
 <h1>{esc(lesson.number)} · {esc(lesson.title)}</h1>
 <label class="done"><input type="checkbox" class="lesson-done" data-lesson="{lesson.id}"> I have worked through this lesson</label>
-<h2>The idea</h2><p>{lesson.idea}</p>
-<h2>Why it exists</h2><p>{lesson.why}</p>
-<h2>The code</h2><ul class="code-refs">{code}</ul>
-<h2>Try it</h2>{widgets}
-{nav}"""
-    return page(f"{lesson.number} {lesson.title}", body, "../", static, scripts)
+<article class="lesson-text">{view.html}</article>
+<h2 id="code-links">Code links</h2><ul class="code-refs">{code}</ul>
+{lesson_nav(lesson)}"""
+    return page(f"{lesson.number} {lesson.title}", body, "../", static, scripts, lesson.id, view.sections)
+
+
+# ---- the gpt_mini track's index and the glossary ----------------------------------------------------
+
+def gpt_view(strict: bool = True) -> View:
+    lessons = [ls for ls in content.LESSONS if ls.track == "gpt"]
+    items = "".join(f'<li data-lesson="{ls.id}"><a href="lessons/{ls.id}.html">{esc(ls.number)} · {esc(ls.title)}</a>'
+                    f'<span class="done-mark"></span><p>{ls.idea.split(". ")[0].rstrip(".")}.</p></li>' for ls in lessons)
+    view = text_view("gpt-index", [], "", strict=strict)
+    view.html += f'<h2 id="the-lessons">The lessons</h2><ol class="toc track-list">{items}</ol>'
+    view.sections.append(("the-lessons", "The lessons"))
+    return view
+
+
+def render_gpt_index(static: bool = False, strict: bool = True) -> str:
+    view = gpt_view(strict)
+    scripts = (["static/plotly.min.js"] if view.widgets else []) + ([f"data/{n}.js" for n in view.widgets] if static else [])
+    body = f"""<p class="crumbs">{esc(content.G)}</p><h1>{esc(content.TRACKS["gpt"][0])}</h1>
+<p class="lede">The whole pipeline (pretraining, SFT, chain of thought, DPO and RL with a verifier) on posttrain's
+built-in tiny model, small enough to train on a laptop CPU while you read.</p>
+<article class="lesson-text">{view.html}</article>"""
+    return page("gpt_mini", body, "", static, scripts, "gpt-index", view.sections)
+
+
+def render_glossary(static: bool = False) -> str:
+    body = "<h1>Glossary</h1>" + glossary.html("")
+    return page("glossary", body, "", static, current="glossary")
 
 
 # ---- source view ----------------------------------------------------------------------------------
 
+def source_files() -> list[str]:
+    """Every file a lesson, its text or a widget links to."""
+    refs = {spec for ls in content.LESSONS for spec in ls.code}
+    refs |= {spec for w in registry.load_all().values() for spec in w.uses}
+    for page_id in [ls.id for ls in content.LESSONS] + ["gpt-index"]:
+        refs |= sources.text_specs(markdown.lesson_text(page_id) or "")
+    return sorted({code_ref(s)[0] for s in refs})
+
+
 def render_source(relpath: str, static: bool = False) -> str:
     if relpath not in source_files():
-        from posttrain import UsageError
         raise UsageError(f"no source view for {relpath!r}")
-    lines = (ROOT / relpath).read_text().splitlines()
-    rows = "".join(f'<tr id="L{i}"><td class="ln"><a href="#L{i}">{i}</a></td><td><pre>{esc(t) or " "}</pre></td></tr>'
+    text = (ROOT / relpath).read_text()
+    lines = highlight(text)[:len(text.splitlines())]
+    rows = "".join(f'<tr id="L{i}"><td class="ln"><a href="#L{i}">{i}</a></td><td><pre>{t or " "}</pre></td></tr>'
                    for i, t in enumerate(lines, 1))
     body = f'<h1 class="src-title"><code>{esc(relpath)}</code></h1><table class="source">{rows}</table>'
-    return page(relpath, body, "../", static)
+    return page(relpath, body, sources.depth_prefix(relpath), static, current="source")

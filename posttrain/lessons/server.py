@@ -3,7 +3,8 @@
     posttrain lessons [--port N]        http://127.0.0.1:N/ (N = 0: any free port)
     posttrain lessons --export DIR      a static copy; every widget's grid precomputed in DIR/data/
 
-Routes: /index.html, /lessons/<id>.html, /source/<file>.html, /static/<asset>,
+Routes: /index.html, /gpt_mini.html, /glossary.html, /search-index.js, /lessons/<id>.html,
+/source/<path of a repository file>.html, /static/<asset> (katex/ included),
 /api/<widget>?knob=value&... (JSON; a bad knob is a 400 with a one-line error).
 """
 
@@ -19,7 +20,7 @@ from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from posttrain import UsageError
-from posttrain.lessons import content, pages, registry
+from posttrain.lessons import content, home, pages, registry, search
 
 STATIC = Path(__file__).resolve().parent / "static"
 
@@ -36,30 +37,39 @@ def plotly_js() -> Path:
     return path
 
 
+TYPES = {".js": "application/javascript", ".css": "text/css", ".woff2": "font/woff2"}
+
+
 def asset(name: str) -> Path | None:
+    """A file under static/ (plotly's bundle stands in for static/plotly.min.js); None outside it."""
     if name == "plotly.min.js":
         return plotly_js()
-    path = STATIC / name
-    return path if path.is_file() and path.parent == STATIC else None
+    path = (STATIC / name).resolve()
+    return path if path.is_file() and path.is_relative_to(STATIC) and path.suffix in TYPES else None
 
 
 def route(path: str, query: str) -> tuple[int, str, bytes]:
     """(status, content type, body) of a GET."""
     path = unquote(path)
     if path in ("/", "/index.html"):
-        return 200, "text/html", pages.render_index().encode()
+        return 200, "text/html", home.render_index().encode()
+    if path == "/gpt_mini.html":
+        return 200, "text/html", pages.render_gpt_index().encode()
+    if path == "/glossary.html":
+        return 200, "text/html", pages.render_glossary().encode()
+    if path == "/search-index.js":
+        return 200, "application/javascript", search.script().encode()
     if path.startswith("/lessons/") and path.endswith(".html"):
         lesson = content.by_id(path[len("/lessons/"):-5])
         return 200, "text/html", pages.render_lesson(lesson).encode()
     if path.startswith("/source/") and path.endswith(".html"):
-        rel = path[len("/source/"):-5].replace("__", "/")
+        rel = path[len("/source/"):-5]
         return 200, "text/html", pages.render_source(rel).encode()
     if path.startswith("/static/"):
         f = asset(path[len("/static/"):])
         if f is None:
             return 404, "text/plain", b"not found"
-        kind = "application/javascript" if f.suffix == ".js" else "text/css"
-        return 200, kind, f.read_bytes()
+        return 200, TYPES[f.suffix], f.read_bytes()
     if path.startswith("/api/"):
         out = registry.compute(path[len("/api/"):], dict(parse_qsl(query, keep_blank_values=True)))
         return 200, "application/json", json.dumps(out).encode()
@@ -76,7 +86,7 @@ class Handler(BaseHTTPRequestHandler):
         except Exception as e:  # a widget bug must not kill the server; the page shows the error
             status, kind, body = 500, "application/json", json.dumps({"error": f"{type(e).__name__}: {e}"}).encode()
         self.send_response(status)
-        self.send_header("Content-Type", f"{kind}; charset=utf-8")
+        self.send_header("Content-Type", kind if kind.startswith("font/") else f"{kind}; charset=utf-8")
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-store")
         self.end_headers()
@@ -111,20 +121,26 @@ def serve(port: int) -> None:
 
 def export(out: str | Path, widgets: list[str] | None = None, log=print) -> Path:
     """Write the whole site to `out`, every widget's knob grid precomputed as data/<widget>.js
-    (script files, not JSON fetches, so the pages work from file:// without a server)."""
+    (script files, not JSON fetches, so the pages work from file:// without a server).
+    `widgets` limits the precomputation to those (tests); by default every widget on a page."""
     out = Path(out)
-    for sub in ("lessons", "source", "static", "data"):
+    for sub in ("lessons", "source", "data"):
         (out / sub).mkdir(parents=True, exist_ok=True)
-    (out / "index.html").write_text(pages.render_index(static=True))
+    (out / "index.html").write_text(home.render_index(static=True))
+    (out / "gpt_mini.html").write_text(pages.render_gpt_index(static=True))
+    (out / "glossary.html").write_text(pages.render_glossary(static=True))
+    (out / "search-index.js").write_text(search.script())
+    on_pages = set(pages.gpt_view().widgets)
     for ls in content.LESSONS:
         (out / "lessons" / f"{ls.id}.html").write_text(pages.render_lesson(ls, static=True))
+        on_pages |= set(pages.lesson_view(ls).widgets)
     for rel in pages.source_files():
-        (out / "source" / pages.source_name(rel)).write_text(pages.render_source(rel, static=True))
-    for name in ("app.js", "style.css"):
-        shutil.copyfile(STATIC / name, out / "static" / name)
+        dest = out / "source" / pages.source_name(rel)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_text(pages.render_source(rel, static=True))
+    shutil.copytree(STATIC, out / "static", dirs_exist_ok=True)
     shutil.copyfile(plotly_js(), out / "static" / "plotly.min.js")
-    names = widgets or sorted({n for ls in content.LESSONS for n in ls.widgets})
-    for name in names:
+    for name in widgets or sorted(on_pages):
         w = registry.get(name)
         t0 = time.perf_counter()
         data = {w.key(knobs): registry.compute(name, {k: registry.fmt(v) for k, v in knobs.items()})

@@ -32,22 +32,27 @@ from safetensors.torch import load_file, save_file
 
 from posttrain import UsageError
 from posttrain.models.gpt_mini import GPTMini, ModelConfig
-from posttrain.models.tokenizer import ASSISTANT, EOT, PAD, USER, CharTokenizer
+from posttrain.chat import ASSISTANT, EOT, PAD, RESULT_CLOSE, RESULT_OPEN, SYSTEM, USER
+from posttrain.models.tokenizer import CharTokenizer
 
 # The course's chat format in Jinja. `>` opens the assistant turn, so it is the generation
 # prompt: an assistant message renders as `>` + content + `#`, and add_generation_prompt
 # appends `>` after a trailing user turn. A finished conversation therefore reads exactly
 # like CharTokenizer.chat_prompt + chat_response, and `[user "3+4"]` with
 # add_generation_prompt=True renders as `<3+4>`, which is CharTokenizer.chat_prompt("3+4").
-CHAT_TEMPLATE = (
+CHAT_TEMPLATE = (     # posttrain/chat.py's render_builtin, as jinja: the same text for the same messages
     "{%- for message in messages -%}"
-    "{%- if message['role'] == 'user' -%}" + USER + "{{ message['content'] }}"
-    "{%- elif message['role'] == 'assistant' -%}" + ASSISTANT + "{{ message['content'] }}" + EOT +
-    "{%- else -%}{{ raise_exception('only user and assistant roles are supported, got ' + message['role']) }}"
+    "{%- if message['role'] == 'system' -%}" + SYSTEM + "{{ message['content'] }}"
+    "{%- elif message['role'] == 'user' -%}" + USER + "{{ message['content'] }}"
+    "{%- elif message['role'] == 'assistant' -%}"
+    "{%- if loop.index0 > 0 and messages[loop.index0 - 1]['role'] == 'user' -%}" + ASSISTANT + "{%- endif -%}"
+    "{{ message['content'] }}"
+    "{%- if loop.last or messages[loop.index0 + 1]['role'] != 'tool' -%}" + EOT + "{%- endif -%}"
+    "{%- elif message['role'] == 'tool' -%}" + RESULT_OPEN + "{{ message['content'] }}" + RESULT_CLOSE +
+    "{%- else -%}{{ raise_exception('unknown role ' + message['role']) }}"
     "{%- endif -%}"
     "{%- endfor -%}"
-    "{%- if add_generation_prompt and messages and messages[-1]['role'] == 'user' -%}" + ASSISTANT +
-    "{%- endif -%}"
+    "{%- if add_generation_prompt and messages and messages[-1]['role'] == 'user' -%}" + ASSISTANT + "{%- endif -%}"
 )
 
 WEIGHTS_FILE = "model.safetensors"

@@ -169,16 +169,27 @@ class HFTokenizer:
     def encode(self, text: str) -> list[int]:
         return self.tok.encode(text, add_special_tokens=False)   # templates write their own BOS
 
+    def encode_data(self, text: str) -> list[int]:
+        """Text that must stay data (tool output): special-token strings in it are split into plain
+        tokens instead of becoming specials, so an observation can never end a turn."""
+        return self.tok(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+
     def decode(self, ids) -> str:
         ids = [int(i) for i in ids if int(i) != self.pad_id or self.pad_id == self.eot_id]
         return self.tok.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
-    def chat_prompt(self, question: str) -> str:
-        """The user turn and the opened assistant turn: a response is what follows it."""
-        if not self.tok.chat_template:
-            return question
-        return self.tok.apply_chat_template([{"role": "user", "content": question}],
-                                            add_generation_prompt=True, tokenize=False)
+    def chat_prompt(self, prompt) -> str:
+        """The conversation (a question string, or {role, content} messages) and the opened
+        assistant turn, through the model's chat template: a response is what follows it."""
+        from posttrain.chat import check_messages
+        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else check_messages(prompt)
+        if not self.tok.chat_template:                     # no template: the turns' texts, one per line
+            return "\n".join(m["content"] for m in messages)
+        try:
+            return self.tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        except Exception as e:                             # jinja's TemplateError: e.g. no system role
+            raise UsageError(f"the model's chat template cannot render this conversation ({type(e).__name__}: "
+                             f"{str(e).splitlines()[0][:120]}); roles: {[m['role'] for m in messages]}") from None
 
     def chat_response(self, answer: str) -> str:
         """What the template renders after chat_prompt for an assistant answer, through its
@@ -192,6 +203,21 @@ class HFTokenizer:
         rest = full[len(prompt):] if full.startswith(prompt) else answer + eos
         end = rest.find(eos, rest.find(answer) + len(answer))
         return rest[:end + len(eos)] if end >= 0 else rest + eos
+
+    def chat_continuation(self, prompt, completion) -> str:
+        """What follows chat_prompt(prompt) when the reply is `completion`: a response string, or the
+        assistant's message(s), as the model's template renders the whole conversation."""
+        from posttrain.chat import check_messages
+        if isinstance(completion, str) or not self.tok.chat_template:
+            text = completion if isinstance(completion, str) else "".join(m["content"] for m in completion)
+            return self.chat_response(text)
+        head = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else check_messages(prompt)
+        full = self.tok.apply_chat_template(head + check_messages(completion), tokenize=False)
+        start = self.chat_prompt(prompt)
+        if not full.startswith(start):
+            raise UsageError("the chat template renders the reply differently from the opened assistant turn "
+                             "(a template that rewrites earlier turns); give chosen/rejected as strings")
+        return full[len(start):]
 
     def save(self, directory: str | Path) -> None:
         self.tok.save_pretrained(directory)

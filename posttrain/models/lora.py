@@ -11,7 +11,10 @@ adapters like any other (colocated sampling runs the adapter path: W·x + (α/r)
 Weight sync (`LoraSync`, weight_sync=separate): the sampler holds a plain model without
 adapter layers and receives the merged W + (α/r)·B·A of every adapted Linear, the only
 weights that change; frozen ones never need copying. Checkpoints write the merged weights
-(`merged_state_dict`), a plain HF directory that transformers loads without peft.
+(`merged_state_dict`), a plain HF directory that transformers loads without peft, and beside
+them `adapter/` in PEFT's own format (adapter_config.json naming the base model +
+adapter_model.safetensors): `PeftModel.from_pretrained(base, CKPT/adapter)` rebuilds the policy,
+and `--resume` puts the adapters back on the base (`load_adapter`).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import copy
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -91,6 +95,33 @@ def merged_state_dict(module) -> dict | None:
     for name, layer in layers.items():
         out[f"{name}.weight"] = merged_weight(layer)
     return out
+
+
+def save_adapter(model, directory: str | Path, base: str | None) -> None:
+    """The adapters as PEFT writes them (PeftModel.save_pretrained): adapter_config.json with the
+    base model's path, adapter_model.safetensors with keys `base_model.model.<module>.lora_A.weight`."""
+    from peft import get_peft_model_state_dict
+    from safetensors.torch import save_file
+    cfg = copy.deepcopy(model.hf.peft_config[ADAPTER])
+    cfg.base_model_name_or_path, cfg.task_type = base, "CAUSAL_LM"
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    cfg.save_pretrained(str(directory))
+    state = get_peft_model_state_dict(model.hf, adapter_name=ADAPTER)
+    save_file({f"base_model.model.{k}": v.detach().contiguous().cpu() for k, v in state.items()},
+              str(Path(directory, "adapter_model.safetensors")))
+
+
+def load_adapter(model, directory: str | Path) -> None:
+    """Adapter weights saved by `save_adapter` into a model that has the same adapters injected."""
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+    state = load_file(str(Path(directory, "adapter_model.safetensors")))
+    state = {k.removeprefix("base_model.model."): v for k, v in state.items()}
+    result = set_peft_model_state_dict(model.hf, state, adapter_name=ADAPTER)
+    missing = [k for k in getattr(result, "missing_keys", []) if "lora_" in k]
+    if missing:
+        raise UsageError(f"{directory}: the saved adapters do not match this run's lora settings "
+                         f"(missing {missing[0]}); resume with the lora.* keys the run was started with")
 
 
 def unadapted_copy(model):

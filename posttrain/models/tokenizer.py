@@ -26,17 +26,12 @@ from pathlib import Path
 
 from posttrain import UsageError
 
-USER, ASSISTANT, EOT, THINK_OPEN, THINK_CLOSE, PAD = "<", ">", "#", "{", "}", "_"
-CALL_OPEN, CALL_CLOSE, RESULT_OPEN, RESULT_CLOSE = "⟦", "⟧", "⟨", "⟩"
-TOOL_SPECIALS = CALL_OPEN + CALL_CLOSE + RESULT_OPEN + RESULT_CLOSE
-SPECIALS = PAD + USER + ASSISTANT + EOT + THINK_OPEN + THINK_CLOSE + TOOL_SPECIALS
-# Digits and the trace operators first, then enough plain text for free-form responses
-# (reward-hacking phrases, tool calls, verifier test cases such as "let me think... 12#").
-# Appended later (ids of the characters above never change): the tool specials, division,
-# capitals and quotes for countdown and reasoning-gym questions.
-BASE_CHARS = PAD + USER + ASSISTANT + EOT + THINK_OPEN + THINK_CLOSE + "0123456789+-*=;:,.?!()[] \n" + "abcdefghijklmnopqrstuvwxyz"
-DEFAULT_CHARS = BASE_CHARS + TOOL_SPECIALS + "/ABCDEFGHIJKLMNOPQRSTUVWXYZ\"'%"
+from posttrain.chat import (ASSISTANT, BASE_CHARS, CALL_CLOSE, CALL_OPEN, DEFAULT_CHARS, EOT, PAD,  # noqa: F401
+                            RESULT_CLOSE, RESULT_OPEN, SPECIALS, SYSTEM, THINK_CLOSE, THINK_OPEN, TOOL_SPECIALS, USER,
+                            check_messages, render_builtin)
+
 FILE_NAME = "tokenizer.posttrain.json"
+HF_SPECIALS = PAD + EOT + USER + ASSISTANT + SYSTEM   # special in an HF export: what skip_special_tokens drops
 
 
 @dataclass
@@ -73,13 +68,29 @@ class CharTokenizer:
     def decode(self, ids) -> str:
         return "".join(self.chars[int(i)] for i in ids if int(i) != self.pad_id)
 
-    # The chat template. `prompt` renders the user turn and opens the assistant turn, so a
-    # response is exactly what the model generates after it, end-of-turn included.
-    def chat_prompt(self, question: str) -> str:
-        return f"{USER}{question}{ASSISTANT}"
+    # The chat template (posttrain/chat.py). `chat_prompt` renders the conversation and opens the
+    # assistant turn, so a response is exactly what the model generates after it, end-of-turn included.
+    def chat_prompt(self, prompt) -> str:
+        """A question string (one user turn) or a list of {role, content} messages."""
+        if isinstance(prompt, str):
+            return f"{USER}{prompt}{ASSISTANT}"
+        messages = check_messages(prompt)
+        if SYSTEM not in self.stoi and any(m["role"] == "system" for m in messages):
+            raise UsageError(f"this vocabulary has no system marker {SYSTEM!r} (the model was trained without system "
+                             "messages); drop the system message, or start from a model built for data that has them")
+        return render_builtin(messages)
 
     def chat_response(self, answer: str) -> str:
         return f"{answer}{EOT}"
+
+    def chat_continuation(self, prompt, completion) -> str:
+        """What follows chat_prompt(prompt) when the reply is `completion`: a response string, or
+        the assistant's message(s) (preference rows), through the template's end of turn."""
+        if isinstance(completion, str):
+            return self.chat_response(completion)
+        head = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else check_messages(prompt)
+        full = render_builtin(head + check_messages(completion), add_generation_prompt=False)
+        return full[len(self.chat_prompt(prompt)):]
 
     def chat_tool_result(self, text: str) -> str:
         """An observation as the env injects it into the assistant turn (response_mask 0)."""
@@ -117,14 +128,20 @@ class CharTokenizer:
 
     def to_hf_json(self) -> dict:
         """The vocabulary as a `tokenizers` tokenizer.json (a WordLevel model that splits
-        every character), so an exported directory opens with `AutoTokenizer`."""
+        every character), so an exported directory opens with `AutoTokenizer`.
+
+        Every marker is an added token, but only padding, end-of-turn and the role markers are
+        special: `decode(..., skip_special_tokens=True)` (the `pipeline` default) drops exactly
+        those. The think and tool delimiters are part of what the model says, so they stay in
+        the text, as Qwen3 marks <think> and <tool_call> (`{3+4=7}7#` decodes to `{3+4=7}7`,
+        not `3+4=77`)."""
         return {
             "version": "1.0",
             "truncation": None,
             "padding": None,
             "added_tokens": [
                 {"id": self.stoi[c], "content": c, "single_word": False, "lstrip": False,
-                 "rstrip": False, "normalized": False, "special": True}
+                 "rstrip": False, "normalized": False, "special": c in HF_SPECIALS}
                 for c in SPECIALS if c in self.stoi
             ],
             "normalizer": None,

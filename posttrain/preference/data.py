@@ -13,7 +13,10 @@ Texts are plain: `prompt` is the question (the chat template is applied when tok
   length bias); a prompt with no equal-length pair is counted as skipped.
 - `load_jsonl`: one object per line with `prompt`, `chosen`, `rejected` (TRL's "standard"
   format), or the "conversational" one where each is a list of `{"role", "content"}`
-  messages; an optional numeric `margin` (Llama-2-style, used by the reward model).
+  messages — every turn is kept: the prompt's system message and earlier turns go through
+  the chat template, and TRL's implicit-prompt rows (chosen/rejected as whole conversations)
+  take their shared turns as the prompt; an optional numeric `margin` (Llama-2-style, used by
+  the reward model).
   A bad row is a one-line error naming file and line, or with `on_bad="skip"` it is skipped
   and counted.
 - `corrupted_pairs`: chosen = the task's gold chain of thought, rejected = the same trace with
@@ -31,16 +34,18 @@ from pathlib import Path
 import torch
 
 from posttrain import UsageError
+from posttrain.chat import check_messages
 from posttrain.framework.batch import collate
 from posttrain.framework.rollout import Engine, SamplingParams
+from posttrain.progress import generate_with_progress
 from posttrain.tasks.base import score_samples
 
 
 @dataclass
 class Pair:
-    prompt: str
-    chosen: str
-    rejected: str
+    prompt: str | list            # a question, or {role, content} messages (every turn of the conversation)
+    chosen: str | list            # a response, or the assistant's message(s)
+    rejected: str | list
     margin: float = 0.0
     item: object = None           # the task item, when the pair came from the task
 
@@ -55,7 +60,7 @@ def pairs_from_policy(model, tok, task, items, samples_per_prompt: int = 8, temp
     engine = engine or Engine(model, tok)
     prompts = [tok.encode(tok.chat_prompt(task.prompt(it))) for it in items]
     sp = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, stop_ids=(tok.eot_id,))
-    samples = engine.generate(prompts, samples_per_prompt, sp, seed=seed, items=items)
+    samples = generate_with_progress(engine, prompts, samples_per_prompt, sp, "sampling pairs", seed=seed, items=items)
     score_samples(task, samples)
     groups: dict[int, list] = {}
     for s in samples:
@@ -161,8 +166,9 @@ def corrupted_pairs(task, items, seed: int = 0) -> list[Pair]:
 
 # ---- from a file --------------------------------------------------------------------------
 
-def load_jsonl(path: str | Path, on_bad: str = "error") -> tuple[list[Pair], int]:
-    """(pairs, skipped rows). `on_bad`: "error" raises on the first bad row, "skip" counts it."""
+def load_jsonl(path: str | Path, on_bad: str = "error", fits=None) -> tuple[list[Pair], int]:
+    """(pairs, skipped rows). `on_bad`: "error" raises on the first bad row, "skip" counts it.
+    `fits(pair) -> reason | None` refuses rows a model cannot take (fits_context), as bad rows."""
     if on_bad not in ("error", "skip"):
         raise UsageError(f"on_bad={on_bad!r} is unknown; use error or skip")
     path = Path(path)
@@ -173,7 +179,11 @@ def load_jsonl(path: str | Path, on_bad: str = "error") -> tuple[list[Pair], int
         if not line.strip():
             continue
         try:
-            pairs.append(parse_row(line))
+            pair = parse_row(line)
+            why = fits(pair) if fits is not None else None
+            if why is not None:
+                raise ValueError(why)
+            pairs.append(pair)
         except ValueError as e:
             if on_bad == "error":
                 raise UsageError(f"{path}:{n}: {e} (fix the row, or pass on_bad=skip to skip and count it)") from None
@@ -183,6 +193,23 @@ def load_jsonl(path: str | Path, on_bad: str = "error") -> tuple[list[Pair], int
     return pairs, skipped
 
 
+def fits_context(tok, context: int):
+    """`fits` for load_jsonl: a row whose prompt plus its longer response is past the model's
+    context (`model.config.max_seq_len`) is refused by name: the checkpoint's context is
+    fixed, so the fix is in the data (shorten or drop the row), never "raise it"."""
+    def fits(p: Pair) -> str | None:
+        try:
+            n = len(tok.encode(tok.chat_prompt(p.prompt))) + max(
+                len(tok.encode(tok.chat_continuation(p.prompt, r))) for r in (p.chosen, p.rejected))   # as encode_pairs
+        except UsageError:                   # a character the tokenizer lacks: encode_pairs names it
+            return None
+        if n <= context:
+            return None
+        return (f"prompt + response is {n} tokens, past the model's context of {context} tokens; shorten or "
+                "drop the row")
+    return fits
+
+
 def parse_row(line: str) -> Pair:
     try:
         row = json.loads(line)
@@ -190,42 +217,64 @@ def parse_row(line: str) -> Pair:
         raise ValueError(f"not valid JSON ({e.msg})") from None
     if not isinstance(row, dict):
         raise ValueError("a row must be a JSON object with prompt, chosen, rejected")
-    texts = {}
-    for key in ("prompt", "chosen", "rejected"):
+    return row_pair(row)
+
+
+def row_pair(row: dict) -> Pair:
+    """A TRL preference row as a Pair, every turn kept: `prompt` a string or messages (system and
+    earlier turns included); `chosen`/`rejected` strings or assistant message lists. Without a
+    `prompt` (TRL's implicit-prompt rows), the turns chosen and rejected share are the prompt."""
+    for key in ("chosen", "rejected"):
         if key not in row:
             raise ValueError(f"missing field {key!r}")
-        texts[key] = _text(row[key], key, user=key == "prompt")
-        if not texts[key].strip():
+    chosen, rejected = (_value(row[k], k) for k in ("chosen", "rejected"))
+    if "prompt" in row:
+        prompt = _value(row["prompt"], "prompt")
+    elif isinstance(chosen, list) and isinstance(rejected, list):
+        n = 0
+        while n < min(len(chosen), len(rejected)) - 1 and chosen[n] == rejected[n]:
+            n += 1
+        if n == 0:
+            raise ValueError("no 'prompt' and chosen/rejected share no turn to take as the prompt")
+        prompt, chosen, rejected = chosen[:n], chosen[n:], rejected[n:]
+    else:
+        raise ValueError("missing field 'prompt'")
+    for key, v in (("prompt", prompt), ("chosen", chosen), ("rejected", rejected)):
+        if not (v.strip() if isinstance(v, str) else "".join(m["content"] for m in v).strip()):
             raise ValueError(f"empty {key!r}")
-    if texts["chosen"] == texts["rejected"]:
+    if isinstance(prompt, list) and prompt[-1]["role"] == "assistant":
+        raise ValueError("the prompt ends with an assistant message; chosen/rejected are the assistant's reply")
+    if chosen == rejected:
         raise ValueError("chosen and rejected are identical")
     margin = row.get("margin", 0.0)
     if not isinstance(margin, (int, float)) or isinstance(margin, bool):
         raise ValueError(f"margin must be a number, got {margin!r}")
-    return Pair(texts["prompt"], texts["chosen"], texts["rejected"], float(margin))
+    return Pair(prompt, chosen, rejected, float(margin))
 
 
-def _text(value, key: str, user: bool) -> str:
-    """A string, or a conversational message list: the user's turns for the prompt, the
-    assistant's for a completion."""
+def _value(value, key: str):
+    """A string, or a conversational message list (checked: known roles, text content)."""
     if isinstance(value, str):
         return value
-    if isinstance(value, list) and all(isinstance(m, dict) and "content" in m for m in value):
-        role = "user" if user else "assistant"
-        return "".join(str(m["content"]) for m in value if m.get("role", role) == role)
+    if isinstance(value, list):
+        try:
+            return check_messages(value, key)
+        except UsageError as e:
+            raise ValueError(str(e)) from None
     raise ValueError(f"{key!r} must be a string or a list of {{role, content}} messages")
 
 
 def encode_pairs(tok, pairs: list[Pair]) -> list[tuple[list[int], list[int], list[int]]]:
-    """(prompt ids, chosen ids, rejected ids), chat template applied, end-of-turn appended.
+    """(prompt ids, chosen ids, rejected ids): the prompt through the chat template with the
+    assistant turn opened, each completion as the template continues it (end of turn included).
     A character outside the tokenizer's alphabet is a one-line error naming the pair."""
     out = []
     for i, p in enumerate(pairs):
         try:
-            out.append((tok.encode(tok.chat_prompt(p.prompt)), tok.encode(tok.chat_response(p.chosen)),
-                        tok.encode(tok.chat_response(p.rejected))))
+            out.append((tok.encode(tok.chat_prompt(p.prompt)), tok.encode(tok.chat_continuation(p.prompt, p.chosen)),
+                        tok.encode(tok.chat_continuation(p.prompt, p.rejected))))
         except UsageError as e:
-            raise UsageError(f"preference pair {i} (prompt {p.prompt[:40]!r}): {e}") from None
+            raise UsageError(f"preference pair {i} (prompt {str(p.prompt)[:40]!r}): {e}") from None
     return out
 
 

@@ -13,6 +13,7 @@ passed as `accept`); responses are kept only when they ended on their own (`fini
 from __future__ import annotations
 
 from posttrain.framework.rollout import Engine, SamplingParams
+from posttrain.progress import generate_with_progress
 from posttrain.tasks.base import score_samples
 
 
@@ -22,7 +23,7 @@ def rejection_sample(model, tok, task, items, n: int = 8, temperature: float = 1
     engine = engine or Engine(model, tok)
     prompts = [tok.encode(tok.chat_prompt(task.prompt(it))) for it in items]
     sp = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, stop_ids=(tok.eot_id,))
-    samples = engine.generate(prompts, n, sp, seed=seed, items=items)
+    samples = generate_with_progress(engine, prompts, n, sp, "rejection sampling", seed=seed, items=items)
     score_samples(task, samples)
     out_p, out_r, seen = [], [], set()
     stats = {"samples": len(samples), "accepted": 0, "duplicates": 0, "truncated": 0, "prompts_without_any": 0}

@@ -9,9 +9,10 @@ import time
 from pathlib import Path
 
 import torch
+import yaml
 
 from posttrain import UsageError, checkpoint, runtime
-from posttrain.config import save_config
+from posttrain.config import save_config, to_dict
 from posttrain.framework.trainer import sequence_logprobs, split_micro_batches
 from posttrain.models.gpt_mini import GPTMini
 from posttrain.models.tokenizer import BASE_CHARS, DEFAULT_CHARS, CharTokenizer
@@ -24,31 +25,63 @@ class Run:
         self.cfg, self.stage = cfg, stage
         self.dir = Path(cfg.out or f"runs/{stage}")
         self.resume_from = None
-        if resume and getattr(getattr(cfg, "lora", None), "r", 0) > 0:
-            raise UsageError(f"--resume of a LoRA run is not supported; start a new run with "
-                             f"init={self.dir}/checkpoints/step_N (its merged weights) and fresh adapters")
+        self.resume_state = None
         if resume:
-            self.resume_from = checkpoint.latest(self.dir)
-            if self.resume_from is None:
-                raise UsageError(f"--resume {self.dir}: no complete checkpoint there; start without --resume")
+            self.resume_from = checkpoint.resume_target(self.dir)
+            same_model(self.dir, cfg)                 # before config.yaml is rewritten: a refused resume changes nothing
+            self.resume_state = checkpoint.load_trainer_state(self.resume_from)   # a torn trainer.pt fails now
         elif checkpoint.latest(self.dir) is not None and not cfg.overwrite:
             raise UsageError(f"run directory {str(self.dir)!r} already holds checkpoints; "
                              f"pass --resume {self.dir} to continue, overwrite=true to start over, or out=NEW_DIR")
-        self.dir.mkdir(parents=True, exist_ok=True)
-        save_config(cfg, self.dir / "config.yaml")
+        write_run_dir(self.dir, cfg)
         self.rt = runtime.resolve(cfg.device, cfg.dtype, cfg.threads)
         runtime.seed_everything(cfg.seed)
 
 
-def init_model(cfg, init: str, device) -> tuple[GPTMini, CharTokenizer]:
+def same_model(run_dir: Path, cfg) -> None:
+    """A resume must build the model the run trained: its `model` and `init` keys as in the run's
+    config.yaml (an override such as model.preset=micro is refused naming both values). The
+    checkpoint's tensor shapes are checked again when the weights load (checkpoint.restore_weights)."""
+    path = run_dir / "config.yaml"
+    saved = yaml.safe_load(path.read_text()) if path.exists() else None
+    if not isinstance(saved, dict):
+        return
+    now = to_dict(cfg)
+    for section in ("model", "init"):
+        if section not in saved or section not in now or saved[section] == now[section]:
+            continue
+        if section == "init" and saved[section] and now[section] and \
+                Path(saved[section]).resolve() == Path(now[section]).resolve():
+            continue                                  # the same directory, written another way
+        was, new = saved[section], now[section]
+        if isinstance(was, dict) and isinstance(new, dict):
+            key = next(k for k in {**was, **new} if was.get(k) != new.get(k))
+            section, was, new = f"{section}.{key}", was.get(key), new.get(key)
+        raise UsageError(f"--resume {run_dir}: {section}={new!r} but the run was trained with {section}={was!r} "
+                         f"({path}); a run resumes only into its own model: drop the {section} override")
+
+
+def write_run_dir(directory: Path, cfg) -> None:
+    """Create the run directory with its resolved `config.yaml`; an unwritable `out` (read-only
+    filesystem, a path under a file, no permission) is a one-line UsageError before any work."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        save_config(cfg, directory / "config.yaml")
+    except OSError as e:
+        raise UsageError(f"out={directory}: cannot write the run directory ({e.strerror or e}); "
+                         "set out= to a writable directory") from None
+
+
+def init_model(cfg, init: str, device, task=None) -> tuple[GPTMini, CharTokenizer]:
     """Start from a checkpoint (`init`: a run, a checkpoint or a Hugging Face directory) or from
-    random weights shaped by `cfg.model`; then the training switches: gradient checkpointing
-    and LoRA adapters (`cfg.lora.r > 0`, Hugging Face models)."""
+    random weights shaped by `cfg.model` (with a vocabulary for `task`); then the training
+    switches: gradient checkpointing and LoRA adapters (`cfg.lora.r > 0`)."""
     if init:
         model, tok, path = checkpoint.load_model(init, device)
+        model.lora_base = str(path.resolve())                # a LoRA checkpoint's adapter_config names its base
         print(f"init: {path}")
     else:
-        tok = new_tokenizer(cfg)
+        tok = new_tokenizer(cfg, task)
         model = GPTMini(cfg.model.resolved(tok.vocab_size)).to(device)
     model.grad_checkpointing = bool(getattr(cfg, "grad_checkpointing", False))
     lora_cfg = getattr(cfg, "lora", None)
@@ -60,12 +93,34 @@ def init_model(cfg, init: str, device) -> tuple[GPTMini, CharTokenizer]:
     return model, tok
 
 
-def new_tokenizer(cfg) -> CharTokenizer:
+def new_tokenizer(cfg, task=None) -> CharTokenizer:
     """The vocabulary of a model started from scratch: the built-in task needs only the base
     characters (58: a smaller embedding, and the same initial weights as before the tool and
-    text tasks existed); every other task gets the full vocabulary (tool specials, capitals, /)."""
-    task = getattr(cfg, "task", None)
-    return CharTokenizer(BASE_CHARS if getattr(task, "name", "arithmetic") == "arithmetic" else DEFAULT_CHARS)
+    text tasks existed); every other task gets the full vocabulary (tool specials, capitals, /),
+    and a task with its own text (a dataset) adds the characters its rows use."""
+    name = getattr(getattr(cfg, "task", None), "name", "arithmetic")
+    if name == "arithmetic":
+        return CharTokenizer(BASE_CHARS)
+    extra = task.vocabulary() if hasattr(task, "vocabulary") else ""
+    return CharTokenizer(DEFAULT_CHARS + "".join(sorted(set(extra) - set(DEFAULT_CHARS))))
+
+
+def prepare_task(task, tok, model, max_new_tokens: int, run_dir: Path, stage: str) -> None:
+    """Before training: the task's own startup checks against this model (its rows render, encode
+    and fit the context; reward functions answer a dry call), then the first training prompt as
+    the model will see it, printed and saved to RUN_DIR/first_prompt.txt."""
+    if hasattr(task, "check"):
+        task.check(tok, getattr(model.config, "max_seq_len", None), max_new_tokens)
+    show_first_prompt(tok.chat_prompt(task.prompt(task.items(1, "train", 0)[0])), run_dir, stage)
+    if getattr(task, "correctness", "task") is None:
+        print(f"{stage} evaluation: the task has no correctness signal (no task.correct, task.correct_threshold "
+              "or answer column): it reports rewards, not accuracy", flush=True)
+
+
+def show_first_prompt(text: str, run_dir: Path, stage: str) -> None:
+    """What the model is trained on, visible: the first example as rendered, printed and saved."""
+    print(f"first {stage} prompt, as the model sees it (chat template applied): {text!r}", flush=True)
+    (run_dir / "first_prompt.txt").write_text(text)
 
 
 def print_plan(stage: str, lines: dict) -> None:

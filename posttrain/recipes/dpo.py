@@ -25,14 +25,20 @@ import torch
 
 from posttrain import UsageError
 from posttrain.config import OptimConfig, RunConfig
+from posttrain.models.lora import LoraConfig
 from posttrain.eval import evaluate, response_budget
 from posttrain.framework.reference import Reference
-from posttrain.framework.trainer import Trainer, sequence_logprobs
+from posttrain.framework.trainer import Trainer, score_logprobs, sequence_logprobs
 from posttrain.framework.loop import train_loop
-from posttrain.preference.data import collate_pairs, encode_pairs, load_jsonl, pairs_from_policy, seq_logps
-from posttrain.preference.dpo import LOSSES, REFERENCE_FREE, DPOLossConfig, SeqLogps, preference_loss
-from posttrain.recipes.common import EpochIndices, Run, batch_plan, init_model, print_plan, supervised_step
-from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
+from posttrain.preference.data import (collate_pairs, encode_pairs, fits_context, load_jsonl, pairs_from_policy,
+                                      seq_logps)
+from posttrain.preference.dpo import (LOSSES, REFERENCE_FREE, DPOLossConfig, SeqLogps, kto_reference_point,
+                                      preference_loss)
+from posttrain.recipes.common import (EpochIndices, Run, batch_plan, init_model, print_plan, show_first_prompt,
+                                      supervised_step)
+from posttrain import tasks
+from posttrain.tasks.arithmetic import ArithmeticConfig
+from posttrain.tasks.base import TaskConfig
 
 
 @dataclass
@@ -40,9 +46,10 @@ class DPOConfig(RunConfig):
     steps: int = 100
     eval_every: int = 50
     init: str = ""                # SFT checkpoint or run dir; "" = the default SFT(CoT) checkpoint (cached)
-    task: ArithmeticConfig = field(default_factory=ArithmeticConfig)
+    task: TaskConfig = field(default_factory=ArithmeticConfig)  # prompts for sampled pairs and evaluation
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(
         lr=1e-5, weight_decay=0.0, warmup_steps=10, schedule="constant"))
+    lora: LoraConfig = field(default_factory=LoraConfig)  # lora.r > 0: train LoRA adapters only (Hugging Face models)
     # dpo | cdpo | robust | hinge | ipo | simpo | orpo | kto | dpo_nll. The default is DPO + NLL,
     # not TRL's plain "sigmoid": on this task plain DPO at lr 1e-5 pushes the chosen log-probs
     # down with the rejected ones and held-out pass@1 falls (0.567 → 0.371 in 100 steps,
@@ -59,7 +66,7 @@ class DPOConfig(RunConfig):
     samples_per_prompt: int = 8   # samples per prompt; a prompt with mixed rewards gives one pair
     same_length: bool = False     # only pairs whose two responses have equal token counts
     temperature: float = 1.0      # sampling temperature for pairs and evaluation
-    eval_problems: int = 200      # held-out problems per evaluation
+    eval_problems: int = 200      # held-out problems per evaluation (0 = no evaluation: pairs from a file, no task)
     eval_samples: int = 8         # samples per held-out problem: pass@1 and pass@<eval_samples>
 
     def loss_config(self) -> DPOLossConfig:
@@ -73,7 +80,7 @@ def build_pairs(cfg: DPOConfig, r: Run, model, tok, task) -> list:
     if r.resume_from is not None and saved.exists():
         return [Pair(**json.loads(line)) for line in saved.read_text().splitlines()]
     if cfg.pairs:
-        pairs, skipped = load_jsonl(cfg.pairs, cfg.on_bad)
+        pairs, skipped = load_jsonl(cfg.pairs, cfg.on_bad, fits_context(tok, model.config.max_seq_len))
         stats = {"source": cfg.pairs, "pairs": len(pairs), "skipped_rows": skipped}
     else:
         items = task.items(cfg.pair_prompts, "train", cfg.seed)
@@ -99,6 +106,15 @@ def reference_logps(model, encoded, pad_id: int, batch_pairs: int = 64) -> torch
     return torch.cat(out)
 
 
+def with_kto_reference_point(model, batch: dict) -> dict:
+    """KTO's z0 of the WHOLE batch, scored once at this step's weights before the trainer splits
+    the batch (each micro-batch's own mean would make the gradient depend on the micro-batch
+    size): batch['kto_z0'] [2B], one value repeated so it survives the split."""
+    with torch.no_grad():
+        sums = score_logprobs(model, batch).sum(-1)                   # [2B]
+    return {**batch, "kto_z0": kto_reference_point(sums, batch["ref_logps"]).expand(len(sums))}
+
+
 def dpo_loss_fn(loss_cfg: DPOLossConfig):
     def loss_fn(model, mb, norm):
         lp, _ = sequence_logprobs(model, mb["input_ids"])
@@ -106,12 +122,13 @@ def dpo_loss_fn(loss_cfg: DPOLossConfig):
         ref = mb.get("ref_logps")
         s = SeqLogps(sums[0::2], sums[1::2], None if ref is None else ref[0::2],
                      None if ref is None else ref[1::2], counts[0::2], counts[1::2])
-        losses, metrics = preference_loss(loss_cfg, s)                # [P]
+        z0 = mb["kto_z0"][0] if "kto_z0" in mb else None             # the whole batch's (batch_fn)
+        losses, metrics = preference_loss(loss_cfg, s, z0)            # [P]
         return losses.sum() / (norm["seqs"] / 2), metrics            # mean over the WHOLE batch's pairs
     return loss_fn
 
 
-def run(cfg: DPOConfig, resume: bool = False) -> dict:
+def run(cfg: DPOConfig, resume: bool = False, task=None) -> dict:
     if cfg.loss_type not in LOSSES:
         raise UsageError(f"loss_type={cfg.loss_type!r} is unknown; use one of {', '.join(LOSSES)}")
     if cfg.on_bad not in ("error", "skip"):
@@ -120,12 +137,14 @@ def run(cfg: DPOConfig, resume: bool = False) -> dict:
         raise UsageError(f"label_smoothing={cfg.label_smoothing} must be in [0, 0.5)")
     if cfg.pairs:
         load_jsonl(cfg.pairs, cfg.on_bad)                             # validate before any work
+    task = task if task is not None else tasks.make(cfg.task)
     from posttrain.recipes.rl import default_init
+    r = Run(cfg, "dpo", resume)                          # a bad --resume or out= fails before the default init
     init = cfg.init or default_init()
-    r = Run(cfg, "dpo", resume)
     model, tok = init_model(cfg, init, r.rt.device)
-    task = ArithmeticTask(cfg.task)
-    encoded = encode_pairs(tok, build_pairs(cfg, r, model, tok, task))
+    pairs = build_pairs(cfg, r, model, tok, task)
+    encoded = encode_pairs(tok, pairs)
+    show_first_prompt(tok.chat_prompt(pairs[0].prompt) + tok.chat_continuation(pairs[0].prompt, pairs[0].chosen), r.dir, "dpo")
     ref = None if cfg.loss_type in REFERENCE_FREE else reference_logps(model, encoded, tok.pad_id)
     trainer = Trainer(model, cfg.optim, cfg.steps, r.rt)
     indices = EpochIndices(len(encoded), cfg.batch_size, cfg.seed)
@@ -136,7 +155,7 @@ def run(cfg: DPOConfig, resume: bool = False) -> dict:
         if ref is not None:
             rows = torch.tensor([2 * i + j for i in idx for j in (0, 1)])
             batch["ref_logps"] = ref[rows]                            # [2B]
-        return batch
+        return with_kto_reference_point(model, batch) if cfg.loss_type == "kto" else batch
 
     print_plan("dpo", {"params": model.num_params(), "pairs": len(encoded), "prompts/step": cfg.batch_size,
                        "samples/step": 2 * cfg.batch_size, **batch_plan(batch_fn(1), cfg.optim.micro_batch_tokens, 2),
@@ -144,15 +163,17 @@ def run(cfg: DPOConfig, resume: bool = False) -> dict:
                        "epochs": round(cfg.steps * cfg.batch_size / len(encoded), 2),
                        "loss": cfg.loss_type, "beta": cfg.beta, "reference": ref is not None})
 
-    heldout = task.items(cfg.eval_problems, "test", cfg.seed)
+    heldout = task.items(cfg.eval_problems, "test", cfg.seed) if cfg.eval_problems else []
     k = cfg.eval_samples
 
     def evaluate_fn(m):
+        if not cfg.eval_problems:
+            return {}
         res = evaluate(m, tok, task, heldout, n=k, ks=(1, k), temperature=cfg.temperature, seed=cfg.seed)
         res.pop("per_k")
         return res
 
     step_fn = supervised_step(trainer, batch_fn, dpo_loss_fn(cfg.loss_config()), r.rt.device, unit=2)
     return train_loop(r, model, tok, trainer, step_fn, evaluate=evaluate_fn, eval_at_start=True,
-                      meta={"task": "arithmetic", "loss_type": cfg.loss_type},
+                      meta={"task": cfg.task.name, "loss_type": cfg.loss_type},
                       show=("loss", "pref/accuracy", "pref/margin", "eval/pass@1"))

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from posttrain import UsageError, checkpoint
-from posttrain.config import PretrainConfig, RLConfig, SFTConfig, save_config
+from posttrain.config import PretrainConfig, RLConfig, SFTConfig
+from posttrain.recipes.common import write_run_dir
 from posttrain.recipes.dpo import DPOConfig
 from posttrain.eval import evaluate
 from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
@@ -43,6 +44,7 @@ class PipelineConfig:
     sft: SFTConfig = field(default_factory=lambda: SFTConfig(target_acc=0.7, eval_every=25))
     dpo: DPOConfig = field(default_factory=DPOConfig)
     rl: RLConfig = field(default_factory=RLConfig)
+    report: bool = True           # end with RUN/<last stage>/report.html (needs plotly: pip install 'posttrain[report]')
 
 
 def _stage_cfg(cfg: PipelineConfig, stage_cfg, name: str, **extra):
@@ -67,8 +69,7 @@ def train_chain(cfg: PipelineConfig, upto: str | None = None) -> dict[str, float
     returns stage -> wall seconds."""
     from posttrain.recipes import dpo, pretrain, rl, sft
     root = Path(cfg.out)
-    root.mkdir(parents=True, exist_ok=True)
-    save_config(cfg, root / "config.yaml")
+    write_run_dir(root, cfg)
     names = stage_names(cfg)
     upto = upto or names[-1]
     modules = {"pretrain": pretrain, "sft": sft, "dpo": dpo, "rl": rl}
@@ -90,8 +91,18 @@ def stage_names(cfg: PipelineConfig) -> list[str]:
 
 
 def run(cfg: PipelineConfig, resume: bool = False) -> dict:
+    if cfg.report:                                   # what the last line needs, checked before minutes of work
+        try:
+            import plotly  # noqa: F401
+        except ImportError:
+            raise UsageError("the pipeline ends with report.html, which needs plotly: pip install 'posttrain[report]' "
+                             "(or pass report=false)") from None
     root = Path(cfg.out)
+    if resume and not any(checkpoint.latest(root / name) for name in ALL_STAGES):
+        raise UsageError(f"--resume {root}: no stage of a pipeline run has a checkpoint there; "
+                         "give the out= of an earlier pipeline run, or start without --resume")
     walls = train_chain(cfg)
+    walls = {**walls, **{k: v for k, v in _earlier_walls(root).items() if walls.get(k) == 0.0}}   # skipped stages
     task = ArithmeticTask(cfg.task)
     heldout = task.items(cfg.eval_problems, "test", cfg.seed + 1)
     rows = []
@@ -105,17 +116,19 @@ def run(cfg: PipelineConfig, resume: bool = False) -> dict:
     print(table)
     (root / "summary.json").write_text(json.dumps(rows, indent=1))
     (root / "summary.txt").write_text(table + "\n")
-    _report(root / stage_names(cfg)[-1])
+    if cfg.report:
+        from posttrain.report import write_report
+        print(f"report: {write_report(root / stage_names(cfg)[-1])}")
     return {"rows": rows}
 
 
-def _report(stage_dir: Path) -> None:
-    """report.html of the last stage (the RL run) when plotly is installed; a note otherwise."""
+def _earlier_walls(root: Path) -> dict:
+    """Stage wall times of the summary an earlier run of this pipeline wrote: a re-run skips the
+    finished stages (0 s) and keeps the times they took when they ran."""
     try:
-        from posttrain.report import write_report
-        print(f"report: {write_report(stage_dir)}")
-    except UsageError as e:                                          # plotly missing: the run itself is done
-        print(f"report: not written ({e})")
+        return {r["stage"]: float(r["wall_s"]) for r in json.loads((root / "summary.json").read_text())}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
 
 
 def format_table(rows: list[dict]) -> str:

@@ -32,10 +32,10 @@ class CorpusWindows:
         return {"input_ids": x, "attention_mask": torch.ones_like(loss_mask), "loss_mask": loss_mask}
 
 
-def run(cfg: PretrainConfig, resume: bool = False) -> dict:
+def run(cfg: PretrainConfig, resume: bool = False, task=None) -> dict:
+    task = task if task is not None else tasks.make(cfg.task)
     r = Run(cfg, "pretrain", resume)
-    model, tok = init_model(cfg, "", r.rt.device)
-    task = tasks.make(cfg.task)
+    model, tok = init_model(cfg, "", r.rt.device, task)
     train_ids = torch.tensor(tok.encode(task.corpus(cfg.corpus_chars, cfg.seed)))
     val_text = task.validation_text(cfg.seed)
     val = CorpusWindows(torch.tensor(tok.encode(val_text)), min(cfg.seq_len, 64), 32, cfg.seed + 1)(0)

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from posttrain import UsageError, algorithms, checkpoint
-from posttrain.config import RLConfig, build
+from posttrain.config import RLConfig, save_config
 from posttrain.distributed.placement import check_scale_config, place
 from posttrain.distributed.run_summary import write_summary
 from posttrain.eval import evaluate, response_budget
@@ -26,7 +26,7 @@ from posttrain.framework.loop import eval_due, train_loop
 from posttrain.framework.trainer import Trainer, needs_critic, sequence_logprobs
 from posttrain.logging import read_metrics
 from posttrain.models.heads import ActorCritic
-from posttrain.recipes.common import Run, init_model, print_plan
+from posttrain.recipes.common import Run, init_model, prepare_task, print_plan
 from posttrain import tasks
 
 CACHE = Path(os.environ.get("POSTTRAIN_CACHE", "runs/cache"))
@@ -46,44 +46,84 @@ def default_init() -> str:
 
 def check_config(cfg: RLConfig) -> None:
     """Combinations no run can honour, refused before any work (one line each, with the fix)."""
-    if cfg.degenerate not in ("keep", "skip", "resample"):
-        raise UsageError(f"degenerate={cfg.degenerate!r} is unknown; use keep, skip or resample")
-    if cfg.temperature <= 0:
-        raise UsageError(f"temperature={cfg.temperature} samples greedily: RL needs a sampling distribution "
-                         "(behaviour logprobs, different samples per group); use temperature > 0, e.g. 1.0")
-    n = cfg.prompts_per_step * cfg.samples_per_prompt
-    if cfg.minibatches < 1 or n % cfg.minibatches:
+    if cfg.rollout.degenerate not in ("keep", "skip", "resample"):
+        raise UsageError(f"rollout.degenerate={cfg.rollout.degenerate!r} is unknown; use keep, skip or resample")
+    if cfg.rollout.temperature <= 0:
+        raise UsageError(f"rollout.temperature={cfg.rollout.temperature} samples greedily: RL needs a sampling distribution "
+                         "(behaviour logprobs, different samples per group); use rollout.temperature > 0, e.g. 1.0")
+    n = cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt
+    if cfg.optim.minibatches < 1 or n % cfg.optim.minibatches:
         divisors = [d for d in range(1, n + 1) if n % d == 0]
-        raise UsageError(f"minibatches={cfg.minibatches} does not divide the {n} samples of a step "
-                         f"(prompts_per_step={cfg.prompts_per_step} × samples_per_prompt={cfg.samples_per_prompt}); "
+        raise UsageError(f"optim.minibatches={cfg.optim.minibatches} does not divide the {n} samples of a step "
+                         f"(rollout.prompts_per_step={cfg.rollout.prompts_per_step} × rollout.samples_per_prompt="
+                         f"{cfg.rollout.samples_per_prompt}); "
                          f"use one of {', '.join(map(str, divisors))}")
+
+
+def check_group_size(cfg: RLConfig, algorithm, algo_cfg) -> None:
+    """samples_per_prompt=1 with an algorithm whose advantage is relative to its group: every
+    group is a singleton, so every advantage is exactly 0 and no step could learn. Refused
+    rather than warned: the run would only burn compute. Found by asking the algorithm itself
+    for the advantages of two singleton groups with different rewards."""
+    if cfg.rollout.samples_per_prompt != 1:
+        return
+    mask = torch.ones(2, 1)
+    probe = {"loss_mask": mask, "old_logprobs": 0 * mask, "ref_logprobs": 0 * mask, "values": 0 * mask}
+    try:
+        adv = algorithm.advantages(torch.tensor([0.0, 1.0]), torch.tensor([0, 1]), algo_cfg, batch=probe)
+    except Exception:       # an algorithm that needs more than this probe: the run's own checks apply
+        return
+    if bool((adv == 0).all()):
+        raise UsageError(f"rollout.samples_per_prompt=1: {cfg.algo.name}'s advantage is relative to the other samples "
+                         "of its prompt, so with one sample per prompt every advantage is 0 and nothing is learned; use "
+                         "rollout.samples_per_prompt >= 2 (e.g. 8), or an algorithm without a group baseline (ppo, "
+                         "reinforce with algo.baseline=none)")
+
+
+def check_context(cfg: RLConfig, model, tok, task, init: str) -> None:
+    """The longest prompt (of 200 train and the held-out ones) plus max_new_tokens must fit the
+    model's context: refused here, before the first rollout, not as a traceback mid-step."""
+    items = task.items(200, "train", cfg.seed) + task.items(cfg.eval.problems, "test", cfg.seed)
+    longest = max(len(tok.encode(tok.chat_prompt(task.prompt(it)))) for it in items)
+    room = model.config.max_seq_len - longest
+    if cfg.rollout.max_new_tokens > room:
+        raise UsageError(f"rollout.max_new_tokens={cfg.rollout.max_new_tokens}: the longest prompt ({longest} tokens) "
+                         f"plus it exceeds the context of {init} ({model.config.max_seq_len} tokens); use "
+                         f"rollout.max_new_tokens <= {room} (0 = what the task needs)")
 
 
 def rl_plan(cfg: RLConfig, tok, task) -> dict:
     """One RL step in units. Token and micro-batch counts are upper bounds: every sample padded to
     the longest prompt (of 200 train prompts) plus max_new_tokens; real batches are shorter."""
-    n = cfg.prompts_per_step * cfg.samples_per_prompt
+    n = cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt
     width = max(len(tok.encode(tok.chat_prompt(task.prompt(it)))) for it in task.items(200, "train", cfg.seed))
-    width += cfg.max_new_tokens
+    width += cfg.rollout.max_new_tokens
     rows_per_micro = max(1, cfg.optim.micro_batch_tokens // width)     # how the trainer packs rows
-    steps = cfg.epochs * cfg.minibatches                                 # minibatches divide n (check_config)
-    micro = steps * -(-(n // cfg.minibatches) // rows_per_micro)
-    return {"prompts/step": cfg.prompts_per_step, "samples/prompt": cfg.samples_per_prompt, "samples/step": n,
+    steps = cfg.optim.epochs * cfg.optim.minibatches                                 # minibatches divide n (check_config)
+    micro = steps * -(-(n // cfg.optim.minibatches) // rows_per_micro)
+    return {"prompts/step": cfg.rollout.prompts_per_step, "samples/prompt": cfg.rollout.samples_per_prompt, "samples/step": n,
             "max tokens/step": n * width, "max micro-batches/step": micro,
             "optimizer steps/step": steps}
 
 
-def run(cfg: RLConfig, resume: bool = False) -> dict:
-    algorithm = algorithms.get(cfg.algorithm)             # validate everything before any work
-    algo_cfg = build(algorithm.Config, cfg.algo, "algo.")
+def run(cfg: RLConfig, resume: bool = False, task=None) -> dict:
+    """The RL stage; `task` is a ready task object (the Python API hands over the user's reward
+    functions that way), else `cfg.task` builds it."""
+    algorithm = algorithms.get(cfg.algo.name)             # validate everything before any work
+    algo_cfg = cfg.algo
     check_config(cfg)
+    check_group_size(cfg, algorithm, algo_cfg)
     check_scale_config(cfg)
+    task = task if task is not None else tasks.make(cfg.task)   # rows and reward functions load here
+    r = Run(cfg, "rl", resume)                            # a bad --resume or out= fails before the default init
     init = cfg.init or default_init()
-    r = Run(cfg, "rl", resume)
     model, tok = init_model(cfg, init, r.rt.device)
-    task = tasks.make(cfg.task)
-    max_new = cfg.max_new_tokens or response_budget(task, task.items(500, "train", cfg.seed))
-    cfg = dataclasses.replace(cfg, max_new_tokens=max_new)
+    task.reward_bound = cfg.verifier.reward_bound         # safe_reward's bound, in-process and in pool workers
+    check_context(cfg, model, tok, task, init)
+    max_new = cfg.rollout.max_new_tokens or response_budget(task, task.items(500, "train", cfg.seed))
+    cfg = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, max_new_tokens=max_new))
+    save_config(cfg, r.dir / "config.yaml")              # every value resolved, max_new_tokens included
+    prepare_task(task, tok, model, max_new, r.dir, "rl")
     placement = place(cfg, model, tok, r.rt)              # in-process or Ray workers (distributed/)
     engine = placement.engine
     reference = placement.reference(cfg, model) if algorithm.needs_reference(algo_cfg) else None
@@ -92,27 +132,31 @@ def run(cfg: RLConfig, resume: bool = False) -> dict:
     # critic's weights travel in trainer.pt with the optimizer (extra state below).
     actor_critic = ActorCritic(model, algo_cfg.critic) if needs_critic(algorithm, algo_cfg) else None
     trainer = Trainer(actor_critic if actor_critic is not None else model, cfg.optim,
-                      cfg.steps * cfg.epochs * cfg.minibatches, r.rt)
-    if cfg.trainer_ranks > 1:                             # data-parallel over local processes (distributed/)
+                      cfg.steps * cfg.optim.epochs * cfg.optim.minibatches, r.rt)
+    if cfg.scale.trainer_ranks > 1:                             # data-parallel over local processes (distributed/)
         from posttrain.distributed.trainer_group import TrainerGroup
         trainer = TrainerGroup(trainer, cfg)
     controller = Controller(cfg, rlhf_task(task, cfg.reward_model, r.rt.device), tok, engine, reference,
                             algorithm, algo_cfg, trainer, placement.sync)
-    if cfg.async_:
+    if cfg.scale.async_:
         controller.source = controller.sync = placement.asynchronous(cfg, controller.collect)
-    n = cfg.prompts_per_step * cfg.samples_per_prompt
+    n = cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt
     print_plan("rl", {"params": model.num_params(), **rl_plan(cfg, tok, task),
-                      "steps": cfg.steps, "algorithm": cfg.algorithm, "reference": reference is not None,
-                      "weight_sync": cfg.weight_sync, "placement": cfg.placement,
-                      **({"rollout_workers": cfg.rollout_workers} if cfg.placement == "ray" else {}),
-                      **({"trainer_ranks": cfg.trainer_ranks, "trainer_shard": cfg.trainer_shard}
-                         if cfg.trainer_ranks > 1 else {}),
-                      **({"async": True, "max_staleness": cfg.max_staleness} if cfg.async_ else {}),
+                      "steps": cfg.steps, "algorithm": cfg.algo.name, "reference": reference is not None,
+                      "weight_sync": cfg.scale.weight_sync, "placement": cfg.scale.placement,
+                      **({"rollout_workers": cfg.scale.rollout_workers} if cfg.scale.placement == "ray" else {}),
+                      **({"trainer_ranks": cfg.scale.trainer_ranks, "trainer_shard": cfg.scale.trainer_shard}
+                         if cfg.scale.trainer_ranks > 1 else {}),
+                      **({"async": True, "max_staleness": cfg.scale.max_staleness} if cfg.scale.async_ else {}),
                       **({"critic": algo_cfg.critic} if actor_critic is not None else {})})
-    heldout = task.items(cfg.eval_problems, "test", cfg.seed)
-    k = cfg.eval_samples
+    heldout = task.items(cfg.eval.problems, "test", cfg.seed)
+    k = cfg.eval.samples
     trace = Audit(r.dir, model, tok, cfg, r.rt)
     controller.on_batch = trace.on_batch
+
+    # the held-out scoring goes through the verifier pool too (a crashing verifier costs a sample, not the
+    # run), unless the trained reward is not the task's verifier (an RM, a leaky proxy)
+    eval_pool = controller.pool if controller.task is task and not hasattr(task, "heldout_task") else None
 
     def evaluate_fn(_model):
         ev = placement.eval_engine
@@ -121,17 +165,17 @@ def run(cfg: RLConfig, resume: bool = False) -> dict:
             res = evaluate_episodes(ev, tok, task, heldout, n=k, ks=(1, k), seed=cfg.seed, max_new_tokens=max_new)
         else:
             res = evaluate(ev.model, tok, getattr(task, "heldout_task", task), heldout, n=k, ks=(1, k),
-                           seed=cfg.seed, engine=ev, max_new_tokens=max_new)   # a leaky task: its true verifier
+                           seed=cfg.seed, engine=ev, max_new_tokens=max_new, pool=eval_pool)  # leaky: its true verifier
         res.pop("per_k")
         trace.flush()
         return res
 
     def get_state():
         critic = {"critic": actor_critic.critic_state_dict()} if actor_critic is not None else {}
-        return {"policy_version": placement.version, **critic}
+        return {"policy_version": placement.version, "older_versions": placement.older_versions(), **critic}
 
     def set_state(s):
-        placement.set_version(s.get("policy_version", 0))
+        placement.set_version(s.get("policy_version", 0), s.get("older_versions"))
         if actor_critic is not None and "critic" in s:
             actor_critic.load_critic_state_dict(s["critic"])
     state = (get_state, set_state)
@@ -141,13 +185,13 @@ def run(cfg: RLConfig, resume: bool = False) -> dict:
         step_fn = HackingMonitor(controller.step)
     try:
         summary = train_loop(r, model, tok, trainer, step_fn, evaluate=evaluate_fn, extra_state=state,
-                             eval_at_start=True, meta={"task": cfg.task.name, "algorithm": cfg.algorithm},
+                             eval_at_start=True, meta={"task": cfg.task.name, "algorithm": cfg.algo.name},
                              show=("reward/mean", "eval/pass@1", "kl/ref", "clip/frac"))
     finally:
         placement.close()
-        if cfg.trainer_ranks > 1:
+        if cfg.scale.trainer_ranks > 1:
             trainer.close()
-    write_summary(r.dir, read_metrics(r.dir), "async" if cfg.async_ else "colocated", n)   # throughput.json
+    write_summary(r.dir, read_metrics(r.dir), "async" if cfg.scale.async_ else "colocated", n)   # throughput.json
     if cfg.reward_model:                                  # RLHF: the proxy-vs-true curve beside the metrics
         from posttrain.preference.rlhf import write_curve
         print(f"over-optimisation curve: {r.dir / 'overoptimization.csv'}  turn: {write_curve(r.dir)}")
@@ -179,15 +223,15 @@ class Audit:
         self.rows: list[dict] = []
 
     def on_batch(self, step: int, samples, batch: dict) -> None:
-        if not eval_due(self.cfg, step) or self.cfg.save_samples <= 0:
+        if not eval_due(self.cfg, step) or self.cfg.eval.save_samples <= 0:
             return
         order = sorted(range(len(samples)), key=lambda i: -samples[i].reward)
-        top = order[: self.cfg.save_samples // 2]
+        top = order[: self.cfg.eval.save_samples // 2]
         rest = [i for i in range(len(samples)) if i not in top]
-        rest = random.Random(f"{self.cfg.seed}/{step}").sample(rest, min(len(rest), self.cfg.save_samples - len(top)))
+        rest = random.Random(f"{self.cfg.seed}/{step}").sample(rest, min(len(rest), self.cfg.eval.save_samples - len(top)))
         pick = top + rest
         with torch.no_grad(), self.rt.autocast():
-            trainer_lp, _ = sequence_logprobs(self.model, batch["input_ids"][pick], self.cfg.temperature)  # [n, T]
+            trainer_lp, _ = sequence_logprobs(self.model, batch["input_ids"][pick], self.cfg.rollout.temperature)  # [n, T]
         columns = {"behaviour_logprobs": batch["old_logprobs"][pick], "trainer_logprobs": trainer_lp,
                    "ref_logprobs": batch["ref_logprobs"][pick] if "ref_logprobs" in batch else None,
                    "advantages": batch["advantages"][pick]}
@@ -217,11 +261,11 @@ def demo(name: str, steps: int = 30, argv: list[str] | None = None) -> dict:
     import sys
 
     from posttrain.config import load_config
-    overrides = [f"algorithm={name}", f"steps={steps}", f"out=runs/demo_{name}", "overwrite=true",
+    overrides = [f"algo.name={name}", f"steps={steps}", f"out=runs/demo_{name}", "overwrite=true",
                  f"eval_every={max(steps // 3, 1)}", *(sys.argv[1:] if argv is None else argv)]
     cfg = load_config(RLConfig, "grpo_arith", overrides)
     summary = run(cfg)
     print(f"{name}: reward/mean {summary.get('reward/mean', 0):.3f}  "
-          f"held-out pass@1 {summary.get('eval/pass@1', 0):.3f}  pass@{cfg.eval_samples} "
-          f"{summary.get(f'eval/pass@{cfg.eval_samples}', 0):.3f}")
+          f"held-out pass@1 {summary.get('eval/pass@1', 0):.3f}  pass@{cfg.eval.samples} "
+          f"{summary.get(f'eval/pass@{cfg.eval.samples}', 0):.3f}")
     return summary

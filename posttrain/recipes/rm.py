@@ -29,11 +29,14 @@ from posttrain.config import OptimConfig, RunConfig
 from posttrain.eval import response_budget
 from posttrain.framework.loop import train_loop
 from posttrain.framework.trainer import Trainer
-from posttrain.preference.data import Pair, collate_pairs, corrupted_pairs, encode_pairs, load_jsonl, pairs_from_policy
+from posttrain.preference.data import (Pair, collate_pairs, corrupted_pairs, encode_pairs, fits_context, load_jsonl,
+                                      pairs_from_policy)
 from posttrain.preference.reward_model import (RewardModel, bradley_terry_loss, head_state, orm_loss,
                                                pair_metrics, save_head, score_pairs)
 from posttrain.recipes.common import EpochIndices, Run, batch_plan, init_model, print_plan, supervised_step
-from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
+from posttrain import tasks
+from posttrain.tasks.arithmetic import ArithmeticConfig
+from posttrain.tasks.base import TaskConfig
 
 OBJECTIVES = ("bt", "orm")
 
@@ -43,7 +46,7 @@ class RMConfig(RunConfig):
     steps: int = 600
     eval_every: int = 100
     init: str = ""                # SFT checkpoint or run dir for the trunk; "" = the default SFT(CoT) checkpoint (cached)
-    task: ArithmeticConfig = field(default_factory=ArithmeticConfig)
+    task: TaskConfig = field(default_factory=ArithmeticConfig)  # prompts for sampled pairs and evaluation
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(
         lr=3e-4, weight_decay=0.0, warmup_steps=10, schedule="cosine"))  # whole trunk trained; 1e-4 barely moves, 1e-3 stalls at ~0.63
     objective: str = "bt"         # bt: Bradley–Terry on pairs | orm: BCE on each response's verifier label
@@ -110,7 +113,7 @@ def sample_pairs(cfg: RMConfig, model, tok, task, n: int, split: str):
 def file_or_sampled(cfg: RMConfig, path: str, model, tok, task, n: int, split: str):
     """(pairs, stats) from a JSONL file when `path` is set, else sampled from the policy."""
     if path:
-        pairs, skipped = load_jsonl(path, cfg.on_bad)
+        pairs, skipped = load_jsonl(path, cfg.on_bad, fits_context(tok, model.config.max_seq_len))
         return pairs, {"source": path, "pairs": len(pairs), "skipped_rows": skipped}
     return sample_pairs(cfg, model, tok, task, n, split)
 
@@ -138,13 +141,13 @@ def rm_loss_fn(objective: str, margin_coef: float, center_coef: float):
     return loss_fn
 
 
-def run(cfg: RMConfig, resume: bool = False) -> dict:
+def run(cfg: RMConfig, resume: bool = False, task=None) -> dict:
     check(cfg)
+    task = task if task is not None else tasks.make(cfg.task)
     from posttrain.recipes.rl import default_init
+    r = Run(cfg, "rm", resume)                          # a bad --resume or out= fails before the default init
     init = cfg.init or default_init()
-    r = Run(cfg, "rm", resume)
     trunk, tok = init_model(cfg, init, r.rt.device)
-    task = ArithmeticTask(cfg.task)
     # Pairs are sampled from the init policy before any update (on resume: re-read from the run dir).
     pairs = cached_pairs(r, "pairs.jsonl", lambda: train_pairs(cfg, trunk, tok, task))
     if not pairs:
@@ -187,7 +190,7 @@ def run(cfg: RMConfig, resume: bool = False) -> dict:
     # train_loop saves the trunk as the checkpoint's model; the head travels in trainer.pt (resume)
     # and, at the end, as reward_head.safetensors beside model.safetensors.
     summary = train_loop(r, trunk, tok, trainer, step_fn, evaluate=evaluate_fn, eval_at_start=True,
-                         meta={"task": "arithmetic", "reward_model": True, "objective": cfg.objective},
+                         meta={"task": cfg.task.name, "reward_model": True, "objective": cfg.objective},
                          show=("loss", "rm/accuracy", "eval/rm_accuracy"),
                          extra_state=(lambda: {"reward_head": head_state(rm)},
                                       lambda s: rm.head.load_state_dict(s["reward_head"])))

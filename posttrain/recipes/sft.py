@@ -17,7 +17,8 @@ from posttrain.eval import evaluate, response_budget
 from posttrain.framework.trainer import Trainer
 from posttrain.framework.batch import collate
 from posttrain.framework.loop import train_loop
-from posttrain.recipes.common import EpochIndices, Run, batch_plan, init_model, lm_loss, print_plan, supervised_step
+from posttrain.recipes.common import (EpochIndices, Run, batch_plan, init_model, lm_loss, prepare_task, print_plan,
+                                      supervised_step)
 from posttrain import tasks
 
 
@@ -37,6 +38,9 @@ class SFTBatches:
 
 
 def examples(task, tok, n: int, seed: int, cot: bool):
+    """(prompt ids, response ids) of `n` train items (a dataset: each of its rows once, at most n)."""
+    if hasattr(task, "num_rows"):
+        n = min(n, task.num_rows("train"))
     items = task.items(n, "train", seed)
     prompts = [tok.encode(tok.chat_prompt(task.prompt(it))) for it in items]
     responses = [tok.encode(tok.chat_response(it.target(cot))) for it in items]
@@ -58,14 +62,15 @@ def rejection_examples(cfg: SFTConfig, model, tok, task, run_dir):
     return prompts, responses
 
 
-def run(cfg: SFTConfig, resume: bool = False) -> dict:
+def run(cfg: SFTConfig, resume: bool = False, task=None) -> dict:
     if cfg.data not in ("gold", "rejection"):
         raise UsageError(f"data={cfg.data!r} is unknown; use gold or rejection")
     if cfg.data == "rejection" and not cfg.init:
         raise UsageError("data=rejection samples from the model being tuned: give init=RUN_OR_CHECKPOINT")
+    task = task if task is not None else tasks.make(cfg.task)
     r = Run(cfg, "sft", resume)
-    model, tok = init_model(cfg, cfg.init, r.rt.device)
-    task = tasks.make(cfg.task)
+    model, tok = init_model(cfg, cfg.init, r.rt.device, task)
+    prepare_task(task, tok, model, response_budget(task, task.items(50, "train", cfg.seed)), r.dir, "sft")
     if cfg.data == "rejection":
         prompts, responses = rejection_examples(cfg, model, tok, task, r.dir)
     else:
@@ -100,7 +105,7 @@ def run(cfg: SFTConfig, resume: bool = False) -> dict:
 
     summary = train_loop(r, model, tok, trainer, step_fn, evaluate=evaluate_fn, until=reached,
                          meta={"task": cfg.task.name, "cot": cfg.cot}, show=("loss", "eval/greedy_acc"))
-    table = {k: v for k, v in summary.items() if k.startswith("eval/greedy_acc_k")}
+    table = {k: v for k, v in summary.items() if k.startswith("eval/greedy_acc_k") and k != "eval/greedy_acc_k0"}
     if table:
         print("held-out greedy accuracy by K: " + "  ".join(f"K={k.rsplit('k', 1)[1]}: {v:.3f}" for k, v in table.items()))
     return summary

@@ -1,12 +1,20 @@
 """Tasks: prompts, gold answers and verifiers (reward functions). See tasks/base.py.
 
 The registry: `task.name` in a stage config picks the task class and its config dataclass.
-Modules are imported when a task is used (reasoning-gym is only needed for its adapter).
+Built-in modules are imported when a task is used (reasoning-gym is only needed for its adapter).
+Beyond the built-in names, `task.name` may be
+
+  FILE.py:Class or module:Class   your own Task class (items, prompt, reward; or make_env for
+                                  multi-turn episodes) with its own keys in a nested `Config`
+                                  dataclass deriving from tasks.base.TaskConfig;
+  an entry-point name             an installed package's `posttrain.tasks` entry point
+                                  (`[project.entry-points."posttrain.tasks"] mytask = "pkg.mod:MyTask"`).
 """
 
 from __future__ import annotations
 
 import importlib
+from importlib.metadata import entry_points
 
 # name -> (module, task class, config class)
 TASKS = {
@@ -15,15 +23,48 @@ TASKS = {
     "tool_arith": ("posttrain.tasks.tools", "ToolArithmeticTask", "ToolArithmeticConfig"),
     "reasoning_gym": ("posttrain.tasks.reasoning_gym", "ReasoningGymTask", "ReasoningGymConfig"),
     "leaky_arith": ("posttrain.tasks.leaky", "LeakyArithmeticTask", "LeakyArithmeticConfig"),
+    "dataset": ("posttrain.tasks.dataset", "DatasetTask", "DatasetConfig"),
+    "code": ("posttrain.tasks.code", "CodeTask", "CodeConfig"),
 }
+GROUP = "posttrain.tasks"
+
+
+def _user_class(name: str):
+    """A Task class named FILE.py:Class, module:Class, or by an installed entry point."""
+    from posttrain import UsageError
+    from posttrain.tasks.rewards import load_callable
+    if ":" in name:
+        cls = load_callable(name, "task.name")
+    else:
+        found = [ep for ep in entry_points(group=GROUP) if ep.name == name]
+        if not found:
+            installed = sorted(ep.name for ep in entry_points(group=GROUP))
+            raise UsageError(f"task.name={name!r} is unknown; use one of {', '.join([*TASKS, *installed])}, "
+                             "or your own class as FILE.py:Class or module:Class")
+        cls = found[0].load()
+    if not isinstance(cls, type) or not (hasattr(cls, "make_env") or hasattr(cls, "reward")) or \
+            not (hasattr(cls, "items") and hasattr(cls, "prompt")):
+        raise UsageError(f"task.name={name!r} is not a Task class: it needs items(n, split, seed), prompt(item), and "
+                         "reward(item, response) or make_env(item) (tasks/base.py)")
+    return cls
 
 
 def _lookup(name: str, which: int):
-    if name not in TASKS:
-        from posttrain import UsageError
-        raise UsageError(f"task.name={name!r} is unknown; use one of {', '.join(TASKS)}")
-    module, task_cls, cfg_cls = TASKS[name]
-    return getattr(importlib.import_module(module), (task_cls, cfg_cls)[which])
+    if name in TASKS:
+        module, task_cls, cfg_cls = TASKS[name]
+        return getattr(importlib.import_module(module), (task_cls, cfg_cls)[which])
+    cls = _user_class(name)
+    if which == 0:
+        return cls
+    from posttrain import UsageError
+    from posttrain.tasks.base import TaskConfig
+    cfg = getattr(cls, "Config", None)
+    if cfg is None:                                    # a task without keys of its own
+        return TaskConfig
+    if not (isinstance(cfg, type) and issubclass(cfg, TaskConfig)):
+        raise UsageError(f"task.name={name!r}: {cls.__name__}.Config must be a dataclass deriving from "
+                         "posttrain.tasks.base.TaskConfig")
+    return cfg
 
 
 def config_class(name: str):
@@ -31,6 +72,7 @@ def config_class(name: str):
     return _lookup(name, 1)
 
 
-def make(config):
-    """The task a `task:` config section describes."""
-    return _lookup(config.name, 0)(config)
+def make(config, **kw):
+    """The task a `task:` config section describes (`kw`: Python objects the API hands over, such
+    as a dataset's reward functions)."""
+    return _lookup(config.name, 0)(config, **kw)

@@ -16,6 +16,9 @@ one kept as a component so it is logged as `reward/<name>`.
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import numbers
 import random
 import zlib
 from dataclasses import dataclass, field
@@ -28,13 +31,28 @@ class RewardResult:
     components: dict[str, float] = field(default_factory=dict)
     error: str | None = None
     reason: str | None = None    # why the reward is below 1 (e.g. the sandbox's verdict); not an error
+    correct: float | None = None  # 1/0 when the task knows whether the answer is right (eval), None = it cannot say
+
+
+def correctness(result: RewardResult) -> float | None:
+    """Whether a scored response is correct, for evaluation (pass@k, greedy accuracy, maj@k) — not
+    its reward: a format bonus must not count as a solved problem. The result's own `correct`,
+    else its "correct" component (the built-in tasks), else reward ≥ 1 (tasks scored 0/1)."""
+    if result.error is not None:
+        return 0.0
+    if result.correct is not None:
+        return float(result.correct)
+    if "correct" in result.components:
+        return float(result.components["correct"] >= 1.0)
+    return float(result.reward >= 1.0)
 
 
 @dataclass
 class TaskConfig:
     """The `task:` section of a stage config; `name` picks the task (tasks/__init__.py), the
     other keys are that task's own config dataclass, a subclass of this one."""
-    name: str = "arithmetic"      # arithmetic | countdown | tool_arith | reasoning_gym | leaky_arith
+    name: str = "arithmetic"      # arithmetic | countdown | tool_arith | reasoning_gym | leaky_arith | dataset | code,
+                                  # or your own class: FILE.py:Class / module:Class (or an installed entry point)
 
 
 class Task(Protocol):
@@ -115,28 +133,69 @@ class LineCorpus:
         return corpus_lines(self, self.corpus_line, 8000, "test", seed)
 
 
-def safe_reward(task: Task, item: Any, response: str) -> RewardResult:
-    """Call the verifier; an exception or a non-finite/non-numeric reward becomes 0 with a reason."""
+REWARD_BOUND = 1e6   # default |reward| accepted (RLConfig.reward_bound); beyond it a verifier is broken, not generous
+
+
+def validate_reward(value, bound: float = REWARD_BOUND, what: str = "reward") -> tuple[float, str | None]:
+    """`(float(value), None)` for a usable reward, else `(0.0, why)`: the one check every verifier
+    output passes (reward and each component), in-process and in pool workers alike.
+
+    Usable: a real number (bool, int, float, numpy scalar, a 0-d tensor) that converts to a
+    finite float with |r| ≤ bound. Refused: non-numbers (a string is not parsed), an int too
+    large for a float (10**400), NaN, ±inf and huge values (±1e308 would make reward/mean
+    infinite and pass every `reward >= 1` test)."""
+    v = value
+    if not isinstance(v, numbers.Real) and hasattr(v, "item") and getattr(v, "ndim", 1) == 0:
+        v = v.item()                                   # numpy bool_, a 0-d array or tensor
+    if not isinstance(v, numbers.Real):
+        return 0.0, f"{what} {value!r} ({type(value).__name__}), not a number"
     try:
-        result = task.reward(item, response)
+        r = float(v)
+    except OverflowError:
+        return 0.0, f"{what} {str(value)[:12]}... ({len(str(value))} digits), too large for a float"
+    if not math.isfinite(r):
+        return 0.0, f"a non-finite {what} {r!r}"
+    if abs(r) > bound:
+        return 0.0, f"{what} {r:.3g}, beyond reward_bound={bound:g} (raise verifier.reward_bound if it is meant)"
+    return r, None
+
+
+def safe_reward(task: Task, item: Any, response: str, ids=None) -> RewardResult:
+    """Call the verifier; an exception or an unusable reward or component (validate_reward)
+    becomes 0 with the reason. The bound is `task.reward_bound` when the RL recipe set it.
+    A task with `wants_ids` also gets the sampled token ids (TRL reward functions read them)."""
+    try:
+        result = task.reward(item, response, ids) if getattr(task, "wants_ids", False) else task.reward(item, response)
     except Exception as e:  # a verifier bug must never kill a step; it is counted instead
         return RewardResult(0.0, error=f"{type(e).__name__}: {e}")
+    return checked(task, result)
+
+
+def checked(task: Task, result) -> RewardResult:
+    """A verifier's result after the one validation every path applies (validate_reward on the
+    reward and each component, the bound `task.reward_bound`); 0 with the reason otherwise."""
     if not isinstance(result, RewardResult):
         return RewardResult(0.0, error=f"verifier returned {type(result).__name__}, not RewardResult")
-    r = result.reward
-    if not isinstance(r, (int, float)):
-        return RewardResult(0.0, error=f"verifier returned reward {r!r} ({type(r).__name__}), not a number")
-    if r != r or r in (float("inf"), float("-inf")):
-        return RewardResult(0.0, error=f"verifier returned a non-finite reward {r!r}")
-    return result
+    bound = getattr(task, "reward_bound", REWARD_BOUND)
+    reward, why = validate_reward(result.reward, bound)
+    if why is None and not isinstance(result.components, dict):
+        why = f"components {type(result.components).__name__}, not a dict"
+    components = {}
+    for name, value in (result.components.items() if why is None else ()):
+        components[name], why = validate_reward(value, bound, f"component {name!r} =")
+        if why is not None:
+            break
+    if why is not None:
+        return RewardResult(0.0, error=f"verifier returned {why}")
+    return dataclasses.replace(result, reward=reward, components=components)
 
 
 def mean_reward(results: Sequence[RewardResult]) -> float:
     return sum(r.reward for r in results) / max(len(results), 1)
 
 
-def score_samples(task: Task, samples, pool=None) -> dict:
-    """Fill `reward`, `reward_components` and `reward_error` of every sample; return metrics.
+def score_results(task: Task, samples, pool=None, step: int | None = None) -> tuple[list[RewardResult], dict]:
+    """A RewardResult per sample, and the pool's counts.
 
     A verifier error scores 0 and is counted (`reward/errors`); a sample whose generation
     failed (`finish_reason == "error"`) is scored 0 without calling the verifier. With a
@@ -150,36 +209,50 @@ def score_samples(task: Task, samples, pool=None) -> dict:
     todo = [i for i, s in enumerate(samples) if not getattr(s, "scored", False) and s.finish_reason != "error"]
     metrics = {"reward/timeouts": 0.0}
     if pool is not None:
-        scored, stats = pool.score([(samples[i].item, samples[i].text) for i in todo])
+        scored, stats = pool.score([(samples[i].item, samples[i].text, samples[i].response_ids)
+                                    if getattr(task, "wants_ids", False) else (samples[i].item, samples[i].text)
+                                    for i in todo])
         metrics = {"reward/timeouts": float(stats["timeouts"]), "reward/workers_replaced": float(stats["replaced"]),
                    **{f"reward/{k}": v for k, v in stats.items() if k.startswith("latency")}}
     else:                # in-process: its time is time/reward_s (latency keys would break the exact-resume test)
-        scored = _batch_rewards(task, [samples[i] for i in todo])
+        scored = _batch_rewards(task, [samples[i] for i in todo], step)
         if scored is None:
-            scored = [safe_reward(task, samples[i].item, samples[i].text) for i in todo]
+            scored = [safe_reward(task, samples[i].item, samples[i].text, getattr(samples[i], "response_ids", None))
+                      for i in todo]
     for i, res in zip(todo, scored):
         results[i] = res
+    return results, metrics
+
+
+def score_samples(task: Task, samples, pool=None, step: int | None = None) -> dict:
+    """Score every sample (score_results), fill its `reward`, `reward_components` and
+    `reward_error`, and return the step's reward metrics."""
+    results, metrics = score_results(task, samples, pool, step)
     errors, comps = 0, {}
     for s, res in zip(samples, results):
         s.reward, s.reward_components, s.reward_error = float(res.reward), res.components, res.error
         errors += res.error is not None
         for k, v in res.components.items():
             comps.setdefault(k, []).append(v)
-    n = max(len(samples), 1)
-    return {"reward/errors": float(errors) - metrics["reward/timeouts"], **metrics,
-            **{f"reward/{k}": sum(v) / n for k, v in comps.items()}}
+    logged = {f"reward/{k}": v for k, v in getattr(task, "logged", {}).items()}   # TRL's log_metric
+    return {"reward/errors": float(errors) - metrics["reward/timeouts"], **metrics, **logged,
+            # a component's mean over the samples it scored (a TRL function's None leaves a sample out),
+            # a failed sample counting 0 in every component
+            **{f"reward/{k}": sum(v) / (len(v) + errors) for k, v in comps.items()}}
 
 
-def _batch_rewards(task, samples) -> list | None:
-    """`task.reward_batch` over the samples (a reward model scores many in one forward), or None
-    when the task has none or it fails; the caller then scores one by one (errors counted)."""
+def _batch_rewards(task, samples, step=None) -> list | None:
+    """`task.reward_batch` over the samples (a reward model scores many in one forward; a dataset's
+    reward functions take the whole batch), or None when the task has none or it fails; the caller
+    then scores one by one (errors counted)."""
     fn = getattr(task, "reward_batch", None)
     if fn is None:
         return None
+    extra = {"ids": [s.response_ids for s in samples], "step": step} if getattr(task, "wants_ids", False) else {}
     try:
-        results = fn([s.item for s in samples], [s.text for s in samples])
+        results = fn([s.item for s in samples], [s.text for s in samples], **extra)
     except Exception:  # counted per sample by the one-by-one fallback
         return None
     if len(results) != len(samples) or not all(isinstance(r, RewardResult) for r in results):
         return None
-    return results
+    return [r if r.error is not None else checked(task, r) for r in results]

@@ -26,8 +26,8 @@ import re
 import zlib
 from dataclasses import dataclass
 
-from posttrain.tasks.base import RewardResult
-from posttrain.tasks.sandbox import run_python
+from posttrain.tasks.base import RewardResult, TaskConfig
+from posttrain.tasks.sandbox import backend, run_python
 
 MARK = "__POSTTRAIN_RESULT__"
 HARNESS = """import json, os
@@ -54,6 +54,21 @@ def _word(r):
     return "".join(r.choice("abcdeiou rst") for _ in range(r.randint(1, 12))).strip() or "a"
 
 
+def _with_repeated_max(r):
+    """Distinct values in a shuffled order, the largest twice: a second largest that is the
+    largest again, or a fixed number, is wrong."""
+    xs = r.sample(range(-30, 30), r.randint(2, 6))
+    xs.append(max(xs))
+    r.shuffle(xs)
+    return xs
+
+
+def _clamp_args(r):
+    """Bounds that move: a clamp that ignores lo or hi, or pins them to constants, is wrong."""
+    lo = r.randint(-20, 10)
+    return [r.randint(-30, 30), lo, lo + r.randint(0, 20)]
+
+
 # name, args, description, reference solution (body after the def line), input generator
 FAMILIES = [
     *[(f"add_{k}", "x", f"returns x plus {k}", f"return x + {k}", lambda r: [r.randint(-50, 50)]) for k in (3, 7, 12)],
@@ -69,7 +84,7 @@ FAMILIES = [
     ("max_of_list", "xs", "returns the largest number in the non-empty list xs", "return max(xs)",
      lambda r: [_ints(-99, 99)(r)]),
     ("second_largest", "xs", "returns the second largest distinct value in xs (which has at least two)",
-     "return sorted(set(xs))[-2]", lambda r: [_ints(0, 9)(r) + [10, 11]]),
+     "return sorted(set(xs))[-2]", lambda r: [_with_repeated_max(r)]),
     ("factorial", "n", "returns n! for a non-negative integer n", "import math\n    return math.factorial(n)",
      lambda r: [r.randint(0, 12)]),
     ("fibonacci", "n", "returns the n-th Fibonacci number, with fibonacci(0) = 0 and fibonacci(1) = 1",
@@ -97,7 +112,7 @@ FAMILIES = [
     ("celsius_to_fahrenheit", "c", "converts c degrees celsius to fahrenheit (c times 9, divided by 5, plus 32)",
      "return c * 9 / 5 + 32", lambda r: [r.randint(-40, 100)]),
     ("clamp", "x, lo, hi", "returns x limited to the range [lo, hi]", "return max(lo, min(x, hi))",
-     lambda r: [r.randint(-20, 20), -5, 5]),
+     lambda r: _clamp_args(r)),
     ("count_char", "s, c", "returns how many times the character c occurs in s", "return s.count(c)",
      lambda r: [_word(r), r.choice("aeirst")]),
     ("flatten", "xss", "returns the concatenation of the lists in xss", "return [x for xs in xss for x in xs]",
@@ -144,12 +159,16 @@ class CodeProblem:
 
 
 @dataclass
-class CodeConfig:
+class CodeConfig(TaskConfig):
     name: str = "code"            # the task registry's key (`task.name=code`)
     tests_per_problem: int = 8    # hidden test inputs per problem
     heldout_frac: float = 0.2     # share of problems (by name) reserved for evaluation
     timeout_s: float = 5.0        # wall clock per candidate (all its tests together)
-    memory_mb: int = 256          # address space of the candidate
+    memory_mb: int = 256          # address space of each candidate process, and of all of them (memory cgroup)
+    # Candidates run under bubblewrap (Debian `bubblewrap`); without it the task refuses to start.
+    # true: run them without it (rlimits and a temp dir only: a candidate can read your files,
+    # the reference solutions included, and reach the network). Never on a shared machine.
+    unsafe_local_sandbox: bool = False
 
 
 def build_problem(family, n_tests: int) -> CodeProblem:
@@ -205,6 +224,7 @@ class CodeTask:
         if c.tests_per_problem < 1 or not 0 < c.heldout_frac < 1 or c.timeout_s <= 0:
             from posttrain import UsageError
             raise UsageError("code task: need tests_per_problem >= 1, 0 < heldout_frac < 1 and timeout_s > 0")
+        backend(c.unsafe_local_sandbox)              # no bubblewrap: one line naming the package, before any work
         self.problems = [build_problem(f, c.tests_per_problem) for f in FAMILIES]
         held = lambda p: zlib.crc32(p.name.encode()) % 1000 < c.heldout_frac * 1000  # noqa: E731
         self.splits = {"train": [p for p in self.problems if not held(p)],
@@ -225,7 +245,8 @@ class CodeTask:
     def reward(self, item: CodeProblem, response: str) -> RewardResult:
         c = self.config
         r = run_python(HARNESS.replace("FUNC", repr(item.name)), timeout_s=c.timeout_s, memory_mb=c.memory_mb,
-                       files={"candidate.py": extract_code(response), "inputs.json": json.dumps(item.inputs)})
+                       files={"candidate.py": extract_code(response), "inputs.json": json.dumps(item.inputs)},
+                       unsafe_local=c.unsafe_local_sandbox)
         got = results(r.stdout, len(item.inputs))
         ok = [g is not None and same(g, e) for g, e in zip(got, item.expected)]
         passed, total = sum(ok), len(ok)

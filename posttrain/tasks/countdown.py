@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from posttrain.models.tokenizer import EOT, THINK_CLOSE
+from posttrain.chat import EOT, THINK_CLOSE
 from posttrain.tasks.base import LineCorpus, RewardResult, TaskConfig, compose, split_draws
 from posttrain.tasks.tools import ToolError, safe_eval
 

@@ -22,7 +22,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from posttrain.models.tokenizer import DEFAULT_CHARS, EOT, SPECIALS, THINK_CLOSE
+from posttrain.chat import DEFAULT_CHARS, EOT, SPECIALS, THINK_CLOSE
 from posttrain.tasks.base import LineCorpus, RewardResult, TaskConfig, in_heldout
 
 TEXT_CHARS = set(DEFAULT_CHARS) - set(SPECIALS)

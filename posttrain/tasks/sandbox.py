@@ -1,34 +1,38 @@
-"""A sandbox for untrusted Python (candidate programs, tool calls): one subprocess per run.
+"""A sandbox for untrusted Python (candidate programs, tool calls), built on bubblewrap.
 
     run_python(code, stdin="", timeout_s=5.0, memory_mb=256) -> SandboxResult
 
-What a run gets, and what it cannot do (the verifier is the attack surface, so every
-limit is enforced by the kernel, not by the program's good will):
+The verifier is the attack surface, so every limit is enforced by the kernel, not by the
+program's good will. A run is `python -I -S main.py` (isolated mode, no site-packages:
+the standard library only) inside bubblewrap (Debian `bubblewrap`; the layout and the
+seccomp filter are in sandbox_bwrap.py):
 
-  interpreter   `python -I -S main.py`: isolated mode (no PYTHON* variables, no user site,
-                script dir not on sys.path), no site-packages: the standard library only
-  filesystem    a fresh temp dir as cwd, HOME and TMPDIR; with namespaces, it and /tmp,
-                /var/tmp, /dev/shm, /run/lock are private tmpfs mounts of max_file_mb each
-                (disk use is capped; what the program writes vanishes with it); our source
-                checkout (reference solutions) is hidden under an empty read-only tmpfs;
-                as another uid, nothing of ours is writable
-  environment   cleared: PATH, LANG, HOME, TMPDIR only (no secret of the parent leaks)
+  namespaces    new PID, IPC, network, mount, UTS, cgroup and user namespaces: it sees only
+                its own processes, System V / POSIX IPC objects die with it, it has no
+                network, it cannot create user namespaces of its own
+  filesystem    read-only system paths; our package, its install dir and our checkout are
+                hidden (wheel or checkout alike); a private tmpfs work dir (cwd, HOME: the
+                given files), /tmp, /var/tmp and /dev/shm of `max_file_mb` each
+  privileges    as root, a fresh unprivileged uid per run (the process cap counts only its
+                own processes; it can signal nothing of ours); no capabilities; no_new_privs;
+                seccomp: no kernel keyrings, no socket but AF_UNIX, no ptrace/bpf/io_uring
+  environment   cleared: PATH, LANG, HOME, TMPDIR (and PWD) only: no secret of the parent leaks
   time          a wall-clock deadline, and RLIMIT_CPU as a second wall
-  memory        RLIMIT_AS per process;  RLIMIT_FSIZE per file;  captured output capped
-  processes     RLIMIT_NPROC; as root the program runs under a fresh unprivileged uid, so
-                the limit counts only its own processes (a fork bomb stops at the cap) and
-                it may not signal the parent
-  network       a new network namespace (no interfaces but a down loopback): connect()
-                fails; `isolation()` says which mechanisms are in force, verified once
-  cleanup       its own session; at the end the session is SIGKILLed, and (as root) every
-                process of its uid, until none is left
+  memory        RLIMIT_AS per process, plus a memory cgroup for all of them together
+                (socket buffers, tmpfs and memfd pages included) where the kernel lets us
+                make one (sandbox_cgroup.py); without it sockets are refused (their buffers
+                would escape every rlimit), and memfd / System V memory is bounded only
+                per file (RLIMIT_FSIZE) x descriptors (RLIMIT_NOFILE) x processes: the
+                result's `memory_cap` says which; captured output capped
+  lifetime      its own session; --die-with-parent: if the process that called run_python
+                dies (a verifier pool worker killed at its deadline), the kernel kills the
+                whole PID namespace; at the end we SIGKILL it and sweep its uid, namespace
+                and cgroup until nothing is left
 
-The setup runs in a first stage, `sandbox_boot.py`, exec'd as a fresh interpreter that
-enters the namespaces, sets the limits, drops the uid and then execs the program in place
-(same pid, same session). Which of these the OS allows is probed once (`isolation()`):
-mode "root" (euid 0: user, network and mount isolation), "userns" (unprivileged user
-namespaces: network and mount isolation, same uid: killing the parent is not prevented),
-"plain" (rlimits only; the work dir is on disk).
+Without bwrap on PATH, `run_python` refuses (UsageError naming the package) unless the
+caller opts into the unsafe local mode (`unsafe_local=True`, the code task's
+`task.unsafe_local_sandbox`): rlimits, a fresh uid as root, a temp dir and a cleared
+environment only; the program can read our files and reach the network.
 """
 
 from __future__ import annotations
@@ -47,19 +51,21 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-PRIVATE_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")   # world-writable places on a usual Linux
+from posttrain.tasks import sandbox_bwrap, sandbox_cgroup
+
 UID_RANGE = (1_000_000, 2_000_000_000)                          # fresh uids: no user owns a file there
-_BOOT = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_boot.py")).read()
-_CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-# our source checkout holds the reference solutions: a candidate must not read them
-HIDDEN_DIRS = (_CHECKOUT,) if os.path.exists(os.path.join(_CHECKOUT, "pyproject.toml")) else ()
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_boot.py")) as _f:
+    _BOOT = _f.read()
+NO_BWRAP = ("running untrusted code needs bubblewrap: install the Debian package `bubblewrap` "
+            "(apt-get install bubblewrap), or set task.unsafe_local_sandbox=true to run it unisolated")
 
 
 @dataclass
 class Limits:
     timeout_s: float = 5.0          # wall clock for the whole run
-    memory_mb: int = 256            # address space per process (RLIMIT_AS)
+    memory_mb: int = 256            # address space per process (RLIMIT_AS); all processes together (cgroup)
     max_procs: int = 16             # processes/threads of the sandbox uid (RLIMIT_NPROC)
+    max_open_files: int = 32        # descriptors per process (RLIMIT_NOFILE); bounds socket buffers too
     max_file_mb: int = 16           # largest file it may write (RLIMIT_FSIZE), and each private tmpfs
     max_output_bytes: int = 1 << 16  # stdout + stderr captured; more kills the run
 
@@ -72,8 +78,10 @@ class SandboxResult:
     timed_out: bool
     reason: str | None              # None = ran to exit code 0; else why not (one line)
     wall_s: float
-    pid: int = 0                    # the program's pid (= its session id): for leftover checks
-    uid: int | None = None          # the uid it ran as (mode "root")
+    pid: int = 0                    # the first process (bwrap; the program in the unsafe mode), a session leader
+    uid: int | None = None          # the uid it ran as (fresh per run as root)
+    pidns: int | None = None        # inode of its PID namespace, while it ran: every process it started
+    memory_cap: str = ""            # "cgroup v1" | "cgroup v2" | "rlimit only (why no cgroup)"
 
     @property
     def ok(self) -> bool:
@@ -81,21 +89,36 @@ class SandboxResult:
 
 
 def run_python(code: str, stdin: str = "", timeout_s: float = 5.0, memory_mb: int = 256,
-               files: dict[str, str] | None = None, limits: Limits | None = None) -> SandboxResult:
+               files: dict[str, str] | None = None, limits: Limits | None = None,
+               unsafe_local: bool = False) -> SandboxResult:
     """Run `code` as a script in a fresh sandbox; `files` are written next to it first."""
     lim = limits or Limits(timeout_s=timeout_s, memory_mb=memory_mb)
-    return _run(_mode(), code, stdin, files or {}, lim)
+    return _run(backend(unsafe_local), code, stdin, files or {}, lim)
 
 
-def isolation() -> dict:
-    """What is in force here: {"mode", "user", "network", "filesystem", "python", "passed_over"};
-    the network entry is "netns" only after a connect() from inside was seen to fail, and
-    `passed_over` says why a stronger mode failed to start."""
-    mode = _mode()
-    return {"mode": mode, "user": "uid" if mode == "root" else "none",
-            "network": "netns" if mode != "plain" and network_blocked() else "none",
-            "filesystem": "private-tmp" if mode != "plain" else "none", "python": _python(),
-            "passed_over": dict(_MODE_ERRORS)}
+def backend(unsafe_local: bool = False) -> str:
+    """"bwrap" where bubblewrap works; "unsafe-local" where it does not and the caller opted
+    in; otherwise a UsageError (one line) that names the package."""
+    bwrap = shutil.which("bwrap")
+    why = _bwrap_fails(bwrap) if bwrap else NO_BWRAP
+    if why is None:
+        return "bwrap"
+    if unsafe_local:
+        return "unsafe-local"
+    from posttrain import UsageError
+    raise UsageError(why)
+
+
+def isolation(unsafe_local: bool = False) -> dict:
+    """What is in force here; the network entry is "netns" only after a connect() from inside
+    was seen to fail."""
+    b = backend(unsafe_local)
+    boxed = b == "bwrap"
+    return {"backend": b, "user": "uid" if os.geteuid() == 0 else "same",
+            "network": "netns" if boxed and network_blocked() else "none",
+            "filesystem": "private" if boxed else "none", "pid": "pidns" if boxed else "session",
+            "seccomp": os.uname().machine if boxed and sandbox_bwrap.seccomp_filter() else "none",
+            "memory": _memory_cap(), "python": _python()}
 
 
 @functools.lru_cache(maxsize=1)
@@ -132,18 +155,27 @@ def _world_executable(path: str) -> bool:
         return False
 
 
-_MODE_ERRORS: dict[str, str] = {}                # why a stronger mode was passed over (isolation() shows it)
+_SIGNALS = {s.value for s in signal.Signals}
+_CGROUP_OFF: dict[str, str] = {}            # why the memory cgroup was given up after a failed start
 
 
-@functools.lru_cache(maxsize=1)
-def _mode() -> str:
-    """The strongest mode whose setup succeeds here (probed once with a trivial program)."""
-    for mode in (["root"] if os.geteuid() == 0 else []) + ["userns", "plain"]:
-        r = _run(mode, "print('ok')", "", {}, Limits(timeout_s=10.0))
-        if r.stdout.strip() == "ok":
-            return mode
-        _MODE_ERRORS[mode] = r.reason or "no output"
-    return "plain"
+def _memory_cap() -> str:
+    parent, version, why = sandbox_cgroup.probe()
+    why = _CGROUP_OFF.get("why", why)
+    return f"cgroup {version}" if parent and not _CGROUP_OFF else f"rlimit only ({why})"
+
+
+@functools.lru_cache(maxsize=2)
+def _bwrap_fails(bwrap: str) -> str | None:
+    """None when a trivial program runs under bwrap (with the memory cgroup, else without it),
+    or why it does not."""
+    r = _run("bwrap", "print('ok')", "", {}, Limits(timeout_s=30.0))
+    if r.stdout.strip() != "ok" and r.memory_cap.startswith("cgroup"):
+        _CGROUP_OFF["why"] = f"a run in it failed: {r.reason}"
+        r = _run("bwrap", "print('ok')", "", {}, Limits(timeout_s=30.0))
+    if r.stdout.strip() == "ok":
+        return None
+    return f"bubblewrap ({bwrap}) cannot create a sandbox here: {r.reason}"
 
 
 def _user_tasks(uid: int) -> int:
@@ -172,6 +204,13 @@ def _stat(pid: int) -> tuple[str, int, int] | None:
         return None
 
 
+def _pidns(pid: int | str) -> int | None:
+    try:
+        return int(os.readlink(f"/proc/{pid}/ns/pid").split("[")[1].rstrip("]"))
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def descendants(pid: int) -> list[int]:
     """Live (non-zombie) descendants of `pid`, children first."""
     stats = {p: st for p in _pids() if (st := _stat(p)) is not None}
@@ -183,78 +222,126 @@ def descendants(pid: int) -> list[int]:
     return [p for p in found if stats[p][0] != "Z"]
 
 
-def leftovers(pid: int, uid: int | None) -> list[int]:
-    """Live (non-zombie) processes still in the run's session, or of its uid."""
+def leftovers(r: SandboxResult) -> list[int]:
+    """Live (non-zombie) processes of a run: in its session, of its uid or in its PID namespace."""
+    return _leftovers(r.pid, r.uid, r.pidns)
+
+
+def _leftovers(session: int, uid: int | None, pidns: int | None) -> list[int]:
     out = []
     for p in _pids():
         st = _stat(p)
+        if st is None or st[0] == "Z" or p == os.getpid():
+            continue
         try:
-            if st and st[0] != "Z" and (st[2] == pid or (uid is not None and os.stat(f"/proc/{p}").st_uid == uid)):
+            if st[2] == session or (uid is not None and os.stat(f"/proc/{p}").st_uid == uid) or \
+                    (pidns is not None and _pidns(p) == pidns):
                 out.append(p)
         except OSError:
             pass
     return out
 
 
-def _kill_all(proc: subprocess.Popen, uid: int | None) -> None:
-    """SIGKILL the session and (as root) every process of the uid, until none is left."""
-    for _ in range(200):
+def _run_pidns(pid: int) -> int | None:
+    """The PID namespace bwrap made (its child is that namespace's init), if it is still up."""
+    ours = _pidns("self")
+    for kid in descendants(pid):
+        ns = _pidns(kid)
+        if ns is not None and ns != ours:
+            return ns
+    return None
+
+
+def _kill_all(proc: subprocess.Popen, uid: int | None, cg) -> int | None:
+    """SIGKILL the session, the PID namespace, (as root) every process of the uid and the
+    cgroup, until none is left; returns the namespace's inode."""
+    pidns = _run_pidns(proc.pid)
+
+    def alive() -> list[int]:
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
+            os.killpg(proc.pid, signal.SIGKILL)     # bwrap's death kills its namespace (--die-with-parent)
         except (ProcessLookupError, PermissionError):
             pass
-        left = [p for p in leftovers(proc.pid, uid) if p != os.getpid()]
-        if not left:
-            break
-        for p in left:
-            try:
-                os.kill(p, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        time.sleep(0.005)
+        return _leftovers(proc.pid, uid, pidns) + (cg.procs() if cg else [])
+
+    sandbox_cgroup.kill_until_gone(alive)
     proc.wait()
+    return pidns
+
+
+def _memfd(data: str | bytes) -> int:
+    fd = os.memfd_create("posttrain-sandbox")
+    os.write(fd, data.encode() if isinstance(data, str) else data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
 
 
 def _run(mode: str, code: str, stdin: str, files: dict, lim: Limits) -> SandboxResult:
-    workdir = tempfile.mkdtemp(prefix="posttrain-sbx-")
-    uid = secrets.randbelow(UID_RANGE[1] - UID_RANGE[0]) + UID_RANGE[0] if mode == "root" else None
+    contents = {**files, "main.py": code}
+    if any(os.path.basename(n) != n or n.startswith(".") for n in contents):
+        raise ValueError(f"sandbox file names must be plain names: {sorted(contents)}")
+    uid = secrets.randbelow(UID_RANGE[1] - UID_RANGE[0]) + UID_RANGE[0] if os.geteuid() == 0 else None
+    parent, version, _ = sandbox_cgroup.probe()
+    cg = sandbox_cgroup.Cgroup(parent, version, lim.memory_mb << 20) if parent and not _CGROUP_OFF else None
+    python, fds, workdir = _python(), [], None
     try:
-        for name, text in {**files, "main.py": code, "stdin.txt": stdin}.items():
-            with open(os.path.join(workdir, name), "w") as f:
-                f.write(text)
-        if uid is not None:
-            for name in os.listdir(workdir) + [""]:
-                os.chown(os.path.join(workdir, name), uid, uid)
-        os.chmod(workdir, 0o700)
+        if mode == "bwrap":
+            flt = sandbox_bwrap.seccomp_filter(unix_sockets=cg is not None)
+            fds = [_memfd(t) for t in contents.values()] + ([_memfd(flt)] if flt else [])
+            argv = sandbox_bwrap.argv(shutil.which("bwrap") or "bwrap", python, dict(zip(contents, fds)),
+                                      lim.max_file_mb, fds[-1] if flt else None)
+            cwd, env = "/", {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+        else:
+            workdir = cwd = tempfile.mkdtemp(prefix="posttrain-sbx-")
+            for name, text in contents.items():
+                with open(os.path.join(workdir, name), "w") as f:
+                    f.write(text)
+            if uid is not None:
+                for name in os.listdir(workdir) + [""]:
+                    os.chown(os.path.join(workdir, name), uid, uid)
+            os.chmod(workdir, 0o700)
+            argv = [python, "-I", "-S", "main.py"]
+            env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": workdir, "TMPDIR": workdir}
         nproc = lim.max_procs if uid is not None else _user_tasks(os.getuid()) + lim.max_procs
         cpu = int(lim.timeout_s) + 2
-        boot = {"mode": mode, "workdir": workdir, "uid": uid, "python": _python(), "tmpfs_mb": lim.max_file_mb,
-                "private_dirs": PRIVATE_DIRS, "hidden_dirs": HIDDEN_DIRS,
+        boot = {"cgroup": cg.path if cg else None, "cwd": cwd, "uid": uid, "argv": argv,
                 "rlimits": {"RLIMIT_CPU": (cpu, cpu + 1), "RLIMIT_AS": (lim.memory_mb << 20,) * 2,
                             "RLIMIT_FSIZE": (lim.max_file_mb << 20,) * 2, "RLIMIT_CORE": (0, 0),
-                            "RLIMIT_NPROC": (nproc, nproc)}}
-        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": workdir, "TMPDIR": workdir}
+                            "RLIMIT_NPROC": (nproc, nproc), "RLIMIT_NOFILE": (lim.max_open_files,) * 2}}
+        fds.append(_memfd(stdin))
         t0 = time.perf_counter()
-        with open(os.path.join(workdir, "stdin.txt")) as fin:
-            try:     # stage 1 (sandbox_boot.py) sets everything up, then execs the program in place
-                proc = subprocess.Popen([_python(), "-I", "-S", "-c", _BOOT, json.dumps(boot)], stdin=fin,
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd="/",
-                                        start_new_session=True, close_fds=True)
-            except OSError as e:
-                return SandboxResult("", "", None, False, f"sandbox failed to start ({mode}): {e}", 0.0)
+        try:     # stage 1 (sandbox_boot.py) joins the cgroup, sets the limits, drops the uid, execs
+            proc = subprocess.Popen([python, "-I", "-S", "-c", _BOOT, json.dumps(boot)], stdin=fds[-1],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd="/",
+                                    start_new_session=True, close_fds=True, pass_fds=fds[:-1])
+        except OSError as e:
+            return SandboxResult("", "", None, False, f"sandbox failed to start ({mode}): {e}", 0.0)
+        for fd in fds:
+            os.close(fd)
+        fds = []
         out, err, timed_out, overflow = _collect(proc, lim)
-        _kill_all(proc, uid)
+        pidns = _kill_all(proc, uid, cg)
         wall = time.perf_counter() - t0
+        oom = cg.oom_kills() if cg else 0
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+        for fd in fds:
+            os.close(fd)
+        if workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+        if cg:
+            cg.remove()
+    rc = proc.returncode
+    if mode == "bwrap" and rc is not None and rc - 128 in _SIGNALS:
+        rc = -(rc - 128)          # bwrap reports a signal death as 128 + signal, like a shell
     stdout, stderr = out.decode(errors="replace"), err.decode(errors="replace")
-    return SandboxResult(stdout, stderr, proc.returncode, timed_out,
-                         _reason(proc.returncode, timed_out, overflow, stderr, lim), wall, proc.pid, uid)
+    cap = f"cgroup {cg.version}" if cg else _memory_cap()
+    return SandboxResult(stdout, stderr, rc, timed_out, _reason(rc, timed_out, overflow, stderr, lim, oom),
+                         wall, proc.pid, uid, pidns, cap)
 
 
 def _collect(proc: subprocess.Popen, lim: Limits):
     """Read stdout/stderr until both close, the deadline passes or the cap is hit. Once the
-    program itself has exited, stray children holding the pipes get a short grace only."""
+    first process itself has exited, stray children holding the pipes get a short grace only."""
     sel = selectors.DefaultSelector()
     bufs = {proc.stdout: bytearray(), proc.stderr: bytearray()}
     for f in bufs:
@@ -287,16 +374,20 @@ def _collect(proc: subprocess.Popen, lim: Limits):
     return bytes(bufs[proc.stdout][:cap]), bytes(bufs[proc.stderr][:cap]), timed_out, overflow
 
 
-def _reason(rc, timed_out: bool, overflow: bool, stderr: str, lim: Limits) -> str | None:
+def _reason(rc, timed_out: bool, overflow: bool, stderr: str, lim: Limits, oom_kills: int) -> str | None:
     if rc == 125 and stderr.startswith("sandbox setup failed"):
         return f"sandbox failed to start: {stderr.strip()[len('sandbox setup failed: '):][:200]}"
+    if rc == 1 and stderr.startswith("bwrap: "):
+        return f"sandbox failed to start: {stderr.strip().splitlines()[0][:200]}"
     if timed_out:
         return f"timed out after {lim.timeout_s:g}s (wall clock)"
     if overflow:
         return f"output exceeded {lim.max_output_bytes} bytes"
     if rc is not None and rc < 0:
-        sig = signal.Signals(-rc).name
+        sig = signal.Signals(-rc).name if -rc in _SIGNALS else f"signal {-rc}"
         why = {"SIGXCPU": " (CPU time limit)", "SIGXFSZ": " (file size limit)"}.get(sig, "")
+        if sig == "SIGKILL" and oom_kills:
+            why = f" (memory limit: {lim.memory_mb} MB for all its processes, cgroup)"
         return f"killed by {sig}{why}"
     if rc != 0:
         lines = [ln for ln in stderr.strip().splitlines() if ln.strip()]

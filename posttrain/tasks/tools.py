@@ -23,7 +23,7 @@ import operator
 from dataclasses import dataclass
 from fractions import Fraction
 
-from posttrain.models.tokenizer import CALL_CLOSE, CALL_OPEN, RESULT_CLOSE, RESULT_OPEN
+from posttrain.chat import CALL_CLOSE, CALL_OPEN, RESULT_CLOSE, RESULT_OPEN
 from posttrain.tasks.arithmetic import Problem, last_integer
 from posttrain.tasks.base import LineCorpus, RewardResult, TaskConfig, in_heldout, safe_reward, split_draws
 
