@@ -15,6 +15,7 @@ processes falls on both alike. Both sides get the same seeded weights (state-dic
               batch: 128 rows, the task's prompts plus responses of 8-54 random tokens; step
               time, real and computed (padded) tokens, and 6·N·real tokens / time as a
               fraction of the matmul peak measured in the same run
+    sft       one SFT step as the pipeline's (64 chain-of-thought examples, nano)
 
 Times are the best of --repeats rounds; the load average before and after goes into the JSON.
 """
@@ -151,10 +152,44 @@ def train(pkgs: dict, repeats: int, peak: float) -> dict:
     return out
 
 
+def sft(pkgs: dict, repeats: int, peak: float) -> dict:
+    """One SFT step as the pipeline's: 64 chain-of-thought examples of the task, prompt masked."""
+    from posttrain.config import OptimConfig
+    from posttrain.framework.batch import collate
+    from posttrain.models.tokenizer import BASE_CHARS, CharTokenizer
+    from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
+    tok = CharTokenizer(BASE_CHARS)
+    task = ArithmeticTask(ArithmeticConfig(max_terms=6, max_value=19))
+    items = task.items(64, "train", 0)
+    batch = collate([tok.encode(tok.chat_prompt(task.prompt(it))) for it in items],
+                    [tok.encode(tok.chat_response(it.target(True))) for it in items], tok.pad_id)
+    fns, models = {}, {}
+    for side, P in pkgs.items():
+        torch.manual_seed(0)
+        models[side] = model = P.gpt_mini.build_model(P.gpt_mini.ModelConfig(preset="nano"), tok.vocab_size)
+        if side == "new":
+            model.load_state_dict(models["base"].state_dict())
+        t = P.trainer.Trainer(model, OptimConfig(lr=0.0), 10)
+        t.step(copy.copy(batch), P.common.lm_loss)
+        fns[side] = (lambda t=t, f=P.common.lm_loss: t.step(copy.copy(batch), f))
+    res = interleaved(fns, repeats)
+    real, params = float(batch["attention_mask"].sum()), models["new"].num_params()
+    out = {"rows": 64, "real_tokens": real}
+    for side, (wall, cpu, m) in res.items():
+        out[side] = {"step_s": wall, "cpu_s": cpu, "micro_batches": m["train/micro_batches"],
+                     "computed_tokens": m.get("train/padded_tokens", float(batch["attention_mask"].numel())),
+                     "real_token_peak_frac": 6 * params * real / wall / (peak * 1e9)}
+    out["speedup"], out["speedup_cpu"] = out["base"]["step_s"] / out["new"]["step_s"], out["base"]["cpu_s"] / out["new"]["cpu_s"]
+    print(f"sft step, 64 CoT examples, {real:.0f} real tokens: base {out['base']['step_s']:.3f} s "
+          f"({out['base']['computed_tokens']:.0f} computed), new {out['new']['step_s']:.3f} s "
+          f"({out['new']['computed_tokens']:.0f}): {out['speedup']:.2f}x wall, {out['speedup_cpu']:.2f}x CPU", flush=True)
+    return out
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--base", default="main", help="git ref to compare this checkout against")
-    ap.add_argument("--what", default="rollout,train")
+    ap.add_argument("--what", default="rollout,train,sft")
     ap.add_argument("--batches", default="1,8,64,256")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
@@ -168,7 +203,7 @@ def main(argv=None) -> dict:
     pkgs = {}
     for side, name in (("base", "posttrain_base"), ("new", "posttrain")):
         pkgs[side] = argparse.Namespace(**{m.rsplit(".", 1)[-1]: importlib.import_module(f"{name}.{m}") for m in (
-            "models.gpt_mini", "framework.rollout", "framework.trainer", "algorithms")})
+            "models.gpt_mini", "framework.rollout", "framework.trainer", "algorithms", "recipes.common")})
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False).stdout.strip()
     result = {"base": a.base, "new": head, "threads": a.threads, "repeats": a.repeats, "torch": torch.__version__,
               "cpu_count": os.cpu_count(), "load_avg_before": os.getloadavg(),
@@ -178,6 +213,8 @@ def main(argv=None) -> dict:
         result["rollout"] = rollout(pkgs, [int(b) for b in a.batches.split(",")], a.repeats, peak)
     if "train" in a.what:
         result["train"] = train(pkgs, a.repeats, peak)
+    if "sft" in a.what:
+        result["sft"] = sft(pkgs, a.repeats, peak)
     result["load_avg_after"] = os.getloadavg()
     print(f"load average {result['load_avg_before'][0]:.1f} -> {result['load_avg_after'][0]:.1f} on "
           f"{os.cpu_count()} CPUs; matmul peak {peak:.1f} GFLOP/s on {a.threads} threads")
