@@ -71,7 +71,7 @@ def split_micro_batches(batch: dict, max_tokens: int, unit: int = 1) -> list[dic
     B = mask.shape[0]
     if B % unit:
         raise ValueError(f"batch of {B} rows does not split into units of {unit}")
-    lengths = mask.sum(1).view(-1, unit).amax(1).long()              # [B / unit]
+    lengths = mask.sum(1).view(-1, unit).amax(1).long().cpu()        # [B / unit]; the plan lives on the CPU
     order = torch.sort(lengths, descending=True, stable=True).indices  # longest unit first
     out = []
     for a, b in _length_groups(lengths[order].tolist(), max_tokens, unit):
