@@ -139,10 +139,12 @@ class Engine:
         return samples
 
     def decoder(self):
-        """models/decode.Decoder for a plain gpt_mini (None otherwise: decode via model.forward)."""
+        """models/decode.Decoder for a plain gpt_mini or HF Llama (None otherwise: decode via
+        model.forward). Rebuilt when the model changed or a layer was wrapped since."""
         if not self.fast_decode:
             return None
-        if getattr(self, "_decoder_of", None) is not self.model:
+        d = getattr(self, "_decoder", None)
+        if getattr(self, "_decoder_of", None) is not self.model or (d is not None and not d.still_plain()):
             from posttrain.models.decode import Decoder
             self._decoder, self._decoder_of = Decoder.for_model(self.model), self.model
         return self._decoder

@@ -50,13 +50,13 @@ class Decoder:
 
     @classmethod
     def for_model(cls, model) -> "Decoder | None":
-        from posttrain.models.gpt_mini import GPTMini
-        if type(model) is GPTMini:
-            plain = all(type(m) is nn.Linear for b in model.blocks
-                        for m in (b.attn.qkv, b.attn.o, b.mlp.gate_up, b.mlp.down))
-            return cls(model, _GPTMiniWeights(model)) if plain and type(model.head) is nn.Linear else None
-        weights = _LlamaWeights.of(model)
+        weights = _GPTMiniWeights.of(model) or _LlamaWeights.of(model)
         return None if weights is None else cls(model, weights)
+
+    def still_plain(self) -> bool:
+        """False once a layer was wrapped after this decoder was built (e.g. LoRA adapters):
+        the engine checks it at every generate() and falls back to model.forward."""
+        return self.w.plain(self.model)
 
     def __call__(self, last: torch.Tensor, cache, n: int) -> torch.Tensor:
         H, Hkv, hd, rep = self.H, self.Hkv, self.hd, self.rep
@@ -114,6 +114,16 @@ class _Weights:
 class _GPTMiniWeights(_Weights):
     """gpt_mini's own parameters, read at every step (already fused: nothing to copy)."""
 
+    @staticmethod
+    def plain(model) -> bool:
+        from posttrain.models.gpt_mini import GPTMini
+        return type(model) is GPTMini and type(model.head) is nn.Linear and all(
+            type(m) is nn.Linear for b in model.blocks for m in (b.attn.qkv, b.attn.o, b.mlp.gate_up, b.mlp.down))
+
+    @classmethod
+    def of(cls, model) -> "_GPTMiniWeights | None":
+        return cls(model) if cls.plain(model) else None
+
     def __init__(self, model):
         self.model, self.eps, self.rope = model, model.config.norm_eps, (model.rope_cos, model.rope_sin)
 
@@ -129,19 +139,21 @@ class _LlamaWeights(_Weights):
     """A plain HF Llama's weights with q/k/v and gate/up fused into copies, re-fused when any
     source tensor is replaced or changed in place (its `_version` moves)."""
 
-    @classmethod
-    def of(cls, model) -> "_LlamaWeights | None":
+    @staticmethod
+    def plain(model) -> bool:
         from posttrain.models.hf import HFCausalLM
         hf = getattr(model, "hf", None)
         if not isinstance(model, HFCausalLM) or type(hf).__name__ != "LlamaForCausalLM":
-            return None
+            return False
         c, rot = hf.config, hf.model.rotary_emb
         if c.hidden_act != "silu" or getattr(rot, "rope_type", None) != "default" or rot.attention_scaling != 1.0:
-            return None
+            return False
         mods = [m for layer in hf.model.layers for m in (*_attn(layer), *_mlp(layer))] + [hf.lm_head]
-        if not all(type(m) is nn.Linear and m.bias is None for m in mods):
-            return None                                               # biases, LoRA or other patches
-        return cls(hf)
+        return all(type(m) is nn.Linear and m.bias is None for m in mods)   # no biases, LoRA or patches
+
+    @classmethod
+    def of(cls, model) -> "_LlamaWeights | None":
+        return cls(model.hf) if cls.plain(model) else None
 
     def __init__(self, hf):
         self.hf, self.eps = hf, hf.config.rms_norm_eps
