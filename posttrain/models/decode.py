@@ -36,7 +36,7 @@ import torch.nn.functional as F
 class Decoder:
     """Single-token decode over a gpt_mini `KVCache`, rows [0, n), sharing the model's weights."""
 
-    def __init__(self, model, weights: "_Weights"):
+    def __init__(self, model, weights: _GPTMiniWeights | _LlamaWeights):
         c = model.config
         self.model, self.c, self.w = model, c, weights
         self.H, self.Hkv, self.hd = c.n_heads, c.n_kv_heads, c.head_dim
@@ -49,7 +49,7 @@ class Decoder:
         self.eps = weights.eps
 
     @classmethod
-    def for_model(cls, model) -> "Decoder | None":
+    def for_model(cls, model) -> Decoder | None:
         weights = _GPTMiniWeights.of(model) or _LlamaWeights.of(model)
         return None if weights is None else cls(model, weights)
 
@@ -107,7 +107,7 @@ class _Weights:
     eps: float
     rope: tuple
 
-    def current(self) -> "_Weights":
+    def current(self) -> _Weights:
         return self
 
 
@@ -121,7 +121,7 @@ class _GPTMiniWeights(_Weights):
             type(m) is nn.Linear for b in model.blocks for m in (b.attn.qkv, b.attn.o, b.mlp.gate_up, b.mlp.down))
 
     @classmethod
-    def of(cls, model) -> "_GPTMiniWeights | None":
+    def of(cls, model) -> _GPTMiniWeights | None:
         return cls(model) if cls.plain(model) else None
 
     def __init__(self, model):
@@ -142,9 +142,9 @@ class _LlamaWeights(_Weights):
     @staticmethod
     def plain(model) -> bool:
         from posttrain.models.hf import HFCausalLM
-        hf = getattr(model, "hf", None)
-        if not isinstance(model, HFCausalLM) or type(hf).__name__ != "LlamaForCausalLM":
+        if not isinstance(model, HFCausalLM) or type(model.hf).__name__ != "LlamaForCausalLM":
             return False
+        hf = model.hf
         c, rot = hf.config, hf.model.rotary_emb
         if c.hidden_act != "silu" or getattr(rot, "rope_type", None) != "default" or rot.attention_scaling != 1.0:
             return False
@@ -152,7 +152,7 @@ class _LlamaWeights(_Weights):
         return all(type(m) is nn.Linear and m.bias is None for m in mods)   # no biases, LoRA or patches
 
     @classmethod
-    def of(cls, model) -> "_LlamaWeights | None":
+    def of(cls, model) -> _LlamaWeights | None:
         return cls(model.hf) if cls.plain(model) else None
 
     def __init__(self, hf):
