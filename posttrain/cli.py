@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -49,6 +50,12 @@ def _split_config(args) -> tuple[str | None, list[str]]:
         overrides.insert(0, config)
         config = None
     return config, overrides
+
+
+def _require(module: str, what: str, extra: str) -> None:
+    """A missing optional dependency is one line naming the extra, before any work."""
+    if importlib.util.find_spec(module) is None:
+        raise UsageError(f"{what} need {module}: pip install 'posttrain[{extra}]'")
 
 
 def run_stage(stage: str, args) -> None:
@@ -205,6 +212,7 @@ def main(argv=None) -> int:
             from posttrain.serve.server import main as serve_main
             serve_main(args.rest)
         elif args.command == "lessons":
+            _require("markdown_it", "the lessons", "lessons")
             from posttrain.lessons.server import main as lessons_main
             lessons_main(args.port, args.export)
     except UsageError as e:

@@ -171,3 +171,18 @@ def test_lesson_27_truncated_importance_weights(site):
     tis = kpis("off_policy", delta=16, mode="tis", cap=2.0)
     assert abs(tis["bias"]) < 0.03 and tis["capped / masked tokens"] == 0.193
     assert kpis("off_policy", delta=16, mode="mask", cap=2.0)["capped / masked tokens"] == 0.529
+
+
+def test_export_without_plotly_is_one_line_and_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "plotly", None)                 # `import plotly` now fails
+    with pytest.raises(UsageError, match=r"pip install 'posttrain\[lessons\]'"):
+        server.export(tmp_path / "site")
+    assert not (tmp_path / "site").exists()
+
+
+def test_lessons_without_markdown_it_name_the_extra(monkeypatch, capsys):
+    from posttrain import cli
+    real = cli.importlib.util.find_spec
+    monkeypatch.setattr(cli.importlib.util, "find_spec", lambda m, *a: None if m == "markdown_it" else real(m, *a))
+    assert cli.main(["lessons", "--export", "unused"]) == 2
+    assert "pip install 'posttrain[lessons]'" in capsys.readouterr().err

@@ -123,6 +123,7 @@ def export(out: str | Path, widgets: list[str] | None = None, log=print) -> Path
     """Write the whole site to `out`, every widget's knob grid precomputed as data/<widget>.js
     (script files, not JSON fetches, so the pages work from file:// without a server).
     `widgets` limits the precomputation to those (tests); by default every widget on a page."""
+    bundle = plotly_js()                                 # before writing anything: a missing extra is one line
     out = Path(out)
     for sub in ("lessons", "source", "data"):
         (out / sub).mkdir(parents=True, exist_ok=True)
@@ -139,7 +140,7 @@ def export(out: str | Path, widgets: list[str] | None = None, log=print) -> Path
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_text(pages.render_source(rel, static=True))
     shutil.copytree(STATIC, out / "static", dirs_exist_ok=True)
-    shutil.copyfile(plotly_js(), out / "static" / "plotly.min.js")
+    shutil.copyfile(bundle, out / "static" / "plotly.min.js")
     for name in widgets or sorted(on_pages):
         w = registry.get(name)
         t0 = time.perf_counter()
