@@ -1,15 +1,18 @@
 """The roles' Protocols (framework/roles.py): each implementation satisfies its role's interface,
 and a capability check tells apart the classes that have it from those that do not."""
 
+import pytest
 import torch
 
+from posttrain import UsageError
+from posttrain.algorithms import ppo
 from posttrain.config import OptimConfig
 from posttrain.distributed.async_rollout import AsyncRollout
 from posttrain.framework.reference import Reference
 from posttrain.framework.roles import (Closeable, CriticModel, PolicyTrainer, ReferenceScorer, RemoteSampler,
                                        RolloutEngine, RolloutSource, WeightSyncer, close_all)
 from posttrain.framework.rollout import Engine
-from posttrain.framework.trainer import Trainer
+from posttrain.framework.trainer import Trainer, policy_loss_fn
 from posttrain.framework.weight_sync import PushSync, WeightPublisher, WeightSync
 from posttrain.models.heads import ActorCritic
 from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
@@ -55,3 +58,9 @@ def test_close_all_closes_what_holds_something_in_the_order_given():
 
     close_all(Holder("producer"), object(), None, Holder("engine"), Holder("reference"))
     assert closed == ["producer", "engine", "reference"]
+
+
+def test_a_critic_algorithm_refuses_the_bare_policy(nano):
+    loss_fn = policy_loss_fn(ppo, ppo.Config(), 1.0)
+    with pytest.raises(UsageError, match="learns a critic: train a models.heads.ActorCritic"):
+        loss_fn(nano, {"input_ids": torch.tensor([[1, 5, 6]])}, {})

@@ -29,9 +29,9 @@ import torch
 from posttrain.bench import matmul_peak_gflops, transformers_version, write_json
 
 
-def _time(fn) -> float:
+def _time(fn, *args) -> float:
     t0 = time.perf_counter()
-    fn()
+    fn(*args)
     return time.perf_counter() - t0
 
 
@@ -87,9 +87,9 @@ def run(out: str | None = None, preset: str = "micro", batches=(1, 8, 64, 256), 
         row = {"batch": B, "tokens": tokens}
         t_ours = t_hf = float("inf")
         for _ in range(repeats):              # interleaved, so a burst of load hits both alike
-            t_ours = min(t_ours, _time(lambda: ours(prompts)))
+            t_ours = min(t_ours, _time(ours, prompts))
             if hf_model is not None:
-                t_hf = min(t_hf, _time(lambda: theirs(prompts)))
+                t_hf = min(t_hf, _time(theirs, prompts))
         row["ours_tokens_per_s"] = tokens / t_ours
         row["ours_flop_frac"] = 2 * params * tokens / t_ours / (peak * 1e9)
         row["ours_slot_occupancy"] = engine.stats["rollout/slot_occupancy"]

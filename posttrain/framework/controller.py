@@ -29,10 +29,12 @@ import numpy as np
 from posttrain.algorithms.core import broadcast
 from posttrain.framework.agent import Episode, episode_metrics, run_episodes
 from posttrain.framework.batch import collate_samples
+from posttrain.framework.off_policy import correct_off_policy
 from posttrain.framework.rollout import SamplingParams
-from posttrain.framework.trainer import correct_off_policy, critic_values, needs_critic, policy_loss_fn
+from posttrain.framework.trainer import critic_values, needs_critic, policy_loss_fn
 from posttrain.tasks.base import MultiTurnTask, score_samples
 from posttrain.tasks.pool import make_pool
+from posttrain.throughput import max_of_k
 
 
 class Controller:
@@ -164,7 +166,6 @@ def max_of_k_metrics(lengths: np.ndarray) -> dict:
     """The long tail of a step (lesson 22b): a synchronous rollout lasts as long as its longest
     sample. max_of_k = longest / mean, observed; _expected = what K log-normal lengths with this
     mean and CV predict (throughput.max_of_k), so a heavier tail than that stands out."""
-    from posttrain.throughput import max_of_k
     mean = float(lengths.mean())
     cv = float(lengths.std() / mean) if mean > 0 else 0.0
     return {"length/cv": cv, "length/p95": float(np.percentile(lengths, 95)),

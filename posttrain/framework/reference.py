@@ -3,6 +3,11 @@
 Frozen by construction: a deep copy with `requires_grad_(False)`, in eval mode, never handed
 to an optimizer. It is built only when an algorithm needs it (a KL coefficient > 0, or a
 metric such as `kl/ref` that was asked for); otherwise the controller passes None.
+
+`score_logprobs` is how a model that is not being trained scores a batch: no gradient,
+micro-batched by padded tokens as the trainer splits its batches, zero off the loss mask. The
+reference scores with it; so do the off-policy correction (framework/off_policy.py, with the
+trainer's current weights) and DPO (its reference's sequence sums).
 """
 
 from __future__ import annotations
@@ -11,7 +16,19 @@ import copy
 
 import torch
 
-from posttrain.framework.trainer import score_logprobs
+from posttrain.framework.trainer import sequence_logprobs, split_micro_batches
+
+
+@torch.no_grad()
+def score_logprobs(model, batch: dict, temperature: float = 1.0, micro_batch_tokens: int = 16384) -> torch.Tensor:
+    """logprobs [B, T] of a batch under `model` (no gradient), zero where loss_mask is 0 (the
+    convention of old_logprobs), micro-batched by padded tokens: the reference's scores and the
+    proximal logprobs of the off-policy correction."""
+    out = torch.zeros_like(batch["loss_mask"])
+    for mb in split_micro_batches(batch, micro_batch_tokens):
+        lp, _ = sequence_logprobs(model, mb["input_ids"], temperature)
+        out[mb["row_index"], :lp.shape[1]] = lp * mb["loss_mask"]
+    return out
 
 
 class Reference:

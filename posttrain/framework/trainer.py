@@ -4,7 +4,7 @@ The trainer takes the loss as a function; it knows nothing about any algorithm:
 
     metrics = trainer.step(batch, loss_fn)      # loss_fn(model, micro_batch, norm) -> (loss, metrics)
 
-`batch` is a dict of tensors with `[B, T]` or `[B]` leading dims (DESIGN.md §3); it is split
+`batch` is a dict of tensors with `[B, T]` or `[B]` leading dims (docs/architecture.md §3); it is split
 into micro-batches of at most `micro_batch_tokens` padded tokens, rows of similar lengths
 together (`split_micro_batches`), so the padding computed stays small: `train/tokens` counts
 the real tokens of a step, `train/padded_tokens` what the forwards computed. Every loss is normalised
@@ -21,7 +21,9 @@ import warnings
 import torch
 import torch.nn.functional as F
 
-from posttrain.algorithms.core import batch_norm
+from posttrain import UsageError
+from posttrain.algorithms.core import batch_norm, entropy_from_logits, masked_mean
+from posttrain.framework.roles import CriticModel
 from posttrain.framework.rollout import token_logprobs
 
 
@@ -42,7 +44,6 @@ def logits_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, temperature: 
     lp = F.pad(lp, (1, 0))                                           # [B, T]
     ent = None
     if with_entropy:
-        from posttrain.algorithms.core import entropy_from_logits
         t = temperature if temperature > 0 else 1.0
         ent = F.pad(entropy_from_logits(logits.float() / t), (1, 0))
     return lp, ent
@@ -128,39 +129,6 @@ def critic_values(model, batch: dict, micro_batch_tokens: int = 16384) -> torch.
     return out
 
 
-@torch.no_grad()
-def score_logprobs(model, batch: dict, temperature: float = 1.0, micro_batch_tokens: int = 16384) -> torch.Tensor:
-    """logprobs [B, T] of a batch under `model` (no gradient), zero where loss_mask is 0 (the
-    convention of old_logprobs), micro-batched by padded tokens: the reference's scores and the
-    proximal logprobs of the off-policy correction."""
-    out = torch.zeros_like(batch["loss_mask"])
-    for mb in split_micro_batches(batch, micro_batch_tokens):
-        lp, _ = sequence_logprobs(model, mb["input_ids"], temperature)
-        out[mb["row_index"], :lp.shape[1]] = lp * mb["loss_mask"]
-    return out
-
-
-def correct_off_policy(model, batch: dict, mode: str, cap: float, temperature: float,
-                       micro_batch_tokens: int = 16384) -> dict:
-    """Decoupled off-policy correction (verl's 3-policy form), in place on `batch`:
-
-    the samples were drawn by μ (behaviour logprobs, possibly `policy_version`s old). The
-    trainer's current weights π_prox score them once (no gradient); the PPO ratio is then taken
-    against π_prox (`old_logprobs` ← π_prox, so the clip acts on this update only) and the
-    policy term is reweighted by w = π_prox/μ (algorithms/core.off_policy_weights), folded
-    into the advantages: every loss here is homogeneous of degree 1 in A and w ≥ 0, so
-    −min(r·wA, clip(r)·wA) = w·(−min(rA, clip(r)A)). KL and entropy terms are not reweighted.
-    The behaviour logprobs stay in `behaviour_logprobs`.
-    """
-    from posttrain.algorithms.core import off_policy_weights
-    prox = score_logprobs(model, batch, temperature, micro_batch_tokens)            # [B, T]
-    w, metrics = off_policy_weights(prox, batch["old_logprobs"], batch["loss_mask"], mode, cap)
-    batch["behaviour_logprobs"] = batch["old_logprobs"]
-    batch["old_logprobs"] = prox
-    batch["advantages"] = batch["advantages"] * w                                   # [B, T]
-    return {k: float(v) for k, v in metrics.items()}
-
-
 def policy_loss_fn(algorithm, algo_cfg, temperature: float):
     """The RL loss as the trainer sees it: recompute logprobs (sampler's temperature), call the
     algorithm, and measure the sampler/trainer mismatch on the same tokens.
@@ -168,13 +136,11 @@ def policy_loss_fn(algorithm, algo_cfg, temperature: float):
     Critic hook (PPO, `needs_critic`): `model` is then a models.heads.ActorCritic; the same
     forward also gives V(s_t) [B, T], handed to the loss as `new_values` in a copy of the
     micro-batch. Every other algorithm takes the unchanged path."""
-    from posttrain.algorithms.core import masked_mean
     with_critic = needs_critic(algorithm, algo_cfg)
 
     def loss_fn(model, mb, norm):
         if with_critic:                                              # ← critic hook (PPO only)
-            if not hasattr(model, "logits_and_values"):
-                from posttrain import UsageError
+            if not isinstance(model, CriticModel):
                 raise UsageError("this algorithm learns a critic: train a models.heads.ActorCritic "
                                  "(recipes/rl.py builds one), not the bare policy")
             logits, values = model.logits_and_values(mb["input_ids"])
@@ -266,7 +232,6 @@ class Trainer:
         """
         B = batch["loss_mask"].shape[0]
         if minibatches > B:
-            from posttrain import UsageError
             raise UsageError(f"minibatches={minibatches} exceeds the {B} samples of a step; lower it")
         bounds = [round(i * B / minibatches) for i in range(minibatches + 1)]
         steps = []
@@ -302,6 +267,5 @@ def lr_factor(step: int, cfg, total_steps: int) -> float:
     elif cfg.schedule == "linear":
         decay = 1 - progress
     else:
-        from posttrain import UsageError
         raise UsageError(f"optim.schedule={cfg.schedule!r} is unknown; use constant, cosine or linear")
     return cfg.min_lr_frac + (1 - cfg.min_lr_frac) * decay

@@ -94,7 +94,7 @@ def run(clip_higher: bool, dynamic_sampling: bool, token_mean: bool, overlong: b
     """One training run. staleness Δ > 0 samples every step from the weights of Δ updates ago
     (an async sampler at fixed staleness: distributed/async_rollout's `stale: fixed`); the
     behaviour logprobs are then those of the old weights, and `correction` is the trainer's
-    off-policy correction (framework/trainer.correct_off_policy): none = the PPO ratio is taken
+    off-policy correction (framework/off_policy.correct_off_policy): none = the PPO ratio is taken
     against the sampler's logprobs, so the clip absorbs the drift; tis/mask = the ratio against
     the current weights and the advantages reweighted by core.off_policy_weights (cap 2)."""
     torch.manual_seed(seed)
@@ -136,7 +136,7 @@ def run(clip_higher: bool, dynamic_sampling: bool, token_mean: bool, overlong: b
             group = torch.arange(len(pid)) // K                        # [B] one index per group
             adv = core.broadcast(dapo.advantages(rew, group, cfg, batch={"loss_mask": mask}), mask)   # [B, L]
             useful = float((~dapo.degenerate(rew, group)).sum()) / K / PROMPTS   # signal groups / batch size
-            if correction != "none":                                   # the trainer's correct_off_policy
+            if correction != "none":                                   # framework/off_policy's correct_off_policy
                 prox = torch.log_softmax(theta[pid], -1).gather(-1, toks.unsqueeze(-1)).squeeze(-1) * mask
                 w, _ = core.off_policy_weights(prox, old, mask, correction, 2.0)
                 old, adv = prox, adv * w

@@ -204,8 +204,7 @@ def rl03_beta_table() -> dict:
 def rl03_reference_frozen() -> dict:
     """Reference(policy) of the tiny model, then the policy's weights move: the policy's own
     logprobs change, the reference's do not (it is a frozen deep copy)."""
-    from posttrain.framework.reference import Reference
-    from posttrain.framework.trainer import score_logprobs
+    from posttrain.framework.reference import Reference, score_logprobs
     _, b = rollout_batch()
     policy = tiny_model()[0]                                            # same weights as the sampler's
     ref = Reference(policy, temperature=0.7)

@@ -11,7 +11,8 @@ from posttrain.config import OptimConfig
 from posttrain.framework.batch import collate, collate_samples
 from posttrain.framework.reference import Reference
 from posttrain.framework.rollout import Engine, Sample, token_logprobs
-from posttrain.framework.trainer import Trainer, policy_loss_fn, score_logprobs
+from posttrain.framework.reference import score_logprobs
+from posttrain.framework.trainer import Trainer, policy_loss_fn
 from posttrain.framework.weight_sync import WeightSync
 from posttrain.lessons.registry import Knob, Widget, bar, figure, line, r, register
 from posttrain.models.gpt_mini import GPTMini, ModelConfig
@@ -102,7 +103,7 @@ def _sync_run(sync_every: int, correction: str = "none") -> list[tuple[float, fl
     """GRPO (grpo.advantages, grpo.loss) on the 16-answer policy, 64 prompts × 4 samples a step
     drawn from the SAMPLER's copy; WeightSync(mode="separate") copies the trainer's weights into it
     every `sync_every` steps. correction 'none': the PPO ratio is taken against the sampler's
-    logprobs; 'tis': as the trainer's correct_off_policy, against the trainer's own logprobs with the
+    logprobs; 'tis': as framework/off_policy.correct_off_policy, against the trainer's own logprobs with the
     advantages reweighted by core.off_policy_weights (cap 2). Per step: (clip/frac, largest
     |log ρ|, expected reward of the trainer's policy, versions the sampler is behind)."""
     torch.manual_seed(0)
@@ -122,7 +123,7 @@ def _sync_run(sync_every: int, correction: str = "none") -> list[tuple[float, fl
         adv = grpo.advantages(_GOOD[y], groups, cfg)
         lp = torch.log_softmax(policy.logits, -1)[y].unsqueeze(1)       # [256, 1] the trainer's
         batch = {"loss_mask": mask, "advantages": adv, "old_logprobs": mu[y].unsqueeze(1)}
-        if correction != "none":                                         # framework/trainer.correct_off_policy
+        if correction != "none":                                         # framework/off_policy.correct_off_policy
             w, _ = core.off_policy_weights(lp.detach(), batch["old_logprobs"], mask, correction, 2.0)
             batch["old_logprobs"], batch["advantages"] = lp.detach(), core.broadcast(adv, mask) * w
         loss, m = grpo.loss(lp, batch, cfg, core.batch_norm(mask))

@@ -48,7 +48,7 @@ class ModelConfig:
     norm_eps: float = 1e-5        # RMSNorm epsilon
     tie_embeddings: bool = False  # share the input embedding with the output head
 
-    def resolved(self, vocab_size: int | None = None) -> "ModelConfig":
+    def resolved(self, vocab_size: int | None = None) -> ModelConfig:
         if self.preset not in PRESETS:
             from posttrain import UsageError
             raise UsageError(f"model.preset={self.preset!r} is unknown; use one of {sorted(PRESETS)}")
@@ -246,7 +246,7 @@ class KVCache:
     def advance(self, n_new: int) -> None:
         self.lengths[self.rows] += n_new
 
-    def copy_row(self, src, dst, source: "KVCache | None" = None) -> None:
+    def copy_row(self, src, dst, source: KVCache | None = None) -> None:
         """Copy row(s) `src` of `source` (default: this cache) into rows `dst`, lengths too.
 
         `src` is one row (broadcast to every `dst` row: a prompt into its group's slots) or
