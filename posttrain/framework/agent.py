@@ -58,7 +58,8 @@ def turn_stops(tok, task) -> tuple[tuple[int, ...], tuple[str, ...]]:
     call close `⟧`). A stop that is one token stops the engine there; a longer one is found in the
     decoded text after sampling, and the turn is cut after the token that completes it."""
     declared = tuple(getattr(task, "stop", ()) or ())
-    ids, rest = [], []
+    ids: list[int] = []
+    rest: list[str] = []
     for s in declared or (CALL_CLOSE,):
         try:
             enc = tok.encode(s)
@@ -92,7 +93,7 @@ def run_episodes(engine, tok, task, items, n: int, sampling: SamplingParams, see
     Randomness: turn 0 draws from (seed, step·64, group_offset + item, sample) like a single-turn
     call; turn t > 0 from (seed, step·64 + t, group_offset·n + rank among live episodes, 0).
     Both are pure in the call's arguments, so runs are reproducible and resumable."""
-    max_turns = max_turns or getattr(task, "max_turns", 2)
+    max_turns = max_turns or int(getattr(task, "max_turns", 2))
     stop_ids, stop_strings = turn_stops(tok, task)
     stops = stop_ids + tuple(sampling.stop_ids)
     eps, envs = [], []

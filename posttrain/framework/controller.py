@@ -30,7 +30,7 @@ from posttrain.algorithms.core import broadcast
 from posttrain.framework.agent import Episode, episode_metrics, run_episodes
 from posttrain.framework.batch import collate_samples
 from posttrain.framework.off_policy import correct_off_policy
-from posttrain.framework.rollout import SamplingParams
+from posttrain.framework.rollout import Sample, SamplingParams
 from posttrain.framework.trainer import critic_values, needs_critic, policy_loss_fn
 from posttrain.tasks.base import MultiTurnTask, score_samples
 from posttrain.tasks.pool import make_pool
@@ -96,7 +96,8 @@ class Controller:
         """Generate and score groups until `prompts_per_step` groups are usable (or the
         attempt cap is hit). `degenerate`: keep = use every group; skip = drop groups whose
         rewards are all equal; resample = also draw fresh prompts to refill the batch."""
-        cfg, kept, first, timers = self.cfg, [], None, {}    # own timers: async runs this on another thread
+        cfg, kept, timers = self.cfg, list[Sample](), dict[str, float]()   # own timers: async runs this on another thread
+        first: dict | None = None                                          # the metrics of the first draw
         attempts = cfg.rollout.max_resample_attempts if cfg.rollout.degenerate == "resample" else 1
         for attempt in range(attempts):
             want = cfg.rollout.prompts_per_step - len(kept) // cfg.rollout.samples_per_prompt
@@ -123,6 +124,7 @@ class Controller:
             kept.extend(useful)
             if len(kept) >= cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt:
                 break
+        assert first is not None                                            # attempts >= 1: one draw at least
         first["rollout/attempts"] = float(attempt + 1)
         first["group/kept_frac"] = len(kept) / (cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt)
         return kept[:cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt], {**first, **timers}

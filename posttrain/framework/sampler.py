@@ -115,7 +115,10 @@ def sample_tokens(logits: torch.Tensor, sampling: SamplingParams,
         p_sorted = p_sorted.masked_fill(before >= sampling.top_p * p_sorted.sum(-1, keepdim=True), 0.0)
         probs = torch.zeros_like(probs).scatter_(-1, order, p_sorted)
     cdf = probs.double().cumsum(-1)                                 # [B, V] unnormalised
-    x = (_uniform(keys) if u is None else u) * cdf[:, -1]           # [B] in (0, total]
+    if u is None:
+        assert keys is not None, "sample_tokens draws from keys or from given uniforms u"
+        u = _uniform(keys)
+    x = u * cdf[:, -1]                                              # [B] in (0, total]
     # first index with cdf >= x: zero-probability tokens (flat cdf) can never be chosen
     tokens = torch.searchsorted(cdf, x[:, None]).squeeze(1).clamp_(max=V - 1)
     return tokens, logp.gather(-1, tokens[:, None]).squeeze(1)

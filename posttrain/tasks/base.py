@@ -21,7 +21,7 @@ import math
 import numbers
 import random
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -131,7 +131,7 @@ def split_draws(draw, key, split: str, frac: float, n: int, seed) -> list:
     """`n` problems from `draw(rng)` that fall in `split` (by `in_heldout(key(problem), frac)`),
     deterministic in (split, seed): rejection keeps train and held-out disjoint."""
     rng = random.Random(f"{split}/{seed}")
-    want, out = split != "train", []
+    want, out = split != "train", list[Any]()
     while len(out) < n:
         p = draw(rng)
         if in_heldout(key(p), frac) == want:
@@ -154,6 +154,8 @@ def corpus_lines(task, line, n_chars: int, split: str, seed) -> str:
 class LineCorpus:
     """A task whose pretraining corpus and validation text are `corpus_line(item)` lines of its
     train and test problems (countdown, tool arithmetic, reasoning-gym)."""
+
+    corpus_line: Callable[[Any], str]     # each such task's one line per item
 
     def corpus(self, n_chars: int, seed: int) -> str:
         return corpus_lines(self, self.corpus_line, n_chars, "train", seed)
@@ -194,7 +196,8 @@ def safe_reward(task: Task, item: Any, response: str, ids=None) -> RewardResult:
     becomes 0 with the reason. The bound is `task.reward_bound` when the RL recipe set it.
     A task with `wants_ids` also gets the sampled token ids (TRL reward functions read them)."""
     try:
-        result = task.reward(item, response, ids) if getattr(task, "wants_ids", False) else task.reward(item, response)
+        reward: Callable[..., RewardResult] = task.reward      # a `wants_ids` task's reward takes the ids too
+        result = reward(item, response, ids) if getattr(task, "wants_ids", False) else reward(item, response)
     except Exception as e:  # a verifier bug must never kill a step; it is counted instead
         return RewardResult(0.0, error=f"{type(e).__name__}: {e}")
     return checked(task, result)
@@ -257,7 +260,7 @@ def score_samples(task: Task, samples, pool=None, step: int | None = None) -> di
     """Score every sample (score_results), fill its `reward`, `reward_components` and
     `reward_error`, and return the step's reward metrics."""
     results, metrics = score_results(task, samples, pool, step)
-    errors, comps = 0, {}
+    errors, comps = 0, dict[str, list[float]]()
     for s, res in zip(samples, results):
         s.reward, s.reward_components, s.reward_error = float(res.reward), res.components, res.error
         errors += res.error is not None

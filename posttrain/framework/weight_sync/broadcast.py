@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import datetime
 import socket
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -65,10 +66,11 @@ class SyncGroup:
         backend = BACKENDS[self.device.type]
         self.store = store or dist.TCPStore(host, port, world, rank == 0, timeout=TIMEOUT, wait_for_workers=False)
         prefixed = dist.PrefixStore(f"weights/{generation}", self.store)
+        self.group: Any       # a c10d Backend; torch's stubs lack its `broadcast` and make NCCL's options required
         if backend == "gloo":
             self.group = dist.ProcessGroupGloo(prefixed, rank, world, TIMEOUT)
         else:
-            self.group = dist.ProcessGroupNCCL(prefixed, rank, world)
+            self.group = dist.ProcessGroupNCCL(prefixed, rank, world)   # type: ignore[call-arg]
 
     def broadcast(self, flat: torch.Tensor) -> torch.Tensor:
         """Rank 0's `flat` into every member's `flat` (same size), in place."""

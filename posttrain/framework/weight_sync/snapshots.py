@@ -25,7 +25,9 @@ def state_buckets(model: torch.nn.Module, bucket_mb: float = 64.0) -> list[dict[
     """The model's parameters and buffers as CPU copies, grouped in order into buckets of at
     most `bucket_mb` MB (a tensor bigger than a bucket gets a bucket of its own)."""
     limit = bucket_mb * 2 ** 20
-    buckets, current, size = [], {}, 0
+    buckets: list[dict[str, torch.Tensor]] = []
+    current: dict[str, torch.Tensor] = {}
+    size = 0
     for name, t in model.state_dict().items():
         nbytes = t.numel() * t.element_size()
         if current and size + nbytes > limit:
