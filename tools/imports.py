@@ -1,7 +1,9 @@
 """The import graph of posttrain, checked against the layering of docs/architecture.md.
 
-    python tools/imports.py            the counts, and every import that breaks a rule
-    python tools/imports.py --check    the same; exit 1 when a rule is broken (CI, tests/test_imports.py)
+    python tools/imports.py              the counts, and every upward import
+    python tools/imports.py --verbose    also every import inside a function, with or without a reason
+    python tools/imports.py --check      exit 1 on an upward import or an unranked room (CI, pre-commit)
+    python tools/imports.py --strict     exit 1 also on a function-level import without a reason
 
 Two rules, both about what a reader can trust when they open a file:
 
@@ -167,15 +169,13 @@ def check(root: Path = ROOT) -> dict:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     res = check()
-    for kind in ("unranked", "upward", "inner"):
+    shown = ("unranked", "upward", "inner", "inner_allowed") if "--verbose" in argv else ("unranked", "upward")
+    for kind in shown:
         for line in res[kind]:
-            print(f"{kind}: {line}")
-    if "--verbose" in argv:
-        for line in res["inner_allowed"]:
-            print(f"allowed: {line}")
+            print(f"{'allowed' if kind == 'inner_allowed' else kind}: {line}")
     print(" ".join(f"{k}={v}" for k, v in res["counts"].items()))
-    bad = res["unranked"] or res["upward"] or res["inner"]
-    return 1 if "--check" in argv and bad else 0
+    bad = res["unranked"] or res["upward"] or ("--strict" in argv and res["inner"])
+    return 1 if ("--check" in argv or "--strict" in argv) and bad else 0
 
 
 if __name__ == "__main__":
