@@ -16,6 +16,8 @@ import inspect
 import re
 from functools import cache
 
+from posttrain import UsageError
+
 _FIELD = re.compile(r"^\s+(\w+)\s*:[^#]*?(?:#\s?(.*))?$")
 _CONTINUED = re.compile(r"^\s+#\s?(.*)$")
 
@@ -90,7 +92,6 @@ def stage_help(stage: str, cfg, topic: str = "") -> str:
     if topic in ("task", "tasks"):
         return tasks_help()
     if topic:
-        from posttrain import UsageError
         raise UsageError(f"--help {topic!r}: topics are algo (every algorithm's keys) and task (every task's keys)")
     lines = [f"posttrain {stage} [CONFIG.yaml] [key=value ...] [--resume RUN_DIR]", "",
              "Every key, as key=value on the command line (dotted for sections) or in a YAML file; the value",

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import math
 
+from posttrain import UsageError
+
 TOPOLOGIES = ("colocated", "disaggregated", "async")
 ROLE_TERMS = ("rollout", "reward", "reference", "train", "sync")
 
@@ -36,7 +38,6 @@ def step_time(rollout_s: float, train_s: float, reward_s: float = 0.0, reference
     τ_S out of the denominator, as the lesson's widget does)}.
     """
     if topology not in TOPOLOGIES:
-        from posttrain import UsageError
         raise UsageError(f"topology {topology!r} is unknown; use one of {', '.join(TOPOLOGIES)}")
     terms = dict(zip(ROLE_TERMS, (rollout_s, reward_s, reference_s, train_s, sync_s)))
     if any(v < 0 for v in terms.values()):

@@ -115,6 +115,7 @@ STEAL = """import glob, sys, types
 for mod in ("posttrain", "posttrain.tasks", "posttrain.tasks.base", "posttrain.tasks.sandbox"):
     m = sys.modules[mod] = types.ModuleType(mod)
     m.RewardResult = m.TaskConfig = object
+    m.UsageError = Exception
     m.backend = m.run_python = None
 paths = {paths!r} + glob.glob("/usr/lib/python3*/*-packages/posttrain/tasks/code.py") + \
     glob.glob("/usr/local/lib/python3*/*-packages/posttrain/tasks/code.py")

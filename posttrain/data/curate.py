@@ -28,6 +28,7 @@ import zlib
 
 import numpy as np
 
+from posttrain import UsageError
 from posttrain.framework.rollout import SamplingParams
 from posttrain.tasks.base import safe_reward
 
@@ -87,7 +88,6 @@ def near_duplicates(texts: list[str], threshold: float = 0.8, num_perm: int = 12
                     n: int = 5, seed: int = 0) -> set[int]:
     """Indices to drop: each text whose estimated Jaccard with an earlier kept text >= threshold."""
     if num_perm % bands:
-        from posttrain import UsageError
         raise UsageError(f"near dedup: num_perm={num_perm} must be a multiple of bands={bands}")
     sigs, rows = minhash(texts, num_perm, n, seed), num_perm // bands
     drop, buckets = set(), {}
@@ -126,7 +126,6 @@ def curate(items: list, prompts: list[str], rates, signal, eval_prompts: list[st
     """The items that survive every stage (in order), and the curation metrics."""
     lo, hi = band
     if not 0.0 <= lo <= hi <= 1.0 or len({len(items), len(prompts), len(rates), len(signal)}) != 1:
-        from posttrain import UsageError
         raise UsageError("curate: need 0 <= band lo <= hi <= 1 and one prompt, rate and signal per item")
     rates, signal = np.asarray(rates, dtype=float), np.asarray(signal, dtype=bool)
     keep, seen, removed = [], set(), {}

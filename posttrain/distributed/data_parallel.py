@@ -22,13 +22,14 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from posttrain import UsageError
+
 BUCKET_BYTES = 25 * 2 ** 20   # gradients per all-reduce call (DDP's default bucket size)
 
 
 class DataParallel:
     def __init__(self, group=None):
         if not dist.is_initialized():
-            from posttrain import UsageError
             raise UsageError("DataParallel needs torch.distributed initialised (torchrun, or init_process_group)")
         self.group = group
         self.rank, self.world = dist.get_rank(group), dist.get_world_size(group)

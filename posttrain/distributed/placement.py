@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 
+from posttrain import UsageError
 from posttrain.framework.roles import ReferenceScorer, RolloutEngine, WeightSyncer, close_all
 from posttrain.framework.rollout import Engine
 from posttrain.framework.weight_sync import LoraSync, PushSync, WeightPublisher, WeightSync, switch_weights
@@ -95,7 +96,6 @@ def place(cfg, model, tokenizer, runtime=None) -> Placement:
 
 def check_scale_config(cfg) -> None:
     """Reject bad scale-out keys before any work (one line naming the key and the fix)."""
-    from posttrain import UsageError
     from posttrain.algorithms.core import OFF_POLICY_CORRECTIONS
     if cfg.scale.placement not in PLACEMENTS:
         raise UsageError(f"scale.placement={cfg.scale.placement!r} is unknown; use {' or '.join(PLACEMENTS)}")

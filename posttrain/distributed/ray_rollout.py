@@ -32,6 +32,7 @@ import time
 
 import torch
 
+from posttrain import UsageError
 from posttrain.framework.weight_sync.broadcast import SyncGroup, free_port, layout
 from posttrain.framework.weight_sync.snapshots import load_buckets
 from posttrain.framework.rollout import Engine
@@ -73,7 +74,6 @@ class RayRollout:
     def __init__(self, model, tokenizer, workers: int = 2, max_slots: int = 256, threads: int = 1,
                  cpus_per_worker: float = 1.0, transport: str = "object_store"):
         import ray
-        from posttrain import UsageError
         if workers < 1:
             raise UsageError(f"rollout_workers must be ≥ 1 (got {workers})")
         if not ray.is_initialized():

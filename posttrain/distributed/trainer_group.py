@@ -43,6 +43,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from posttrain import UsageError, algorithms, runtime
 from posttrain.distributed.data_parallel import DataParallel
 
 TIMEOUT = datetime.timedelta(minutes=30)        # one collective; a step's forward + backward fits in it
@@ -50,7 +51,6 @@ SHARDS = ("replicate", "fsdp")
 
 
 def check_trainer_config(cfg) -> None:
-    from posttrain import UsageError
     if cfg.scale.trainer_ranks < 1:
         raise UsageError(f"trainer_ranks must be ≥ 1 (got {cfg.scale.trainer_ranks}); 1 = the trainer in this process")
     if cfg.scale.trainer_shard not in SHARDS:
@@ -60,7 +60,6 @@ def check_trainer_config(cfg) -> None:
         raise UsageError("trainer_ranks > 1 runs the trainer group on CPU (gloo) only; use device=cpu, "
                          "or trainer_ranks=1 on a GPU")
     if cfg.scale.trainer_shard == "fsdp" and cfg.scale.trainer_ranks > 1:
-        from posttrain import algorithms
         from posttrain.framework.trainer import needs_critic
         algorithm = algorithms.get(cfg.algo.name)
         if needs_critic(algorithm, cfg.algo):
@@ -141,7 +140,6 @@ def _recv():
 
 def _follow(rank: int, world: int, init: str, cfg) -> None:
     """Ranks 1 … N−1: wait for a batch, train on this rank's rows, repeat until "stop"."""
-    from posttrain import algorithms, runtime
     from posttrain.distributed import fsdp
     from posttrain.framework.trainer import policy_loss_fn
     rt = runtime.resolve(cfg.device, cfg.dtype, cfg.threads)

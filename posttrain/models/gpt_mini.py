@@ -26,6 +26,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 import torch.utils.checkpoint
 
+from posttrain import UsageError
+
 # name -> (d_model, n_layers, n_heads, d_ff). Head size 32 throughout.
 PRESETS = {
     "nano": (128, 4, 4, 344),     # ≈0.80M params: the course's MiniGPT size
@@ -50,7 +52,6 @@ class ModelConfig:
 
     def resolved(self, vocab_size: int | None = None) -> ModelConfig:
         if self.preset not in PRESETS:
-            from posttrain import UsageError
             raise UsageError(f"model.preset={self.preset!r} is unknown; use one of {sorted(PRESETS)}")
         d, n_l, n_h, d_ff = PRESETS[self.preset]
         c = ModelConfig(**asdict(self))
@@ -61,7 +62,6 @@ class ModelConfig:
         c.d_ff = c.d_ff or d_ff
         c.vocab_size = c.vocab_size or (vocab_size or 0)
         if c.d_model % c.n_heads or c.n_heads % c.n_kv_heads:
-            from posttrain import UsageError
             raise UsageError("model: d_model must divide by n_heads and n_heads by n_kv_heads")
         return c
 
@@ -170,7 +170,6 @@ class GPTMini(nn.Module):
         T = input_ids.shape[1]
         if cache is None:
             if T > self.config.max_seq_len:
-                from posttrain import UsageError
                 raise UsageError(f"sequence of {T} tokens exceeds model.max_seq_len={self.config.max_seq_len}; raise it")
             cos, sin = self.rope_cos[:T], self.rope_sin[:T]          # [T, hd], broadcast over B, H
         else:

@@ -30,6 +30,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from posttrain import UsageError
+
 CRITICS = ("shared", "separate")
 
 
@@ -68,7 +70,6 @@ class ActorCritic(nn.Module):
     def __init__(self, policy: nn.Module, critic: str = "shared"):
         super().__init__()
         if critic not in CRITICS:
-            from posttrain import UsageError
             raise UsageError(f"critic={critic!r} is unknown; use {' or '.join(CRITICS)}")
         p = next(policy.parameters())
         self.policy = policy

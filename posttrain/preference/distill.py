@@ -26,6 +26,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from posttrain import UsageError
 from posttrain.algorithms.core import masked_mean
 from posttrain.framework.trainer import logits_logprobs
 
@@ -73,7 +74,6 @@ def distill_loss_fn(teacher, loss: str = "rkl", beta: float = 0.5, coef: float =
     """`loss_fn(model, mb, norm)` for the Trainer: the teacher's forward runs inside, per
     micro-batch, under no_grad. Token-mean over the WHOLE batch (norm["tokens"])."""
     if loss not in LOSSES:
-        from posttrain import UsageError
         raise UsageError(f"loss={loss!r} is unknown; use {' or '.join(LOSSES)}")
 
     def loss_fn(model, mb, norm):

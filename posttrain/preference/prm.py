@@ -25,6 +25,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from posttrain import UsageError
 from posttrain.framework.batch import collate
 from posttrain.framework.rollout import Engine, SamplingParams
 from posttrain.models.heads import ValueHead
@@ -136,5 +137,4 @@ def aggregate(scores: list[float], how: str = "min") -> float:
         return sum(scores) / len(scores)
     if how == "last":
         return scores[-1]
-    from posttrain import UsageError
     raise UsageError(f"PRM aggregation {how!r} is unknown; use {', '.join(AGGREGATIONS)}")

@@ -18,6 +18,8 @@ from __future__ import annotations
 import importlib
 from importlib.metadata import entry_points
 
+from posttrain import UsageError
+
 # name -> (module, task class, config class)
 TASKS = {
     "arithmetic": ("posttrain.tasks.arithmetic", "ArithmeticTask", "ArithmeticConfig"),
@@ -36,7 +38,6 @@ GROUP = "posttrain.tasks"
 
 def _user_class(name: str):
     """A Task class named FILE.py:Class, module:Class, or by an installed entry point."""
-    from posttrain import UsageError
     from posttrain.tasks.rewards import load_callable
     if ":" in name:
         cls = load_callable(name, "task.name")
@@ -62,7 +63,6 @@ def _lookup(name: str, which: int):
     cls = _user_class(name)
     if which == 0:
         return cls
-    from posttrain import UsageError
     from posttrain.tasks.base import TaskConfig
     cfg = getattr(cls, "Config", None)
     if cfg is None:                                    # a task without keys of its own

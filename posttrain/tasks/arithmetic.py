@@ -20,6 +20,7 @@ import random
 import re
 from dataclasses import dataclass
 
+from posttrain import UsageError
 from posttrain.tasks.base import RewardResult, TaskConfig, in_heldout
 
 _INT = re.compile(r"-?\d+")
@@ -84,7 +85,6 @@ class ArithmeticTask:
     def __init__(self, config: ArithmeticConfig | None = None):
         self.config = c = config or ArithmeticConfig()
         if not (1 <= c.min_terms <= c.max_terms) or c.min_value > c.max_value or c.min_value < 0:
-            from posttrain import UsageError
             raise UsageError("task: need 1 <= min_terms <= max_terms and 0 <= min_value <= max_value")
 
     def sample_problem(self, rng: random.Random, split: str, k: int | None = None) -> Problem:

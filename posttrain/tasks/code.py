@@ -26,6 +26,7 @@ import re
 import zlib
 from dataclasses import dataclass
 
+from posttrain import UsageError
 from posttrain.tasks.base import RewardResult, TaskConfig
 from posttrain.tasks.sandbox import backend, run_python
 
@@ -222,7 +223,6 @@ class CodeTask:
     def __init__(self, config: CodeConfig | None = None):
         self.config = c = config or CodeConfig()
         if c.tests_per_problem < 1 or not 0 < c.heldout_frac < 1 or c.timeout_s <= 0:
-            from posttrain import UsageError
             raise UsageError("code task: need tests_per_problem >= 1, 0 < heldout_frac < 1 and timeout_s > 0")
         backend(c.unsafe_local_sandbox)              # no bubblewrap: one line naming the package, before any work
         self.problems = [build_problem(f, c.tests_per_problem) for f in FAMILIES]

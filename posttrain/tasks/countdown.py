@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from posttrain import UsageError
 from posttrain.chat import EOT, THINK_CLOSE
 from posttrain.tasks.base import LineCorpus, RewardResult, TaskConfig, compose, split_draws
 from posttrain.tasks.tools import ToolError, safe_eval
@@ -83,7 +84,6 @@ class CountdownTask(LineCorpus):
     def __init__(self, config: CountdownConfig | None = None):
         self.config = c = config or CountdownConfig()
         if not (2 <= c.min_numbers <= c.max_numbers and c.max_value >= 1 and c.max_target >= 1):
-            from posttrain import UsageError
             raise UsageError("task: need 2 <= min_numbers <= max_numbers, max_value >= 1 and max_target >= 1")
 
     def _draw(self, rng) -> CountdownProblem:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from posttrain import UsageError
 from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask, Problem, verify
 from posttrain.tasks.base import RewardResult, in_heldout
 
@@ -52,7 +53,6 @@ class LeakyArithmeticTask(ArithmeticTask):
         config = config or LeakyArithmeticConfig()
         super().__init__(config)
         if config.leak not in ("phrase", "contains", "none"):
-            from posttrain import UsageError
             raise UsageError(f"task.leak={config.leak!r} is unknown; use phrase, contains or none")
         self.heldout_task = ArithmeticTask(config)   # held-out evaluation: the true verifier only
 

@@ -46,6 +46,7 @@ from multiprocessing.connection import wait
 
 import numpy as np
 
+from posttrain import UsageError
 from posttrain.tasks.base import RewardResult, safe_reward
 from posttrain.tasks.sandbox import descendants
 
@@ -123,7 +124,6 @@ class VerifierPool:
     def __init__(self, task, workers: int, timeout_s: float = 30.0, start_method: str | None = None,
                  memory_mb: int = 0, max_calls: int = 0):
         if workers < 1 or timeout_s <= 0 or memory_mb < 0 or max_calls < 0:
-            from posttrain import UsageError
             raise UsageError(f"verifier pool: need workers >= 1, timeout_s > 0, memory_mb >= 0 and max_calls >= 0 "
                              f"(got {workers}, {timeout_s}, {memory_mb}, {max_calls})")
         self.task, self.timeout_s, self.memory_mb, self.max_calls = task, timeout_s, memory_mb, max_calls
@@ -211,6 +211,5 @@ def make_pool(task, workers: int, timeout_s: float, memory_mb: int = 0, max_call
     """The pool for config `verifier_workers` (0 = none: score in-process), `verifier_timeout_s`,
     `verifier_memory_mb` and `verifier_max_calls`."""
     if workers < 0:
-        from posttrain import UsageError
         raise UsageError(f"verifier_workers={workers} must be >= 0 (0 = score in the training process)")
     return VerifierPool(task, workers, timeout_s, memory_mb=memory_mb, max_calls=max_calls) if workers else None

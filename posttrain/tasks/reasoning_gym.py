@@ -22,6 +22,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from posttrain import UsageError
 from posttrain.chat import DEFAULT_CHARS, EOT, SPECIALS, THINK_CLOSE
 from posttrain.tasks.base import LineCorpus, RewardResult, TaskConfig, in_heldout
 
@@ -58,7 +59,6 @@ class ReasoningGymTask(LineCorpus):
     CHUNK = 256                   # problems generated per generator seed
 
     def __init__(self, config: ReasoningGymConfig | None = None):
-        from posttrain import UsageError
         try:
             import reasoning_gym
         except ImportError:
@@ -94,7 +94,6 @@ class ReasoningGymTask(LineCorpus):
                 if in_heldout(q, c.heldout_frac) == want_heldout and len(out) < n:
                     out.append(GymItem(q, a, row))
             if chunk == 0 and usable < self.CHUNK // 10:
-                from posttrain import UsageError
                 text = "".join(str(row["question"]) + str(row["answer"]) for row in rows)
                 for old, new in c.question_subs.items():
                     text = text.replace(old, new)
@@ -105,7 +104,6 @@ class ReasoningGymTask(LineCorpus):
                                  f"characters away with task.question_subs")
             chunk += 1
             if chunk > 1000:
-                from posttrain import UsageError
                 raise UsageError(f"task.dataset={c.dataset!r}: fewer than {n} usable {split} problems in "
                                  f"{chunk * self.CHUNK} generated; raise heldout_frac or widen task.options")
         return out

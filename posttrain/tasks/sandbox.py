@@ -51,6 +51,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
+from posttrain import UsageError
 from posttrain.tasks import sandbox_bwrap, sandbox_cgroup
 
 UID_RANGE = (1_000_000, 2_000_000_000)                          # fresh uids: no user owns a file there
@@ -105,7 +106,6 @@ def backend(unsafe_local: bool = False) -> str:
         return "bwrap"
     if unsafe_local:
         return "unsafe-local"
-    from posttrain import UsageError
     raise UsageError(why)
 
 

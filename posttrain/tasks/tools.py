@@ -23,6 +23,7 @@ import operator
 from dataclasses import dataclass
 from fractions import Fraction
 
+from posttrain import UsageError
 from posttrain.chat import CALL_CLOSE, CALL_OPEN, RESULT_CLOSE, RESULT_OPEN
 from posttrain.tasks.arithmetic import Problem, last_integer
 from posttrain.tasks.base import LineCorpus, RewardResult, TaskConfig, in_heldout, safe_reward, split_draws
@@ -175,10 +176,8 @@ class ToolArithmeticTask(LineCorpus):
     def __init__(self, config: ToolArithmeticConfig | None = None):
         self.config = c = config or ToolArithmeticConfig()
         if not (1 <= c.min_terms <= c.max_terms and 1 <= c.min_digits <= c.max_digits and c.max_calls >= 0):
-            from posttrain import UsageError
             raise UsageError("task: need 1 <= min_terms <= max_terms, 1 <= min_digits <= max_digits, max_calls >= 0")
         if c.tool not in TOOLS:
-            from posttrain import UsageError
             raise UsageError(f"task.tool={c.tool!r} is unknown; use one of {sorted(TOOLS)}")
         self.max_turns = c.max_calls + 1
 
