@@ -239,7 +239,7 @@ def test_rows_68_69_throughput_equation():
 
 
 def test_planner_widget_is_the_memory_planner():
-    from posttrain import memory
+    from posttrain.sizing import memory
     k = kpis("planner", model="llama-70b", algo="ppo", gpus=8, lora=0, ckpt=False)
     p = memory.plan("llama-70b", algo="ppo", gpus=8)
     assert k["peak per GPU"] == f"{p['peak_bytes'] / 2 ** 30:.1f} GiB" and k["fits on H100?"] == "no"

@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from posttrain import UsageError
-from posttrain.memory import ROLES, envelope, min_gpus, plan, train_bytes_per_param
-from posttrain.shapes import (MINI_PRESETS, PRESETS, ModelShape, activation_bytes, count_params, course_activation_bytes,
+from posttrain.sizing.memory import ROLES, envelope, min_gpus, plan, train_bytes_per_param
+from posttrain.sizing.shapes import (MINI_PRESETS, PRESETS, ModelShape, activation_bytes, count_params, course_activation_bytes,
                               kv_bytes_per_token, logits_bytes, lora_params, resolve_model)
 
 GB = 1e9

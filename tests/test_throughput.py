@@ -3,7 +3,7 @@
 import pytest
 
 from posttrain import UsageError
-from posttrain.throughput import (compare_topologies, decode_tokens_per_s, from_metrics, max_of_k, role_model,
+from posttrain.sizing.throughput import (compare_topologies, decode_tokens_per_s, from_metrics, max_of_k, role_model,
                                   step_time, train_time_s, train_tokens_per_s, useful_tokens_per_s)
 
 

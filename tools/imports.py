@@ -38,7 +38,7 @@ RANKS = {
     "posttrain": 0, "chat": 0, "progress": 0, "runtime": 0, "validate": 0, "logging": 0,
     "algorithms": 1, "models": 1, "tasks": 1,
     "config": 2, "config_help": 2, "checkpoint": 2,
-    "sizing": 3, "memory": 3, "shapes": 3, "throughput": 3,     # the calculators (one `sizing/` room to come)
+    "sizing": 3,
     "framework": 4,
     "eval": 5, "preference": 5, "distributed": 5, "serve": 5, "data": 5,
     "envs": 6,

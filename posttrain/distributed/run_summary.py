@@ -3,7 +3,7 @@
     summary = summarize(read_metrics(run_dir), topology="async")   # also written as throughput.json
 
 Per-role times are the means over the run's steps of the controller's `time/*_s` timers
-(posttrain/throughput.from_metrics groups them into τ_R, τ_V, τ_ref, τ_T, τ_S; the off-policy
+(posttrain/sizing/throughput.from_metrics groups them into τ_R, τ_V, τ_ref, τ_T, τ_S; the off-policy
 correction's proximal forward counts as trainer-side work with τ_ref). The equation for the
 run's topology (sync loops run the roles in turn: `colocated`; async: `async`) is set beside
 the measured step time, with the bottleneck role and the idle fractions, so a reader sees
@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from posttrain.throughput import compare_topologies, from_metrics
+from posttrain.sizing.throughput import compare_topologies, from_metrics
 
 
 def summarize(rows: list[dict], topology: str, samples_per_step: int) -> dict:

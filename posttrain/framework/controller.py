@@ -34,7 +34,7 @@ from posttrain.framework.rollout import Sample, SamplingParams
 from posttrain.framework.trainer import critic_values, needs_critic, policy_loss_fn
 from posttrain.tasks.base import MultiTurnTask, score_samples
 from posttrain.tasks.pool import make_pool
-from posttrain.throughput import max_of_k
+from posttrain.sizing.throughput import max_of_k
 
 
 class Controller:

@@ -202,7 +202,7 @@ LESSONS = [
            "versions.",
            "Rollout dominates a step; overlapping it with training is the largest speed-up available, and "
            "its cost is staleness, which the importance ratio has to correct.",
-           ["posttrain.throughput:compare_topologies", "posttrain.framework.weight_sync:WeightSync.sync"], ["topology"]),
+           ["posttrain.sizing.throughput:compare_topologies", "posttrain.framework.weight_sync:WeightSync.sync"], ["topology"]),
     Lesson("rl-20", "20", "The KV cache", P3,
            "Decoding a token attends over the keys and values of every earlier token; the engine keeps "
            "them in a cache instead of recomputing the prefix, so each step costs one token's forward.",
@@ -222,7 +222,7 @@ LESSONS = [
            "length and batch, and checkpointing trades recomputation for most of them.",
            "Whether a recipe fits decides the topology before anything else: how many GPUs the trainer "
            "needs, whether the sampler can share them, how long the sequences may be.",
-           ["posttrain.memory:plan", "posttrain.memory:envelope", "posttrain.shapes:kv_bytes_per_token"],
+           ["posttrain.sizing.memory:plan", "posttrain.sizing.memory:envelope", "posttrain.sizing.shapes:kv_bytes_per_token"],
            ["planner", "memory"]),
     Lesson("rl-22a", "22a", "The throughput equation", P3,
            "A step's wall time is the sum (colocated) or the overlap (disaggregated, async) of per-role "
@@ -230,8 +230,8 @@ LESSONS = [
            "tokens that reach the loss by that time.",
            "It tells you which term to attack: at long responses rollout is almost the whole step, and "
            "speeding up the trainer changes nothing.",
-           ["posttrain.throughput:step_time", "posttrain.throughput:role_model",
-            "posttrain.throughput:from_metrics", "posttrain.framework.controller:Controller.timer"], ["throughput"]),
+           ["posttrain.sizing.throughput:step_time", "posttrain.sizing.throughput:role_model",
+            "posttrain.sizing.throughput:from_metrics", "posttrain.framework.controller:Controller.timer"], ["throughput"]),
     Lesson("rl-22b", "22b", "Long-tail rollouts", P3,
            "Response lengths are long-tailed (roughly log-normal), and a step waits for the longest of "
            "its B·K responses, whose expected length grows with K and with the spread of the distribution.",
@@ -267,7 +267,7 @@ LESSONS = [
            "posttrain answers both with pure functions (the memory planner and the role-time model) and "
            "guards the correctness traps with tests: log-prob parity, a frozen reference, masks set by the "
            "producer of each token.",
-           ["posttrain.memory:plan", "posttrain.throughput:role_model", "posttrain.framework.reference:Reference",
+           ["posttrain.sizing.memory:plan", "posttrain.sizing.throughput:role_model", "posttrain.framework.reference:Reference",
             "posttrain.framework.weight_sync:WeightSync.sync"], ["sizing"]),
     Lesson("rl-25", "25", "Kernels for RL", P4,
            "Two savings that need no approximation: K samples of one prompt can share its prefill (the "

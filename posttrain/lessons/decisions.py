@@ -30,7 +30,7 @@ DECISIONS = [
     ("16", "IPO's target applied to the β-scaled gap", "fixed:",
      "IPO's minimum is at h = 1/(2β) on the unscaled log-ratio gap, as in the paper and TRL."),
     ("22a", "the widget divides rollout and training time by 4 twice, so it cannot reproduce its own "
-     "worked example (32 s, 33k tok/s)", "both shown:", "the widget's formula is posttrain.throughput.role_model "
+     "worked example (32 s, 33k tok/s)", "both shown:", "the widget's formula is posttrain.sizing.throughput.role_model "
      "as the page computes it (τ_step 12.4 s, 84.7k tok/s, rollout 81%); the worked example is "
      "throughput.step_time on the text's role times (32 s, trainer idle 20 s, 32.8k tok/s)."),
     ("22b", "the p95 cap is sorted[floor(0.95·K)], the maximum itself for K ≤ 19, so the cap does nothing "

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import torch
 
-from posttrain import algorithms, memory
+from posttrain import algorithms
+from posttrain.sizing import memory
 from posttrain.algorithms import core, dr_grpo, grpo, rloo
 from posttrain.lessons.facts_a_tools import (
     ARMS,

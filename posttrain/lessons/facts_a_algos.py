@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from posttrain import memory
+from posttrain.sizing import memory
 from posttrain.algorithms import core, dr_grpo, grpo, ppo, rloo
 from posttrain.lessons.facts_a_tools import (
     BANDIT,

@@ -1,6 +1,6 @@
 """Facts of the systems lessons 19–22 (text engineer B), merged into facts_b.FACTS: topology,
 the KV cache, the engine's scheduler, memory math. Memory is printed in binary units (GiB = 2^30
-bytes), as the widgets print it; posttrain's memory.py counts bytes and the course writes decimal GB,
+bytes), as the widgets print it; posttrain's sizing/memory.py counts bytes and the course writes decimal GB,
 so wherever a course number is quoted the text gives both.
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import torch
 
-from posttrain import memory, shapes, throughput
+from posttrain.sizing import memory, shapes, throughput
 from posttrain.framework.rollout import Engine, SamplingParams
 from posttrain.lessons.facts_b_data import result
 from posttrain.models.gpt_mini import GPTMini, KVCache, ModelConfig
@@ -216,7 +216,7 @@ def rl22_state_table() -> dict:
 
 def rl22_example_table() -> dict:
     """The course's 7B GRPO on 8 H100s: trainer on 4 (FSDP), reference on 1, rollout on 3 (TP 1),
-    256 sequences of 4,096 tokens decoding; per-GPU memory in GiB, computed with memory.py's rules."""
+    256 sequences of 4,096 tokens decoding; per-GPU memory in GiB, computed with sizing/memory.py's rules."""
     p = 7e9
     act = shapes.course_activation_bytes(32, 4096, 4096, 8, checkpointing=True)
     kv = shapes.kv_bytes_per_token(course_shape(32, 4096, 8)) * 256 * 4096

@@ -297,8 +297,8 @@ FACTS: dict[str, Callable[[], object]] = {
     "g01_presets_table": g01_presets_table,
     "g01_nano_params": lambda: __import__("posttrain.models.gpt_mini", fromlist=["x"]).count_params(_nano()),
     "g01_module_params": g01_module_count,
-    "g01_course_params": lambda: __import__("posttrain.shapes", fromlist=["x"]).count_params(
-        __import__("posttrain.shapes", fromlist=["x"]).resolve_model("course-minigpt")),
+    "g01_course_params": lambda: __import__("posttrain.sizing.shapes", fromlist=["x"]).count_params(
+        __import__("posttrain.sizing.shapes", fromlist=["x"]).resolve_model("course-minigpt")),
     "g01_block_over_d2": g01_block_over_d2,
     "g01_peak_32_unscaled": lambda: g01_softmax_peak(32, False),
     "g01_peak_32_scaled": lambda: g01_softmax_peak(32, True),

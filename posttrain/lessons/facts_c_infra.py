@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import lru_cache
 
-from posttrain import throughput as tp
+from posttrain.sizing import throughput as tp
 from posttrain.lessons.facts_c_common import GIB, MIB, kpi, table
 
 # ---- 24 · the RL infra engineer -------------------------------------------------------------
@@ -17,7 +17,7 @@ SIZING = [  # (model, GPUs, LoRA rank, rollout TP): the whiteboard question and 
 
 
 def rl24_plan(model: str, gpus: int, lora: int, rollout_tp: int) -> dict:
-    from posttrain import memory
+    from posttrain.sizing import memory
     return memory.plan(model, algo="grpo", gpus=gpus, lora=lora, checkpointing=True, rollout_tp=rollout_tp)
 
 
@@ -34,7 +34,7 @@ def rl24_sizing_table() -> dict:
 
 def rl24_state_tib() -> float:
     """18 B per parameter for the 70B's full training state, in TiB."""
-    from posttrain import memory, shapes
+    from posttrain.sizing import memory, shapes
     return memory.train_bytes_per_param() * shapes.count_params(shapes.resolve_model("llama-70b")) / 2 ** 40
 
 
@@ -81,7 +81,7 @@ def rl24_traps() -> dict:
 
 def rl25_chunk_table() -> dict:
     """Logits held at once for 32,768 tokens × a 131,072-token vocabulary in bf16 (shapes.logits_bytes)."""
-    from posttrain.shapes import logits_bytes
+    from posttrain.sizing.shapes import logits_bytes
     full = logits_bytes(32768, 131072)
     rows = [["none (full logits)", f"{full / GIB:.2f} GiB", "1×"]]
     for c in (16384, 4096, 1024):
@@ -145,7 +145,7 @@ FACTS: dict[str, Callable[[], object]] = {
     "rl24_ref_params": lambda: rl24_traps()["ref_params"],
     "rl24_stopped": lambda: rl24_traps()["stopped"],
     "rl24_eos_in_loss": lambda: rl24_traps()["eos_in_loss"],
-    "rl25_logits_gib": lambda: __import__("posttrain.shapes", fromlist=["x"]).logits_bytes(32768, 131072) / GIB,
+    "rl25_logits_gib": lambda: __import__("posttrain.sizing.shapes", fromlist=["x"]).logits_bytes(32768, 131072) / GIB,
     "rl25_chunk_table": rl25_chunk_table,
     "rl25_prefix_table": rl25_prefix_table,
     "rl25_engine_prompt_tokens": lambda: rl25_engine_prefix()["prompt_tokens"],

@@ -84,8 +84,8 @@ def rl23_classify_table() -> dict:
 # ---- 26 · why recipes look the way they do ----------------------------------------------------
 
 def rl26_cost_table() -> dict:
-    """The cost force in numbers (memory.py, shapes.py): training vs serving the course's round sizes."""
-    from posttrain import memory, shapes
+    """The cost force in numbers (sizing/memory.py, sizing/shapes.py): training vs serving the course's round sizes."""
+    from posttrain.sizing import memory, shapes
     rows = []
     for b in (7, 70, 405):
         s = shapes.course_shape(b)
@@ -102,7 +102,7 @@ FORCE_SETTINGS = [(100, 0, 32), (100, 50, 8), (100, 100, 512), (60, 50, 64), (20
 
 def memory_ratio() -> float:
     """Training state over serving weights, per parameter: 18 B / 2 B."""
-    from posttrain import memory
+    from posttrain.sizing import memory
     return memory.train_bytes_per_param() / 2
 
 
@@ -163,7 +163,7 @@ def rl27_gaps_table() -> dict:
 
 
 def rl27_lora() -> dict:
-    from posttrain import shapes
+    from posttrain.sizing import shapes
     s = shapes.resolve_model("llama-7b")
     run = result("lora_memory")
     return {"params": shapes.lora_params(s, 16), "frac": shapes.lora_params(s, 16) / shapes.count_params(s),

@@ -1,5 +1,5 @@
 """Facts of lessons 22a, 22b, 22c and 28: the throughput equation, long-tail rollouts,
-async staleness and where optimisation pays (throughput.py, the engine, committed runs)."""
+async staleness and where optimisation pays (sizing/throughput.py, the engine, committed runs)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 from collections.abc import Callable
 from functools import lru_cache
 
-from posttrain import throughput as tp
+from posttrain.sizing import throughput as tp
 from posttrain.lessons.facts_c_common import kpi, result, table
 
 # ---- 22a · the throughput equation -------------------------------------------------------------

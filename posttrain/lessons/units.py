@@ -1,13 +1,13 @@
 """Units the widgets print memory in: binary, everywhere (KiB = 2^10, MiB = 2^20, GiB = 2^30,
 TiB = 2^40 bytes), so a page never shows one size in GB and another in GiB.
 
-posttrain's memory.py and the course count decimal GB (1e9); the widgets take its bytes and
+posttrain's sizing/memory.py and the course count decimal GB (1e9); the widgets take its bytes and
 print them here. An H100 "80 GB" is 80e9 bytes as sold (memory.GPUS), 74.5 GiB.
 """
 
 from __future__ import annotations
 
-from posttrain import memory
+from posttrain.sizing import memory
 
 GIB = 2 ** 30
 H100_BYTES = memory.GPUS["h100"][1]

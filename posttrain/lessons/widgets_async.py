@@ -4,7 +4,7 @@ under each placement, from throughput.step_time) and what running the sampler ah
 
 from __future__ import annotations
 
-from posttrain import throughput as tp
+from posttrain.sizing import throughput as tp
 from posttrain.lessons import dapo_toy, runs
 from posttrain.lessons.registry import Knob, Widget, figure, line, r, register
 
@@ -84,7 +84,7 @@ register(Widget(
              "hides the 2 s of sync."},
     "Gantt chart of three consecutive steps under each placement (blue rollout, orange train, green sync, "
     "grey idle); vN marks the weights a rollout samples with. Step times from throughput.step_time.",
-    ["posttrain.throughput:compare_topologies", "posttrain.throughput:step_time"]))
+    ["posttrain.sizing.throughput:compare_topologies", "posttrain.sizing.throughput:step_time"]))
 
 
 # ---- 22c · async pipelining: staleness against throughput -----------------------------------------
@@ -147,5 +147,5 @@ register(Widget(
     "Left: accuracy against wall clock for each staleness (recorded runs of the lesson-13 DAPO toy with the "
     "sampler Δ versions behind: a deliberate toy task, posttrain's loss and off-policy correction); "
     "right: the clip fraction each staleness causes. Step times from throughput.step_time.",
-    ["posttrain.throughput:step_time", "posttrain.lessons.dapo_toy:run", "posttrain.algorithms.core:off_policy_weights",
+    ["posttrain.sizing.throughput:step_time", "posttrain.lessons.dapo_toy:run", "posttrain.algorithms.core:off_policy_weights",
      "posttrain.algorithms.core:ppo_clip_loss"]))

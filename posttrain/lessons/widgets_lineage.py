@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from posttrain import algorithms, memory
+from posttrain import algorithms
+from posttrain.sizing import memory
 from posttrain.algorithms import ppo
 from posttrain.lessons import dapo_toy, runs
 from posttrain.lessons.registry import Knob, Widget, bar, figure, line, r, register
@@ -123,7 +124,7 @@ register(Widget(
     "made by posttrain on a lesson's toy (hover a box for its lessons); its colour says whether the "
     "chosen setting holds.",
     ["posttrain.algorithms.reinforce:loss", "posttrain.algorithms.rloo:advantages",
-     "posttrain.algorithms.reinforce:advantages", "posttrain.memory:plan"]))
+     "posttrain.algorithms.reinforce:advantages", "posttrain.sizing.memory:plan"]))
 
 
 # ---- 13 · DAPO ablation: the four switches, one recorded run each ----------------------------------

@@ -8,7 +8,8 @@ import functools
 
 import torch
 
-from posttrain import memory, report, throughput
+from posttrain import report
+from posttrain.sizing import memory, throughput
 from posttrain.algorithms import core, dapo
 from posttrain.framework.rollout import token_logprobs
 from posttrain.lessons import units
@@ -140,7 +141,7 @@ register(Widget(
              "state alone is 18 B × 69B params ≈ 1.13 TiB against 596 GiB of HBM (8 × 80 GB), before any "
              "activation or KV cache. It needs LoRA, offload or more GPUs."},
     "Left: peak memory per GPU of each pool (memory.plan), in GiB. Right: seconds per role in one step "
-    "(throughput.role_model).", ["posttrain.memory:plan", "posttrain.throughput:role_model"]))
+    "(throughput.role_model).", ["posttrain.sizing.memory:plan", "posttrain.sizing.throughput:role_model"]))
 
 
 # ---- 27 · a gap closed: truncated importance weights for stale samples ----------------------------

@@ -10,7 +10,8 @@ import functools
 
 import torch
 
-from posttrain import algorithms, memory
+from posttrain import algorithms
+from posttrain.sizing import memory
 from posttrain.algorithms import core, ppo, reinforce
 from posttrain.lessons.registry import Knob, Widget, bar, figure, line, r, register
 from posttrain.lessons.widgets_signal import categorical
@@ -107,7 +108,7 @@ register(Widget(
              "makes it online DPO or RLHF."},
     "Four questions about a paper, the course's decision tree, and what the answer is in posttrain: the "
     "algorithm modules, the roles memory.ROLES says they need, and the command that runs them.",
-    ["posttrain.algorithms:get", "posttrain.memory:Roles"]))
+    ["posttrain.algorithms:get", "posttrain.sizing.memory:Roles"]))
 
 
 # ---- 27 · the gap explorer --------------------------------------------------------------------------
@@ -284,5 +285,5 @@ register(Widget(
     "Left: the gaps by force, coloured by posttrain's status (legend). Right: where a fix can be "
     "switched off, the measured effect of doing so (computed by the function that closes the gap).",
     ["posttrain.algorithms.ppo:gae", "posttrain.algorithms.core:kl", "posttrain.algorithms.reinforce:loss",
-     "posttrain.algorithms.core:off_policy_weights", "posttrain.algorithms.core:masked_whiten", "posttrain.memory:plan",
+     "posttrain.algorithms.core:off_policy_weights", "posttrain.algorithms.core:masked_whiten", "posttrain.sizing.memory:plan",
      "posttrain.preference.search:sample_table", "posttrain.data.curate:curate"]))

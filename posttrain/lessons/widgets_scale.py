@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from posttrain import memory, shapes, throughput
+from posttrain.sizing import memory, shapes, throughput
 from posttrain.lessons import units
 from posttrain.lessons.registry import Knob, Widget, bar, figure, line, r, register
 
@@ -75,7 +75,7 @@ register(Widget(
      "what": "cv = 2 with no patch: the longest response is 9× the mean, so the step takes 9× the "
              "average decode and most slots idle for most of it."},
     "Each bar is one response's length; the step lasts as long as the longest. Lengths are drawn "
-    "log-normal with the course's seeded generator (a model, not engine output).", ["posttrain.throughput:max_of_k"]))
+    "log-normal with the course's seeded generator (a model, not engine output).", ["posttrain.sizing.throughput:max_of_k"]))
 
 
 # ---- 25 · kernels: prefix sharing and chunked log-probs ---------------------------------------------
@@ -116,7 +116,7 @@ register(Widget(
              "as much again for the softmax): the trainer's forward runs out of memory at long contexts "
              "unless the log-prob is computed chunk by chunk."},
     "Left: how many fewer prompt tokens prefix sharing computes. Right: logits memory, full vs. chunked, in GiB.",
-    ["posttrain.shapes:logits_bytes"]))
+    ["posttrain.sizing.shapes:logits_bytes"]))
 
 
 # ---- 28 · where to spend optimisation effort --------------------------------------------------------
@@ -177,4 +177,4 @@ register(Widget(
              "side, it buys 1.00×)."},
     "Seconds per role before and after the chosen optimisations (the course's multipliers: a deliberate "
     "model), composed into a step by throughput.step_time.",
-    ["posttrain.throughput:step_time", "posttrain.memory:plan"]))
+    ["posttrain.sizing.throughput:step_time", "posttrain.sizing.memory:plan"]))

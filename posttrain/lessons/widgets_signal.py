@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import torch
 
-from posttrain import memory
+from posttrain.sizing import memory
 from posttrain.algorithms import core, dapo, reinforce
 from posttrain.data.curate import curate
 from posttrain.lessons.registry import Knob, Widget, bar, figure, line, r, register
@@ -403,4 +403,4 @@ register(Widget(
     "Top: which algorithm each (signal, bias) point leads to at this cluster size (the course's rules); "
     "bottom: the lesson-18 hacking run with the leak this signal implies, for the steps the cluster buys. "
     "The rules and the leak are a deliberate toy; the training and the memory check are posttrain's.",
-    ["posttrain.algorithms.reinforce:loss", "posttrain.memory:plan"]))
+    ["posttrain.algorithms.reinforce:loss", "posttrain.sizing.memory:plan"]))

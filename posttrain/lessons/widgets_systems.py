@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import functools
 
-from posttrain import memory, shapes
-from posttrain import throughput as tp
+from posttrain.sizing import memory, shapes
+from posttrain.sizing import throughput as tp
 from posttrain.framework.rollout import Engine, SamplingParams
 from posttrain.lessons import runs, units
 from posttrain.lessons.registry import Knob, Widget, bar, figure, line, r, register
@@ -79,7 +79,7 @@ register(Widget(
      "what": "70B with 256 sequences of 8k tokens: 640 GiB of KV cache, more than eight H100s hold; the "
              "engine must cut concurrency or preempt, and the rollout phase stalls."},
     "Weights, KV cache and the capacity of one H100 (80 GB as sold = 74.5 GiB), all in GiB.",
-    ["posttrain.shapes:kv_bytes_per_token", "posttrain.models.gpt_mini:KVCache"]))
+    ["posttrain.sizing.shapes:kv_bytes_per_token", "posttrain.models.gpt_mini:KVCache"]))
 
 
 # ---- 21 · scheduling: the real engine, and a labelled cost model around it -------------------------
@@ -254,7 +254,7 @@ register(Widget(
              "trainer runs out of memory at its first step."},
     "Stacked GiB per GPU for the trainer and the sampler against one H100 (80 GB = 74.5 GiB): the course's "
     "envelope (memory.envelope), a back-of-envelope model; lesson 22's planner widget counts every tensor.",
-    ["posttrain.memory:envelope"]))
+    ["posttrain.sizing.memory:envelope"]))
 
 
 # ---- 22a · the throughput equation ---------------------------------------------------------------
@@ -291,7 +291,7 @@ register(Widget(
              "trainer idles nearly all the time, and adding trainer GPUs buys nothing."},
     "Seconds per role for one step, and the step time of the chosen placement: the course's role-time "
     "model (throughput.role_model), not a measurement.",
-    ["posttrain.throughput:role_model", "posttrain.throughput:step_time"]))
+    ["posttrain.sizing.throughput:role_model", "posttrain.sizing.throughput:step_time"]))
 
 
 # ---- 22 · the memory planner: every role of an algorithm on one GPU pool ---------------------------
@@ -329,4 +329,4 @@ register(Widget(
     {"knobs": {"model": "llama-70b", "algo": "ppo"},
      "what": "PPO on a 70B model and 8 GPUs: the critic doubles the trainable state and nothing fits "
              "(hundreds of GB per GPU); the planner's cheapest fix is checkpointing plus LoRA."},
-    "GiB per GPU by component (left) and the peak of each phase (right), from posttrain's planner.", ["posttrain.memory:plan"]))
+    "GiB per GPU by component (left) and the peak of each phase (right), from posttrain's planner.", ["posttrain.sizing.memory:plan"]))

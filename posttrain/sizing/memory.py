@@ -55,7 +55,7 @@ import math
 from dataclasses import asdict, dataclass, replace
 
 from posttrain import UsageError
-from posttrain.shapes import (ModelShape, activation_bytes, count_params, course_activation_bytes, course_shape,
+from posttrain.sizing.shapes import (ModelShape, activation_bytes, count_params, course_activation_bytes, course_shape,
                               head_free_params, kv_bytes_per_token, layer_params, logits_bytes, lora_params,
                               resolve_model)
 

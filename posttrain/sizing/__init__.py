@@ -1,0 +1,12 @@
+"""Sizing: the back-of-envelope calculators of an RL post-training run, on paper, before any run.
+
+    shapes.py       model shapes (published presets, the course's round sizes, gpt_mini's):
+                    parameter counts, activation bytes per token
+    memory.py       what a run holds on each GPU, per algorithm and placement, and whether it
+                    fits (`posttrain memory MODEL --algo grpo --gpu h100`)
+    throughput.py   where an RL step's wall clock goes and which role bounds it; a run's
+                    measured step times read back into the same terms (distributed/run_summary.py)
+
+They import only torch-free arithmetic and `posttrain.models` for gpt_mini's own shapes, so the
+lessons' widgets and `posttrain memory` call them without building a model.
+"""
