@@ -7,6 +7,6 @@
     throughput.py   where an RL step's wall clock goes and which role bounds it; a run's
                     measured step times read back into the same terms (distributed/run_summary.py)
 
-They import only torch-free arithmetic and `posttrain.models` for gpt_mini's own shapes, so the
-lessons' widgets and `posttrain memory` call them without building a model.
+They are plain arithmetic with no torch at import (gpt_mini's own shapes read `posttrain.models`
+when asked for), so `posttrain memory` and the lessons' widgets answer without building a model.
 """
