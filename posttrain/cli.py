@@ -35,7 +35,7 @@ STAGES = {  # name -> (config class path, recipe module)
 }
 BENCHES = {"train": "posttrain.bench.train", "rollout": "posttrain.bench.rollout",
            "algorithms": "posttrain.bench.algorithms", "claims": "posttrain.bench.claims",
-           "trl": "posttrain.bench.trl", "search": "posttrain.preference.search"}
+           "trl": "posttrain.bench.trl", "search": "posttrain.bench.search"}
 
 
 def _load(path: str):

@@ -1,4 +1,4 @@
-"""The process reward model and test-time search (preference/prm.py, preference/search.py):
+"""The process reward model and test-time search (preference/prm.py, preference/search.py, bench/search.py):
 step boundaries, the BCE on soft labels by hand, Monte-Carlo labels from scripted completions,
 the score table by hand, beam search 1×1 at temperature 0 = greedy decoding, and the
 `posttrain bench search` smoke run."""
