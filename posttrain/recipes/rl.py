@@ -51,6 +51,12 @@ def check_config(cfg: RLConfig) -> None:
     if cfg.rollout.temperature <= 0:
         raise UsageError(f"rollout.temperature={cfg.rollout.temperature} samples greedily: RL needs a sampling distribution "
                          "(behaviour logprobs, different samples per group); use rollout.temperature > 0, e.g. 1.0")
+    from posttrain.precision import FORMATS
+    if cfg.rollout.precision not in FORMATS:
+        raise UsageError(f"rollout.precision={cfg.rollout.precision!r} is unknown; use {', '.join(FORMATS)}")
+    if cfg.rollout.precision != "fp32" and (cfg.scale.async_ or cfg.scale.placement != "in-process"):
+        raise UsageError(f"rollout.precision={cfg.rollout.precision} emulates the sampler in-process only; "
+                         "use scale.placement=in-process with async off, or rollout.precision=fp32")
     n = cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt
     if cfg.optim.minibatches < 1 or n % cfg.optim.minibatches:
         divisors = [d for d in range(1, n + 1) if n % d == 0]
