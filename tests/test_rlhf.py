@@ -108,13 +108,13 @@ def test_curve_keeps_training_steps_with_all_three_keys(tmp_path):
     lines = [{"step": 0, "eval/pass@1": 0.5},
              {"step": 1, "kl/ref": 0.0, "reward/proxy": 1.0, "reward/true": 0.5},
              {"step": 2, "reward/proxy": 1.0, "reward/true": 0.5},            # no kl (no reference): left out
-             {"step": 3, "kl/ref": 0.2, "reward/proxy": 2.0, "reward/true": 0.25}]
+             {"step": 3, "kl/ref": 0.2, "reward/proxy": 2.0, "reward/true": 0.25, "length/mean": 10.0}]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in lines))
     rows = curve(lines)
     assert [r["step"] for r in rows] == [1, 3]
     summary = write_curve(tmp_path)
     assert (tmp_path / "overoptimization.csv").read_text().splitlines() == [
-        "step,kl,proxy,true", "1,0.0,1.0,0.5", "3,0.2,2.0,0.25"]
+        "step,kl,proxy,true,seq_kl", "1,0.0,1.0,0.5,0.0", "3,0.2,2.0,0.25,2.0"]   # seq_kl = 0.2/token × 10 tokens
     saved = json.loads((tmp_path / "overoptimization.json").read_text())
     assert saved["rows"] == rows and saved["turn"] == summary and summary["peak_step"] == 1
 
