@@ -5,7 +5,7 @@
     posttrain eval RUN_OR_CHECKPOINT [--k 1,8] [--rm RM_RUN]
     posttrain export CHECKPOINT --format hf OUT_DIR
     posttrain report RUN_DIR [--out FILE.html]
-    posttrain bench train|rollout|algorithms|claims|trl|search|precision [--out FILE.json]
+    posttrain bench train|rollout|algorithms|claims|trl|search|precision|prm|overopt [--out FILE.json]
     posttrain memory MODEL --algo grpo [--gpu h100] [--gpus N --lora R ...] [--json]
     posttrain lessons [--port N] [--export DIR]
 
@@ -34,7 +34,8 @@ STAGES = {  # name -> (config class path, recipe module)
 BENCHES = {"train": "posttrain.bench.train", "rollout": "posttrain.bench.rollout",
            "algorithms": "posttrain.bench.algorithms", "claims": "posttrain.bench.claims",
            "trl": "posttrain.bench.trl", "search": "posttrain.preference.search",
-           "precision": "posttrain.bench.precision"}
+           "precision": "posttrain.bench.precision", "prm": "posttrain.bench.prm",
+           "overopt": "posttrain.bench.overopt"}
 
 
 def _load(path: str):
