@@ -87,21 +87,35 @@ def train_until_predictive(policy, tok, rows, heldout, steps: int, every: int, s
 
 
 def one_seed(a, seed: int) -> dict:
+    """Labels, PRM training and the comparison for one seed. The trained PRM is kept in
+    `--runs`/prm_s{seed}.pt; `--reuse` reloads it (and its numbers) to rerun only the comparison."""
+    from posttrain.preference.prm import PRM
     from posttrain.preference.reward_model import load_scorer
     torch.manual_seed(seed)
     policy, tok, path = checkpoint.load_model(a.init)
     task = ArithmeticTask(ArithmeticConfig())
-    t0 = time.perf_counter()
-    rows, stats = mc_labels(policy, tok, task, task.items(a.label_problems, "train", seed), a.responses,
-                            a.completions, seed=seed)
-    held, held_stats = mc_labels(policy, tok, task, task.items(a.eval_problems, "test", seed + 100), a.responses,
-                                 a.completions, seed=seed + 100)
-    t_label = time.perf_counter() - t0
-    prm, best, curve = train_until_predictive(policy, tok, rows, held, a.prm_steps, a.check_every, seed)
+    saved = Path(a.runs, f"prm_s{seed}.pt")
+    if a.reuse and saved.exists():
+        state = torch.load(saved, weights_only=False)
+        prm = PRM(copy.deepcopy(policy))
+        prm.load_state_dict(state.pop("prm"))
+        prm.eval()
+    else:
+        t0 = time.perf_counter()
+        rows, stats = mc_labels(policy, tok, task, task.items(a.label_problems, "train", seed), a.responses,
+                                a.completions, seed=seed)
+        held, held_stats = mc_labels(policy, tok, task, task.items(a.eval_problems, "test", seed + 100), a.responses,
+                                     a.completions, seed=seed + 100)
+        t_label = time.perf_counter() - t0
+        prm, best, curve = train_until_predictive(policy, tok, rows, held, a.prm_steps, a.check_every, seed)
+        state = {"labels": stats, "heldout_labels": held_stats, "label_s": round(t_label, 1), "prm_best": best,
+                 "prm_curve": curve}
+        saved.parent.mkdir(parents=True, exist_ok=True)
+        torch.save({**state, "prm": prm.state_dict()}, saved)
     orm = load_scorer(a.rm) if a.rm else None
     res = compare(policy, prm, tok, task, task.items(a.problems, "test", seed), a.n, a.beam, orm, seed=seed)
-    return {"seed": seed, "policy": str(path), "labels": stats, "heldout_labels": held_stats, "label_s": round(t_label, 1),
-            "prm_best": best, "prm_curve": curve, **res, "load_average": [round(x, 2) for x in os.getloadavg()]}
+    return {"seed": seed, "policy": str(path), "rm": a.rm, **state, **res,
+            "load_average": [round(x, 2) for x in os.getloadavg()]}
 
 
 def main(argv=None) -> None:
@@ -118,6 +132,8 @@ def main(argv=None) -> None:
     p.add_argument("--prm-steps", type=int, default=600)
     p.add_argument("--check-every", type=int, default=100)
     p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--runs", default="runs/prm", help="where each seed's trained PRM is kept")
+    p.add_argument("--reuse", action="store_true", help="reload a seed's trained PRM instead of labelling and training")
     p.add_argument("--out", default="benchmarks/results/prm.json")
     a = p.parse_args(argv)
     torch.set_num_threads(1)
