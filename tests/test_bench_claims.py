@@ -45,3 +45,20 @@ def test_step_accuracy_compares_thresholded_scores_with_thresholded_labels(tok):
     assert acc["step_majority"] == pytest.approx(2 / 3)
     s2, s_2 = 1 / (1 + math.exp(-2)), 1 / (1 + math.exp(2))
     assert acc["step_abs_err"] == pytest.approx((abs(s2 - 0.75) + abs(s_2 - 0.25) + abs(s_2 - 0.5)) / 3)
+
+
+def _append(path, i):
+    from posttrain.bench import update_json
+    update_json(path, lambda res: {**res, "rows": res.get("rows", []) + [i]})
+
+
+def test_update_json_loses_no_row_when_processes_write_at_once(tmp_path):
+    import multiprocessing as mp
+    path = tmp_path / "res.json"
+    procs = [mp.get_context("spawn").Process(target=_append, args=(path, i)) for i in range(6)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    import json
+    assert sorted(json.loads(path.read_text())["rows"]) == list(range(6))

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from posttrain import checkpoint
-from posttrain.bench import write_json
+from posttrain.bench import update_json
 from posttrain.bench.algorithms import one_run
 from posttrain.eval import response_budget
 from posttrain.framework.rollout import Engine, SamplingParams
@@ -143,9 +143,10 @@ def main(argv=None) -> None:
                             "excess_start": excess_length(init, seed, args.max_new),
                             "excess_end": excess_length(str(runs / tag), seed, args.max_new),
                             "load_average": [round(x, 2) for x in os.getloadavg()]}
-                    res = json.loads(out.read_text()) if out.exists() else {}   # parallel seeds: merge on disk
-                    res[claim] = [r for r in res.get(claim, []) if r["run"] != tag] + [row]
-                    write_json(out, res)
+                    def update(res, row=row, tag=tag, claim=claim):    # seeds run in parallel processes
+                        res[claim] = [r for r in res.get(claim, []) if r["run"] != tag] + [row]
+                        return res
+                    res = update_json(out, update)
             continue
         else:
             raise SystemExit(f"--only: unknown claim {claim!r}; choose from {', '.join(CLAIMS)}")

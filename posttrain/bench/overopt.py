@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from posttrain import checkpoint
-from posttrain.bench import write_json
+from posttrain.bench import update_json
 from posttrain.eval import response_budget
 from posttrain.framework.rollout import Engine, SamplingParams
 from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
@@ -117,16 +117,18 @@ def main(argv=None) -> None:
     rms, out = a.rms.split(","), Path(a.out)
 
     def save(part, row, same):
-        res = json.loads(out.read_text()) if out.exists() else {}              # seeds may run in parallel
-        res[part] = [r for r in res.get(part, []) if not same(r)] + [row]
-        res.setdefault("load_average", {})[f"{part} {row['seed']}"] = [round(x, 2) for x in os.getloadavg()]
-        if part == "bon":
-            res["bon_summary"] = {rm: [{"n": c["n"], "sqrt_kl": c["sqrt_kl"],
-                                        "true": statistics.fmean(r["rms"][rm]["curve"][i]["true"] for r in res["bon"]),
-                                        "proxy": statistics.fmean(r["rms"][rm]["curve"][i]["proxy"] for r in res["bon"])}
-                                       for i, c in enumerate(res["bon"][0]["rms"][rm]["curve"])]
-                                  for rm in res["bon"][0]["rms"]}
-        write_json(out, res)
+        def update(res):                                                 # seeds run in parallel processes
+            res[part] = [r for r in res.get(part, []) if not same(r)] + [row]
+            res.setdefault("load_average", {})[f"{part} {row['seed']}"] = [round(x, 2) for x in os.getloadavg()]
+            if part == "bon":
+                bons = res["bon"]
+                res["bon_summary"] = {rm: [{"n": c["n"], "sqrt_kl": c["sqrt_kl"],
+                                            "true": statistics.fmean(r["rms"][rm]["curve"][i]["true"] for r in bons),
+                                            "proxy": statistics.fmean(r["rms"][rm]["curve"][i]["proxy"] for r in bons)}
+                                           for i, c in enumerate(bons[0]["rms"][rm]["curve"])]
+                                      for rm in bons[0]["rms"]}
+            return res
+        update_json(out, update)
 
     for seed in map(int, a.seeds.split(",")):
         if "bon" in a.part:

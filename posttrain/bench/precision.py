@@ -32,7 +32,7 @@ import torch
 
 from posttrain import checkpoint
 from posttrain.algorithms import core
-from posttrain.bench import write_json
+from posttrain.bench import update_json
 from posttrain.eval import response_budget
 from posttrain.framework.batch import collate_samples
 from posttrain.framework.rollout import Engine, SamplingParams
@@ -111,20 +111,28 @@ def invariance(model, tok, task, fmt: str, batch_invariant: bool, seed: int = 0,
 def learning(init: str, fmt: str, correction: str, seed: int, steps: int, runs: Path) -> dict:
     """One GRPO run (bench/algorithms.one_run budget, 8 prompts × 8 samples) with the sampler in `fmt`."""
     from posttrain.bench.algorithms import one_run
-    from posttrain.logging import read_metrics
     out = runs / f"{fmt}_{correction}_s{seed}"
-    row = one_run("grpo", init, steps, seed, out,
-                  ["rollout.prompts_per_step=8", "eval.problems=100", "threads=1", f"rollout.precision={fmt}",
-                   f"scale.off_policy_correction={correction}", "scale.off_policy_cap=2.0"])
-    train = [m for m in read_metrics(out)[1:] if "reward/mean" in m]
-    mean = lambda k: statistics.fmean(m[k] for m in train) if all(k in m for m in train) else None
-    curves = row.pop("curves")
-    return {**{k: row[k] for k in ("seed", "steps", "pass@1_start", "pass@1_end", "pass@8_start", "pass@8_end",
-                                   "reward_first10", "reward_last10", "kl_ref", "entropy")},
-            "format": fmt, "correction": correction, "mismatch_logprob_abs": mean("mismatch/logprob_abs"),
+    one_run("grpo", init, steps, seed, out,
+            ["rollout.prompts_per_step=8", "eval.problems=100", "threads=1", f"rollout.precision={fmt}",
+             f"scale.off_policy_correction={correction}", "scale.off_policy_cap=2.0"])
+    return learning_row(out, fmt, correction, seed)
+
+
+def learning_row(run: Path, fmt: str, correction: str, seed: int) -> dict:
+    """The table row of a finished learning run, from its metrics.jsonl alone."""
+    from posttrain.logging import read_metrics
+    ms = read_metrics(run)
+    train = [m for m in ms[1:] if "reward/mean" in m]
+    mean = lambda k, ms=train: statistics.fmean(m[k] for m in ms) if ms and all(k in m for m in ms) else None
+    return {"format": fmt, "correction": correction, "seed": seed, "steps": len(train),
+            "pass@1_start": ms[0]["eval/pass@1"], "pass@1_end": ms[-1]["eval/pass@1"],
+            "pass@8_start": ms[0]["eval/pass@8"], "pass@8_end": ms[-1]["eval/pass@8"],
+            "reward_first10": mean("reward/mean", train[:10]), "reward_last10": mean("reward/mean", train[-10:]),
+            "kl_ref": mean("kl/ref"), "entropy": mean("entropy"), "mismatch_logprob_abs": mean("mismatch/logprob_abs"),
             "clip_frac": mean("clip/frac"), "ratio_max": max(m.get("ratio/max", 0.0) for m in train),
             "offpolicy_capped_frac": mean("offpolicy/capped_frac"), "offpolicy_weight_mean": mean("offpolicy/weight_mean"),
-            "reward_curve": curves["reward/mean"]}
+            "offpolicy_log_ratio_abs": mean("offpolicy/log_ratio_abs"),
+            "reward_curve": [round(m["reward/mean"], 4) for m in train]}
 
 
 def summarize(rows: list[dict], keys: tuple, by: tuple) -> list[dict]:
@@ -150,6 +158,7 @@ def main(argv=None) -> None:
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--settings", default=",".join(f"{f}:{c}" for f, c in LEARNING), help="learning runs, FORMAT:CORRECTION")
     p.add_argument("--runs", default="runs/precision")
+    p.add_argument("--rebuild", action="store_true", help="learning: re-read finished runs in --runs, train nothing")
     p.add_argument("--out", default="benchmarks/results/precision.json")
     a = p.parse_args(argv)
     from posttrain.recipes import rl
@@ -164,14 +173,14 @@ def main(argv=None) -> None:
                                                             "offpolicy_capped_frac"))}
 
     def save(part, rows, replaced) -> dict:
-        """Merge `rows` into the JSON as it is on disk now (seeds may run in parallel processes)."""
-        res = json.loads(out.read_text()) if out.exists() else {}
-        rows = [r for r in res.get(part, {}).get("rows", []) if not replaced(r)] + rows
-        res[part] = {"rows": rows, "load_average": [round(x, 2) for x in os.getloadavg()], "init": init}
-        if part in summary_keys:
-            res[part]["summary"] = summarize(rows, summary_keys[part][1], summary_keys[part][0])
-        write_json(out, res)
-        return res[part]
+        """Merge `rows` into the JSON as it is on disk now (seeds run in parallel processes)."""
+        def update(res):
+            merged = [r for r in res.get(part, {}).get("rows", []) if not replaced(r)] + rows
+            res[part] = {"rows": merged, "load_average": [round(x, 2) for x in os.getloadavg()], "init": init}
+            if part in summary_keys:
+                res[part]["summary"] = summarize(merged, summary_keys[part][1], summary_keys[part][0])
+            return res
+        return update_json(out, update)[part]
 
     for part in a.part.split(","):
         if part == "mismatch":
@@ -185,7 +194,9 @@ def main(argv=None) -> None:
         elif part == "learning":
             for fmt, corr in (tuple(s.split(":")) for s in a.settings.split(",")):
                 for s in seeds:
-                    row = learning(init, fmt, corr, s, a.steps, Path(a.runs))
+                    run = Path(a.runs, f"{fmt}_{corr}_s{s}")
+                    row = (learning_row(run, fmt, corr, s) if a.rebuild else
+                           learning(init, fmt, corr, s, a.steps, Path(a.runs)))
                     done = save(part, [row], lambda r, k=(fmt, corr, s): (r["format"], r["correction"], r["seed"]) == k)
         else:
             raise SystemExit(f"--part: unknown {part!r}; choose from {', '.join(PARTS)}")

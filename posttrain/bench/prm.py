@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 
 from posttrain import checkpoint
-from posttrain.bench import write_json
+from posttrain.bench import update_json
 from posttrain.preference.prm import collate_rows, mc_labels
 from posttrain.preference.search import compare
 from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
@@ -139,14 +139,15 @@ def main(argv=None) -> None:
     torch.set_num_threads(1)
     for seed in map(int, a.seeds.split(",")):
         row = one_seed(a, seed)
-        res = json.loads(Path(a.out).read_text()) if Path(a.out).exists() else {"runs": []}   # seeds may run in parallel
-        res["runs"] = [r for r in res["runs"] if r["seed"] != seed] + [row]
-        res["command"] = "posttrain bench prm " + " ".join(argv if argv is not None else sys.argv[1:])
-        accs = [r["accuracy"] for r in res["runs"]]
-        res["summary"] = {k: {"mean": statistics.fmean(x[k] for x in accs),
-                              "std": statistics.stdev([x[k] for x in accs]) if len(accs) > 1 else 0.0}
-                          for k in accs[0] if all(k in x for x in accs)}
-        write_json(a.out, res)
+        def update(res, row=row, seed=seed):                            # seeds run in parallel processes
+            res["runs"] = [r for r in res.get("runs", []) if r["seed"] != seed] + [row]
+            res["command"] = "posttrain bench prm " + " ".join(argv if argv is not None else sys.argv[1:])
+            accs = [r["accuracy"] for r in res["runs"]]
+            res["summary"] = {k: {"mean": statistics.fmean(x[k] for x in accs),
+                                  "std": statistics.stdev([x[k] for x in accs]) if len(accs) > 1 else 0.0}
+                              for k in accs[0] if all(k in x for x in accs)}
+            return res
+        update_json(a.out, update)
         print(json.dumps(row["accuracy"], indent=1), row["tokens_per_problem"], flush=True)
 
 
