@@ -89,7 +89,7 @@ def rl_run(init: str, rm: str, kl: float, seed: int, steps: int, runs: Path) -> 
     out = runs / f"{Path(rm).name}_kl{kl}_s{seed}"
     cfg = load_config(RLConfig, "rlhf", [f"init={init}", f"reward_model={rm}", f"out={out}", "overwrite=true",
                                          f"steps={steps}", f"seed={seed}", f"eval_every={steps}", "threads=1",
-                                         f"algo.kl_coef={kl}", "rollout.prompts_per_step=8", "eval.problems=100"])
+                                         f"algo.kl_coef={kl}", "rollout.prompts_per_step=8", "eval.problems=50"])
     rl.run(cfg)
     data = json.loads((out / "overoptimization.json").read_text())
     from posttrain.logging import read_metrics

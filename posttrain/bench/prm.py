@@ -118,6 +118,31 @@ def one_seed(a, seed: int) -> dict:
             "load_average": [round(x, 2) for x in os.getloadavg()]}
 
 
+def orm_column(a, seed: int) -> dict:
+    """ORM best@N alone, on the very samples compare() drew for this seed (the engine's sampling is
+    keyed by (seed, prompt, sample), so the same call draws them again): for a PRM run started
+    before its outcome RM had finished training."""
+    from posttrain.framework.rollout import Engine, SamplingParams
+    from posttrain.preference.reward_model import load_scorer
+    from posttrain.preference.search import sample_table
+    policy, tok, _ = checkpoint.load_model(a.init)
+    task = ArithmeticTask(ArithmeticConfig())
+    items = task.items(a.problems, "test", seed)
+    prompts = [tok.encode(tok.chat_prompt(task.prompt(it))) for it in items]
+    samples = Engine(policy, tok).generate(prompts, a.n, SamplingParams(temperature=1.0, max_new_tokens=64), seed=seed)
+    scores = load_scorer(a.rm).score([task.prompt(it) for it in items for _ in range(a.n)], [s.text for s in samples])
+    return sample_table(task, items, samples, a.n, scores)
+
+
+def _summarize(res: dict) -> dict:
+    """Mean and std over seeds of every accuracy column all seeds have."""
+    accs = [r["accuracy"] for r in res["runs"]]
+    res["summary"] = {k: {"mean": statistics.fmean(x[k] for x in accs),
+                          "std": statistics.stdev([x[k] for x in accs]) if len(accs) > 1 else 0.0}
+                      for k in accs[0] if all(k in x for x in accs)}
+    return res
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="posttrain bench prm", description=__doc__.split("\n\n")[0])
     p.add_argument("--init", required=True, help="the policy (SFT run/checkpoint); the PRM starts from its trunk")
@@ -134,19 +159,27 @@ def main(argv=None) -> None:
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--runs", default="runs/prm", help="where each seed's trained PRM is kept")
     p.add_argument("--reuse", action="store_true", help="reload a seed's trained PRM instead of labelling and training")
+    p.add_argument("--orm-only", action="store_true", help="add ORM best@N (--rm) to the seeds' rows in --out, nothing else")
     p.add_argument("--out", default="benchmarks/results/prm.json")
     a = p.parse_args(argv)
     torch.set_num_threads(1)
     for seed in map(int, a.seeds.split(",")):
+        if a.orm_only:                                                  # add the ORM column to a seed's row
+            table = orm_column(a, seed)
+            def add(res, table=table, seed=seed):
+                row = next(r for r in res["runs"] if r["seed"] == seed)
+                if abs(row["accuracy"]["pass@1"] - table["pass@1"]) > 1e-9:
+                    raise SystemExit(f"seed {seed}: the samples differ from the PRM run's (pass@1 "
+                                     f"{table['pass@1']} vs {row['accuracy']['pass@1']}); rerun with --reuse --rm")
+                row["accuracy"][f"orm best@{a.n}"], row["rm"] = table[f"orm best@{a.n}"], a.rm
+                return _summarize(res)
+            update_json(a.out, add)
+            continue
         row = one_seed(a, seed)
         def update(res, row=row, seed=seed):                            # seeds run in parallel processes
             res["runs"] = [r for r in res.get("runs", []) if r["seed"] != seed] + [row]
             res["command"] = "posttrain bench prm " + " ".join(argv if argv is not None else sys.argv[1:])
-            accs = [r["accuracy"] for r in res["runs"]]
-            res["summary"] = {k: {"mean": statistics.fmean(x[k] for x in accs),
-                                  "std": statistics.stdev([x[k] for x in accs]) if len(accs) > 1 else 0.0}
-                              for k in accs[0] if all(k in x for x in accs)}
-            return res
+            return _summarize(res)
         update_json(a.out, update)
         print(json.dumps(row["accuracy"], indent=1), row["tokens_per_problem"], flush=True)
 
