@@ -17,10 +17,12 @@ import shutil
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from posttrain import TrainingHalted, UsageError
 from posttrain.models.gpt_mini import GPTMini, ModelConfig
+from posttrain.models.tokenizer import FILE_NAME as TOKENIZER_FILE
 from posttrain.models.tokenizer import CharTokenizer
 
 
@@ -51,6 +53,19 @@ def resolve(path: str | Path) -> Path:
                      "train a stage first or point to its run directory")
 
 
+def resume_target(run_dir: str | Path) -> Path:
+    """The checkpoint `--resume RUN_DIR` continues from, or a one-line UsageError before any work:
+    a mistyped path, a directory that is not a run, a run that never saved."""
+    d = Path(run_dir)
+    if not d.is_dir():
+        raise UsageError(f"--resume {d}: no such run directory; give the out= of an earlier run")
+    last = latest(d)
+    if last is None:
+        raise UsageError(f"--resume {d}: no complete checkpoint there (checkpoints/step_N); "
+                         "start without --resume")
+    return last
+
+
 def save(run_dir: str | Path, step: int, model: GPTMini, tokenizer: CharTokenizer,
          trainer_state: dict | None = None, meta: dict | None = None, keep_last: int = 2) -> Path:
     root = Path(run_dir, "checkpoints")
@@ -61,19 +76,44 @@ def save(run_dir: str | Path, step: int, model: GPTMini, tokenizer: CharTokenize
     try:
         tmp.mkdir()
         _write(tmp, step, model, tokenizer, trainer_state, meta)
-    except OSError as e:
-        shutil.rmtree(tmp, ignore_errors=True)       # give back what the partial write took
-        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
-            raise
+    except (OSError, RuntimeError, SafetensorError) as e:    # every writer: files, torch.save, safetensors
+        full = _disk_full(e, root, model, trainer_state)     # asked before the partial write is freed
+        shutil.rmtree(tmp, ignore_errors=True)               # give back what the partial write took
         fix = f"then --resume {run_dir}" if latest(run_dir) is not None else "then start the run again"
-        raise TrainingHalted(f"disk full while writing checkpoint {final.name} in {root} (partial write removed, "
-                             f"earlier checkpoints intact): free space there or set out= on a bigger disk, {fix}") from None
+        if full:
+            raise TrainingHalted(f"disk full while writing checkpoint {final.name} in {root} (partial write removed, "
+                                 f"earlier checkpoints intact): free space there or set out= on a bigger disk, {fix}") from None
+        why = f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"
+        raise TrainingHalted(f"writing checkpoint {final.name} in {root} failed ({why}; partial write removed, earlier "
+                             f"checkpoints intact): fix the cause or set out= elsewhere, {fix}") from None
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
     for old in step_dirs(run_dir)[:-keep_last] if keep_last > 0 else []:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def _disk_full(e: Exception, root: Path, model, trainer_state) -> bool:
+    """Was `e` a full disk? An OSError says so (ENOSPC, EDQUOT), safetensors says "os error 28";
+    torch.save's RuntimeError only says "unexpected pos", so then: is less space left on `root`
+    than the checkpoint's tensors need?"""
+    if isinstance(e, OSError):
+        return e.errno in (errno.ENOSPC, errno.EDQUOT)
+    if f"os error {errno.ENOSPC}" in str(e) or "No space left" in str(e):
+        return True
+    need = _tensor_bytes(model.state_dict()) + _tensor_bytes(trainer_state)
+    return shutil.disk_usage(root).free < need
+
+
+def _tensor_bytes(obj) -> int:
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(_tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in obj)
+    return 0
 
 
 def _write(tmp: Path, step: int, model, tokenizer, trainer_state, meta) -> None:
@@ -104,6 +144,9 @@ def load_model(path: str | Path, device="cpu") -> tuple[GPTMini, CharTokenizer, 
     if hf.is_hf_dir(ckpt):                           # any local HF causal LM (models/hf.py)
         model, tokenizer = hf.load_hf(ckpt, device)
         return model, tokenizer, ckpt
+    if not (ckpt / TOKENIZER_FILE).exists():        # never guess: the built-in vocabulary may not be this model's
+        raise UsageError(f"checkpoint {str(ckpt)!r} has no {TOKENIZER_FILE}; copy it from the run that trained "
+                         "this model (every posttrain checkpoint holds one)")
     try:
         cfg = ModelConfig(**json.loads((ckpt / "model.json").read_text()))
         model = GPTMini(cfg)
@@ -120,7 +163,8 @@ def load_model(path: str | Path, device="cpu") -> tuple[GPTMini, CharTokenizer, 
 
 def restore_weights(model, ckpt: str | Path) -> None:
     """Put a checkpoint's weights into the run's model (resume): a LoRA run gets its adapters back
-    on the base it was started from; any other model its whole state dict."""
+    on the base it was started from; any other model its whole state dict. A checkpoint of another
+    model (size, preset, init) is a one-line UsageError naming the first tensor that differs."""
     from posttrain.models.lora import load_adapter, lora_layers
     if hasattr(model, "hf") and lora_layers(model.hf):
         if not Path(ckpt, "adapter", "adapter_model.safetensors").exists():
@@ -128,11 +172,28 @@ def restore_weights(model, ckpt: str | Path) -> None:
                              "start a new run with init= that checkpoint")
         load_adapter(model, Path(ckpt, "adapter"))
         return
-    model.load_state_dict(load_model(ckpt)[0].state_dict())
+    saved = load_model(ckpt)[0].state_dict()
+    own = model.state_dict()
+
+    def shape(sd, k):
+        return tuple(sd[k].shape) if k in sd else "absent"
+    differ = [k for k in [*own, *saved] if shape(own, k) != shape(saved, k)]
+    if differ:
+        k = differ[0]
+        raise UsageError(f"--resume: {ckpt} holds another model than this config builds ({k}: {shape(saved, k)} "
+                         f"there, {shape(own, k)} here); resume with the run's own config (drop model.* and init= "
+                         "overrides)")
+    model.load_state_dict(saved)
 
 
 def load_trainer_state(ckpt: str | Path) -> dict:
     path = Path(ckpt, "trainer.pt")
     if not path.exists():
         raise UsageError(f"{str(ckpt)!r} has no trainer.pt; it cannot be resumed, only used as init=")
-    return torch.load(path, map_location="cpu", weights_only=False)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as e:              # truncated or corrupted: zip, pickle and EOF errors alike
+        earlier = [p for p in step_dirs(Path(ckpt).parent.parent) if p != Path(ckpt)]
+        fix = (f"move {ckpt} away to resume from {earlier[-1].name}" if earlier
+               else "start the run again without --resume")
+        raise UsageError(f"{path} is unreadable ({type(e).__name__}: {str(e).splitlines()[0][:80]}); {fix}") from None

@@ -3,6 +3,7 @@
     posttrain pipeline [CONFIG] [key=value ...]
     posttrain pretrain|sft|rm|dpo|rl|distill CONFIG [key=value ...] [--resume RUN_DIR]
     posttrain eval RUN_OR_CHECKPOINT [--k 1,8] [--rm RM_RUN]
+    posttrain serve RUN_OR_MODEL [--port 8000] [--host 127.0.0.1]
     posttrain export CHECKPOINT --format hf OUT_DIR
     posttrain report RUN_DIR [--out FILE.html]
     posttrain bench train|rollout|algorithms|claims|trl|search|precision|prm|overopt [--out FILE.json]
@@ -170,6 +171,9 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("rest", nargs=argparse.REMAINDER)
     m = sub.add_parser("memory", help="memory per GPU for a model and an algorithm; does it fit?", add_help=False)
     m.add_argument("rest", nargs=argparse.REMAINDER, help="MODEL --algo grpo [--gpu h100] (see posttrain memory -h)")
+    sv = sub.add_parser("serve", help="an OpenAI-compatible server on a checkpoint or HF model (posttrain[serve])",
+                        add_help=False)
+    sv.add_argument("rest", nargs=argparse.REMAINDER, help="RUN_OR_MODEL [--port 8000] [--host 127.0.0.1] (see posttrain serve -h)")
     les = sub.add_parser("lessons", help="the interactive lessons: a local web app, or a static copy")
     les.add_argument("--port", type=int, default=8000, help="port to serve on (0 = any free port)")
     les.add_argument("--export", metavar="DIR", help="write a static copy with every widget precomputed")
@@ -179,7 +183,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     p = parser()
     args, extra = p.parse_known_args(argv)
-    if extra and args.command in ("bench", "memory"):
+    if extra and args.command in ("bench", "memory", "serve"):
         args.rest += extra
     elif extra and all("=" in x and not x.startswith("-") for x in extra) and hasattr(args, "overrides"):
         args.overrides += extra                      # key=value given after an --option
@@ -199,6 +203,9 @@ def main(argv=None) -> int:
             importlib.import_module(BENCHES[args.which]).main(args.rest)
         elif args.command == "memory":
             importlib.import_module("posttrain.memory").main(args.rest)
+        elif args.command == "serve":
+            from posttrain.serve.server import main as serve_main
+            serve_main(args.rest)
         elif args.command == "lessons":
             from posttrain.lessons.server import main as lessons_main
             lessons_main(args.port, args.export)

@@ -29,6 +29,7 @@ from posttrain.models.gpt_mini import ModelConfig
 from posttrain.models.lora import LoraConfig
 from posttrain.tasks.arithmetic import ArithmeticConfig
 from posttrain.tasks.base import TaskConfig
+from posttrain.validate import validate
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 
@@ -117,9 +118,13 @@ def load_config(cls, path: str | None = None, overrides: typing.Sequence[str] = 
     p = _resolve_path(path)
     if p is not None:
         try:
-            merged = yaml.safe_load(p.read_text()) or {}
+            merged = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
         except yaml.YAMLError as e:
             raise UsageError(f"config file {p} is not valid YAML: {str(e).splitlines()[0]}") from None
+        except UnicodeDecodeError as e:
+            line = p.read_bytes()[:e.start].count(b"\n") + 1
+            raise UsageError(f"config file {p}:{line}: byte 0x{e.object[e.start]:02x} is not UTF-8; "
+                             "save the file as UTF-8") from None
         if not isinstance(merged, dict):
             raise UsageError(f"config file {p} must hold a mapping of keys to values")
     data = _deep_merge(merged, data or {})
@@ -138,7 +143,7 @@ def load_config(cls, path: str | None = None, overrides: typing.Sequence[str] = 
             if not isinstance(node, dict):
                 raise UsageError(f"override {key!r}: {part!r} is not a section")
         node[parts[-1]] = value
-    return build(cls, data)
+    return validate(build(cls, data))           # values: posttrain/validate.py
 
 
 def _deep_merge(a: dict, b: dict) -> dict:
@@ -330,6 +335,11 @@ class VerifierConfig:
     """Where reward functions and verifiers run."""
     workers: int = 0              # verifier processes (tasks/pool.py); 0 = in-process: cheapest, but a hang stalls the step
     timeout_s: float = 30.0       # per-call deadline with workers > 0; a late call scores 0 (reward/timeouts)
+    memory_mb: int = 0            # address space a worker may add to what it inherits (0 = no cap); past it an
+                                  # allocation fails (MemoryError, reward 0) and the worker is replaced
+    max_calls: int = 0            # replace a worker after this many calls (0 = never): bounds what a leaky verifier keeps
+    reward_bound: float = 1e6     # a reward or component beyond ±this (or NaN, inf, not a number) scores 0, counted
+                                  # in reward/errors: a broken verifier, not a generous one
 
 
 @dataclass

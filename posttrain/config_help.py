@@ -116,7 +116,7 @@ def algorithms_help() -> str:
 def tasks_help() -> str:
     from posttrain.tasks import TASKS, config_class
     lines = ["The task: section. task.name picks the task; the other keys are its own (defaults shown):"]
-    for name in TASKS:
+    for name in [*TASKS, "verifiers:ENV"]:
         cls = config_class(name)
         lines += ["", f"task.name={name}:  {_summary(cls)}".rstrip()]
         lines += [ln for ln in key_lines(cls(), "task.") if "task.name" not in ln]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import time
 import uuid
@@ -140,14 +141,23 @@ def _wandb(cfg: WandbConfig, run_dir, stage: str, config: dict | None, resume: b
 
 
 def truncate_jsonl(path: Path, step: int) -> None:
-    """Keep the rows of a step-keyed jsonl file up to `step` (0 = a fresh run: delete it)."""
+    """Keep the rows of a step-keyed jsonl file up to `step` (0 = a fresh run: delete it).
+
+    The file is rewritten into a temp file that replaces it by a rename: a kill during the
+    rewrite leaves the old file or the new one, never a truncated one. A torn last row (a kill
+    mid-write) is dropped (read_jsonl)."""
     if not path.exists():
         return
     if step == 0:
         path.unlink()
         return
-    keep = [line for line in path.read_text().splitlines() if line and json.loads(line).get("step", 0) <= step]
-    path.write_text("".join(line + "\n" for line in keep))
+    keep = [row for row in read_jsonl(path) if row.get("step", 0) <= step]
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.writelines(json.dumps(row, allow_nan=True) + "\n" for row in keep)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
 
 
 def _eta(seconds: float) -> str:
@@ -158,10 +168,23 @@ def _eta(seconds: float) -> str:
 
 
 def read_jsonl(path: str | Path) -> list[dict]:
+    """The rows of a jsonl log. A torn last row (the writer was killed mid-line) is dropped; a
+    bad row before it is a one-line UsageError naming file:line (something else wrote there)."""
     path = Path(path)
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    lines = path.read_text().splitlines()
+    rows = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            if n == len(lines):                   # the tail of a kill: the next write replaces it
+                break
+            raise UsageError(f"{path}:{n}: not a JSON row ({e.msg}); delete that line") from None
+    return rows
 
 
 def read_metrics(run_dir: str | Path) -> list[dict]:

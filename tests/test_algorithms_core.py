@@ -143,11 +143,22 @@ def test_k3_identity_row91_and_nonnegative():
     r = torch.linspace(-5, 5, 41, dtype=F64)
     lp = torch.full_like(r, -1.0)
     k3 = core.kl(lp, lp - r, "k3")
-    assert torch.allclose(k3, torch.exp(-r) + r - 1, rtol=1e-12, atol=1e-12)
+    assert torch.allclose(k3, (torch.exp(-r) + r - 1).clamp(max=10.0), rtol=1e-12, atol=1e-12)   # capped as verl
     wide = torch.tensor([-1e4, -50.0, -1e-7, 0.0, 1e-7, 50.0, 1e4], dtype=torch.float32)
     k3w = core.kl(torch.zeros_like(wide), wide, "k3")
     assert torch.isfinite(k3w).all() and (k3w >= 0).all()
     assert core.kl(t([0.0]), t([0.0]), "k3").item() == 0.0
+
+
+def test_k3_is_capped_at_10_as_verl_low_var_kl():
+    """verl's low_var_kl: d clamped to ±20, then the value to 10. Below the cap k3 and its gradient
+    are the formula's; above it the value is 10 and the token's gradient 0."""
+    lp = t([-1.0, -1.0, -1.0]).requires_grad_(True)
+    ref = t([-1.0 + 2.0, -1.0 + 3.0, -1.0 + 30.0])                  # d = 2 (k3 4.389), 3 (16.09), 30 (clamped to 20)
+    k3 = core.kl(lp, ref, "k3")
+    assert k3.tolist() == pytest.approx([math.exp(2) - 3, 10.0, 10.0], abs=1e-12)
+    (g,) = torch.autograd.grad(k3.sum(), lp)
+    assert g.tolist() == pytest.approx([-(math.exp(2) - 1), 0.0, 0.0], abs=1e-12)   # ∂k3/∂lp = −(e^d − 1)
 
 
 def test_k3_is_accurate_near_zero():

@@ -112,3 +112,23 @@ def test_algorithms_summary_over_seeds_by_hand():
     assert g["pass@1_gain_mean"] == pytest.approx(0.0) and g["improved_seeds"] == 1
     assert g["pass@8_end_std"] == pytest.approx(0.1) and r["pass@1_end_std"] == 0.0
     assert "| grpo | 3 | 0.500 → 0.500 ± 0.100 | +0.000 | 1/3 |" in format_summary(rows)
+
+
+@pytest.mark.slow
+def test_cli_bench_trl_reports_the_flop_floor(tmp_path):
+    """`posttrain bench trl` on a tiny shape: both sides run, and the floor is 6·N·trained +
+    2·N·generated tokens at the measured peak, each side's fraction floor / its step time."""
+    pytest.importorskip("trl")
+    out = tmp_path / "trl.json"
+    p = subprocess.run([sys.executable, "-m", "posttrain.cli", "bench", "trl", "--steps", "3", "--warmup", "1",
+                        "--shapes", "8x4", "--threads", "1", "--out", str(out)],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    r = json.loads(out.read_text())
+    row = r["shapes"]["8x4"]
+    work = 6 * row["tokens_trained_per_step"] + 2 * row["tokens_generated_per_step"]
+    assert row["floor_s"] == pytest.approx(work * r["params"] / (r["matmul_peak_gflops"] * 1e9), rel=1e-2)
+    assert row["tokens_trained_per_step"] > row["tokens_generated_per_step"] > 0
+    for side in ("trl", "posttrain"):
+        assert row[side]["floor_frac"] == pytest.approx(row["floor_s"] / row[side]["step_s"], rel=1e-2)
+    assert "FLOP floor" in p.stdout

@@ -30,6 +30,8 @@ def test_unreadable_checkpoint(tmp_path):
     ckpt.mkdir(parents=True)
     (ckpt / "model.safetensors").write_bytes(b"not a safetensors file")
     (ckpt / "model.json").write_text("{}")
+    from posttrain.models.tokenizer import CharTokenizer
+    CharTokenizer().save(ckpt)                       # the tokenizer is there: the weights are what is broken
     r = posttrain("eval", str(tmp_path / "run"), cwd=tmp_path)
     assert r.returncode == 2
     assert r.stderr.strip().startswith(f"posttrain eval: error: checkpoint '{ckpt}' is unreadable (")

@@ -53,3 +53,17 @@ def test_engine_samples_identical_with_and_without_fast_path(nano, tok):
     assert [s.response_ids for s in fast] == [s.response_ids for s in slow]
     worst = max(abs(a - b) for f, s in zip(fast, slow) for a, b in zip(f.response_logprobs, s.response_logprobs))
     assert worst < 1e-5
+
+
+def test_engine_drops_the_fast_path_once_a_layer_is_wrapped(nano, tok):
+    """A layer wrapped after the engine decoded (an adapter added later) is never bypassed."""
+    eng = Engine(nano.eval(), tok, max_slots=4)
+    prompt = [tok.encode(tok.chat_prompt("3+4="))]
+    eng.generate(prompt, 2, SamplingParams(max_new_tokens=4))
+    assert eng.decoder() is not None
+
+    class Patched(torch.nn.Linear):
+        pass
+    old = nano.blocks[0].mlp.down
+    nano.blocks[0].mlp.down = Patched(old.in_features, old.out_features, bias=False)
+    assert eng.decoder() is None

@@ -121,6 +121,25 @@ def test_auto_tokenizer_matches_char_tokenizer(exported):
     assert (hf_tok.eos_token_id, hf_tok.pad_token_id) == (TOK.eot_id, TOK.pad_id)
 
 
+def test_skip_special_tokens_keeps_the_reasoning_and_the_tool_calls(exported):
+    """`decode(..., skip_special_tokens=True)` (what `pipeline` does) drops padding, end-of-turn and
+    the role markers only: the think and tool delimiters are what the model said (as Qwen3's
+    <think> and <tool_call>, added tokens that are not special)."""
+    _, out, _ = exported
+    hf_tok = AutoTokenizer.from_pretrained(out, local_files_only=True)
+    for text, shown in [("<12+10>{12+10=22}22#__", "12+10{12+10=22}22"),
+                        ("<5+6>⟦5+6⟧⟨11⟩11#", "5+6⟦5+6⟧⟨11⟩11")]:
+        ids = hf_tok(text)["input_ids"]
+        assert ids == TOK.encode(text)                                     # every marker is still one token
+        assert hf_tok.decode(ids) == text
+        assert hf_tok.decode(ids, skip_special_tokens=True) == shown
+    added = {t.content: t.special for t in hf_tok.added_tokens_decoder.values()}
+    assert added == {"_": True, "#": True, "<": True, ">": True,
+                     "{": False, "}": False, "⟦": False, "⟧": False, "⟨": False, "⟩": False}
+    with_system = CharTokenizer(TOK.chars + "§").to_hf_json()["added_tokens"]    # data with system turns
+    assert [t["special"] for t in with_system if t["content"] == "§"] == [True]   # a role marker, like < and >
+
+
 def test_chat_template(exported):
     _, out, _ = exported
     hf_tok = AutoTokenizer.from_pretrained(out, local_files_only=True)

@@ -62,6 +62,34 @@ def test_engine_logprobs_match_transformers(dirs, arch):
             assert torch.allclose(torch.tensor(s.response_logprobs), want, atol=1e-5, rtol=0)
 
 
+def test_llama_decodes_through_the_fused_fast_path_and_follows_weight_updates(dirs):
+    """A plain Llama takes models/decode.py (q/k/v and gate/up fused into copies); Qwen2 (q/k/v
+    biases) keeps model.forward. Fast and generic paths sample the same tokens, also after an
+    in-place update of the weights (the optimizer's), which the fused copies must follow."""
+    from posttrain.models.decode import Decoder
+    model, tok = load_hf(dirs["llama"])
+    assert Decoder.for_model(model) is not None and Decoder.for_model(load_hf(dirs["qwen2"])[0]) is None
+    prompts = [tok.encode(tok.chat_prompt(q)) for q in ("3+4", "12+5+6")]
+    sp = SamplingParams(temperature=1.0, max_new_tokens=12)
+    eng = Engine(model, tok, max_slots=3)
+
+    def both():
+        eng.fast_decode = True
+        fast = eng.generate(prompts, 3, sp, seed=1)
+        eng.fast_decode = False
+        slow = eng.generate(prompts, 3, sp, seed=1)
+        assert [s.response_ids for s in fast] == [s.response_ids for s in slow]
+        assert max(abs(a - b) for f, s in zip(fast, slow) for a, b in zip(f.response_logprobs, s.response_logprobs)) < 1e-5
+        return fast
+    before = both()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(("k_proj.weight", "up_proj.weight")):
+                p.mul_(3.0)                                            # in place, as AdamW
+    after = both()
+    assert [s.response_logprobs for s in after] != [s.response_logprobs for s in before]
+
+
 def test_greedy_equals_transformers_generate(dirs):
     model, tok = load_hf(dirs["llama"])
     reference = AutoModelForCausalLM.from_pretrained(dirs["llama"], local_files_only=True).eval()
@@ -184,6 +212,6 @@ def test_bad_directories_are_one_line_errors(tmp_path):
 def test_an_architecture_that_bypasses_the_cache_is_refused(dirs):
     model, _ = load_hf(dirs["llama"])
     for layer in model.hf.model.layers:        # simulate attention that never reads the cache
-        layer.self_attn.forward = lambda *a, _f=layer.self_attn.forward, **k: _f(*a, **{**k, "past_key_values": None})
+        layer.self_attn.forward = lambda *a, _f=layer.self_attn.forward, **k: _f(*a, **{**k, **dict.fromkeys({"past_key_values", "cache"} & k.keys())})
     with pytest.raises(UsageError, match="does not go through the engine's KV cache"):
         check_cache_path(model)

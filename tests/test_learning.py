@@ -27,8 +27,8 @@ def sft_run(tmp_path_factory):
 
 def test_sft_cot_checkpoint_is_in_the_learnable_band(sft_run):
     """RL needs signal: pass@1 inside 0.2–0.8 and pass@8 clearly above it (issue acceptance)."""
-    cfg = load_config(RLConfig, "grpo_arith", [f"out={sft_run}/rl", f"init={sft_run}/pipe/sft", "steps=0"])
-    rl.run(cfg)
+    cfg = load_config(RLConfig, "grpo_arith", [f"out={sft_run}/rl", f"init={sft_run}/pipe/sft", "steps=1"])
+    rl.run(cfg)                                   # steps=0 is refused (validate.py); step 0 is the start
     start = read_metrics(sft_run / "rl")[0]
     assert start["step"] == 0
     assert 0.2 <= start["eval/pass@1"] <= 0.8

@@ -166,3 +166,118 @@ def test_rl_step_on_the_code_task_scores_in_the_sandbox_through_the_pool(sft_ckp
     assert m["reward/total"] == 8.0 and 0.0 <= m["reward/mean"] <= 1.0    # 8 hidden tests per problem, all run
     gc.collect()                                                            # the run's pool is garbage now:
     assert set(sandbox.descendants(os.getpid())) <= before                 # its workers and sandboxes are gone
+
+
+# ---- containment: workers die with the trainer, memory is capped, workers are recycled ----------------
+
+_TRAINER = """
+import sys, time
+from posttrain.tasks.base import RewardResult
+from posttrain.tasks.pool import VerifierPool
+
+class Task:
+    name = "t"
+    def reward(self, item, response):
+        return RewardResult(1.0)
+
+pool = VerifierPool(Task(), workers=int(sys.argv[1]), timeout_s=5.0)
+pool.score([(i, "x") for i in range(8)])
+print(" ".join(str(w.proc.pid) for w in pool.workers), flush=True)
+time.sleep(3600)
+"""
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie waiting to be reaped."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.parametrize("workers", [1, 2, 4])
+def test_workers_die_with_a_sigkilled_trainer(tmp_path, workers):
+    """SIGKILL leaves no Python cleanup to run: only the kernel's parent-death signal stops them."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    script = tmp_path / "trainer.py"
+    script.write_text(_TRAINER)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    trainer = subprocess.Popen([sys.executable, str(script), str(workers)], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        pids = [int(p) for p in trainer.stdout.readline().split()]
+        assert len(pids) == workers and all(_alive(p) for p in pids)
+    finally:
+        trainer.kill()
+        trainer.wait()
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = [p for p in pids if _alive(p)]
+    for p in left:                                      # a failing run leaves nothing behind either
+        os.kill(p, 9)
+    assert left == []
+
+
+class Leaky:
+    """Every call keeps 100 MB of address space (a verifier that caches what it should not; an
+    anonymous mapping, so it costs no RAM); the reward carries the worker's pid."""
+    name = "leaky"
+
+    def __init__(self):
+        self.kept = []
+
+    def reward(self, item, response):
+        import mmap
+
+        from posttrain.tasks.base import RewardResult
+        self.kept.append(mmap.mmap(-1, 100 << 20))
+        return RewardResult(1.0, {"pid": float(os.getpid())})
+
+
+def test_memory_cap_fails_the_call_that_crosses_it_and_replaces_the_worker():
+    with VerifierPool(Leaky(), workers=1, timeout_s=30.0, memory_mb=250) as pool:
+        results, stats = pool.score([(i, "x") for i in range(5)])
+    rewards = [r.reward for r in results]
+    assert rewards == [1.0, 1.0, 0.0, 1.0, 1.0]               # 100, 200 MB fit; 300 MB does not
+    assert results[2].error.startswith("OSError: [Errno 12] Cannot allocate memory")   # mmap's MemoryError
+    assert (stats["errors"], stats["replaced"]) == (1, 1)
+    pids = [r.components.get("pid") for r in results]
+    assert pids[0] == pids[1] != pids[3] == pids[4]            # a fresh worker after the failure
+
+
+def test_workers_are_recycled_after_max_calls():
+    with VerifierPool(Leaky(), workers=1, timeout_s=30.0, max_calls=3) as pool:
+        results, stats = pool.score([(i, "x") for i in range(7)])
+        first = [w.proc.pid for w in pool.workers]
+    pids = [r.components["pid"] for r in results]
+    assert all(r.error is None for r in results)
+    assert pids[0] == pids[1] == pids[2] != pids[3] == pids[4] == pids[5] != pids[6]
+    assert stats["replaced"] == 2 and first != [int(pids[0])]
+
+
+def test_pool_limits_come_from_the_verifier_config():
+    from posttrain.config import RLConfig, load_config
+    cfg = load_config(RLConfig, None, ["verifier.workers=1", "verifier.memory_mb=512", "verifier.max_calls=100"])
+    pool = make_pool(ArithmeticTask(), cfg.verifier.workers, cfg.verifier.timeout_s, cfg.verifier.memory_mb,
+                     cfg.verifier.max_calls)
+    try:
+        assert (pool.memory_mb, pool.max_calls) == (512, 100)
+    finally:
+        pool.close()
+
+
+def test_reward_values_are_checked_in_the_workers_as_in_process():
+    """The one validation (tasks/base.validate_reward) runs in the workers too: 10**400, ±1e308,
+    string and infinite components score 0 with the same reason; numpy and torch scalars pass."""
+    from test_bad_inputs import BAD_VERIFIERS, GOOD_VERIFIERS, Garbage
+
+    from posttrain.tasks.base import RewardResult, safe_reward
+    items = [r for r, _ in BAD_VERIFIERS] + [RewardResult(v) for v, _ in GOOD_VERIFIERS]
+    with VerifierPool(Garbage(), workers=2, timeout_s=10.0) as pool:
+        results, stats = pool.score([(it, "x") for it in items])
+    expected = [safe_reward(Garbage(), it, "x") for it in items]
+    assert [(r.reward, r.error) for r in results] == [(r.reward, r.error) for r in expected]
+    assert stats["errors"] == len(BAD_VERIFIERS) and stats["timeouts"] == 0

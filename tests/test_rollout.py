@@ -54,6 +54,21 @@ def test_splitmix64_matches_reference():
         assert g % 2 ** 64 == _splitmix64_reference(x % 2 ** 64)
 
 
+def test_uniforms_drawn_at_admission_equal_the_keyed_draws():
+    """The engine's precomputed uniforms (draw_uniforms) give exactly the draws of the keys."""
+    from posttrain.framework.sampler import draw_uniforms
+    base = sample_keys(7, 3, torch.tensor([0, 0, 5]), torch.tensor([0, 1, 2]))
+    u = draw_uniforms(base, 6)                                        # [3, 6]
+    logits = torch.randn(3, 11)
+    for t in range(6):
+        keys = draw_keys(base, torch.full((3,), t))
+        for temperature in (1.0, 0.7):
+            sp = SamplingParams(temperature=temperature, top_p=0.9)
+            a, b = sample_tokens(logits, sp, keys), sample_tokens(logits, sp, None, u[:, t])
+            assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    assert 0 < float(u.min()) and float(u.max()) <= 1 and len(set(u.flatten().tolist())) == 18
+
+
 def _draws(logits, sampling, n, seed=0, along="sample"):
     """n draws from one logits row: n samples of one prompt at t = 0, or one sample at t < n."""
     zeros, count = torch.zeros(n, dtype=torch.long), torch.arange(n)

@@ -78,7 +78,8 @@ def test_adamw_hyperparameters(nano):
 
 
 def test_micro_batches_keep_units_of_two_together():
-    """Preference pairs (rows 2i, 2i+1) never straddle a micro-batch boundary."""
+    """Preference pairs (rows 2i, 2i+1) never straddle a micro-batch boundary; pairs of similar
+    widths share a micro-batch, and row_index says where each row came from."""
     lengths = [3, 9, 4, 4, 8, 2, 5, 5]
     mask = torch.zeros(8, 10)
     for i, n in enumerate(lengths):
@@ -86,9 +87,39 @@ def test_micro_batches_keep_units_of_two_together():
     batch = {"input_ids": torch.arange(80).view(8, 10), "attention_mask": mask, "loss_mask": mask}
     parts = split_micro_batches(batch, 36, unit=2)      # pair widths 9, 4, 8, 5
     rows = [mb["input_ids"][:, 0].div(10, rounding_mode="floor").tolist() for mb in parts]
-    assert [r for part in rows for r in part] == list(range(8))
-    assert all(len(part) % 2 == 0 for part in rows)
-    assert [len(part) for part in rows] == [4, 4]             # 4 rows × 9 = 36; then 4 rows × 8 = 32
-    assert [mb["input_ids"].shape[1] for mb in parts] == [9, 8]
+    assert rows == [[0, 1, 4, 5], [2, 3, 6, 7]]            # widths 9 and 8 together (36), 4 and 5 (20)
+    assert [mb["row_index"].tolist() for mb in parts] == rows
+    assert [mb["input_ids"].shape[1] for mb in parts] == [9, 5]
     with pytest.raises(ValueError):
         split_micro_batches({k: v[:3] for k, v in batch.items()}, 20, unit=2)
+
+
+def test_length_grouping_covers_every_row_once_and_pads_less(tok):
+    """Rows sorted by length and cut optimally compute fewer padded tokens than rows cut in
+    batch order, within the same budget; every row lands in exactly one micro-batch."""
+    g = torch.Generator().manual_seed(3)
+    lengths = torch.randint(2, 40, (64,), generator=g)
+    mask = (torch.arange(40) < lengths[:, None]).float()
+    batch = {"input_ids": torch.arange(64)[:, None].expand(64, 40).clone(), "attention_mask": mask,
+             "loss_mask": mask}
+    parts = split_micro_batches(batch, 400)
+    seen = torch.cat([mb["row_index"] for mb in parts])
+    assert sorted(seen.tolist()) == list(range(64))
+    assert all(torch.equal(mb["input_ids"][:, 0], mb["row_index"]) for mb in parts)
+    assert all(mb["input_ids"].numel() <= 400 and mb["attention_mask"][:, -1].any() for mb in parts)
+    padded = sum(mb["attention_mask"].numel() for mb in parts)
+    in_order, start = 0, 0                                   # greedy consecutive cut, the old rule
+    while start < 64:
+        end, w = start + 1, int(lengths[start])
+        while end < 64 and (end + 1 - start) * max(w, int(lengths[end])) <= 400:
+            w, end = max(w, int(lengths[end])), end + 1
+        in_order, start = in_order + (end - start) * w, end
+    assert padded < 0.8 * in_order and padded >= int(lengths.sum())
+
+
+def test_step_counts_real_and_padded_tokens(nano, tok):
+    batch = _batch(tok, n=8)
+    m = Trainer(nano, OptimConfig(lr=0.0, micro_batch_tokens=10_000), 10).step(batch, _pg_loss("token-mean"))
+    assert m["train/tokens"] == float(batch["attention_mask"].sum())
+    assert m["train/tokens"] <= m["train/padded_tokens"] <= batch["attention_mask"].numel()
+    assert m["train/pad_frac"] == pytest.approx(1 - m["train/tokens"] / m["train/padded_tokens"])

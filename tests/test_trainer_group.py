@@ -101,10 +101,16 @@ def test_fsdp2_on_two_gloo_ranks_gives_the_step_of_one(tmp_path):
     grads, params, metrics, state = torch.load(out, weights_only=False)
     grads1, params1, metrics1, state1 = _fsdp_step(_model())
     dg = max(float((grads[n] - g).abs().max()) for n, g in grads1.items())
-    dp = max(float((params[n] - p).abs().max()) for n, p in params1.items())
-    print(f"fsdp2 vs 1 rank: grad max|d| {dg:.2e}, param max|d| {dp:.2e}")
+    # Adam's first step moves each element by ~lr·g/(|g| + 1e-8): where g is at the rounding level
+    # (<1e-7 here), the ulp differences of micro-batches grouped differently (the trainer groups rows
+    # by length: 1 rank sees all 5, each FSDP rank its own) become visible, so those elements only
+    # have to stay within lr·1e-2 of each other
+    live = {n: g.abs() > 1e-7 for n, g in grads1.items()}
+    dp = max(float((params[n] - p).abs()[live[n]].max()) for n, p in params1.items() if live[n].any())
+    dp_all = max(float((params[n] - p).abs().max()) for n, p in params1.items())
+    print(f"fsdp2 vs 1 rank: grad max|d| {dg:.2e}, param max|d| {dp:.2e} ({dp_all:.2e} with rounding-level grads)")
     assert dg <= 1e-6 and max(float(g.abs().max()) for g in grads1.values()) > 1e-3   # summed once
-    assert dp <= 1e-6
+    assert dp <= 1e-6 and dp_all <= 1e-4
     assert metrics["loss"] == pytest.approx(metrics1["loss"], abs=1e-6)
     assert metrics["grad/norm"] == pytest.approx(metrics1["grad/norm"], abs=1e-6) and metrics1["grad/norm"] > 0.05  # clipped
     s, s1 = state["optimizer"]["state"], state1["optimizer"]["state"]          # the gathered state: 1-rank format

@@ -61,7 +61,7 @@ def loss(logprobs: torch.Tensor, batch: dict, cfg: Config, norm: dict, entropy: 
         adv = core.broadcast(adv, mask)                                # [B] → [B, T]
     ratio = core.importance_ratio(logprobs, batch["old_logprobs"]).detach()  # [B, T]
     floor = 1.0 - cfg.eps_low if cfg.eps_low is not None else 0.0
-    weight = ratio.clamp(floor, 1.0 + cfg.eps_high)                    # ← clip the weight, not the objective
+    weight = core.on_mask(ratio.clamp(floor, 1.0 + cfg.eps_high), mask)  # ← clip the weight, not the objective
     pg = reinforce.surrogate(logprobs, adv, weight)                    # −sg(r̂)·A·log π, gradient on every token
     total, metrics = core.finish_loss(pg, logprobs, batch, cfg, norm, entropy, "cispo")
     clipped = (ratio > 1.0 + cfg.eps_high) | (ratio < floor)

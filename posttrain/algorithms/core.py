@@ -23,6 +23,7 @@ AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-
 KL_ESTIMATORS = ("k1", "k2", "k3")
 STD_MODES = ("unbiased", "population")
 LOG_RATIO_CLAMP = 20.0  # |log r| bound before exp(): e^20 ≈ 5e8 is finite in fp16/bf16/fp32 (as verl)
+K3_CAP = 10.0           # largest k3 value (verl low_var_kl, OpenRLHF); beyond it the token's KL has no gradient
 
 
 # ----------------------------------------------------------------------------- masked reductions
@@ -34,12 +35,26 @@ def masked_sum(x: torch.Tensor, mask: torch.Tensor, dim=None) -> torch.Tensor:
     return xm.sum() if dim is None else xm.sum(dim)
 
 
+def on_mask(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """x where mask != 0, else exactly 0, and 0 gradient there. For a term whose gradient
+    multiplies by another tensor (k2's (lp − ref), CISPO's weight, the value loss's (V − G)):
+    a NaN off the mask would otherwise come back as NaN·0 = NaN, however the sum is masked."""
+    return torch.where(mask != 0, x, torch.zeros((), dtype=x.dtype, device=x.device))
+
+
 def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim=None) -> torch.Tensor:
     """Σ mask·x / Σ mask over `dim`; 0 (not NaN) where the mask is empty."""
     num = masked_sum(x, mask, dim)
     den = mask.sum() if dim is None else mask.sum(dim)
     den = den.to(num.dtype)
     return torch.where(den > 0, num / torch.where(den > 0, den, torch.ones_like(den)), torch.zeros_like(num))
+
+
+def float_rewards(rewards: torch.Tensor) -> torch.Tensor:
+    """Rewards [B] as floats, at the boundary of every advantage estimator: an integer tensor
+    (0/1 from a user's verifier) would keep its dtype through the group mean, truncating it
+    (mean 1/3 → 0) and the advantages with it."""
+    return rewards if rewards.is_floating_point() else rewards.to(torch.get_default_dtype())
 
 
 def broadcast(adv: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
@@ -110,7 +125,10 @@ def kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kind: str = "k3") -> 
     k1 = log π_θ − log π_ref                       unbiased, can be < 0
     k2 = ½ (log π_θ − log π_ref)²                   biased, ≥ 0
     k3 = e^d − 1 − d,  d = log π_ref − log π_θ     unbiased, ≥ 0 (GRPO's D_{i,t})
-    k3 uses expm1 (exact near d = 0, where e^d − 1 would cancel) and clamps d to ±20 (as verl).
+    k3 uses expm1 (exact near d = 0, where e^d − 1 would cancel), clamps d to ±20 and caps the
+    value at 10, both as verl's `low_var_kl` (OpenRLHF caps at 10 too; TRL does neither). The
+    cap bounds the estimate and its gradient e^d − 1: a token whose k3 exceeds 10 adds 10 and
+    no gradient, so one runaway token cannot dominate a step.
     """
     if kind == "k1":
         return logprobs - ref_logprobs
@@ -118,7 +136,7 @@ def kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kind: str = "k3") -> 
         return 0.5 * (logprobs - ref_logprobs) ** 2
     if kind == "k3":
         d = (ref_logprobs - logprobs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-        return torch.expm1(d) - d
+        return (torch.expm1(d) - d).clamp(max=K3_CAP)
     raise UsageError(f"unknown KL estimator {kind!r}; valid: {', '.join(KL_ESTIMATORS)}")
 
 
@@ -294,7 +312,7 @@ def finish_loss(pg: torch.Tensor, logprobs: torch.Tensor, batch: dict, cfg, norm
     if cfg.kl_coef > 0 and ref is None:
         raise UsageError(f"{who}: kl_coef > 0 needs batch['ref_logprobs']; load a reference or set kl_coef=0")
     if ref is not None:
-        kl_tok = kl(logprobs, ref, cfg.kl_estimator)                   # [B, T]
+        kl_tok = kl(on_mask(logprobs, mask), on_mask(ref, mask), cfg.kl_estimator)   # [B, T]  0 off the mask
         metrics["kl/ref"] = masked_mean(kl_tok.detach(), mask)
         if cfg.kl_coef > 0:
             per_token = per_token + cfg.kl_coef * kl_tok

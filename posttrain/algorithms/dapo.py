@@ -84,6 +84,7 @@ def degenerate(rewards: torch.Tensor, group_index: torch.Tensor) -> torch.Tensor
 def advantages(rewards: torch.Tensor, group_index: torch.Tensor, cfg: Config, batch: dict | None = None,
                **kw) -> torch.Tensor:
     """GRPO advantage [B] of the length-shaped reward; `batch` (loss_mask) gives the lengths."""
+    rewards = core.float_rewards(rewards)
     shaped = rewards
     if cfg.overlong_buffer > 0:
         if batch is None:

@@ -71,8 +71,9 @@ def needs_reference(cfg: Config) -> bool:
 def advantages(rewards: torch.Tensor, group_index: torch.Tensor, cfg: Config, **kw) -> torch.Tensor:
     """Group-normalised outcome advantage [B] (broadcast over response tokens by the caller).
 
-    rewards [B] float, group_index [B] long (samples of one prompt share an index).
+    rewards [B] float (an integer tensor is cast), group_index [B] long (samples of one prompt share an index).
     """
+    rewards = core.float_rewards(rewards)
     mean, std, _ = core.group_stats(rewards, group_index, cfg.std)     # [B] each
     adv = rewards - mean                                               # ← the group baseline replaces V(s)
     if cfg.scale_by_std:

@@ -42,6 +42,7 @@ loss = grpo.loss
 
 def advantages(rewards: torch.Tensor, group_index: torch.Tensor, cfg: Config, **kw) -> torch.Tensor:
     """(R − p̂)/p̂ per sample [B]; 0 for groups with p̂ ≤ 0 and for equal-reward groups."""
+    rewards = core.float_rewards(rewards)
     adv = grpo.advantages(rewards, group_index, cfg)                   # R − μ_G  (or /σ_G with scale_by_std)
     p_hat, _, _ = core.group_stats(rewards, group_index, cfg.std)      # [B]  μ_G, the pass rate for 0/1 rewards
     ok = p_hat > 0

@@ -52,6 +52,7 @@ def trainability(p_hat: torch.Tensor, lam: float) -> torch.Tensor:
 
 def advantages(rewards: torch.Tensor, group_index: torch.Tensor, cfg: Config, **kw) -> torch.Tensor:
     """w(p̂)·A^GRPO [B]; degenerate groups stay at exactly 0."""
+    rewards = core.float_rewards(rewards)
     p_hat, _, _ = core.group_stats(rewards, group_index, cfg.std)      # [B]  μ_G
     w = trainability(p_hat.clamp(0.0, 1.0), cfg.maxent_lambda)         # [B]
     return w * grpo.advantages(rewards, group_index, cfg)             # ← the trainability weight

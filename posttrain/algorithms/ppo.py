@@ -211,8 +211,9 @@ def loss(logprobs: torch.Tensor, batch: dict, cfg: Config, norm: dict, entropy: 
     total, metrics = core.finish_loss(pg, logprobs, batch, tail_cfg, norm, entropy, who="ppo")
     metrics.update(core.ratio_metrics(logprobs, batch["old_logprobs"], mask, clipped))
 
-    v_new = batch["new_values"]                                        # [B, T] with gradient
-    vf, v_clipped = value_loss(v_new, batch["values"], batch["returns"], cfg.value_clip)  # [B, T]
+    v_new = core.on_mask(batch["new_values"], mask)                    # [B, T] with gradient, 0 off the mask
+    vf, v_clipped = value_loss(v_new, core.on_mask(batch["values"], mask), core.on_mask(batch["returns"], mask),
+                               cfg.value_clip)                         # [B, T]
     v_loss = core.aggregate(vf, mask, cfg.aggregation, norm)           # ← the critic's loss, same mode
     total = total + cfg.vf_coef * v_loss
     metrics.update({

@@ -60,6 +60,7 @@ def needs_reference(cfg) -> bool:
 def advantages(rewards: torch.Tensor, group_index: torch.Tensor, cfg: Config, **kw) -> torch.Tensor:
     """A = R, or R − μ_G [B]. A group of equal rewards (singletons included) gets exactly 0
     under "mean" (core.group_stats); under "none" every sample keeps its reward."""
+    rewards = core.float_rewards(rewards)
     if cfg.baseline == "none":
         return rewards.clone()
     mean, _, _ = core.group_stats(rewards, group_index)               # [B]

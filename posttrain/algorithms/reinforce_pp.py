@@ -25,6 +25,9 @@ Deviations from the paper, each a config value unless stated:
    equal rewards gets the common value −mean/std, not 0 (OpenRLHF/verl do the same). A batch
    whose tokens all hold one value gets exactly 0.
 4. No adaptive KL controller: β is fixed.
+5. A singleton group (one sample of its prompt) has R − μ_G = 0 under -baseline, as in
+   OpenRLHF (each sample minus its prompt's mean); verl's `reinforce_plus_plus_baseline` takes
+   a singleton's mean as 0 and leaves it R. Either way whitening then shifts it with the batch.
 """
 
 from __future__ import annotations
@@ -101,6 +104,7 @@ def advantages(rewards: torch.Tensor, group_index: torch.Tensor, cfg: Config, ba
     old_logprobs + ref_logprobs when the reward carries a KL."""
     if batch is None:
         raise UsageError("reinforce_pp: advantages need the batch (loss_mask, old/ref logprobs): batch=...")
+    rewards = core.float_rewards(rewards)
     mask = batch["loss_mask"]                                          # [B, T]
     beta = reward_kl(cfg)
     kl_tok = None

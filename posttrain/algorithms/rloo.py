@@ -48,6 +48,7 @@ loss = reinforce.loss                                                  # RLOO's 
 
 def advantages(rewards: torch.Tensor, group_index: torch.Tensor, cfg: Config, **kw) -> torch.Tensor:
     """A_i = R_i − (Σ_{j≠i} R_j)/(G−1) [B]; exactly 0 for singletons and equal-reward groups."""
+    rewards = core.float_rewards(rewards)
     r = rewards.double()
     mean, std, size = core.group_stats(r, group_index)                 # [B] each
     others = (mean * size - r) / (size - 1).clamp_min(1)               # ← leave-one-out baseline

@@ -13,6 +13,10 @@ tokens, temperature 1, GRPO with the sequence-mean-token-mean loss, no KL (TRL's
 constant schedule, one optimizer step per generation. TRL runs with bf16, fp16, gradient
 checkpointing and vLLM off (its defaults cost 10-26× on this CPU) and HF_HUB_OFFLINE=1.
 
+The FLOP floor of a step is the same work at the measured matmul peak: 6·N·tokens trained
+(prompt + completion, posttrain's `train/tokens`) plus 2·N·tokens generated, N = parameters;
+each side's `floor_frac` is floor ÷ its median step time (1.0 = the machine's limit).
+
 Measured per side: median seconds per optimizer step after `--warmup` steps (generation,
 scoring and the update; evaluation excluded), the median CPU seconds of the process per step
 (`time.process_time`; far less sensitive than wall time to other jobs on a shared machine,
@@ -172,11 +176,21 @@ def main(argv=None) -> dict:
             ours_rows = run_posttrain(cfg)
             row = {"trl": summarize(trl_rows, completions, args.warmup),
                    "posttrain": summarize(ours_rows, completions, args.warmup)}
+            timed = ours_rows[args.warmup:] or ours_rows
+            trained = statistics.median(r["train/tokens"] for r in timed)
+            generated = completions * row["posttrain"]["mean_completion_length"]
+            floor = (6 * trained + 2 * generated) * result["params"] / (result["matmul_peak_gflops"] * 1e9)
+            row["floor_s"] = round(floor, 4)
+            row["tokens_trained_per_step"], row["tokens_generated_per_step"] = trained, round(generated, 1)
+            for side in ("trl", "posttrain"):
+                row[side]["floor_frac"] = round(floor / row[side]["step_s"], 3)
             row["speedup"] = round(row["trl"]["step_s"] / row["posttrain"]["step_s"], 2)
             row["speedup_cpu"] = round(row["trl"]["cpu_s_per_step"] / row["posttrain"]["cpu_s_per_step"], 2)
             result["shapes"][shape] = row
             print(f"{shape}: TRL {row['trl']['step_s']:.3f} s/step, posttrain {row['posttrain']['step_s']:.3f} "
-                  f"s/step: {row['speedup']}x wall, {row['speedup_cpu']}x CPU time", flush=True)
+                  f"s/step: {row['speedup']}x wall, {row['speedup_cpu']}x CPU time; FLOP floor {floor:.3f} s: "
+                  f"TRL at {row['trl']['floor_frac']:.0%} of it, posttrain at {row['posttrain']['floor_frac']:.0%}",
+                  flush=True)
     result["load_after"] = os.getloadavg()
     write_json(args.out, result)
     print(f"wrote {args.out}")

@@ -20,6 +20,11 @@ throws away batches more than K versions old (counted in `staleness/dropped_batc
 old (the publisher keeps K + 1 versions): staleness K by construction, whatever the speeds
 of the two sides, for experiments on what staleness does to learning.
 
+Resume is exact (pace with K = 1, and fixed): the first K batches after a start sample with
+versions v0 − K … v0 − 1, which the checkpoint carries (Placement.older_versions), as the
+uninterrupted run did; without them a resumed run's first batch would be fresher (staleness 0).
+With K ≥ 2, `pace` itself depends on the two sides' speeds, and `drop` always does.
+
 The sampler holds its own model copy (a thread must never read weights the optimizer is
 writing). By default weights switch between `collect` calls, so a sample's `policy_version`
 is the version of every one of its tokens. `partial_rollouts: true` also lets a newer version
@@ -136,6 +141,16 @@ class AsyncRollout:
             with self.cond:
                 self.rollout_sync += time.perf_counter() - t0
 
+    def _version_for(self, j: int, v0: int) -> int | None:
+        """The newest version batch `start + j` may sample with (None = the latest), v0 being the
+        version when the producer started. fixed: always v0 − K + j, K versions behind. pace: the
+        same for the first K batches (their weights were published before `start`: at a fresh start
+        that is version 0, after a resume the older versions the checkpoint kept, as the
+        uninterrupted run sampled them), then whatever is latest when pacing lets the batch start."""
+        if self.stale == "fixed" or (self.stale == "pace" and j < self.K):
+            return max(0, v0 - self.K + j)    # below the oldest kept version: publisher.latest gives the oldest
+        return None
+
     def _produce(self, step: int) -> None:
         start, v0 = step, self.publisher.version
         try:
@@ -146,8 +161,7 @@ class AsyncRollout:
                         while self.asked < step - self.K and not self.stop.is_set():
                             self.cond.wait(timeout=0.1)
                 t1 = time.perf_counter()
-                fixed = v0 + max(0, step - start - self.K) if self.stale == "fixed" else None
-                version, buckets = self.publisher.latest(at_most=fixed)
+                version, buckets = self.publisher.latest(at_most=self._version_for(step - start, v0))
                 if version != self.engine.policy_version:   # between requests: atomic switch
                     switch_weights(self.engine, version, buckets)
                 t2 = time.perf_counter()

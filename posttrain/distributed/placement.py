@@ -47,14 +47,22 @@ class Placement:
     def version(self) -> int:
         return self.publisher.version if self.publisher is not None else self.engine.policy_version
 
-    def set_version(self, v: int) -> None:
-        """After a resume (weights already loaded): the sampler catches up to version v."""
+    def set_version(self, v: int, older: dict | None = None) -> None:
+        """After a resume (weights already loaded): the sampler catches up to version v; `older`
+        ({version: buckets}, from `older_versions` at the save) restores what async samples from next."""
         if self.publisher is None:
             self.engine.policy_version = v
             return
         from posttrain.distributed.async_rollout import switch_weights
-        self.publisher.reset(v)
+        self.publisher.reset(v, older)
         switch_weights(self.engine, *self.publisher.latest())
+
+    def older_versions(self) -> dict:
+        """{version: buckets} the publisher keeps below the current version (async: the last
+        max_staleness), for the checkpoint; {} when nothing samples from old weights."""
+        if self.publisher is None:
+            return {}
+        return {v: b for v, b in self.publisher.kept.items() if v < self.publisher.version}
 
     def reference(self, cfg, policy):
         """The frozen reference, placed with the rollout workers' placement."""
@@ -90,8 +98,10 @@ def place(cfg, model, tokenizer, runtime=None) -> Placement:
             return Placement(engine, LoraSync(model, engine, cfg.scale.weight_sync), engine)
         return Placement(engine, WeightSync(model, engine, cfg.scale.weight_sync), engine)
     eval_engine = Engine(model, tokenizer, max_slots=cfg.rollout.max_slots, runtime=runtime)
-    publisher = WeightPublisher(model, bucket_mb=cfg.scale.sync_bucket_mb,
-                                history=cfg.scale.max_staleness + 1 if cfg.scale.stale == "fixed" else 1)
+    # async (pace, fixed) keeps the last K + 1 versions: fixed samples from old ones, and a checkpoint
+    # carries the K older ones so the batches after a resume come from the same weights as without it
+    keep = cfg.scale.max_staleness + 1 if cfg.scale.async_ and cfg.scale.stale in ("pace", "fixed") else 1
+    publisher = WeightPublisher(model, bucket_mb=cfg.scale.sync_bucket_mb, history=keep)
     if cfg.scale.placement == "ray":
         from posttrain.distributed.ray_rollout import RayRollout
         engine = RayRollout(model, tokenizer, workers=cfg.scale.rollout_workers, max_slots=cfg.rollout.max_slots,

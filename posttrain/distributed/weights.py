@@ -54,7 +54,7 @@ class WeightPublisher:
         self.model, self.bucket_mb, self.history = model, bucket_mb, history
         self.version = version
         self.buckets = state_buckets(model, bucket_mb)
-        self.kept = {version: self.buckets}    # the last `history` versions (stale=fixed reads old ones)
+        self.kept = {version: self.buckets}    # the last `history` versions (async reads old ones)
         self._cond = threading.Condition()
 
     def publish(self) -> dict:
@@ -86,9 +86,11 @@ class WeightPublisher:
                 self._cond.wait(timeout=0.1)
             return True
 
-    def reset(self, version: int) -> None:
-        """After a resume: the loaded weights are version `version`."""
+    def reset(self, version: int, older: dict | None = None) -> None:
+        """After a resume: the loaded weights are version `version`, and `older` ({version:
+        buckets} saved with the checkpoint) the versions before it that samplers may still read."""
         with self._cond:
             self.version = version
             self.buckets = state_buckets(self.model, self.bucket_mb)
-            self.kept = {version: self.buckets}
+            keep = {v: b for v, b in (older or {}).items() if version - self.history < v < version}
+            self.kept = {**keep, version: self.buckets}

@@ -49,7 +49,8 @@ class Controller:
         self.correction = auto if cfg.scale.off_policy_correction == "auto" else cfg.scale.off_policy_correction
         self.last_samples: list = []
         self.on_batch = None                     # optional hook(step, samples, batch) before ❼: the audit trace
-        self.pool = make_pool(task, cfg.verifier.workers, cfg.verifier.timeout_s)  # None = in-process
+        self.pool = make_pool(task, cfg.verifier.workers, cfg.verifier.timeout_s,   # None = in-process
+                              cfg.verifier.memory_mb, cfg.verifier.max_calls)
 
     def timer(self, name: str):
         return timed(self.timers, name)

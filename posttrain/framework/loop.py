@@ -12,6 +12,8 @@ import signal
 import threading
 import time
 
+import torch
+
 from posttrain import TrainingHalted, checkpoint, runtime
 from posttrain.config import to_dict
 from posttrain.framework.trainer import Trainer
@@ -37,7 +39,7 @@ def train_loop(run, model, tokenizer, trainer: Trainer, step_fn, *, evaluate=Non
     cfg = run.cfg
     start = 0
     if run.resume_from is not None:
-        state = checkpoint.load_trainer_state(run.resume_from)
+        state = getattr(run, "resume_state", None) or checkpoint.load_trainer_state(run.resume_from)
         checkpoint.restore_weights(model, run.resume_from)
         trainer.load_state_dict(state["trainer"])
         runtime.set_rng_state(state["rng"])
@@ -94,6 +96,28 @@ def train_loop(run, model, tokenizer, trainer: Trainer, step_fn, *, evaluate=Non
             signal.signal(sig, h)
     if reason:
         meta = {**(meta or {}), "finished_early": reason}
+    warning = nonfinite_warning(trainer, model, end)
+    if warning:                                  # marked in meta.json, said on the console and in the summary
+        meta = {**(meta or {}), "nonfinite_steps": int(trainer.nonfinite_total), "weights_finite": warning[1]}
     path = save(end)
+    if warning:
+        logger.message(f"warning: {warning[0]} ({path})")
     logger.close()
-    return {"checkpoint": str(path), **last}
+    if warning and not warning[1]:
+        raise TrainingHalted(f"{warning[0]}; the checkpoint {path} is marked weights_finite=false in meta.json: "
+                             f"lower optim.lr and resume from an earlier checkpoint, or start again")
+    return {"checkpoint": str(path), **last, **({"warning": warning[0]} if warning else {})}
+
+
+def nonfinite_warning(trainer, model, steps: int) -> tuple[str, bool] | None:
+    """(what to say, are the final weights finite?) when steps were skipped for a non-finite loss
+    or gradient during the run (Trainer.nonfinite_total, kept across resumes); None otherwise.
+    Skipped updates never reach the weights, but an update that was finite can still have made
+    them non-finite (a huge lr), which only the weights themselves tell."""
+    skipped = int(getattr(trainer, "nonfinite_total", 0))
+    if not skipped:
+        return None
+    finite = all(bool(torch.isfinite(p).all()) for p in model.parameters())
+    text = (f"{skipped} of {steps} steps had a non-finite loss or gradient and were skipped; the final weights "
+            f"are {'finite' if finite else 'NOT finite (NaN or inf)'}")
+    return text, finite

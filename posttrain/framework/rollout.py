@@ -28,7 +28,8 @@ What the engine does, in the order a reader should study it:
    depend on what else shares the batch, on `max_slots`, or on the order of admission
    (up to float-level differences in the logits of different batch shapes, which can flip
    a token only when the uniform lands within ~1e-7 of a CDF boundary). The prompt id is
-   the group index plus `group_offset`, so a caller can make prompt ids global.
+   the group index plus `group_offset`, so a caller can make prompt ids global. A sample's
+   uniforms for all its draws are hashed once, when it is admitted (`draw_uniforms`).
 
 5. **A one-token decode path** (models/decode.py) for plain gpt_mini models: attention as
    two batched matmuls over the used span, per-step index/rotary work done once instead of
@@ -51,8 +52,8 @@ from typing import Any
 
 import torch
 
-from posttrain.framework.sampler import SamplingParams, draw_keys, sample_keys, sample_tokens
-from posttrain.framework.sampler import splitmix64, token_logprobs  # noqa: F401  (re-exported: callers import them from here)
+from posttrain.framework.sampler import SamplingParams, draw_uniforms, sample_keys, sample_tokens
+from posttrain.framework.sampler import draw_keys, splitmix64, token_logprobs  # noqa: F401  (re-exported: callers import them from here)
 from posttrain.models.gpt_mini import KVCache
 
 
@@ -138,10 +139,12 @@ class Engine:
         return samples
 
     def decoder(self):
-        """models/decode.Decoder for a plain gpt_mini (None otherwise: decode via model.forward)."""
+        """models/decode.Decoder for a plain gpt_mini or HF Llama (None otherwise: decode via
+        model.forward). Rebuilt when the model changed or a layer was wrapped since."""
         if not self.fast_decode:
             return None
-        if getattr(self, "_decoder_of", None) is not self.model:
+        d = getattr(self, "_decoder", None)
+        if getattr(self, "_decoder_of", None) is not self.model or (d is not None and not d.still_plain()):
             from posttrain.models.decode import Decoder
             self._decoder, self._decoder_of = Decoder.for_model(self.model), self.model
         return self._decoder
@@ -227,7 +230,7 @@ class _Run:
         self.ver_buf = torch.zeros(S, M, dtype=torch.long, device=dev)   # version behind each token
         self.lver = torch.zeros(S, dtype=torch.long, device=dev)    # version behind each slot's logits
         self.t = torch.zeros(S, dtype=torch.long, device=dev)       # tokens generated so far
-        self.base = torch.zeros(S, dtype=torch.long, device=dev)    # sample_keys of the slot's sample
+        self.u = torch.zeros(S, M, dtype=torch.float64, device=dev)  # the uniform of each draw of the slot's sample
         self.sid = torch.zeros(S, dtype=torch.long, device=dev)     # sample id = group * n + index
         self.last = torch.zeros(S, dtype=torch.long, device=dev)    # last token: next forward's input
         self.ar = torch.arange(S, device=dev)
@@ -273,7 +276,7 @@ class _Run:
     def _step(self, n: int) -> int:
         """Sample one token for the n active slots, retire finished ones, decode, refill."""
         t, M = self.t[:n], self.M
-        tok, lp = sample_tokens(self.logits[:n], self.sampling, draw_keys(self.base[:n], t))  # [n]
+        tok, lp = sample_tokens(self.logits[:n], self.sampling, None, self.u[self.ar[:n], t])  # [n]
         self.tok_buf[self.ar[:n], t] = tok
         self.lp_buf[self.ar[:n], t] = lp
         self.ver_buf[self.ar[:n], t] = self.lver[:n]
@@ -318,7 +321,7 @@ class _Run:
         if holes.numel():
             movers = (~done[n_new:]).nonzero().squeeze(1) + n_new   # same count as holes
             self.cache.copy_row(movers, holes)
-            for buf in (self.tok_buf, self.lp_buf, self.ver_buf, self.lver, self.t, self.base, self.sid, self.last):
+            for buf in (self.tok_buf, self.lp_buf, self.ver_buf, self.lver, self.t, self.u, self.sid, self.last):
                 buf[holes] = buf[movers]
         return n_new
 
@@ -351,7 +354,9 @@ class _Run:
         self.lver[lo:lo + k] = self.pver[rows]
         self.t[lo:lo + k] = 0
         self.sid[lo:lo + k] = sids
-        self.base[lo:lo + k] = sample_keys(self.seed, self.step, groups + self.group_offset, sids % self.n)
+        if self.sampling.temperature > 0:                           # greedy draws nothing
+            base = sample_keys(self.seed, self.step, groups + self.group_offset, sids % self.n)
+            self.u[lo:lo + k] = draw_uniforms(base, self.M)          # [k, M]: every draw, hashed once
         return lo + k
 
     def _prefill(self, head: int, need: int) -> None:

@@ -83,13 +83,22 @@ def _uniform(keys: torch.Tensor) -> torch.Tensor:
     return (_srl(splitmix64(keys), 12).double() + 0.5) * 2.0 ** -52
 
 
+def draw_uniforms(base: torch.Tensor, draws: int) -> torch.Tensor:
+    """[B, draws] float64: the uniform of every draw t < draws of each sample (base [B] from
+    sample_keys), computed at once. The engine takes them when a sample is admitted instead of
+    hashing ~20 small int64 ops per decode step; sample_tokens(..., u=u[:, t]) draws exactly
+    what sample_tokens(..., keys=draw_keys(base, t)) draws."""
+    return _uniform(draw_keys(base[:, None], torch.arange(draws, device=base.device)))
+
+
 def sample_tokens(logits: torch.Tensor, sampling: SamplingParams,
-                  keys: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+                  keys: torch.Tensor | None, u: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The one sampler. logits [B, V], keys [B] int64 (draw_keys) → tokens [B], logprobs [B].
 
     Inverse-CDF sampling on the (top-k/top-p filtered) probabilities with one uniform per
     row from its key, so a row's draw depends on its logits and key only. The logprob is
     token_logprobs of the full, untruncated distribution at the sampling temperature.
+    `u` [B] float64 passes the uniforms of `keys` already drawn (draw_uniforms); keys is then unused.
     """
     logp = _log_probs(logits, sampling.temperature)                 # [B, V] fp32
     if sampling.temperature <= 0:
@@ -106,7 +115,7 @@ def sample_tokens(logits: torch.Tensor, sampling: SamplingParams,
         p_sorted = p_sorted.masked_fill(before >= sampling.top_p * p_sorted.sum(-1, keepdim=True), 0.0)
         probs = torch.zeros_like(probs).scatter_(-1, order, p_sorted)
     cdf = probs.double().cumsum(-1)                                 # [B, V] unnormalised
-    x = _uniform(keys) * cdf[:, -1]                                 # [B] in (0, total]
+    x = (_uniform(keys) if u is None else u) * cdf[:, -1]           # [B] in (0, total]
     # first index with cdf >= x: zero-probability tokens (flat cdf) can never be chosen
     tokens = torch.searchsorted(cdf, x[:, None]).squeeze(1).clamp_(max=V - 1)
     return tokens, logp.gather(-1, tokens[:, None]).squeeze(1)

@@ -5,7 +5,9 @@ The trainer takes the loss as a function; it knows nothing about any algorithm:
     metrics = trainer.step(batch, loss_fn)      # loss_fn(model, micro_batch, norm) -> (loss, metrics)
 
 `batch` is a dict of tensors with `[B, T]` or `[B]` leading dims (DESIGN.md §3); it is split
-into micro-batches of at most `micro_batch_tokens` padded tokens. Every loss is normalised
+into micro-batches of at most `micro_batch_tokens` padded tokens, rows of similar lengths
+together (`split_micro_batches`), so the padding computed stays small: `train/tokens` counts
+the real tokens of a step, `train/padded_tokens` what the forwards computed. Every loss is normalised
 by `norm`, the token and sequence counts of the WHOLE batch (algorithms/core.batch_norm),
 so summing micro-batch gradients gives exactly the gradient of one big batch, for every
 aggregation mode (tests/test_trainer.py). `.backward()` is called here and nowhere else.
@@ -46,31 +48,66 @@ def logits_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, temperature: 
     return lp, ent
 
 
+# The fixed cost of one more micro-batch (one more forward and backward: hundreds of kernel
+# launches) in token-equivalents: split_micro_batches cuts rows into another micro-batch only
+# where that saves more padded tokens than this. ~5 ms of launches on a CPU ≈ 100-200 tokens of
+# the nano model; on bigger models and GPUs a token costs more and the constant matters less.
+MICRO_BATCH_COST_TOKENS = 128
+
+
 def split_micro_batches(batch: dict, max_tokens: int, unit: int = 1) -> list[dict]:
-    """Consecutive rows, each micro-batch at most `max_tokens` padded tokens (at least one
-    unit). Rows go in units of `unit` (2 keeps a preference pair's chosen and rejected
-    together). Columns past the last real token of a micro-batch are trimmed."""
+    """Micro-batches of at most `max_tokens` padded tokens (at least one unit), rows grouped by
+    length so that little padding is computed.
+
+    Rows go in units of `unit` (2 keeps a preference pair's chosen and rejected together).
+    Units are sorted by length, longest first, and cut into consecutive groups minimising
+    Σ rows·width + MICRO_BATCH_COST_TOKENS per group (exact, by dynamic programming), with
+    rows·width <= max_tokens. Within a micro-batch rows keep their batch order, and columns
+    past its last real token are trimmed. Each micro-batch carries `row_index` [b], the
+    positions of its rows in `batch`, for callers that write results back by row. Losses are
+    normalised by the whole batch (batch_norm), so the grouping changes float rounding only.
+    """
     mask = batch["attention_mask"]
     B = mask.shape[0]
     if B % unit:
         raise ValueError(f"batch of {B} rows does not split into units of {unit}")
-    lengths = mask.sum(1).view(-1, unit).amax(1)                     # [B / unit]
-    out, start = [], 0
-    while start < B // unit:
-        end, width = start + 1, int(lengths[start])
-        while end < B // unit and (end + 1 - start) * unit * max(width, int(lengths[end])) <= max_tokens:
-            width = max(width, int(lengths[end]))
-            end += 1
-        start, end = start * unit, end * unit
-        out.append({k: _slice(v, start, end, width, mask.shape[1]) for k, v in batch.items()})
-        start = end // unit
+    lengths = mask.sum(1).view(-1, unit).amax(1).long().cpu()        # [B / unit]; the plan lives on the CPU
+    order = torch.sort(lengths, descending=True, stable=True).indices  # longest unit first
+    out = []
+    for a, b in _length_groups(lengths[order].tolist(), max_tokens, unit):
+        units = order[a:b].sort().values                              # batch order within the group
+        rows = (units[:, None] * unit + torch.arange(unit)).flatten()  # [b]
+        width = int(lengths[order[a]])
+        mb = {k: _take(v, rows, width, mask.shape[1]) for k, v in batch.items()}
+        mb["row_index"] = rows.to(mask.device)
+        out.append(mb)
     return out
 
 
-def _slice(v, start, end, width, T):
+def _length_groups(widths: list[int], max_tokens: int, unit: int) -> list[tuple[int, int]]:
+    """[a, b) cuts of units sorted by decreasing width: minimum Σ (b-a)·unit·widths[a] +
+    MICRO_BATCH_COST_TOKENS over groups, each within max_tokens unless it is a single unit."""
+    U = len(widths)
+    best, cut = [0.0] + [float("inf")] * U, [0] * (U + 1)
+    for b in range(1, U + 1):
+        for a in range(b - 1, -1, -1):                                # group [a, b): widest is a
+            size = (b - a) * unit * widths[a]
+            if b - a > 1 and size > max_tokens:
+                break                                                 # wider and longer further left
+            cost = best[a] + size + MICRO_BATCH_COST_TOKENS
+            if cost < best[b]:
+                best[b], cut[b] = cost, a
+    groups, b = [], U
+    while b > 0:
+        groups.append((cut[b], b))
+        b = cut[b]
+    return groups[::-1]
+
+
+def _take(v, rows, width, T):
     if not torch.is_tensor(v):
         return v
-    v = v[start:end]
+    v = v[rows.to(v.device)]
     return v[:, :width] if v.dim() >= 2 and v.shape[1] == T else v
 
 
@@ -85,12 +122,9 @@ def critic_values(model, batch: dict, micro_batch_tokens: int = 16384) -> torch.
     """V_old [B, T] of a batch before any update (PPO's GAE and value clip), zero where loss_mask
     is 0; `model` is a models.heads.ActorCritic. Micro-batched like Reference.score."""
     out = torch.zeros_like(batch["loss_mask"])
-    row = 0
     for mb in split_micro_batches(batch, micro_batch_tokens):
         v = model.values(mb["input_ids"])                            # [b, w]
-        n, w = v.shape
-        out[row:row + n, :w] = v.to(out.dtype) * mb["loss_mask"]
-        row += n
+        out[mb["row_index"], :v.shape[1]] = v.to(out.dtype) * mb["loss_mask"]
     return out
 
 
@@ -100,12 +134,9 @@ def score_logprobs(model, batch: dict, temperature: float = 1.0, micro_batch_tok
     convention of old_logprobs), micro-batched by padded tokens: the reference's scores and the
     proximal logprobs of the off-policy correction."""
     out = torch.zeros_like(batch["loss_mask"])
-    row = 0
     for mb in split_micro_batches(batch, micro_batch_tokens):
         lp, _ = sequence_logprobs(model, mb["input_ids"], temperature)
-        n, w = lp.shape
-        out[row:row + n, :w] = lp * mb["loss_mask"]
-        row += n
+        out[mb["row_index"], :lp.shape[1]] = lp * mb["loss_mask"]
     return out
 
 
@@ -204,8 +235,12 @@ class Trainer:
         params = [p for p in self.model.parameters() if p.grad is not None]
         clip = self.cfg.grad_clip if self.cfg.grad_clip > 0 else math.inf
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip))
+        real = sum(float(mb["attention_mask"].sum()) for mb in micro)  # this rank's tokens
+        padded = sum(mb["attention_mask"].numel() for mb in micro)
         out = {**sums, **maxes, "loss": total_loss, "grad/norm": grad_norm,
-               "lr": self.scheduler.get_last_lr()[0], "train/micro_batches": len(micro)}
+               "lr": self.scheduler.get_last_lr()[0], "train/micro_batches": len(micro),
+               "train/tokens": real, "train/padded_tokens": float(padded),   # real ones; as computed
+               "train/pad_frac": 1.0 - real / max(padded, 1)}
         if not (math.isfinite(total_loss) and math.isfinite(grad_norm)):
             # A non-finite step is skipped and counted, never applied (and never silent).
             self.optimizer.zero_grad(set_to_none=True)

@@ -55,7 +55,7 @@ LESSONS = [
            "Three questions decide every design: where the signal comes from (lessons 03, 15–18a), how "
            "noisy and biased the gradient estimate is (04, 09–14), and what it costs on the cluster "
            "(05–06, 19–28). Knowing which question a change answers tells you where to look when it breaks.",
-           ["posttrain.framework.controller:Controller.step", f"{ALG}:get", f"{ALG}.ppo:gae"], ["lineage"]),
+           ["posttrain.framework.controller:Controller.step", f"{ALG}:get", f"{ALG}.ppo:gae"], ["forces_map", "lineage"]),
     Lesson("rl-01", "01", "What post-training RL is", P1,
            "Sample an answer from the policy, score it, and raise the log-probability of the answer in "
            "proportion to its score. The gradient of expected reward is the expected reward times the "
@@ -243,7 +243,7 @@ LESSONS = [
            "steps; each sample's behaviour logprobs let the ratio correct for the gap.",
            "The further ahead the sampler runs, the more tokens fall outside the clip band: past a "
            "staleness of a few versions the speed-up is paid for with discarded gradient.",
-           [f"{ALG}.core:importance_ratio", f"{ALG}.core:ratio_metrics"], ["topology"]),
+           [f"{ALG}.core:importance_ratio", f"{ALG}.core:ratio_metrics"], ["async_pipe"]),
     Lesson("rl-23", "23", "Famous recipes and how runs fail", P3,
            "Published recipes are compositions of the stages in these lessons: InstructGPT is SFT → a reward "
            "model → PPO with a KL anchor; R1-Zero is GRPO from the base model with a verifier and a format "
@@ -256,7 +256,7 @@ LESSONS = [
            "set of alarms on every run's metrics; knowing which alarm matches which cause turns a "
            "mysterious plateau into a config change.",
            ["posttrain.report:alarms", "posttrain.report:entropy_collapse", "posttrain.report:clip_fraction_high",
-            "posttrain.report:degenerate_groups", "posttrain.recipes.pipeline:run"], ["failures"]),
+            "posttrain.report:degenerate_groups", "posttrain.recipes.pipeline:run"], ["failures", "classify"]),
     Lesson("rl-24", "24", "The RL infra engineer", P4,
            "The job is keeping the loop fast and correct at once: rollout is most of each step's time, so "
            "the sampler's throughput, the placement of the roles on GPUs and the cost of moving weights "
@@ -291,7 +291,7 @@ LESSONS = [
            "Staleness is what async pipelining buys its speed with; without a correction the gradient "
            "estimates the policy that sampled, not the one being trained, and the error grows with Δ.",
            [f"{ALG}.core:off_policy_weights", f"{ALG}.ppo:gae", f"{ALG}.core:kl", f"{ALG}.core:masked_whiten",
-            "posttrain.checkpoint:save", "posttrain.models.lora:apply_lora"], ["off_policy"]),
+            "posttrain.checkpoint:save", "posttrain.models.lora:apply_lora"], ["off_policy", "gaps"]),
     Lesson("rl-28", "28", "Bottlenecks and where to optimise", P5,
            "Time each role every step (posttrain logs time/rollout_s, time/train_s, time/sync_s), then "
            "spend effort on the largest slice. Optimisations compose multiplicatively within a role and "

@@ -90,7 +90,13 @@ def score(pid, toks, first, gold, need):
 
 
 def run(clip_higher: bool, dynamic_sampling: bool, token_mean: bool, overlong: bool, seed: int = 0,
-        steps: int = STEPS) -> dict:
+        steps: int = STEPS, staleness: int = 0, correction: str = "none") -> dict:
+    """One training run. staleness Δ > 0 samples every step from the weights of Δ updates ago
+    (an async sampler at fixed staleness: distributed/async_rollout's `stale: fixed`); the
+    behaviour logprobs are then those of the old weights, and `correction` is the trainer's
+    off-policy correction (framework/trainer.correct_off_policy): none = the PPO ratio is taken
+    against the sampler's logprobs, so the clip absorbs the drift; tis/mask = the ratio against
+    the current weights and the advantages reweighted by core.off_policy_weights (cap 2)."""
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     gold, need = task()
@@ -100,11 +106,12 @@ def run(clip_higher: bool, dynamic_sampling: bool, token_mean: bool, overlong: b
     theta.requires_grad_(True)
     opt = torch.optim.Adam([theta], lr=LR)
     out = {k: [] for k in ("step", "acc", "reward", "entropy", "useful", "samples", "length", "truncated", "clip")}
-    samples = 0
+    samples, history = 0, [theta.detach().clone()]                    # history[-1]: the current weights
     for step in range(1, steps + 1):
         with torch.no_grad():
+            sampler = history[max(0, len(history) - 1 - staleness)]    # Δ versions behind the trainer
             prompts = torch.randint(0, N_PROMPTS, (PROMPTS,), generator=gen)
-            pid, toks, mask, old, first = rollout(theta, prompts, gen)
+            pid, toks, mask, old, first = rollout(sampler, prompts, gen)
             rew, trunc = score(pid, toks, first, gold, need)
             samples += len(pid)
             fair_reward, fair_len, fair_trunc = float(rew.mean()), float(mask.sum(1).mean()), float(trunc.double().mean())
@@ -116,19 +123,23 @@ def run(clip_higher: bool, dynamic_sampling: bool, token_mean: bool, overlong: b
                     if have >= PROMPTS:
                         break
                     extra = torch.randint(0, N_PROMPTS, (PROMPTS,), generator=gen)
-                    e_pid, e_toks, e_mask, e_old, e_first = rollout(theta, extra, gen)
+                    e_pid, e_toks, e_mask, e_old, e_first = rollout(sampler, extra, gen)
                     e_rew, _ = score(e_pid, e_toks, e_first, gold, need)
                     samples += len(e_pid)
                     e_keep = ~dapo.degenerate(e_rew, torch.arange(len(e_pid)) // K)
                     take = min(int(e_keep.sum()) // K, PROMPTS - have)
                     idx = e_keep.nonzero().squeeze(1)[:take * K]
-                    parts.append((t[idx] for t in (e_pid, e_toks, e_mask, e_old, e_first, e_rew)))
+                    parts.append(t[idx] for t in (e_pid, e_toks, e_mask, e_old, e_first, e_rew))
                     have += take
                 cols = list(zip(*[tuple(p) for p in parts]))
                 pid, toks, mask, old, first, rew = (torch.cat(c) for c in cols)
             group = torch.arange(len(pid)) // K                        # [B] one index per group
-            adv = dapo.advantages(rew, group, cfg, batch={"loss_mask": mask})
+            adv = core.broadcast(dapo.advantages(rew, group, cfg, batch={"loss_mask": mask}), mask)   # [B, L]
             useful = float((~dapo.degenerate(rew, group)).sum()) / K / PROMPTS   # signal groups / batch size
+            if correction != "none":                                   # the trainer's correct_off_policy
+                prox = torch.log_softmax(theta[pid], -1).gather(-1, toks.unsqueeze(-1)).squeeze(-1) * mask
+                w, _ = core.off_policy_weights(prox, old, mask, correction, 2.0)
+                old, adv = prox, adv * w
         clip = []
         order = torch.cat([torch.randperm(len(pid), generator=gen) for _ in range(EPOCHS)])
         for mb in order.chunk(MINIBATCHES * EPOCHS):
@@ -140,6 +151,8 @@ def run(clip_higher: bool, dynamic_sampling: bool, token_mean: bool, overlong: b
             theta.grad = g
             opt.step()
             clip.append(float(m["clip/frac"]))
+        history.append(theta.detach().clone())
+        del history[:-(staleness + 1)]                                 # keep Δ + 1 versions
         if step % EVERY == 0:
             with torch.no_grad():
                 ent = entropy(theta.detach())
@@ -159,9 +172,9 @@ def key(clip_higher: bool, dynamic_sampling: bool, token_mean: bool, overlong: b
     return "dapo " + " ".join(f"{n}={int(v)}" for n, v in zip(SWITCHES, (clip_higher, dynamic_sampling, token_mean, overlong)))
 
 
-def averaged(switches: tuple, seeds: int = SEEDS, steps: int = STEPS) -> dict:
+def averaged(switches: tuple, seeds: int = SEEDS, steps: int = STEPS, **kw) -> dict:
     """The run's curves averaged over `seeds` seeds (one seed is too noisy to compare settings)."""
-    runs = [run(*switches, seed=s, steps=steps) for s in range(seeds)]
+    runs = [run(*switches, seed=s, steps=steps, **kw) for s in range(seeds)]
     out = {"step": runs[0]["step"]}
     for k in runs[0]:
         if k != "step":
@@ -172,3 +185,17 @@ def averaged(switches: tuple, seeds: int = SEEDS, steps: int = STEPS) -> dict:
 def all_runs() -> dict:
     torch.set_num_threads(1)
     return {key(*s): averaged(s) for s in itertools.product((False, True), repeat=4)}
+
+
+STALENESS, CORRECTIONS = (0, 1, 2, 4, 8, 16, 32), ("none", "tis")
+
+
+def stale_key(staleness: int, correction: str) -> str:
+    return f"stale delta={staleness} correction={correction}"
+
+
+def stale_runs() -> dict:
+    """All four DAPO switches on, the sampler Δ versions behind, with and without the correction."""
+    torch.set_num_threads(1)
+    return {stale_key(d, c): averaged((True, True, True, True), staleness=d, correction=c)
+            for d in STALENESS for c in CORRECTIONS}

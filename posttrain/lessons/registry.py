@@ -26,7 +26,7 @@ from typing import Any, Callable
 from posttrain import UsageError
 
 MAX_GRID = 600
-WIDGET_MODULES = ("roles", "loop", "algos", "signal", "systems", "scale", "gpt", "lineage", "practice")  # posttrain/lessons/widgets_<name>.py
+WIDGET_MODULES = ("roles", "loop", "algos", "signal", "systems", "scale", "gpt", "lineage", "practice", "async", "recipes")  # posttrain/lessons/widgets_<name>.py
 
 
 @dataclass

@@ -11,6 +11,7 @@ import torch
 from posttrain import memory, report, throughput
 from posttrain.algorithms import core, dapo
 from posttrain.framework.rollout import token_logprobs
+from posttrain.lessons import units
 from posttrain.lessons.registry import Knob, Widget, bar, figure, line, r, register
 
 _BASE = torch.linspace(-1.5, 1.5, 16, dtype=torch.float64)           # a 16-token policy's logits
@@ -26,20 +27,22 @@ def failure_run(mode: str, severity: float) -> list[dict]:
     """40 steps of metrics, each measured with posttrain's functions on sampled data (all steps at
     once, one row of each tensor per step); `mode` at `severity` bends one cause, the rest stay healthy."""
     gen = torch.Generator().manual_seed(0)
-    sev = lambda m: severity if mode == m else 0.0                    # noqa: E731
+    sev = lambda m: severity if mode == m else 0.0
     u = torch.linspace(0, 1, STEPS, dtype=torch.float64).unsqueeze(1)  # [S, 1] progress through the run
     sharp = 1 + (0.5 + 40 * sev("entropy collapse")) * u              # logits scale: the policy sharpens
     ent = core.entropy_from_logits((_BASE * sharp).unsqueeze(1)).squeeze(1)   # [S, 1, V] → [S]
-    p = (0.3 + 0.3 * u + 0.69 * sev("easy prompts") * u).clamp(max=0.99)
-    correct = (torch.rand(STEPS, 1024, generator=gen, dtype=torch.float64) < p).double()   # [S, 256 groups × 4]
-    degen = dapo.degenerate(correct.flatten(), torch.arange(STEPS * 256).repeat_interleave(4)).view(STEPS, -1)
-    hack = 0.4 * sev("reward hacking") * u                            # reward the verifier pays by mistake
-    heldout = 0.3 + 0.3 * u * (1 - sev("reward hacking"))
     old = torch.log_softmax(_BASE, -1)[torch.randint(0, 16, (STEPS, 512), generator=gen)]
-    drift = 0.02 + 0.5 * sev("stale sampler") * u                     # |log ρ| spread of a stale sampler
+    drift = 0.02 + 1.5 * sev("stale sampler") * u                     # |log ρ| spread of a stale sampler
     new = old + drift * torch.randn(STEPS, 512, generator=gen, dtype=torch.float64)
     adv = torch.where(torch.rand(STEPS, 512, generator=gen) < 0.5, 1.0, -1.0).double()
     _, clipped = core.ppo_clip_loss(new, old, adv, 0.2, 0.2)         # [S, 512]
+    # progress: each step teaches in proportion to the tokens whose gradient survived the clip
+    learned = (1 - clipped.double().mean(1)).cumsum(0).unsqueeze(1) / STEPS   # [S, 1] ≈ u when healthy
+    p = (0.3 + 0.3 * learned + 0.69 * sev("easy prompts") * learned).clamp(max=0.99)
+    correct = (torch.rand(STEPS, 1024, generator=gen, dtype=torch.float64) < p).double()   # [S, 256 groups × 4]
+    degen = dapo.degenerate(correct.flatten(), torch.arange(STEPS * 256).repeat_interleave(4)).view(STEPS, -1)
+    hack = 0.4 * sev("reward hacking") * u                            # reward the verifier pays by mistake
+    heldout = 0.3 + 0.3 * learned * (1 - sev("reward hacking"))
     y = torch.randint(0, 16, (512,), generator=gen)
     logits = _BASE.expand(512, 16)
     t_sampler = 1 + 0.3 * sev("temperature mismatch")                 # the sampler's T; the trainer's is 1
@@ -62,14 +65,17 @@ def failures(mode: str, severity: float) -> dict:
         "figure": figure([line(xs, report.series(rows, k), k) for k in flat]
                          + [line(xs, [m[k] / rows[0][k] for m in rows], f"{k} ÷ its start", xaxis="x2", yaxis="y2")
                             for k in ("entropy", "length/mean")],
-                         f"{mode}, severity {severity}", "step", "",
+                         f"{mode}, severity {severity}", "step", "value (0–1)",
                          grid={"rows": 1, "columns": 2, "pattern": "independent"},
                          yaxis={"range": [0, 1.05]}, xaxis2={"title": {"text": "step"}}),
         "kpis": [["alarms fired", ", ".join(a.name for a in fired) or "none"]]
                 + [[a.name, a.message] for a in fired]
-                + [["final entropy", r(rows[-1]["entropy"], 3)], ["final clip/frac", r(rows[-1]["clip/frac"], 3)],
+                + [["final train reward", r(rows[-1]["reward/mean"], 3)], ["final held-out pass@1", r(rows[-1]["eval/pass@1"], 3)],
+                   ["final entropy", r(rows[-1]["entropy"], 3)], ["final clip/frac", r(rows[-1]["clip/frac"], 3)],
                    ["final degenerate groups", r(rows[-1]["group/degenerate_frac"], 3)]],
-        "note": "The alarms are posttrain.report.alarms, the function `posttrain report RUN_DIR` runs on a real run.",
+        "note": (f"posttrain report's alarms on this run: {', '.join(a.name for a in fired) or 'none'}. Train reward "
+                 f"{rows[0]['reward/mean']:.2f} → {rows[-1]['reward/mean']:.2f}, held-out "
+                 f"{rows[0]['eval/pass@1']:.2f} → {rows[-1]['eval/pass@1']:.2f}."),
     }
 
 
@@ -78,11 +84,13 @@ register(Widget(
     [Knob("mode", "what goes wrong", MODES, "entropy collapse", "select"),
      Knob("severity", "how badly", [0.0, 0.25, 0.5, 0.75, 1.0], 0.25)],
     {"knobs": {"mode": "stale sampler", "severity": 1.0},
-     "what": "A sampler that falls further behind each step: |log ρ| grows, over 20% of tokens end up with "
-             "their gradient clipped away, and the reward curve alone would not tell you; the clip-fraction "
-             "alarm does."},
-    "Left: metrics in [0, 1]; right: entropy and mean length relative to step 1. The KPIs list the "
-    "alarms posttrain's report raises on this run.",
+     "what": "A sampler that falls further behind each step: |log ρ| grows until over 40% of the tokens "
+             "have their gradient clipped away, so each step teaches less and the reward climbs only about "
+             "two-thirds as far as a healthy run's. The reward curve only looks slow; the clip-fraction "
+             "alarm names the cause."},
+    "Left: metrics in [0, 1]; right: entropy and mean length relative to step 1. The run is a "
+    "deliberate toy (its metrics are generated, each measured with posttrain's functions); the alarms "
+    "are posttrain.report.alarms, what `posttrain report RUN_DIR` runs on a real run.",
     ["posttrain.report:alarms", "posttrain.report:entropy_collapse", "posttrain.report:clip_fraction_high",
      "posttrain.algorithms.dapo:degenerate", "posttrain.framework.rollout:token_logprobs"]))
 
@@ -105,18 +113,20 @@ def sizing(model: str, gpus: int, placement: str, lora: int) -> dict:
     pools = list(p["pools"].items())
     state = 18 * p["params"]                                            # mixed precision, bytes
     return {
-        "figure": figure([bar([n for n, _ in pools], [q["peak_bytes"] / 1e9 for _, q in pools], "peak GB per GPU"),
-                          line([pools[0][0], pools[-1][0]], [p["capacity_bytes"] / 1e9] * 2, "H100 capacity",
+        "figure": figure([bar([n for n, _ in pools], [units.gib(q["peak_bytes"]) for _, q in pools], "peak GiB per GPU"),
+                          line([pools[0][0], pools[-1][0]], [units.gib(p["capacity_bytes"])] * 2, "H100 capacity",
                                line={"dash": "dash", "color": "black"}),
                           bar(list(t["terms"]), list(t["terms"].values()), "seconds per step", xaxis="x2", yaxis="y2")],
-                         f"{model}, GRPO, {gpus} × H100, {placement}, LoRA {lora or 'off'}", "", "GB per GPU",
-                         grid={"rows": 1, "columns": 2, "pattern": "independent"}, showlegend=False),
-        "kpis": [["fits?", "yes" if p["fits"] else "no"], ["peak per GPU", f"{p['peak_bytes'] / 1e9:.1f} GB"],
-                 ["full training state 18 B × P", f"{state / 1e12:.2f} TB vs {gpus * 80} GB of HBM"],
+                         f"{model}, GRPO, {gpus} × H100, {placement}, LoRA {lora or 'off'}", "", "GiB per GPU",
+                         grid={"rows": 1, "columns": 2, "pattern": "independent"}, showlegend=False,
+                         yaxis2={"title": {"text": "seconds per step"}}),
+        "kpis": [["fits?", "yes" if p["fits"] else "no"], ["peak per GPU", units.size(p["peak_bytes"])],
+                 ["full training state 18 B × P", f"{units.size(state, 2)} vs {units.size(gpus * p['capacity_bytes'])} of HBM"],
                  ["step time (role model)", f"{t['step_s']:.1f} s"],
-                 ["rollout share of the step", f"{100 * t['terms']['rollout'] / sum(t['terms'].values()):.0f}%"],
+                 ["rollout share of the role time", f"{100 * t['terms']['rollout'] / sum(t['terms'].values()):.0f}%"],
                  ["cheapest change that fits", p["suggestions"][0]["change"] if p["suggestions"] else "—"]],
-        "note": "The two numbers an infra engineer checks first: bytes per GPU and where the seconds go.",
+        "note": (f"Peak {units.size(p['peak_bytes'])} per GPU: " + ("it fits" if p["fits"] else "it does not fit")
+                 + f"; rollout is {100 * t['terms']['rollout'] / sum(t['terms'].values()):.0f}% of the role-time total."),
     }
 
 
@@ -127,9 +137,9 @@ register(Widget(
      Knob("lora", "LoRA rank (0 = full)", [0, 16], 0)],
     {"knobs": {"model": "llama-70b", "gpus": 8, "placement": "colocated", "lora": 0},
      "what": "'70B on 8 H100s, colocated' (the course's interview answer) does not fit: full training "
-             "state alone is 18 B × 69B params ≈ 1.24 TB against 640 GB of HBM, before any activation or KV cache. "
-             "It needs LoRA, offload or more GPUs."},
-    "Left: peak memory per GPU of each pool (memory.plan). Right: seconds per role in one step "
+             "state alone is 18 B × 69B params ≈ 1.13 TiB against 596 GiB of HBM (8 × 80 GB), before any "
+             "activation or KV cache. It needs LoRA, offload or more GPUs."},
+    "Left: peak memory per GPU of each pool (memory.plan), in GiB. Right: seconds per role in one step "
     "(throughput.role_model).", ["posttrain.memory:plan", "posttrain.throughput:role_model"]))
 
 
@@ -152,7 +162,7 @@ def stale_estimate(delta: int, mode: str, cap: float, trials: int = 200):
     return float((pi.exp() * _GOOD).sum()), est.mean(), est.std(), m
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _curves(cap: float) -> dict:
     return {md: [stale_estimate(d, md, cap) for d in STALENESS] for md in CORRECTIONS}
 
@@ -168,7 +178,8 @@ def off_policy(delta: int, mode: str, cap: float) -> dict:
                          f"cap C = {cap}: bias of the estimate (left), share of tokens capped (right)",
                          "staleness Δ (versions)", "estimate − truth",
                          grid={"rows": 1, "columns": 2, "pattern": "independent"},
-                         xaxis2={"title": {"text": "staleness Δ"}}, yaxis2={"range": [0, 1]}),
+                         xaxis2={"title": {"text": "staleness Δ"}},
+                         yaxis2={"range": [0, 1], "title": {"text": "share of tokens capped"}}),
         "kpis": [["true E_π[f]", r(truth, 4)], ["mean estimate", r(est, 4)], ["bias", r(est - truth, 4)],
                  ["std over 200 batches", r(sd, 4)], ["capped / masked tokens", r(m["offpolicy/capped_frac"], 3)],
                  ["largest weight", r(m["offpolicy/weight_max"], 3)], ["mean |log ρ|", r(m["offpolicy/log_ratio_abs"], 3)]],
@@ -184,5 +195,6 @@ register(Widget(
     {"knobs": {"delta": 16, "mode": "none"},
      "what": "Samples 16 versions old used with no correction: the estimate is the old policy's value, "
              "far from the current one, and the gradient points where the policy used to be."},
-    "Each point: the mean over 200 batches of 64 tokens of the weighted estimate minus the truth.",
+    "Each point: the mean over 200 batches of 64 tokens of the weighted estimate minus the truth. The "
+    "16-token policies are a deliberate toy; the weights are core.off_policy_weights.",
     ["posttrain.algorithms.core:off_policy_weights"]))

@@ -6,9 +6,15 @@ import functools
 import math
 
 import torch
+from numpy.polynomial.hermite_e import hermegauss
 
 from posttrain.algorithms import core, dr_grpo, grpo, reinforce, rloo
-from posttrain.framework.rollout import SamplingParams, draw_keys, sample_keys, sample_tokens
+from posttrain.framework.rollout import (
+    SamplingParams,
+    draw_keys,
+    sample_keys,
+    sample_tokens,
+)
 from posttrain.lessons.registry import Knob, Widget, bar, figure, line, r, register
 from posttrain.tasks.arithmetic import last_integer, verify
 
@@ -74,7 +80,8 @@ register(Widget(
     {"knobs": {"lr": 2.0, "steps": 200},
      "what": "With η = 2 one lucky early sample of a mediocre arm can push its probability so high that "
              "the best arm is never tried again: some seeds lock onto a wrong action for good."},
-    "Bars: the policy of one seed, and over 1000 seeds how often each arm ends up the favourite.",
+    "Bars: the policy of one seed, and over 1000 seeds how often each arm ends up the favourite. A five-armed "
+    "bandit is a deliberate toy; the update is reinforce.loss's gradient.",
     ["posttrain.algorithms.reinforce:advantages", "posttrain.algorithms.reinforce:loss"]))
 
 
@@ -91,7 +98,7 @@ def sampler(temperature: float, top_k: int, top_p: float, K: int) -> dict:
     N = 4000
     logits = _DIGIT_LOGITS.expand(N, 10)
     keys = draw_keys(sample_keys(0, 0, torch.zeros(N, dtype=torch.long), torch.arange(N)), torch.zeros(N, dtype=torch.long))
-    tok, lp = sample_tokens(logits, params, keys)
+    tok, _lp = sample_tokens(logits, params, keys)
     freq = torch.bincount(tok, minlength=10).double() / N
     full = torch.softmax(_DIGIT_LOGITS / (temperature if temperature > 0 else 1.0), -1)
     p = float(freq[1])                                 # P(one digit right)
@@ -110,7 +117,8 @@ def sampler(temperature: float, top_k: int, top_p: float, K: int) -> dict:
                           line([K], [p_deg], f"K = {K}", mode="markers", marker={"size": 12}, xaxis="x2", yaxis="y2")],
                          f"T = {temperature}, top-k = {top_k}, top-p = {top_p}", "next digit", "probability",
                          barmode="group", grid={"rows": 1, "columns": 2, "pattern": "independent"},
-                         xaxis2={"title": {"text": "K samples per prompt"}}, yaxis2={"range": [0, 1.05]}),
+                         xaxis2={"title": {"text": "K samples per prompt"}},
+                         yaxis2={"range": [0, 1.05], "title": {"text": "P(degenerate group)"}}),
         "kpis": [["P(digit right)", r(p, 3)], ["P(response right) = p²", r(q, 3)],
                  ["P(degenerate group), formula", r(p_deg, 3)], ["P(degenerate group), measured", r(measured, 3)],
                  ["recorded log π(right) − log of what was sampled", r(math.log(full[1]) - math.log(max(p, 1e-9)), 3)]],
@@ -129,7 +137,8 @@ register(Widget(
      "what": "At low temperature almost every response is right, so groups of K = 2 are nearly always "
              "all-right: the group std is 0, every advantage is 0, and the step learns nothing."},
     "Left: the distribution the sampler draws from and the one its logprob records. Right: the chance "
-    "that all K responses to a prompt get the same reward.",
+    "that all K responses to a prompt get the same reward. The next-digit logits are a fixed toy; the "
+    "sampling is posttrain's sample_tokens.",
     ["posttrain.framework.rollout:sample_tokens", "posttrain.framework.rollout:token_logprobs"]))
 
 
@@ -199,34 +208,64 @@ register(Widget(
     {"knobs": {"order": "ref, policy", "shift": 1.0},
      "what": "Swapping the arguments estimates a different quantity on the wrong samples: the curves "
              "settle far from the dashed line, and the anchor pulls with the wrong strength."},
-    "Running means of k1, k2, k3 as more tokens are drawn, against the exact KL (dashed).",
+    "Running means of k1, k2, k3 as more tokens are drawn, against the exact KL (dashed). The two "
+    "16-token policies are a deliberate toy; the estimators are core.kl.",
     ["posttrain.algorithms.core:kl"]))
 
 
+HACK_AT = 5.0                     # past this distance from the reference the reward pays for a flaw
+_Z, _W = (torch.tensor(a, dtype=torch.float64) for a in hermegauss(20))   # ∫ f(z) N(z; 0, 1) dz ≈ Σ w f(z) / √(2π)
+_W = _W / _W.sum()
+
+
 def _hack_reward(theta: float) -> float:
-    return 0.7 * (1 - math.exp(-theta / 1.5)) + 0.5 * max(0.0, theta - 5) / 5
+    return 0.7 * (1 - math.exp(-theta / 1.5)) + 0.5 * max(0.0, theta - HACK_AT) / 5
+
+
+def anchor_kl(theta: torch.Tensor) -> torch.Tensor:
+    """KL(π_θ ‖ π_ref) for π_θ = N(θ, ½) and π_ref = N(0, ½): the mean of core.kl's k1 over
+    π_θ's samples, taken exactly by Gauss–Hermite quadrature (20 nodes). It equals θ², and its
+    gradient 2θ is the anchor's pull (autograd through core.kl)."""
+    x = theta + math.sqrt(0.5) * _Z                                   # [20] nodes of π_θ
+    lp_theta, lp_ref = -(x - theta) ** 2, -x ** 2                      # log-densities up to the same constant
+    return (_W * core.kl(lp_theta, lp_ref, "k1")).sum()
+
+
+BETA_LR = {"fixed": 0.7, "course": 0.05}
 
 
 def beta_tradeoff(beta: float, schedule: str) -> dict:
-    """Gradient ascent on J = r(θ) − β·KL with KL = θ² (θ = distance from the reference).
-    schedule 'course' is the course's η = 0.05 (never leaves the honest region); 'fixed' uses
-    η = 1.0 so that a weak anchor really reaches the reward hack past θ = 5."""
-    lr = 0.05 if schedule == "course" else 1.0
+    """Gradient ascent on J = r(θ) − β·KL(π_θ ‖ π_ref), 200 steps of step size η, θ ∈ [0, 10]:
+    r is the course's reward, honest up to θ = 5 and paying for a flaw beyond it; the KL and
+    its gradient come from core.kl (anchor_kl). schedule 'course' is the course's η = 0.05,
+    which never reaches the flaw whatever β; 'fixed' (η = 0.7) lets a weak anchor reach it."""
+    lr = BETA_LR[schedule]
     theta, rs, kls = 0.05, [], []
     for _ in range(200):
-        grad = 0.7 / 1.5 * math.exp(-theta / 1.5) + (0.1 if theta > 5 else 0.0) - 2 * beta * theta
+        t = torch.tensor(theta, dtype=torch.float64, requires_grad=True)
+        (g_kl,) = torch.autograd.grad(anchor_kl(t), t)
+        grad = 0.7 / 1.5 * math.exp(-theta / 1.5) + (0.1 if theta > HACK_AT else 0.0) - beta * float(g_kl)
         theta = min(10.0, max(0.0, theta + lr * grad))
         rs.append(_hack_reward(theta))
-        kls.append(theta * theta)
+        kls.append(float(anchor_kl(torch.tensor(theta, dtype=torch.float64))))
     steps = list(range(1, 201))
+    hacked = theta > HACK_AT
+    first = next((i + 1 for i, k in enumerate(kls) if k > HACK_AT ** 2), None)
+    note = (f"θ ends at {theta:.2f}, past θ = {HACK_AT:g} (from step {first}): the last stretch of reward "
+            "comes from the reward function's flaw, not from better answers." if hacked else
+            f"θ ends at {theta:.2f}, short of θ = {HACK_AT:g}: the anchor keeps the policy in the region "
+            "where reward means better answers.")
     return {
-        "figure": figure([line(steps, rs, "reward"), line(steps, kls, "KL = θ²", yaxis="y2")],
-                         f"β = {beta} ({schedule} step size)", "step", "reward",
+        "figure": figure([line(steps, rs, "reward r(θ)"), line(steps, kls, "KL(π_θ ‖ π_ref) = θ²", yaxis="y2"),
+                          line([1, 200], [HACK_AT ** 2] * 2, "KL where the flaw starts (θ = 5)", yaxis="y2",
+                               line={"dash": "dot", "color": "#d62728"})],
+                         f"β = {beta}, step size η = {lr}", "step", "reward",
                          yaxis={"range": [0, 1.3], "title": {"text": "reward"}},
-                         yaxis2={"overlaying": "y", "side": "right", "range": [0, 100], "title": {"text": "KL"}}),
+                         yaxis2={"overlaying": "y", "side": "right", "range": [0, 100],
+                                 "title": {"text": "KL (nats)"}}),
         "kpis": [["final θ", r(theta, 2)], ["final reward", r(rs[-1], 3)], ["final KL", r(kls[-1], 2)],
-                 ["reward-hacked (θ > 4.5)?", "yes" if theta > 4.5 else "no"]],
-        "note": "Past θ = 5 the reward keeps rising through a flaw of the reward function, not better answers.",
+                 ["reward-hacked (θ > 5)?", "yes" if hacked else "no"]],
+        "note": note,
     }
 
 
@@ -236,8 +275,10 @@ register(Widget(
      Knob("schedule", "step size", ["fixed", "course"], "fixed", kind="select")],
     {"knobs": {"beta": 0.0, "schedule": "fixed"},
      "what": "With no anchor the policy walks past θ = 5 into the region where reward rises only "
-             "because of a flaw (reward hacking), and KL explodes; with β = 1 it never moves."},
-    "Reward (left axis) and KL (right axis) over 200 steps of gradient ascent on r − β·KL.", []))
+             "because of a flaw (reward hacking): θ ends at the wall (10) and KL at 100."},
+    "Reward (left axis) and KL (right axis) over 200 steps of gradient ascent on r − β·KL. The reward "
+    "function is a deliberate one-dimensional toy; the KL is core.kl's k1 averaged exactly over π_θ.",
+    ["posttrain.algorithms.core:kl"]))
 
 
 # ---- 04 · the algorithm plug-in: advantages of one group -----------------------------------------
@@ -257,7 +298,7 @@ def advantage_table(r0: float, r1: float, r2: float, std: str) -> dict:
     out = [["mean", r(mean[0], 3)], [f"std ({std})", r(sd[0], 3)],
            ["degenerate (all equal)?", "yes: GRPO gives 0 to all" if float(sd[0]) == 0 else "no"]]
     out += [[name, ", ".join(f"{float(x):+.2f}" for x in v)] for name, v in rows.items()]
-    return {"figure": figure(traces, "advantage of each rollout", "", "advantage", barmode="group"),
+    return {"figure": figure(traces, "advantage of each rollout", "estimator", "advantage", barmode="group"),
             "kpis": out, "note": "Same three rewards, five estimators: the baseline and the scale differ."}
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import math
 
-from posttrain import shapes, throughput
+from posttrain import memory, shapes, throughput
+from posttrain.lessons import units
 from posttrain.lessons.registry import Knob, Widget, bar, figure, line, r, register
 
 # ---- 22b · the straggler tax -------------------------------------------------------------------
@@ -73,29 +74,35 @@ register(Widget(
     {"knobs": {"cv": 2.0},
      "what": "cv = 2 with no patch: the longest response is 9× the mean, so the step takes 9× the "
              "average decode and most slots idle for most of it."},
-    "Each bar is one response's length; the step lasts as long as the longest.", ["posttrain.throughput:max_of_k"]))
+    "Each bar is one response's length; the step lasts as long as the longest. Lengths are drawn "
+    "log-normal with the course's seeded generator (a model, not engine output).", ["posttrain.throughput:max_of_k"]))
 
 
 # ---- 25 · kernels: prefix sharing and chunked log-probs ---------------------------------------------
 
 def kernels(K: int, gp: float, tokens: int, vocab: int, chunk: int) -> dict:
+    """Prefix sharing's saving K/(1 + K·G/P) on prompt + response tokens, and the logits memory
+    (shapes.logits_bytes, bf16) of a full log-softmax vs. one vocabulary chunk at a time."""
     share = K / (1 + K * gp)
     full = shapes.logits_bytes(tokens, vocab)                    # bf16 logits [tokens, vocab]
     chunk = min(chunk, vocab)                                    # a chunk as wide as the vocabulary = no chunking
     chunked = shapes.logits_bytes(tokens, vocab, vocab_chunk=chunk)
     ks = [1, 2, 4, 8, 16, 32, 64, 128]
+    label = "no chunking (whole vocabulary)" if chunk == vocab else f"one {chunk}-column chunk"
     return {
         "figure": figure([line(ks, [k / (1 + k * gp) for k in ks], f"prefix-sharing saving, G/P = {gp}"),
                           line([K], [share], f"K = {K}", mode="markers", marker={"size": 12}),
-                          bar(["full logits", f"one {chunk}-vocab chunk"], [full / 1e9, chunked / 1e9], "GB",
+                          bar(["full logits", label], [units.gib(full), units.gib(chunked)], "GiB",
                               xaxis="x2", yaxis="y2")],
                          "prefix sharing (left) and chunked log-probs (right)", "K samples per prompt", "× fewer tokens",
                          grid={"rows": 1, "columns": 2, "pattern": "independent"}, xaxis={"type": "log"},
-                         yaxis2={"type": "log", "title": {"text": "GB"}}),
-        "kpis": [["prefix-sharing saving K/(1 + K·G/P)", f"{share:.2f}×"], ["full logits", f"{full / 1e9:.1f} GB"],
-                 ["one chunk", f"{chunked / 1e6:.0f} MB"], ["chunking saves", f"{vocab // chunk}×"],
+                         yaxis2={"type": "log", "title": {"text": "logits held at once (GiB)"}}),
+        "kpis": [["prefix-sharing saving K/(1 + K·G/P)", f"{share:.2f}×"], ["full logits", units.size(full)],
+                 ["logits held at once", units.size(chunked)], ["chunking saves", f"{full / chunked:.0f}×"],
                  ["bf16→fp8 cast of 140 GB at 3.35 TB/s", f"{140 / 3.35:.0f} ms"]],
-        "note": "posttrain's Engine prefills each prompt once for its K samples (rollout/prefix_reuse).",
+        "note": f"The trainer holds {units.size(chunked)} of logits at once ({label}) instead of "
+                f"{units.size(full)}; posttrain's Engine prefills each prompt once for its K samples "
+                "(rollout/prefix_reuse).",
     }
 
 
@@ -105,11 +112,11 @@ register(Widget(
      Knob("tokens", "tokens in the batch", [4096, 32768], 32768), Knob("vocab", "vocabulary", [32768, 131072], 131072),
      Knob("chunk", "vocab chunk (131072 = none)", [1024, 4096, 131072], 4096)],
     {"knobs": {"chunk": 131072, "vocab": 131072, "tokens": 32768},
-     "what": "Materialising the full logits of 32k tokens × 131k vocabulary takes 8.6 GB in bf16 (and "
+     "what": "Materialising the full logits of 32k tokens × 131k vocabulary takes 8.0 GiB in bf16 (and "
              "as much again for the softmax): the trainer's forward runs out of memory at long contexts "
              "unless the log-prob is computed chunk by chunk."},
-    "Left: how many fewer prompt tokens prefix sharing computes. Right: logits memory, full vs. chunked.",
-    ["posttrain.framework.rollout:_Run._prefill", "posttrain.shapes:logits_bytes"]))
+    "Left: how many fewer prompt tokens prefix sharing computes. Right: logits memory, full vs. chunked, in GiB.",
+    ["posttrain.shapes:logits_bytes"]))
 
 
 # ---- 28 · where to spend optimisation effort --------------------------------------------------------
@@ -117,7 +124,13 @@ register(Widget(
 BASE = {"rollout": 60.0, "train": 20.0, "reference": 10.0, "sync": 5.0, "algorithm": 5.0}   # seconds of a 100 s step
 
 
-def budget(prefix: bool, cbatch: bool, spec: bool, fp8: bool, train_opts: bool, sync: str, refpool: bool) -> dict:
+def budget(prefix: bool, cbatch: bool, spec: bool, fp8: bool, train_opts: bool, sync: str, refpool: bool,
+           placement: str = "colocated") -> dict:
+    """The course's 100 s step (rollout 60, train 20, reference 10, sync 5, algorithm 5) with each
+    optimisation's multiplier on its role, composed into a step by throughput.step_time under the
+    placement (colocated: the sum; disaggregated: the rollout side and the trainer side overlap).
+    The trainer's memory with and without checkpointing comes from memory.plan (llama3-8b, GRPO,
+    8 H100s)."""
     t = dict(BASE)
     for on, mult in ((prefix, 0.4), (cbatch, 0.6), (spec, 0.7), (fp8, 0.7)):
         t["rollout"] *= mult if on else 1
@@ -126,16 +139,25 @@ def budget(prefix: bool, cbatch: bool, spec: bool, fp8: bool, train_opts: bool, 
     t["sync"] *= {"every step": 1.0, "every 5 steps": 0.2, "overlapped": 0.0}[sync]
     if refpool:
         t["reference"] = 0.0
-    total = sum(t.values())
+    step = lambda x: throughput.step_time(rollout_s=x["rollout"], reference_s=x["reference"],
+                                          train_s=x["train"] + x["algorithm"], sync_s=x["sync"], topology=placement)
+    now, before = step(t), step(BASE)
+    total, base_total = now["step_s"], before["step_s"]
     largest = max(t, key=t.get)
+    mem = memory.plan("llama3-8b", algo="grpo", gpus=8, checkpointing=train_opts, suggest=False)["peak_bytes"]
     names = list(BASE)
     return {
-        "figure": figure([bar(names, list(BASE.values()), "baseline (100 s)", opacity=0.35),
-                          bar(names, list(t.values()), "optimised")],
-                         f"step time {total:.1f} s", "", "seconds per step", barmode="group"),
-        "kpis": [["optimised step", f"{total:.1f} s"], ["speed-up", f"{100 / total:.2f}×"],
-                 ["largest remaining slice", f"{largest} {100 * t[largest] / total:.0f}%"]],
-        "note": "Speed up the largest slice first: a 2× on a 10% slice buys 5%.",
+        "figure": figure([bar(names + ["step"], list(BASE.values()) + [base_total], "baseline (100 s of role time)",
+                              opacity=0.35),
+                          bar(names + ["step"], list(t.values()) + [total], "optimised")],
+                         f"{placement}: step {base_total:.1f} s → {total:.1f} s", "role (and the whole step)",
+                         "seconds per step", barmode="group"),
+        "kpis": [["optimised step", f"{total:.1f} s"], ["speed-up", f"{base_total / total:.2f}×"],
+                 ["largest remaining slice", f"{largest} {100 * t[largest] / sum(t.values()):.0f}%"],
+                 ["trainer peak per GPU, llama3-8b GRPO on 8 H100", f"{mem / 2 ** 30:.1f} GiB"]],
+        "note": (f"Step {base_total:.1f} s → {total:.1f} s ({base_total / total:.2f}×); {largest} is now "
+                 f"{100 * t[largest] / sum(t.values()):.0f}% of the role time. A 2× on a 10% slice buys 5%, and under "
+                 "a disaggregated placement a faster trainer buys nothing while rollout is the longer side."),
     }
 
 
@@ -147,8 +169,12 @@ register(Widget(
      Knob("fp8", "FP8 rollout ×0.7", [False, True], False, "check"),
      Knob("train_opts", "chunked CE + packing + FSDP/ckpt", [False, True], True, "check"),
      Knob("sync", "weight sync", ["every step", "every 5 steps", "overlapped"], "every step", "select"),
-     Knob("refpool", "separate reference pool", [False, True], False, "check")],
+     Knob("refpool", "separate reference pool", [False, True], False, "check"),
+     Knob("placement", "placement", ["colocated", "disaggregated"], "colocated", "select")],
     {"knobs": {"prefix": False, "cbatch": False, "train_opts": True},
      "what": "Optimising only the trainer: 1.12× overall, because rollout is still 60 of the 100 "
-             "seconds; the week goes to the wrong slice."},
-    "Seconds per role before and after the chosen optimisations.", []))
+             "seconds; the week goes to the wrong slice (and disaggregated, where rollout is the longer "
+             "side, it buys 1.00×)."},
+    "Seconds per role before and after the chosen optimisations (the course's multipliers: a deliberate "
+    "model), composed into a step by throughput.step_time.",
+    ["posttrain.throughput:step_time", "posttrain.memory:plan"]))

@@ -5,12 +5,18 @@ from __future__ import annotations
 
 import functools
 import math
+from types import SimpleNamespace
 
 import torch
 
-from posttrain.algorithms import core, reinforce
+from posttrain import memory
+from posttrain.algorithms import core, dapo, reinforce
+from posttrain.data.curate import curate
 from posttrain.lessons.registry import Knob, Widget, bar, figure, line, r, register
+from posttrain.preference.prm import aggregate
 from posttrain.preference.reward_model import bradley_terry_loss
+from posttrain.preference.search import sample_table
+from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
 
 # ---- 15 · a Bradley–Terry reward model on four responses -------------------------------------------
 
@@ -63,48 +69,92 @@ register(Widget(
 
 # ---- 17 · ORM and PRM reranking vs. PRM beam search ------------------------------------------------
 
+PRM_TRIALS, PRM_STEPS = 600, 6
+ORM_NOISE, PRM_NOISE = 2.2, 1.93           # Gaussian noise on a ±2 logit: 18% of outcome / 15% of step labels flip
+
+
+def _steps(gen, shape, p_good):
+    """Reasoning steps of the given shape: ok, and the amount (1…9) a bad step adds to the answer."""
+    ok = torch.rand(shape, generator=gen) < p_good
+    err = torch.randint(1, 10, shape, generator=gen)
+    return ok, torch.where(ok, 0, err)
+
+
+def _step_scores(gen, ok):
+    """A PRM's score per step: σ(±2 + noise), high when the step is right."""
+    return torch.sigmoid(torch.where(ok, 2.0, -2.0) + PRM_NOISE * torch.randn(ok.shape, generator=gen))
+
+
+@functools.lru_cache(maxsize=1)
+def _prm_problems():
+    task = ArithmeticTask(ArithmeticConfig(min_terms=PRM_STEPS + 1, max_terms=PRM_STEPS + 1))
+    return task, task.items(PRM_TRIALS, "test", 0)
+
+
 def prm_search(p_good: float, N: int, B: int, budget: str) -> dict:
-    """2000 trials of a 6-step chain (correct iff every step is good). ORM labels flip w.p. 0.10,
-    PRM step labels w.p. 0.15. The beam extends each of B beams K times per step; 'course' uses
-    K = ceil(N/(6B)) (a fraction of BoN's samples), 'matched' K = ceil(N/B) (the same step budget)."""
+    """PRM_TRIALS problems (7-term sums, posttrain's ArithmeticTask) answered by chains of 6
+    steps, each right w.p. p_good; a wrong step shifts the answer. Best-of-N: N chains, the table
+    of preference/search.sample_table (pass@1, majority vote, ORM best@N, PRM best@N with
+    prm.aggregate 'min'). Beam: B prefixes, each extended by K candidate steps, ranked by the
+    min of their step scores as search.beam_search ranks them; 'matched' K = ⌈N/B⌉ samples as
+    many steps as best-of-N does, 'course' K = ⌈N/(6B)⌉ a sixth of it. The chains and the scores
+    are simulated (a deliberate toy: no model is trained); the ranking and the table are posttrain's."""
     gen = torch.Generator().manual_seed(0)
-    T, S = 2000, 6
-    steps = torch.rand(T, N, S, generator=gen) < p_good                  # [T, N, S]
-    ok = steps.all(-1)                                                   # [T, N]
-    orm = ok ^ (torch.rand(T, N, generator=gen) < 0.10)
-    prm = (steps ^ (torch.rand(T, N, S, generator=gen) < 0.15)).sum(-1)
-    pick = lambda score: ok.gather(1, score.float().argmax(1, keepdim=True)).float().mean()
+    T, S = PRM_TRIALS, PRM_STEPS
+    task, items = _prm_problems()
+    gold = torch.tensor([task.gold(it) for it in items])
+    ok, err = _steps(gen, (T, N, S), p_good)                              # [T, N, S]
+    final = gold[:, None] + err.sum(-1)                                  # [T, N] the answer each chain ends on
+    right = final == gold[:, None]
+    orm = torch.sigmoid(torch.where(right, 2.0, -2.0) + ORM_NOISE * torch.randn(T, N, generator=gen))
+    steps = _step_scores(gen, ok)                                        # [T, N, S]
+    samples = [SimpleNamespace(text=f"{int(a)}#") for a in final.flatten().tolist()]
+    table = sample_table(task, items, samples, N, orm_scores=orm.flatten().tolist(),
+                         prm_scores=[aggregate(sc, "min") for sc in steps.view(-1, S).tolist()])
     K = max(1, math.ceil(N / (B * S))) if budget == "course" else max(1, math.ceil(N / B))
-    good = torch.ones(T, B, dtype=torch.bool)
-    score = torch.zeros(T, B)
+    beam_err = torch.zeros(T, B, dtype=torch.long)                       # answer error of each kept prefix
+    beam_min = torch.ones(T, B)                                          # its weakest step score so far
     for _ in range(S):
-        cand_ok = torch.rand(T, B, K, generator=gen) < p_good           # [T, B, K] the new step
-        cand_s = score[..., None] + (cand_ok ^ (torch.rand(T, B, K, generator=gen) < 0.15)).float()
-        cand_g = good[..., None] & cand_ok
-        top = cand_s.view(T, -1).topk(B, dim=1).indices                  # keep the B best partial chains
-        score, good = cand_s.view(T, -1).gather(1, top), cand_g.view(T, -1).gather(1, top)
-    beam = good.gather(1, score.argmax(1, keepdim=True)).float().mean()
-    acc = {"greedy (1 sample)": float(ok[:, 0].float().mean()), "best-of-N, ORM": float(pick(orm)),
-           "best-of-N, PRM": float(pick(prm)), "PRM beam": float(beam)}
+        c_ok, c_err = _steps(gen, (T, B, K), p_good)                     # [T, B, K] candidate next steps
+        c_sc = _step_scores(gen, c_ok)
+        score = torch.minimum(beam_min[..., None], c_sc).view(T, -1)     # aggregate 'min' of the prefix
+        top = score.topk(B, dim=1).indices                               # keep the B best prefixes
+        beam_err = (beam_err[..., None] + c_err).view(T, -1).gather(1, top)
+        beam_min = score.gather(1, top)
+    beam = float((beam_err.gather(1, beam_min.argmax(1, keepdim=True)) == 0).float().mean())
+    acc = {"one sample (pass@1)": table["pass@1"], f"majority of {N}": table[f"maj@{N}"],
+           f"ORM best of {N}": table[f"orm best@{N}"], f"PRM best of {N}": table[f"prm best@{N}"],
+           f"PRM beam {B}×{K}": beam}
+    names = ["one sample (pass@1)", "majority of N", "ORM best of N", "PRM best of N", "PRM beam"]
+    vals = list(acc.values())
+    best = max(range(len(vals)), key=vals.__getitem__)
     return {
-        "figure": figure([bar(list(acc), list(acc.values()), "share of trials correct")],
-                         f"p_good = {p_good}, N = {N}, beam {B} × {K} per step ({budget} budget)", "", "accuracy",
-                         yaxis={"range": [0, 1]}),
-        "kpis": [[k, f"{100 * v:.1f}%"] for k, v in acc.items()]
-                + [["step samples: BoN / beam", f"{N * S} / {B * K * S}"], ["p_good⁶", f"{100 * p_good ** 6:.1f}%"]],
-        "note": "Reranking needs a verifier only at the end; beam search spends its samples where partial "
-                "chains still look good.",
+        "figure": figure([bar(list(acc), vals, "share of problems answered right",
+                              marker={"color": ["#d62728" if i == best else "#1f77b4" for i in range(len(vals))]})],
+                         f"p_good = {p_good}, N = {N}, beam {B} × {K} per step ({budget} budget)", "method",
+                         "accuracy over 600 problems", yaxis={"range": [0, 1]}),
+        "kpis": [[n, f"{100 * v:.1f}%"] for n, v in zip(names, vals)]
+                + [["best method", names[best]], ["step samples: best-of-N / beam", f"{N * S} / {B * K * S}"],
+                   ["p_good⁶", f"{100 * p_good ** 6:.1f}%"]],
+        "note": (f"Sampling {B * K * S} steps against best-of-N's {N * S}, the PRM beam answers {100 * beam:.1f}% "
+                 f"right; the best reranker of N whole chains {100 * max(vals[2], vals[3]):.1f}%, one sample "
+                 f"{100 * vals[0]:.1f}%. Best here: {names[best]}."),
     }
 
 
 register(Widget(
     "prm", "Reranking with an ORM or a PRM, and PRM beam search", prm_search,
     [Knob("p_good", "P(step is good)", [0.5, 0.6, 0.75, 0.9], 0.75), Knob("N", "samples N", [2, 4, 8, 16, 32, 64], 16),
-     Knob("B", "beam width", [1, 2, 4, 8], 4), Knob("budget", "beam budget", ["course", "matched"], "course", "select")],
+     Knob("B", "beam width", [1, 2, 4, 8], 4), Knob("budget", "beam budget", ["matched", "course"], "matched", "select")],
     {"knobs": {"p_good": 0.5, "N": 2},
      "what": "Weak steps and two samples: 1.6% of chains are right, and no reranker can pick a correct "
-             "chain that was never sampled; the policy has to get better first."},
-    "Share of 2000 trials that end with a correct chain, by method.", []))
+             "chain that was never sampled; every method stays near the floor and the policy has to get "
+             "better first."},
+    "Share of 600 six-step problems answered right, by method; red: the best one. The chains and the "
+    "reward models' scores are simulated (a deliberate toy); the ranking and the table are posttrain's "
+    "search.sample_table and prm.aggregate.",
+    ["posttrain.preference.search:sample_table", "posttrain.preference.prm:aggregate",
+     "posttrain.tasks.arithmetic:ArithmeticTask.reward"]))
 
 
 # ---- 18 · reward hacking under a leaky verifier ----------------------------------------------------
@@ -147,12 +197,17 @@ def hacking(rho: float, steps: int) -> dict:
     return {
         "figure": figure([bar(["π(solve)", "π(emit phrase)"], pi.tolist(), "policy (mean of 200 seeds)"),
                           bar(["train reward (proxy)", "held-out correctness"], [train, held], "EMA", xaxis="x2", yaxis="y2")],
-                         f"leak ρ = {rho}, {steps} steps", "", "probability",
+                         f"leak ρ = {rho}, {steps} steps", "", "probability (mean of 200 seeds)",
                          grid={"rows": 1, "columns": 2, "pattern": "independent"}, yaxis={"range": [0, 1]},
-                         yaxis2={"range": [0, 1.6]}),
+                         yaxis2={"range": [0, 1.6], "title": {"text": "reward (EMA)"}}),
         "kpis": [["π(solve)", r(pi[0], 3)], ["train reward EMA", r(train, 3)], ["held-out correctness EMA", r(held, 3)],
                  ["phrase wins when 0.4 + ρ > 0.7", "yes" if 0.4 + rho > 0.7 else "no"]],
-        "note": "The training reward rises while the held-out score falls: the only trustworthy signal is held out.",
+        "note": (f"The policy learned the phrase (π(solve) = {float(pi[0]):.2f}): the train reward reads {train:.2f} "
+                 f"while held-out correctness is {held:.2f}; only the held-out number tells." if float(pi[0]) < 0.5 else
+                 f"Half the policy drifts to the phrase (π(solve) = {float(pi[0]):.2f}): train reward {train:.2f} and "
+                 f"held-out correctness {held:.2f} have started to part." if train - held > 0.1 else
+                 f"The policy solves (π(solve) = {float(pi[0]):.2f}): train reward {train:.2f} and held-out "
+                 f"correctness {held:.2f} move together; the leak is too small to pay."),
     }
 
 
@@ -162,51 +217,84 @@ register(Widget(
     {"knobs": {"rho": 0.5, "steps": 500},
      "what": "ρ = 0.5: the phrase earns 0.9 per try against 0.7 for solving; the policy learns to emit "
              "the phrase, train reward climbs to ~0.9 while held-out correctness falls to ~0.4."},
-    "Left: the policy. Right: the proxy reward it is trained on vs. the correctness it should have.",
+    "Left: the policy. Right: the proxy reward it is trained on vs. the correctness it should have. Two "
+    "actions and a leaky verifier: a deliberate toy trained by reinforce.loss.",
     ["posttrain.algorithms.reinforce:loss"]))
 
 
 # ---- 18a · curation: where the gradient signal is --------------------------------------------------
 
+CURATE_POOL, CURATE_DUPS, CURATE_PROBE = 380, 20, 16
+
+
+@functools.lru_cache(maxsize=1)
+def _pool():
+    """A pool of 400 prompts (380 sums from ArithmeticTask + 20 repeated ones) and a hidden
+    difficulty per prompt in [0, 1], piled up near both ends (3u² − 2u³ of a spread u): most
+    prompts are far too easy or far too hard for a given policy, as in a scraped pool."""
+    task = ArithmeticTask(ArithmeticConfig(min_terms=3, max_terms=6, max_value=99))
+    items = task.items(CURATE_POOL, "train", 0)
+    items = items + items[:CURATE_DUPS]                                # duplicates a scraped pool has
+    u = torch.arange(CURATE_POOL + CURATE_DUPS, dtype=torch.float64) % CURATE_POOL
+    u = (u * 0.6180339887) % 1.0                                       # spread, repeatable
+    return items, [task.prompt(it) for it in items], 3 * u ** 2 - 2 * u ** 3
+
+
 def curation(policy: int, curation: int, K: int) -> dict:
-    """1000 prompts of difficulty d; pass rate p = σ(6(s − d)). Keep prompts with |p − ½| < band.
-    Signal Σ p(1−p) (= E[A²] with a group-mean baseline); a group is wasted w.p. p^K + (1−p)^K."""
-    s = policy / 100
-    u = [(i + 0.5) / 1000 for i in range(1000)]
-    p = [1 / (1 + math.exp(-6 * (s - (3 * x * x - 2 * x ** 3)))) for x in u]
-    band = 0.5 - 0.45 * curation / 100
-    kept = [q for q in p if abs(q - 0.5) < band]
-    signal = sum(q * (1 - q) for q in kept)
-    rollouts = K * len(kept)
-    wasted = sum(K * (q ** K + (1 - q) ** K) for q in kept)
-    bins = [i / 20 for i in range(20)]
-    hist_all = [sum(1 for q in p if b <= q < b + 0.05 or (b == 0.95 and q == 1)) for b in bins]
-    hist_kept = [sum(1 for q in kept if b <= q < b + 0.05 or (b == 0.95 and q == 1)) for b in bins]
+    """The curation loop of data/curate.py on a simulated policy: each prompt's true pass rate is
+    σ(6(s − d)) for policy strength s; probe draws CURATE_PROBE samples per prompt (the
+    pass-rate estimate `probe` makes), curate() drops duplicates and keeps the band
+    [½ − w, ½ + w], w = ½ − 0.45·curation/100; training then draws K rollouts per kept prompt,
+    and dapo.degenerate finds the groups whose rewards are all equal (no gradient)."""
+    gen = torch.Generator().manual_seed(0)
+    items, prompts, d = _pool()
+    p = torch.sigmoid(6 * (policy / 100 - d))                          # [N] true pass rates
+    probe = (torch.rand(len(items), CURATE_PROBE, generator=gen, dtype=torch.float64) < p[:, None]).double()
+    rates = probe.mean(1)
+    w = 0.5 - 0.45 * curation / 100
+    kept, m = curate(list(range(len(items))), prompts, rates.numpy(), (probe.std(1) > 0).numpy(),
+                     band=(max(0.0, 0.5 - w), min(1.0, 0.5 + w)))
+    kept_t = torch.tensor(kept, dtype=torch.long)
+    pk = p[kept_t]
+    rew = (torch.rand(len(kept), K, generator=gen, dtype=torch.float64) < pk[:, None]).double()   # [n, K]
+    dead = dapo.degenerate(rew.flatten(), torch.arange(len(kept)).repeat_interleave(K))
+    wasted = float(dead.double().mean()) if kept else 0.0
+    signal = float((pk * (1 - pk)).sum())
+    rollouts = max(K * len(kept), 1)
+    bins = [i / CURATE_PROBE for i in range(CURATE_PROBE + 1)]          # probe rates are k/16
+    hist = lambda xs: [sum(1 for x in xs if abs(x - b) < 1e-9) for b in bins]
+    kept_rates = rates[kept_t].tolist()
     return {
-        "figure": figure([bar([b + 0.025 for b in bins], hist_all, "all prompts", opacity=0.35),
-                          bar([b + 0.025 for b in bins], hist_kept, "kept"),
-                          line([b + 0.025 for b in bins], [400 * (b + 0.025) * (0.975 - b) for b in bins],
-                               "p(1−p) (scaled): signal per prompt", line={"dash": "dot"}),
-                          line([b + 0.025 for b in bins], [(b + 0.025) ** K + (0.975 - b) ** K for b in bins],
-                               f"P(group of {K} all equal)", yaxis="y2")],
-                         f"policy strength {policy}, curation {curation}, K = {K}", "pass rate p̂", "prompts",
-                         barmode="overlay", yaxis2={"overlaying": "y", "side": "right", "range": [0, 1],
-                                                    "title": {"text": "P(degenerate)"}}),
-        "kpis": [["prompts kept", len(kept)], ["expected signal Σp(1−p)", r(signal, 1)],
-                 ["compute wasted on degenerate groups", f"{100 * wasted / max(rollouts, 1):.0f}%"],
-                 ["signal per 100 rollouts", r(100 * signal / max(rollouts, 1), 2)]],
-        "note": "Prompts the policy always or never solves give all-equal groups: compute with no gradient.",
+        "figure": figure([bar(bins, hist(rates.tolist()), f"all prompts (probe of {CURATE_PROBE})", opacity=0.35),
+                          bar(bins, hist(kept_rates), "kept by curate()"),
+                          line(bins, [4 * b * (1 - b) * max(hist(rates.tolist())) for b in bins],
+                               "p(1−p), scaled: gradient signal per prompt", line={"dash": "dot"}),
+                          line(bins, [b ** K + (1 - b) ** K for b in bins], f"P(group of {K} all equal)", yaxis="y2")],
+                         f"policy strength {policy}, curation {curation}, K = {K}", "pass rate measured by the probe",
+                         "prompts", barmode="overlay",
+                         yaxis2={"overlaying": "y", "side": "right", "range": [0, 1], "title": {"text": "P(no signal)"}}),
+        "kpis": [["prompts kept", len(kept)], ["duplicates removed", m["removed/exact_dup"] + m["removed/near_dup"]],
+                 ["out of band removed", m["removed/out_of_band"]],
+                 ["rollouts in groups with no signal", f"{100 * wasted:.0f}%"],
+                 ["expected signal Σp(1−p)", r(signal, 1)], ["signal per 100 rollouts", r(100 * signal / rollouts, 2)]],
+        "note": (f"curate() kept {len(kept)} of {len(items)} prompts; {100 * wasted:.0f}% of the training rollouts "
+                 f"then land in groups whose {K} rewards are all equal and teach nothing "
+                 f"({100 * signal / rollouts:.2f} units of signal per 100 rollouts)."),
     }
 
 
 register(Widget(
     "curation", "Where the gradient signal is: pass rates and curation", curation,
-    [Knob("policy", "policy strength", [0, 20, 40, 60, 80, 100], 20), Knob("curation", "curation", [0, 20, 40, 60, 80, 100], 0),
+    [Knob("policy", "policy strength", [0, 20, 40, 60, 80, 100], 80), Knob("curation", "curation", [0, 20, 40, 60, 80, 100], 60),
      Knob("K", "rollouts per prompt K", [2, 4, 8, 16, 32], 8)],
     {"knobs": {"policy": 80, "curation": 0},
-     "what": "A strong policy on an uncurated pool: most prompts pass every time, 42% of the rollouts "
-             "land in all-right groups and teach nothing."},
-    "Histogram of pass rates over the pool, kept prompts highlighted; dotted: the signal p(1−p).", []))
+     "what": "A strong policy on an uncurated pool: most prompts pass every time, nearly 40% of the "
+             "rollouts land in all-right groups and teach nothing, and the signal per rollout falls to "
+             "little more than half of the curated pool's."},
+    "Histogram of the pass rates the probe measured, the prompts curate() kept, and the chance that a "
+    "group of K rollouts has all-equal rewards. The policy is simulated (a deliberate toy); the "
+    "curation is posttrain's data/curate.py.",
+    ["posttrain.data.curate:curate", "posttrain.data.curate:bucket", "posttrain.algorithms.dapo:degenerate"]))
 
 
 # ---- 26 · the three forces pick a recipe ------------------------------------------------------------
@@ -237,29 +325,68 @@ def recipe(signal: int, bias: int, cost: int) -> tuple[str, str, str, str]:
     return reward, algo, topo, named
 
 
+ALGOS = ["DPO (no rollouts)", "PPO", "GRPO (mixed reward)", "Dr. GRPO", "GRPO", "DAPO"]
+ALGO_COLORS = ["#7f7f7f", "#1f77b4", "#9467bd", "#2ca02c", "#ff7f0e", "#8c564b"]
+
+
+def categorical(colors: list[str]) -> list:
+    """A heatmap colorscale with one flat colour per integer level 0..n−1 (zmin −0.5, zmax n − 0.5),
+    so a legend of coloured squares can name the levels instead of a colorbar."""
+    n = len(colors)
+    return [pair for i, c in enumerate(colors) for pair in ([i / n, c], [(i + 1) / n, c])]
+POSTTRAIN_ALGO = {"DPO (no rollouts)": "dpo", "PPO": "ppo", "GRPO (mixed reward)": "grpo", "Dr. GRPO": "dr_grpo",
+                  "GRPO": "grpo", "DAPO": "dapo"}
+RUN_STEPS = {1: 50, 8: 100, 16: 100, 32: 200, 64: 200, 512: 500}      # what a bigger cluster buys: more steps
+
+
+def leak(signal: int) -> float:
+    """How much a reward without a verifier pays for the wrong thing: the hacking toy's leak ρ
+    (lesson 18) falls from 0.6 with no verifiable signal to 0 with a verifier for everything."""
+    return round(0.6 * (1 - signal / 100), 10)
+
+
 def forces(signal: int, bias: int, cost: int) -> dict:
+    """The course's three-forces rules pick reward, algorithm and topology; two consequences are
+    computed with posttrain: the lesson-18 hacking run (REINFORCE via reinforce.loss) with the leak
+    this much signal implies, run for as many steps as the cluster buys, and memory.plan of the
+    chosen algorithm for llama3-8b on this many H100s."""
     reward, algo, topo, named = recipe(signal, bias, cost)
     sig = list(range(0, 101, 5))
-    algos = ["DPO (no rollouts)", "PPO", "GRPO (mixed reward)", "Dr. GRPO", "GRPO", "DAPO"]
-    z = [[algos.index(recipe(s, b, cost)[1]) for s in sig] for b in sig]
+    z = [[ALGOS.index(recipe(s, b, cost)[1]) for s in sig] for b in sig]
+    rho, steps = leak(signal), RUN_STEPS[cost]
+    pi, train, held = _hack_run(rho)[steps]
+    plan = memory.plan("llama3-8b", algo=POSTTRAIN_ALGO[algo], gpus=min(cost, 64), checkpointing=True, suggest=False)
+    hacked = float(pi[0]) < 0.5                                        # the policy prefers the leaked phrase
     return {
-        "figure": {"data": [{"type": "heatmap", "x": sig, "y": sig, "z": z, "colorscale": "Viridis", "showscale": False,
-                             "text": [[algos[v] for v in row] for row in z], "hoverinfo": "text"},
-                            line([signal], [bias], "you", mode="markers", marker={"size": 16, "color": "red"}),
-                            {"type": "scatter", "mode": "lines+markers", "x": [str(c) for c in GPUS],
-                             "y": [recipe(signal, bias, c)[2] for c in GPUS], "name": "topology by cluster size",
-                             "xaxis": "x2", "yaxis": "y2"},
-                            {"type": "scatter", "mode": "markers", "x": [str(cost)], "y": [topo], "name": "your cluster",
-                             "marker": {"size": 16, "color": "red"}, "xaxis": "x2", "yaxis": "y2"}],
-                   "layout": {"title": {"text": "algorithm by signal × bias tolerance (left), topology by GPUs (right)"},
-                              "height": 340, "grid": {"rows": 1, "columns": 2, "pattern": "independent"},
-                              "xaxis": {"title": {"text": "verifier availability (signal)"}, "domain": [0, 0.55]},
-                              "yaxis": {"title": {"text": "estimator bias tolerance"}}, "showlegend": False,
-                              "xaxis2": {"title": {"text": "GPUs"}, "type": "category", "domain": [0.68, 1]},
-                              "yaxis2": {"type": "category", "categoryarray": ["colocated", "disaggregated", "async"]},
-                              "margin": {"t": 40}}},
-        "kpis": [["reward source", reward], ["algorithm", algo], ["topology", topo], ["closest named recipe", named]],
-        "note": "Hover the map for the algorithm each region leads to; the cluster size sets the topology.",
+        "figure": {"data": [{"type": "heatmap", "x": sig, "y": sig, "z": z, "colorscale": categorical(ALGO_COLORS),
+                             "zmin": -0.5, "zmax": len(ALGOS) - 0.5, "showscale": False,
+                             "text": [[ALGOS[v] for v in row] for row in z], "hoverinfo": "text", "name": "algorithm"}]
+                            + [line([None], [None], a, mode="markers", marker={"size": 12, "symbol": "square", "color": c})
+                               for a, c in zip(ALGOS, ALGO_COLORS)]
+                            + [line([signal], [bias], "your setting", mode="markers", marker={"size": 16, "color": "black",
+                                                                                              "symbol": "x"}),
+                            bar(["proxy reward (trained on)", "held-out correctness"], [train, held],
+                                f"after {steps} steps on {cost} GPUs ({topo})", xaxis="x2", yaxis="y2",
+                                marker={"color": ["#1f77b4", "#d62728" if hacked else "#2ca02c"]}, showlegend=False)],
+                   "layout": {"title": {"text": f"algorithm by signal × bias at {cost} GPUs (top); leak ρ = {rho:g}, "
+                                                f"{steps} steps (bottom)", "font": {"size": 14}},
+                              "height": 600, "showlegend": True,
+                              "xaxis": {"title": {"text": "verifier availability (signal, %)"}, "domain": [0, 0.78]},
+                              "yaxis": {"title": {"text": "estimator bias tolerance (%)"}, "domain": [0.5, 1]},
+                              "xaxis2": {"domain": [0, 0.78], "anchor": "y2"},
+                              "yaxis2": {"anchor": "x2", "domain": [0, 0.3], "range": [0, 1.6], "title": {"text": "reward"}},
+                              "margin": {"l": 60, "r": 20, "t": 40, "b": 40}}},
+        "kpis": [["reward source", reward], ["algorithm", algo], ["topology", topo], ["closest named recipe", named],
+                 ["reward leak ρ this signal implies", rho], ["steps the cluster buys", steps],
+                 ["proxy reward after the run", r(train, 3)], ["held-out correctness after the run", r(held, 3)],
+                 ["π(solve) after the run", r(pi[0], 3)],
+                 ["llama3-8b fits on this cluster?", ("yes" if plan["fits"] else "no") + f" (peak {plan['peak_bytes'] / 2 ** 30:.1f} GiB per GPU)"]],
+        "note": (f"{algo} with a {reward} reward on {cost} GPUs ({topo}). "
+                 + (f"With this little verifiable signal the reward leaks (ρ = {rho:g}), and {steps} steps of "
+                    f"optimisation drive the proxy to {train:.2f} while held-out correctness falls to {held:.2f}."
+                    if hacked else
+                    f"After {steps} steps the policy still solves (π(solve) = {float(pi[0]):.2f}); the proxy reward "
+                    f"({train:.2f}) overstates held-out correctness ({held:.2f}) only by what the leak pays.")),
     }
 
 
@@ -270,6 +397,10 @@ register(Widget(
     [Knob("signal", "verifier availability %", _PCT, 60), Knob("bias", "bias tolerance %", [0, 20, 30, 50, 70, 100], 50),
      Knob("cost", "GPUs", GPUS, 8)],
     {"knobs": {"signal": 20, "cost": 512},
-     "what": "Little verifiable signal on a huge cluster: PPO against a learned reward model at scale, "
-             "the regime where reward hacking is cheapest; the map recommends spending on signal first."},
-    "Which algorithm each (signal, bias) point leads to at this cluster size; red: your setting.", []))
+     "what": "Little verifiable signal on a huge cluster: the reward model leaks (ρ = 0.48 > 0.3), and the "
+             "500 steps the cluster buys optimise the leak: the proxy reward climbs past 0.8 while held-out "
+             "correctness falls below 0.5. Spend on signal before spending on GPUs."},
+    "Top: which algorithm each (signal, bias) point leads to at this cluster size (the course's rules); "
+    "bottom: the lesson-18 hacking run with the leak this signal implies, for the steps the cluster buys. "
+    "The rules and the leak are a deliberate toy; the training and the memory check are posttrain's.",
+    ["posttrain.algorithms.reinforce:loss", "posttrain.memory:plan"]))

@@ -8,20 +8,21 @@ throughput.compare_topologies and throughput.role_model.
 from __future__ import annotations
 
 import functools
-import math
 
-import torch
-
-from posttrain import memory, shapes, throughput as tp
+from posttrain import memory, shapes
+from posttrain import throughput as tp
 from posttrain.framework.rollout import Engine, SamplingParams
+from posttrain.lessons import runs, units
 from posttrain.lessons.registry import Knob, Widget, bar, figure, line, r, register
-from posttrain.models.gpt_mini import GPTMini, KVCache, ModelConfig
-from posttrain.models.tokenizer import CharTokenizer
+from posttrain.models.gpt_mini import KVCache, ModelConfig
+from posttrain.models.tokenizer import BASE_CHARS, CharTokenizer
+from posttrain.tasks.arithmetic import ArithmeticTask
+from posttrain.tasks.base import safe_reward
 
 # ---- 20 · KV cache footprint ---------------------------------------------------------------------
 
-MODELS = {"7b": {"layers": 32, "d": 4096, "weights_gb": 14}, "70b": {"layers": 80, "d": 8192, "weights_gb": 140}}
-HBM_GB, HBM_GBPS = 80, 3350
+MODELS = {"7b": {"layers": 32, "d": 4096, "params": 7e9}, "70b": {"layers": 80, "d": 8192, "params": 70e9}}
+HBM_BYTES_PER_S = 3.35e12                                            # H100 SXM memory bandwidth
 
 
 def course_kv_shape(model: str, gqa: bool) -> shapes.ModelShape:
@@ -40,28 +41,33 @@ def gpt_mini_kv_bytes(preset: str) -> int:
 
 
 def kv_cache(model: str, B: int, L: int, gqa: bool) -> dict:
+    """Bytes of the KV cache of B sequences of L tokens (shapes.kv_bytes_per_token, bf16), the
+    bf16 weights, and one H100; the time to stream the cache once at HBM bandwidth."""
     m = MODELS[model]
     per_tok = shapes.kv_bytes_per_token(course_kv_shape(model, gqa))     # 2·layers·kv_heads·head_dim·2 B
-    total = B * L * per_tok / 2 ** 30                                 # GiB
-    free = HBM_GB - m["weights_gb"]
-    ms = total / HBM_GBPS * 1000
-    if total > free:
+    kv, weights = B * L * per_tok, 2 * m["params"]                     # bytes
+    free = units.H100_BYTES - weights
+    ms = kv / HBM_BYTES_PER_S * 1000
+    if kv > free:
         bound = "HBM capacity: split across GPUs"
-    elif total > 5 * m["weights_gb"]:
+    elif kv > 5 * weights:
         bound = "KV bandwidth (decode-bound)"
-    elif total > m["weights_gb"]:
+    elif kv > weights:
         bound = "KV dominates weights"
     else:
         bound = "weight bandwidth dominates KV"
     return {
-        "figure": figure([bar(["weights", "KV cache", "HBM of one GPU"], [m["weights_gb"], total, HBM_GB],
-                              "GB", marker={"color": ["#1f77b4", "#ff7f0e", "#cccccc"]})],
-                         f"{model}, {'GQA-8' if gqa else 'MHA'}, B = {B}, L = {L}", "", "GB"),
-        "kpis": [["KV per token", f"{per_tok / 1024:.0f} KB"], ["KV total", f"{total:.1f} GB"],
-                 ["free HBM after weights", f"{free} GB"], ["time to read the KV once", f"{ms:.1f} ms"],
+        "figure": figure([bar(["weights (bf16)", "KV cache", "one H100"], [units.gib(weights), units.gib(kv), units.H100_GIB],
+                              "GiB", marker={"color": ["#1f77b4", "#ff7f0e", "#cccccc"]})],
+                         f"{model}, {'GQA-8' if gqa else 'MHA'}, B = {B}, L = {L}", "", "GiB (2^30 bytes)"),
+        "kpis": [["KV per token", units.size(per_tok)], ["KV total", units.size(kv)],
+                 ["weights", units.size(weights)], ["free HBM after weights", units.size(free) if free > 0 else "none: the weights alone exceed one H100"],
+                 ["H100s the KV alone needs", f"{kv / units.H100_BYTES:.1f}"],
+                 ["time to read the KV once", f"{ms:.1f} ms"], ["time to read the weights once", f"{weights / HBM_BYTES_PER_S * 1000:.1f} ms"],
                  ["bottleneck", bound], ["posttrain's gpt_mini nano KV per token (fp32, measured)",
                                          f"{gpt_mini_kv_bytes('nano')} B"]],
-        "note": "Every decode step reads the weights once and every cached token's keys and values once.",
+        "note": f"Every decode step streams the weights once ({weights / HBM_BYTES_PER_S * 1000:.1f} ms) and every "
+                f"cached token's keys and values once ({ms:.1f} ms here): {bound}.",
     }
 
 
@@ -70,129 +76,171 @@ register(Widget(
     [Knob("model", "model", ["7b", "70b"], "7b", "select"), Knob("B", "concurrent sequences B", [1, 8, 32, 128, 256, 512], 32),
      Knob("L", "sequence length L", [128, 512, 2048, 8192, 32768], 2048), Knob("gqa", "GQA (8 KV heads)", [False, True], True, "check")],
     {"knobs": {"model": "70b", "B": 256, "L": 8192},
-     "what": "70B with 256 sequences of 8k tokens: 640 GB of KV cache, eight GPUs' worth; the engine "
-             "must cut concurrency or preempt, and the rollout phase stalls."},
-    "Weights, KV cache and the 80 GB of one H100, in GB (GiB for the KV).",
+     "what": "70B with 256 sequences of 8k tokens: 640 GiB of KV cache, more than eight H100s hold; the "
+             "engine must cut concurrency or preempt, and the rollout phase stalls."},
+    "Weights, KV cache and the capacity of one H100 (80 GB as sold = 74.5 GiB), all in GiB.",
     ["posttrain.shapes:kv_bytes_per_token", "posttrain.models.gpt_mini:KVCache"]))
 
 
-# ---- 21 · the rollout engine's scheduler on a simulated workload --------------------------------
+# ---- 21 · scheduling: the real engine, and a labelled cost model around it -------------------------
+
+SCHED_PROMPTS, SCHED_K, SCHED_MAX_NEW = 8, 4, 64
+W_BYTES, KV_TOKEN_BYTES, HBM_BPS, FLOPS = 14e9, 131072, 3.35e12, 800e12     # the course's 7B on one H100
+PREFILL_S = 2 * 7e9 / FLOPS                                              # compute-bound prefill, per token
+SPEC_GAMMA, DRAFT_COST, CHUNK = 4, 0.1, 16                               # draft tokens, draft/target cost, chunk budget
+
 
 @functools.lru_cache(maxsize=1)
-def _tiny_engine_model():
-    tok = CharTokenizer()
-    torch.manual_seed(0)
-    cfg = ModelConfig(d_model=16, n_layers=1, n_heads=2, d_ff=32, max_seq_len=96).resolved(tok.vocab_size)
-    return GPTMini(cfg).eval(), tok
+def _sched_setup():
+    """The recorded 2-layer gpt_mini SFT'd on CoT traces (runs.engine_runs) and 8 held-out
+    problems of 2–6 terms: its response lengths follow the number of terms."""
+    tok = CharTokenizer(BASE_CHARS)
+    model = runs.unpack_model(runs.recorded()["engine model"])
+    task = ArithmeticTask(runs.COT_TASK)
+    items = task.items(SCHED_PROMPTS, "test", 1)
+    return model, tok, task, items, [tok.encode(tok.chat_prompt(task.prompt(it))) for it in items]
 
 
-def static_steps(lengths: list[int], slots: int) -> int:
-    """Decode steps if batches of `slots` sequences ran to their longest member (no refill)."""
-    return sum(max(lengths[i:i + slots]) for i in range(0, len(lengths), slots))
-
-
-def scheduler(slots: int, K: int, max_new: int) -> dict:
-    """Runs rollout.Engine (a random tiny gpt_mini: long-tailed lengths) on 4 prompts × K samples."""
-    model, tok = _tiny_engine_model()
-    prompts = [tok.encode(f"<{i}+{2 * i + 1}>") for i in range(4)]
-    eng = Engine(model, tok, max_slots=slots)
-    samples = eng.generate(prompts, K, SamplingParams(max_new_tokens=max_new), seed=0)
+@functools.lru_cache(maxsize=64)
+def _sched_run(slots: int, cbatch: bool, temperature: float) -> dict:
+    """The engine on 8 prompts × K: continuous batching = one generate() with `slots` slots;
+    static = one generate() per batch of `slots` samples, each running until its longest
+    finishes. Counter-based sampling draws the same responses either way (group_offset)."""
+    model, tok, task, items, prompts = _sched_setup()
+    sp = SamplingParams(temperature=temperature, max_new_tokens=SCHED_MAX_NEW)
+    engine = Engine(model, tok, max_slots=slots)
+    per = SCHED_PROMPTS if cbatch else slots // SCHED_K                # static: whole groups per batch
+    samples, forwards, prefill, naive, busy = [], 0, 0, 0, 0.0
+    for a in range(0, SCHED_PROMPTS, per):
+        samples += engine.generate(prompts[a:a + per], SCHED_K, sp, seed=0, group_offset=a)
+        st = engine.stats
+        forwards += st["rollout/decode_steps"]
+        prefill += st["rollout/prefill_tokens"]
+        naive += st["rollout/prompt_tokens"]
+        busy += st["rollout/slot_occupancy"] * st["rollout/decode_steps"] * st["rollout/slots"]   # active slot-steps
     lengths = [len(s.response_ids) for s in samples]
-    st = eng.stats
-    cont, stat = st["rollout/decode_steps"], static_steps(lengths, slots)
-    ideal = math.ceil(sum(lengths) / min(slots, len(lengths)))
+    right = sum(safe_reward(task, items[s.group], s.text).reward for s in samples) if cbatch else None
+    kv_read = sum(sum(len(s.prompt_ids) + t for t in range(len(s.response_ids))) for s in samples) * KV_TOKEN_BYTES
+    return {"lengths": lengths, "forwards": forwards, "prefill": prefill, "naive": naive, "kv_read": kv_read,
+            "occupancy": busy / max(forwards * min(slots, len(samples)), 1),
+            "capped": sum(s.finish_reason == "length" for s in samples), "right": right,
+            "responses": [s.response_ids for s in samples], "prompt_lens": [len(p) for p in prompts],
+            "distinct": sum(len({tuple(s.response_ids) for s in samples[g * SCHED_K:(g + 1) * SCHED_K]})
+                            for g in range(SCHED_PROMPTS)) / SCHED_PROMPTS}
+
+
+def _tokens_per_forward(alpha: float) -> float:
+    """Expected tokens per target forward with SPEC_GAMMA draft tokens accepted at rate α."""
+    return SPEC_GAMMA + 1 if alpha >= 1 else (1 - alpha ** (SPEC_GAMMA + 1)) / (1 - alpha)
+
+
+def _sched_parts(run: dict, share: bool, spec: bool, alpha: float) -> tuple[float, float, float]:
+    """Modelled seconds on the course's 7B/H100, by part: each decode forward streams the weights
+    (4.2 ms); every generated token reads its context's KV once; each prefilled token costs 2·7e9
+    FLOPs. Speculative decoding divides the target forwards by the tokens each verifies and adds
+    the draft's forwards at a tenth of the cost."""
+    forwards = run["forwards"]
+    if spec:
+        forwards = forwards / _tokens_per_forward(alpha) * (1 + SPEC_GAMMA * DRAFT_COST)
+    return (forwards * W_BYTES / HBM_BPS, run["kv_read"] / HBM_BPS,
+            (run["prefill"] if share else run["naive"]) * PREFILL_S)
+
+
+def _sched_time(run: dict, share: bool, spec: bool, alpha: float) -> float:
+    return sum(_sched_parts(run, share, spec, alpha))
+
+
+def scheduler(slots: int, cbatch: bool, share: bool, chunked: bool, spec: bool, temperature: float) -> dict:
+    run, base = _sched_run(slots, cbatch, temperature), _sched_run(slots, False, temperature)
+    alpha = runs.recorded()["spec acceptance"][str(temperature)]
+    t, t0 = _sched_time(run, share, spec, alpha), _sched_time(base, False, False, alpha)
+    lengths = sorted(run["lengths"])
+    occupancy = run["occupancy"]
+    stall = sum(run["prompt_lens"]) * (1 if share else SCHED_K)          # one prefill forward takes every prompt
+    stall = min(stall, CHUNK) if chunked else stall
+    p95 = lengths[min(len(lengths) - 1, int(0.95 * len(lengths)))]
+    parts = _sched_parts(run, share, spec, alpha)
+    parts0 = _sched_parts(base, False, False, alpha)
+    names = ["decode: weights", "decode: KV reads", "prefill", "longest prefill stall"]
     return {
-        "figure": figure([bar(list(range(len(lengths))), lengths, "response length (admission order)"),
-                          bar(["continuous batching (engine)", "static batches", "lower bound"], [cont, stat, ideal],
-                              "decode steps", xaxis="x2", yaxis="y2", marker={"color": ["#2ca02c", "#d62728", "#cccccc"]})],
-                         f"{slots} slots, 4 prompts × {K}, cap {max_new}", "sample", "tokens",
-                         grid={"rows": 1, "columns": 2, "pattern": "independent"}, yaxis2={"title": {"text": "decode steps"}}),
-        "kpis": [["decode steps (engine)", cont], ["decode steps, static batching", stat],
-                 ["static / continuous", r(stat / max(cont, 1), 2)], ["slot occupancy", r(st["rollout/slot_occupancy"], 3)],
-                 ["prompt tokens prefilled / without sharing", f"{st['rollout/prefill_tokens']} / {st['rollout/prompt_tokens']}"],
-                 ["responses cut by the cap", sum(s.finish_reason == "length" for s in samples)]],
-        "note": "A finished slot takes the next waiting sample at once; the K samples of a prompt share "
-                "one prefill of that prompt.",
+        "figure": figure([bar(list(range(len(run["lengths"]))), run["lengths"], "response length (tokens)"),
+                          bar(names, [1000 * x for x in parts] + [1000 * stall * PREFILL_S], "this setting (ms)",
+                              xaxis="x2", yaxis="y2"),
+                          bar(names, [1000 * x for x in parts0] + [1000 * sum(run["prompt_lens"]) * SCHED_K * PREFILL_S],
+                              "static batches, no tricks (ms)", xaxis="x2", yaxis="y2", opacity=0.4)],
+                         f"{slots} slots, {SCHED_PROMPTS} prompts × {SCHED_K}, T = {temperature}", "sample (group-major)",
+                         "tokens", grid={"rows": 1, "columns": 2, "pattern": "independent"}, barmode="group",
+                         xaxis={"domain": [0, 0.45]}, xaxis2={"domain": [0.58, 1]},
+                         yaxis2={"title": {"text": "modelled ms (7B, one H100)"}, "rangemode": "tozero"}),
+        "kpis": [["decode forwards (engine)", run["forwards"]], ["static batching would need", base["forwards"]],
+                 ["slot occupancy", r(occupancy, 3)],
+                 ["prompt tokens prefilled", run["prefill"] if share else run["naive"]],
+                 ["response length mean / p95 / max", f"{sum(lengths) / len(lengths):.1f} / {p95} / {lengths[-1]}"],
+                 ["responses cut by the 64-token cap", run["capped"]],
+                 ["distinct responses per prompt (of 4)", r(run["distinct"], 2)],
+                 ["draft acceptance α at this T (measured)", r(alpha, 3)],
+                 ["tokens per target forward (spec, model)", r(_tokens_per_forward(alpha), 2) if spec else 1.0],
+                 ["longest decode stall (tokens in one prefill forward)", stall],
+                 ["modelled rollout time, 7B on one H100", f"{1000 * t:.0f} ms"],
+                 ["speed-up over static batches without tricks", f"{t0 / t:.2f}×"]],
+        "note": (f"The engine needed {run['forwards']} decode forwards for {len(lengths)} responses of "
+                 f"{lengths[0]}–{lengths[-1]} tokens ({run['capped']} cut by the cap); static batches of {slots} would "
+                 f"need {base['forwards']}. Modelled on a 7B model: {1000 * t:.0f} ms, {t0 / t:.2f}× the plain engine."
+                 + (f" Speculative decoding verifies {_tokens_per_forward(alpha):.2f} tokens per forward at α = {alpha:.2f}."
+                    if spec else "")),
     }
 
 
 register(Widget(
-    "scheduler", "The rollout engine's scheduler", scheduler,
-    [Knob("slots", "slots (max concurrent)", [4, 8, 32], 8), Knob("K", "samples per prompt K", [1, 4, 8], 4),
-     Knob("max_new", "length cap", [16, 32], 32)],
-    {"knobs": {"slots": 4, "K": 8, "max_new": 32},
-     "what": "Few slots and long-tailed lengths: a static batch waits for its slowest member while the "
-             "other slots idle, so rollout, already most of a step, takes ~20% longer; the trainer "
-             "waits and fewer updates fit in the budget (continuous batching refills the slots)."},
-    "Left: how long each response ran. Right: decode steps the engine needed vs. static batching.",
+    "scheduler", "Scheduling: continuous batching, shared prefill, chunked prefill, speculative decoding", scheduler,
+    [Knob("slots", "slots (max concurrent)", [4, 8, 16, 32], 8),
+     Knob("cbatch", "continuous batching (engine)", [False, True], True, "check"),
+     Knob("share", "shared prompt prefill (engine)", [False, True], True, "check"),
+     Knob("chunked", "chunked prefill (model)", [False, True], False, "check"),
+     Knob("spec", "speculative decoding (model, measured α)", [False, True], False, "check"),
+     Knob("temperature", "temperature T", [0.0, 0.5, 1.0], 1.0)],
+    {"knobs": {"cbatch": False},
+     "what": "Static batches of 8 (two prompts' groups each): every batch runs until its longest response ends "
+             "while the finished slots idle, so the engine needs about a quarter more decode forwards for the "
+             "same responses and slot occupancy falls from about 0.94 to 0.75; continuous batching refills a "
+             "slot the moment its response ends."},
+    "Real engine runs (posttrain's rollout.Engine on a small gpt_mini SFT'd on chain-of-thought sums, "
+    "whose response lengths follow the number of terms): decode forwards, prefill tokens and lengths are "
+    "counted by the engine. Chunked prefill and speculative decoding are not in the engine: they are a "
+    "labelled model (the draft's acceptance rate α is measured between two recorded gpt_mini models), and "
+    "time is modelled with the course's 7B-on-H100 constants.",
     ["posttrain.framework.rollout:Engine.generate", "posttrain.framework.rollout:_Run._step",
-     "posttrain.framework.rollout:_Run._admit"]))
-
-
-# ---- 19 and 22c · topology: colocated, disaggregated, async --------------------------------------
-
-def topology(R: int, T: int, S: int, delta: int) -> dict:
-    """throughput.compare_topologies for τ_R rollout, τ_T train, τ_S sync (seconds), and the
-    course's staleness model of the async clip fraction, 1 − e^(−Δ/20)."""
-    runs = tp.compare_topologies(rollout_s=R, train_s=T, sync_s=S)
-    tau = {"colocated": runs["colocated"]["step_s"], "disaggregated": runs["disaggregated"]["step_s"],
-           "async": runs["async"]["step_s"]}
-    idle = {n: runs[n]["idle_s"]["trainer"] for n in tau}
-    clip = 1 - math.exp(-delta / 20) if delta > 0 else 0.0
-    names = list(tau)
-    return {
-        "figure": figure([bar(names, [3600 / tau[n] for n in names], "steps per hour"),
-                          bar(names, [idle[n] for n in names], "trainer idle per step (s)", yaxis="y2"),
-                          line(list(range(13)), [100 * (1 - math.exp(-x / 20)) for x in range(13)],
-                               "async clip fraction (%) vs staleness Δ", xaxis="x2", yaxis="y3"),
-                          line([delta], [100 * clip], f"Δ = {delta}", mode="markers", marker={"size": 12},
-                               xaxis="x2", yaxis="y3")],
-                         f"τ_R = {R} s, τ_T = {T} s, τ_S = {S} s", "", "steps / hour", barmode="group",
-                         xaxis={"domain": [0, 0.55]}, xaxis2={"domain": [0.68, 1], "title": {"text": "staleness Δ"}},
-                         yaxis2={"overlaying": "y", "side": "right", "title": {"text": "idle s"}},
-                         yaxis3={"anchor": "x2", "title": {"text": "clip %"}}),
-        "kpis": [[f"{n} step", f"{tau[n]:g} s ({3600 / tau[n]:.0f} steps/h)"] for n in names]
-                + [["async / colocated", r(tau["colocated"] / tau["async"], 2)],
-                   [f"async clip fraction at staleness Δ = {delta}", f"{100 * clip:.1f}%"]],
-        "note": "Overlapping rollout and training hides the shorter of the two; async also hides the sync, "
-                "at the price of training on samples from older weights.",
-    }
-
-
-register(Widget(
-    "topology", "Colocated, disaggregated, async", topology,
-    [Knob("R", "rollout τ_R (s)", [5, 10, 20, 30, 40], 20), Knob("T", "train τ_T (s)", [2, 5, 8, 15, 20], 15),
-     Knob("S", "sync τ_S (s)", [0, 2, 3, 10], 2), Knob("delta", "async staleness Δ", [0, 2, 6, 8, 12], 2)],
-    {"knobs": {"delta": 12},
-     "what": "Letting async rollout run 12 versions ahead: the modelled clip fraction reaches 45%, so "
-             "most tokens' gradients are clipped away: the speed-up buys nothing."},
-    "Steps per hour and trainer idle time for each placement.",
-    ["posttrain.throughput:step_time", "posttrain.throughput:compare_topologies"]))
+     "posttrain.framework.rollout:_Run._admit", "posttrain.framework.rollout:_Run._prefill",
+     "posttrain.tasks.base:safe_reward", "posttrain.lessons.runs:spec_acceptance"]))
 
 
 # ---- 22 · memory envelope (the course's model; the memory planner plugs in beside it) -------------
 
 def memory_envelope(P: int, L: int, B: int, G: int, ckpt: bool) -> dict:
     """memory.envelope: training = 18 B/param sharded over G + activations (not sharded; ÷8 with
-    checkpointing); inference = bf16 weights and KV over TP = min(G, 8)."""
+    checkpointing); inference = bf16 weights and KV over TP = min(G, 8). Shown in GiB."""
     e = memory.envelope(P, seq_len=L, batch=B, gpus=G, checkpointing=ckpt)
     params, tpn = P * 1e9, min(G, 8)
-    train, infer, fits = e["train_gb"], e["infer_gb"], e["fits_h100"]
-    act, weights_inf = e["activations_gb"] * 1e9, 2 * params / tpn
-    kv_tok = int(e["kv_kb_per_token"] * 1024)
+    train, infer = e["train_gb"] * memory.GB, e["infer_gb"] * memory.GB             # bytes per GPU
+    act, weights_inf = e["activations_gb"] * memory.GB, 2 * params / tpn
+    fits = train <= units.H100_BYTES and infer <= units.H100_BYTES
+    g = units.gib
     return {
-        "figure": figure([bar(["trainer / GPU", "inference / GPU"], [train - act / 1e9, weights_inf / 1e9],
+        "figure": figure([bar(["trainer / GPU", "inference / GPU"], [g(train - act), g(weights_inf)],
                               "weights, grads, optimizer"),
-                          bar(["trainer / GPU", "inference / GPU"], [act / 1e9, infer - weights_inf / 1e9],
+                          bar(["trainer / GPU", "inference / GPU"], [g(act), g(infer - weights_inf)],
                               "activations / KV cache"),
-                          line(["trainer / GPU", "inference / GPU"], [80, 80], "one H100 (80 GB)",
+                          line(["trainer / GPU", "inference / GPU"], [units.H100_GIB] * 2, "one H100 (74.5 GiB)",
                                line={"dash": "dash", "color": "black"})],
-                         f"{P}B, L = {L}, B = {B}, {G} GPUs, checkpointing {'on' if ckpt else 'off'}", "", "GB",
-                         barmode="stack"),
-        "kpis": [["per-GPU training", f"{train:.1f} GB"], ["per-GPU inference", f"{infer:.1f} GB"],
-                 ["KV per token", f"{kv_tok // 1024} KB"], ["fits on H100s?", "yes" if fits else "no"],
-                 ["training state, whole model (18 B/param)", f"{18 * P / 1000:.2f} TB" if P >= 56 else f"{18 * P} GB"]],
-        "note": "The course's envelope: activations are not sharded, and checkpointing keeps 1/8 of them.",
+                         f"{P}B, L = {L}, B = {B}, {G} GPUs, checkpointing {'on' if ckpt else 'off'}", "",
+                         "GiB per GPU", barmode="stack"),
+        "kpis": [["per-GPU training", units.size(train)], ["per-GPU inference", units.size(infer)],
+                 ["activations per GPU", units.size(act)],
+                 ["KV per token", units.size(e["kv_kb_per_token"] * 1024)], ["fits on H100s?", "yes" if fits else "no"],
+                 ["training state, whole model (18 B/param)", units.size(18 * params, 2)]],
+        "note": (f"The trainer needs {units.size(train)} per GPU against 74.5 GiB: "
+                 + ("it fits." if fits else "it does not fit.")
+                 + " In the course's envelope activations are not sharded, and checkpointing keeps 1/8 of them."),
     }
 
 
@@ -202,9 +250,11 @@ register(Widget(
      Knob("B", "sequences per GPU", [1, 4, 16], 4), Knob("G", "GPUs (FSDP)", [1, 8, 16, 64], 8),
      Knob("ckpt", "activation checkpointing", [False, True], True, "check")],
     {"knobs": {"ckpt": False},
-     "what": "Checkpointing off at 8k tokens: 7B activations alone are 137 GB per GPU, the trainer "
-             "runs out of memory at its first step."},
-    "Stacked GB per GPU for the trainer and the sampler against one H100.", ["posttrain.memory:envelope"]))
+     "what": "Checkpointing off at 8k tokens: the 7B activations alone are 128 GiB per GPU, and the "
+             "trainer runs out of memory at its first step."},
+    "Stacked GiB per GPU for the trainer and the sampler against one H100 (80 GB = 74.5 GiB): the course's "
+    "envelope (memory.envelope), a back-of-envelope model; lesson 22's planner widget counts every tensor.",
+    ["posttrain.memory:envelope"]))
 
 
 # ---- 22a · the throughput equation ---------------------------------------------------------------
@@ -221,12 +271,12 @@ def throughput(P: int, K: int, L: int, topo: str) -> dict:
     return {
         "figure": figure([bar(list(t), list(t.values()), "seconds per step"),
                           bar(["step time"], [step], f"τ_step ({TOPO[topo]})", marker={"color": "#d62728"})],
-                         f"{P}B, K = {K}, L = {L}, {TOPO[topo]}", "", "seconds"),
+                         f"{P}B, K = {K}, L = {L}, {TOPO[topo]}", "role", "seconds per step"),
         "kpis": [[f"τ_{k}", f"{v:.1f} s"] for k, v in t.items()]
                 + [["τ_step", f"{step:.1f} s"], ["useful tokens/s", f"{m['useful_tokens_per_s'] / 1000:.1f}k"],
                    ["rollout share of the step", f"{100 * t['rollout'] / step:.0f}%"], ["bottleneck", m["bottleneck"]],
-                   ["the text's worked example (30/1/3/8/1 s)", f"{text['step_s']:g} s, trainer idle "
-                    f"{text['idle_s']['trainer']:g} s, {64 * 16 * 1024 / text['step_s'] / 1000:.1f}k tok/s"]],
+                   ["the text's worked example (30/1/3/8/1 s)", (f"{text['step_s']:g} s, trainer idle "
+                    f"{text['idle_s']['trainer']:g} s, {64 * 16 * 1024 / text['step_s'] / 1000:.1f}k tok/s")]],
         "note": "τ_colo adds every term; disaggregated overlaps the two sides; async also hides the sync.",
     }
 
@@ -239,7 +289,8 @@ register(Widget(
     {"knobs": {"L": 8192},
      "what": "Responses of 8k tokens: rollout is 98% of the step (its long tail grows with L), the "
              "trainer idles nearly all the time, and adding trainer GPUs buys nothing."},
-    "Seconds per role for one step, and the step time of the chosen placement.",
+    "Seconds per role for one step, and the step time of the chosen placement: the course's role-time "
+    "model (throughput.role_model), not a measurement.",
     ["posttrain.throughput:role_model", "posttrain.throughput:step_time"]))
 
 
@@ -250,20 +301,23 @@ def planner(model: str, algo: str, gpus: int, lora: int, ckpt: bool) -> dict:
     activations, KV cache) for `algo` on `gpus` H100s, colocated, and its cheapest fix if it does not fit."""
     p = memory.plan(model, algo=algo, gpus=gpus, lora=lora, checkpointing=ckpt, suggest=True)
     pool = next(iter(p["pools"].values()))
-    comps = [(n, b / 1e9) for n, b in pool["components"].items() if b > 0]
-    phases = [(n, b / 1e9) for n, b in pool["phases"].items()]
+    comps = [(n, units.gib(b)) for n, b in pool["components"].items() if b > 0]
+    phases = [(n, units.gib(b)) for n, b in pool["phases"].items()]
     fix = p["suggestions"][0]["change"] if p["suggestions"] else "—"
     return {
-        "figure": figure([bar([n], [gb], n) for n, gb in comps]
-                         + [line([phases[0][0], phases[-1][0]], [p["capacity_bytes"] / 1e9] * 2, "H100 capacity",
+        "figure": figure([bar([n], [v], n) for n, v in comps]
+                         + [line([phases[0][0], phases[-1][0]], [units.gib(p["capacity_bytes"])] * 2, "H100 capacity",
                                  xaxis="x2", yaxis="y2", line={"dash": "dash", "color": "black"}),
-                            bar([n for n, _ in phases], [gb for _, gb in phases], "peak by phase", xaxis="x2", yaxis="y2")],
+                            bar([n for n, _ in phases], [v for _, v in phases], "peak by phase", xaxis="x2", yaxis="y2")],
                          f"{model}, {algo}, {gpus} × H100, LoRA {lora or 'off'}, checkpointing {'on' if ckpt else 'off'}",
-                         "", "GB per GPU", grid={"rows": 1, "columns": 2, "pattern": "independent"}, showlegend=False),
-        "kpis": [["peak per GPU", f"{p['peak_bytes'] / 1e9:.1f} GB"], ["fits on H100?", "yes" if p["fits"] else "no"],
+                         "", "GiB per GPU", grid={"rows": 1, "columns": 2, "pattern": "independent"}, showlegend=False,
+                         yaxis2={"title": {"text": "GiB per GPU"}}),
+        "kpis": [["peak per GPU", units.size(p["peak_bytes"])], ["fits on H100?", "yes" if p["fits"] else "no"],
+                 ["H100 capacity", units.size(p["capacity_bytes"])],
                  ["trainable params", f"{p['trainable_params'] / 1e9:.2f} B"],
-                 ["KV per token", f"{p['notes']['kv_bytes_per_token'] // 1024} KB"], ["cheapest change that fits", fix]],
-        "note": "Left: what each component costs on one GPU. Right: the peak of each phase (rollout, train).",
+                 ["KV per token", units.size(p["notes"]["kv_bytes_per_token"])], ["cheapest change that fits", fix]],
+        "note": (f"Peak {units.size(p['peak_bytes'])} per GPU against {units.size(p['capacity_bytes'])}: "
+                 + ("it fits." if p["fits"] else f"it does not fit; the planner's cheapest fix: {fix}.")),
     }
 
 
@@ -275,4 +329,4 @@ register(Widget(
     {"knobs": {"model": "llama-70b", "algo": "ppo"},
      "what": "PPO on a 70B model and 8 GPUs: the critic doubles the trainable state and nothing fits "
              "(hundreds of GB per GPU); the planner's cheapest fix is checkpointing plus LoRA."},
-    "Bytes per GPU by component and by phase, from posttrain's planner.", ["posttrain.memory:plan"]))
+    "GiB per GPU by component (left) and the peak of each phase (right), from posttrain's planner.", ["posttrain.memory:plan"]))

@@ -31,6 +31,7 @@ token through the cache at load and compares it with a plain forward).
 
 from __future__ import annotations
 
+import inspect
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +63,11 @@ def shape_of(c) -> HFShape:
                    head_dim=getattr(c, "head_dim", None) or c.hidden_size // heads,
                    d_ff=getattr(c, "intermediate_size", 0), max_seq_len=c.max_position_embeddings,
                    tie_embeddings=bool(getattr(c, "tie_word_embeddings", False)))
+
+
+def _cache_keyword(hf) -> str:
+    """The forward's name for the KV cache: `cache` from transformers 5.24, `past_key_values` before."""
+    return "cache" if "cache" in inspect.signature(hf.forward).parameters else "past_key_values"
 
 
 class _CacheBridge:
@@ -106,12 +112,11 @@ class HFCausalLM(nn.Module):
         cache.advance(input_ids.shape[1])
         return h
 
-    @staticmethod
-    def _cache_kwargs(cache) -> dict:
+    def _cache_kwargs(self, cache) -> dict:
         pos = cache.positions                                           # [B, T] absolute positions
         keys = torch.arange(int(pos.max()) + 1, device=pos.device)       # [S] the used span
         mask = (keys[None, None, :] <= pos[:, :, None]).unsqueeze(1)     # [B, 1, T, S] True = attend
-        return {"position_ids": pos, "attention_mask": mask, "past_key_values": _CacheBridge(cache),
+        return {"position_ids": pos, "attention_mask": mask, _cache_keyword(self.hf): _CacheBridge(cache),
                 "use_cache": True}
 
     @property

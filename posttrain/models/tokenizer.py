@@ -31,6 +31,7 @@ from posttrain.chat import (ASSISTANT, BASE_CHARS, CALL_CLOSE, CALL_OPEN, DEFAUL
                             check_messages, render_builtin)
 
 FILE_NAME = "tokenizer.posttrain.json"
+HF_SPECIALS = PAD + EOT + USER + ASSISTANT + SYSTEM   # special in an HF export: what skip_special_tokens drops
 
 
 @dataclass
@@ -127,14 +128,20 @@ class CharTokenizer:
 
     def to_hf_json(self) -> dict:
         """The vocabulary as a `tokenizers` tokenizer.json (a WordLevel model that splits
-        every character), so an exported directory opens with `AutoTokenizer`."""
+        every character), so an exported directory opens with `AutoTokenizer`.
+
+        Every marker is an added token, but only padding, end-of-turn and the role markers are
+        special: `decode(..., skip_special_tokens=True)` (the `pipeline` default) drops exactly
+        those. The think and tool delimiters are part of what the model says, so they stay in
+        the text, as Qwen3 marks <think> and <tool_call> (`{3+4=7}7#` decodes to `{3+4=7}7`,
+        not `3+4=77`)."""
         return {
             "version": "1.0",
             "truncation": None,
             "padding": None,
             "added_tokens": [
                 {"id": self.stoi[c], "content": c, "single_word": False, "lstrip": False,
-                 "rstrip": False, "normalized": False, "special": True}
+                 "rstrip": False, "normalized": False, "special": c in HF_SPECIALS}
                 for c in SPECIALS if c in self.stoi
             ],
             "normalizer": None,

@@ -166,8 +166,9 @@ def corrupted_pairs(task, items, seed: int = 0) -> list[Pair]:
 
 # ---- from a file --------------------------------------------------------------------------
 
-def load_jsonl(path: str | Path, on_bad: str = "error") -> tuple[list[Pair], int]:
-    """(pairs, skipped rows). `on_bad`: "error" raises on the first bad row, "skip" counts it."""
+def load_jsonl(path: str | Path, on_bad: str = "error", fits=None) -> tuple[list[Pair], int]:
+    """(pairs, skipped rows). `on_bad`: "error" raises on the first bad row, "skip" counts it.
+    `fits(pair) -> reason | None` refuses rows a model cannot take (fits_context), as bad rows."""
     if on_bad not in ("error", "skip"):
         raise UsageError(f"on_bad={on_bad!r} is unknown; use error or skip")
     path = Path(path)
@@ -178,7 +179,11 @@ def load_jsonl(path: str | Path, on_bad: str = "error") -> tuple[list[Pair], int
         if not line.strip():
             continue
         try:
-            pairs.append(parse_row(line))
+            pair = parse_row(line)
+            why = fits(pair) if fits is not None else None
+            if why is not None:
+                raise ValueError(why)
+            pairs.append(pair)
         except ValueError as e:
             if on_bad == "error":
                 raise UsageError(f"{path}:{n}: {e} (fix the row, or pass on_bad=skip to skip and count it)") from None
@@ -186,6 +191,23 @@ def load_jsonl(path: str | Path, on_bad: str = "error") -> tuple[list[Pair], int
     if not pairs:
         raise UsageError(f"{path}: no usable preference rows")
     return pairs, skipped
+
+
+def fits_context(tok, context: int):
+    """`fits` for load_jsonl: a row whose prompt plus its longer response is past the model's
+    context (`model.config.max_seq_len`) is refused by name: the checkpoint's context is
+    fixed, so the fix is in the data (shorten or drop the row), never "raise it"."""
+    def fits(p: Pair) -> str | None:
+        try:
+            n = len(tok.encode(tok.chat_prompt(p.prompt))) + max(
+                len(tok.encode(tok.chat_continuation(p.prompt, r))) for r in (p.chosen, p.rejected))   # as encode_pairs
+        except UsageError:                   # a character the tokenizer lacks: encode_pairs names it
+            return None
+        if n <= context:
+            return None
+        return (f"prompt + response is {n} tokens, past the model's context of {context} tokens; shorten or "
+                "drop the row")
+    return fits
 
 
 def parse_row(line: str) -> Pair:

@@ -20,9 +20,11 @@ averaged over pairs (TRL's convention).
 
 Deviations (numbered, as everywhere in posttrain):
 1. KTO is run on paired data (each pair gives one desirable and one undesirable example) and
-   its reference point z0 is the batch mean of the detached log-ratios ρ of all completions,
-   clamped at 0 — TRL estimates z0 on mismatched (prompt, completion) pairs, which costs an
-   extra forward per batch. λ_D = λ_U = 1.
+   its reference point z0 is the mean of the detached log-ratios ρ of all completions of the
+   WHOLE batch, clamped at 0 (recipes/dpo.py scores the batch once before the step, like every
+   normaliser: a micro-batch's own mean would make the gradient depend on the micro-batch size)
+   — TRL estimates z0 on mismatched (prompt, completion) pairs, which also costs an extra
+   forward per batch. λ_D = λ_U = 1.
 2. ORPO's NLL and DPO+NLL's NLL are per-pair token-means of the chosen response (TRL takes
    one token-mean over the whole batch); the two agree when responses have equal length.
 3. cDPO is kept as its own loss: TRL ≥ 0.29 dropped `label_smoothing` from `sigmoid`.
@@ -63,8 +65,9 @@ class SeqLogps:
     len_rejected: torch.Tensor
 
 
-def preference_loss(cfg: DPOLossConfig, s: SeqLogps) -> tuple[torch.Tensor, dict]:
-    """Per-pair losses [P] and the detached metrics."""
+def preference_loss(cfg: DPOLossConfig, s: SeqLogps, kto_z0: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
+    """Per-pair losses [P] and the detached metrics. `kto_z0`: KTO's reference point of the whole
+    batch (kto_reference_point); None = the mean over these pairs (exact for a one-micro-batch step)."""
     beta, kind = cfg.beta, cfg.loss_type
     if kind in REFERENCE_FREE:
         h = s.chosen - s.rejected
@@ -93,7 +96,7 @@ def preference_loss(cfg: DPOLossConfig, s: SeqLogps) -> tuple[torch.Tensor, dict
         log_odds = (avg_w - log1mexp(avg_w)) - (avg_l - log1mexp(avg_l))
         loss = -avg_w - beta * F.logsigmoid(log_odds)
     elif kind == "kto":
-        z0 = torch.cat([rho_w, rho_l]).detach().mean().clamp(min=0)
+        z0 = kto_z0 if kto_z0 is not None else torch.cat([rho_w, rho_l]).detach().mean().clamp(min=0)
         loss = (kto_desirable(rho_w, z0, beta) + kto_undesirable(rho_l, z0, beta)) / 2   # mean over examples
     elif kind == "dpo_nll":
         loss = -F.logsigmoid(beta * h) - cfg.nll_alpha * s.chosen / s.len_chosen
@@ -108,6 +111,12 @@ def preference_loss(cfg: DPOLossConfig, s: SeqLogps) -> tuple[torch.Tensor, dict
         "rewards/rejected": r_l.mean(),
     }
     return loss, {k: float(v) for k, v in metrics.items()}
+
+
+def kto_reference_point(policy_sums: torch.Tensor, ref_sums: torch.Tensor) -> torch.Tensor:
+    """KTO's z0 = max(0, mean ρ) over every completion of the batch: [2P] detached policy and
+    reference log-prob sums in, a 0-dim tensor out."""
+    return (policy_sums - ref_sums).detach().mean().clamp(min=0)
 
 
 def kto_desirable(rho: torch.Tensor, z0, beta: float) -> torch.Tensor:

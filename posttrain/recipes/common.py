@@ -9,9 +9,10 @@ import time
 from pathlib import Path
 
 import torch
+import yaml
 
 from posttrain import UsageError, checkpoint, runtime
-from posttrain.config import save_config
+from posttrain.config import save_config, to_dict
 from posttrain.framework.trainer import sequence_logprobs, split_micro_batches
 from posttrain.models.gpt_mini import GPTMini
 from posttrain.models.tokenizer import BASE_CHARS, DEFAULT_CHARS, CharTokenizer
@@ -24,17 +25,51 @@ class Run:
         self.cfg, self.stage = cfg, stage
         self.dir = Path(cfg.out or f"runs/{stage}")
         self.resume_from = None
+        self.resume_state = None
         if resume:
-            self.resume_from = checkpoint.latest(self.dir)
-            if self.resume_from is None:
-                raise UsageError(f"--resume {self.dir}: no complete checkpoint there; start without --resume")
+            self.resume_from = checkpoint.resume_target(self.dir)
+            same_model(self.dir, cfg)                 # before config.yaml is rewritten: a refused resume changes nothing
+            self.resume_state = checkpoint.load_trainer_state(self.resume_from)   # a torn trainer.pt fails now
         elif checkpoint.latest(self.dir) is not None and not cfg.overwrite:
             raise UsageError(f"run directory {str(self.dir)!r} already holds checkpoints; "
                              f"pass --resume {self.dir} to continue, overwrite=true to start over, or out=NEW_DIR")
-        self.dir.mkdir(parents=True, exist_ok=True)
-        save_config(cfg, self.dir / "config.yaml")
+        write_run_dir(self.dir, cfg)
         self.rt = runtime.resolve(cfg.device, cfg.dtype, cfg.threads)
         runtime.seed_everything(cfg.seed)
+
+
+def same_model(run_dir: Path, cfg) -> None:
+    """A resume must build the model the run trained: its `model` and `init` keys as in the run's
+    config.yaml (an override such as model.preset=micro is refused naming both values). The
+    checkpoint's tensor shapes are checked again when the weights load (checkpoint.restore_weights)."""
+    path = run_dir / "config.yaml"
+    saved = yaml.safe_load(path.read_text()) if path.exists() else None
+    if not isinstance(saved, dict):
+        return
+    now = to_dict(cfg)
+    for section in ("model", "init"):
+        if section not in saved or section not in now or saved[section] == now[section]:
+            continue
+        if section == "init" and saved[section] and now[section] and \
+                Path(saved[section]).resolve() == Path(now[section]).resolve():
+            continue                                  # the same directory, written another way
+        was, new = saved[section], now[section]
+        if isinstance(was, dict) and isinstance(new, dict):
+            key = next(k for k in {**was, **new} if was.get(k) != new.get(k))
+            section, was, new = f"{section}.{key}", was.get(key), new.get(key)
+        raise UsageError(f"--resume {run_dir}: {section}={new!r} but the run was trained with {section}={was!r} "
+                         f"({path}); a run resumes only into its own model: drop the {section} override")
+
+
+def write_run_dir(directory: Path, cfg) -> None:
+    """Create the run directory with its resolved `config.yaml`; an unwritable `out` (read-only
+    filesystem, a path under a file, no permission) is a one-line UsageError before any work."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        save_config(cfg, directory / "config.yaml")
+    except OSError as e:
+        raise UsageError(f"out={directory}: cannot write the run directory ({e.strerror or e}); "
+                         "set out= to a writable directory") from None
 
 
 def init_model(cfg, init: str, device, task=None) -> tuple[GPTMini, CharTokenizer]:

@@ -62,8 +62,8 @@ def check(cfg: DistillConfig) -> None:
 def run(cfg: DistillConfig, resume: bool = False) -> dict:
     check(cfg)
     from posttrain.recipes.rl import default_init
+    r = Run(cfg, "distill", resume)                          # a bad --resume or out= fails before the default init
     init = cfg.init or default_init()
-    r = Run(cfg, "distill", resume)
     student, tok = init_model(cfg, init, r.rt.device)
     teacher, t_tok, t_path = checkpoint.load_model(cfg.teacher, r.rt.device)
     if t_tok.chars != tok.chars:

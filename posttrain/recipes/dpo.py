@@ -28,10 +28,12 @@ from posttrain.config import OptimConfig, RunConfig
 from posttrain.models.lora import LoraConfig
 from posttrain.eval import evaluate, response_budget
 from posttrain.framework.reference import Reference
-from posttrain.framework.trainer import Trainer, sequence_logprobs
+from posttrain.framework.trainer import Trainer, score_logprobs, sequence_logprobs
 from posttrain.framework.loop import train_loop
-from posttrain.preference.data import collate_pairs, encode_pairs, load_jsonl, pairs_from_policy, seq_logps
-from posttrain.preference.dpo import LOSSES, REFERENCE_FREE, DPOLossConfig, SeqLogps, preference_loss
+from posttrain.preference.data import (collate_pairs, encode_pairs, fits_context, load_jsonl, pairs_from_policy,
+                                      seq_logps)
+from posttrain.preference.dpo import (LOSSES, REFERENCE_FREE, DPOLossConfig, SeqLogps, kto_reference_point,
+                                      preference_loss)
 from posttrain.recipes.common import (EpochIndices, Run, batch_plan, init_model, print_plan, show_first_prompt,
                                       supervised_step)
 from posttrain import tasks
@@ -78,7 +80,7 @@ def build_pairs(cfg: DPOConfig, r: Run, model, tok, task) -> list:
     if r.resume_from is not None and saved.exists():
         return [Pair(**json.loads(line)) for line in saved.read_text().splitlines()]
     if cfg.pairs:
-        pairs, skipped = load_jsonl(cfg.pairs, cfg.on_bad)
+        pairs, skipped = load_jsonl(cfg.pairs, cfg.on_bad, fits_context(tok, model.config.max_seq_len))
         stats = {"source": cfg.pairs, "pairs": len(pairs), "skipped_rows": skipped}
     else:
         items = task.items(cfg.pair_prompts, "train", cfg.seed)
@@ -104,6 +106,15 @@ def reference_logps(model, encoded, pad_id: int, batch_pairs: int = 64) -> torch
     return torch.cat(out)
 
 
+def with_kto_reference_point(model, batch: dict) -> dict:
+    """KTO's z0 of the WHOLE batch, scored once at this step's weights before the trainer splits
+    the batch (each micro-batch's own mean would make the gradient depend on the micro-batch
+    size): batch['kto_z0'] [2B], one value repeated so it survives the split."""
+    with torch.no_grad():
+        sums = score_logprobs(model, batch).sum(-1)                   # [2B]
+    return {**batch, "kto_z0": kto_reference_point(sums, batch["ref_logps"]).expand(len(sums))}
+
+
 def dpo_loss_fn(loss_cfg: DPOLossConfig):
     def loss_fn(model, mb, norm):
         lp, _ = sequence_logprobs(model, mb["input_ids"])
@@ -111,7 +122,8 @@ def dpo_loss_fn(loss_cfg: DPOLossConfig):
         ref = mb.get("ref_logps")
         s = SeqLogps(sums[0::2], sums[1::2], None if ref is None else ref[0::2],
                      None if ref is None else ref[1::2], counts[0::2], counts[1::2])
-        losses, metrics = preference_loss(loss_cfg, s)                # [P]
+        z0 = mb["kto_z0"][0] if "kto_z0" in mb else None             # the whole batch's (batch_fn)
+        losses, metrics = preference_loss(loss_cfg, s, z0)            # [P]
         return losses.sum() / (norm["seqs"] / 2), metrics            # mean over the WHOLE batch's pairs
     return loss_fn
 
@@ -127,8 +139,8 @@ def run(cfg: DPOConfig, resume: bool = False, task=None) -> dict:
         load_jsonl(cfg.pairs, cfg.on_bad)                             # validate before any work
     task = task if task is not None else tasks.make(cfg.task)
     from posttrain.recipes.rl import default_init
+    r = Run(cfg, "dpo", resume)                          # a bad --resume or out= fails before the default init
     init = cfg.init or default_init()
-    r = Run(cfg, "dpo", resume)
     model, tok = init_model(cfg, init, r.rt.device)
     pairs = build_pairs(cfg, r, model, tok, task)
     encoded = encode_pairs(tok, pairs)
@@ -143,7 +155,7 @@ def run(cfg: DPOConfig, resume: bool = False, task=None) -> dict:
         if ref is not None:
             rows = torch.tensor([2 * i + j for i in idx for j in (0, 1)])
             batch["ref_logps"] = ref[rows]                            # [2B]
-        return batch
+        return with_kto_reference_point(model, batch) if cfg.loss_type == "kto" else batch
 
     print_plan("dpo", {"params": model.num_params(), "pairs": len(encoded), "prompts/step": cfg.batch_size,
                        "samples/step": 2 * cfg.batch_size, **batch_plan(batch_fn(1), cfg.optim.micro_batch_tokens, 2),

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from posttrain import UsageError, checkpoint
-from posttrain.config import PretrainConfig, RLConfig, SFTConfig, save_config
+from posttrain.config import PretrainConfig, RLConfig, SFTConfig
+from posttrain.recipes.common import write_run_dir
 from posttrain.recipes.dpo import DPOConfig
 from posttrain.eval import evaluate
 from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
@@ -68,8 +69,7 @@ def train_chain(cfg: PipelineConfig, upto: str | None = None) -> dict[str, float
     returns stage -> wall seconds."""
     from posttrain.recipes import dpo, pretrain, rl, sft
     root = Path(cfg.out)
-    root.mkdir(parents=True, exist_ok=True)
-    save_config(cfg, root / "config.yaml")
+    write_run_dir(root, cfg)
     names = stage_names(cfg)
     upto = upto or names[-1]
     modules = {"pretrain": pretrain, "sft": sft, "dpo": dpo, "rl": rl}
@@ -98,6 +98,9 @@ def run(cfg: PipelineConfig, resume: bool = False) -> dict:
             raise UsageError("the pipeline ends with report.html, which needs plotly: pip install 'posttrain[report]' "
                              "(or pass report=false)") from None
     root = Path(cfg.out)
+    if resume and not any(checkpoint.latest(root / name) for name in ALL_STAGES):
+        raise UsageError(f"--resume {root}: no stage of a pipeline run has a checkpoint there; "
+                         "give the out= of an earlier pipeline run, or start without --resume")
     walls = train_chain(cfg)
     walls = {**walls, **{k: v for k, v in _earlier_walls(root).items() if walls.get(k) == 0.0}}   # skipped stages
     task = ArithmeticTask(cfg.task)

@@ -28,6 +28,7 @@ from posttrain.logging import read_metrics
 from posttrain.models.heads import ActorCritic
 from posttrain.recipes.common import Run, init_model, prepare_task, print_plan
 from posttrain import tasks
+from posttrain.tasks.judge import JudgeTask
 
 CACHE = Path(os.environ.get("POSTTRAIN_CACHE", "runs/cache"))
 
@@ -66,6 +67,38 @@ def check_config(cfg: RLConfig) -> None:
                          f"use one of {', '.join(map(str, divisors))}")
 
 
+def check_group_size(cfg: RLConfig, algorithm, algo_cfg) -> None:
+    """samples_per_prompt=1 with an algorithm whose advantage is relative to its group: every
+    group is a singleton, so every advantage is exactly 0 and no step could learn. Refused
+    rather than warned: the run would only burn compute. Found by asking the algorithm itself
+    for the advantages of two singleton groups with different rewards."""
+    if cfg.rollout.samples_per_prompt != 1:
+        return
+    mask = torch.ones(2, 1)
+    probe = {"loss_mask": mask, "old_logprobs": 0 * mask, "ref_logprobs": 0 * mask, "values": 0 * mask}
+    try:
+        adv = algorithm.advantages(torch.tensor([0.0, 1.0]), torch.tensor([0, 1]), algo_cfg, batch=probe)
+    except Exception:       # an algorithm that needs more than this probe: the run's own checks apply
+        return
+    if bool((adv == 0).all()):
+        raise UsageError(f"rollout.samples_per_prompt=1: {cfg.algo.name}'s advantage is relative to the other samples "
+                         "of its prompt, so with one sample per prompt every advantage is 0 and nothing is learned; use "
+                         "rollout.samples_per_prompt >= 2 (e.g. 8), or an algorithm without a group baseline (ppo, "
+                         "reinforce with algo.baseline=none)")
+
+
+def check_context(cfg: RLConfig, model, tok, task, init: str) -> None:
+    """The longest prompt (of 200 train and the held-out ones) plus max_new_tokens must fit the
+    model's context: refused here, before the first rollout, not as a traceback mid-step."""
+    items = task.items(200, "train", cfg.seed) + task.items(cfg.eval.problems, "test", cfg.seed)
+    longest = max(len(tok.encode(tok.chat_prompt(task.prompt(it)))) for it in items)
+    room = model.config.max_seq_len - longest
+    if cfg.rollout.max_new_tokens > room:
+        raise UsageError(f"rollout.max_new_tokens={cfg.rollout.max_new_tokens}: the longest prompt ({longest} tokens) "
+                         f"plus it exceeds the context of {init} ({model.config.max_seq_len} tokens); use "
+                         f"rollout.max_new_tokens <= {room} (0 = what the task needs)")
+
+
 def rl_plan(cfg: RLConfig, tok, task) -> dict:
     """One RL step in units. Token and micro-batch counts are upper bounds: every sample padded to
     the longest prompt (of 200 train prompts) plus max_new_tokens; real batches are shorter."""
@@ -86,15 +119,23 @@ def run(cfg: RLConfig, resume: bool = False, task=None) -> dict:
     algorithm = algorithms.get(cfg.algo.name)             # validate everything before any work
     algo_cfg = cfg.algo
     check_config(cfg)
+    check_group_size(cfg, algorithm, algo_cfg)
     check_scale_config(cfg)
     task = task if task is not None else tasks.make(cfg.task)   # rows and reward functions load here
+    r = Run(cfg, "rl", resume)                            # a bad --resume or out= fails before the default init
     init = cfg.init or default_init()
-    r = Run(cfg, "rl", resume)
     model, tok = init_model(cfg, init, r.rt.device)
+    task.reward_bound = cfg.verifier.reward_bound         # safe_reward's bound, in-process and in pool workers
+    check_context(cfg, model, tok, task, init)
     max_new = cfg.rollout.max_new_tokens or response_budget(task, task.items(500, "train", cfg.seed))
     cfg = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, max_new_tokens=max_new))
     save_config(cfg, r.dir / "config.yaml")              # every value resolved, max_new_tokens included
     prepare_task(task, tok, model, max_new, r.dir, "rl")
+    if isinstance(task, JudgeTask):                       # freeze the template, reach the judge (tasks/judge.py)
+        if cfg.verifier.workers:
+            raise UsageError("task.judge with verifier.workers > 0: the judge has its own deadline and concurrency "
+                             "(task.judge.timeout_s, task.judge.concurrency); set verifier.workers=0")
+        task.start(r.dir, resume, cfg.rollout.samples_per_prompt)
     placement = place(cfg, model, tok, r.rt)              # in-process or Ray workers (distributed/)
     engine = placement.engine
     # RLHF measures the KL from the start even without a KL term: it is the x-axis of the over-optimisation curve
@@ -113,6 +154,10 @@ def run(cfg: RLConfig, resume: bool = False, task=None) -> dict:
                             algorithm, algo_cfg, trainer, placement.sync)
     if cfg.scale.async_:
         controller.source = controller.sync = placement.asynchronous(cfg, controller.collect)
+    external = None
+    if getattr(task, "external", False):                  # episodes driven from outside through the server
+        from posttrain.envs.source import ExternalRollouts
+        controller.source = external = ExternalRollouts(cfg, task, tok, engine)
     n = cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt
     print_plan("rl", {"params": model.num_params(), **rl_plan(cfg, tok, task),
                       "steps": cfg.steps, "algorithm": cfg.algo.name, "reference": reference is not None,
@@ -133,7 +178,9 @@ def run(cfg: RLConfig, resume: bool = False, task=None) -> dict:
 
     def evaluate_fn(_model):
         ev = placement.eval_engine
-        if hasattr(task, "make_env"):                      # agent tasks: episodes with the tools
+        if external is not None:                            # the environment's own episodes, greedy and sampled
+            res = {**external.evaluate(heldout, k), "per_k": {}}
+        elif hasattr(task, "make_env"):                      # agent tasks: episodes with the tools
             from posttrain.framework.agent import evaluate_episodes
             res = evaluate_episodes(ev, tok, task, heldout, n=k, ks=(1, k), seed=cfg.seed, max_new_tokens=max_new)
         else:
@@ -145,10 +192,10 @@ def run(cfg: RLConfig, resume: bool = False, task=None) -> dict:
 
     def get_state():
         critic = {"critic": actor_critic.critic_state_dict()} if actor_critic is not None else {}
-        return {"policy_version": placement.version, **critic}
+        return {"policy_version": placement.version, "older_versions": placement.older_versions(), **critic}
 
     def set_state(s):
-        placement.set_version(s.get("policy_version", 0))
+        placement.set_version(s.get("policy_version", 0), s.get("older_versions"))
         if actor_critic is not None and "critic" in s:
             actor_critic.load_critic_state_dict(s["critic"])
     state = (get_state, set_state)
@@ -161,6 +208,8 @@ def run(cfg: RLConfig, resume: bool = False, task=None) -> dict:
                              eval_at_start=True, meta={"task": cfg.task.name, "algorithm": cfg.algo.name},
                              show=("reward/mean", "eval/pass@1", "kl/ref", "clip/frac"))
     finally:
+        if external is not None:
+            external.close()
         placement.close()
         if cfg.scale.trainer_ranks > 1:
             trainer.close()

@@ -29,7 +29,8 @@ from posttrain.config import OptimConfig, RunConfig
 from posttrain.eval import response_budget
 from posttrain.framework.loop import train_loop
 from posttrain.framework.trainer import Trainer
-from posttrain.preference.data import Pair, collate_pairs, corrupted_pairs, encode_pairs, load_jsonl, pairs_from_policy
+from posttrain.preference.data import (Pair, collate_pairs, corrupted_pairs, encode_pairs, fits_context, load_jsonl,
+                                      pairs_from_policy)
 from posttrain.preference.reward_model import (RewardModel, bradley_terry_loss, head_state, orm_loss,
                                                pair_metrics, save_head, score_pairs)
 from posttrain.recipes.common import EpochIndices, Run, batch_plan, init_model, print_plan, supervised_step
@@ -112,7 +113,7 @@ def sample_pairs(cfg: RMConfig, model, tok, task, n: int, split: str):
 def file_or_sampled(cfg: RMConfig, path: str, model, tok, task, n: int, split: str):
     """(pairs, stats) from a JSONL file when `path` is set, else sampled from the policy."""
     if path:
-        pairs, skipped = load_jsonl(path, cfg.on_bad)
+        pairs, skipped = load_jsonl(path, cfg.on_bad, fits_context(tok, model.config.max_seq_len))
         return pairs, {"source": path, "pairs": len(pairs), "skipped_rows": skipped}
     return sample_pairs(cfg, model, tok, task, n, split)
 
@@ -144,8 +145,8 @@ def run(cfg: RMConfig, resume: bool = False, task=None) -> dict:
     check(cfg)
     task = task if task is not None else tasks.make(cfg.task)
     from posttrain.recipes.rl import default_init
+    r = Run(cfg, "rm", resume)                          # a bad --resume or out= fails before the default init
     init = cfg.init or default_init()
-    r = Run(cfg, "rm", resume)
     trunk, tok = init_model(cfg, init, r.rt.device)
     # Pairs are sampled from the init policy before any update (on resume: re-read from the run dir).
     pairs = cached_pairs(r, "pairs.jsonl", lambda: train_pairs(cfg, trunk, tok, task))

@@ -7,6 +7,8 @@ Beyond the built-in names, `task.name` may be
   FILE.py:Class or module:Class   your own Task class (items, prompt, reward; or make_env for
                                   multi-turn episodes) with its own keys in a nested `Config`
                                   dataclass deriving from tasks.base.TaskConfig;
+  verifiers:ENV                   a `verifiers` environment (an installed module or a .py file), its
+                                  episodes run through the policy server (posttrain/envs/);
   an entry-point name             an installed package's `posttrain.tasks` entry point
                                   (`[project.entry-points."posttrain.tasks"] mytask = "pkg.mod:MyTask"`).
 """
@@ -25,7 +27,10 @@ TASKS = {
     "leaky_arith": ("posttrain.tasks.leaky", "LeakyArithmeticTask", "LeakyArithmeticConfig"),
     "dataset": ("posttrain.tasks.dataset", "DatasetTask", "DatasetConfig"),
     "code": ("posttrain.tasks.code", "CodeTask", "CodeConfig"),
+    "openenv": ("posttrain.envs.openenv_env", "OpenEnvTask", "OpenEnvConfig"),
+    "search": ("posttrain.tasks.search", "SearchTask", "SearchConfig"),
 }
+VERIFIERS = ("posttrain.envs.verifiers_env", "VerifiersTask", "VerifiersConfig")   # task.name=verifiers:ENV
 GROUP = "posttrain.tasks"
 
 
@@ -42,16 +47,17 @@ def _user_class(name: str):
             raise UsageError(f"task.name={name!r} is unknown; use one of {', '.join([*TASKS, *installed])}, "
                              "or your own class as FILE.py:Class or module:Class")
         cls = found[0].load()
-    if not isinstance(cls, type) or not (hasattr(cls, "make_env") or hasattr(cls, "reward")) or \
+    if not isinstance(cls, type) or not any(hasattr(cls, m) for m in ("make_env", "reward", "episode", "group")) or \
             not (hasattr(cls, "items") and hasattr(cls, "prompt")):
         raise UsageError(f"task.name={name!r} is not a Task class: it needs items(n, split, seed), prompt(item), and "
-                         "reward(item, response) or make_env(item) (tasks/base.py)")
+                         "reward(item, response), make_env(item), or an external driver episode()/group() "
+                         "(tasks/base.py, envs/__init__.py)")
     return cls
 
 
 def _lookup(name: str, which: int):
-    if name in TASKS:
-        module, task_cls, cfg_cls = TASKS[name]
+    if name in TASKS or name.startswith("verifiers:"):
+        module, task_cls, cfg_cls = TASKS.get(name) or VERIFIERS
         return getattr(importlib.import_module(module), (task_cls, cfg_cls)[which])
     cls = _user_class(name)
     if which == 0:
@@ -74,5 +80,10 @@ def config_class(name: str):
 
 def make(config, **kw):
     """The task a `task:` config section describes (`kw`: Python objects the API hands over, such
-    as a dataset's reward functions)."""
-    return _lookup(config.name, 0)(config, **kw)
+    as a dataset's reward functions); with `task.judge.model` set, wrapped so a judge gives the reward."""
+    task = _lookup(config.name, 0)(config, **kw)
+    judge = getattr(config, "judge", None)
+    if judge is not None and judge.model:
+        from posttrain.tasks.judge import JudgeTask
+        task = JudgeTask(task, judge)
+    return task

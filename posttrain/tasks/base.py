@@ -16,6 +16,9 @@ one kept as a component so it is logged as `reward/<name>`.
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import numbers
 import random
 import zlib
 from dataclasses import dataclass, field
@@ -45,11 +48,31 @@ def correctness(result: RewardResult) -> float | None:
 
 
 @dataclass
+class JudgeConfig:
+    """A judge model as the reward of any single-turn task (tasks/judge.py); its verifier is logged beside."""
+    model: str = ""               # "" = no judge; a posttrain run/checkpoint or Hugging Face directory (sampled
+                                  # in this process), or an OpenAI-compatible base URL http://HOST:PORT/v1
+    mode: str = "pointwise"       # pointwise (a 0..scale score per response) | pairwise (two responses, shown in random order)
+    template: str = ""            # prompt template file ({question} {response} | {response_a} {response_b}, {reference});
+                                  # "" = the built-in one of the mode. Frozen in RUN_DIR/judge_prompt.txt
+    scale: float = 10.0           # pointwise: the top score; reward = score / scale
+    opponent: str = "group"       # pairwise: group = other responses to the same prompt | reference = the task's answer
+    pairs: int = 2                # pairwise, opponent=group: comparisons per response (reward = its win rate)
+    max_tokens: int = 64          # the judge's reply cap
+    temperature: float = 0.0      # the judge's sampling temperature (0 = greedy)
+    timeout_s: float = 30.0       # deadline of one judge call; a late reply fails (reward/judge_errors), the step goes on
+    concurrency: int = 8          # URL judges: requests in flight
+    api_model: str = ""           # URL judges: the request's `model` ("" = the first one the server's /v1/models lists)
+    api_key_env: str = "OPENAI_API_KEY"  # URL judges: the environment variable whose value is sent as a bearer token
+
+
+@dataclass
 class TaskConfig:
     """The `task:` section of a stage config; `name` picks the task (tasks/__init__.py), the
     other keys are that task's own config dataclass, a subclass of this one."""
-    name: str = "arithmetic"      # arithmetic | countdown | tool_arith | reasoning_gym | leaky_arith | dataset | code,
+    name: str = "arithmetic"      # arithmetic | countdown | tool_arith | reasoning_gym | leaky_arith | dataset | code | search,
                                   # or your own class: FILE.py:Class / module:Class (or an installed entry point)
+    judge: JudgeConfig = field(default_factory=JudgeConfig)  # task.judge.model=...: a judge model's verdicts are the reward
 
 
 class Task(Protocol):
@@ -130,21 +153,61 @@ class LineCorpus:
         return corpus_lines(self, self.corpus_line, 8000, "test", seed)
 
 
+REWARD_BOUND = 1e6   # default |reward| accepted (RLConfig.reward_bound); beyond it a verifier is broken, not generous
+
+
+def validate_reward(value, bound: float = REWARD_BOUND, what: str = "reward") -> tuple[float, str | None]:
+    """`(float(value), None)` for a usable reward, else `(0.0, why)`: the one check every verifier
+    output passes (reward and each component), in-process and in pool workers alike.
+
+    Usable: a real number (bool, int, float, numpy scalar, a 0-d tensor) that converts to a
+    finite float with |r| ≤ bound. Refused: non-numbers (a string is not parsed), an int too
+    large for a float (10**400), NaN, ±inf and huge values (±1e308 would make reward/mean
+    infinite and pass every `reward >= 1` test)."""
+    v = value
+    if not isinstance(v, numbers.Real) and hasattr(v, "item") and getattr(v, "ndim", 1) == 0:
+        v = v.item()                                   # numpy bool_, a 0-d array or tensor
+    if not isinstance(v, numbers.Real):
+        return 0.0, f"{what} {value!r} ({type(value).__name__}), not a number"
+    try:
+        r = float(v)
+    except OverflowError:
+        return 0.0, f"{what} {str(value)[:12]}... ({len(str(value))} digits), too large for a float"
+    if not math.isfinite(r):
+        return 0.0, f"a non-finite {what} {r!r}"
+    if abs(r) > bound:
+        return 0.0, f"{what} {r:.3g}, beyond reward_bound={bound:g} (raise verifier.reward_bound if it is meant)"
+    return r, None
+
+
 def safe_reward(task: Task, item: Any, response: str, ids=None) -> RewardResult:
-    """Call the verifier; an exception or a non-finite/non-numeric reward becomes 0 with a reason.
+    """Call the verifier; an exception or an unusable reward or component (validate_reward)
+    becomes 0 with the reason. The bound is `task.reward_bound` when the RL recipe set it.
     A task with `wants_ids` also gets the sampled token ids (TRL reward functions read them)."""
     try:
         result = task.reward(item, response, ids) if getattr(task, "wants_ids", False) else task.reward(item, response)
     except Exception as e:  # a verifier bug must never kill a step; it is counted instead
         return RewardResult(0.0, error=f"{type(e).__name__}: {e}")
+    return checked(task, result)
+
+
+def checked(task: Task, result) -> RewardResult:
+    """A verifier's result after the one validation every path applies (validate_reward on the
+    reward and each component, the bound `task.reward_bound`); 0 with the reason otherwise."""
     if not isinstance(result, RewardResult):
         return RewardResult(0.0, error=f"verifier returned {type(result).__name__}, not RewardResult")
-    r = result.reward
-    if not isinstance(r, (int, float)):
-        return RewardResult(0.0, error=f"verifier returned reward {r!r} ({type(r).__name__}), not a number")
-    if r != r or r in (float("inf"), float("-inf")):
-        return RewardResult(0.0, error=f"verifier returned a non-finite reward {r!r}")
-    return result
+    bound = getattr(task, "reward_bound", REWARD_BOUND)
+    reward, why = validate_reward(result.reward, bound)
+    if why is None and not isinstance(result.components, dict):
+        why = f"components {type(result.components).__name__}, not a dict"
+    components = {}
+    for name, value in (result.components.items() if why is None else ()):
+        components[name], why = validate_reward(value, bound, f"component {name!r} =")
+        if why is not None:
+            break
+    if why is not None:
+        return RewardResult(0.0, error=f"verifier returned {why}")
+    return dataclasses.replace(result, reward=reward, components=components)
 
 
 def mean_reward(results: Sequence[RewardResult]) -> float:
@@ -212,4 +275,4 @@ def _batch_rewards(task, samples, step=None) -> list | None:
         return None
     if len(results) != len(samples) or not all(isinstance(r, RewardResult) for r in results):
         return None
-    return results
+    return [r if r.error is not None else checked(task, r) for r in results]

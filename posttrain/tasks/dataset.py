@@ -123,7 +123,7 @@ class DatasetTask:
         self.correct_fn = (reward_fns([correct_func], [], "task.correct")[0] if correct_func is not None else
                            reward_fns([c.correct], [], "task.correct")[0] if c.correct else None)
         has_answers = all(r.answer is not None for r in self.train[:50])
-        if not self.fns and not has_answers:
+        if not self.fns and not has_answers and not c.judge.model:     # a judge can score rows without answers
             raise UsageError(f"task.train={c.train!r}: rows have no answer column (answer, ground_truth or "
                              "reward_model.ground_truth) and no task.reward is given: nothing can score a response; "
                              "add an answer column or task.reward=FILE.py:FUNCTION")

@@ -13,16 +13,31 @@ launcher, a regex with catastrophic backtracking). Whatever it does, the step go
   hangs past timeout_s        reward 0, error "verifier timed out ..."   counted in timeouts;
                               the worker and its process tree are killed and replaced
 
-`stats` holds the counts and the per-call latency percentiles (dispatch → result, seconds).
+  leaks memory               with `memory_mb`, an allocation past the limit fails (RLIMIT_AS):
+                              reward 0, "MemoryError" (or ENOMEM), the worker retired and replaced
+  leaks anything else        with `max_calls`, a worker is replaced after that many calls
+
+`stats` holds the counts and the per-call latency percentiles (dispatch → result, seconds);
+`replaced` counts every replacement, whatever the cause (reward/workers_replaced).
 Workers are forked (Linux): the task object is inherited, never pickled; items and
 responses travel over a pipe per worker. With `workers=0` nobody uses this file:
 `score_samples` calls the verifier in-process, as before (no timeout possible there).
+
+Workers never outlive the trainer, as in `multiprocessing.Pool` and bubblewrap's
+`--die-with-parent`: each asks the kernel for SIGKILL when its parent dies
+(PR_SET_PDEATHSIG), which holds even when the trainer is SIGKILLed and no Python cleanup
+runs; `close()` (also run at garbage collection and at exit) kills workers and their
+process trees the ordinary way. The death signal follows the thread that forked the worker:
+a pool used from a thread (async rollouts) keeps its replacements only while that thread lives.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import multiprocessing as mp
 import os
+import resource
 import signal
 import time
 import weakref
@@ -34,29 +49,55 @@ import numpy as np
 from posttrain.tasks.base import RewardResult, safe_reward
 from posttrain.tasks.sandbox import descendants
 
+PR_SET_PDEATHSIG = 1                                   # linux/prctl.h
+OUT_OF_MEMORY = ("MemoryError", f"OSError: [Errno {errno.ENOMEM}]")   # a failed allocation, as safe_reward words it
 
-def _serve(task, conn) -> None:
-    """Worker loop: (index, item, response) in, (index, RewardResult) out, until EOF."""
+
+def _die_with_parent(parent: int) -> None:
+    """SIGKILL this process when its parent dies, even by SIGKILL (no cleanup of ours runs then)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != parent:                          # the parent died before prctl took effect
+        os._exit(1)
+
+
+def _address_space_mb() -> float:
+    """This process's virtual size now (what a forked worker inherits), in MiB."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
+
+
+def _serve(task, conn, parent: int, memory_mb: int) -> None:
+    """Worker loop: (index, item, response[, ids]) in, (index, RewardResult, retire) out, until EOF.
+    `retire` asks the pool to replace this worker (its memory ran out: what leaked stays)."""
+    _die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)       # Ctrl-C is the parent's to handle
+    if memory_mb > 0:                                  # on top of the trainer's pages it inherits
+        limit = int((_address_space_mb() + memory_mb) * 2 ** 20)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     while True:
         try:
             idx, *job = conn.recv()               # (index, item, response[, token ids])
         except (EOFError, OSError):
             return
         res = safe_reward(task, *job)
+        retire = (res.error or "").startswith(OUT_OF_MEMORY)
         try:
-            conn.send((idx, res))
+            conn.send((idx, res, retire))
         except Exception as e:                          # e.g. components that do not pickle
-            conn.send((idx, RewardResult(0.0, error=f"verifier result cannot be sent back: {type(e).__name__}: {e}")))
+            conn.send((idx, RewardResult(0.0, error=f"verifier result cannot be sent back: {type(e).__name__}: {e}"),
+                       retire))
 
 
 class _Worker:
-    def __init__(self, ctx, task):
+    def __init__(self, ctx, task, memory_mb: int = 0):
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_serve, args=(task, child), daemon=True)
+        self.proc = ctx.Process(target=_serve, args=(task, child, os.getpid(), memory_mb), daemon=True)
         self.proc.start()
         child.close()
         self.job: tuple[int, float] | None = None       # (sample index, dispatch time)
+        self.calls = 0                                  # answered calls (recycling)
 
     def kill(self) -> None:
         """SIGKILL the worker and everything it started (a sandboxed program, say)."""
@@ -75,13 +116,19 @@ def _shutdown(workers: list) -> None:
 
 
 class VerifierPool:
-    def __init__(self, task, workers: int, timeout_s: float = 30.0, start_method: str | None = None):
-        if workers < 1 or timeout_s <= 0:
+    """`workers` processes scoring under `timeout_s` each; `memory_mb` > 0 caps the address space
+    a worker may add to what it inherits (RLIMIT_AS); `max_calls` > 0 replaces a worker after
+    that many calls (as `multiprocessing.Pool(maxtasksperchild=...)`)."""
+
+    def __init__(self, task, workers: int, timeout_s: float = 30.0, start_method: str | None = None,
+                 memory_mb: int = 0, max_calls: int = 0):
+        if workers < 1 or timeout_s <= 0 or memory_mb < 0 or max_calls < 0:
             from posttrain import UsageError
-            raise UsageError(f"verifier pool: need workers >= 1 and timeout_s > 0 (got {workers}, {timeout_s})")
-        self.task, self.timeout_s = task, timeout_s
+            raise UsageError(f"verifier pool: need workers >= 1, timeout_s > 0, memory_mb >= 0 and max_calls >= 0 "
+                             f"(got {workers}, {timeout_s}, {memory_mb}, {max_calls})")
+        self.task, self.timeout_s, self.memory_mb, self.max_calls = task, timeout_s, memory_mb, max_calls
         self.ctx = mp.get_context(start_method or ("fork" if "fork" in mp.get_all_start_methods() else "spawn"))
-        self.workers = [_Worker(self.ctx, task) for _ in range(workers)]
+        self.workers = [_Worker(self.ctx, task, memory_mb) for _ in range(workers)]
         self.replaced = 0
         self._finalizer = weakref.finalize(self, _shutdown, self.workers)
 
@@ -96,7 +143,7 @@ class VerifierPool:
 
     def _replace(self, w: _Worker) -> None:
         w.kill()
-        self.workers[self.workers.index(w)] = _Worker(self.ctx, self.task)
+        self.workers[self.workers.index(w)] = _Worker(self.ctx, self.task, self.memory_mb)
         self.replaced += 1
 
     def score(self, pairs: list) -> tuple[list[RewardResult], dict]:
@@ -130,10 +177,10 @@ class VerifierPool:
             now = time.monotonic()
             for w in busy:
                 i, t0 = w.job
-                res = None
+                res, retire = None, False
                 if w.conn in ready:
                     try:
-                        _, res = w.conn.recv()
+                        _, res, retire = w.conn.recv()
                     except (EOFError, OSError):                     # died while answering
                         pass
                 if res is None and (w.conn in ready or w.proc.sentinel in ready):
@@ -150,6 +197,9 @@ class VerifierPool:
                 w.job = None
                 results[i], latency[i] = res, now - t0
                 errors += res.error is not None
+                w.calls += 1
+                if retire or (self.max_calls and w.calls >= self.max_calls):
+                    self._replace(w)                                # out of memory, or recycled
         stats = {"errors": errors, "timeouts": timeouts, "replaced": self.replaced - replaced_before}
         if len(pairs):
             stats.update(latency_p50_s=float(np.percentile(latency, 50)),
@@ -157,9 +207,10 @@ class VerifierPool:
         return results, stats
 
 
-def make_pool(task, workers: int, timeout_s: float) -> VerifierPool | None:
-    """The pool for config `verifier_workers` (0 = none: score in-process)."""
+def make_pool(task, workers: int, timeout_s: float, memory_mb: int = 0, max_calls: int = 0) -> VerifierPool | None:
+    """The pool for config `verifier_workers` (0 = none: score in-process), `verifier_timeout_s`,
+    `verifier_memory_mb` and `verifier_max_calls`."""
     if workers < 0:
         from posttrain import UsageError
         raise UsageError(f"verifier_workers={workers} must be >= 0 (0 = score in the training process)")
-    return VerifierPool(task, workers, timeout_s) if workers else None
+    return VerifierPool(task, workers, timeout_s, memory_mb=memory_mb, max_calls=max_calls) if workers else None

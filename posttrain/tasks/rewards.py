@@ -28,7 +28,6 @@ import importlib
 import importlib.util
 import inspect
 import math
-import numbers
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +35,7 @@ from types import SimpleNamespace
 from typing import Any, Callable
 
 from posttrain import UsageError
+from posttrain.tasks.base import validate_reward
 
 RESERVED = {"mean", "std", "errors", "timeouts", "workers_replaced", "latency_p50_s", "latency_p99_s", "proxy", "true"}
 
@@ -118,20 +118,16 @@ def _await(value):
 
 
 def as_number(value, what: str) -> float | None:
-    """A reward value as float: None stays None (not applicable); bools, ints, floats and numpy
-    scalars are numbers; anything else, and non-finite values, raise ValueError naming `what`."""
+    """A reward value as float: None stays None (not applicable), verl's {"score": x} is x; any
+    other value must pass tasks.base.validate_reward's number check (bools, ints, floats, numpy and
+    0-d tensor scalars; finite), else ValueError naming `what` (the bound is checked after the sum)."""
     if value is None:
         return None
     if isinstance(value, dict) and "score" in value:          # verl's {"score": ..., **extra}
         value = value["score"]
-    if not isinstance(value, (numbers.Real, bool)) and not hasattr(value, "item"):
-        raise ValueError(f"{what} returned {value!r} ({type(value).__name__}), not a number")
-    try:
-        x = float(value.item() if hasattr(value, "item") else value)
-    except (TypeError, ValueError, OverflowError):
-        raise ValueError(f"{what} returned {value!r}, not a finite number") from None
-    if not math.isfinite(x):
-        raise ValueError(f"{what} returned the non-finite value {x!r}")
+    x, why = validate_reward(value, math.inf, f"{what} returned")
+    if why is not None:
+        raise ValueError(why)
     return x
 
 

@@ -1,0 +1,325 @@
+"""Facts of lessons 22a, 22b, 22c and 28: the throughput equation, long-tail rollouts,
+async staleness and where optimisation pays (throughput.py, the engine, committed runs)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from functools import lru_cache
+
+from posttrain import throughput as tp
+from posttrain.lessons.facts_c_common import kpi, result, table
+
+# ---- 22a · the throughput equation -------------------------------------------------------------
+
+WORKED = {"rollout_s": 30, "reward_s": 1, "reference_s": 3, "train_s": 8, "sync_s": 1}   # the lesson's example
+WORKED_TOKENS = 64 * 16 * 1024                                                          # B·K·L̄
+
+
+def rl22a_worked(topology: str = "disaggregated") -> dict:
+    return tp.step_time(**WORKED, topology=topology)
+
+
+def rl22a_worked_table() -> dict:
+    rows = []
+    for t in tp.TOPOLOGIES:
+        r = rl22a_worked(t)
+        rows.append([t, f"{r['step_s']:g} s", r["bottleneck"], f"{r['idle_s']['trainer']:g} s",
+                     f"{tp.useful_tokens_per_s(64, 16, 1024, r['step_s']) / 1000:.1f}k"])
+    return table(["topology", "τ_step", "bottleneck", "trainer idle per step", "useful tokens/s"], rows)
+
+
+SIDE = {"rollout": "rollout side", "reward": "rollout side", "reference": "trainer side", "train": "trainer side",
+        "sync": "between the two"}
+
+
+def rl22a_role_table() -> dict:
+    """The role model at its defaults (7B, K = 16, L = 1024, disaggregated)."""
+    m = tp.role_model()
+    return table(["role", "runs on", "seconds"],
+                 [[k, SIDE[k], f"{v:.1f}"] for k, v in m["terms"].items()]
+                 + [["τ_step = max(rollout side, trainer side) + sync", "", f"{m['step_s']:.1f}"]])
+
+
+def rl22a_length_table() -> dict:
+    rows = []
+    for L in (256, 1024, 4096, 8192):
+        m = tp.role_model(response_len=L)
+        rows.append([L, f"{1 + 1.8 * math.tanh(L / 2048):.2f}", f"{m['terms']['rollout']:.1f} s", f"{m['step_s']:.1f} s",
+                     f"{100 * m['terms']['rollout'] / m['step_s']:.0f}%", f"{m['idle_s']['trainer']:.1f} s"])
+    return table(["response length L", "tail factor", "τ_R", "τ_step", "rollout share", "trainer idle"], rows)
+
+
+def rl22a_colo_drop() -> float:
+    """How much useful tokens/s colocation costs at the role model's defaults, in %."""
+    colo, dis = tp.role_model(topology="colocated"), tp.role_model()
+    return 100 * (1 - colo["useful_tokens_per_s"] / dis["useful_tokens_per_s"])
+
+
+def rl22a_k_doubling() -> dict:
+    a, b = tp.role_model(k=16), tp.role_model(k=32)
+    return {"rollout_ratio": b["terms"]["rollout"] / a["terms"]["rollout"], "step_ratio": b["step_s"] / a["step_s"]}
+
+
+def rl22a_cpu_roles() -> dict:
+    """Mean role times of a real posttrain run (benchmarks/async_vs_sync.json, sync, seed 0:
+    GRPO on gpt_mini nano, 128 samples a step, one CPU thread), read through step_time."""
+    run = next(r for r in result("async_vs_sync")["runs"] if r["run"] == "sync" and r["seed"] == 0)
+    return tp.step_time(**run["roles_s"], topology="colocated")
+
+
+def rl22a_cpu_measured_s() -> float:
+    run = next(r for r in result("async_vs_sync")["runs"] if r["run"] == "sync" and r["seed"] == 0)
+    return run["mean time/step_s"]
+
+
+def rl22a_cpu_table() -> dict:
+    r = rl22a_cpu_roles()
+    return table(["role", "seconds per step", "share"],
+                 [[k, f"{v:.3f}", f"{100 * r['shares'][k]:.1f}%"] for k, v in r["terms"].items()])
+
+
+# ---- 22b · long-tail rollouts -------------------------------------------------------------------
+
+CVS = (0.5, 1.0, 2.0)
+
+
+def rl22b_maxk_table() -> dict:
+    return table(["K", *[f"cv = {c}" for c in CVS]],
+                 [[k, *[f"{tp.max_of_k(k, c):.2f}" for c in CVS]] for k in (4, 16, 64, 256)])
+
+
+def rl22b_k32_pct(cv: float) -> float:
+    return 100 * (tp.max_of_k(32, cv) / tp.max_of_k(16, cv) - 1)
+
+
+def rl22b_tail_table() -> dict:
+    """Log-normal lengths of mean μ and CV c: σ = √ln(1 + c²); the 95th percentile is
+    μ·exp(1.645σ − σ²/2), and the longest 5% hold a share Φ(σ − 1.645) of all decoded tokens."""
+    from statistics import NormalDist
+    z = NormalDist().inv_cdf(0.95)
+    rows = []
+    for c in CVS:
+        s = math.sqrt(math.log1p(c * c))
+        rows.append([c, f"{s:.2f}", f"{math.exp(z * s - s * s / 2):.2f} μ", f"{100 * NormalDist().cdf(s - z):.0f}%"])
+    return table(["cv", "σ of ln L", "95th percentile", "tokens in the longest 5%"], rows)
+
+
+@lru_cache(maxsize=1)
+def rl22b_cutoff() -> dict:
+    """posttrain's engine on a random tiny gpt_mini (its lengths are long-tailed): 8 prompts,
+    8 samples each, against 12 started and the first 8 of each group to finish kept
+    (Engine.generate(keep=8), the `overprovision` straggler cut-off), cap 128 tokens."""
+    import torch
+
+    from posttrain.framework.rollout import Engine, SamplingParams
+    from posttrain.models.gpt_mini import GPTMini, ModelConfig
+    from posttrain.models.tokenizer import BASE_CHARS, CharTokenizer
+    tok = CharTokenizer(BASE_CHARS)
+    torch.manual_seed(0)
+    model = GPTMini(ModelConfig(d_model=16, n_layers=1, n_heads=2, d_ff=32, max_seq_len=160).resolved(tok.vocab_size)).eval()
+    prompts = [tok.encode(f"<{i}+{2 * i + 1}>") for i in range(8)]
+    out = {}
+    for name, n, keep in (("all", 8, None), ("cut", 12, 8)):
+        eng = Engine(model, tok, max_slots=256)
+        samples = eng.generate(prompts, n, SamplingParams(max_new_tokens=128), seed=0, keep=keep)
+        lengths = [len(s.response_ids) for s in samples]
+        out[name] = {"steps": eng.stats["rollout/decode_steps"], "tokens": eng.stats["rollout/generated_tokens"],
+                     "kept": len(samples), "mean": sum(lengths) / len(lengths), "longest": max(lengths),
+                     "capped": sum(s.finish_reason == "length" for s in samples),
+                     "cancelled": eng.stats["rollout/cancelled"]}
+    return out
+
+
+def rl22b_cutoff_table() -> dict:
+    c = rl22b_cutoff()
+    label = {"all": "start 8 per prompt, keep all", "cut": "start 12 per prompt, keep the first 8"}
+    return table(["rollout", "decode steps (wall)", "tokens decoded", "samples kept", "mean kept length",
+                  "kept samples cut by the cap"],
+                 [[label[k], v["steps"], v["tokens"], v["kept"], f"{v['mean']:.1f}", v["capped"]] for k, v in c.items()])
+
+
+def rl22b_overlong_table() -> dict:
+    import torch
+
+    from posttrain.algorithms.dapo import overlong_penalty
+    lengths = torch.tensor([50.0, 80.0, 90.0, 100.0, 110.0])
+    pen = overlong_penalty(lengths, max_len=100, buffer=20)
+    return table(["response length", "penalty (L_max = 100, buffer 20)"],
+                 [[int(a), f"{float(b) + 0.0:+.2f}"] for a, b in zip(lengths, pen)])
+
+
+# ---- 22c · async pipelining and staleness ---------------------------------------------------
+
+def rl22c_topologies() -> dict:
+    """The lesson's example: τ_R = 20 s, τ_T = 8 s, τ_S = 3 s."""
+    return tp.compare_topologies(rollout_s=20, train_s=8, sync_s=3)
+
+
+def rl22c_topology_table() -> dict:
+    runs = rl22c_topologies()
+    return table(["placement", "τ_step", "speed-up over colocated", "trainer idle per step"],
+                 [[n, f"{r['step_s']:g} s", f"{r['speedup_vs_colocated']:.2f}×", f"{r['idle_s']['trainer']:g} s"]
+                  for n, r in runs.items()])
+
+
+def _async_runs(seed: int = 0) -> dict:
+    return {r["run"]: r for r in result("async_vs_sync")["runs"] if r["seed"] == seed}
+
+
+def rl22c_measured_table() -> dict:
+    """benchmarks/async_vs_sync.py, seed 0: GRPO on gpt_mini nano from the SFT(CoT) checkpoint,
+    60 steps of 128 samples, lr 3e-5, the same prompts in every run."""
+    label = {"sync": "sync (on-policy)", "async_tis": "async, ≤ 1 version behind, TIS",
+             "fixed4_none": "every batch 4 versions old, no correction",
+             "fixed4_tis": "every batch 4 versions old, TIS"}
+    rows = []
+    for name, r in _async_runs().items():
+        lr = r.get("mean offpolicy/log_ratio_abs")
+        rows.append([label[name], f"{r.get('mean staleness/mean', 0.0):.2f}", f"{100 * r['mean clip/frac']:.2f}%",
+                     f"{r['mean ratio/max']:.2f}", "—" if lr is None else f"{lr:.4f}",
+                     f"{r['pass@1_before']:.3f} → {r['pass@1_after']:.3f}"])
+    return table(["run", "mean staleness (versions)", "clip/frac", "largest ratio r", "mean |log π_prox − log μ|",
+                  "held-out pass@1"], rows)
+
+
+def rl22c_gain(run: str, key: str) -> float:
+    return result("async_vs_sync")["summary"][run][key]
+
+
+def rl22c_stale_curves(correction: str) -> dict:
+    """The recorded staleness runs behind the async_pipe widget (dapo_toy.stale_runs: the lesson-13
+    DAPO toy with all switches on and the sampler Δ versions behind, 3 seeds averaged)."""
+    from posttrain.lessons import dapo_toy, runs
+    rec = runs.recorded()
+    return {d: rec[dapo_toy.stale_key(d, correction)] for d in dapo_toy.STALENESS}
+
+
+def _first(curve: dict, target: float = 0.7):
+    """The first recorded step whose accuracy reaches `target` (None if none does)."""
+    return next((st for st, a in zip(curve["step"], curve["acc"]) if a >= target), None)
+
+
+def rl22c_stale_table() -> dict:
+    """Per staleness: mean clip fraction and steps to accuracy 0.7, without and with TIS; and the
+    wall clock to 0.7 at the widget's default role times (τ_R 20, τ_T 8, τ_S 3 s; Δ = 0 is the
+    synchronous disaggregated loop, Δ ≥ 1 async)."""
+    none, tis = rl22c_stale_curves("none"), rl22c_stale_curves("tis")
+    rows = []
+    for d in none:
+        step_s = tp.step_time(rollout_s=20, train_s=8, sync_s=3, topology="async" if d else "disaggregated")["step_s"]
+        wall = [f"{_first(c) * step_s / 60:.0f} min" if _first(c) else "not reached" for c in (none[d], tis[d])]
+        rows.append([d, f"{100 * sum(none[d]['clip']) / len(none[d]['clip']):.1f}%",
+                     f"{100 * sum(tis[d]['clip']) / len(tis[d]['clip']):.1f}%",
+                     _first(none[d]) or "—", _first(tis[d]) or "—", *wall])
+    return table(["staleness Δ", "clip fraction, no correction", "with TIS", "steps to accuracy 0.7, no correction",
+                  "with TIS", "wall clock to 0.7, no correction", "with TIS"], rows)
+
+
+def rl22c_cpu_async_speedup() -> float:
+    """What the throughput equation predicts async would buy for the sync run's measured role times."""
+    run = _async_runs()["sync"]
+    t = tp.compare_topologies(**run["roles_s"])
+    return t["async"]["speedup_vs_colocated"]
+
+
+# ---- 28 · bottlenecks and where to optimise --------------------------------------------------
+
+def amdahl(share: float, speedup: float) -> float:
+    """Whole-step speed-up when a slice holding `share` of the step gets `speedup`× faster."""
+    return 1 / (1 - share + share / speedup)
+
+
+def rl28_amdahl_table() -> dict:
+    cols = [2, 10, math.inf]
+    return table(["slice's share of the step", *[("∞" if c == math.inf else f"{c}×") + " on that slice" for c in cols]],
+                 [[f"{int(100 * f)}%", *[f"{amdahl(f, c):.2f}×" for c in cols]] for f in (0.1, 0.2, 0.6, 0.8)])
+
+
+def rl28_cpu_table() -> dict:
+    """Per-role shares of the three synchronous seeds of benchmarks/async_vs_sync.py (one CPU thread)."""
+    rows = []
+    for r in result("async_vs_sync")["runs"]:
+        if r["run"] == "sync":
+            t = tp.step_time(**r["roles_s"], topology="colocated")
+            rows.append([r["seed"], f"{t['step_s']:.2f} s", *[f"{100 * t['shares'][k]:.0f}%" for k in ("rollout", "reference", "train")],
+                         t["bottleneck"]])
+    return table(["seed", "step", "rollout", "reference", "train", "bottleneck"], rows)
+
+
+FACTS: dict[str, Callable[[], object]] = {
+    "rl22a_worked_table": rl22a_worked_table,
+    "rl22a_worked_disagg_s": lambda: rl22a_worked()["step_s"],
+    "rl22a_worked_colo_s": lambda: rl22a_worked("colocated")["step_s"],
+    "rl22a_worked_idle_s": lambda: rl22a_worked()["idle_s"]["trainer"],
+    "rl22a_worked_tok_s": lambda: tp.useful_tokens_per_s(64, 16, 1024, rl22a_worked()["step_s"]),
+    "rl22a_worked_tokens": lambda: WORKED_TOKENS,
+    "rl22a_role_table": rl22a_role_table,
+    "rl22a_rollout_share": lambda: 100 * tp.role_model()["shares"]["rollout"],
+    "rl22a_length_table": rl22a_length_table,
+    "rl22a_share_8192": lambda: 100 * tp.role_model(response_len=8192)["shares"]["rollout"],
+    "rl22a_colo_drop_pct": rl22a_colo_drop,
+    "rl22a_k32_rollout_ratio": lambda: rl22a_k_doubling()["rollout_ratio"],
+    "rl22a_k32_step_ratio": lambda: rl22a_k_doubling()["step_ratio"],
+    "rl22a_sync_70b_s": lambda: tp.role_model(params_b=70, topology="async")["terms"]["sync"],
+    "rl22a_cpu_table": rl22a_cpu_table,
+    "rl22a_cpu_bottleneck": lambda: rl22a_cpu_roles()["bottleneck"],
+    "rl22a_cpu_train_share": lambda: 100 * rl22a_cpu_roles()["shares"]["train"],
+    "rl22a_cpu_rollout_share": lambda: 100 * rl22a_cpu_roles()["shares"]["rollout"],
+    "rl22a_cpu_equation_s": lambda: rl22a_cpu_roles()["step_s"],
+    "rl22a_cpu_measured_s": rl22a_cpu_measured_s,
+    "rl22a_default_rollout_s": lambda: tp.role_model()["terms"]["rollout"],
+    "rl22a_default_step_s": lambda: tp.role_model()["step_s"],
+    "rl22b_maxk_table": rl22b_maxk_table,
+    "rl22b_maxk_16_1": lambda: tp.max_of_k(16, 1.0),
+    "rl22b_k32_c05_pct": lambda: rl22b_k32_pct(0.5),
+    "rl22b_k32_c1_pct": lambda: rl22b_k32_pct(1.0),
+    "rl22b_k32_c2_pct": lambda: rl22b_k32_pct(2.0),
+    "rl22b_tail_table": rl22b_tail_table,
+    "rl22b_cutoff_table": rl22b_cutoff_table,
+    "rl22b_cutoff_steps_all": lambda: rl22b_cutoff()["all"]["steps"],
+    "rl22b_cutoff_steps_cut": lambda: rl22b_cutoff()["cut"]["steps"],
+    "rl22b_cutoff_tokens_all": lambda: rl22b_cutoff()["all"]["tokens"],
+    "rl22b_cutoff_tokens_cut": lambda: rl22b_cutoff()["cut"]["tokens"],
+    "rl22b_cutoff_mean_all": lambda: rl22b_cutoff()["all"]["mean"],
+    "rl22b_cutoff_mean_cut": lambda: rl22b_cutoff()["cut"]["mean"],
+    "rl22b_overlong_table": rl22b_overlong_table,
+    "rl22b_w_cap_tax": lambda: kpi("stragglers", "straggler tax max/mean − 1", cap=True),
+    "rl22b_w_capdyn_tax": lambda: kpi("stragglers", "straggler tax max/mean − 1", cap=True, dynk=True),
+    "rl22b_w_capdyn_saved": lambda: kpi("stragglers", "decode saved", cap=True, dynk=True),
+    "rl22b_w_course_tax": lambda: kpi("stragglers", "straggler tax max/mean − 1", cap=True, rule="course"),
+    "rl22b_w_cv2_tax": lambda: kpi("stragglers", "straggler tax max/mean − 1", cv=2.0),
+    "rl22b_w_cv2_longest": lambda: kpi("stragglers", "τ_R = longest response", cv=2.0),
+    "rl22c_topology_table": rl22c_topology_table,
+    "rl22c_async_speedup": lambda: rl22c_topologies()["async"]["speedup_vs_colocated"],
+    "rl22c_disagg_idle_s": lambda: rl22c_topologies()["disaggregated"]["idle_s"]["trainer"],
+    "rl22c_course_clip_2": lambda: 100 * (1 - math.exp(-2 / 20)),
+    "rl22c_course_clip_8": lambda: 100 * (1 - math.exp(-8 / 20)),
+    "rl22c_measured_table": rl22c_measured_table,
+    "rl22c_fixed4_clip_pct": lambda: 100 * _async_runs()["fixed4_none"]["mean clip/frac"],
+    "rl22c_fixed4_logratio": lambda: _async_runs()["fixed4_tis"]["mean offpolicy/log_ratio_abs"],
+    "rl22c_fixed4_ratio_max": lambda: _async_runs()["fixed4_none"]["mean ratio/max"],
+    "rl22c_async1_logratio": lambda: _async_runs()["async_tis"]["mean offpolicy/log_ratio_abs"],
+    "rl22c_sync_gain_pts": lambda: 100 * rl22c_gain("sync", "pass@1_gain_mean"),
+    "rl22c_sync_gain_sd_pts": lambda: 100 * rl22c_gain("sync", "pass@1_gain_sd"),
+    "rl22c_async_gain_pts": lambda: 100 * rl22c_gain("async_tis", "pass@1_gain_mean"),
+    "rl22c_async_gain_sd_pts": lambda: 100 * rl22c_gain("async_tis", "pass@1_gain_sd"),
+    "rl22c_cpu_async_speedup": rl22c_cpu_async_speedup,
+    "rl22c_stale_table": rl22c_stale_table,
+    "rl22c_w_clip32": lambda: f'{100 * kpi("async_pipe", "clip fraction (mean over the run)", delta=32):.0f}%',
+    "rl22c_w_steps32": lambda: kpi("async_pipe", "steps to accuracy 0.7", delta=32),
+    "rl22c_w_wall32": lambda: kpi("async_pipe", "wall clock to accuracy 0.7", delta=32),
+    "rl28_amdahl_table": rl28_amdahl_table,
+    "rl28_two_on_ten": lambda: 100 * (amdahl(0.1, 2) - 1),
+    "rl28_cpu_table": rl28_cpu_table,
+    "rl28_train_1gpu_s": lambda: tp.train_time_s(32768, 7e9),
+    "rl28_train_8gpu_s": lambda: tp.train_time_s(32768, 7e9, gpus=8),
+    "rl28_w_trainonly_speedup": lambda: kpi("budget", "speed-up", prefix=False, cbatch=False, train_opts=True),
+    "rl28_w_trainonly_disagg": lambda: kpi("budget", "speed-up", prefix=False, cbatch=False, train_opts=True,
+                                           placement="disaggregated"),
+    "rl28_w_prefixonly_speedup": lambda: kpi("budget", "speed-up", prefix=True, cbatch=False, train_opts=False),
+    "rl28_w_all_speedup": lambda: kpi("budget", "speed-up", prefix=True, cbatch=True, spec=True, fp8=True,
+                                       train_opts=True, sync="overlapped", refpool=True),
+    "rl28_w_all_largest": lambda: kpi("budget", "largest remaining slice", prefix=True, cbatch=True, spec=True, fp8=True,
+                                       train_opts=True, sync="overlapped", refpool=True),
+}

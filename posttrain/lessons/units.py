@@ -1,0 +1,27 @@
+"""Units the widgets print memory in: binary, everywhere (KiB = 2^10, MiB = 2^20, GiB = 2^30,
+TiB = 2^40 bytes), so a page never shows one size in GB and another in GiB.
+
+posttrain's memory.py and the course count decimal GB (1e9); the widgets take its bytes and
+print them here. An H100 "80 GB" is 80e9 bytes as sold (memory.GPUS), 74.5 GiB.
+"""
+
+from __future__ import annotations
+
+from posttrain import memory
+
+GIB = 2 ** 30
+H100_BYTES = memory.GPUS["h100"][1]
+H100_GIB = H100_BYTES / GIB
+
+
+def gib(nbytes: float) -> float:
+    return nbytes / GIB
+
+
+def size(nbytes: float, digits: int = 1) -> str:
+    """'8.0 GiB', '64 MiB', '128 KiB', '1.13 TiB': the largest binary unit that keeps the number ≥ 1."""
+    for unit, p in (("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if nbytes >= 2 ** p:
+            x = nbytes / 2 ** p
+            return f"{x:.{digits if unit in ('GiB', 'TiB') else 0}f} {unit}"
+    return f"{nbytes:.0f} B"
