@@ -176,7 +176,10 @@ def main(argv=None) -> None:
         """Merge `rows` into the JSON as it is on disk now (seeds run in parallel processes)."""
         def update(res):
             merged = [r for r in res.get(part, {}).get("rows", []) if not replaced(r)] + rows
-            res[part] = {"rows": merged, "load_average": [round(x, 2) for x in os.getloadavg()], "init": init}
+            load = [round(x, 2) for x in os.getloadavg()]
+            if a.rebuild and part == "learning":                       # trained earlier: keep that load
+                load = res.get(part, {}).get("load_average", load)
+            res[part] = {"rows": merged, "load_average": load, "init": init}
             if part in summary_keys:
                 res[part]["summary"] = summarize(merged, summary_keys[part][1], summary_keys[part][0])
             return res
