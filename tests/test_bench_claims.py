@@ -62,3 +62,15 @@ def test_update_json_loses_no_row_when_processes_write_at_once(tmp_path):
         p.join()
     import json
     assert sorted(json.loads(path.read_text())["rows"]) == list(range(6))
+
+
+def test_prm_ranking_auc_by_hand():
+    """Within: pairs of one problem only (an all-correct problem adds none); across: all pairs; ties ½."""
+    from posttrain.bench.prm import auc
+    scores = np.array([[0.9, 0.1, 0.5], [0.2, 0.2, 0.8], [0.3, 0.3, 0.3]])
+    right = np.array([[1, 0, 0], [1, 0, 1], [1, 1, 1]])
+    got = auc(scores, right)
+    assert got["within_pairs"] == 4
+    assert got["within_auc"] == pytest.approx(3.5 / 4)                 # 2/2 in row 0, (½ + 1)/2 in row 1
+    assert got["across_auc"] == pytest.approx(13.5 / 18)               # 7.5 of rows 0–1's 9 pairs, 6 of row 2's 9
+    assert auc(np.array([[0.4, 0.6]]), np.array([[1, 1]]))["within_auc"] is None

@@ -16,6 +16,11 @@ This driver measures first whether the PRM predicts its labels, then compares:
 3. The table at one sample budget (search.compare): pass@1, maj@N, ORM best@N, PRM best@N
    (min over steps), PRM-last best@N and PRM step beam search, with generated tokens per problem.
 
+4. `--ranking`: why best@N can fall below pass@1 with a predictive PRM. On the comparison's own
+   samples: the chance a correct sample outscores a wrong one of the SAME problem (within AUC,
+   what best@N needs) and of ANY problem (across AUC, what step accuracy rewards), and how the
+   score follows the number of steps (the problem's length, hence its difficulty).
+
 Each seed draws its own label problems, completions, held-out problems and samples.
 """
 
@@ -30,6 +35,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from posttrain import checkpoint
@@ -134,6 +140,41 @@ def orm_column(a, seed: int) -> dict:
     return sample_table(task, items, samples, a.n, scores)
 
 
+def auc(scores: np.ndarray, right: np.ndarray) -> dict:
+    """P(score of a correct sample > score of a wrong one), ties ½: within each problem (pairs
+    of one row, averaged over all such pairs) and across problems. scores, right [P, n]."""
+    def pairs(c: np.ndarray, w: np.ndarray) -> tuple[float, int]:
+        d = c[:, None] - w[None, :]                                             # [|c|, |w|]
+        return float((d > 0).sum() + 0.5 * (d == 0).sum()), d.size
+    within = [pairs(s[r == 1], s[r == 0]) for s, r in zip(scores, right)]
+    hits, n = sum(h for h, _ in within), sum(k for _, k in within)
+    across, m = pairs(scores[right == 1], scores[right == 0])
+    return {"within_auc": hits / n if n else None, "across_auc": across / m if m else None, "within_pairs": n}
+
+
+def ranking(a, seed: int) -> dict:
+    """Point 4 of the module doc on the samples compare() draws for this seed (keyed sampling)."""
+    from posttrain.framework.rollout import Engine, SamplingParams
+    from posttrain.preference.prm import PRM, aggregate, boundaries, step_scores
+    from posttrain.preference.search import _correct
+    policy, tok, _ = checkpoint.load_model(a.init)
+    prm = PRM(copy.deepcopy(policy))
+    prm.load_state_dict(torch.load(Path(a.runs, f"prm_s{seed}.pt"), weights_only=False)["prm"])
+    task = ArithmeticTask(ArithmeticConfig())
+    items = task.items(a.problems, "test", seed)
+    prompts = [tok.encode(tok.chat_prompt(task.prompt(it))) for it in items]
+    samples = Engine(policy, tok).generate(prompts, a.n, SamplingParams(temperature=1.0, max_new_tokens=64), seed=seed)
+    steps = step_scores(prm.eval(), tok, [s.prompt_ids for s in samples], [s.response_ids for s in samples])
+    right = np.array([_correct(task, items[i // a.n], s.text) for i, s in enumerate(samples)]).reshape(-1, a.n)
+    n_steps = np.array([len(boundaries(tok, s.response_ids)) for s in samples], float)        # [P·n]
+    out = {"pass@1": float(right.mean()), "steps_correct": float(n_steps[right.ravel() == 1].mean()),
+           "steps_wrong": float(n_steps[right.ravel() == 0].mean())}
+    for how in ("min", "last"):
+        sc = np.array([aggregate(x, how) for x in steps])                                   # [P·n]
+        out[how] = auc(sc.reshape(-1, a.n), right) | {"corr_with_steps": float(np.corrcoef(sc, n_steps)[0, 1])}
+    return out
+
+
 def _summarize(res: dict) -> dict:
     """Mean and std over seeds of every accuracy column all seeds have."""
     accs = [r["accuracy"] for r in res["runs"]]
@@ -160,10 +201,22 @@ def main(argv=None) -> None:
     p.add_argument("--runs", default="runs/prm", help="where each seed's trained PRM is kept")
     p.add_argument("--reuse", action="store_true", help="reload a seed's trained PRM instead of labelling and training")
     p.add_argument("--orm-only", action="store_true", help="add ORM best@N (--rm) to the seeds' rows in --out, nothing else")
+    p.add_argument("--ranking", action="store_true", help="add within/across-problem AUC of the seeds' saved PRMs to --out")
     p.add_argument("--out", default="benchmarks/results/prm.json")
     a = p.parse_args(argv)
     torch.set_num_threads(1)
     for seed in map(int, a.seeds.split(",")):
+        if a.ranking:                                                   # point 4, into the seed's row
+            rank = ranking(a, seed)
+            def put(res, rank=rank, seed=seed):
+                row = next(r for r in res["runs"] if r["seed"] == seed)
+                if abs(row["accuracy"]["pass@1"] - rank["pass@1"]) > 1e-9:
+                    raise SystemExit(f"seed {seed}: the samples differ from the PRM run's; rerun with --reuse")
+                row["ranking"] = rank
+                return res
+            update_json(a.out, put)
+            print(f"[prm] seed {seed} ranking: {json.dumps(rank)}", flush=True)
+            continue
         if a.orm_only:                                                  # add the ORM column to a seed's row
             table = orm_column(a, seed)
             def add(res, table=table, seed=seed):
