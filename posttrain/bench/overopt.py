@@ -82,19 +82,21 @@ def bon(init: str, rms: list[str], seed: int, prompts: int, N: int) -> dict:
     return out
 
 
-def rl_run(init: str, rm: str, kl: float, seed: int, steps: int, runs: Path) -> dict:
-    """One RLHF run (configs/rlhf.yaml budget at 8 prompts × 8 samples) and its over-optimisation turn."""
+def rl_run(init: str, rm: str, kl: float, seed: int, steps: int, runs: Path, lr: float | None = None) -> dict:
+    """One RLHF run (configs/rlhf.yaml budget at 8 prompts × 8 samples, its lr 1e-4 unless `lr`)
+    and its over-optimisation turn."""
     from posttrain.config import RLConfig, load_config
     from posttrain.recipes import rl
-    out = runs / f"{Path(rm).name}_kl{kl}_s{seed}"
+    out = runs / (f"{Path(rm).name}_kl{kl}_s{seed}" + (f"_lr{lr:g}" if lr is not None else ""))
     cfg = load_config(RLConfig, "rlhf", [f"init={init}", f"reward_model={rm}", f"out={out}", "overwrite=true",
                                          f"steps={steps}", f"seed={seed}", f"eval_every={steps}", "threads=1",
-                                         f"algo.kl_coef={kl}", "rollout.prompts_per_step=8", "eval.problems=50"])
+                                         f"algo.kl_coef={kl}", "rollout.prompts_per_step=8", "eval.problems=50",
+                                         *([f"optim.lr={lr}"] if lr is not None else [])])
     rl.run(cfg)
     data = json.loads((out / "overoptimization.json").read_text())
     from posttrain.logging import read_metrics
     ms = read_metrics(out)
-    return {"rm": rm, "kl_coef": kl, "seed": seed, "steps": steps, "run": str(out), "turn": data["turn"],
+    return {"rm": rm, "kl_coef": kl, "lr": cfg.optim.lr, "seed": seed, "steps": steps, "run": str(out), "turn": data["turn"],
             "pass@1_start": ms[0].get("eval/pass@1"), "pass@1_end": ms[-1].get("eval/pass@1"),
             "curve": [{k: round(v, 5) for k, v in r.items()} for r in data["rows"]]}
 
@@ -110,6 +112,7 @@ def main(argv=None) -> None:
     p.add_argument("--kl", default="0,0.05", help="rl: KL coefficients")
     p.add_argument("--rl-rms", default="", help="rl: the RMs to optimise against (default: the first of --rms)")
     p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--lr", type=float, default=None, help="rl: learning rate (default: configs/rlhf.yaml's 1e-4)")
     p.add_argument("--runs", default="runs/overopt")
     p.add_argument("--out", default="benchmarks/results/overoptimization.json")
     a = p.parse_args(argv)
@@ -136,8 +139,9 @@ def main(argv=None) -> None:
         if "rl" in a.part:
             for rm in (a.rl_rms.split(",") if a.rl_rms else rms[:1]):
                 for kl in map(float, a.kl.split(",")):
-                    row = rl_run(a.init, rm, kl, seed, a.steps, Path(a.runs))
-                    save("rl", row, lambda r, k=(rm, kl, seed): (r["rm"], r["kl_coef"], r["seed"]) == k)
+                    row = rl_run(a.init, rm, kl, seed, a.steps, Path(a.runs), a.lr)
+                    save("rl", row, lambda r, k=(rm, kl, row["lr"], seed): (r["rm"], r["kl_coef"], r.get("lr", 1e-4),
+                                                                           r["seed"]) == k)
                     print(f"[rl] {rm} kl {kl} seed {seed}: {row['turn']}", flush=True)
 
 
