@@ -52,12 +52,15 @@ def overoptimization() -> dict | None:
     if not res:
         return None
     out = {"widget": "hacking", "source": "benchmarks/results/overoptimization.json",
+           "rm_heldout_pair_acc": {Path(rm).name: v["heldout_pair_acc"] for rm, v in res["bon"][0]["rms"].items()}
+           if res.get("bon") else {},
            "best_of_n": {Path(rm).name: curve for rm, curve in res.get("bon_summary", {}).items()}, "rl": {}}
-    for key in sorted({(r["rm"], r["kl_coef"]) for r in res.get("rl", [])}):
-        rs = [r for r in res["rl"] if (r["rm"], r["kl_coef"]) == key]
+    key_of = lambda r: (r["rm"], r["kl_coef"], r.get("lr", 1e-4))        # rows before --lr ran at rlhf.yaml's 1e-4
+    for key in sorted({key_of(r) for r in res.get("rl", [])}):
+        rs = [r for r in res["rl"] if key_of(r) == key]
         n = min(len(r["curve"]) for r in rs)
         mean = lambda k, i, rs=rs: statistics.fmean(r["curve"][i][k] for r in rs)
-        out["rl"][f"{Path(key[0]).name} kl={key[1]}"] = {
+        out["rl"][f"{Path(key[0]).name} kl={key[1]} lr={key[2]:g}"] = {
             "seeds": sorted(r["seed"] for r in rs), "step": [rs[0]["curve"][i]["step"] for i in range(n)],
             "sqrt_kl": [round(max(mean("seq_kl", i), 0.0) ** 0.5, 4) for i in range(n)],
             "true": [round(mean("true", i), 4) for i in range(n)], "proxy": [round(mean("proxy", i), 4) for i in range(n)]}
@@ -74,7 +77,10 @@ def prm() -> dict | None:
             "tokens_per_problem": runs[0]["tokens_per_problem"],
             "step_accuracy": {"prm_steps": [c["prm_steps"] for c in runs[0]["prm_curve"]],
                               "heldout": _mean_curves([[c["step_acc"] for c in r["prm_curve"]] for r in runs]),
-                              "majority": round(statistics.fmean(r["prm_best"]["step_majority"] for r in runs), 4)}}
+                              "majority": round(statistics.fmean(r["prm_best"]["step_majority"] for r in runs), 4)},
+            "ranking": {how: {k: round(statistics.fmean(r["ranking"][how][k] for r in ranked), 4)
+                              for k in ("within_auc", "across_auc", "corr_with_steps")} for how in ("min", "last")}
+            if (ranked := [r for r in runs if "ranking" in r]) else None}
 
 
 def precision() -> dict | None:
