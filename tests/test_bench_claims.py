@@ -74,3 +74,20 @@ def test_prm_ranking_auc_by_hand():
     assert got["within_auc"] == pytest.approx(3.5 / 4)                 # 2/2 in row 0, (½ + 1)/2 in row 1
     assert got["across_auc"] == pytest.approx(13.5 / 18)               # 7.5 of rows 0–1's 9 pairs, 6 of row 2's 9
     assert auc(np.array([[0.4, 0.6]]), np.array([[1, 1]]))["within_auc"] is None
+
+
+def test_lessons_claims_data_is_what_the_results_give():
+    """posttrain/lessons/data/claims.json is benchmarks/claims_lessons.py applied to the results JSON,
+    not hand-edited (rerun the script after a result changes)."""
+    import importlib.util
+    import json
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("claims_lessons", root / "benchmarks" / "claims_lessons.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    parts = {"length_bias": mod.length_bias(), "overoptimization": mod.overoptimization(), "prm": mod.prm(),
+             "precision": mod.precision(), "group_size": mod.group_size()}
+    expected = json.loads(json.dumps({k: v for k, v in parts.items() if v is not None}))
+    shipped = json.loads((root / "posttrain" / "lessons" / "data" / "claims.json").read_text())
+    assert shipped == expected
