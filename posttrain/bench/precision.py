@@ -115,7 +115,7 @@ def learning(init: str, fmt: str, correction: str, seed: int, steps: int, runs: 
     one_run("grpo", init, steps, seed, out,
             ["rollout.prompts_per_step=8", "eval.problems=100", "threads=1", f"rollout.precision={fmt}",
              f"scale.off_policy_correction={correction}", "scale.off_policy_cap=2.0"])
-    return learning_row(out, fmt, correction, seed)
+    return learning_row(out, fmt, correction, seed) | {"load_average": [round(x, 2) for x in os.getloadavg()]}
 
 
 def learning_row(run: Path, fmt: str, correction: str, seed: int) -> dict:
