@@ -60,9 +60,11 @@ def update_json(path: str | os.PathLike, update) -> dict:
     (write_json), all under an exclusive lock: drivers that run one seed per process merge
     their rows into one file without losing each other's."""
     import fcntl
+    import hashlib
     import tempfile
     path = Path(path)
-    lock = Path(tempfile.gettempdir(), f"posttrain-{abs(hash(str(path.resolve())))}.lock")
+    key = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:16]   # hash() differs per process
+    lock = Path(tempfile.gettempdir(), f"posttrain-{key}.lock")
     with open(lock, "w") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         obj = update(json.loads(path.read_text()) if path.exists() else {})
