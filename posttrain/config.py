@@ -311,6 +311,8 @@ class RolloutConfig:
     max_resample_attempts: int = 3  # with degenerate=resample: rollout rounds per step at most
     overprovision: int = 0        # straggler cut-off: start samples_per_prompt + this per prompt, keep the first to finish
     max_slots: int = 256          # rollout engine decode slots (continuous batching)
+    precision: str = "fp32"       # sampler arithmetic: fp32 | bf16 | fp16, emulated (posttrain/precision.py) against
+                                  # the trainer's fp32: the precision lab; logprob mismatch and clip act on the difference
 
 
 @dataclass

@@ -150,9 +150,9 @@ def metric_groups(metrics: list[dict]) -> dict[str, list[str]]:
     return {g: sorted(groups[g]) for g in order}
 
 
-def _plot(div: str, traces: list[dict], title: str, barmode: str | None = None) -> str:
+def _plot(div: str, traces: list[dict], title: str, barmode: str | None = None, axes: dict | None = None) -> str:
     layout = {"title": {"text": title, "x": 0.02}, "height": 300, "margin": {"l": 50, "r": 20, "t": 40, "b": 40},
-              "xaxis": {"title": {"text": "step"}}, "legend": {"orientation": "h"}}
+              "xaxis": {"title": {"text": "step"}}, "legend": {"orientation": "h"}, **(axes or {})}
     if barmode:
         layout["barmode"] = barmode
     spec = json.dumps({"data": traces, "layout": layout}).replace("</", "<\\/")
@@ -214,6 +214,31 @@ def _throughput(run_dir: Path) -> str:
     roles = _table([[k[:-2], v] for k, v in t["roles_s"].items()], ["role", "mean seconds per step"])
     topo = _table([[k, v] for k, v in t["equation_by_topology_s"].items()], ["topology", "equation s/step"])
     return head + roles + topo
+
+
+def _overoptimization(run_dir: Path) -> str:
+    """RLHF runs (preference/rlhf.write_curve): the proxy and the true reward against √KL, Gao et
+    al.'s axes, with the true reward's 5-step running mean and where it peaked."""
+    path = run_dir / "overoptimization.json"
+    if not path.exists():
+        return ""
+    data = json.loads(path.read_text())
+    rows, turn = data["rows"], data.get("turn", {})
+    if not rows:
+        return ""
+    x = [math.sqrt(max(r.get("seq_kl", r["kl"]), 0.0)) for r in rows]
+    smooth = [_mean([r["true"] for r in rows[max(0, i - 4):i + 1]]) for i in range(len(rows))]
+    traces = [{"x": x, "y": [r["proxy"] for r in rows], "name": "proxy (RM score)", "type": "scatter", "mode": "markers"},
+              {"x": x, "y": [r["true"] for r in rows], "name": "true (verifier)", "type": "scatter", "mode": "markers",
+               "yaxis": "y2"},
+              {"x": x, "y": smooth, "name": "true, 5-step mean", "type": "scatter", "mode": "lines", "yaxis": "y2"}]
+    axes = {"xaxis": {"title": {"text": "√KL (per-token k3 × mean length)"}}, "yaxis": {"title": {"text": "proxy"}},
+            "yaxis2": {"title": {"text": "true"}, "overlaying": "y", "side": "right"}}
+    plot = _plot("plot-overoptimization", traces, "over-optimisation: reward against √KL(π ‖ π_ref)", axes=axes)
+    note = (f"<p>True reward peaked at step {turn['peak_step']} (KL/token {turn['peak_kl']:.3f}, smoothed "
+            f"{turn['peak_true_smoothed']:.3f}; start {turn['start_true']:.3f}, end {turn['final_true_smoothed']:.3f}) "
+            f"while the proxy went {turn['start_proxy']:.3f} → {turn['final_proxy']:.3f}.</p>") if turn else ""
+    return plot + note
 
 
 def _token_spans(row: dict) -> str:
@@ -312,6 +337,8 @@ def render(run_dir: str | Path) -> str:
         f'<h2 id="alarms">Health alarms</h2>{alarm_html}',
         f'<h2 id="eval">Evaluation</h2>{_eval_table(metrics)}',
         f'<h2 id="curves">Metric curves</h2>{"".join(_curves(metrics, groups))}',
+        *([f'<h2 id="overoptimization">Reward-model over-optimisation</h2>{_overoptimization(run_dir)}']
+          if (run_dir / "overoptimization.json").exists() else []),
         f'<h2 id="time">Time per role</h2>{_time_breakdown(metrics)}{_throughput(run_dir)}',
         f'<h2 id="samples">Audited samples</h2>{_samples(read_jsonl(run_dir / "samples.jsonl"))}',
         f'<h2 id="config">Config</h2><pre>{html.escape(config)}</pre>',

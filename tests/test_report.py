@@ -125,6 +125,25 @@ def test_page_shows_the_throughput_equation_when_the_run_wrote_one(tmp_path):
     assert page.count("<td>colocated</td>") == 1 and "<td>async</td>" in page
 
 
+def test_an_rlhf_run_gets_its_reward_against_root_kl_plot(tmp_path):
+    from posttrain.preference.rlhf import write_curve
+    run = synthetic_run(tmp_path / "run")
+    assert "overoptimization" not in report.render(run)                 # no RM: no section
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    for m in rows[1:]:                                                  # true rises to step 4, then falls
+        s = m["step"]
+        m.update({"reward/proxy": 0.1 * s, "reward/true": 0.5 + 0.05 * min(s, 4) - 0.05 * max(s - 4, 0)})
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    turn = write_curve(run)
+    page = report.render(run)
+    assert re.findall(r'<h2 id="(\w+)"', page)[3] == "overoptimization"
+    spec = json.loads(re.search(r'id="plot-overoptimization"></div><script>\(function\(\)\{var s=(.*?);Plotly', page).group(1))
+    x = spec["data"][0]["x"]                                            # √(per-token KL × 30 tokens)
+    assert x[:2] == pytest.approx([math.sqrt(0.001 * 30), math.sqrt(0.002 * 30)])
+    assert spec["data"][1]["y"][3] == pytest.approx(0.7) and spec["layout"]["yaxis2"]["overlaying"] == "y"
+    assert f"peaked at step {turn['peak_step']}" in page and turn["peak_step"] == 6   # 5-step mean peaks later
+
+
 def test_cli_report_writes_the_file_and_rejects_a_directory_without_metrics(tmp_path, capsys):
     run = synthetic_run(tmp_path / "pipe" / "rl")
     assert cli.main(["report", str(run)]) == 0

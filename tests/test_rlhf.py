@@ -108,13 +108,13 @@ def test_curve_keeps_training_steps_with_all_three_keys(tmp_path):
     lines = [{"step": 0, "eval/pass@1": 0.5},
              {"step": 1, "kl/ref": 0.0, "reward/proxy": 1.0, "reward/true": 0.5},
              {"step": 2, "reward/proxy": 1.0, "reward/true": 0.5},            # no kl (no reference): left out
-             {"step": 3, "kl/ref": 0.2, "reward/proxy": 2.0, "reward/true": 0.25}]
+             {"step": 3, "kl/ref": 0.2, "reward/proxy": 2.0, "reward/true": 0.25, "length/mean": 10.0}]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in lines))
     rows = curve(lines)
     assert [r["step"] for r in rows] == [1, 3]
     summary = write_curve(tmp_path)
     assert (tmp_path / "overoptimization.csv").read_text().splitlines() == [
-        "step,kl,proxy,true", "1,0.0,1.0,0.5", "3,0.2,2.0,0.25"]
+        "step,kl,proxy,true,seq_kl", "1,0.0,1.0,0.5,0.0", "3,0.2,2.0,0.25,2.0"]   # seq_kl = 0.2/token × 10 tokens
     saved = json.loads((tmp_path / "overoptimization.json").read_text())
     assert saved["rows"] == rows and saved["turn"] == summary and summary["peak_step"] == 1
 
@@ -168,8 +168,9 @@ def test_rl_with_a_reward_model_logs_proxy_true_and_writes_the_curve(sft_ckpt, t
     out = tmp_path / "rlhf"
     rl.run(load_config(RLConfig, None, [f"init={sft_ckpt}", f"reward_model={tmp_path / 'rm'}", f"out={out}",
                                         "prompts_per_step=2", "samples_per_prompt=4", "eval_problems=4",
-                                        "eval_samples=2", "steps=2", "algo.kl_coef=0.001", *TINY_TASK]))
+                                        "eval_samples=2", "steps=2", "algo.kl_coef=0", *TINY_TASK]))
     metrics = read_metrics(out)
+    # no KL term, yet the KL from the start is measured: it is the curve's x-axis
     assert all({"reward/proxy", "reward/true", "kl/ref"} <= set(m) for m in metrics[1:])
     assert metrics[1]["reward/mean"] == pytest.approx(metrics[1]["reward/proxy"])
     assert 0.0 <= metrics[-1]["eval/pass@1"] <= 1.0                   # evaluation keeps the verifier

@@ -55,6 +55,23 @@ def write_json(path: str | os.PathLike, obj) -> None:
     tmp.replace(path)
 
 
+def update_json(path: str | os.PathLike, update) -> dict:
+    """Read the JSON at `path` ({} when missing), apply `update(obj) -> obj`, write it back
+    (write_json), all under an exclusive lock: drivers that run one seed per process merge
+    their rows into one file without losing each other's."""
+    import fcntl
+    import hashlib
+    import tempfile
+    path = Path(path)
+    key = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:16]   # hash() differs per process
+    lock = Path(tempfile.gettempdir(), f"posttrain-{key}.lock")
+    with open(lock, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        obj = update(json.loads(path.read_text()) if path.exists() else {})
+        write_json(path, obj)
+    return obj
+
+
 def transformers_version() -> str:
     import transformers
     return transformers.__version__

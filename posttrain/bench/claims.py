@@ -15,6 +15,12 @@
                entropy stays higher. The clip only acts on reused samples: both runs take 4
                optimizer steps per batch (minibatches=4).
 4. group       Group size 2 vs 8 at the same samples per step (64×2 vs 16×8).
+5. length_budget  claim 2 where the budget does not cap wrong answers: rollout.max_new_tokens =
+               --max-new (128, over twice the longest correct trace), one run per algorithm and
+               seed (--seeds). Wrong answers are longer partly because harder sums (more terms)
+               stay wrong, a composition effect both algorithms share; `excess_length` removes
+               it: each wrong answer's length minus the length of ITS problem's correct trace,
+               on held-out problems, before and after training.
 
 Each claim is reported, not asserted: the numbers go to JSON and the README says whether the
 claim held here.
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 from pathlib import Path
 
@@ -31,6 +38,7 @@ import numpy as np
 import torch
 
 from posttrain import checkpoint
+from posttrain.bench import update_json
 from posttrain.bench.algorithms import one_run
 from posttrain.eval import response_budget
 from posttrain.framework.rollout import Engine, SamplingParams
@@ -38,7 +46,7 @@ from posttrain.recipes import rl
 from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
 from posttrain.tasks.base import safe_reward
 
-CLAIMS = ("degenerate", "length", "clip", "group")
+CLAIMS = ("degenerate", "length", "clip", "group", "length_budget")
 
 
 def correct_matrix(engine, tok, task, items, n: int, seed: int, max_new: int) -> np.ndarray:
@@ -68,6 +76,24 @@ def degenerate(init: str, prompts: int = 300, seed: int = 0) -> dict:
             "rows": rows}
 
 
+def excess_length(ckpt: str, seed: int, max_new: int, prompts: int = 150, n: int = 8) -> dict:
+    """Held-out wrong answers: mean length, and mean length minus the correct trace of the same
+    problem (tokens), sampled at temperature 1 with `max_new` tokens; and how many ran to the cap."""
+    model, tok, _ = checkpoint.load_model(ckpt)
+    task = ArithmeticTask(ArithmeticConfig())
+    items = task.items(prompts, "test", seed)
+    prompts_ids = [tok.encode(tok.chat_prompt(task.prompt(it))) for it in items]
+    samples = Engine(model.eval(), tok).generate(prompts_ids, n, SamplingParams(temperature=1.0, max_new_tokens=max_new),
+                                                 seed=seed + 7, items=items)
+    gold = {id(it): len(tok.encode(tok.chat_response(it.target(True)))) for it in items}
+    wrong = [s for s in samples if safe_reward(task, s.item, s.text).reward < 1.0]
+    mean = lambda xs: round(statistics.fmean(xs), 3) if xs else None
+    return {"wrong_frac": round(len(wrong) / len(samples), 4), "wrong_len": mean([len(s.response_ids) for s in wrong]),
+            "wrong_excess": mean([len(s.response_ids) - gold[id(s.item)] for s in wrong]),
+            "correct_len": mean([len(s.response_ids) for s in samples if s not in wrong]),
+            "truncated_frac": round(sum(s.finish_reason == "length" for s in samples) / len(samples), 4)}
+
+
 def _summary(row: dict, first: int = 10) -> dict:
     c = row.pop("curves")
     head = lambda k: statistics.fmean(x for x in c[k][:first] if x == x)
@@ -82,6 +108,10 @@ def main(argv=None) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--only", default=",".join(CLAIMS))
     p.add_argument("--threads", type=int, default=0, help="torch threads per run (0 = torch's default)")
+    p.add_argument("--seeds", default="0", help="length_budget: comma-separated seeds")
+    p.add_argument("--algorithms", default="grpo,dr_grpo", help="length_budget: the algorithms compared")
+    p.add_argument("--max-new", type=int, default=128, help="length_budget: rollout.max_new_tokens")
+    p.add_argument("--prompts", type=int, default=16, help="length_budget: prompts per step (× 8 samples)")
     p.add_argument("--runs", default="runs/claims")
     p.add_argument("--out", default="benchmarks/results/claims.json")
     args = p.parse_args(argv)
@@ -102,6 +132,22 @@ def main(argv=None) -> None:
         elif claim == "group":
             res[claim] = [run("grpo", "group_2", ["rollout.prompts_per_step=64", "rollout.samples_per_prompt=2"]),
                           run("grpo", "group_8", ["rollout.prompts_per_step=16", "rollout.samples_per_prompt=8"])]
+        elif claim == "length_budget":
+            for name in args.algorithms.split(","):
+                for seed in map(int, args.seeds.split(",")):
+                    tag = f"length{args.max_new}_{name}_s{seed}"
+                    over = [f"rollout.max_new_tokens={args.max_new}", f"rollout.prompts_per_step={args.prompts}",
+                            "eval.problems=100"]
+                    row = _summary(one_run(name, init, args.steps, seed, runs / tag, [*over, f"threads={args.threads}"]))
+                    row |= {"run": tag, "max_new_tokens": args.max_new, "prompts_per_step": args.prompts,
+                            "excess_start": excess_length(init, seed, args.max_new),
+                            "excess_end": excess_length(str(runs / tag), seed, args.max_new),
+                            "load_average": [round(x, 2) for x in os.getloadavg()]}
+                    def update(res, row=row, tag=tag, claim=claim):    # seeds run in parallel processes
+                        res[claim] = [r for r in res.get(claim, []) if r["run"] != tag] + [row]
+                        return res
+                    res = update_json(out, update)
+            continue
         else:
             raise SystemExit(f"--only: unknown claim {claim!r}; choose from {', '.join(CLAIMS)}")
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -75,7 +75,9 @@ class Placement:
 def place(cfg, model, tokenizer, runtime=None) -> Placement:
     check_scale_config(cfg)
     if cfg.scale.placement == "in-process" and not cfg.scale.async_:
-        engine = Engine(model, tokenizer, max_slots=cfg.rollout.max_slots, runtime=runtime)
+        from posttrain.precision import sampler_runtime    # rollout.precision: a bf16/fp16 sampler, emulated
+        engine = Engine(model, tokenizer, max_slots=cfg.rollout.max_slots,
+                        runtime=sampler_runtime(cfg.rollout.precision, runtime))
         if cfg.lora.r > 0:                                 # the sampler gets merged W + (α/r)·B·A
             return Placement(engine, LoraSync(model, engine, cfg.scale.weight_sync), engine)
         return Placement(engine, WeightSync(model, engine, cfg.scale.weight_sync), engine)

@@ -59,9 +59,11 @@ class RewardModelTask:
 
 
 def curve(metrics: list[dict]) -> list[dict]:
-    """(step, kl, proxy, true) rows of the training steps that logged all three."""
+    """(step, kl, proxy, true, seq_kl) rows of the training steps that logged all three; seq_kl is the
+    per-token KL times the mean response length, the sequence-level KL whose root Gao et al. plot on x."""
     keys = ("kl/ref", "reward/proxy", "reward/true")
-    return [{"step": m["step"], "kl": m["kl/ref"], "proxy": m["reward/proxy"], "true": m["reward/true"]}
+    return [{"step": m["step"], "kl": m["kl/ref"], "proxy": m["reward/proxy"], "true": m["reward/true"],
+             "seq_kl": m["kl/ref"] * m.get("length/mean", 1.0)}       # per-token mean × tokens ≈ KL of a response
             for m in metrics if m.get("step", 0) > 0 and all(k in m for k in keys)]
 
 
@@ -87,7 +89,7 @@ def write_curve(run_dir: str | Path) -> dict:
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     rows = curve(metrics)
     with open(run_dir / "overoptimization.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=["step", "kl", "proxy", "true"])
+        w = csv.DictWriter(f, fieldnames=["step", "kl", "proxy", "true", "seq_kl"])
         w.writeheader()
         w.writerows(rows)
     summary = turn(rows)

@@ -53,6 +53,12 @@ def check_config(cfg: RLConfig) -> None:
     if cfg.rollout.temperature <= 0:
         raise UsageError(f"rollout.temperature={cfg.rollout.temperature} samples greedily: RL needs a sampling distribution "
                          "(behaviour logprobs, different samples per group); use rollout.temperature > 0, e.g. 1.0")
+    from posttrain.precision import FORMATS
+    if cfg.rollout.precision not in FORMATS:
+        raise UsageError(f"rollout.precision={cfg.rollout.precision!r} is unknown; use {', '.join(FORMATS)}")
+    if cfg.rollout.precision != "fp32" and (cfg.scale.async_ or cfg.scale.placement != "in-process"):
+        raise UsageError(f"rollout.precision={cfg.rollout.precision} emulates the sampler in-process only; "
+                         "use scale.placement=in-process with async off, or rollout.precision=fp32")
     n = cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt
     if cfg.optim.minibatches < 1 or n % cfg.optim.minibatches:
         divisors = [d for d in range(1, n + 1) if n % d == 0]
@@ -133,7 +139,9 @@ def run(cfg: RLConfig, resume: bool = False, task=None) -> dict:
         task.start(r.dir, resume, cfg.rollout.samples_per_prompt)
     placement = place(cfg, model, tok, r.rt)              # in-process or Ray workers (distributed/)
     engine = placement.engine
-    reference = placement.reference(cfg, model) if algorithm.needs_reference(algo_cfg) else None
+    # RLHF measures the KL from the start even without a KL term: it is the x-axis of the over-optimisation curve
+    measure_kl = bool(cfg.reward_model) and "kl_coef" in {f.name for f in dataclasses.fields(algo_cfg)}
+    reference = placement.reference(cfg, model) if algorithm.needs_reference(algo_cfg) or measure_kl else None
     # Critic (PPO): the trainer optimises policy + value head (+ a separate critic trunk) as one
     # module; the sampler, the reference and model.safetensors keep the bare policy, and the
     # critic's weights travel in trainer.pt with the optimizer (extra state below).
