@@ -133,3 +133,19 @@ def test_entry_refuses_another_widgets_numbers():
     assert claims.entry("prm", "prm") is claims.recorded()["prm"]
     with pytest.raises(ValueError, match="belongs to widget 'prm'"):
         claims.entry("prm", "hacking")
+
+
+def test_the_lessons_text_quotes_the_recorded_numbers_through_facts():
+    from posttrain.lessons import facts
+    a, acc = DATA["length_bias"]["algorithms"], DATA["prm"]["accuracy"]
+    assert facts.value("rl14_claim_wrong_grpo") == f"{a['grpo']['wrong_length_first10']:.1f} → {a['grpo']['wrong_length_last10']:.1f}"
+    assert facts.value("rl14_claim_verdict") == "did not reproduce" == facts.value("rl17_claim_verdict")
+    assert facts.value("rl17_claim_prm") == acc["prm best@8"] and facts.value("rl17_claim_pass1") == acc["pass@1"]
+    full = DATA["overoptimization"]["best_of_n"]["rm_full"]
+    assert facts.value("rl18_claim_true_end") == round(full[-1]["true"], 3)
+    assert facts.value("rl18_claim_peak").startswith(f"{max(p['true'] for p in full):.3f} at n = ")
+    rows = {r[0]: r for r in facts.value("rl27_precision_table")["rows"]}
+    assert rows["bf16"][1] == f"{DATA['precision']['mismatch']['bf16']['delta_abs_mean']:.1e}"
+    for name in ("rl14", "rl17", "rl18", "rl27"):
+        text = (Path(__file__).resolve().parents[1] / f"posttrain/lessons/text/{name.replace('rl', 'rl-')}.md").read_text()
+        assert f"{{{{fact:{name}_claim" in text or f"{{{{table:{name}_precision" in text
