@@ -266,7 +266,7 @@ FACTS: dict[str, Callable[[], object]] = {
     "rl14_claim_seeds": lambda: claims.seeds_text("length_bias"),
     "rl14_claim_wrong_grpo": lambda: _wrong_len("grpo"),
     "rl14_claim_wrong_dr": lambda: _wrong_len("dr_grpo"),
-    "rl14_claim_verdict": lambda: "reproduced" if claims.length_bias_holds() else "did not reproduce",
+    "rl14_claim_verdict": lambda: "reproduced here" if claims.length_bias_holds() else "did not reproduce here either",
     # 15 · RLHF and the reward model
     "rl15_bt_table": rl15_bt_table,
     "rl15_worked_loss": lambda: round(float(bradley_terry_loss(t(1.0), t(0.2))), 6),

@@ -148,6 +148,7 @@ FACTS: dict[str, Callable[[], object]] = {
     "rl17_claim_orm": lambda: claims.recorded()["prm"]["accuracy"]["orm best@8"],
     "rl17_claim_prm": lambda: claims.recorded()["prm"]["accuracy"]["prm best@8"],
     "rl17_claim_step_acc": lambda: max(claims.recorded()["prm"]["step_accuracy"]["heldout"]),
+    "rl17_claim_step_majority": lambda: claims.recorded()["prm"]["step_accuracy"]["majority"],
     "rl17_claim_verdict": lambda: "reproduced" if claims.prm_holds() else "did not reproduce",
     "rl18_claim_seeds": lambda: claims.seeds_text("overoptimization"),
     "rl18_claim_rm_acc": lambda: round(claims.recorded()["overoptimization"]["rm_heldout_pair_acc"]["rm_full"], 2),

@@ -179,7 +179,8 @@ def rl27_precision_table() -> dict:
     cell = lambda fmt, c: round(learn[fmt, c], 3) if (fmt, c) in learn else "—"
     return {"columns": ["sampler", "mean |δ| per token", "largest |δ|", "PPO clip fraction (ε 0.2)",
                         "tokens TIS caps / the mask drops", "held-out pass@1 after 20 steps: none / TIS / mask"],
-            "rows": [[fmt, f"{v['delta_abs_mean']:.1e}", f"{v['delta_abs_max']:.2g}", f"{v['clip_frac_eps0.2']:.1e}",
+            "rows": [[fmt, f"{v['delta_abs_mean']:.1e}", f"{v['delta_abs_max']:.2g}",
+                      f"{v['clip_frac_eps0.2']:.1e}" if v["clip_frac_eps0.2"] else "0",
                       f"{v['tis_capped_frac']:.2g} / {v['mask_dropped_frac']:.2g}",
                       " / ".join(str(cell(fmt, c)) for c in ("none", "tis", "mask"))]
                      for fmt, v in e["mismatch"].items()]}
