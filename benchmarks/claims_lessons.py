@@ -52,6 +52,7 @@ def overoptimization() -> dict | None:
     if not res:
         return None
     out = {"widget": "hacking", "source": "benchmarks/results/overoptimization.json",
+           "seeds": sorted(b["seed"] for b in res.get("bon", [])),
            "rm_heldout_pair_acc": {Path(rm).name: v["heldout_pair_acc"] for rm, v in res["bon"][0]["rms"].items()}
            if res.get("bon") else {},
            "best_of_n": {Path(rm).name: curve for rm, curve in res.get("bon_summary", {}).items()}, "rl": {}}
@@ -109,7 +110,7 @@ def group_size() -> dict | None:
     if not rows:
         return None
     return {"widget": "grpo_group", "source": "benchmarks/results/claims.json (group)",
-            "runs": [{"run": r["run"], "pass@1_start": r["pass@1_start"], "pass@1_end": r["pass@1_end"],
+            "runs": [{"run": r["run"], "seed": r["seed"], "pass@1_start": r["pass@1_start"], "pass@1_end": r["pass@1_end"],
                       "degenerate_first10": r["group/degenerate_frac_first10"],
                       "degenerate_last10": r["group/degenerate_frac_last10"]} for r in rows]}
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import torch
 
 from posttrain.algorithms import core, dapo, dr_grpo, grpo
-from posttrain.lessons import dapo_toy, facts_b_signal, facts_b_sys, runs
+from posttrain.lessons import claims, dapo_toy, facts_b_signal, facts_b_sys, runs
 from posttrain.lessons.facts_b_data import kpi, result, t
 from posttrain.preference.dpo import DPOLossConfig, SeqLogps, preference_loss
 from posttrain.preference.reward_model import bradley_terry_loss
@@ -131,6 +131,11 @@ def rl14_token_table() -> dict:
     w = token_weights(10, 200)
     return {"columns": ["aggregation", "per token, 10-token answer", "per token, 200-token answer", "long / short"],
             "rows": [[AGG_LABEL[m], f"{a:.4g}", f"{b:.4g}", f"{b / a:.3g}"] for m, (a, b) in w.items()]}
+
+
+def _wrong_len(algorithm: str) -> str:
+    a = claims.recorded()["length_bias"]["algorithms"][algorithm]
+    return f"{a['wrong_length_first10']:.1f} → {a['wrong_length_last10']:.1f}"
 
 
 def _claims_run(section: str, algorithm: str) -> dict:
@@ -256,6 +261,12 @@ FACTS: dict[str, Callable[[], object]] = {
     "rl14_bench_pass1_start": lambda: round(_claims_run("length", "grpo")["pass@1_start"], 3),
     "rl14_bench_pass1_grpo": lambda: round(_claims_run("length", "grpo")["pass@1_end"], 3),
     "rl14_bench_pass1_dr": lambda: round(_claims_run("length", "dr_grpo")["pass@1_end"], 3),
+    # the 3-seed re-run with a budget that cannot cap wrong answers (lessons/data/claims.json)
+    "rl14_claim_budget": lambda: claims.recorded()["length_bias"]["algorithms"]["grpo"]["max_new_tokens"],
+    "rl14_claim_seeds": lambda: claims.seeds_text("length_bias"),
+    "rl14_claim_wrong_grpo": lambda: _wrong_len("grpo"),
+    "rl14_claim_wrong_dr": lambda: _wrong_len("dr_grpo"),
+    "rl14_claim_verdict": lambda: "reproduced here" if claims.length_bias_holds() else "did not reproduce here either",
     # 15 · RLHF and the reward model
     "rl15_bt_table": rl15_bt_table,
     "rl15_worked_loss": lambda: round(float(bradley_terry_loss(t(1.0), t(0.2))), 6),

@@ -11,6 +11,7 @@ import torch
 from posttrain.algorithms import dr_grpo, rloo
 from posttrain.data import curate
 from posttrain.eval import pass_at_k
+from posttrain.lessons import claims
 from posttrain.lessons.facts_b_data import kpi, result
 from posttrain.tasks import math_answer
 from posttrain.tasks.arithmetic import verify
@@ -46,6 +47,11 @@ def rl17_bon_table() -> dict:
                     [round(r[k], 3) for k in ("eval/pass@1", "eval/maj@8", "eval/best@8", "eval/best@8_ensemble", "eval/pass@8")])
     return {"columns": ["policy", "pass@1", "majority of 8", "best of 8 (one RM)", "best of 8 (3-RM ensemble)", "pass@8"],
             "rows": rows}
+
+
+def _peak() -> str:
+    p = claims.overopt_peak()
+    return f"{p['true']:.3f} at n = {p['n']} (√KL {p['sqrt_kl']:.2f})" if p else "no peak inside the sweep"
 
 
 # ---- 18 · environments, verifiers, reward hacking ----------------------------------------------
@@ -136,6 +142,20 @@ FACTS: dict[str, Callable[[], object]] = {
     "rl17_steps_course": lambda: kpi("prm", "step samples: best-of-N / beam", budget="course"),
     "rl17_weak_table": rl17_weak_table,
     "rl17_bon_table": rl17_bon_table,
+    "rl17_claim_seeds": lambda: claims.seeds_text("prm"),
+    "rl17_claim_pass1": lambda: claims.recorded()["prm"]["accuracy"]["pass@1"],
+    "rl17_claim_maj": lambda: claims.recorded()["prm"]["accuracy"]["maj@8"],
+    "rl17_claim_orm": lambda: claims.recorded()["prm"]["accuracy"]["orm best@8"],
+    "rl17_claim_prm": lambda: claims.recorded()["prm"]["accuracy"]["prm best@8"],
+    "rl17_claim_step_acc": lambda: max(claims.recorded()["prm"]["step_accuracy"]["heldout"]),
+    "rl17_claim_step_majority": lambda: claims.recorded()["prm"]["step_accuracy"]["majority"],
+    "rl17_claim_verdict": lambda: "reproduced" if claims.prm_holds() else "did not reproduce",
+    "rl18_claim_seeds": lambda: claims.seeds_text("overoptimization"),
+    "rl18_claim_rm_acc": lambda: round(claims.recorded()["overoptimization"]["rm_heldout_pair_acc"]["rm_full"], 2),
+    "rl18_claim_true_start": lambda: round(claims.recorded()["overoptimization"]["best_of_n"]["rm_full"][0]["true"], 3),
+    "rl18_claim_true_end": lambda: round(claims.recorded()["overoptimization"]["best_of_n"]["rm_full"][-1]["true"], 3),
+    "rl18_claim_proxy_end": lambda: round(claims.recorded()["overoptimization"]["best_of_n"]["rm_full"][-1]["proxy"], 3),
+    "rl18_claim_peak": lambda: _peak(),
     "rl17_bon_problems": lambda: int(result("best_of_n")["command"].split("--problems ")[1].split()[0]),
     # 18 · environments, verifiers, reward hacking
     "rl18_arith_table": rl18_arith_table,

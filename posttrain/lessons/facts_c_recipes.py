@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from posttrain.lessons import claims
 from posttrain.lessons.facts_c_common import GIB, kpi, result, table
 
 # ---- 23 · recipes and how runs fail -----------------------------------------------------------
@@ -171,6 +172,20 @@ def rl27_lora() -> dict:
             "measured_frac": run["lora"]["trainable"] / run["lora"]["total"]}
 
 
+def rl27_precision_table() -> dict:
+    """The precision lab (lessons/data/claims.json): a bf16/fp16/fp32 sampler against an fp32 trainer."""
+    e = claims.recorded()["precision"]
+    learn = {(r["format"], r["correction"]): r["pass@1_end"] for r in e["learning"]}
+    cell = lambda fmt, c: round(learn[fmt, c], 3) if (fmt, c) in learn else "—"
+    return {"columns": ["sampler", "mean |δ| per token", "largest |δ|", "PPO clip fraction (ε 0.2)",
+                        "tokens TIS caps / the mask drops", "held-out pass@1 after 20 steps: none / TIS / mask"],
+            "rows": [[fmt, f"{v['delta_abs_mean']:.1e}", f"{v['delta_abs_max']:.2g}",
+                      f"{v['clip_frac_eps0.2']:.1e}" if v["clip_frac_eps0.2"] else "0",
+                      f"{v['tis_capped_frac']:.2g} / {v['mask_dropped_frac']:.2g}",
+                      " / ".join(str(cell(fmt, c)) for c in ("none", "tis", "mask"))]
+                     for fmt, v in e["mismatch"].items()]}
+
+
 FACTS: dict[str, Callable[[], object]] = {
     "rl23_alarm_table": rl23_alarm_table,
     "rl23_real_runs_table": rl23_real_runs_table,
@@ -194,4 +209,7 @@ FACTS: dict[str, Callable[[], object]] = {
     "rl27_w_bias_tis16_c10": lambda: kpi("off_policy", "bias", delta=16, mode="tis", cap=10.0),
     "rl27_w_sd_tis16_c10": lambda: kpi("off_policy", "std over 200 batches", delta=16, mode="tis", cap=10.0),
     "rl27_w_sd_tis16": lambda: kpi("off_policy", "std over 200 batches", delta=16, mode="tis"),
+    "rl27_precision_table": rl27_precision_table,
+    "rl27_claim_bf16_max": lambda: claims.recorded()["precision"]["mismatch"]["bf16"]["delta_abs_max"],
+    "rl27_claim_capped": lambda: f"{max(max(v['tis_capped_frac'], v['mask_dropped_frac']) for v in claims.recorded()['precision']['mismatch'].values()):.2g}",
 }

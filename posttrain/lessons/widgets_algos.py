@@ -9,6 +9,7 @@ import math
 import torch
 
 from posttrain.algorithms import core, dapo, dr_grpo, grpo, reinforce, rloo
+from posttrain.lessons import claims
 from posttrain.lessons.registry import Knob, Widget, bar, figure, line, r, register
 from posttrain.preference.dpo import DPOLossConfig, SeqLogps, preference_loss
 
@@ -170,7 +171,7 @@ def grpo_group(r0: int, r1: int, r2: int, r3: int, std: str) -> dict:
     adv = grpo.advantages(rw, g, grpo.Config(std=std))
     mean, sd, _ = core.group_stats(rw, g, std)
     effect = ["push up" if a > 0.05 else "push down" if a < -0.05 else "no signal" for a in adv.tolist()]
-    return {
+    return claims.attach("grpo_group", {
         "figure": figure([bar([f"y{i} (r={int(x)})" for i, x in enumerate(rw)], adv.tolist(), "A_i",
                               text=effect, marker={"color": ["#2ca02c" if a > 0 else "#d62728" for a in adv.tolist()]})],
                          f"GRPO advantages, {std} std", "rollout (its reward)", "advantage A_i", yaxis={"range": [-2, 2]}),
@@ -178,7 +179,7 @@ def grpo_group(r0: int, r1: int, r2: int, r3: int, std: str) -> dict:
                  ["A", ", ".join(f"{a:+.2f}" for a in adv.tolist())],
                  ["degenerate?", "yes (skip step)" if float(sd[0]) == 0 else "no"]],
         "note": "The group's own mean replaces the critic; dividing by its std makes the step scale-free.",
-    }
+    })
 
 
 _BIN = [0, 1]
@@ -189,7 +190,7 @@ register(Widget(
     {"knobs": {"r0": 1, "r1": 1, "r2": 1, "r3": 1},
      "what": "All four right (or all wrong): std = 0, A = 0 for everyone — the prompt was too easy (or "
              "too hard) and teaches nothing."},
-    "One bar per rollout.", ["posttrain.algorithms.grpo:advantages", "posttrain.algorithms.core:group_stats"]))
+    "One bar per rollout." + claims.caption("grpo_group"), ["posttrain.algorithms.grpo:advantages", "posttrain.algorithms.core:group_stats"]))
 
 
 # ---- 12 · RLOO: leave one out ----------------------------------------------------------------
@@ -285,7 +286,7 @@ def length_bias(short: int, long: int) -> dict:
         (g,) = torch.autograd.grad(loss, lp)
         grads[mode] = (-float(g[0, 0]), -float(g[1, 0]))
     names = [AGG_NAMES[m] for m in grads]
-    return {
+    return claims.attach("length_bias", {
         "figure": figure([bar(names, [v[0] for v in grads.values()], f"short response ({short} tokens)"),
                           bar(names, [v[1] for v in grads.values()], f"long response ({long} tokens)")],
                          "gradient on each token's log π (A = 0.5 for both)", "aggregation", "per-token weight (log scale)",
@@ -294,7 +295,7 @@ def length_bias(short: int, long: int) -> dict:
                 + [["GRPO: long token gets", f"{100 * grads['seq-mean-token-mean'][1] / grads['seq-mean-token-mean'][0]:.1f}% of a short token"]],
         "note": "Dividing each sequence by its own length gives the tokens of short answers more weight; "
                 "token-mean and the constant normalisers do not.",
-    }
+    })
 
 
 register(Widget(
@@ -303,7 +304,8 @@ register(Widget(
     {"knobs": {"short": 2, "long": 500},
      "what": "Under GRPO's per-sequence mean a token of a 500-token answer gets 0.4% of the push a token "
              "of a 2-token answer gets: long wrong answers are barely punished, so they grow longer."},
-    "Weight of one token's log-probability in the loss gradient, for each aggregation mode.",
+    "Weight of one token's log-probability in the loss gradient, for each aggregation mode."
+    + claims.caption("length_bias"),
     ["posttrain.algorithms.core:aggregate", "posttrain.algorithms.core:batch_norm"]))
 
 

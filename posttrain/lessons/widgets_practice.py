@@ -12,7 +12,7 @@ from posttrain import report
 from posttrain.sizing import memory, throughput
 from posttrain.algorithms import core, dapo
 from posttrain.framework.rollout import token_logprobs
-from posttrain.lessons import units
+from posttrain.lessons import claims, units
 from posttrain.lessons.registry import Knob, Widget, bar, figure, line, r, register
 
 _BASE = torch.linspace(-1.5, 1.5, 16, dtype=torch.float64)           # a 16-token policy's logits
@@ -171,7 +171,7 @@ def _curves(cap: float) -> dict:
 def off_policy(delta: int, mode: str, cap: float) -> dict:
     curves = _curves(cap)                                              # every (Δ, mode) at this cap, once
     truth, est, sd, m = curves[mode][STALENESS.index(delta)]
-    return {
+    return claims.attach("off_policy", {
         "figure": figure([line(STALENESS, [c[1] - c[0] for c in cs], md, mode="lines+markers") for md, cs in curves.items()]
                          + [line([delta], [est - truth], "this setting", mode="markers", marker={"size": 14}),
                             *[line(STALENESS, [float(c[3]["offpolicy/capped_frac"]) for c in cs], f"{md}: capped",
@@ -186,7 +186,7 @@ def off_policy(delta: int, mode: str, cap: float) -> dict:
                  ["largest weight", r(m["offpolicy/weight_max"], 3)], ["mean |log ρ|", r(m["offpolicy/log_ratio_abs"], 3)]],
         "note": "Without a weight the stale samples estimate the old policy; capping trades a little bias "
                 "for bounded variance; masking drops the tokens that moved most.",
-    }
+    })
 
 
 register(Widget(
@@ -197,5 +197,5 @@ register(Widget(
      "what": "Samples 16 versions old used with no correction: the estimate is the old policy's value, "
              "far from the current one, and the gradient points where the policy used to be."},
     "Each point: the mean over 200 batches of 64 tokens of the weighted estimate minus the truth. The "
-    "16-token policies are a deliberate toy; the weights are core.off_policy_weights.",
+    "16-token policies are a deliberate toy; the weights are core.off_policy_weights." + claims.caption("off_policy"),
     ["posttrain.algorithms.core:off_policy_weights"]))

@@ -12,6 +12,7 @@ import torch
 from posttrain.sizing import memory
 from posttrain.algorithms import core, dapo, reinforce
 from posttrain.data.curate import curate
+from posttrain.lessons import claims
 from posttrain.lessons.registry import Knob, Widget, bar, figure, line, r, register
 from posttrain.preference.prm import aggregate
 from posttrain.preference.reward_model import bradley_terry_loss
@@ -128,7 +129,7 @@ def prm_search(p_good: float, N: int, B: int, budget: str) -> dict:
     names = ["one sample (pass@1)", "majority of N", "ORM best of N", "PRM best of N", "PRM beam"]
     vals = list(acc.values())
     best = max(range(len(vals)), key=vals.__getitem__)
-    return {
+    return claims.attach("prm", {
         "figure": figure([bar(list(acc), vals, "share of problems answered right",
                               marker={"color": ["#d62728" if i == best else "#1f77b4" for i in range(len(vals))]})],
                          f"p_good = {p_good}, N = {N}, beam {B} × {K} per step ({budget} budget)", "method",
@@ -139,7 +140,7 @@ def prm_search(p_good: float, N: int, B: int, budget: str) -> dict:
         "note": (f"Sampling {B * K * S} steps against best-of-N's {N * S}, the PRM beam answers {100 * beam:.1f}% "
                  f"right; the best reranker of N whole chains {100 * max(vals[2], vals[3]):.1f}%, one sample "
                  f"{100 * vals[0]:.1f}%. Best here: {names[best]}."),
-    }
+    })
 
 
 register(Widget(
@@ -152,7 +153,7 @@ register(Widget(
              "better first."},
     "Share of 600 six-step problems answered right, by method; red: the best one. The chains and the "
     "reward models' scores are simulated (a deliberate toy); the ranking and the table are posttrain's "
-    "search.sample_table and prm.aggregate.",
+    "search.sample_table and prm.aggregate." + claims.caption("prm"),
     ["posttrain.preference.search:sample_table", "posttrain.preference.prm:aggregate",
      "posttrain.tasks.arithmetic:ArithmeticTask.reward"]))
 
@@ -194,7 +195,7 @@ def _hack_run(rho: float) -> dict:
 
 def hacking(rho: float, steps: int) -> dict:
     pi, train, held = _hack_run(rho)[steps]
-    return {
+    return claims.attach("hacking", {
         "figure": figure([bar(["π(solve)", "π(emit phrase)"], pi.tolist(), "policy (mean of 200 seeds)"),
                           bar(["train reward (proxy)", "held-out correctness"], [train, held], "EMA", xaxis="x2", yaxis="y2")],
                          f"leak ρ = {rho}, {steps} steps", "", "probability (mean of 200 seeds)",
@@ -208,7 +209,7 @@ def hacking(rho: float, steps: int) -> dict:
                  f"held-out correctness {held:.2f} have started to part." if train - held > 0.1 else
                  f"The policy solves (π(solve) = {float(pi[0]):.2f}): train reward {train:.2f} and held-out "
                  f"correctness {held:.2f} move together; the leak is too small to pay."),
-    }
+    })
 
 
 register(Widget(
@@ -218,7 +219,7 @@ register(Widget(
      "what": "ρ = 0.5: the phrase earns 0.9 per try against 0.7 for solving; the policy learns to emit "
              "the phrase, train reward climbs to ~0.9 while held-out correctness falls to ~0.4."},
     "Left: the policy. Right: the proxy reward it is trained on vs. the correctness it should have. Two "
-    "actions and a leaky verifier: a deliberate toy trained by reinforce.loss.",
+    "actions and a leaky verifier: a deliberate toy trained by reinforce.loss." + claims.caption("hacking"),
     ["posttrain.algorithms.reinforce:loss"]))
 
 

@@ -136,9 +136,13 @@
       return;
     }
     if (xs.length < 2) return;
-    xs.sort(function (a, b) { return out[a].domain[0] - out[b].domain[0]; });
     var id = function (k) { return k.charAt(0) + k.slice(5); };           // "xaxis2" → "x2", "yaxis" → "y"
     var key = function (i) { return i.charAt(0) + "axis" + i.slice(1); };  // "y3" → "yaxis3"
+    var top = function (k) {                        // a panel drawn under others (its y domain lower) stays under them
+      var y = out[k].anchor && out[key(out[k].anchor)];
+      return y && y.domain ? y.domain[1] : 1;
+    };
+    xs.sort(function (a, b) { return top(b) - top(a) || out[a].domain[0] - out[b].domain[0]; });
     var n = xs.length, height = Math.round((out.height || 340) * (0.5 + 0.55 * n)), gap = 90 / height;
     var ys = {};                                   // x axis id → the y axes its traces use
     (data || []).forEach(function (t) {
