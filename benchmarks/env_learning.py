@@ -53,6 +53,8 @@ def one_run(env: str, seed: int, steps: int, init: str, out: Path, openenv_url: 
             "reward_first_quarter": sum(curve[:k]) / k, "reward_last_quarter": sum(curve[-k:]) / k,
             "heldout_greedy_before": m[0]["eval/greedy_acc"], "heldout_greedy_after": m[-1]["eval/greedy_acc"],
             "heldout_pass@1_before": m[0].get("eval/pass@1"), "heldout_pass@1_after": m[-1].get("eval/pass@1"),
+            "heldout_errors_before": m[0].get("eval/errors"), "heldout_errors_after": m[-1].get("eval/errors"),
+            "heldout_timeouts_before": m[0].get("eval/timeouts"), "heldout_timeouts_after": m[-1].get("eval/timeouts"),
             "reward_errors": sum(r["reward/errors"] for r in m[1:]), "timeouts": sum(r["reward/timeouts"] for r in m[1:]),
             "mismatch_max": max(r["mismatch/logprob_abs"] for r in m[1:]),
             "episodes_per_step": m[1]["rollout/episodes"], "engine_calls_per_step": m[1]["rollout/engine_calls"]}

@@ -176,3 +176,17 @@ def test_an_environment_that_raises_hangs_or_lies_costs_its_episode_not_the_step
     assert all(by_item[k].reward == 0.0 and by_item[k].reward_error for k in ("raise", "hang", "text", "nan"))
     assert by_item["fair"].reward == 1.0 and by_item["fair"].reward_error is None
     assert "timeout" in by_item["hang"].reward_error and "not a finite number" in by_item["nan"].reward_error
+
+
+def test_held_out_episodes_the_environment_failed_are_counted_beside_the_accuracy(model_tok):
+    from posttrain.envs.source import ExternalRollouts
+    model, tok = model_tok
+    cfg = load_config(RLConfig, None, ["rollout.max_new_tokens=4", "verifier.timeout_s=10"])
+    src = ExternalRollouts(cfg, FaultyTask(), tok, Engine(model, tok, max_slots=16))
+    try:
+        res = src.evaluate(["raise", "text", "nan", "fair"], k=2)
+    finally:
+        src.close()
+    # greedy: 3 failed episodes of 4; sampled: 2 × 3 of 8; only "fair" is correct
+    assert res["eval/errors"] == 9 and res["eval/timeouts"] == 0
+    assert res["eval/greedy_acc"] == 0.25 and res["eval/pass@1"] == 0.25 and res["eval/pass@2"] == 0.25
