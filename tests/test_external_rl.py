@@ -176,3 +176,47 @@ def test_an_environment_that_raises_hangs_or_lies_costs_its_episode_not_the_step
     assert all(by_item[k].reward == 0.0 and by_item[k].reward_error for k in ("raise", "hang", "text", "nan"))
     assert by_item["fair"].reward == 1.0 and by_item["fair"].reward_error is None
     assert "timeout" in by_item["hang"].reward_error and "not a finite number" in by_item["nan"].reward_error
+
+
+def test_held_out_episodes_the_environment_failed_are_counted_beside_the_accuracy(model_tok):
+    from posttrain.envs.source import ExternalRollouts
+    model, tok = model_tok
+    cfg = load_config(RLConfig, None, ["rollout.max_new_tokens=4", "verifier.timeout_s=10"])
+    src = ExternalRollouts(cfg, FaultyTask(), tok, Engine(model, tok, max_slots=16))
+    try:
+        res = src.evaluate(["raise", "text", "nan", "fair"], k=2)
+    finally:
+        src.close()
+    # greedy: 3 failed episodes of 4; sampled: 2 × 3 of 8; only "fair" is correct
+    assert res["eval/errors"] == 9 and res["eval/timeouts"] == 0
+    assert res["eval/greedy_acc"] == 0.25 and res["eval/pass@1"] == 0.25 and res["eval/pass@2"] == 0.25
+
+
+def test_an_openenv_server_at_capacity_makes_episodes_wait_not_fail(model_tok):
+    # OpenEnv serves at most max_concurrent_envs sessions; 8 concurrent episodes against a server
+    # holding 2 were refused (CAPACITY_REACHED) and scored 0: now they wait for a free session
+    pytest.importorskip("openenv")
+    from openenv.core.env_server.http_server import create_app as openenv_app
+
+    from posttrain.envs.openenv_env import OpenEnvConfig, OpenEnvTask
+    from posttrain.envs.source import ExternalRollouts
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        import arith_openenv
+    finally:
+        sys.path.remove(str(EXAMPLES))
+    env_server = Server(openenv_app(arith_openenv.SumEnvironment, arith_openenv.SumAction, arith_openenv.SumObservation,
+                                    env_name="arith_sum", max_concurrent_envs=2)).start()
+    model, tok = model_tok
+    cfg = load_config(RLConfig, None, ["rollout.prompts_per_step=2", "rollout.samples_per_prompt=4",
+                                       "rollout.max_new_tokens=8", "verifier.timeout_s=60"])
+    task = OpenEnvTask(OpenEnvConfig(url=env_server.url[:-len("/v1")], observation_field="question"))
+    src = ExternalRollouts(cfg, task, tok, Engine(model, tok, max_slots=16))
+    try:
+        samples, metrics = src.get(1)
+    finally:
+        src.close()
+        env_server.close()
+    assert metrics["reward/errors"] == 0 and metrics["reward/timeouts"] == 0
+    assert metrics["rollout/episodes_without_tokens"] == 0 and len(samples) == 8
+    assert metrics["reward/capacity_waits"] > 0 and metrics["reward/done"] == 1.0     # the server was full, and waited for

@@ -36,9 +36,9 @@ class SumEnvironment(Environment):
         self.answer = 0
 
     def reset(self, seed: int | None = None, episode_id: str | None = None, max_terms: int | None = None,
-              **kwargs) -> SumObservation:
+              min_terms: int | None = None, **kwargs) -> SumObservation:
         rng = random.Random(seed)
-        count = rng.randint(self.min_terms, max_terms or self.max_terms)
+        count = rng.randint(min_terms or self.min_terms, max_terms or self.max_terms)
         terms = [rng.randint(0, self.max_value) for _ in range(count)]
         self.answer = sum(terms)
         self._state = State(episode_id=episode_id or str(uuid4()), step_count=0)

@@ -23,6 +23,7 @@ reward costs its episode (envs/source.py), never the run.
 
 from __future__ import annotations
 
+import asyncio
 import random
 from dataclasses import dataclass, field
 
@@ -87,8 +88,6 @@ class OpenEnvTask:
         """The first messages of an item's episodes (one reset, cached): for the step plan and the
         first-prompt printout; episodes themselves reset their own sessions."""
         if item["seed"] not in self._first:
-            import asyncio
-
             async def first():
                 async with self._client() as env:
                     return (await env.reset(seed=item["seed"], **self.config.reset_args)).observation
@@ -104,8 +103,8 @@ class OpenEnvTask:
         policy = endpoint.openai(episode_id)
         total, steps, done = 0.0, 0, False
         try:
-            async with self._client() as env:
-                result = await env.reset(seed=item["seed"], **self.config.reset_args)
+            env, result, waits = await self._open(item)
+            async with env:
                 messages = self._opening(result.observation)
                 done = bool(result.done)
                 while not done and steps < self.config.max_turns:
@@ -124,4 +123,30 @@ class OpenEnvTask:
                                  {"role": "user", "content": self.render(result.observation)}]
         finally:
             await policy.close()
-        return RewardResult(total, {"done": float(done), "turns": float(steps)})
+        return RewardResult(total, {"done": float(done), "turns": float(steps), "capacity_waits": float(waits)})
+
+    async def _open(self, item: dict):
+        """A session reset to the item's seed: (client, reset result, how often the server was full).
+
+        An OpenEnv server holds at most its `max_concurrent_envs` sessions (1 unless the environment
+        says otherwise) and frees a session only after its socket closed, so a step's episodes, or
+        the next batch right after the last, can find it full: the reset answers CAPACITY_REACHED.
+        Nothing was served to the policy yet, so the episode asks again after a pause (up to 1 s,
+        under verifier.timeout_s like the whole episode) instead of scoring 0 for the server's queue."""
+        from websockets.exceptions import ConnectionClosedOK
+        waits, pause = 0, 0.05
+        while True:
+            env = self._client()
+            await env.connect()
+            try:
+                return env, await env.reset(seed=item["seed"], **self.config.reset_args), waits
+            except (RuntimeError, ConnectionClosedOK) as e:   # a full server answers the error, then closes;
+                await env.close()                             # the reset may meet either
+                if isinstance(e, RuntimeError) and "CAPACITY_REACHED" not in str(e):
+                    raise
+            except BaseException:
+                await env.close()
+                raise
+            waits += 1
+            await asyncio.sleep(pause)
+            pause = min(2 * pause, 1.0)

@@ -183,12 +183,18 @@ class ExternalRollouts:
 
     def evaluate(self, items, k: int, prefix: str = "eval/") -> dict:
         """Greedy (temperature 0) episodes and, with k > 1, k sampled ones per held-out item: the
-        keys of eval.evaluate, with "correct" = the episode's reward ≥ 1 (or its `correct` component)."""
+        keys of eval.evaluate, with "correct" = the episode's reward ≥ 1 (or its `correct` component).
+        An episode the environment failed scores 0 there too, so the failures are counted beside
+        the accuracy (`errors`, `timeouts`, over greedy and sampled episodes): a low pass@1 then
+        says whether the policy or the environment failed."""
         greedy, _ = self._results(items, 1, 0.0)
+        sampled = self._results(items, k, self.cfg.rollout.temperature)[0] if k > 1 else []
+        timeouts = sum(r.error is not None and r.error.startswith("timeout") for r in greedy + sampled)
         out = {f"{prefix}greedy_acc": float(np.mean([_correct(r) for r in greedy])),
-               f"{prefix}greedy_reward": float(np.mean([r.reward for r in greedy]))}
+               f"{prefix}greedy_reward": float(np.mean([r.reward for r in greedy])),
+               f"{prefix}errors": float(sum(r.error is not None for r in greedy + sampled) - timeouts),
+               f"{prefix}timeouts": float(timeouts)}
         if k > 1:
-            sampled, _ = self._results(items, k, self.cfg.rollout.temperature)
             correct = [sum(_correct(r) for r in sampled[i * k:(i + 1) * k]) for i in range(len(items))]
             out[f"{prefix}pass@1"] = float(np.mean([pass_at_k(k, c, 1) for c in correct]))
             out[f"{prefix}pass@{k}"] = float(np.mean([pass_at_k(k, c, k) for c in correct]))
