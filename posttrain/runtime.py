@@ -57,20 +57,23 @@ def resolve(device: str = "auto", dtype: str = "auto", threads: int = 0) -> Runt
     return Runtime(dev, torch.float32, compute)
 
 
-_HINTED = []
+_HINTED: list[float] = []      # the load average at the first look (one look per process)
 
 
 def busy_machine_hint() -> str:
-    """Once per process: when the load average is above the cores, other jobs share the machine, and
-    torch's default of a thread per core makes every job several times slower (threads wait on each
-    other); one thread per job is the fix. Returns the line printed ("" when quiet or said already)."""
+    """Once per process, at its first stage: when the load average is above the cores, other jobs share
+    the machine, and torch's default of a thread per core makes every job several times slower (threads
+    wait on each other); one thread per job is the fix. Only the first look counts: later in the same
+    process (the pipeline's next stage) the load includes our own threads. Returns the line printed."""
+    if _HINTED:
+        return ""
     try:
         load, cores = os.getloadavg()[0], os.cpu_count() or 1
     except OSError:
         return ""
-    if load <= cores or _HINTED:
-        return ""
     _HINTED.append(load)
+    if load <= cores:
+        return ""
     line = (f"note: the load average ({load:.1f}) is above this machine's {cores} cores: other jobs share it, and with "
             f"a thread per core each job runs several times slower; pass threads=1")
     print(line, flush=True)

@@ -13,6 +13,9 @@ def test_busy_machine_hint_says_once_to_use_one_thread(monkeypatch, capsys):
     monkeypatch.setattr(runtime.os, "cpu_count", lambda: 2)
     monkeypatch.setattr(runtime.os, "getloadavg", lambda: (1.5, 1.0, 1.0))
     assert runtime.busy_machine_hint() == ""                                # quiet: nothing
+    monkeypatch.setattr(runtime.os, "getloadavg", lambda: (2.4, 1.0, 1.0))
+    assert runtime.busy_machine_hint() == ""        # the pipeline's next stage: the load is our own threads
+    monkeypatch.setattr(runtime, "_HINTED", [])                             # a new process on a busy machine
     monkeypatch.setattr(runtime.os, "getloadavg", lambda: (9.1, 8.0, 7.0))
     runtime.resolve("cpu", "auto", threads=0)
     runtime.resolve("cpu", "auto", threads=0)
