@@ -27,15 +27,16 @@ SMALL = {    # appended to every `posttrain STAGE` the README runs
                  "rl.steps=2 rl.rollout.prompts_per_step=2 rl.rollout.samples_per_prompt=4 rl.eval.problems=4 "
                  "rl.eval.samples=2"),
     "pretrain": "steps=2 batch_size=4 seq_len=32 corpus_chars=4000",
-    # rejection sampling keeps only verified samples: a 2-step model gets some right only on sums of two 0s and 1s
-    "sft": "steps=2 batch_size=8 num_problems=100 eval_problems=4 rejection_prompts=32 rejection_samples=16 "
-           "task.min_terms=2 task.max_terms=2 task.max_value=1",
+    "sft": "steps=2 batch_size=8 num_problems=100 eval_problems=4 rejection_prompts=32 rejection_samples=16",
     "rl": "steps=2 eval_every=2 rollout.prompts_per_step=2 rollout.samples_per_prompt=4 eval.problems=4 eval.samples=2",
     "dpo": "steps=2 batch_size=4 pair_prompts=16 eval_problems=4 eval_samples=2",
     "rm": "steps=2 batch_size=4 pair_prompts=16 eval_prompts=8",
     "distill": "steps=2 prompts_per_step=2 samples_per_prompt=2 eval_problems=4 eval_samples=2",
     "eval": "--problems 4",
 }
+# rejection sampling keeps only verified samples: a 2-step model gets some right only on sums of two 0s and
+# 1s (the built-in arithmetic task's keys, so only for `sft data=rejection`, never for a user's dataset)
+REJECTION = "task.min_terms=2 task.max_terms=2 task.max_value=1"
 SKIP = re.compile(r"^(pip |python -c|command -v|ray |.*pytest|posttrain (bench|lessons)\b)")
 
 
@@ -59,6 +60,7 @@ def smoke_command(python: str) -> str:
     cases = "\n".join(f'  {stage}) set -- "$@" {args}{"" if stage == "eval" else " threads=1"};;'
                       for stage, args in SMALL.items())
     return f"""#!/usr/bin/env bash
+case " $* " in *" data=rejection "*) set -- "$@" {REJECTION};; esac
 case "$1" in
 {cases}
 esac
