@@ -88,6 +88,20 @@ def test_code_excerpt_is_the_live_source_with_a_link_to_its_lines():
     assert '<span class="s' in html                                                   # the docstring is coloured
 
 
+def test_every_ranged_excerpt_still_shows_the_lines_it_was_written_for():
+    """A range counts lines from the object's start: code added above them moves the excerpt onto other
+    lines. tools/excerpts.py pins the text; a drift names the lesson and the fix (`--remap`)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("excerpts", Path(__file__).parents[1] / "tools" / "excerpts.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    assert len(tool.ranged_specs()) >= 50
+    assert tool.check() == []
+    lines = ["def f(a,", "      b):", "    return g(a, 'x',", "             b,)"]
+    assert tool.find(lines, 'return g(a, "x", b)') == (3, 4)       # re-anchored across a reformat
+    assert tool.find(lines, "return h(a)") is None
+
+
 def test_widgets_are_placed_once_and_the_rest_appended(tmp_path, monkeypatch):
     monkeypatch.setattr(content, "TEXT_DIR", tmp_path)
     (tmp_path / "rl-03.md").write_text("## The idea\n\nWords.\n\n{{widget:kl}}\n\n## What to try\n\nMore.\n")
