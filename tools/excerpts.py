@@ -63,12 +63,11 @@ def find(lines: list[str], want: str) -> tuple[int, int] | None:
     """The shortest 1-based line range A-B of `lines` whose normal form is `want` (None if no range is)."""
     target = normal(want)
     for a in range(len(lines)):
-        acc = ""
         for b in range(a, len(lines)):
-            acc += normal(lines[b])
+            acc = normal("\n".join(lines[a:b + 1]))
             if acc == target:
                 return a + 1, b + 1
-            if not target.startswith(acc):
+            if not target.startswith(acc.rstrip(",")):     # a comma a later `)` would remove
                 break
     return None
 
