@@ -209,7 +209,7 @@ def main(argv=None) -> int:
         elif args.command == "bench":
             importlib.import_module(BENCHES[args.which]).main(args.rest)
         elif args.command == "memory":
-            importlib.import_module("posttrain.sizing.memory").main(args.rest)
+            importlib.import_module("posttrain.sizing.memory_cli").main(args.rest)
         elif args.command == "serve":
             from posttrain.serve.server import main as serve_main
             serve_main(args.rest)

@@ -2,36 +2,29 @@
 
     cfg = load_config(SFTConfig, "configs/sft_cot.yaml", ["steps=200", "model.preset=micro"])
 
-Every field carries a comment that says what it does. Unknown keys fail with the closest
-valid name; wrong types fail naming the key and the expected type (both `UsageError`, so
-the CLI prints one line and exits 2). The fully resolved config is saved in the run
+Every field carries a comment that says what it does (`posttrain STAGE --help` prints them).
+This file holds the stages' dataclasses and the sections they share; reading a YAML file and
+overrides into them, with an error naming any unknown key or wrong type, is config_load.py,
+whose functions are importable from here too. The fully resolved config is saved in the run
 directory as `config.yaml`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
-import keyword
-import sys
-import types
-import typing
 from dataclasses import dataclass, field
-from pathlib import Path
 
-import yaml
-
-from posttrain import UsageError
 from posttrain.algorithms import grpo
 from posttrain.algorithms.base import AlgoConfig
+from posttrain.config_load import build, load_config, save_config, to_dict
 from posttrain.logging import WandbConfig
 from posttrain.models.gpt_mini import ModelConfig
 from posttrain.models.lora import LoraConfig
 from posttrain.tasks.arithmetic import ArithmeticConfig
 from posttrain.tasks.base import TaskConfig
-from posttrain.validate import validate
 
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
+__all__ = ["RunConfig", "OptimConfig", "PretrainConfig", "SFTConfig", "RolloutConfig", "RLOptimConfig", "EvalConfig",
+           "VerifierConfig", "ScaleConfig", "RLConfig", "RL_MOVED", "TRL_NAMES",
+           "load_config", "build", "to_dict", "save_config"]
 
 
 @dataclass
@@ -96,207 +89,6 @@ class SFTConfig(RunConfig):
     rejection_samples: int = 8    # data=rejection: samples per prompt; correct, distinct ones are kept
     target_acc: float = 0.0       # stop at the first evaluation (every eval_every steps) whose held-out greedy
                                   # accuracy reaches this; 0 = off. A warm-up for RL: start where RL has room
-
-
-def _resolve_path(path: str | None) -> Path | None:
-    if path is None:
-        return None
-    p = Path(path)
-    if p.exists():
-        return p
-    for cand in (CONFIG_DIR / path, CONFIG_DIR / f"{path}.yaml"):
-        if cand.exists():
-            return cand
-    names = sorted(x.stem for x in CONFIG_DIR.glob("*.yaml")) if CONFIG_DIR.exists() else []
-    raise UsageError(f"config file {path!r} not found; give a YAML path or a preset name ({', '.join(names)})")
-
-
-def load_config(cls, path: str | None = None, overrides: typing.Sequence[str] = (), data: dict | None = None):
-    """Build `cls` from an optional YAML file, then `data` (a nested dict: the Python API's keyword
-    arguments), then `key=value` overrides (dotted for nesting)."""
-    merged: dict = {}
-    p = _resolve_path(path)
-    if p is not None:
-        try:
-            merged = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as e:
-            raise UsageError(f"config file {p} is not valid YAML: {str(e).splitlines()[0]}") from None
-        except UnicodeDecodeError as e:
-            line = p.read_bytes()[:e.start].count(b"\n") + 1
-            raise UsageError(f"config file {p}:{line}: byte 0x{e.object[e.start]:02x} is not UTF-8; "
-                             "save the file as UTF-8") from None
-        if not isinstance(merged, dict):
-            raise UsageError(f"config file {p} must hold a mapping of keys to values")
-    data = _deep_merge(merged, data or {})
-    for item in overrides:
-        if "=" not in item:
-            raise UsageError(f"override {item!r} must look like key=value (e.g. steps=100)")
-        key, raw = item.split("=", 1)
-        try:
-            value = yaml.safe_load(raw) if raw != "" else ""
-        except yaml.YAMLError:
-            value = raw
-        node = data
-        parts = key.split(".")
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise UsageError(f"override {key!r}: {part!r} is not a section")
-        node[parts[-1]] = value
-    return validate(build(cls, data))           # values: posttrain/validate.py
-
-
-def _deep_merge(a: dict, b: dict) -> dict:
-    out = dict(a)
-    for k, v in b.items():
-        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
-
-
-def build(cls, data: dict, prefix: str = "", base=None):
-    """Turn a nested dict into the dataclass `cls` (on top of `base`, default `cls()`),
-    validating every key and type. Nested sections keep the stage's own defaults."""
-    obj = base if base is not None else cls()
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
-    data = _renamed(cls, data, prefix, hints)
-    kwargs = {}
-    for key, value in data.items():
-        if keyword.iskeyword(key):   # `async: true` in YAML is the field async_
-            key += "_"
-        if key not in hints:
-            raise UsageError(f"unknown config key '{prefix}{key}' for {cls.__name__}{_suggest(obj, key, names, prefix)}")
-        if dataclasses.is_dataclass(hints[key]) and isinstance(value, dict):
-            sub, current = _section(hints[key], value, getattr(obj, key))
-            kwargs[key] = build(sub, value, f"{prefix}{key}.", current)
-        else:
-            kwargs[key] = _coerce(hints[key], value, f"{prefix}{key}")
-    return dataclasses.replace(obj, **kwargs)
-
-
-_NOTED: set[str] = set()
-
-
-def _renamed(cls, data: dict, prefix: str, hints) -> dict:
-    """Old flat names moved into their sections (a one-line note, once); TRL's names refused with
-    posttrain's name for the same thing."""
-    moved, foreign = ALIASES.get(cls, ({}, {}))
-    out = dict(data)
-    for key in [k for k in data if k not in hints and (k + "_" not in hints or not keyword.iskeyword(k))]:
-        if key in moved:
-            *path, leaf = moved[key].split(".")
-            node = out
-            for part in path:
-                node[part] = node = dict(node.get(part) or {})
-            if leaf in node and node[leaf] != data[key]:
-                raise UsageError(f"config keys '{prefix}{key}' and '{prefix}{moved[key]}' are the same key with two "
-                                 f"values; keep '{prefix}{moved[key]}'")
-            node[leaf] = out.pop(key)
-            if key not in _NOTED:
-                _NOTED.add(key)
-                print(f"note: config key '{prefix}{key}' is now '{prefix}{moved[key]}' (the old name works until "
-                      "posttrain 0.3)", file=sys.stderr)
-        elif key in foreign:
-            raise UsageError(f"unknown config key '{prefix}{key}' for {cls.__name__}: that is TRL's name; "
-                             f"posttrain's is '{prefix}{foreign[key]}'")
-    return out
-
-
-def _section(tp, value: dict, current):
-    """The dataclass of a nested section and its base. A `task:` section is the config of the task
-    its `name` picks (tasks/__init__.py), an `algo:` section the Config of the algorithm its `name`
-    picks (algorithms/__init__.py); switching the name starts from that one's defaults."""
-    if isinstance(tp, type) and issubclass(tp, AlgoConfig):
-        from posttrain import algorithms
-        cls = algorithms.get(value.get("name", current.name)).Config
-        return cls, current if type(current) is cls else None
-    if not (isinstance(tp, type) and issubclass(tp, TaskConfig)):
-        return tp, current
-    from posttrain.tasks import config_class
-    name = value.get("name", current.name)
-    cls = config_class(name)
-    if tp is not TaskConfig and cls is not tp:            # a stage typed to one task (dpo, rm, pipeline)
-        raise UsageError(f"task.name={name!r}: this stage runs on task.name={tp().name} only")
-    return cls, current if type(current) is cls else None
-
-
-def _dotted_keys(obj, prefix=""):
-    """Every leaf key of a config instance, dotted (sections at their current class: the task and
-    algorithm picked by name)."""
-    for f in dataclasses.fields(obj):
-        value = getattr(obj, f.name)
-        if dataclasses.is_dataclass(value):
-            yield from _dotted_keys(value, f"{prefix}{f.name}.")
-        else:
-            yield f"{prefix}{f.name}"
-
-
-def _suggest(obj, key, names, prefix) -> str:
-    leafs = {k.rsplit(".", 1)[-1]: k for k in _dotted_keys(obj)}
-    if key in leafs and "." in leafs[key]:         # an exact key of a section: `lr` is `optim.lr`
-        return f"; did you mean '{prefix}{leafs[key]}'?"
-    close = difflib.get_close_matches(key, names, n=1)
-    if close:
-        return f"; did you mean '{prefix}{close[0]}'?"
-    # a key given at the wrong level: `lrr=...` for `optim.lr`
-    close = difflib.get_close_matches(key, list(leafs), n=1)
-    if close:
-        return f"; did you mean '{prefix}{leafs[close[0]]}'?"
-    return f"; valid keys: {', '.join(names)}"
-
-
-def _coerce(tp, value, key):
-    origin = typing.get_origin(tp)
-    if dataclasses.is_dataclass(tp):
-        if isinstance(value, tp):
-            return value
-        if not isinstance(value, dict):
-            raise UsageError(f"config key {key!r} is a section; give it as {key}.<field>=value")
-        return build(tp, value, f"{key}.")
-    if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        if value is None:
-            return None
-        return _coerce(args[0], value, key)
-    if origin in (tuple, list):
-        if not isinstance(value, (list, tuple)):
-            raise UsageError(f"config key {key!r} expects a list, got {value!r}")
-        args = typing.get_args(tp)
-        if origin is tuple and args and args[-1] is not Ellipsis:
-            if len(args) != len(value):
-                raise UsageError(f"config key {key!r} expects {len(args)} values, got {len(value)}")
-            return tuple(_coerce(a, v, key) for a, v in zip(args, value))
-        item = args[0] if args else typing.Any
-        return origin(_coerce(item, v, key) for v in value)
-    if tp is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if tp is float and isinstance(value, str):
-        try:
-            return float(value)  # YAML 1.1 reads "1e-3" as a string
-        except ValueError:
-            pass
-    if tp is str and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return str(value)
-    if tp in (int, float, str, bool) and not (isinstance(value, tp) and not (tp is int and isinstance(value, bool))):
-        raise UsageError(f"config key {key!r} expects {tp.__name__}, got {value!r} ({type(value).__name__})")
-    return value
-
-
-def to_dict(cfg) -> dict:
-    d = dataclasses.asdict(cfg)
-    return _plain(d)
-
-
-def _plain(x):
-    if isinstance(x, dict):
-        return {k: _plain(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_plain(v) for v in x]
-    return x
-
-
-def save_config(cfg, path: str | Path) -> None:
-    Path(path).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
 
 
 @dataclass
@@ -364,25 +156,6 @@ class ScaleConfig:
                                   # | fsdp = FSDP2 fully_shard: params, grads, AdamW state split over ranks (less memory)
 
 
-@dataclass
-class RLConfig(RunConfig):
-    steps: int = 150
-    eval_every: int = 50
-    init: str = ""                # SFT checkpoint or run dir; "" = the default SFT(CoT) checkpoint (trained once, cached)
-    task: TaskConfig = field(default_factory=ArithmeticConfig)  # `task.name` picks the task (tasks/__init__.py)
-    algo: AlgoConfig = field(default_factory=lambda: grpo.Config(kl_coef=0.01))  # `algo.name` picks the algorithm;
-                                  # the other keys are its Config (posttrain rl --help algo)
-    rollout: RolloutConfig = field(default_factory=RolloutConfig)
-    optim: RLOptimConfig = field(default_factory=lambda: RLOptimConfig(
-        lr=3e-5, weight_decay=0.0, schedule="constant", micro_batch_tokens=8192))  # RL lr ≈ SFT lr / 30
-    eval: EvalConfig = field(default_factory=EvalConfig)
-    verifier: VerifierConfig = field(default_factory=VerifierConfig)
-    scale: ScaleConfig = field(default_factory=ScaleConfig)
-    lora: LoraConfig = field(default_factory=LoraConfig)  # lora.r > 0: train LoRA adapters only
-    reward_model: str = ""        # RLHF: an `rm` run whose frozen score is the reward (verifier logged as reward/true);
-                                  # RUN_A,RUN_B = an ensemble, the mean of their scores
-
-
 # Flat names of the RL config before it had sections: accepted with a one-line note (until 0.3).
 RL_MOVED = {"algorithm": "algo.name", "epochs": "optim.epochs", "minibatches": "optim.minibatches",
             **{k: f"rollout.{k}" for k in ("prompts_per_step", "samples_per_prompt", "temperature", "max_new_tokens",
@@ -403,4 +176,23 @@ TRL_NAMES = {"beta": "algo.kl_coef", "num_generations": "rollout.samples_per_pro
              "output_dir": "out", "logging_steps": "log_every", "save_steps": "save_every", "eval_steps": "eval_every",
              "per_device_train_batch_size": "rollout.prompts_per_step (× rollout.samples_per_prompt samples)",
              "scale_rewards": "algo.scale_by_std", "loss_type": "algo.aggregation (or algo.name=dr_grpo|dapo)"}
-ALIASES = {RLConfig: (RL_MOVED, TRL_NAMES)}
+
+
+@dataclass
+class RLConfig(RunConfig):
+    steps: int = 150
+    eval_every: int = 50
+    init: str = ""                # SFT checkpoint or run dir; "" = the default SFT(CoT) checkpoint (trained once, cached)
+    task: TaskConfig = field(default_factory=ArithmeticConfig)  # `task.name` picks the task (tasks/__init__.py)
+    algo: AlgoConfig = field(default_factory=lambda: grpo.Config(kl_coef=0.01))  # `algo.name` picks the algorithm;
+                                  # the other keys are its Config (posttrain rl --help algo)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    optim: RLOptimConfig = field(default_factory=lambda: RLOptimConfig(
+        lr=3e-5, weight_decay=0.0, schedule="constant", micro_batch_tokens=8192))  # RL lr ≈ SFT lr / 30
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    verifier: VerifierConfig = field(default_factory=VerifierConfig)
+    scale: ScaleConfig = field(default_factory=ScaleConfig)
+    lora: LoraConfig = field(default_factory=LoraConfig)  # lora.r > 0: train LoRA adapters only
+    reward_model: str = ""        # RLHF: an `rm` run whose frozen score is the reward (verifier logged as reward/true);
+                                  # RUN_A,RUN_B = an ensemble, the mean of their scores
+    renamed = (RL_MOVED, TRL_NAMES)   # not a key (no annotation): the loader's notes and refusals (config_load.py)

@@ -3,7 +3,7 @@
 Inference engines run their matmuls in bf16 (or fp16) while the trainer recomputes the same
 tokens' logprobs in fp32: the per-token log-ratio log π_trainer − log μ_sampler is then not 0,
 the PPO ratio leaves 1 before any update, and the clip, truncated IS (TIS) and masking act on
-precision noise (ALGORITHMS.md §11). A CPU without bf16 units runs torch's bf16 autocast ~170×
+precision noise (docs/algorithms.md §6). A CPU without bf16 units runs torch's bf16 autocast ~170×
 slower than fp32 (runtime.py), so the lab emulates the format instead:
 
     with LowPrecision("bf16"):          # every F.linear / bmm / baddbmm / attention / embedding

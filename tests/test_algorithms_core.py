@@ -1,4 +1,4 @@
-"""algorithms/core.py against hand-computed values (ALGORITHMS.md §15.3, SEED_SPEC Part C)."""
+"""algorithms/core.py against hand-computed values (docs/algorithms.md §21, SEED_SPEC Part C)."""
 
 import math
 
@@ -54,7 +54,7 @@ def test_broadcast_controller_shape_row15():
 # ----------------------------------------------------------------------------- aggregation
 
 def _example():
-    # ALGORITHMS.md §15.3: loss [[1, 2, 3, ·], [4, ·, ·, ·]]; masked slots hold junk on purpose
+    # docs/algorithms.md §21: loss [[1, 2, 3, ·], [4, ·, ·, ·]]; masked slots hold junk on purpose
     loss = t([[1.0, 2.0, 3.0, 99.0], [4.0, -7.0, 5.0, 8.0]])
     mask = t([[1.0, 1.0, 1.0, 0.0], [1.0, 0.0, 0.0, 0.0]])
     return loss, mask
@@ -123,7 +123,7 @@ def test_as_token_weighted_makes_the_trainer_mean_exact():
 # ----------------------------------------------------------------------------- KL estimators
 
 def test_kl_worked_values():
-    # ALGORITHMS.md §15.3: π_θ = 0.3, π_ref = 0.5
+    # docs/algorithms.md §21: π_θ = 0.3, π_ref = 0.5
     lp, ref = t([math.log(0.3)]), t([math.log(0.5)])
     assert core.kl(lp, ref, "k1").item() == pytest.approx(-0.510826, abs=1e-6)
     assert core.kl(lp, ref, "k2").item() == pytest.approx(0.130471, abs=1e-6)
@@ -254,7 +254,7 @@ RATIOS = [0.5, 0.9, 1.1, 1.5, 4.0]
 
 
 @pytest.mark.parametrize("adv,expected,clipped", [
-    # ALGORITHMS.md §15.3 (verl vanilla), ε = 0.2, c = 3
+    # docs/algorithms.md §21 (verl vanilla), ε = 0.2, c = 3
     (1.0, [-0.5, -0.9, -1.1, -1.2, -1.2], [False, False, False, True, True]),
     (-1.0, [0.8, 0.9, 1.1, 1.5, 3.0], [True, False, False, False, True]),   # 3.0 is the dual-clip cap
 ])

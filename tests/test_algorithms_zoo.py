@@ -1,5 +1,5 @@
 """The algorithm zoo (REINFORCE … DPPO), part 1: registry, configs, advantages and baselines
-(ALGORITHMS.md §15.3, SEED_SPEC Part C rows 10, 25, 27, 29), DAPO's switches. Part 2 is
+(docs/algorithms.md §21, SEED_SPEC Part C rows 10, 25, 27, 29), DAPO's switches. Part 2 is
 test_algorithms_losses.py. Pure tensors, float64, CPU."""
 
 import dataclasses

@@ -324,7 +324,7 @@ def test_help_lists_every_key_with_its_value_and_doc():
     lines = p.stdout.splitlines()
     line = next(ln for ln in lines if ln.strip().startswith("rollout.samples_per_prompt ="))
     assert line.split()[:3] == ["rollout.samples_per_prompt", "=", "4"] and "group size G" in line
-    from posttrain.config import _dotted_keys
+    from posttrain.config_load import _dotted_keys
     for key in _dotted_keys(load_config(RLConfig)):
         assert any(ln.strip().startswith(f"{key.replace('async_', 'async')} =") for ln in lines), key
     algos = subprocess.run([sys.executable, "-m", "posttrain.cli", "rl", "--help", "algo"], capture_output=True,

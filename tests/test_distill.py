@@ -1,5 +1,5 @@
 """On-policy distillation (preference/distill.py, recipes/distill.py): the GKD JSD worked values
-of ALGORITHMS.md §15.3 and TRL's β = 0 / 1 convention, the reverse-KL advantage by hand, the
+of docs/algorithms.md §21 and TRL's β = 0 / 1 convention, the reverse-KL advantage by hand, the
 policy-gradient loss's gradient, and the stage (teacher = student gives zero divergence; a
 few steps towards another teacher lower it)."""
 

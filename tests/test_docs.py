@@ -1,6 +1,9 @@
-"""docs/ stays true to the code: every file it names exists, and every `docs/architecture.md §N`
-that a source docstring cites is a section of that page."""
+"""docs/ stays true to the code: every file it names exists, every `docs/architecture.md §N` or
+`docs/algorithms.md §N` that a source docstring cites is a section of that page, and every default
+docs/algorithms.md states is the one its config class holds."""
 
+import dataclasses
+import importlib
 import re
 from pathlib import Path
 
@@ -35,11 +38,54 @@ def test_every_file_the_docs_name_exists():
     assert missing == []
 
 
+def _sections(doc: str) -> set[str]:
+    return {m.group(1) for m in re.finditer(r"^## (\d+)\. ", (ROOT / doc).read_text(), re.M)}
+
+
 def test_section_citations_in_the_source_exist():
-    sections = {m.group(1) for m in re.finditer(r"^## (\d+)\. ", (ROOT / "docs/architecture.md").read_text(), re.M)}
+    pages = {name: _sections(f"docs/{name}.md") for name in ("architecture", "algorithms")}
     cited = set()
     for path in (ROOT / "posttrain").rglob("*.py"):
-        for m in re.finditer(r"docs/architecture\.md §(\d+)", path.read_text()):
-            cited.add((str(path.relative_to(ROOT)), m.group(1)))
-    assert len(cited) >= 15
-    assert [c for c in cited if c[1] not in sections] == []
+        for m in re.finditer(r"docs/(architecture|algorithms)\.md §(\d+)", path.read_text()):
+            cited.add((str(path.relative_to(ROOT)), m.group(1), m.group(2)))
+    assert len([c for c in cited if c[1] == "architecture"]) >= 15
+    assert len([c for c in cited if c[1] == "algorithms"]) >= 20   # every algorithm file cites its section
+    assert [c for c in cited if c[2] not in pages[c[1]]] == []
+
+
+def test_no_source_cites_a_design_file_outside_the_repository():
+    outside = re.compile(r"ALGORITHMS\.md|DESIGN\.md|STYLE\.md")
+    cites = [f"{p.relative_to(ROOT)}:{i}" for p in (ROOT / "posttrain").rglob("*.py")
+             for i, line in enumerate(p.read_text().splitlines(), 1) if outside.search(line)]
+    assert cites == []
+
+
+def test_the_algorithms_page_names_only_files_that_exist():
+    """docs/algorithms.md also names TRL's and verl's files; those of this repository must exist."""
+    ours = re.compile(r"(?<![\w./-])((?:posttrain|tests|benchmarks|configs|examples)/[\w/.-]*\w)")
+    names = ours.findall((ROOT / "docs/algorithms.md").read_text())
+    assert len(names) >= 30
+    assert [n for n in names if not (ROOT / n).exists()] == []
+
+
+def _same(text: str, value) -> bool:
+    if value is None or isinstance(value, bool):
+        return text == str(value)
+    if isinstance(value, (int, float)):
+        return float(text) == value
+    return text == value
+
+
+def test_the_defaults_on_the_algorithms_page_are_the_code_s():
+    """Each `**Defaults** (`module.Class`): `key=value`, ...` line holds the values of a fresh Class()."""
+    lines = re.findall(r"^\*\*Defaults\*\* \(`([\w.]+)`\): (.+)$", (ROOT / "docs/algorithms.md").read_text(), re.M)
+    assert len(lines) >= 16                        # the 12 RL algorithms, the correction, DPO, RM, distillation
+    wrong = []
+    for path, pairs in lines:
+        module, cls = path.rsplit(".", 1)
+        cfg = getattr(importlib.import_module(module), cls)()
+        fields = {f.name for f in dataclasses.fields(cfg)}
+        for key, text in re.findall(r"`(\w+)=([^`]*)`", pairs):
+            if key not in fields or not _same(text, getattr(cfg, key)):
+                wrong.append(f"{path}.{key}: page {text}, code {getattr(cfg, key, '(no such key)')}")
+    assert wrong == []

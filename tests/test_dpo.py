@@ -1,5 +1,5 @@
 """The DPO family (preference/dpo.py) and preference data (preference/data.py): the worked
-values of ALGORITHMS.md §15.3, log 2 at initialisation, gradients, row validation."""
+values of docs/algorithms.md §21, log 2 at initialisation, gradients, row validation."""
 
 import json
 import math

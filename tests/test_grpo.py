@@ -1,4 +1,4 @@
-"""GRPO: advantages against the worked values (ALGORITHMS.md §15.3, SEED_SPEC Part C), the loss
+"""GRPO: advantages against the worked values (docs/algorithms.md §21, SEED_SPEC Part C), the loss
 against hand-computed values, and its invariances (mask, micro-batches, on-policy ratio 1)."""
 
 import dataclasses
@@ -201,7 +201,7 @@ def test_loss_micro_batches_sum_to_the_full_batch(aggregation):
 
 @pytest.mark.parametrize("aggregation", core.AGGREGATIONS)
 def test_on_policy_gradient_is_reinforce(aggregation):
-    # ratio 1 (logprobs == old_logprobs): ∇ loss = ∇ Agg(−A · log π)  (ALGORITHMS.md §4.1)
+    # ratio 1 (logprobs == old_logprobs): ∇ loss = ∇ Agg(−A · log π)  (docs/algorithms.md §7)
     _, old, _, A, _, mask = _random_batch(2)
     cfg = grpo.Config(aggregation=aggregation, kl_coef=0.0)
     norm = core.batch_norm(mask, 16)

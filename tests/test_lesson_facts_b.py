@@ -123,7 +123,7 @@ def test_rl15_worked_pair_and_real_rm_numbers():
 
 def test_rl16_family_values_match_the_reference_numbers():
     rows = {r[0]: r[3] for r in v("rl16_family_table")["rows"]}
-    # ALGORITHMS.md §15.3 (β = 0.1, h = 2): DPO 0.598139, cDPO 0.618139, hinge 0.8, IPO 20.7025, SimPO 0.281150
+    # docs/algorithms.md §21 (β = 0.1, h = 2): DPO 0.598139, cDPO 0.618139, hinge 0.8, IPO 20.7025, SimPO 0.281150
     assert rows["DPO"] == pytest.approx(math.log1p(math.exp(-0.2)), abs=1e-4)
     assert rows["cDPO (ε = 0.1)"] == pytest.approx(0.9 * math.log1p(math.exp(-0.2)) + 0.1 * math.log1p(math.exp(0.2)), abs=1e-4)
     assert rows["hinge (SLiC)"] == pytest.approx(0.8)

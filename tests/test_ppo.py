@@ -1,4 +1,4 @@
-"""PPO: GAE and the clipped value loss against hand-computed values (ALGORITHMS.md §15.3), the clip
+"""PPO: GAE and the clipped value loss against hand-computed values (docs/algorithms.md §21), the clip
 table of SEED_SPEC row 20 and dual clip, the KL in the reward, whitening, micro-batch
 additivity; then the critic on a nano GPTMini through the Trainer, and a tiny `rl.run`."""
 

@@ -73,7 +73,7 @@ def test_alarms_read_the_metric_names_and_skip_the_starting_evaluation():
 # ---- the page -----------------------------------------------------------------------------------
 
 def synthetic_run(root, steps=12):
-    """A run directory with every DESIGN.md §6 RL metric, evaluations and audited samples."""
+    """A run directory with every RL metric of docs/architecture.md §7, evaluations and audited samples."""
     root.mkdir(parents=True, exist_ok=True)
     rows = [{"step": 0, "eval/pass@1": 0.3, "eval/pass@8": 0.6}]
     for s in range(1, steps + 1):

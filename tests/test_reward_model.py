@@ -1,5 +1,5 @@
 """The reward model (preference/reward_model.py) and its stage (recipes/rm.py): the BT worked
-values of ALGORITHMS.md §15.3, the margin and ORM terms by hand, the head reading the last real
+values of docs/algorithms.md §21, the margin and ORM terms by hand, the head reading the last real
 token, micro-batches adding up to the full batch, save/load and resume, bad input, and a slow
 learning test on the default SFT(CoT) chain."""
 

@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent / "posttrain"
 RANKS = {
     "posttrain": 0, "chat": 0, "progress": 0, "runtime": 0, "validate": 0, "logging": 0,
     "algorithms": 1, "models": 1, "tasks": 1, "precision": 1,
-    "config": 2, "config_help": 2, "checkpoint": 2,
+    "config": 2, "config_load": 2, "config_help": 2, "checkpoint": 2,
     "sizing": 3,
     "framework": 4,
     "eval": 5, "preference": 5, "distributed": 5, "serve": 5, "data": 5,

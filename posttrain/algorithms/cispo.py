@@ -1,6 +1,6 @@
 """CISPO = GRPO with the clip moved onto a detached IS weight: −sg(clip(r))·A·log π on every token.
 
-MiniMax-M1, arXiv 2506.13585; ScaleRL, arXiv 2510.13786 (ALGORITHMS.md §5.5). PPO's clip
+MiniMax-M1, arXiv 2506.13585; ScaleRL, arXiv 2510.13786 (docs/algorithms.md §15). PPO's clip
 zeroes the gradient of a token whose ratio left the band on the improving side; in long
 reasoning those are often the rare "fork" tokens (however, wait, ...), which then never
 learn. CISPO clips the importance weight instead and multiplies it, detached, into REINFORCE's

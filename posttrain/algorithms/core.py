@@ -85,7 +85,7 @@ def _pos(x: float) -> float:
 
 
 def aggregate(per_token: torch.Tensor, mask: torch.Tensor, mode: str, norm: dict) -> torch.Tensor:
-    """Reduce a per-token loss [B, T] to a scalar with a named mode (ALGORITHMS.md §2).
+    """Reduce a per-token loss [B, T] to a scalar with a named mode (docs/algorithms.md §2).
 
     token-mean               Σ mℓ / tokens                      (DAPO "token-level")
     seq-mean-token-mean      (1/seqs) Σ_i (Σ_t mℓ / |y_i|)       (original GRPO)
@@ -120,7 +120,7 @@ def as_token_weighted(value: torch.Tensor, loss_mask: torch.Tensor, norm: dict) 
 
 def kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kind: str = "k3") -> torch.Tensor:
     """Per-token estimate of KL(π_θ ‖ π_ref) on tokens sampled from π_θ (Schulman's k1/k2/k3,
-    ALGORITHMS.md §8). Argument order is pinned: first the policy, second the reference.
+    docs/algorithms.md §3). Argument order is pinned: first the policy, second the reference.
 
     k1 = log π_θ − log π_ref                       unbiased, can be < 0
     k2 = ½ (log π_θ − log π_ref)²                   biased, ≥ 0
@@ -187,7 +187,7 @@ def group_stats(rewards: torch.Tensor, group_index: torch.Tensor, std: str = "un
 
 def ppo_clip_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
                   eps_low: float, eps_high: float, dual_clip: float | None = None):
-    """Per-token clipped surrogate, to minimise (ALGORITHMS.md §4.5):
+    """Per-token clipped surrogate, to minimise (docs/algorithms.md §4):
 
         ℓ = −min(r·A, clip(r, 1−ε_low, 1+ε_high)·A),   r = exp(logp − old_logp)
         dual clip (c > 1), only where A < 0:  ℓ = min(ℓ, −c·A)   (loss bounded by c·|A|)
@@ -248,7 +248,7 @@ def masked_whiten(x: torch.Tensor, mask: torch.Tensor, std: str = "unbiased", ep
 
         (x − mean) / √(var + eps)       (verl `masked_whiten`: eps inside the root; OpenRLHF alike)
 
-    Every loss token weighs the same, so long sequences weigh more (ALGORITHMS.md §14.13).
+    Every loss token weighs the same, so long sequences weigh more (docs/algorithms.md §5).
     std="unbiased" divides the variance by n−1 (verl), "population" by n. scale=False only
     centres. If every loss token holds the same value the result is exactly 0 (a float mean
     of equal values need not be exact, and eps = 1e-8 would blow its error up to ~1e-9·x).
@@ -334,7 +334,7 @@ def off_policy_weights(prox_logprobs: torch.Tensor, behaviour_logprobs: torch.Te
                        mode: str, cap: float = 2.0):
     """Importance weights [B, T] that carry samples of the behaviour policy μ (the sampler's
     weights, `policy_version` steps old) over to π_prox (the trainer's weights before this
-    update), detached, 0 off the mask (ALGORITHMS.md §11):
+    update), detached, 0 off the mask (docs/algorithms.md §6):
 
         w_t = π_prox(y_t) / μ(y_t) = exp(log π_prox − log μ)       (log-ratio clamped to ±20)
         none     1

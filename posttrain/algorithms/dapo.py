@@ -1,6 +1,6 @@
 """DAPO = GRPO + four switches: clip-higher, dynamic sampling, token-mean loss, overlong shaping.
 
-Yu et al., arXiv 2503.14476 (ALGORITHMS.md §5.3). Each fix is one switch:
+Yu et al., arXiv 2503.14476 (docs/algorithms.md §13). Each fix is one switch:
 
 1. Clip-higher: ε_low = 0.2, ε_high = 0.28 (`eps_high`). A rare token may grow further before
    the clip stops it, which keeps entropy from collapsing.

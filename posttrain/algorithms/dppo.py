@@ -4,7 +4,7 @@ A token whose probability moved more than δ in its advantage's direction is mas
 get a truncated-IS policy gradient −A·sg(min(r, C))·log π_θ.
 
 Qi, Zhou, Liu, Pang, Du, Lin, Lee, "Rethinking the Trust Region in LLM RL", arXiv 2602.04879;
-verl `dppo_tv` / `dppo_kl` (ALGORITHMS.md §6.2). The ratio r = p/p_old is a poor proxy for how
+verl `dppo_tv` / `dppo_kl` (docs/algorithms.md §18). The ratio r = p/p_old is a poor proxy for how
 far the policy moved: a rare token going from 0.001 to 0.003 has r = 3 yet moved nothing,
 while 0.5 → 0.9 has r = 1.8 and moved a lot. DPPO measures the move on the binary
 distribution {sampled token, everything else}, with p = π_θ(y_t), p_old = π_old(y_t):

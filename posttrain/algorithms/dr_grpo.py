@@ -1,6 +1,6 @@
 """Dr. GRPO = GRPO with two divisions removed: no /σ_G in the advantage, no /|y_i| in the loss.
 
-Liu et al., "Understanding R1-Zero-like training", arXiv 2503.20783 (ALGORITHMS.md §5.2).
+Liu et al., "Understanding R1-Zero-like training", arXiv 2503.20783 (docs/algorithms.md §12).
 Dividing by the group std up-weights prompts that are nearly always right or wrong (a
 question-difficulty bias); dividing each sequence by its own length gives the tokens of short
 responses more gradient than those of long ones (a length bias: with A = 0.5, a 10-token

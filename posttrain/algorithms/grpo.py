@@ -1,6 +1,6 @@
 """GRPO = PPO with the critic replaced by a group-normalised advantage, A_i = (R_i − μ_G)/(σ_G + ε).
 
-Shao et al., DeepSeekMath, arXiv 2402.03300 (ALGORITHMS.md §5.1). Sample G responses per
+Shao et al., DeepSeekMath, arXiv 2402.03300 (docs/algorithms.md §11). Sample G responses per
 prompt, score them, and use the group's own statistics as the baseline: no value head, no
 GAE. The policy loss is PPO's clipped surrogate on the per-token ratio, and the KL to the
 reference policy sits in the loss (k3, β = 0.04), added per token before aggregation:

@@ -1,6 +1,6 @@
 """GSPO = GRPO with the ratio and its clip taken per sequence: s_i = exp(mean_t log r_{i,t}).
 
-Zheng et al. (Qwen), arXiv 2507.18071 (ALGORITHMS.md §5.4). A per-token ratio is a one-sample
+Zheng et al. (Qwen), arXiv 2507.18071 (docs/algorithms.md §14). A per-token ratio is a one-sample
 estimate whose noise grows with length; the reward is given to the whole sequence, so GSPO
 weighs and clips the whole sequence with the length-normalised likelihood ratio
 

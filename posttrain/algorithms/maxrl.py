@@ -1,7 +1,7 @@
 """MaxRL = GRPO with the advantage divided by the pass rate p̂, not σ_G: A = (R − p̂)/p̂ (0 if p̂ = 0).
 
 Tajwar, Zeng, …, Zanette, "Maximum Likelihood Reinforcement Learning", arXiv 2602.02710
-(ALGORITHMS.md §6.1). RL maximises E_x[p(x)]; maximum likelihood maximises E_x[log p(x)],
+(docs/algorithms.md §16). RL maximises E_x[p(x)]; maximum likelihood maximises E_x[log p(x)],
 whose gradient ∇p/p up-weights hard prompts by 1/p. With N rollouts and K successes,
 (1/K) Σ_i r_i ∇log π(y_i) is unbiased for the gradient of the order-N truncation of log p;
 subtracting the zero-mean control variate (1/N) Σ_i ∇log π(y_i) gives per-sample weights

@@ -2,7 +2,7 @@
 
 The weight measures how trainable the prompt is; it is largest (1) at pass rate ½.
 
-MaxEnt-Guided Policy Optimization, VibeThinker-1.5B, arXiv 2511.06221 (ALGORITHMS.md §5.7).
+MaxEnt-Guided Policy Optimization, VibeThinker-1.5B, arXiv 2511.06221 (docs/algorithms.md §17).
 A prompt the model solves half the time is where it learns most; one it almost always solves
 or fails teaches little. The max-entropy deviation
 
@@ -13,7 +13,7 @@ is 0 at p̂ = ½ and log 2 at p̂ ∈ {0, 1}, so the weight w = exp(−λ·D_ME)
 
 Deviations from the paper, each a config value unless stated:
 1. λ (`maxent_lambda`) is not stated in the paper (per third-party summaries); the default 1.0
-   is illustrative (ALGORITHMS.md §15.3: p̂ = 0.25 gives w = 0.877383).
+   is illustrative (docs/algorithms.md §21: p̂ = 0.25 gives w = 0.877383).
 2. p̂ is the group mean reward clamped to [0, 1]: the pass rate for 0/1 rewards, a soft one
    for partial credit (the paper counts R_i = 1).
 3. GRPO's loss and defaults are kept (KL β = 0.04, seq-mean-token-mean), as "everything else

@@ -1,7 +1,7 @@
 """PPO = REINFORCE with a learned critic V(s) as the baseline, GAE advantages and the clipped surrogate.
 
 Schulman et al., arXiv 1707.06347, in its LLM form (Ziegler et al. 1909.08593, InstructGPT
-2203.02155; ALGORITHMS.md §4.5). A value head predicts V(s_t) for every response token; the
+2203.02155; docs/algorithms.md §10). A value head predicts V(s_t) for every response token; the
 per-token reward is the task reward on the last response token minus β·KL_t (the KL in the
 reward), and GAE turns rewards and values into per-token advantages:
 
@@ -20,7 +20,7 @@ or on a separate copy of the starting model (`"separate"`); see models/heads.py.
 
 Deviations from the paper, each a config value unless stated:
 1. LLM defaults (TRL): γ = 1, λ = 0.95, vf_coef = 0.1, value clip ε_v = 0.2, kl_coef 0.05 with
-   the k1 KL in the reward measured on the BEHAVIOUR logprobs (as verl/TRL, ALGORITHMS.md §14.12).
+   the k1 KL in the reward measured on the BEHAVIOUR logprobs (as verl/TRL, docs/algorithms.md §3).
    The paper's γ = 0.99, c1 = 1 and 3–10 epochs are config (`epochs`, `minibatches` of the run).
 2. `kl_in="loss"` moves the KL into the loss instead (β·KL_t per token before aggregation, the
    GRPO way, differentiated); the KL is then not part of the reward. No adaptive KL controller.

@@ -1,6 +1,6 @@
 """REINFORCE: the root of the lineage, −A·log π summed over a response's tokens, A = R − b.
 
-Williams 1992 (ALGORITHMS.md §4.1). The gradient of the expected reward is
+Williams 1992 (docs/algorithms.md §7). The gradient of the expected reward is
 E[(R − b) Σ_t ∇log π_θ(y_t | x, y_<t)]; any baseline b that does not depend on y keeps it
 unbiased. The surrogate, to minimise:
 

@@ -3,7 +3,7 @@
 The loss is GRPO's PPO clip; the advantage has no critic and no group baseline: the per-token
 reward-to-go of (R at the last token − β·KL_t), z-scored over all loss tokens of the batch.
 
-Hu et al., arXiv 2501.03262; OpenRLHF is the reference (ALGORITHMS.md §4.4). Two estimators:
+Hu et al., arXiv 2501.03262; OpenRLHF is the reference (docs/algorithms.md §9). Two estimators:
 
     REINFORCE++            r_t = R·1[t = last] − β·k1_t,  k1_t = log π_old(y_t) − log π_ref(y_t)
                            G_t = Σ_{s ≥ t} γ^{s−t} r_s   over loss tokens        A = whiten(G)

@@ -1,6 +1,6 @@
 """RLOO = REINFORCE with the leave-one-out baseline: A_i = R_i − mean_{j≠i} R_j.
 
-Ahmadian et al., arXiv 2402.14740, after Kool et al. 2019 (ALGORITHMS.md §4.2). Each sample
+Ahmadian et al., arXiv 2402.14740, after Kool et al. 2019 (docs/algorithms.md §8). Each sample
 is compared with the mean of the OTHER G−1 samples of its prompt, so the baseline does not
 depend on the sample and the gradient is unbiased. Since Σ_{j≠i} R_j = G·μ_G − R_i,
 

@@ -168,7 +168,7 @@ def _pair_loss(kind: str, beta: float, chosen=-10.0, rejected=-12.0, ref=-11.0, 
 
 
 def rl16_family_table() -> dict:
-    """One pair (ALGORITHMS.md §15.3): log π chosen −10, rejected −12, both −11 under π_ref, 5 and
+    """One pair (docs/algorithms.md §21): log π chosen −10, rejected −12, both −11 under π_ref, 5 and
     4 tokens; h = 2. β = 0.1 except SimPO (its paper's 2.5, γ 1.375)."""
     rows = [["DPO", "−log σ(βh)", 0.1], ["cDPO (ε = 0.1)", "label-smoothed DPO", 0.1],
             ["hinge (SLiC)", "max(0, 1 − βh)", 0.1], ["IPO", "(h̄ − 1/(2β))², h̄ per token", 0.1],

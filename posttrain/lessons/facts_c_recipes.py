@@ -108,9 +108,9 @@ def memory_ratio() -> float:
 
 
 def rl26_extremes_table() -> dict:
-    """The forces widget's rules (widgets_signal.recipe and .leak, the course's decision table) at a
+    """The forces widget's rules (widgets_forces.recipe and .leak, the course's decision table) at a
     few corners of its map; the widget's training run behind them is not repeated here."""
-    from posttrain.lessons.widgets_signal import leak, recipe
+    from posttrain.lessons.widgets_forces import leak, recipe
     rows = []
     for sig, bias, cost in FORCE_SETTINGS:
         reward, algo, topo, named = recipe(sig, bias, cost)

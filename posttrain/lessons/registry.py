@@ -27,7 +27,7 @@ from typing import Any
 from posttrain import UsageError
 
 MAX_GRID = 600
-WIDGET_MODULES = ("roles", "loop", "algos", "signal", "systems", "scale", "gpt", "lineage", "practice", "async", "recipes")  # posttrain/lessons/widgets_<name>.py
+WIDGET_MODULES = ("roles", "loop", "algos", "signal", "forces", "systems", "scale", "gpt", "lineage", "practice", "async", "recipes")  # posttrain/lessons/widgets_<name>.py
 
 
 @dataclass

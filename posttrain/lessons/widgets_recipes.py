@@ -14,7 +14,7 @@ from posttrain import algorithms
 from posttrain.sizing import memory
 from posttrain.algorithms import core, ppo, reinforce
 from posttrain.lessons.registry import Knob, Widget, bar, figure, line, r, register
-from posttrain.lessons.widgets_signal import categorical
+from posttrain.lessons.widgets_forces import categorical
 
 # ---- 23 · which recipe is this paper? ------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """On-policy distillation: the student samples, a frozen teacher scores the student's own tokens.
 
-Two per-token objectives on the student's rollouts (ALGORITHMS.md §13); `posttrain distill`
+Two per-token objectives on the student's rollouts (docs/algorithms.md §20); `posttrain distill`
 (recipes/distill.py) runs them.
 
     rkl   A_t = −c·(log π_S(y_t) − log π_T(y_t))          (Thinking Machines, Oct 2025)

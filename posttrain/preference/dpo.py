@@ -4,7 +4,7 @@ DPO's one-line difference from RLHF: the KL-regularised reward-maximisation opti
 r(x, y) = β·log π(y|x)/π_ref(y|x) + const, so a Bradley–Terry loss on that implicit reward
 trains the policy directly on pairs (Rafailov et al. 2023, arXiv 2305.18290).
 
-Notation (ALGORITHMS.md §12): log-probs are SUMS over response tokens; for chosen w and
+Notation (docs/algorithms.md §19): log-probs are SUMS over response tokens; for chosen w and
 rejected l, h = [log π(w) − log π_ref(w)] − [log π(l) − log π_ref(l)]. Every loss is per pair,
 averaged over pairs (TRL's convention).
 

@@ -2,7 +2,7 @@
 
 Sample N responses per train-split prompt from the current model, keep the ones the verifier
 accepts, drop duplicates, and fine-tune on what is left with the ordinary SFT loss. It is
-REINFORCE with advantage 1[accepted] and no negative samples (ALGORITHMS.md §12), run offline
+REINFORCE with advantage 1[accepted] and no negative samples (docs/algorithms.md §19), run offline
 in one round. `posttrain sft data=rejection init=RUN` runs it (recipes/sft.py).
 
 Deviations: one round, no reward-model ranking (the verifier decides; an RM scorer can be

@@ -3,7 +3,7 @@
     shapes.py       model shapes (published presets, the course's round sizes, gpt_mini's):
                     parameter counts, activation bytes per token
     memory.py       what a run holds on each GPU, per algorithm and placement, and whether it
-                    fits (`posttrain memory MODEL --algo grpo --gpu h100`)
+                    fits; memory_cli.py prints it (`posttrain memory MODEL --algo grpo --gpu h100`)
     throughput.py   where an RL step's wall clock goes and which role bounds it; a run's
                     measured step times read back into the same terms (distributed/run_summary.py)
 
