@@ -14,7 +14,7 @@ httpx = pytest.importorskip("httpx")
 from posttrain.config import RLConfig, load_config
 from posttrain.framework.batch import collate_samples
 from posttrain.framework.rollout import Engine
-from posttrain.framework.trainer import sequence_logprobs
+from posttrain.framework.logprobs import sequence_logprobs
 from posttrain.logging import read_metrics
 from posttrain.serve.app import RLPolicy, create_app
 from posttrain.serve.batcher import Batcher

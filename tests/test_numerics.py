@@ -89,7 +89,7 @@ def test_group_of_one_third_is_not_truncated():
 def test_kto_gradient_does_not_depend_on_the_micro_batch_size(sft_ckpt):
     from posttrain import checkpoint
     from posttrain.framework.reference import score_logprobs
-    from posttrain.framework.trainer import split_micro_batches
+    from posttrain.framework.batch import split_micro_batches
     from posttrain.preference.data import Pair, collate_pairs, encode_pairs
     from posttrain.recipes.dpo import DPOConfig, dpo_loss_fn, with_kto_reference_point
     model, tok, _ = checkpoint.load_model(sft_ckpt)

@@ -13,7 +13,9 @@ from posttrain import UsageError, algorithms, checkpoint
 from posttrain.algorithms import core, ppo, reinforce_pp
 from posttrain.config import OptimConfig, RLConfig, build, load_config
 from posttrain.framework.batch import collate
-from posttrain.framework.trainer import Trainer, critic_values, policy_loss_fn, sequence_logprobs
+from posttrain.framework.critic import critic_values
+from posttrain.framework.logprobs import sequence_logprobs
+from posttrain.framework.trainer import Trainer, policy_loss_fn
 from posttrain.logging import read_metrics
 from posttrain.models.heads import ActorCritic, ValueHead, align_values
 
