@@ -8,6 +8,7 @@ import torch
 from zoo_util import ALL, F64, _batch, _random_batch, cfg_of
 
 from posttrain.algorithms import core, ppo
+from posttrain.framework.batch import RolloutBatch
 
 
 def _nan_off_mask(x, mask):
@@ -68,7 +69,7 @@ def test_integer_rewards_give_the_float_advantages(name):
     rewards = torch.tensor([1, 0, 0, 1, 1, 0, 2, 0])                   # int64, as a user's verifier returns them
     groups = torch.tensor([0, 0, 0, 1, 1, 1, 2, 2])
     mask = torch.ones(8, 3)
-    batch = {"loss_mask": mask, "old_logprobs": -mask, "ref_logprobs": -mask}
+    batch = RolloutBatch(loss_mask=mask, old_logprobs=-mask, ref_logprobs=-mask)
     cfg = cfg_of(mod, **({"baseline": "mean"} if name == "reinforce" else {}))
     want = mod.advantages(rewards.float(), groups, cfg, batch=batch)
     got = mod.advantages(rewards, groups, cfg, batch=batch)
