@@ -5,10 +5,9 @@ import torch
 
 from posttrain.algorithms.core import AGGREGATIONS, aggregate
 from posttrain.config import OptimConfig
-from posttrain.framework.batch import split_micro_batches
+from posttrain.framework.batch import collate, split_micro_batches
 from posttrain.framework.logprobs import sequence_logprobs
 from posttrain.framework.trainer import Trainer, lr_factor
-from posttrain.framework.batch import collate
 
 
 def _batch(tok, n=6, seed=0):
