@@ -133,8 +133,10 @@ def train(pkgs: dict, repeats: int, peak: float) -> dict:
         algo = P.algorithms.get("grpo")
         loss_fn = P.trainer.policy_loss_fn(algo, algo.Config(kl_coef=0.01), 1.0)
         t = P.trainer.Trainer(model, OptimConfig(lr=0.0), 10)                   # lr 0: every step the same
-        t.step(copy.copy(batch), loss_fn)                                        # warm-up
-        fns[side] = (lambda t=t, f=loss_fn: t.step(copy.copy(batch), f))
+        typed = getattr(P.batch, "RolloutBatch", None)                          # refs before the typed batch take the dict
+        b = typed(**batch) if typed is not None else batch
+        t.step(copy.copy(b), loss_fn)                                            # warm-up
+        fns[side] = (lambda t=t, f=loss_fn, b=b: t.step(copy.copy(b), f))
     res = interleaved(fns, repeats)
     real = float(batch["attention_mask"].sum())
     out = {"rows": batch["attention_mask"].shape[0], "real_tokens": real, "params": params}
@@ -203,7 +205,7 @@ def main(argv=None) -> dict:
     pkgs = {}
     for side, name in (("base", "posttrain_base"), ("new", "posttrain")):
         pkgs[side] = argparse.Namespace(**{m.rsplit(".", 1)[-1]: importlib.import_module(f"{name}.{m}") for m in (
-            "models.gpt_mini", "framework.rollout", "framework.trainer", "algorithms", "recipes.common")})
+            "models.gpt_mini", "framework.batch", "framework.rollout", "framework.trainer", "algorithms", "recipes.common")})
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False).stdout.strip()
     result = {"base": a.base, "new": head, "threads": a.threads, "repeats": a.repeats, "torch": torch.__version__,
               "cpu_count": os.cpu_count(), "load_avg_before": os.getloadavg(),

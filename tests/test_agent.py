@@ -76,11 +76,11 @@ def test_episode_tokens_masks_and_reward(tok, task):
     # collate: loss_mask is the response mask at columns P + j, no behaviour logprob on observations
     b = collate_samples([ep], tok.pad_id)
     P = len(ep.prompt_ids)
-    assert b["loss_mask"][0, :P].sum() == 0
-    assert b["loss_mask"][0, P:P + len(ep.response_ids)].tolist() == ep.response_mask
+    assert b.loss_mask[0, :P].sum() == 0
+    assert b.loss_mask[0, P:P + len(ep.response_ids)].tolist() == ep.response_mask
     obs_cols = slice(P + len(call), P + len(call) + len(obs))
-    assert b["loss_mask"][0, obs_cols].sum() == 0 and b["old_logprobs"][0, obs_cols].abs().sum() == 0
-    assert tok.decode(b["input_ids"][0, obs_cols].tolist()) == obs
+    assert b.loss_mask[0, obs_cols].sum() == 0 and b.old_logprobs[0, obs_cols].abs().sum() == 0
+    assert tok.decode(b.input_ids[0, obs_cols].tolist()) == obs
 
 
 def test_direct_answer_and_turn_limit(tok, task):
@@ -144,10 +144,10 @@ def _loss(model, episodes, tok, adv):
     algo = algorithms.get("grpo")
     cfg = algo.Config(kl_coef=0.0)
     b = collate_samples(episodes, tok.pad_id)
-    b["advantages"] = broadcast(torch.tensor(adv), b["loss_mask"])
+    b = dataclasses.replace(b, advantages=broadcast(torch.tensor(adv), b.loss_mask))
     fn = policy_loss_fn(algo, cfg, 1.0)
     model.zero_grad()
-    loss, _ = fn(model, b, batch_norm(b["loss_mask"], b["loss_mask"].shape[1]))
+    loss, _ = fn(model, b, batch_norm(b.loss_mask, b.loss_mask.shape[1]))
     loss.backward()
     return float(loss.detach()), torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
 

@@ -10,6 +10,7 @@ import torch
 
 from posttrain import UsageError
 from posttrain.algorithms import cispo, core, dapo, dppo, dr_grpo, grpo, gspo, reinforce, reinforce_pp
+from posttrain.framework.batch import RolloutBatch
 
 from zoo_util import ALL, F64, ZOO, _batch, _grad, _random_batch, assert_masked_positions_inert, cfg_of, t
 
@@ -155,7 +156,7 @@ def test_reinforce_pp_advantages_hand_computed():
     mask = t([[1, 1, 0], [1, 0, 0]])
     old = t([[-1.0, -2.0, 0.0], [-0.5, 0.0, 0.0]])
     ref = t([[-1.5, -1.8, 0.0], [-0.5, 0.0, 0.0]])                  # k1 = old − ref = [0.5, −0.2], [0]
-    batch = {"loss_mask": mask, "old_logprobs": old, "ref_logprobs": ref}
+    batch = RolloutBatch(loss_mask=mask, old_logprobs=old, ref_logprobs=ref)
     r, gi = t([1.0, 0.0]), torch.tensor([0, 0])
 
     def whiten(vals):
@@ -173,7 +174,7 @@ def test_reinforce_pp_advantages_hand_computed():
     assert statistics.fmean(got) == pytest.approx(0.0, abs=1e-12) and statistics.stdev(got) == pytest.approx(1.0, abs=1e-6)
     # -baseline: rows of lengths 2, 1, 1; groups [0, 0, 1]; R = [1, 0, 1] → centred [.5, .5], [−.5], [0]
     mask3 = t([[1, 1, 0], [1, 0, 0], [0, 1, 0]])
-    b3 = {"loss_mask": mask3, "old_logprobs": -mask3, "ref_logprobs": -mask3}
+    b3 = RolloutBatch(loss_mask=mask3, old_logprobs=-mask3, ref_logprobs=-mask3)
     a = reinforce_pp.advantages(t([1.0, 0.0, 1.0]), torch.tensor([0, 0, 1]), reinforce_pp.Config(baseline=True), batch=b3)
     got = [a[0, 0].item(), a[0, 1].item(), a[1, 0].item(), a[2, 1].item()]
     assert got == pytest.approx(whiten([0.5, 0.5, -0.5, 0.0]), abs=1e-9)
@@ -181,7 +182,7 @@ def test_reinforce_pp_advantages_hand_computed():
     with pytest.raises(UsageError, match="batch"):
         reinforce_pp.advantages(r, gi, reinforce_pp.Config())
     with pytest.raises(UsageError, match="ref_logprobs"):
-        reinforce_pp.advantages(r, gi, reinforce_pp.Config(), batch={"loss_mask": mask, "old_logprobs": old})
+        reinforce_pp.advantages(r, gi, reinforce_pp.Config(), batch=RolloutBatch(loss_mask=mask, old_logprobs=old))
 
 
 # ============================================================================= rows 33, 34: per-token signal by length
@@ -307,10 +308,11 @@ def test_masked_positions_change_nothing(name):
 def test_advantages_accept_the_controller_call():
     # the controller calls advantages(rewards, group_index, cfg, batch=batch) for every algorithm
     lp, old, ref, _, _, mask = _random_batch(12)
-    batch = {"loss_mask": mask, "old_logprobs": old, "ref_logprobs": ref, "input_ids": torch.zeros_like(mask).long()}
     r, gi = t([1, 0, 1, 1, 0, 0]), torch.tensor([0, 0, 0, 1, 1, 1])
+    batch = RolloutBatch(loss_mask=mask, old_logprobs=old, ref_logprobs=ref, input_ids=torch.zeros_like(mask).long(),
+                         rewards=r, group_index=gi)
     for name, mod in ALL.items():
-        a = mod.advantages(batch.get("rewards", r), gi, mod.Config(), batch=batch)
+        a = mod.advantages(batch.rewards, batch.group_index, mod.Config(), batch=batch)
         assert a.shape in ((6,), (6, 7)) and torch.isfinite(a).all(), name
     a = reinforce_pp.advantages(r, gi, reinforce_pp.Config(), batch=batch)
     assert (a[mask == 0] == 0).all() and a[mask != 0].abs().sum() > 0

@@ -15,6 +15,7 @@ from posttrain import algorithms
 from posttrain.algorithms import (cispo, core, dapo, dppo, dr_grpo, grpo, gspo, maxrl, mgpo, reinforce,
                                   reinforce_pp, rloo)
 from posttrain.config import build
+from posttrain.framework.batch import RolloutBatch
 
 from zoo_util import ALL, F64, GROUP_BASELINED, ZOO, _batch, _grad, _random_batch, adv, cfg_of, t
 
@@ -221,7 +222,7 @@ def test_all_equal_rewards_give_zero_advantage(name, value, std):
     mod = ALL[name]
     mask = t([[1, 1, 0], [1, 1, 1], [1, 0, 0], [1, 1, 0], [0, 1, 1], [1, 1, 1]])
     lp = -torch.rand(6, 3, dtype=F64, generator=torch.Generator().manual_seed(0)) * mask
-    batch = {"loss_mask": mask, "old_logprobs": lp, "ref_logprobs": lp.clone()}
+    batch = RolloutBatch(loss_mask=mask, old_logprobs=lp, ref_logprobs=lp.clone())
     gi = torch.tensor([0, 0, 0, 1, 1, 2])                          # group 2 is a singleton
     r = torch.full((6,), value, dtype=F64)
     a = mod.advantages(r, gi, cfg_of(mod, std=std), batch=batch)
@@ -243,7 +244,7 @@ def test_degenerate_and_singleton_groups_in_a_mixed_batch(name, std):
     rewards = t([0.1, 0.1, 0.1, 1.0, 1.0, 0.0, 0.0, 0.3, 1.0, 0.0])
     gi = torch.tensor([0, 0, 0, 1, 1, 2, 2, 3, 4, 4])              # 0: all .1, 1: all 1, 2: all 0, 3: singleton
     mask = torch.ones(10, 4, dtype=F64)
-    batch = {"loss_mask": mask, "old_logprobs": -mask, "ref_logprobs": -mask}
+    batch = RolloutBatch(loss_mask=mask, old_logprobs=-mask, ref_logprobs=-mask)
     for adv_eps in (1e-6, 0.0):
         cfg = cfg_of(mod, std=std, adv_eps=adv_eps, **GROUP_BASELINED[name])
         a = mod.advantages(rewards, gi, cfg, batch=batch).tolist()
@@ -254,7 +255,7 @@ def test_degenerate_and_singleton_groups_in_a_mixed_batch(name, std):
 def test_reinforce_pp_baseline_degenerate_groups_share_the_whitening_shift():
     # documented: in a mixed batch the whitening shift gives equal-reward groups one common value
     mask = torch.ones(6, 3, dtype=F64)
-    batch = {"loss_mask": mask, "old_logprobs": -mask, "ref_logprobs": -mask}
+    batch = RolloutBatch(loss_mask=mask, old_logprobs=-mask, ref_logprobs=-mask)
     a = reinforce_pp.advantages(t([1, 1, 1, 0, 0, 1]), torch.tensor([0, 0, 1, 1, 2, 3]),
                                 reinforce_pp.Config(baseline=True), batch=batch)
     assert torch.isfinite(a).all()
@@ -298,7 +299,7 @@ def test_dapo_overlong_shaping_and_dynamic_sampling():
     mask = torch.zeros(4, 100, dtype=F64)
     for i, n in enumerate(lengths):
         mask[i, :n] = 1
-    batch = {"loss_mask": mask}
+    batch = RolloutBatch(loss_mask=mask)
     r, gi = t([1, 1, 1, 0]), torch.tensor([0, 0, 1, 1])
     on = dict(overlong_buffer=20, max_len=100)
     s = 0.25 / math.sqrt(0.125)                                    # ±0.25 / unbiased σ of two values 0.5 apart

@@ -20,6 +20,7 @@ from conftest import TINY_TASK
 
 from posttrain import TrainingHalted, UsageError, checkpoint, cli
 from posttrain.config import RLConfig, SFTConfig, load_config
+from posttrain.framework.batch import RolloutBatch
 from posttrain.tasks.base import RewardResult, safe_reward, score_samples
 
 
@@ -61,7 +62,7 @@ def test_kl_coefficient_without_reference_logprobs():
     from posttrain.algorithms import grpo
     from posttrain.algorithms.core import batch_norm
     mask = torch.ones(2, 3)
-    batch = {"loss_mask": mask, "old_logprobs": torch.zeros(2, 3), "advantages": torch.ones(2, 3)}
+    batch = RolloutBatch(loss_mask=mask, old_logprobs=torch.zeros(2, 3), advantages=torch.ones(2, 3))
     cfg = grpo.Config(kl_coef=0.1)
     msg = _message(grpo.loss, torch.zeros(2, 3), batch, cfg, batch_norm(mask))
     assert msg == "grpo: kl_coef > 0 needs batch['ref_logprobs']; load a reference or set kl_coef=0"

@@ -3,6 +3,7 @@ of docs/algorithms.md §21 and TRL's β = 0 / 1 convention, the reverse-KL advan
 policy-gradient loss's gradient, and the stage (teacher = student gives zero divergence; a
 few steps towards another teacher lower it)."""
 
+import dataclasses
 import math
 
 import pytest
@@ -11,6 +12,7 @@ import torch.nn.functional as F
 
 from posttrain.cli import main
 from posttrain.config import load_config
+from posttrain.framework.batch import RolloutBatch
 from posttrain.logging import read_metrics
 from posttrain.preference.distill import distill_loss_fn, generalized_jsd, kl, reverse_kl_advantages
 from posttrain.recipes import distill
@@ -75,17 +77,17 @@ class Fixed(torch.nn.Module):
 def _mb(T=4, V=3):
     ids = t([[0, 1, 2, 1]])
     mask = t([[0.0, 0.0, 1.0, 1.0]])
-    return {"input_ids": ids, "loss_mask": mask, "attention_mask": torch.ones(1, T)}
+    return RolloutBatch(input_ids=ids, loss_mask=mask, attention_mask=torch.ones(1, T))
 
 
 def test_rkl_loss_gradient_is_the_policy_gradient_of_the_advantage():
     torch.manual_seed(0)
     s_logits, t_logits = torch.randn(1, 4, 3), torch.randn(1, 4, 3)
     mb = _mb()
-    ids, mask = mb["input_ids"], mb["loss_mask"]
+    ids, mask = mb.input_ids, mb.loss_mask
     lp = F.pad(torch.log_softmax(s_logits[:, :-1], -1).gather(-1, ids[:, 1:, None])[..., 0], (1, 0))
     tlp = F.pad(torch.log_softmax(t_logits[:, :-1], -1).gather(-1, ids[:, 1:, None])[..., 0], (1, 0))
-    mb["old_logprobs"] = lp * mask                                     # on-policy: ratio 1
+    mb = dataclasses.replace(mb, old_logprobs=lp * mask)              # on-policy: ratio 1
     student, teacher = Fixed(s_logits), Fixed(t_logits)
     loss, m = distill_loss_fn(teacher, "rkl")(student, mb, {"tokens": 2.0, "seqs": 1.0})
     loss.backward()
@@ -104,7 +106,7 @@ def test_rkl_loss_gradient_is_the_policy_gradient_of_the_advantage():
 def test_jsd_loss_is_the_token_mean_of_the_divergence_and_zero_for_the_teacher_itself():
     torch.manual_seed(1)
     s_logits, t_logits = torch.randn(1, 4, 3), torch.randn(1, 4, 3)
-    mb = {**_mb(), "old_logprobs": torch.zeros(1, 4)}
+    mb = dataclasses.replace(_mb(), old_logprobs=torch.zeros(1, 4))
     loss, m = distill_loss_fn(Fixed(t_logits), "jsd", beta=0.3)(Fixed(s_logits), mb, {"tokens": 2.0, "seqs": 1.0})
     expected = generalized_jsd(s_logits[0, 1:3], t_logits[0, 1:3], 0.3).mean()   # columns 2, 3 ← logits 1, 2
     assert float(loss.detach()) == pytest.approx(float(expected), abs=1e-6)

@@ -11,6 +11,7 @@ import torch.multiprocessing as mp
 from posttrain import algorithms
 from posttrain.config import OptimConfig
 from posttrain.distributed.data_parallel import DataParallel
+from posttrain.framework.batch import RolloutBatch
 from posttrain.framework.trainer import Trainer, policy_loss_fn
 
 
@@ -28,9 +29,9 @@ def _batch():
     attn = (torch.arange(T)[None] < lengths[:, None]).float()
     loss_mask = attn.clone()
     loss_mask[:, :2] = 0                                               # a 2-token "prompt"
-    return {"input_ids": ids * attn.long(), "attention_mask": attn, "loss_mask": loss_mask,
-            "old_logprobs": -torch.rand(B, T, generator=g) * loss_mask,  # off-policy: ratios ≠ 1, some clipped
-            "advantages": torch.randn(B, T, generator=g) * loss_mask}
+    return RolloutBatch(input_ids=ids * attn.long(), attention_mask=attn, loss_mask=loss_mask,
+                        old_logprobs=-torch.rand(B, T, generator=g) * loss_mask,  # off-policy: ratios ≠ 1, some clipped
+                        advantages=torch.randn(B, T, generator=g) * loss_mask)
 
 
 def _step(aggregation, dp=None, micro_batch_tokens=8192):

@@ -13,8 +13,8 @@ httpx = pytest.importorskip("httpx")
 
 from posttrain.config import RLConfig, load_config
 from posttrain.framework.batch import collate_samples
+from posttrain.framework.logprobs import sequence_logprobs
 from posttrain.framework.rollout import Engine
-from posttrain.framework.trainer import sequence_logprobs
 from posttrain.logging import read_metrics
 from posttrain.serve.app import RLPolicy, create_app
 from posttrain.serve.batcher import Batcher
@@ -70,11 +70,11 @@ def test_tokens_trained_on_are_the_tokens_served(model_tok):
     assert s.prompt_ids == p0 and s.response_ids == c0 + obs + c1
     assert s.response_mask == [1] * len(c0) + [0] * len(obs) + [1] * len(c1)
     batch = collate_samples(samples, tok.pad_id)
-    lp, _ = sequence_logprobs(model, batch["input_ids"], 1.0)                      # [B, T]
-    mask = batch["loss_mask"].bool()
-    assert batch["input_ids"][mask].tolist() == c0 + c1                          # trained on = served, in order
+    lp, _ = sequence_logprobs(model, batch.input_ids, 1.0)                        # [B, T]
+    mask = batch.loss_mask.bool()
+    assert batch.input_ids[mask].tolist() == c0 + c1                            # trained on = served, in order
     served_lp = torch.tensor(l0 + l1)
-    assert torch.allclose(batch["old_logprobs"][mask], served_lp)                 # behaviour logprobs as served
+    assert torch.allclose(batch.old_logprobs[mask], served_lp)                    # behaviour logprobs as served
     assert (lp[mask] - served_lp).abs().max() < 1e-5                              # recomputed = served (fp32)
 
 

@@ -10,6 +10,7 @@ import torch
 from posttrain import UsageError
 from posttrain import algorithms
 from posttrain.algorithms import core, grpo
+from posttrain.framework.batch import RolloutBatch
 
 from zoo_util import assert_masked_positions_inert
 
@@ -97,10 +98,7 @@ def test_degenerate_groups_give_exactly_zero(std, adv_eps):
 # ----------------------------------------------------------------------------- loss
 
 def _batch(logp, old, adv_tok, mask, ref=None):
-    b = {"loss_mask": mask, "old_logprobs": old, "advantages": adv_tok}
-    if ref is not None:
-        b["ref_logprobs"] = ref
-    return b
+    return RolloutBatch(loss_mask=mask, old_logprobs=old, advantages=adv_tok, ref_logprobs=ref)
 
 
 def test_loss_with_k3_hand_computed():

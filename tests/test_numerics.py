@@ -8,6 +8,7 @@ import torch
 from zoo_util import ALL, F64, _batch, _random_batch, cfg_of
 
 from posttrain.algorithms import core, ppo
+from posttrain.framework.batch import RolloutBatch
 
 
 def _nan_off_mask(x, mask):
@@ -68,7 +69,7 @@ def test_integer_rewards_give_the_float_advantages(name):
     rewards = torch.tensor([1, 0, 0, 1, 1, 0, 2, 0])                   # int64, as a user's verifier returns them
     groups = torch.tensor([0, 0, 0, 1, 1, 1, 2, 2])
     mask = torch.ones(8, 3)
-    batch = {"loss_mask": mask, "old_logprobs": -mask, "ref_logprobs": -mask}
+    batch = RolloutBatch(loss_mask=mask, old_logprobs=-mask, ref_logprobs=-mask)
     cfg = cfg_of(mod, **({"baseline": "mean"} if name == "reinforce" else {}))
     want = mod.advantages(rewards.float(), groups, cfg, batch=batch)
     got = mod.advantages(rewards, groups, cfg, batch=batch)
@@ -89,7 +90,7 @@ def test_group_of_one_third_is_not_truncated():
 def test_kto_gradient_does_not_depend_on_the_micro_batch_size(sft_ckpt):
     from posttrain import checkpoint
     from posttrain.framework.reference import score_logprobs
-    from posttrain.framework.trainer import split_micro_batches
+    from posttrain.framework.batch import split_micro_batches
     from posttrain.preference.data import Pair, collate_pairs, encode_pairs
     from posttrain.recipes.dpo import DPOConfig, dpo_loss_fn, with_kto_reference_point
     model, tok, _ = checkpoint.load_model(sft_ckpt)

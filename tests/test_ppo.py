@@ -2,6 +2,7 @@
 table of SEED_SPEC row 20 and dual clip, the KL in the reward, whitening, micro-batch
 additivity; then the critic on a nano GPTMini through the Trainer, and a tiny `rl.run`."""
 
+import dataclasses
 import copy
 import math
 
@@ -12,8 +13,10 @@ from safetensors.torch import load_file
 from posttrain import UsageError, algorithms, checkpoint
 from posttrain.algorithms import core, ppo, reinforce_pp
 from posttrain.config import OptimConfig, RLConfig, build, load_config
-from posttrain.framework.batch import collate
-from posttrain.framework.trainer import Trainer, critic_values, policy_loss_fn, sequence_logprobs
+from posttrain.framework.batch import RolloutBatch, collate
+from posttrain.framework.critic import critic_values
+from posttrain.framework.logprobs import sequence_logprobs
+from posttrain.framework.trainer import Trainer, policy_loss_fn
 from posttrain.logging import read_metrics
 from posttrain.models.heads import ActorCritic, ValueHead, align_values
 
@@ -29,7 +32,7 @@ def cfg(**kw):
 
 
 def gae_batch(values, mask, **extra):
-    return {"loss_mask": t(mask), "values": t(values), **extra}
+    return RolloutBatch(loss_mask=t(mask), values=t(values), **extra)
 
 
 # ============================================================================= GAE
@@ -38,12 +41,14 @@ def test_gae_worked_example_15_3():
     # rewards [0, 0, 1] (R on the last token), V = [0.5, 0.6, 0.7], γ = 1, λ = 0.95; a prompt column first
     b = gae_batch([[9.0, 0.5, 0.6, 0.7, 9.0]], [[0, 1, 1, 1, 0]])
     a = ppo.advantages(t([1.0]), torch.zeros(1, dtype=torch.long), cfg(whiten_advantages=False), batch=b)
+    returns = ppo.value_targets(t([1.0]), b, cfg(whiten_advantages=False))
     assert a[0].tolist() == pytest.approx([0, 0.46575, 0.385, 0.3, 0], abs=1e-12)
-    assert b["returns"][0].tolist() == pytest.approx([0, 0.96575, 0.985, 1.0, 0], abs=1e-12)
+    assert returns[0].tolist() == pytest.approx([0, 0.96575, 0.985, 1.0, 0], abs=1e-12)
     b = gae_batch([[9.0, 0.5, 0.6, 0.7, 9.0]], [[0, 1, 1, 1, 0]])
     a = ppo.advantages(t([1.0]), torch.zeros(1, dtype=torch.long), cfg(), batch=b)   # whitened (unbiased)
+    returns = ppo.value_targets(t([1.0]), b, cfg())
     assert a[0].tolist() == pytest.approx([0, 0.991344, 0.017092, -1.008436, 0], abs=1e-5)
-    assert b["returns"][0].tolist() == pytest.approx([0, 0.96575, 0.985, 1.0, 0], abs=1e-12)  # raw A + V
+    assert returns[0].tolist() == pytest.approx([0, 0.96575, 0.985, 1.0, 0], abs=1e-12)  # raw A + V
 
 
 def test_gae_lambda_one_gives_reward_to_go_returns():
@@ -83,7 +88,7 @@ def test_zero_critic_and_lambda_one_is_reinforce_pp():
     old = -torch.rand(5, 6, dtype=F64, generator=g) * mask
     ref = -torch.rand(5, 6, dtype=F64, generator=g) * mask
     r, gi = torch.rand(5, dtype=F64, generator=g), torch.arange(5)
-    b = {"loss_mask": mask, "old_logprobs": old, "ref_logprobs": ref, "values": torch.zeros_like(mask)}
+    b = RolloutBatch(loss_mask=mask, old_logprobs=old, ref_logprobs=ref, values=torch.zeros_like(mask))
     a = ppo.advantages(r, gi, ppo.Config(lam=1.0, kl_coef=0.03), batch=b)
     expect = reinforce_pp.advantages(r, gi, reinforce_pp.Config(reward_kl_coef=0.03), batch=b)
     assert torch.allclose(a, expect, atol=1e-12) and a.abs().sum() > 0
@@ -93,19 +98,18 @@ def test_kl_in_reward_adds_minus_beta_k1_per_token():
     # k1 = old − ref = [0.5, −1.0, 0]; β = 0.1 → token rewards [−0.05, +0.1, 1 + 0]; V = 0, γ = λ = 1
     mask = t([[0, 1, 1, 1]])
     old, ref = t([[0, -1.0, -2.0, -0.5]]), t([[0, -1.5, -1.0, -0.5]])
-    b = {"loss_mask": mask, "old_logprobs": old, "ref_logprobs": ref, "values": torch.zeros_like(mask)}
-    a = ppo.advantages(t([1.0]), torch.zeros(1, dtype=torch.long),
-                       ppo.Config(kl_coef=0.1, lam=1.0, whiten_advantages=False), batch=b)
-    assert b["returns"][0].tolist() == pytest.approx([0, 1.05, 1.1, 1.0], abs=1e-12)
+    b = RolloutBatch(loss_mask=mask, old_logprobs=old, ref_logprobs=ref, values=torch.zeros_like(mask))
+    in_reward_cfg = ppo.Config(kl_coef=0.1, lam=1.0, whiten_advantages=False)
+    a = ppo.advantages(t([1.0]), torch.zeros(1, dtype=torch.long), in_reward_cfg, batch=b)
+    assert ppo.value_targets(t([1.0]), b, in_reward_cfg)[0].tolist() == pytest.approx([0, 1.05, 1.1, 1.0], abs=1e-12)
     assert a[0].tolist() == pytest.approx([0, 1.05, 1.1, 1.0], abs=1e-12)
     # kl_in="loss": the reward is the task's alone ...
-    b2 = {**b}
-    ppo.advantages(t([1.0]), torch.zeros(1, dtype=torch.long),
-                   ppo.Config(kl_coef=0.1, kl_in="loss", lam=1.0, whiten_advantages=False), batch=b2)
-    assert b2["returns"][0].tolist() == pytest.approx([0, 1.0, 1.0, 1.0], abs=1e-12)
+    in_loss_cfg = ppo.Config(kl_coef=0.1, kl_in="loss", lam=1.0, whiten_advantages=False)
+    ppo.advantages(t([1.0]), torch.zeros(1, dtype=torch.long), in_loss_cfg, batch=b)
+    assert ppo.value_targets(t([1.0]), b, in_loss_cfg)[0].tolist() == pytest.approx([0, 1.0, 1.0, 1.0], abs=1e-12)
     # ... and the loss carries +β·Agg(KL(π_θ, π_ref)) instead; with the KL in the reward it is only measured
     lp = t([[0, -0.8, -1.9, -0.6]])
-    lb = {**b, "advantages": torch.zeros_like(mask), "returns": torch.zeros_like(mask), "new_values": torch.zeros_like(mask)}
+    lb = dataclasses.replace(b, advantages=torch.zeros_like(mask), returns=torch.zeros_like(mask), new_values=torch.zeros_like(mask))
     norm = core.batch_norm(mask)
     base, _ = ppo.loss(lp, lb, ppo.Config(kl_coef=0.0), norm)
     in_reward, m_r = ppo.loss(lp, lb, ppo.Config(kl_coef=0.1), norm)
@@ -116,7 +120,7 @@ def test_kl_in_reward_adds_minus_beta_k1_per_token():
     assert m_r["kl/ref"].item() == m_l["kl/ref"].item() == pytest.approx(sum(k1) / 3, abs=1e-12)
     with pytest.raises(UsageError, match="ref_logprobs"):
         ppo.advantages(t([1.0]), torch.zeros(1, dtype=torch.long), ppo.Config(kl_coef=0.1),
-                       batch={"loss_mask": mask, "old_logprobs": old, "values": torch.zeros_like(mask)})
+                       batch=RolloutBatch(loss_mask=mask, old_logprobs=old, values=torch.zeros_like(mask)))
 
 
 def test_whitening_is_over_the_batch_tokens_and_leaves_returns_raw():
@@ -124,15 +128,16 @@ def test_whitening_is_over_the_batch_tokens_and_leaves_returns_raw():
     mask = (torch.rand(4, 7, generator=g) < 0.6).to(F64)
     vals = torch.randn(4, 7, dtype=F64, generator=g) * mask
     r, gi = torch.randn(4, dtype=F64, generator=g), torch.arange(4)
-    raw_b, w_b = {"loss_mask": mask, "values": vals}, {"loss_mask": mask, "values": vals}
+    raw_b, w_b = RolloutBatch(loss_mask=mask, values=vals), RolloutBatch(loss_mask=mask, values=vals)
     raw = ppo.advantages(r, gi, cfg(whiten_advantages=False), batch=raw_b)
     w = ppo.advantages(r, gi, cfg(), batch=w_b)
     assert torch.equal(w, core.masked_whiten(raw, mask))
     on = w[mask != 0]
     assert on.mean().item() == pytest.approx(0.0, abs=1e-12) and on.std().item() == pytest.approx(1.0, abs=1e-6)
-    assert (w[mask == 0] == 0).all() and torch.equal(raw_b["returns"], w_b["returns"])
+    raw_ret = ppo.value_targets(r, raw_b, cfg(whiten_advantages=False))
+    assert (w[mask == 0] == 0).all() and torch.equal(raw_ret, ppo.value_targets(r, w_b, cfg()))
     with pytest.raises(UsageError, match="values"):
-        ppo.advantages(r, gi, cfg(), batch={"loss_mask": mask})
+        ppo.advantages(r, gi, cfg(), batch=RolloutBatch(loss_mask=mask))
 
 
 # ============================================================================= clipped value loss
@@ -160,8 +165,8 @@ def test_value_loss_worked_values_and_gradients():
 
 def _loss_batch(lp_old, adv, mask, **extra):
     z = torch.zeros_like(mask)
-    return {"loss_mask": mask, "old_logprobs": lp_old, "advantages": adv, "values": z, "returns": z,
-            "new_values": z, **extra}
+    fields = {"values": z, "returns": z, "new_values": z, **extra}
+    return RolloutBatch(loss_mask=mask, old_logprobs=lp_old, advantages=adv, **fields)
 
 
 def test_row20_clip_table():
@@ -212,7 +217,7 @@ def _random(seed, B=8, T=7):
 
 def _grads(c, lp, new_v, batch, norm, ent):
     lp, new_v = lp.clone().requires_grad_(True), new_v.clone().requires_grad_(True)
-    loss, m = ppo.loss(lp, {**batch, "new_values": new_v}, c, norm, ent)
+    loss, m = ppo.loss(lp, dataclasses.replace(batch, new_values=new_v), c, norm, ent)
     g_lp, g_v = torch.autograd.grad(loss, (lp, new_v))
     return loss.detach(), m, g_lp, g_v
 
@@ -221,15 +226,15 @@ def _grads(c, lp, new_v, batch, norm, ent):
 def test_loss_micro_batches_sum_to_the_full_batch(mode):
     lp, new_v, batch, ent = _random(5)
     c = cfg(aggregation=mode, kl_coef=0.05, kl_in="loss", entropy_coef=0.01, dual_clip=3.0, vf_coef=0.5)
-    norm = core.batch_norm(batch["loss_mask"], 16)
+    norm = core.batch_norm(batch.loss_mask, 16)
     full, m_full, g_lp, g_v = _grads(c, lp, new_v, batch, norm, ent)
     lp_p, v_p = lp.clone().requires_grad_(True), new_v.clone().requires_grad_(True)
     total, weighted = 0.0, {"loss/policy": 0.0, "loss/value": 0.0, "value/mean": 0.0, "value/clip_frac": 0.0}
     for s in (slice(0, 3), slice(3, 4), slice(4, 8)):
-        part = {k: v[s] for k, v in batch.items()}
-        loss, m = ppo.loss(lp_p[s], {**part, "new_values": v_p[s]}, c, norm, ent[s])
+        part = batch.map(lambda v, s=s: v[s])
+        loss, m = ppo.loss(lp_p[s], dataclasses.replace(part, new_values=v_p[s]), c, norm, ent[s])
         total = total + loss
-        share = float(part["loss_mask"].sum()) / norm["tokens"]      # the trainer's token weighting
+        share = float(part.loss_mask.sum()) / norm["tokens"]      # the trainer's token weighting
         for k in weighted:
             weighted[k] += share * float(m[k])
     parts_lp, parts_v = torch.autograd.grad(total, (lp_p, v_p))
@@ -242,22 +247,22 @@ def test_loss_micro_batches_sum_to_the_full_batch(mode):
 
 def test_loss_is_policy_plus_weighted_value_and_masks_hold():
     lp, new_v, batch, ent = _random(6)
-    norm = core.batch_norm(batch["loss_mask"])
+    norm = core.batch_norm(batch.loss_mask)
     loss, m, _, _ = _grads(cfg(vf_coef=0.3), lp, new_v, batch, norm, None)
-    vf, _ = ppo.value_loss(new_v, batch["values"], batch["returns"], 0.2)
-    value = core.aggregate(vf, batch["loss_mask"], "token-mean", norm)
+    vf, _ = ppo.value_loss(new_v, batch.values, batch.returns, 0.2)
+    value = core.aggregate(vf, batch.loss_mask, "token-mean", norm)
     assert loss.item() == pytest.approx(float(m["loss/policy"]) + 0.3 * value.item(), rel=1e-12)
     assert float(m["loss/value"]) == pytest.approx(value.item(), rel=1e-12)
-    assert float(m["value/mean"]) == pytest.approx(float(core.masked_mean(new_v, batch["loss_mask"])), rel=1e-12)
+    assert float(m["value/mean"]) == pytest.approx(float(core.masked_mean(new_v, batch.loss_mask)), rel=1e-12)
     # junk off the mask changes nothing, in value or gradient
-    off = batch["loss_mask"] == 0
-    junk = {k: torch.where(off, torch.full_like(v, 1e6), v) if k != "loss_mask" else v for k, v in batch.items()}
+    off = batch.loss_mask == 0
+    junk = dataclasses.replace(batch.map(lambda v: torch.where(off, torch.full_like(v, 1e6), v)), loss_mask=batch.loss_mask)
     a = _grads(cfg(), lp, new_v, batch, norm, ent)
     b = _grads(cfg(), torch.where(off, 30.0, lp), torch.where(off, -7e5, new_v), junk, norm, ent)
     assert a[0].item() == b[0].item() and torch.equal(a[2], b[2]) and torch.equal(a[3], b[3])
     assert {k: float(v) for k, v in a[1].items()} == {k: float(v) for k, v in b[1].items()}
     with pytest.raises(UsageError, match="new_values"):
-        ppo.loss(lp, {**batch, "new_values": None}, cfg(), norm)
+        ppo.loss(lp, dataclasses.replace(batch, new_values=None), cfg(), norm)
 
 
 @pytest.mark.parametrize("mode", sorted(core.AGGREGATIONS))
@@ -265,8 +270,8 @@ def test_on_policy_policy_gradient_is_reinforce(mode):
     # ratio 1 and no value term: PPO's policy gradient is REINFORCE's with the same A and aggregation
     from posttrain.algorithms import reinforce
     _, new_v, batch, _ = _random(7)
-    old = batch["old_logprobs"]
-    norm = core.batch_norm(batch["loss_mask"], 16)
+    old = batch.old_logprobs
+    norm = core.batch_norm(batch.loss_mask, 16)
     loss, m, g, _ = _grads(cfg(aggregation=mode, vf_coef=0.0), old, new_v, batch, norm, None)
     lp = old.clone().requires_grad_(True)
     ref_loss, _ = reinforce.loss(lp, batch, reinforce.Config(aggregation=mode), norm)
@@ -324,21 +329,21 @@ def _rl_batch(tok, model, ac, n=6, seed=0, c=None):
     g = torch.Generator().manual_seed(seed)
     prompts = [torch.randint(6, 40, (int(torch.randint(3, 6, (1,), generator=g)),), generator=g).tolist() for _ in range(n)]
     resp = [torch.randint(6, 40, (int(torch.randint(2, 7, (1,), generator=g)),), generator=g).tolist() for _ in range(n)]
-    b = collate(prompts, resp, tok.pad_id)
+    b = RolloutBatch(**collate(prompts, resp, tok.pad_id))
     with torch.no_grad():
-        b["old_logprobs"] = sequence_logprobs(model, b["input_ids"])[0] * b["loss_mask"]
-    b["rewards"] = (torch.rand(n, generator=g) > 0.5).float()
-    b["group_index"] = torch.arange(n) // 2
-    b["values"] = critic_values(ac, b)
+        old = sequence_logprobs(model, b.input_ids)[0] * b.loss_mask
+    rewards = (torch.rand(n, generator=g) > 0.5).float()
+    b = dataclasses.replace(b, old_logprobs=old, rewards=rewards, group_index=torch.arange(n) // 2)
+    b = dataclasses.replace(b, values=critic_values(ac, b))
     c = c or cfg()
-    b["advantages"] = ppo.advantages(b["rewards"], b["group_index"], c, batch=b) * b["loss_mask"]
-    return b
+    adv = ppo.advantages(b.rewards, b.group_index, c, batch=b) * b.loss_mask
+    return dataclasses.replace(b, advantages=adv, returns=ppo.value_targets(b.rewards, b, c))
 
 
 def test_trainer_step_with_shared_critic_updates_policy_and_value_head(nano, tok):
     ac = ActorCritic(nano, "shared")
     batch = _rl_batch(tok, nano, ac)
-    assert set(batch) >= {"values", "returns"} and batch["values"].abs().sum() == 0   # zero-init head
+    assert set(batch.tensors()) >= {"values", "returns"} and batch.values.abs().sum() == 0   # zero-init head
     before = {k: v.detach().clone() for k, v in ac.state_dict().items()}
     trainer = Trainer(ac, OptimConfig(lr=1e-3, micro_batch_tokens=30), 10)
     assert {id(p) for p in ac.value_head.parameters()} <= {id(p) for gr in trainer.optimizer.param_groups for p in gr["params"]}
@@ -363,7 +368,7 @@ def test_value_loss_reaches_the_policy_trunk_only_when_shared(nano, tok, critic)
     torch.manual_seed(1)
     torch.nn.init.normal_(ac.value_head.proj.weight, 0.0, 0.5)           # a head that already reads the trunk
     batch = _rl_batch(tok, nano, ac)
-    batch["advantages"] = torch.zeros_like(batch["advantages"])         # no policy-gradient signal at all
+    batch = dataclasses.replace(batch, advantages=torch.zeros_like(batch.advantages))  # no policy-gradient signal at all
     Trainer(ac, OptimConfig(lr=0.0, grad_clip=0.0), 10).step(batch, policy_loss_fn(ppo, cfg(), 1.0))
     policy_grad = sum(float(p.grad.abs().sum()) for p in nano.parameters() if p.grad is not None)
     if critic == "shared":

@@ -5,8 +5,8 @@ import torch
 import torch.nn.functional as F
 
 from posttrain import UsageError
+from posttrain.framework.logprobs import sequence_logprobs
 from posttrain.framework.rollout import Engine, SamplingParams
-from posttrain.framework.trainer import sequence_logprobs
 from posttrain.precision import LowPrecision, SamplerRuntime, round_to, sampler_runtime
 
 

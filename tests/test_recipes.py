@@ -130,7 +130,7 @@ def test_dpo_micro_batches_give_the_full_batch_gradient(sft_ckpt, tmp_path):
     loss_fn = dpo.dpo_loss_fn(dpo.DPOConfig().loss_config())
     grads = []
     for max_tokens in (10_000, 60):
-        from posttrain.framework.trainer import split_micro_batches
+        from posttrain.framework.batch import split_micro_batches
         model.zero_grad()
         norm = batch_norm(batch["loss_mask"])
         parts = split_micro_batches(batch, max_tokens, unit=2)

@@ -16,7 +16,7 @@ from posttrain.algorithms.core import batch_norm
 from posttrain.cli import main
 from posttrain.config import load_config
 from posttrain.framework.batch import collate
-from posttrain.framework.trainer import split_micro_batches
+from posttrain.framework.batch import split_micro_batches
 from posttrain.logging import read_metrics
 from posttrain.preference.data import Pair, collate_pairs, encode_pairs
 from posttrain.preference.reward_model import (HEAD_FILE, RewardModel, RewardModelScorer, bradley_terry_loss,

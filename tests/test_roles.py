@@ -8,6 +8,7 @@ from posttrain import UsageError
 from posttrain.algorithms import ppo
 from posttrain.config import OptimConfig
 from posttrain.distributed.async_rollout import AsyncRollout
+from posttrain.framework.batch import RolloutBatch
 from posttrain.framework.reference import Reference
 from posttrain.framework.roles import (Closeable, CriticModel, PolicyTrainer, ReferenceScorer, RemoteSampler,
                                        RolloutEngine, RolloutSource, WeightSyncer, close_all)
@@ -63,4 +64,4 @@ def test_close_all_closes_what_holds_something_in_the_order_given():
 def test_a_critic_algorithm_refuses_the_bare_policy(nano):
     loss_fn = policy_loss_fn(ppo, ppo.Config(), 1.0)
     with pytest.raises(UsageError, match="learns a critic: train a models.heads.ActorCritic"):
-        loss_fn(nano, {"input_ids": torch.tensor([[1, 5, 6]])}, {})
+        loss_fn(nano, RolloutBatch(input_ids=torch.tensor([[1, 5, 6]]), loss_mask=torch.ones(1, 3)), {})

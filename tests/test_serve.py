@@ -11,8 +11,8 @@ import torch
 pytest.importorskip("fastapi")
 httpx = pytest.importorskip("httpx")
 
+from posttrain.framework.logprobs import sequence_logprobs
 from posttrain.framework.rollout import Engine, Sample
-from posttrain.framework.trainer import sequence_logprobs
 from posttrain.serve.app import RLPolicy, create_app
 from posttrain.serve.batcher import (
     Batcher,

@@ -5,8 +5,9 @@ import torch
 
 from posttrain.algorithms.core import AGGREGATIONS, aggregate
 from posttrain.config import OptimConfig
-from posttrain.framework.trainer import Trainer, lr_factor, sequence_logprobs, split_micro_batches
-from posttrain.framework.batch import collate
+from posttrain.framework.batch import collate, split_micro_batches
+from posttrain.framework.logprobs import sequence_logprobs
+from posttrain.framework.trainer import Trainer, lr_factor
 
 
 def _batch(tok, n=6, seed=0):

@@ -6,6 +6,7 @@ import torch
 
 from posttrain.algorithms import (cispo, core, dapo, dppo, dr_grpo, grpo, gspo, maxrl, mgpo, reinforce,
                                   reinforce_pp, rloo)
+from posttrain.framework.batch import RolloutBatch
 
 F64 = torch.float64
 ZOO = {"reinforce": reinforce, "rloo": rloo, "reinforce_pp": reinforce_pp, "dr_grpo": dr_grpo, "dapo": dapo,
@@ -30,15 +31,12 @@ def adv(mod, rewards, groups=None, batch=None, **kw):
     gi = torch.zeros(len(rewards), dtype=torch.long) if groups is None else torch.tensor(groups)
     if batch is None:
         mask = torch.ones(len(rewards), 3, dtype=F64)
-        batch = {"loss_mask": mask, "old_logprobs": -mask, "ref_logprobs": -mask}
+        batch = RolloutBatch(loss_mask=mask, old_logprobs=-mask, ref_logprobs=-mask)
     return mod.advantages(r, gi, mod.Config(**kw), batch=batch)
 
 
 def _batch(old, A, mask, ref=None, **extra):
-    b = {"loss_mask": mask, "old_logprobs": old, "advantages": A, **extra}
-    if ref is not None:
-        b["ref_logprobs"] = ref
-    return b
+    return RolloutBatch(loss_mask=mask, old_logprobs=old, advantages=A, ref_logprobs=ref, **extra)
 
 
 def _random_batch(seed, B=6, T=7):

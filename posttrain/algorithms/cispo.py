@@ -22,12 +22,16 @@ Deviations from the paper, each a config value unless stated:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from posttrain import UsageError
 from posttrain.algorithms import core, grpo, reinforce
 from posttrain.algorithms.base import AlgoConfig
+
+if TYPE_CHECKING:
+    from posttrain.framework.batch import RolloutBatch
 
 
 @dataclass
@@ -53,19 +57,16 @@ needs_reference = reinforce.needs_reference
 advantages = grpo.advantages
 
 
-def loss(logprobs: torch.Tensor, batch: dict, cfg: Config, norm: dict, entropy: torch.Tensor | None = None):
+def loss(logprobs: torch.Tensor, batch: RolloutBatch, cfg: Config, norm: dict, entropy: torch.Tensor | None = None):
     """CISPO loss of a (micro-)batch; batch and metrics as grpo.loss (`clip/frac`: weights clipped)."""
-    mask = batch["loss_mask"]                                          # [B, T]
-    adv = batch["advantages"]
-    if adv.dim() == 1:
-        adv = core.broadcast(adv, mask)                                # [B] → [B, T]
-    ratio = core.importance_ratio(logprobs, batch["old_logprobs"]).detach()  # [B, T]
+    mask, old, adv = core.policy_inputs(batch, "cispo")                # [B, T] each; the batch is only read
+    ratio = core.importance_ratio(logprobs, old).detach()  # [B, T]
     floor = 1.0 - cfg.eps_low if cfg.eps_low is not None else 0.0
     weight = core.on_mask(ratio.clamp(floor, 1.0 + cfg.eps_high), mask)  # ← clip the weight, not the objective
     pg = reinforce.surrogate(logprobs, adv, weight)                    # −sg(r̂)·A·log π, gradient on every token
     total, metrics = core.finish_loss(pg, logprobs, batch, cfg, norm, entropy, "cispo")
     clipped = (ratio > 1.0 + cfg.eps_high) | (ratio < floor)
-    metrics.update(core.ratio_metrics(logprobs, batch["old_logprobs"], mask, clipped))
+    metrics.update(core.ratio_metrics(logprobs, old, mask, clipped))
     return total, metrics
 
 

@@ -15,9 +15,14 @@ Conventions (docs/architecture.md §3):
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from posttrain import UsageError
+
+if TYPE_CHECKING:
+    from posttrain.framework.batch import RolloutBatch
 
 AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
 KL_ESTIMATORS = ("k1", "k2", "k3")
@@ -294,7 +299,21 @@ def check_config(cfg, who: str) -> None:
             raise UsageError(f"{who}: {name} must be ≥ 0 (got {getattr(cfg, name)})")
 
 
-def finish_loss(pg: torch.Tensor, logprobs: torch.Tensor, batch: dict, cfg, norm: dict,
+def policy_inputs(batch: RolloutBatch, who: str = "loss") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """What every policy loss reads first: (loss_mask [B, T], old_logprobs [B, T], advantages
+    [B, T]); advantages given per sample [B] are broadcast over the loss tokens. The batch is
+    read, never written."""
+    mask = batch.loss_mask                                             # [B, T]
+    if batch.old_logprobs is None or batch.advantages is None:
+        raise UsageError(f"{who}: the loss needs batch.old_logprobs and batch.advantages "
+                         "(collate_samples and the controller's advantage step give them)")
+    adv = batch.advantages
+    if adv.dim() == 1:
+        adv = broadcast(adv, mask)                                     # [B] → [B, T]
+    return mask, batch.old_logprobs, adv
+
+
+def finish_loss(pg: torch.Tensor, logprobs: torch.Tensor, batch: RolloutBatch, cfg, norm: dict,
                 entropy: torch.Tensor | None = None, who: str = "loss"):
     """The tail every policy loss shares once its per-token policy term `pg` [B, T] is known:
 
@@ -305,10 +324,10 @@ def finish_loss(pg: torch.Tensor, logprobs: torch.Tensor, batch: dict, cfg, norm
     (`kl/ref`) whenever batch has ref_logprobs, the entropy whenever it is given. Returns
     (loss, metrics) with `loss/policy` scaled for the trainer's token-weighted mean.
     """
-    mask = batch["loss_mask"]                                          # [B, T]
+    mask = batch.loss_mask                                             # [B, T]
     per_token = pg
     metrics = {"loss/policy": as_token_weighted(aggregate(pg.detach(), mask, cfg.aggregation, norm), mask, norm)}
-    ref = batch.get("ref_logprobs")
+    ref = batch.ref_logprobs
     if cfg.kl_coef > 0 and ref is None:
         raise UsageError(f"{who}: kl_coef > 0 needs batch['ref_logprobs']; load a reference or set kl_coef=0")
     if ref is not None:

@@ -35,12 +35,17 @@ Deviations from the paper, each a config value unless stated:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from posttrain import UsageError
 from posttrain.algorithms import core, grpo
+
+if TYPE_CHECKING:
+    from posttrain.framework.batch import RolloutBatch
 
 
 @dataclass
@@ -81,7 +86,7 @@ def degenerate(rewards: torch.Tensor, group_index: torch.Tensor) -> torch.Tensor
     return std == 0
 
 
-def advantages(rewards: torch.Tensor, group_index: torch.Tensor, cfg: Config, batch: dict | None = None,
+def advantages(rewards: torch.Tensor, group_index: torch.Tensor, cfg: Config, batch: RolloutBatch | None = None,
                **kw) -> torch.Tensor:
     """GRPO advantage [B] of the length-shaped reward; `batch` (loss_mask) gives the lengths."""
     rewards = core.float_rewards(rewards)
@@ -89,7 +94,7 @@ def advantages(rewards: torch.Tensor, group_index: torch.Tensor, cfg: Config, ba
     if cfg.overlong_buffer > 0:
         if batch is None:
             raise UsageError("dapo: overlong shaping needs the batch (loss_mask) in advantages(batch=...)")
-        lengths = batch["loss_mask"].sum(-1).to(rewards.dtype)         # [B] |y_i|
+        lengths = batch.loss_mask.sum(-1).to(rewards.dtype)         # [B] |y_i|
         shaped = rewards + cfg.overlong_penalty_factor * overlong_penalty(lengths, cfg.max_len, cfg.overlong_buffer)
     adv = grpo.advantages(shaped, group_index, cfg)                    # [B]
     if cfg.dynamic_sampling:
@@ -97,15 +102,15 @@ def advantages(rewards: torch.Tensor, group_index: torch.Tensor, cfg: Config, ba
     return adv
 
 
-def loss(logprobs: torch.Tensor, batch: dict, cfg: Config, norm: dict, entropy: torch.Tensor | None = None):
+def loss(logprobs: torch.Tensor, batch: RolloutBatch, cfg: Config, norm: dict, entropy: torch.Tensor | None = None):
     """GRPO's loss (grpo.loss) with DAPO's clip and aggregation; with `mask_truncated`, rows
-    flagged in batch['truncated'] leave the loss mask (zero loss, zero gradient)."""
-    truncated = batch.get("truncated")
+    flagged in batch.truncated leave the loss mask (zero loss, zero gradient) of a new batch."""
+    truncated = batch.truncated
     if not (cfg.mask_truncated and truncated is not None):
         return grpo.loss(logprobs, batch, cfg, norm, entropy)
-    full = batch["loss_mask"]
+    full = batch.loss_mask
     kept = full * (~truncated.bool()).unsqueeze(-1).to(full.dtype)     # [B, T]
-    total, metrics = grpo.loss(logprobs, {**batch, "loss_mask": kept}, cfg, norm, entropy)
+    total, metrics = grpo.loss(logprobs, dataclasses.replace(batch, loss_mask=kept), cfg, norm, entropy)
     # loss/policy is scaled by kept tokens; the trainer weighs it by all of the row's tokens
     n_full, n_kept = float(full.sum()), float(kept.sum())
     metrics["loss/policy"] = metrics["loss/policy"] * (n_kept / n_full if n_full > 0 else 0.0)

@@ -32,12 +32,16 @@ Deviations from the paper, each a config value unless stated:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from posttrain import UsageError
 from posttrain.algorithms import core, grpo, reinforce
 from posttrain.algorithms.base import AlgoConfig
+
+if TYPE_CHECKING:
+    from posttrain.framework.batch import RolloutBatch
 
 DIVERGENCES = ("tv", "kl")
 DEFAULT_DELTA = {"tv": 0.15, "kl": 0.05}                               # verl examples/dppo_trainer
@@ -92,13 +96,9 @@ def trust_region(logprobs: torch.Tensor, old_logprobs: torch.Tensor, adv: torch.
     return torch.where(up, (d <= high) | (p <= p_old), (d <= low) | (p >= p_old))
 
 
-def loss(logprobs: torch.Tensor, batch: dict, cfg: Config, norm: dict, entropy: torch.Tensor | None = None):
+def loss(logprobs: torch.Tensor, batch: RolloutBatch, cfg: Config, norm: dict, entropy: torch.Tensor | None = None):
     """DPPO loss of a (micro-)batch; batch and metrics as grpo.loss (`clip/frac`: tokens masked)."""
-    mask = batch["loss_mask"]                                          # [B, T]
-    adv = batch["advantages"]
-    if adv.dim() == 1:
-        adv = core.broadcast(adv, mask)                                # [B] → [B, T]
-    old = batch["old_logprobs"]
+    mask, old, adv = core.policy_inputs(batch, "dppo")                 # [B, T] each; the batch is only read
     keep = trust_region(logprobs, old, adv, cfg) & (mask != 0)        # ← the divergence mask replaces the clip
     ratio = core.importance_ratio(logprobs, old).detach()              # [B, T]
     weight = torch.where(keep, ratio.clamp(max=cfg.ratio_cap), torch.zeros_like(ratio))

@@ -26,12 +26,16 @@ Deviations from the paper, each a config value unless stated:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from posttrain import UsageError
 from posttrain.algorithms import core
 from posttrain.algorithms.base import AlgoConfig
+
+if TYPE_CHECKING:
+    from posttrain.framework.batch import RolloutBatch
 
 
 @dataclass
@@ -82,7 +86,7 @@ def advantages(rewards: torch.Tensor, group_index: torch.Tensor, cfg: Config, **
     return adv
 
 
-def loss(logprobs: torch.Tensor, batch: dict, cfg: Config, norm: dict,
+def loss(logprobs: torch.Tensor, batch: RolloutBatch, cfg: Config, norm: dict,
          entropy: torch.Tensor | None = None):
     """GRPO loss of a (micro-)batch, normalised by the whole batch's `norm` (core.batch_norm).
 
@@ -93,15 +97,12 @@ def loss(logprobs: torch.Tensor, batch: dict, cfg: Config, norm: dict,
     trainer's token-weighted mean over micro-batches is the batch value), `clip/frac`,
     `ratio/mean`, `ratio/max`, and `kl/ref`, `entropy` (masked means) when available.
     """
-    mask = batch["loss_mask"]                                          # [B, T]
-    adv = batch["advantages"]
-    if adv.dim() == 1:
-        adv = core.broadcast(adv, mask)                                # [B] → [B, T]
-    pg, clipped = core.ppo_clip_loss(logprobs, batch["old_logprobs"], adv,
+    mask, old, adv = core.policy_inputs(batch, "grpo")                 # [B, T] each; the batch is only read
+    pg, clipped = core.ppo_clip_loss(logprobs, old, adv,
                                      cfg.eps_low, cfg.eps_high, cfg.dual_clip)  # [B, T]
     # ← β·k3 per token before aggregation, then the entropy bonus: core.finish_loss
     total, metrics = core.finish_loss(pg, logprobs, batch, cfg, norm, entropy, who="grpo")
-    metrics.update(core.ratio_metrics(logprobs, batch["old_logprobs"], mask, clipped))
+    metrics.update(core.ratio_metrics(logprobs, old, mask, clipped))
     return total, metrics
 
 

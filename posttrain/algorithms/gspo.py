@@ -24,11 +24,15 @@ Deviations from the paper, each a config value unless stated:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from posttrain import UsageError
 from posttrain.algorithms import core, grpo
+
+if TYPE_CHECKING:
+    from posttrain.framework.batch import RolloutBatch
 
 VARIANTS = ("sequence", "token")
 
@@ -62,14 +66,11 @@ def sequence_log_ratio(logprobs: torch.Tensor, old_logprobs: torch.Tensor, loss_
     return log_s.expand_as(logprobs)                                   # [B, T]
 
 
-def loss(logprobs: torch.Tensor, batch: dict, cfg: Config, norm: dict, entropy: torch.Tensor | None = None):
+def loss(logprobs: torch.Tensor, batch: RolloutBatch, cfg: Config, norm: dict, entropy: torch.Tensor | None = None):
     """GSPO loss of a (micro-)batch; batch and metrics as grpo.loss, except that `ratio/*` and
     `clip/frac` describe the sequence ratio s_i (token-weighted)."""
-    mask = batch["loss_mask"]                                          # [B, T]
-    adv = batch["advantages"]
-    if adv.dim() == 1:
-        adv = core.broadcast(adv, mask)                                # [B] → [B, T]
-    log_s = sequence_log_ratio(logprobs, batch["old_logprobs"], mask, cfg.variant)  # [B, T]
+    mask, old, adv = core.policy_inputs(batch, "gspo")                 # [B, T] each; the batch is only read
+    log_s = sequence_log_ratio(logprobs, old, mask, cfg.variant)  # [B, T]
     zero = torch.zeros_like(log_s)
     pg, clipped = core.ppo_clip_loss(log_s, zero, adv, cfg.eps_low, cfg.eps_high, cfg.dual_clip)  # ← clip s_i, not r_t
     total, metrics = core.finish_loss(pg, logprobs, batch, cfg, norm, entropy, "gspo")

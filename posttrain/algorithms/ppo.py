@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -48,6 +49,9 @@ from posttrain import UsageError
 from posttrain.algorithms import core
 from posttrain.algorithms.base import AlgoConfig
 from posttrain.algorithms.reinforce_pp import token_rewards   # R on the last token − β·KL_t (shared)
+
+if TYPE_CHECKING:
+    from posttrain.framework.batch import RolloutBatch
 
 KL_PLACES = ("reward", "loss")
 CRITICS = ("shared", "separate")
@@ -96,7 +100,7 @@ def needs_reference(cfg: Config) -> bool:
 
 def needs_critic(cfg: Config) -> bool:
     """PPO always learns a value function: the trainer adds V to its forward, the controller
-    records V_old before the advantages (framework/trainer.py, controller.py)."""
+    records V_old before the advantages and `value_targets` beside them (framework/critic.py)."""
     return True
 
 
@@ -128,32 +132,43 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, loss_mask: torch.Tensor, ga
     return adv, ret
 
 
-def advantages(rewards: torch.Tensor, group_index: torch.Tensor, cfg: Config, batch: dict | None = None,
+def advantages(rewards: torch.Tensor, group_index: torch.Tensor, cfg: Config, batch: RolloutBatch | None = None,
                **kw) -> torch.Tensor:
     """GAE advantages [B, T] (whitened when `whiten_advantages`), 0 off the loss mask.
 
     `batch` must hold `loss_mask`, `values` (V_old [B, T], recorded by the controller before
-    this call), and `old_logprobs` + `ref_logprobs` when the KL is in the reward.
-    SIDE EFFECT: also stores `batch["returns"]` = A + V_old (before whitening), the value
-    loss's target; the controller keeps it in the batch that goes to the trainer.
+    this call), and `old_logprobs` + `ref_logprobs` when the KL is in the reward. The value
+    loss's target comes from `value_targets`; the batch is only read.
     group_index is unused: the critic, not the group, is the baseline.
     """
-    if batch is None or batch.get("values") is None:
-        raise UsageError("ppo: advantages need batch=... with 'values' (V_old from the critic); "
-                         "run PPO through the controller, which records them, or add them yourself")
-    mask = batch["loss_mask"]                                          # [B, T]
-    kl_tok, beta = None, 0.0
-    if cfg.kl_in == "reward" and cfg.kl_coef > 0:
-        if batch.get("ref_logprobs") is None:
-            raise UsageError("ppo: a KL in the reward needs batch['ref_logprobs']; load a reference or set kl_coef=0")
-        kl_tok = core.kl(batch["old_logprobs"], batch["ref_logprobs"], cfg.kl_estimator)  # [B, T] behaviour vs ref
-        beta = cfg.kl_coef
-    r_tok = token_rewards(rewards.to(batch["values"].dtype), mask, kl_tok, beta)   # [B, T]
-    adv, ret = gae(r_tok, batch["values"], mask, cfg.gamma, cfg.lam)   # [B, T] each
-    batch["returns"] = ret                                             # ← the value target (documented side effect)
+    adv, _, mask = _gae_of(rewards, batch, cfg)                        # [B, T] each
     if cfg.whiten_advantages:
         adv = core.masked_whiten(adv, mask)                            # over the whole batch's loss tokens
     return adv
+
+
+def value_targets(rewards: torch.Tensor, batch: RolloutBatch, cfg: Config) -> torch.Tensor:
+    """The value loss's target G = A + V_old [B, T] (GAE before whitening), 0 off the mask: the
+    controller puts it in the batch as `returns`, next to the advantages (framework/critic.py)."""
+    return _gae_of(rewards, batch, cfg)[1]                             # [B, T]
+
+
+def _gae_of(rewards: torch.Tensor, batch: RolloutBatch | None, cfg: Config):
+    """(A, G, loss_mask) [B, T] of a batch: the token rewards (with the KL when it is in the
+    reward) through gae()."""
+    if batch is None or batch.values is None:
+        raise UsageError("ppo: advantages need batch=... with 'values' (V_old from the critic); "
+                         "run PPO through the controller, which records them, or add them yourself")
+    mask, values = batch.loss_mask, batch.values                       # [B, T] each
+    kl_tok, beta = None, 0.0
+    if cfg.kl_in == "reward" and cfg.kl_coef > 0:
+        if batch.ref_logprobs is None or batch.old_logprobs is None:
+            raise UsageError("ppo: a KL in the reward needs batch['ref_logprobs']; load a reference or set kl_coef=0")
+        kl_tok = core.kl(batch.old_logprobs, batch.ref_logprobs, cfg.kl_estimator)  # [B, T] behaviour vs ref
+        beta = cfg.kl_coef
+    r_tok = token_rewards(rewards.to(values.dtype), mask, kl_tok, beta)  # [B, T]
+    adv, ret = gae(r_tok, values, mask, cfg.gamma, cfg.lam)            # [B, T] each
+    return adv, ret, mask
 
 
 # ----------------------------------------------------------------------------- loss
@@ -186,7 +201,7 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.
                            torch.zeros_like(vr))
 
 
-def loss(logprobs: torch.Tensor, batch: dict, cfg: Config, norm: dict, entropy: torch.Tensor | None = None):
+def loss(logprobs: torch.Tensor, batch: RolloutBatch, cfg: Config, norm: dict, entropy: torch.Tensor | None = None):
     """PPO loss of a (micro-)batch, normalised by the whole batch's `norm` (core.batch_norm).
 
     logprobs [B, T] with gradient. batch: `loss_mask`, `old_logprobs`, `advantages`, `values`
@@ -197,29 +212,30 @@ def loss(logprobs: torch.Tensor, batch: dict, cfg: Config, norm: dict, entropy: 
     `value/explained_variance` (per micro-batch, exact with one), `value/clip_frac`,
     `clip/frac`, `ratio/mean`, `ratio/max`, and `kl/ref`, `entropy` when available.
     """
-    if batch.get("new_values") is None:
+    new_values, values, returns = batch.new_values, batch.values, batch.returns
+    if new_values is None:
         raise UsageError("ppo: the loss needs batch['new_values'] from the critic; train through "
                          "framework.trainer.policy_loss_fn with a models.heads.ActorCritic model")
-    mask = batch["loss_mask"]                                          # [B, T]
-    adv = batch["advantages"]
-    if adv.dim() == 1:
-        adv = core.broadcast(adv, mask)                                # [B] → [B, T]
-    pg, clipped = core.ppo_clip_loss(logprobs, batch["old_logprobs"], adv,
+    if values is None or returns is None:
+        raise UsageError("ppo: the loss needs batch.values and batch.returns (the controller's critic hook "
+                         "and ppo.value_targets give them)")
+    mask, old, adv = core.policy_inputs(batch, "ppo")                 # [B, T] each; the batch is only read
+    pg, clipped = core.ppo_clip_loss(logprobs, old, adv,
                                      cfg.eps_low, cfg.eps_high, cfg.dual_clip)  # [B, T]
     # KL in the reward: already in the advantages, so the loss only measures it (kl/ref)
     tail_cfg = cfg if cfg.kl_in == "loss" else dataclasses.replace(cfg, kl_coef=0.0)
     total, metrics = core.finish_loss(pg, logprobs, batch, tail_cfg, norm, entropy, who="ppo")
-    metrics.update(core.ratio_metrics(logprobs, batch["old_logprobs"], mask, clipped))
+    metrics.update(core.ratio_metrics(logprobs, old, mask, clipped))
 
-    v_new = core.on_mask(batch["new_values"], mask)                    # [B, T] with gradient, 0 off the mask
-    vf, v_clipped = value_loss(v_new, core.on_mask(batch["values"], mask), core.on_mask(batch["returns"], mask),
+    v_new = core.on_mask(new_values, mask)                             # [B, T] with gradient, 0 off the mask
+    vf, v_clipped = value_loss(v_new, core.on_mask(values, mask), core.on_mask(returns, mask),
                                cfg.value_clip)                         # [B, T]
     v_loss = core.aggregate(vf, mask, cfg.aggregation, norm)           # ← the critic's loss, same mode
     total = total + cfg.vf_coef * v_loss
     metrics.update({
         "loss/value": core.as_token_weighted(v_loss, mask, norm),
         "value/mean": core.masked_mean(v_new.detach(), mask),
-        "value/explained_variance": explained_variance(v_new.detach(), batch["returns"], mask),
+        "value/explained_variance": explained_variance(v_new.detach(), returns, mask),
         "value/clip_frac": core.masked_mean(v_clipped.to(mask.dtype), mask),
     })
     return total, metrics

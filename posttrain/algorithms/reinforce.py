@@ -27,12 +27,16 @@ Deviations from the paper, each a config value unless stated:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from posttrain import UsageError
 from posttrain.algorithms import core
 from posttrain.algorithms.base import AlgoConfig
+
+if TYPE_CHECKING:
+    from posttrain.framework.batch import RolloutBatch
 
 BASELINES = ("none", "mean")
 
@@ -78,7 +82,7 @@ def surrogate(logprobs: torch.Tensor, advantages: torch.Tensor, weight: torch.Te
     return -(weight.detach() * advantages) * logprobs
 
 
-def loss(logprobs: torch.Tensor, batch: dict, cfg, norm: dict, entropy: torch.Tensor | None = None):
+def loss(logprobs: torch.Tensor, batch: RolloutBatch, cfg, norm: dict, entropy: torch.Tensor | None = None):
     """REINFORCE loss of a (micro-)batch, normalised by the whole batch's `norm`.
 
     logprobs [B, T] with gradient; batch: `loss_mask`, `advantages` ([B, T] or [B]),
@@ -86,14 +90,11 @@ def loss(logprobs: torch.Tensor, batch: dict, cfg, norm: dict, entropy: torch.Te
     Returns (loss, metrics): `loss/policy`, `ratio/mean`, `ratio/max`, `clip/frac` (always 0:
     nothing is clipped), and `kl/ref`, `entropy` when available.
     """
-    mask = batch["loss_mask"]                                          # [B, T]
-    adv = batch["advantages"]
-    if adv.dim() == 1:
-        adv = core.broadcast(adv, mask)                                # [B] → [B, T]
+    mask, old, adv = core.policy_inputs(batch, "reinforce")            # [B, T] each; the batch is only read
     pg = surrogate(logprobs, adv)                                      # ← −A·log π, no ratio, no clip
     total, metrics = core.finish_loss(pg, logprobs, batch, cfg, norm, entropy, "reinforce")
     never = torch.zeros_like(mask, dtype=torch.bool)
-    metrics.update(core.ratio_metrics(logprobs, batch["old_logprobs"], mask, never))
+    metrics.update(core.ratio_metrics(logprobs, old, mask, never))
     return total, metrics
 
 

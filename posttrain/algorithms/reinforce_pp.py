@@ -33,11 +33,15 @@ Deviations from the paper, each a config value unless stated:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from posttrain import UsageError
 from posttrain.algorithms import core, grpo
+
+if TYPE_CHECKING:
+    from posttrain.framework.batch import RolloutBatch
 
 
 @dataclass
@@ -98,20 +102,20 @@ def returns(token_rewards: torch.Tensor, loss_mask: torch.Tensor, gamma: float =
     return out
 
 
-def advantages(rewards: torch.Tensor, group_index: torch.Tensor, cfg: Config, batch: dict | None = None,
+def advantages(rewards: torch.Tensor, group_index: torch.Tensor, cfg: Config, batch: RolloutBatch | None = None,
                **kw) -> torch.Tensor:
     """Whitened token advantages [B, T] (0 off the loss mask). `batch` must hold loss_mask, and
     old_logprobs + ref_logprobs when the reward carries a KL."""
     if batch is None:
         raise UsageError("reinforce_pp: advantages need the batch (loss_mask, old/ref logprobs): batch=...")
     rewards = core.float_rewards(rewards)
-    mask = batch["loss_mask"]                                          # [B, T]
+    mask = batch.loss_mask                                             # [B, T]
     beta = reward_kl(cfg)
     kl_tok = None
     if beta > 0:
-        if batch.get("ref_logprobs") is None:
+        if batch.ref_logprobs is None or batch.old_logprobs is None:
             raise UsageError("reinforce_pp: a KL in the reward needs batch['ref_logprobs']; or set reward_kl_coef=0")
-        kl_tok = core.kl(batch["old_logprobs"], batch["ref_logprobs"], "k1")  # [B, T]  behaviour policy vs reference
+        kl_tok = core.kl(batch.old_logprobs, batch.ref_logprobs, "k1")  # [B, T]  behaviour policy vs reference
     r_tok = token_rewards(rewards, mask, kl_tok, beta)                 # [B, T]
     if cfg.baseline:
         score = core.masked_sum(r_tok, mask, dim=-1)                   # [B]  R − β Σ_t KL_t

@@ -36,7 +36,7 @@ from posttrain.bench import update_json
 from posttrain.eval import response_budget
 from posttrain.framework.batch import collate_samples
 from posttrain.framework.rollout import Engine, SamplingParams
-from posttrain.framework.trainer import score_logprobs
+from posttrain.framework.reference import score_logprobs
 from posttrain.precision import FORMATS, sampler_runtime
 from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
 from posttrain.tasks.base import score_samples
@@ -65,19 +65,19 @@ def mismatch(model, tok, task, fmt: str, seed: int, prompts: int = 128, n: int =
     samples = _sample(model, tok, task, items, n, fmt, seed)
     score_samples(task, samples)
     batch = collate_samples(samples, tok.pad_id)
-    mask = batch["loss_mask"]                                           # [B, T]
+    mask, behaviour = batch.loss_mask, batch.old_logprobs               # [B, T] each
     trainer = score_logprobs(model, batch)                              # [B, T] fp32, 0 off the mask
-    delta = (trainer - batch["old_logprobs"]) * mask                    # [B, T]
+    delta = (trainer - behaviour) * mask                                 # [B, T]
     d = delta[mask != 0].double().numpy()
     rewards = torch.tensor([s.reward for s in samples])
     mean, std, _ = core.group_stats(rewards, torch.tensor([s.group for s in samples]))
     adv = core.broadcast((rewards - mean) / (std + 1e-6), mask)         # [B, T] GRPO advantages
-    _, clipped = core.ppo_clip_loss(trainer, batch["old_logprobs"], adv, 0.2, 0.2)
+    _, clipped = core.ppo_clip_loss(trainer, behaviour, adv, 0.2, 0.2)
     frac = lambda m: float(core.masked_mean(m.to(mask.dtype), mask))
     seq = delta.sum(-1).double().numpy()                                # [B] Σ_t δ
-    _, tis = core.off_policy_weights(trainer, batch["old_logprobs"], mask, "tis", 2.0)
-    _, msk = core.off_policy_weights(trainer, batch["old_logprobs"], mask, "mask", 2.0)
-    _, seq_tis = core.off_policy_weights(trainer, batch["old_logprobs"], mask, "seq_tis", 2.0)
+    _, tis = core.off_policy_weights(trainer, behaviour, mask, "tis", 2.0)
+    _, msk = core.off_policy_weights(trainer, behaviour, mask, "mask", 2.0)
+    _, seq_tis = core.off_policy_weights(trainer, behaviour, mask, "seq_tis", 2.0)
     mag = np.log10(np.maximum(np.abs(d), 1e-12))
     hist = np.histogram(np.clip(mag, DECADES[0], DECADES[-1] - 1e-9), bins=DECADES)[0]
     q = lambda x, p: float(np.quantile(x, p))

@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 
 from posttrain import UsageError
+from posttrain.framework.batch import Batch, map_batch, view
 
 BUCKET_BYTES = 25 * 2 ** 20   # gradients per all-reduce call (DDP's default bucket size)
 
@@ -34,14 +35,14 @@ class DataParallel:
         self.group = group
         self.rank, self.world = dist.get_rank(group), dist.get_world_size(group)
 
-    def shard(self, batch: dict, unit: int = 1) -> dict:
+    def shard(self, batch: Batch, unit: int = 1) -> Batch:
         """This rank's contiguous block of rows, in whole units (2 keeps preference pairs
         together); block sizes differ by at most one unit."""
-        U = batch["loss_mask"].shape[0] // unit
+        U = view(batch)["loss_mask"].shape[0] // unit
         a, b = (round(r * U / self.world) * unit for r in (self.rank, self.rank + 1))
-        return {k: v[a:b] if torch.is_tensor(v) else v for k, v in batch.items()}
+        return map_batch(batch, lambda v: v[a:b])
 
-    def even_out(self, micro: list[dict]) -> list[dict]:
+    def even_out(self, micro: list) -> list:
         """Micro-batches as this rank runs them: replicas need no padding (fsdp.py's shards do)."""
         return micro
 

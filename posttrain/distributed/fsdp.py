@@ -26,6 +26,7 @@ import torch
 import torch.distributed as dist
 
 from posttrain.distributed.data_parallel import DataParallel
+from posttrain.framework.batch import Batch, map_batch, view, with_fields
 
 
 def shard_module(module: torch.nn.Module) -> torch.nn.Module:
@@ -46,12 +47,13 @@ def shard_module(module: torch.nn.Module) -> torch.nn.Module:
 class FSDPShard(DataParallel):
     """DataParallel for an FSDP2 module: same row shards and metric reduction, but FSDP reduces."""
 
-    def shard(self, batch: dict, unit: int = 1) -> dict:
-        self.template = {k: (v[:unit] * 0 if k in ("loss_mask", "advantages") else v[:unit]) if torch.is_tensor(v)
-                         else v for k, v in batch.items()}    # rows with nothing to learn, for padding
+    def shard(self, batch: Batch, unit: int = 1) -> Batch:
+        first = map_batch(batch, lambda v: v[:unit])
+        zero = {k: v * 0 for k, v in view(first).items() if k in ("loss_mask", "advantages")}
+        self.template = with_fields(first, **zero)                    # rows with nothing to learn, for padding
         return super().shard(batch, unit)
 
-    def even_out(self, micro: list[dict]) -> list[dict]:
+    def even_out(self, micro: list) -> list:
         n = torch.tensor([len(micro)])
         dist.all_reduce(n, op=dist.ReduceOp.MAX, group=self.group)
         return micro + [self.template] * (int(n) - len(micro))

@@ -33,6 +33,7 @@ import time
 import torch
 
 from posttrain import UsageError
+from posttrain.framework.batch import Batch, view
 from posttrain.framework.weight_sync.broadcast import SyncGroup, free_port, layout
 from posttrain.framework.weight_sync.snapshots import load_buckets
 from posttrain.framework.rollout import Engine
@@ -236,10 +237,11 @@ class RayReference:
         actor = ray.remote(num_cpus=0)(ReferenceWorker)
         self.actor = actor.remote(ray.put(copy.deepcopy(policy).to("cpu")), temperature, threads)
 
-    def score(self, batch: dict, micro_batch_tokens: int = 16384) -> torch.Tensor:
-        device = batch["input_ids"].device
+    def score(self, batch: Batch, micro_batch_tokens: int = 16384) -> torch.Tensor:
+        fields = view(batch)
+        device = fields["input_ids"].device
         keys = ("input_ids", "attention_mask", "loss_mask")          # all the reference reads
-        cpu = {k: batch[k].to("cpu") for k in keys}
+        cpu = {k: fields[k].to("cpu") for k in keys}
         return self.ray.get(self.actor.score.remote(cpu, micro_batch_tokens)).to(device)
 
     def close(self) -> None:

@@ -45,6 +45,7 @@ import torch.multiprocessing as mp
 
 from posttrain import UsageError, algorithms, runtime
 from posttrain.distributed.data_parallel import DataParallel
+from posttrain.framework.batch import Batch, map_batch
 
 TIMEOUT = datetime.timedelta(minutes=30)        # one collective; a step's forward + backward fits in it
 SHARDS = ("replicate", "fsdp")
@@ -60,7 +61,7 @@ def check_trainer_config(cfg) -> None:
         raise UsageError("trainer_ranks > 1 runs the trainer group on CPU (gloo) only; use device=cpu, "
                          "or trainer_ranks=1 on a GPU")
     if cfg.scale.trainer_shard == "fsdp" and cfg.scale.trainer_ranks > 1:
-        from posttrain.framework.trainer import needs_critic
+        from posttrain.framework.critic import needs_critic
         algorithm = algorithms.get(cfg.algo.name)
         if needs_critic(algorithm, cfg.algo):
             raise UsageError(f"trainer_shard=fsdp does not shard a critic ({cfg.algo.name}); use trainer_shard=replicate")
@@ -86,7 +87,7 @@ class TrainerGroup:
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
-    def train(self, batch: dict, loss_fn, epochs: int = 1, minibatches: int = 1, max_len=None) -> dict:
+    def train(self, batch: Batch, loss_fn, epochs: int = 1, minibatches: int = 1, max_len=None) -> dict:
         """Trainer.train on every rank. `loss_fn` is rank 0's; the followers build the same one
         from the config (a closure does not travel)."""
         for p in self.procs:
@@ -98,7 +99,7 @@ class TrainerGroup:
             if self.fsdp:                                    # rank 0 trains a shard too, like the others
                 self.inner = _trainer(self.model, state, self.cfg, self.inner.runtime)
             self.started = True
-        _send(("train", {k: v.cpu() for k, v in batch.items()}, epochs, minibatches, max_len))
+        _send(("train", map_batch(batch, torch.Tensor.cpu), epochs, minibatches, max_len))
         out = self.inner.train(batch, loss_fn, epochs, minibatches, max_len)
         if self.fsdp:
             from posttrain.distributed.fsdp import gather_into
@@ -156,7 +157,7 @@ def _follow(rank: int, world: int, init: str, cfg) -> None:
                 fsdp.full_state(trainer)
                 continue
             _, batch, epochs, minibatches, max_len = msg
-            trainer.train({k: v.to(trainer.device) for k, v in batch.items()}, loss_fn, epochs, minibatches, max_len)
+            trainer.train(map_batch(batch, lambda v: v.to(trainer.device)), loss_fn, epochs, minibatches, max_len)
             if cfg.scale.trainer_shard == "fsdp":
                 fsdp.gather_into(trainer.model, None)
     finally:

@@ -3,17 +3,17 @@
     ❶ rollout     engine.generate(prompts, n)            samples with behaviour logprobs
     ❷ reward      score_samples(task, samples)           verifier per sample, errors counted
     ❸ groups      degenerate groups kept / skipped / resampled (config `degenerate`)
-    ❹ collate     collate_samples(samples)               padded RolloutBatch
+    ❹ collate     collate_samples(samples)               padded RolloutBatch (framework/batch.py)
     ❺ reference   reference.score(batch)                 ref_logprobs (only when needed)
        critic      critic_values(trainer.model, batch)    V_old, before ❻ (only with a critic: PPO)
-    ❻ advantages  algorithm.advantages(rewards, groups)
+    ❻ advantages  algorithm.advantages(rewards, groups)  (+ algorithm.value_targets with a critic)
        correction  correct_off_policy(model, batch)      IS weights π_prox/μ (async: on by default)
     ❼ train       trainer.step(batch, loss_fn)           epochs × minibatches of optimizer steps
     ❽ sync        weight_sync.sync()                     the sampler gets the new weights
     ❾ metrics     one flat dict, with a timer per role
 
 The controller never touches parameters, logits or rewards itself: each line hands data
-from one role to the next. The step loop around it (resume, eval, checkpoints, logs) is
+from one role to the next, each role's output a field of a new batch (`dataclasses.replace`). The step loop around it (resume, eval, checkpoints, logs) is
 framework/loop.py. In async mode (distributed/async_rollout.py) ❶–❸ run on a producer that
 works ahead of the trainer by at most `max_staleness` versions, and ❽ publishes a version
 that the producer loads between two requests; the step reads the same.
@@ -21,6 +21,7 @@ that the producer loads between two requests; the step reads the same.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from contextlib import contextmanager
 
@@ -29,9 +30,10 @@ import numpy as np
 from posttrain.algorithms.core import broadcast
 from posttrain.framework.agent import Episode, episode_metrics, run_episodes
 from posttrain.framework.batch import collate_samples
+from posttrain.framework.critic import critic_values, needs_critic
 from posttrain.framework.off_policy import correct_off_policy
 from posttrain.framework.rollout import Sample, SamplingParams
-from posttrain.framework.trainer import critic_values, needs_critic, policy_loss_fn
+from posttrain.framework.trainer import policy_loss_fn
 from posttrain.tasks.base import MultiTurnTask, score_samples
 from posttrain.tasks.pool import make_pool
 from posttrain.sizing.throughput import max_of_k
@@ -63,24 +65,29 @@ class Controller:
         self.last_samples = samples                                             # for the audit log
         if not samples:                                                         # every group degenerate: no update
             return {**metrics, **self.timers, "train/skipped_step": 1.0}
+        replace = dataclasses.replace
+        critic = needs_critic(self.algorithm, self.algo_cfg)
         with self.timer("collate"):
-            batch = collate_samples(samples, self.tok.pad_id)                   # ❹
-            batch = {k: v.to(self.trainer.device) for k, v in batch.items()}
+            batch = collate_samples(samples, self.tok.pad_id).to(self.trainer.device)  # ❹
         if self.reference is not None:
             with self.timer("reference"):
-                batch["ref_logprobs"] = self.reference.score(batch)             # ❺
-        if needs_critic(self.algorithm, self.algo_cfg):                        # critic hook (PPO only):
+                batch = replace(batch, ref_logprobs=self.reference.score(batch))  # ❺
+        if critic:                                                              # critic hook (PPO only):
             with self.timer("critic"):                                          # V_old of the rollout for GAE
-                batch["values"] = critic_values(self.trainer.model, batch, self.trainer.cfg.micro_batch_tokens)
+                batch = replace(batch, values=critic_values(self.trainer.model, batch, self.trainer.cfg.micro_batch_tokens))
         with self.timer("algorithm"):
-            adv = self.algorithm.advantages(batch["rewards"], batch["group_index"], self.algo_cfg, batch=batch)
-            batch["advantages"] = broadcast(adv, batch["loss_mask"]) if adv.dim() == 1 else adv * batch["loss_mask"]  # ❻
+            adv = self.algorithm.advantages(batch.rewards, batch.group_index, self.algo_cfg, batch=batch)
+            if critic:                                                          # the value loss's target
+                batch = replace(batch, returns=self.algorithm.value_targets(batch.rewards, batch, self.algo_cfg))
+            mask = batch.loss_mask
+            batch = replace(batch, advantages=broadcast(adv, mask) if adv.dim() == 1 else adv * mask)  # ❻
         if self.on_batch is not None:
             self.on_batch(step, samples, batch)                                 # audit (recipes/rl.py), pre-update
         if self.correction != "none":                                           # stale samples: IS weights
             with self.timer("proximal"):                                        # from the behaviour logprobs
-                metrics.update(correct_off_policy(self.trainer.model, batch, self.correction,
-                                                  cfg.scale.off_policy_cap, cfg.rollout.temperature, self.trainer.cfg.micro_batch_tokens))
+                batch, corrected = correct_off_policy(self.trainer.model, batch, self.correction, cfg.scale.off_policy_cap,
+                                                      cfg.rollout.temperature, self.trainer.cfg.micro_batch_tokens)
+                metrics.update(corrected)
         with self.timer("train"):
             train = self.trainer.train(batch, self.loss_fn, cfg.optim.epochs, cfg.optim.minibatches, cfg.rollout.max_new_tokens)  # ❼
         with self.timer("sync"):
@@ -88,7 +95,7 @@ class Controller:
         metrics.update(train)
         metrics.update(sync)
         metrics.update(self.timers)                                             # ❾
-        metrics["train/tokens_per_s"] = float(batch["loss_mask"].sum()) / max(self.timers["time/train_s"], 1e-9)
+        metrics["train/tokens_per_s"] = float(batch.loss_mask.sum()) / max(self.timers["time/train_s"], 1e-9)
         metrics["train/skipped_step"] = 0.0
         return metrics
 

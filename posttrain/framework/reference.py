@@ -16,18 +16,20 @@ import copy
 
 import torch
 
-from posttrain.framework.trainer import sequence_logprobs, split_micro_batches
+from posttrain.framework.batch import Batch, split_micro_batches, view
+from posttrain.framework.logprobs import sequence_logprobs
 
 
 @torch.no_grad()
-def score_logprobs(model, batch: dict, temperature: float = 1.0, micro_batch_tokens: int = 16384) -> torch.Tensor:
+def score_logprobs(model, batch: Batch, temperature: float = 1.0, micro_batch_tokens: int = 16384) -> torch.Tensor:
     """logprobs [B, T] of a batch under `model` (no gradient), zero where loss_mask is 0 (the
     convention of old_logprobs), micro-batched by padded tokens: the reference's scores and the
     proximal logprobs of the off-policy correction."""
-    out = torch.zeros_like(batch["loss_mask"])
+    out = torch.zeros_like(view(batch)["loss_mask"])
     for mb in split_micro_batches(batch, micro_batch_tokens):
-        lp, _ = sequence_logprobs(model, mb["input_ids"], temperature)
-        out[mb["row_index"], :lp.shape[1]] = lp * mb["loss_mask"]
+        m = view(mb)
+        lp, _ = sequence_logprobs(model, m["input_ids"], temperature)
+        out[m["row_index"], :lp.shape[1]] = lp * m["loss_mask"]
     return out
 
 
@@ -36,6 +38,6 @@ class Reference:
         self.model = copy.deepcopy(policy).eval().requires_grad_(False)
         self.temperature = temperature
 
-    def score(self, batch: dict, micro_batch_tokens: int = 16384) -> torch.Tensor:
+    def score(self, batch: Batch, micro_batch_tokens: int = 16384) -> torch.Tensor:
         """ref_logprobs [B, T], zero where loss_mask is 0 (the same convention as old_logprobs)."""
         return score_logprobs(self.model, batch, self.temperature, micro_batch_tokens)

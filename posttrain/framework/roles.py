@@ -31,10 +31,12 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import torch
 
 if TYPE_CHECKING:
+    from posttrain.framework.batch import Batch
     from posttrain.framework.rollout import Sample, SamplingParams
 
-LossFn = Callable[[torch.nn.Module, dict, dict], tuple[torch.Tensor, dict]]
-"""loss_fn(model, micro_batch, norm) -> (loss, metrics): the only thing the trainer knows of an algorithm."""
+LossFn = Callable[[torch.nn.Module, Any, dict], tuple[torch.Tensor, dict]]
+"""loss_fn(model, micro_batch, norm) -> (loss, metrics): the only thing the trainer knows of an
+algorithm. The micro-batch is a RolloutBatch in RL, a dict of tensors in the other stages."""
 
 
 @runtime_checkable
@@ -70,7 +72,7 @@ class RolloutSource(Protocol):
 class ReferenceScorer(Protocol):
     """Role 2: logprobs of the frozen starting policy for the KL term."""
 
-    def score(self, batch: dict) -> torch.Tensor:
+    def score(self, batch: Batch) -> torch.Tensor:
         """ref_logprobs [B, T], zero where loss_mask is 0."""
         ...
 
@@ -82,7 +84,7 @@ class PolicyTrainer(Protocol):
     model: torch.nn.Module
     device: torch.device
 
-    def train(self, batch: dict, loss_fn: LossFn, epochs: int = 1, minibatches: int = 1,
+    def train(self, batch: Batch, loss_fn: LossFn, epochs: int = 1, minibatches: int = 1,
               max_len: float | None = None) -> dict: ...
 
 

@@ -4,8 +4,8 @@ The trainer takes the loss as a function; it knows nothing about any algorithm:
 
     metrics = trainer.step(batch, loss_fn)      # loss_fn(model, micro_batch, norm) -> (loss, metrics)
 
-`batch` is a dict of tensors with `[B, T]` or `[B]` leading dims (docs/architecture.md §3); it is split
-into micro-batches of at most `micro_batch_tokens` padded tokens, rows of similar lengths
+`batch` is a `RolloutBatch` (framework/batch.py, docs/architecture.md §3) or, for the other
+stages, a dict of tensors with `[B, T]` or `[B]` leading dims; it is split into micro-batches of at most `micro_batch_tokens` padded tokens, rows of similar lengths
 together (`split_micro_batches`), so the padding computed stays small: `train/tokens` counts
 the real tokens of a step, `train/padded_tokens` what the forwards computed. Every loss is normalised
 by `norm`, the token and sequence counts of the WHOLE batch (algorithms/core.batch_norm),
@@ -15,141 +15,41 @@ aggregation mode (tests/test_trainer.py). `.backward()` is called here and nowhe
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 import warnings
 
 import torch
-import torch.nn.functional as F
 
 from posttrain import UsageError
-from posttrain.algorithms.core import batch_norm, entropy_from_logits, masked_mean
-from posttrain.framework.roles import CriticModel
-from posttrain.framework.rollout import token_logprobs
-
-
-def sequence_logprobs(model, input_ids: torch.Tensor, temperature: float = 1.0,
-                      with_entropy: bool = False):
-    """logprobs[:, t] = log π(input_ids[:, t] | input_ids[:, :t]) at the sampler's temperature.
-
-    Position 0 has no prediction and holds 0. Returns (logprobs [B, T], entropy [B, T] | None).
-    """
-    return logits_logprobs(model(input_ids), input_ids, temperature, with_entropy)
-
-
-def logits_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, temperature: float = 1.0,
-                    with_entropy: bool = False):
-    """sequence_logprobs from logits [B, T, V] already computed (a forward that also gave values)."""
-    logits = logits[:, :-1]                                          # [B, T-1, V]
-    lp = token_logprobs(logits, input_ids[:, 1:], temperature)       # [B, T-1]
-    lp = F.pad(lp, (1, 0))                                           # [B, T]
-    ent = None
-    if with_entropy:
-        t = temperature if temperature > 0 else 1.0
-        ent = F.pad(entropy_from_logits(logits.float() / t), (1, 0))
-    return lp, ent
-
-
-# The fixed cost of one more micro-batch (one more forward and backward: hundreds of kernel
-# launches) in token-equivalents: split_micro_batches cuts rows into another micro-batch only
-# where that saves more padded tokens than this. ~5 ms of launches on a CPU ≈ 100-200 tokens of
-# the nano model; on bigger models and GPUs a token costs more and the constant matters less.
-MICRO_BATCH_COST_TOKENS = 128
-
-
-def split_micro_batches(batch: dict, max_tokens: int, unit: int = 1) -> list[dict]:
-    """Micro-batches of at most `max_tokens` padded tokens (at least one unit), rows grouped by
-    length so that little padding is computed.
-
-    Rows go in units of `unit` (2 keeps a preference pair's chosen and rejected together).
-    Units are sorted by length, longest first, and cut into consecutive groups minimising
-    Σ rows·width + MICRO_BATCH_COST_TOKENS per group (exact, by dynamic programming), with
-    rows·width <= max_tokens. Within a micro-batch rows keep their batch order, and columns
-    past its last real token are trimmed. Each micro-batch carries `row_index` [b], the
-    positions of its rows in `batch`, for callers that write results back by row. Losses are
-    normalised by the whole batch (batch_norm), so the grouping changes float rounding only.
-    """
-    mask = batch["attention_mask"]
-    B = mask.shape[0]
-    if B % unit:
-        raise ValueError(f"batch of {B} rows does not split into units of {unit}")
-    lengths = mask.sum(1).view(-1, unit).amax(1).long().cpu()        # [B / unit]; the plan lives on the CPU
-    order = torch.sort(lengths, descending=True, stable=True).indices  # longest unit first
-    out = []
-    for a, b in _length_groups(lengths[order].tolist(), max_tokens, unit):
-        units = order[a:b].sort().values                              # batch order within the group
-        rows = (units[:, None] * unit + torch.arange(unit)).flatten()  # [b]
-        width = int(lengths[order[a]])
-        mb = {k: _take(v, rows, width, mask.shape[1]) for k, v in batch.items()}
-        mb["row_index"] = rows.to(mask.device)
-        out.append(mb)
-    return out
-
-
-def _length_groups(widths: list[int], max_tokens: int, unit: int) -> list[tuple[int, int]]:
-    """[a, b) cuts of units sorted by decreasing width: minimum Σ (b-a)·unit·widths[a] +
-    MICRO_BATCH_COST_TOKENS over groups, each within max_tokens unless it is a single unit."""
-    U = len(widths)
-    best, cut = [0.0] + [float("inf")] * U, [0] * (U + 1)
-    for b in range(1, U + 1):
-        for a in range(b - 1, -1, -1):                                # group [a, b): widest is a
-            size = (b - a) * unit * widths[a]
-            if b - a > 1 and size > max_tokens:
-                break                                                 # wider and longer further left
-            cost = best[a] + size + MICRO_BATCH_COST_TOKENS
-            if cost < best[b]:
-                best[b], cut[b] = cost, a
-    groups, b = [], U
-    while b > 0:
-        groups.append((cut[b], b))
-        b = cut[b]
-    return groups[::-1]
-
-
-def _take(v, rows, width, T):
-    if not torch.is_tensor(v):
-        return v
-    v = v[rows.to(v.device)]
-    return v[:, :width] if v.dim() >= 2 and v.shape[1] == T else v
-
-
-def needs_critic(algorithm, algo_cfg) -> bool:
-    """True for an algorithm with a learned value function (PPO), which declares `needs_critic(cfg)`."""
-    fn = getattr(algorithm, "needs_critic", None)
-    return bool(fn is not None and fn(algo_cfg))
-
-
-@torch.no_grad()
-def critic_values(model, batch: dict, micro_batch_tokens: int = 16384) -> torch.Tensor:
-    """V_old [B, T] of a batch before any update (PPO's GAE and value clip), zero where loss_mask
-    is 0; `model` is a models.heads.ActorCritic. Micro-batched like Reference.score."""
-    out = torch.zeros_like(batch["loss_mask"])
-    for mb in split_micro_batches(batch, micro_batch_tokens):
-        v = model.values(mb["input_ids"])                            # [b, w]
-        out[mb["row_index"], :v.shape[1]] = v.to(out.dtype) * mb["loss_mask"]
-    return out
+from posttrain.algorithms.core import batch_norm, masked_mean
+from posttrain.framework.batch import Batch, RolloutBatch, map_batch, split_micro_batches, view
+from posttrain.framework.critic import logprobs_and_values, needs_critic
+from posttrain.framework.logprobs import sequence_logprobs
 
 
 def policy_loss_fn(algorithm, algo_cfg, temperature: float):
     """The RL loss as the trainer sees it: recompute logprobs (sampler's temperature), call the
     algorithm, and measure the sampler/trainer mismatch on the same tokens.
 
-    Critic hook (PPO, `needs_critic`): `model` is then a models.heads.ActorCritic; the same
-    forward also gives V(s_t) [B, T], handed to the loss as `new_values` in a copy of the
+    Critic hook (PPO, framework/critic.py): `model` is then a models.heads.ActorCritic; the
+    same forward also gives V(s_t) [B, T], handed to the loss as `new_values` in a new
     micro-batch. Every other algorithm takes the unchanged path."""
     with_critic = needs_critic(algorithm, algo_cfg)
 
-    def loss_fn(model, mb, norm):
+    def loss_fn(model, mb: RolloutBatch, norm: dict):
+        ids = mb.input_ids                                           # [b, w]
+        if ids is None:
+            raise UsageError("the RL loss needs batch.input_ids: build the batch with framework.batch.collate_samples")
         if with_critic:                                              # ← critic hook (PPO only)
-            if not isinstance(model, CriticModel):
-                raise UsageError("this algorithm learns a critic: train a models.heads.ActorCritic "
-                                 "(recipes/rl.py builds one), not the bare policy")
-            logits, values = model.logits_and_values(mb["input_ids"])
-            lp, ent = logits_logprobs(logits, mb["input_ids"], temperature, with_entropy=True)
-            mb = {**mb, "new_values": values}
+            lp, ent, values = logprobs_and_values(model, ids, temperature)
+            mb = dataclasses.replace(mb, new_values=values)
         else:
-            lp, ent = sequence_logprobs(model, mb["input_ids"], temperature, with_entropy=True)
+            lp, ent = sequence_logprobs(model, ids, temperature, with_entropy=True)
         loss, metrics = algorithm.loss(lp, mb, algo_cfg, norm, ent)
-        metrics["mismatch/logprob_abs"] = float(masked_mean((lp.detach() - mb["old_logprobs"]).abs(), mb["loss_mask"]))
+        assert mb.old_logprobs is not None                           # the loss above has read it
+        metrics["mismatch/logprob_abs"] = float(masked_mean((lp.detach() - mb.old_logprobs).abs(), mb.loss_mask))
         return loss, metrics
     return loss_fn
 
@@ -168,11 +68,12 @@ class Trainer:
         self.nonfinite_total = 0
         self.dp = None            # a distributed.data_parallel.DataParallel: this rank trains on its rows only
 
-    def step(self, batch: dict, loss_fn, max_len: float | None = None, unit: int = 1) -> dict:
+    def step(self, batch: Batch, loss_fn, max_len: float | None = None, unit: int = 1) -> dict:
         """One optimizer step on `batch` (accumulating over micro-batches of whole `unit`s of
         rows: 2 for preference pairs)."""
         self.model.train()
-        norm = batch_norm(batch["loss_mask"], max_len if max_len is not None else batch["loss_mask"].shape[1])
+        mask = view(batch)["loss_mask"]                              # [B, T]
+        norm = batch_norm(mask, max_len if max_len is not None else mask.shape[1])
         if self.dp is not None:                                      # norm stays that of the GLOBAL batch
             batch = self.dp.shard(batch, unit)
         self.optimizer.zero_grad(set_to_none=True)
@@ -188,7 +89,7 @@ class Trainer:
                 loss, metrics = loss_fn(self.model, mb, norm)
             loss.backward()                                          # the one backward of the project
             total_loss += float(loss.detach())
-            share = float(mb["loss_mask"].sum()) / max(norm["tokens"], 1.0)
+            share = float(view(mb)["loss_mask"].sum()) / max(norm["tokens"], 1.0)
             for k, v in metrics.items():
                 v = float(v)
                 if k.endswith("/max"):
@@ -201,8 +102,8 @@ class Trainer:
         params = [p for p in self.model.parameters() if p.grad is not None]
         clip = self.cfg.grad_clip if self.cfg.grad_clip > 0 else math.inf
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip))
-        real = sum(float(mb["attention_mask"].sum()) for mb in micro)  # this rank's tokens
-        padded = sum(mb["attention_mask"].numel() for mb in micro)
+        real = sum(float(view(mb)["attention_mask"].sum()) for mb in micro)  # this rank's tokens
+        padded = sum(view(mb)["attention_mask"].numel() for mb in micro)
         out = {**sums, **maxes, "loss": total_loss, "grad/norm": grad_norm,
                "lr": self.scheduler.get_last_lr()[0], "train/micro_batches": len(micro),
                "train/tokens": real, "train/padded_tokens": float(padded),   # real ones; as computed
@@ -223,21 +124,22 @@ class Trainer:
         out["train/nonfinite_total"] = float(self.nonfinite_total)
         return out
 
-    def train(self, batch: dict, loss_fn, epochs: int = 1, minibatches: int = 1,
+    def train(self, batch: Batch, loss_fn, epochs: int = 1, minibatches: int = 1,
               max_len: float | None = None) -> dict:
         """`epochs` passes over `batch` split into `minibatches` optimizer steps (PPO-style reuse).
 
         Only the first step sees weights equal to the sampler's, so `mismatch/*` is taken from
         it; other metrics are averaged over steps (`*/max` takes the max).
         """
-        B = batch["loss_mask"].shape[0]
+        B = view(batch)["loss_mask"].shape[0]
         if minibatches > B:
             raise UsageError(f"minibatches={minibatches} exceeds the {B} samples of a step; lower it")
         bounds = [round(i * B / minibatches) for i in range(minibatches + 1)]
         steps = []
         for _ in range(epochs):
             for a, b in zip(bounds[:-1], bounds[1:]):
-                steps.append(self.step({k: v[a:b] for k, v in batch.items()}, loss_fn, max_len))
+                rows = slice(a, b)
+                steps.append(self.step(map_batch(batch, functools.partial(_rows, rows=rows)), loss_fn, max_len))
         out = {}
         for k in steps[0]:
             vals = [m[k] for m in steps if k in m]
@@ -253,6 +155,10 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.nonfinite_total = state.get("nonfinite_total", 0)
+
+
+def _rows(v: torch.Tensor, rows: slice) -> torch.Tensor:
+    return v[rows]
 
 
 def lr_factor(step: int, cfg, total_steps: int) -> float:

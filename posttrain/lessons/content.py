@@ -275,7 +275,7 @@ LESSONS = [
            "vocabulary chunks instead of materialising every logit.",
            "At long contexts the logits tensor alone is larger than the model's activations; at large K "
            "the repeated prompt is most of the prefill.",
-           ["posttrain.framework.rollout:_Run._prefill", "posttrain.framework.trainer:sequence_logprobs"], ["kernels"]),
+           ["posttrain.framework.rollout:_Run._prefill", "posttrain.framework.logprobs:sequence_logprobs"], ["kernels"]),
     Lesson("rl-26", "26", "Why recipes look the way they do", P5,
            "Three forces pick a recipe: how much verifiable signal the task has, how much estimator bias "
            "you can tolerate, and what the cluster costs. Extreme settings recover the named recipes.",

@@ -34,6 +34,7 @@ import itertools
 import torch
 
 from posttrain.algorithms import core, dapo
+from posttrain.framework.batch import RolloutBatch
 
 N_PROMPTS, MAX_LEN, V, THINK = 48, 12, 4, 0
 PROMPTS, K, MINIBATCHES, EPOCHS, REFILLS, BUFFER = 8, 4, 4, 2, 3, 3
@@ -134,7 +135,7 @@ def run(clip_higher: bool, dynamic_sampling: bool, token_mean: bool, overlong: b
                 cols = list(zip(*[tuple(p) for p in parts]))
                 pid, toks, mask, old, first, rew = (torch.cat(c) for c in cols)
             group = torch.arange(len(pid)) // K                        # [B] one index per group
-            adv = core.broadcast(dapo.advantages(rew, group, cfg, batch={"loss_mask": mask}), mask)   # [B, L]
+            adv = core.broadcast(dapo.advantages(rew, group, cfg, batch=RolloutBatch(loss_mask=mask)), mask)   # [B, L]
             useful = float((~dapo.degenerate(rew, group)).sum()) / K / PROMPTS   # signal groups / batch size
             if correction != "none":                                   # framework/off_policy's correct_off_policy
                 prox = torch.log_softmax(theta[pid], -1).gather(-1, toks.unsqueeze(-1)).squeeze(-1) * mask
@@ -145,7 +146,7 @@ def run(clip_higher: bool, dynamic_sampling: bool, token_mean: bool, overlong: b
         for mb in order.chunk(MINIBATCHES * EPOCHS):
             logp = torch.log_softmax(theta[pid[mb]], -1)               # [b, L, V]
             lp = logp.gather(-1, toks[mb].unsqueeze(-1)).squeeze(-1) * mask[mb]
-            batch = {"loss_mask": mask[mb], "old_logprobs": old[mb], "advantages": adv[mb]}
+            batch = RolloutBatch(loss_mask=mask[mb], old_logprobs=old[mb], advantages=adv[mb])
             loss, m = dapo.loss(lp, batch, cfg, core.batch_norm(mask[mb]))
             (g,) = torch.autograd.grad(loss, theta)
             theta.grad = g

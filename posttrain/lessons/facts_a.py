@@ -13,6 +13,8 @@ helpers: facts_a_tools.py); FACTS below gathers all three, which is what the loa
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from posttrain import algorithms
@@ -91,44 +93,45 @@ def rl01_mean_reward_uniform() -> float:
 
 def rl02_parity_max_abs() -> float:
     """max |behaviour logprob − trainer logprob| over the response tokens, same weights, same T."""
-    from posttrain.framework.trainer import sequence_logprobs
+    from posttrain.framework.logprobs import sequence_logprobs
     model, b = rollout_batch()
     with torch.no_grad():
-        lp, _ = sequence_logprobs(model, b["input_ids"], 0.7)
-    return float(((lp - b["old_logprobs"]).abs() * b["loss_mask"]).max())
+        lp, _ = sequence_logprobs(model, b.input_ids, 0.7)
+    return float(((lp - b.old_logprobs).abs() * b.loss_mask).max())
 
 
 def rl02_wrong_temperature_gap() -> float:
     """mean |difference| when the trainer scores at T = 1 what was sampled at T = 0.7."""
-    from posttrain.framework.trainer import sequence_logprobs
+    from posttrain.framework.logprobs import sequence_logprobs
     model, b = rollout_batch()
     with torch.no_grad():
-        lp, _ = sequence_logprobs(model, b["input_ids"], 1.0)
-    return round(float(core.masked_mean((lp - b["old_logprobs"]).abs(), b["loss_mask"])), 3)
+        lp, _ = sequence_logprobs(model, b.input_ids, 1.0)
+    return round(float(core.masked_mean((lp - b.old_logprobs).abs(), b.loss_mask)), 3)
 
 
 def rl02_response_tokens() -> int:
-    return int(rollout_batch()[1]["loss_mask"].sum())
+    return int(rollout_batch()[1].loss_mask.sum())
 
 
 def rl02_stale_vs_recomputed() -> dict:
     """After one gradient step (plain SGD, lr 0.1) on a GRPO loss, the ratio against the
     recorded behaviour logprobs vs against logprobs recomputed with the new weights."""
-    from posttrain.framework.trainer import sequence_logprobs
-    model, b = tiny_model()[0], dict(rollout_batch()[1])
-    b["rewards"] = torch.tensor([1.0, 0, 0, 1, 0, 1, 1, 0])
-    b["advantages"] = core.broadcast(grpo.advantages(b["rewards"], b["group_index"], grpo.Config()), b["loss_mask"])
-    cfg, norm = grpo.Config(kl_coef=0.0), core.batch_norm(b["loss_mask"])
-    lp, _ = sequence_logprobs(model, b["input_ids"], 0.7)
+    from posttrain.framework.logprobs import sequence_logprobs
+    model, b = tiny_model()[0], rollout_batch()[1]
+    rewards = torch.tensor([1.0, 0, 0, 1, 0, 1, 1, 0])
+    b = dataclasses.replace(b, rewards=rewards, advantages=core.broadcast(
+        grpo.advantages(rewards, b.group_index, grpo.Config()), b.loss_mask))
+    cfg, norm = grpo.Config(kl_coef=0.0), core.batch_norm(b.loss_mask)
+    lp, _ = sequence_logprobs(model, b.input_ids, 0.7)
     loss, _ = grpo.loss(lp, b, cfg, norm)
     grads = torch.autograd.grad(loss, list(model.parameters()))
     with torch.no_grad():
         for p, g in zip(model.parameters(), grads):
             p -= 0.1 * g
-        new, _ = sequence_logprobs(model, b["input_ids"], 0.7)
+        new, _ = sequence_logprobs(model, b.input_ids, 0.7)
     rows = []
-    for name, old in (("recorded at sampling", b["old_logprobs"]), ("recomputed after the step", new * b["loss_mask"])):
-        _, m = grpo.loss(new, {**b, "old_logprobs": old}, cfg, norm)
+    for name, old in (("recorded at sampling", b.old_logprobs), ("recomputed after the step", new * b.loss_mask)):
+        _, m = grpo.loss(new, dataclasses.replace(b, old_logprobs=old), cfg, norm)
         rows.append([name, f"{float(m['ratio/mean']):.3f}", f"{float(m['ratio/max']):.3f}", f"{float(m['clip/frac']):.3f}"])
     return table(["old logprobs", "mean ratio", "max ratio", "clip/frac"], rows)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from posttrain.algorithms import core, grpo, reinforce
+from posttrain.framework.batch import RolloutBatch
 from posttrain.lessons.facts_a_tools import (
     at,
     kpi,
@@ -20,35 +21,34 @@ def rl05_microbatch_table() -> dict:
     """The loss of one batch vs the sum over its micro-batches (trainer.split_micro_batches, 16
     padded tokens each) with the batch's normaliser, vs the mean of micro-batches each normalised
     by its own tokens/sequences."""
-    from posttrain.framework.trainer import split_micro_batches
-    b = toy_batch(drift=0.3)
+    from posttrain.framework.batch import split_micro_batches
+    b, lp = toy_batch(drift=0.3)
+    T = b.loss_mask.shape[1]
     rows = []
     for mode in core.AGGREGATIONS:
         cfg = grpo.Config(kl_coef=0.0, aggregation=mode)
-        whole, _ = grpo.loss(b["logprobs"], b, cfg, core.batch_norm(b["loss_mask"]))
-        micro = split_micro_batches(b, 16)
-        shared = sum(float(grpo.loss(m["logprobs"], m, cfg, core.batch_norm(b["loss_mask"], b["loss_mask"].shape[1]))[0])
-                     for m in micro)
-        alone = sum(float(grpo.loss(m["logprobs"], m, cfg, core.batch_norm(m["loss_mask"], b["loss_mask"].shape[1]))[0])
-                    for m in micro) / len(micro)
+        whole, _ = grpo.loss(lp, b, cfg, core.batch_norm(b.loss_mask))
+        micro = [(m, lp[m.row_index, :m.loss_mask.shape[1]]) for m in split_micro_batches(b, 16)]
+        shared = sum(float(grpo.loss(x, m, cfg, core.batch_norm(b.loss_mask, T))[0]) for m, x in micro)
+        alone = sum(float(grpo.loss(x, m, cfg, core.batch_norm(m.loss_mask, T))[0]) for m, x in micro) / len(micro)
         rows.append([mode, f"{float(whole):+.4f}", f"{shared:+.4f}", f"{alone:+.4f}"])
     return table(["aggregation", "whole batch", "Σ micro-batches, batch normaliser",
                   "mean of micro-batches, own normaliser"], rows)
 
 
 def rl05_micro_rows() -> str:
-    from posttrain.framework.trainer import split_micro_batches
-    return "+".join(str(len(m["loss_mask"])) for m in split_micro_batches(toy_batch(), 16))
+    from posttrain.framework.batch import split_micro_batches
+    return "+".join(str(len(m.loss_mask)) for m in split_micro_batches(toy_batch()[0], 16))
 
 
 def rl05_clip_equals_reinforce() -> float:
     """max |∇ GRPO clipped loss − ∇ REINFORCE loss| over the logprobs at ratio 1 (same aggregation)."""
-    b = toy_batch()
-    norm = core.batch_norm(b["loss_mask"])
+    b, trainer_lp = toy_batch()
+    norm = core.batch_norm(b.loss_mask)
     grads = []
     for mod, cfg in ((grpo, grpo.Config(kl_coef=0.0, aggregation="token-mean")),
                      (reinforce, reinforce.Config(aggregation="token-mean"))):
-        lp = b["logprobs"].clone().requires_grad_(True)
+        lp = trainer_lp.clone().requires_grad_(True)
         loss, _ = mod.loss(lp, b, cfg, norm)
         grads.append(torch.autograd.grad(loss, lp)[0])
     return float((grads[0] - grads[1]).abs().max())
@@ -130,7 +130,7 @@ def rl07_group_metrics() -> dict:
 def rl07_keep_vs_skip() -> dict:
     """GRPO's gradient on the useful groups' tokens when two degenerate groups are kept in the batch
     (degenerate=keep) vs dropped (skip): kept, they add nothing but still count in the normaliser."""
-    b = toy_batch(lengths=(3, 5, 4, 2, 6, 3, 2, 4), rewards=(1, 0, 0, 1, 1, 1, 0, 0),   # groups 2, 3 degenerate
+    b, b_lp = toy_batch(lengths=(3, 5, 4, 2, 6, 3, 2, 4), rewards=(1, 0, 0, 1, 1, 1, 0, 0),   # groups 2, 3 degenerate
                    groups=(0, 0, 1, 1, 2, 2, 3, 3))
     useful = slice(0, 4)
     rows = []
@@ -138,9 +138,9 @@ def rl07_keep_vs_skip() -> dict:
         cfg = grpo.Config(kl_coef=0.0, aggregation=mode)
         norms = []
         for keep in (True, False):
-            sub = b if keep else {k: v[useful] for k, v in b.items()}
-            lp = sub["logprobs"].clone().requires_grad_(True)
-            loss, _ = grpo.loss(lp, sub, cfg, core.batch_norm(sub["loss_mask"]))
+            sub = b if keep else b.map(lambda v: v[useful])
+            lp = (b_lp if keep else b_lp[useful]).clone().requires_grad_(True)
+            loss, _ = grpo.loss(lp, sub, cfg, core.batch_norm(sub.loss_mask))
             (grad,) = torch.autograd.grad(loss, lp)
             norms.append(float(grad[useful].norm()))
         rows.append([mode, f"{norms[0]:.4f}", f"{norms[1]:.4f}", f"{norms[0] / norms[1]:.3f}"])
@@ -160,9 +160,9 @@ def rl07_step_example() -> dict:
     samples = [Sample(prompt, tok.encode(t), [0.0] * len(t), [1] * len(t), "stop", 0, 0, i, reward=verify(t, 12))
                for i, t in enumerate(texts)]
     b = collate_samples(samples, tok.pad_id)
-    adv = grpo.advantages(b["rewards"].double(), b["group_index"], grpo.Config(std="population"))
+    adv = grpo.advantages(b.rewards.double(), b.group_index, grpo.Config(std="population"))
     rows = [[t, s.reward, f"{float(a):+.2f}"] for t, s, a in zip(texts, samples, adv)]
-    rows.append(["batch input_ids shape", str(tuple(b["input_ids"].shape)), f"{int(b['loss_mask'].sum())} loss tokens"])
+    rows.append(["batch input_ids shape", str(tuple(b.input_ids.shape)), f"{int(b.loss_mask.sum())} loss tokens"])
     return table(["response", "reward", "advantage"], rows)
 
 
@@ -212,11 +212,11 @@ def rl08_mask_table() -> dict:
         rmask = [0 if (t and masked) else 1 for t in is_tool]
         b = collate([prompt], [response], tok.pad_id, response_masks=[rmask])
         mask = b["loss_mask"].double()
-        b = {"loss_mask": mask, "advantages": torch.tensor([1.0], dtype=torch.float64), "old_logprobs": lp}
+        rb = RolloutBatch(loss_mask=mask, advantages=torch.tensor([1.0], dtype=torch.float64), old_logprobs=lp)
         cfg, norm = reinforce.Config(), core.batch_norm(mask)
-        losses = [float(reinforce.loss(x, b, cfg, norm)[0]) for x in (lp, garbage)]
+        losses = [float(reinforce.loss(x, rb, cfg, norm)[0]) for x in (lp, garbage)]
         x = lp.clone().requires_grad_(True)
-        (grad,) = torch.autograd.grad(reinforce.loss(x, b, cfg, norm)[0], x)
+        (grad,) = torch.autograd.grad(reinforce.loss(x, rb, cfg, norm)[0], x)
         rows.append(["on" if masked else "off", int(mask.sum()), f"{losses[0]:.3f}", f"{losses[1]:.3f}",
                      f"{float(grad[0, tool].abs().max()):.1f}"])
     return table(["tool mask", "tokens in the loss", "loss", "loss, tool tokens rescored",

@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from posttrain.algorithms import core, grpo, reinforce
+from posttrain.framework.batch import RolloutBatch
 from posttrain.lessons import registry
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
@@ -63,7 +64,7 @@ def bandit_grad(theta: torch.Tensor, arm: int, reward: float) -> torch.Tensor:
     cfg = reinforce.Config()
     adv = reinforce.advantages(torch.tensor([reward], dtype=torch.float64), torch.zeros(1, dtype=torch.long), cfg)
     mask = torch.ones(1, 1, dtype=torch.float64)
-    loss, _ = reinforce.loss(lp, {"loss_mask": mask, "advantages": adv, "old_logprobs": lp.detach()}, cfg,
+    loss, _ = reinforce.loss(lp, RolloutBatch(loss_mask=mask, advantages=adv, old_logprobs=lp.detach()), cfg,
                              core.batch_norm(mask))
     (g,) = torch.autograd.grad(loss, theta)
     return g
@@ -85,7 +86,7 @@ def toy_batch(lengths=(7, 2, 3, 1, 2, 2), width: int = 8, drift: float = 0.0,
                rewards=(1, 0, 1, 0, 0, 1), groups=(0, 0, 0, 1, 1, 1)) -> dict:
     """Responses of the given lengths (column 0 stands in for the prompt), random behaviour
     logprobs, GRPO advantages of `rewards` within `groups`; the trainer's logprobs are the
-    sampler's + U(−drift, drift) (drift 0: ratio 1)."""
+    sampler's + U(−drift, drift) (drift 0: ratio 1). Returns (RolloutBatch, trainer logprobs [B, T])."""
     g = torch.Generator().manual_seed(0)
     B = len(lengths)
     mask = torch.zeros(B, width, dtype=torch.float64)
@@ -96,9 +97,9 @@ def toy_batch(lengths=(7, 2, 3, 1, 2, 2), width: int = 8, drift: float = 0.0,
     old = -torch.rand(B, width, generator=g, dtype=torch.float64) * 2 * mask
     lp = old + (torch.rand(B, width, generator=g, dtype=torch.float64) * 2 - 1) * drift * mask
     rw, gi = torch.tensor(rewards, dtype=torch.float64), torch.tensor(groups)
-    return {"input_ids": torch.zeros(B, width, dtype=torch.long), "attention_mask": attn, "loss_mask": mask,
-            "old_logprobs": old, "logprobs": lp, "rewards": rw, "group_index": gi,
-            "advantages": core.broadcast(grpo.advantages(rw, gi, grpo.Config()), mask)}
+    return RolloutBatch(input_ids=torch.zeros(B, width, dtype=torch.long), attention_mask=attn, loss_mask=mask,
+                        old_logprobs=old, rewards=rw, group_index=gi,
+                        advantages=core.broadcast(grpo.advantages(rw, gi, grpo.Config()), mask)), lp
 
 
 def algo_runs() -> list[dict]:

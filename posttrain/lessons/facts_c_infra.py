@@ -48,7 +48,7 @@ def rl24_traps() -> dict:
     from posttrain.framework.batch import collate_samples
     from posttrain.framework.reference import Reference
     from posttrain.framework.rollout import Engine, SamplingParams
-    from posttrain.framework.trainer import sequence_logprobs
+    from posttrain.framework.logprobs import sequence_logprobs
     from posttrain.models.gpt_mini import GPTMini, ModelConfig
     from posttrain.models.tokenizer import BASE_CHARS, CharTokenizer
     tok = CharTokenizer(BASE_CHARS)
@@ -61,12 +61,12 @@ def rl24_traps() -> dict:
         s.reward = 0.0
     batch = collate_samples(samples, tok.pad_id)
     with torch.no_grad():
-        lp, _ = sequence_logprobs(model.eval(), batch["input_ids"], T)                   # [B, T]
-    mask = batch["loss_mask"]
-    gap = float(((lp - batch["old_logprobs"]) * mask).abs().max())
+        lp, _ = sequence_logprobs(model.eval(), batch.input_ids, T)                     # [B, T]
+    mask = batch.loss_mask
+    gap = float(((lp - batch.old_logprobs) * mask).abs().max())
     with torch.no_grad():
-        lp_t1, _ = sequence_logprobs(model, batch["input_ids"], 1.0)                   # the trainer forgot T
-    wrong_t = float(((lp_t1 - batch["old_logprobs"]).abs() * mask).sum() / mask.sum())
+        lp_t1, _ = sequence_logprobs(model, batch.input_ids, 1.0)                     # the trainer forgot T
+    wrong_t = float(((lp_t1 - batch.old_logprobs).abs() * mask).sum() / mask.sum())
     ref = Reference(model)
     stopped = [i for i, s in enumerate(samples) if s.finish_reason == "stop"]
     eos_in_loss = sum(int(mask[i, len(samples[i].prompt_ids) + len(samples[i].response_ids) - 1]) for i in stopped)

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from posttrain.algorithms import core, grpo
-from posttrain.framework.batch import collate
+from posttrain.framework.batch import RolloutBatch, collate
 from posttrain.framework.rollout import (
     SamplingParams,
     draw_keys,
@@ -301,8 +301,8 @@ def _grpo_sim_run(K: int, beta: float) -> tuple[list[float], list[float]]:
         lp = torch.where(right > 0, -F.softplus(-th).repeat_interleave(K), -F.softplus(th).repeat_interleave(K))  # log σ(±θ)
         lp = lp.unsqueeze(1)                                            # [S·K, 1] one answer token each
         adv = grpo.advantages(right, groups, cfg)                       # [S·K]
-        batch = {"loss_mask": mask, "advantages": core.broadcast(adv, mask), "old_logprobs": lp.detach(),
-                 "ref_logprobs": ref[right.long()].unsqueeze(1)}
+        batch = RolloutBatch(loss_mask=mask, advantages=core.broadcast(adv, mask), old_logprobs=lp.detach(),
+                             ref_logprobs=ref[right.long()].unsqueeze(1))
         loss, _ = grpo.loss(lp, batch, cfg, norm)
         (g,) = torch.autograd.grad(loss, th)
         theta = theta - G06_LR * S * g                                  # the loss averages seeds: × S

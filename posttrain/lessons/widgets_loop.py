@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import torch
 
 from posttrain.algorithms import core, grpo
 from posttrain.config import OptimConfig
-from posttrain.framework.batch import collate, collate_samples
+from posttrain.framework.batch import RolloutBatch, collate, collate_samples
 from posttrain.framework.reference import Reference
 from posttrain.framework.rollout import Engine, Sample, token_logprobs
 from posttrain.framework.reference import score_logprobs
@@ -37,7 +38,7 @@ def loss_assembly(eps: float, beta: float, drift: float, seed: int) -> dict:
     gen = torch.Generator().manual_seed(seed)
     new = (_OLD + (torch.rand(_OLD.shape, generator=gen, dtype=torch.float64) * 2 - 1) * drift) * _MASK
     new.requires_grad_(True)
-    batch = {"loss_mask": _MASK, "old_logprobs": _OLD, "ref_logprobs": _REF, "advantages": _ADV}
+    batch = RolloutBatch(loss_mask=_MASK, old_logprobs=_OLD, ref_logprobs=_REF, advantages=_ADV)
     norm = core.batch_norm(_MASK)
     cfg = grpo.Config(eps_low=eps, eps_high=eps, kl_coef=beta, aggregation="token-mean")
     total, m = grpo.loss(new, batch, cfg, norm)
@@ -122,10 +123,10 @@ def _sync_run(sync_every: int, correction: str = "none") -> list[tuple[float, fl
             y = torch.multinomial(mu.exp(), 256, replacement=True, generator=gen)
         adv = grpo.advantages(_GOOD[y], groups, cfg)
         lp = torch.log_softmax(policy.logits, -1)[y].unsqueeze(1)       # [256, 1] the trainer's
-        batch = {"loss_mask": mask, "advantages": adv, "old_logprobs": mu[y].unsqueeze(1)}
+        batch = RolloutBatch(loss_mask=mask, advantages=adv, old_logprobs=mu[y].unsqueeze(1))
         if correction != "none":                                         # framework/off_policy.correct_off_policy
-            w, _ = core.off_policy_weights(lp.detach(), batch["old_logprobs"], mask, correction, 2.0)
-            batch["old_logprobs"], batch["advantages"] = lp.detach(), core.broadcast(adv, mask) * w
+            w, _ = core.off_policy_weights(lp.detach(), mu[y].unsqueeze(1), mask, correction, 2.0)
+            batch = dataclasses.replace(batch, old_logprobs=lp.detach(), advantages=core.broadcast(adv, mask) * w)
         loss, m = grpo.loss(lp, batch, cfg, core.batch_norm(mask))
         opt.zero_grad()
         loss.backward()
@@ -213,23 +214,23 @@ def _controller_step(answers: str) -> dict:
         s.reward = safe_reward(task, s.item, s.text).reward
     batch = collate_samples(samples, tok.pad_id)                         # ❸
     ref = Reference(model)
-    batch["ref_logprobs"] = ref.score(batch)                             # ❹
+    batch = dataclasses.replace(batch, ref_logprobs=ref.score(batch))   # ❹
     cfg = grpo.Config(std="population", kl_coef=0.05)
-    adv = grpo.advantages(batch["rewards"], batch["group_index"], cfg)   # ❺
-    batch["advantages"] = core.broadcast(adv, batch["loss_mask"])
+    adv = grpo.advantages(batch.rewards, batch.group_index, cfg)         # ❺
+    batch = dataclasses.replace(batch, advantages=core.broadcast(adv, batch.loss_mask))
     trainer = Trainer(model, OptimConfig(lr=1e-2, weight_decay=0.0, schedule="constant"), 1)
     metrics = trainer.step(batch, policy_loss_fn(grpo, cfg, 1.0))        # ❻
     with torch.no_grad():
-        new_lp = (score_logprobs(model, batch) * batch["loss_mask"]).sum(1)           # trainer, after the step
-        stale_lp = (score_logprobs(engine.model, batch) * batch["loss_mask"]).sum(1)  # sampler, not yet synced
+        new_lp = (score_logprobs(model, batch) * batch.loss_mask).sum(1)             # trainer, after the step
+        stale_lp = (score_logprobs(engine.model, batch) * batch.loss_mask).sum(1)    # sampler, not yet synced
     version_before = engine.policy_version
     metrics.update(sync.sync())                                          # ❼
     with torch.no_grad():
-        synced_lp = (score_logprobs(engine.model, batch) * batch["loss_mask"]).sum(1)
-    return {"old_tok": batch["old_logprobs"].double(), "ref_tok": batch["ref_logprobs"].double(),
-            "mask_t": batch["loss_mask"].double(), "texts": texts, "rewards": batch["rewards"].tolist(), "old": (batch["old_logprobs"].sum(1)).tolist(),
-            "ref": (batch["ref_logprobs"].sum(1)).tolist(), "adv": adv.tolist(), "shape": tuple(batch["input_ids"].shape),
-            "mask": batch["loss_mask"].tolist(), "loss_tokens": int(batch["loss_mask"].sum()),
+        synced_lp = (score_logprobs(engine.model, batch) * batch.loss_mask).sum(1)
+    return {"old_tok": batch.old_logprobs.double(), "ref_tok": batch.ref_logprobs.double(),
+            "mask_t": batch.loss_mask.double(), "texts": texts, "rewards": batch.rewards.tolist(), "old": (batch.old_logprobs.sum(1)).tolist(),
+            "ref": (batch.ref_logprobs.sum(1)).tolist(), "adv": adv.tolist(), "shape": tuple(batch.input_ids.shape),
+            "mask": batch.loss_mask.tolist(), "loss_tokens": int(batch.loss_mask.sum()),
             "new": new_lp.tolist(), "stale": stale_lp.tolist(), "synced": synced_lp.tolist(),
             "versions": (version_before, engine.policy_version), "metrics": metrics}
 

@@ -13,6 +13,7 @@ import torch
 from posttrain import algorithms
 from posttrain.sizing import memory
 from posttrain.algorithms import core, ppo, reinforce
+from posttrain.framework.batch import RolloutBatch
 from posttrain.lessons.registry import Knob, Widget, bar, figure, line, r, register
 from posttrain.lessons.widgets_forces import categorical
 
@@ -178,7 +179,7 @@ def _entropy_demo() -> tuple[str, float, float]:
             lp = logp.gather(1, a)
             ent = core.entropy_from_logits(theta.unsqueeze(1))                 # [S, 1]
             adv = reinforce.advantages(rewards[a[:, 0]], torch.zeros(S, dtype=torch.long), cfg)
-            loss, _ = reinforce.loss(lp, {"loss_mask": mask, "advantages": adv, "old_logprobs": lp.detach()}, cfg,
+            loss, _ = reinforce.loss(lp, RolloutBatch(loss_mask=mask, advantages=adv, old_logprobs=lp.detach()), cfg,
                                      core.batch_norm(mask), entropy=ent)
             (g,) = torch.autograd.grad(loss, theta)
             with torch.no_grad():

@@ -9,6 +9,7 @@ import torch
 from numpy.polynomial.hermite_e import hermegauss
 
 from posttrain.algorithms import core, dr_grpo, grpo, reinforce, rloo
+from posttrain.framework.batch import RolloutBatch
 from posttrain.framework.rollout import (
     SamplingParams,
     draw_keys,
@@ -46,7 +47,7 @@ def _bandit_run(lr: float) -> dict:
         a = torch.multinomial(logp.exp().detach(), 1, generator=gen)      # [S, 1]
         lp = logp.gather(1, a)                                            # [S, 1] log π(a)
         adv = reinforce.advantages(rewards[a[:, 0]], torch.arange(S), cfg)  # [S] A = R
-        batch = {"loss_mask": mask, "advantages": adv, "old_logprobs": lp.detach()}
+        batch = RolloutBatch(loss_mask=mask, advantages=adv, old_logprobs=lp.detach())
         loss, _ = reinforce.loss(lp, batch, cfg, norm)
         (g,) = torch.autograd.grad(loss, theta)
         with torch.no_grad():                                             # the loss averages seeds: × S

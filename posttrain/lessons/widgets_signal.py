@@ -11,6 +11,7 @@ import torch
 
 from posttrain.algorithms import core, dapo, reinforce
 from posttrain.data.curate import curate
+from posttrain.framework.batch import RolloutBatch
 from posttrain.lessons import claims
 from posttrain.lessons.registry import Knob, Widget, bar, figure, line, r, register
 from posttrain.preference.prm import aggregate
@@ -181,7 +182,7 @@ def _hack_run(rho: float) -> dict:
         right = (torch.rand(S, generator=gen, dtype=torch.float64) < p_right[a[:, 0]]).double()
         train_r = right + rho * (a[:, 0] == 1).double()
         lp = logp.gather(1, a)
-        batch = {"loss_mask": mask, "advantages": reinforce.advantages(train_r, torch.arange(S), cfg), "old_logprobs": lp.detach()}
+        batch = RolloutBatch(loss_mask=mask, advantages=reinforce.advantages(train_r, torch.arange(S), cfg), old_logprobs=lp.detach())
         loss, _ = reinforce.loss(lp, batch, cfg, norm)
         (g,) = torch.autograd.grad(loss, theta)
         with torch.no_grad():

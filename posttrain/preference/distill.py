@@ -28,7 +28,8 @@ import torch.nn.functional as F
 
 from posttrain import UsageError
 from posttrain.algorithms.core import masked_mean
-from posttrain.framework.trainer import logits_logprobs
+from posttrain.framework.batch import RolloutBatch
+from posttrain.framework.logprobs import logits_logprobs
 
 LOSSES = ("rkl", "jsd")
 
@@ -76,8 +77,10 @@ def distill_loss_fn(teacher, loss: str = "rkl", beta: float = 0.5, coef: float =
     if loss not in LOSSES:
         raise UsageError(f"loss={loss!r} is unknown; use {' or '.join(LOSSES)}")
 
-    def loss_fn(model, mb, norm):
-        ids, mask = mb["input_ids"], mb["loss_mask"]                         # [B, T]
+    def loss_fn(model, mb: RolloutBatch, norm):
+        ids, mask, old = mb.input_ids, mb.loss_mask, mb.old_logprobs        # [B, T] each
+        if ids is None or (loss == "rkl" and old is None):
+            raise UsageError("distillation needs batch.input_ids (and old_logprobs for rkl): use collate_samples")
         logits = model(ids)                                                  # [B, T, V]
         with torch.no_grad():
             t_logits = teacher(ids)                                          # [B, T, V]
@@ -85,7 +88,7 @@ def distill_loss_fn(teacher, loss: str = "rkl", beta: float = 0.5, coef: float =
         t_lp, _ = logits_logprobs(t_logits, ids, temperature)                # [B, T]
         if loss == "rkl":
             adv = reverse_kl_advantages(lp, t_lp, mask, coef)                # [B, T]
-            ratio = torch.exp(lp - mb["old_logprobs"])                       # [B, T], 1 on-policy
+            ratio = torch.exp(lp - old)                                      # [B, T], 1 on-policy
             per_token = -ratio * adv                                         # ← the PG loss on −KL
         else:
             per_token = shifted(generalized_jsd(logits[:, :-1], t_logits[:, :-1], beta, temperature))
@@ -97,7 +100,7 @@ def distill_loss_fn(teacher, loss: str = "rkl", beta: float = 0.5, coef: float =
             metrics = {"distill/reverse_kl": float(masked_mean(exact, mask)),
                        "distill/reverse_kl_k1": float(masked_mean(lp.detach() - t_lp, mask)),
                        "distill/teacher_logprob": float(masked_mean(t_lp, mask)),
-                       "mismatch/logprob_abs": float(masked_mean((lp.detach() - mb["old_logprobs"]).abs(), mask))}
+                       "mismatch/logprob_abs": float(masked_mean((lp.detach() - old).abs(), mask))}
             if loss == "jsd":
                 metrics["distill/jsd"] = float(masked_mean(per_token.detach(), mask))
         return total, metrics

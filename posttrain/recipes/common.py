@@ -13,7 +13,8 @@ import yaml
 
 from posttrain import UsageError, checkpoint, runtime
 from posttrain.config import save_config, to_dict
-from posttrain.framework.trainer import sequence_logprobs, split_micro_batches
+from posttrain.framework.batch import split_micro_batches
+from posttrain.framework.logprobs import sequence_logprobs
 from posttrain.models.gpt_mini import GPTMini
 from posttrain.models.tokenizer import BASE_CHARS, DEFAULT_CHARS, CharTokenizer
 

@@ -94,10 +94,10 @@ def run(cfg: DistillConfig, resume: bool = False) -> dict:
         prompts = [tok.encode(tok.chat_prompt(task.prompt(it))) for it in items]
         samples = engine.generate(prompts, cfg.samples_per_prompt, sampling, seed=cfg.seed, step=step, items=items)  # ❶
         metrics = score_samples(task, samples)                                                                      # ❷
-        batch = {k_: v.to(trainer.device) for k_, v in collate_samples(samples, tok.pad_id).items()}
+        batch = collate_samples(samples, tok.pad_id).to(trainer.device)
         metrics.update(trainer.step(batch, loss_fn))                                                                # ❸
-        metrics["reward/mean"] = float(batch["rewards"].mean())
-        metrics["length/mean"] = float(batch["loss_mask"].sum(-1).mean())
+        metrics["reward/mean"] = float(batch.rewards.mean())
+        metrics["length/mean"] = float(batch.loss_mask.sum(-1).mean())
         return metrics
 
     summary = train_loop(r, student, tok, trainer, step_fn, evaluate=heldout_eval, eval_at_start=True,

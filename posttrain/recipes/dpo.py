@@ -27,8 +27,9 @@ from posttrain import UsageError
 from posttrain.config import OptimConfig, RunConfig
 from posttrain.models.lora import LoraConfig
 from posttrain.eval import evaluate, response_budget
+from posttrain.framework.logprobs import sequence_logprobs
 from posttrain.framework.reference import Reference, score_logprobs
-from posttrain.framework.trainer import Trainer, sequence_logprobs
+from posttrain.framework.trainer import Trainer
 from posttrain.framework.loop import train_loop
 from posttrain.preference.data import (collate_pairs, encode_pairs, fits_context, load_jsonl, pairs_from_policy,
                                       seq_logps)

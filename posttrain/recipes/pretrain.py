@@ -11,7 +11,8 @@ from __future__ import annotations
 import torch
 
 from posttrain.config import PretrainConfig
-from posttrain.framework.trainer import Trainer, sequence_logprobs
+from posttrain.framework.logprobs import sequence_logprobs
+from posttrain.framework.trainer import Trainer
 from posttrain.framework.loop import train_loop
 from posttrain.recipes.common import Run, batch_plan, init_model, lm_loss, print_plan, supervised_step
 from posttrain import tasks

@@ -21,9 +21,12 @@ from posttrain.config import RLConfig, save_config
 from posttrain.distributed.placement import check_scale_config, place
 from posttrain.distributed.run_summary import write_summary
 from posttrain.eval import evaluate, response_budget
+from posttrain.framework.batch import RolloutBatch
 from posttrain.framework.controller import Controller
 from posttrain.framework.loop import eval_due, train_loop
-from posttrain.framework.trainer import Trainer, needs_critic, sequence_logprobs
+from posttrain.framework.critic import needs_critic
+from posttrain.framework.logprobs import sequence_logprobs
+from posttrain.framework.trainer import Trainer
 from posttrain.logging import read_metrics
 from posttrain.models.heads import ActorCritic
 from posttrain.recipes.common import Run, init_model, prepare_task, print_plan
@@ -245,7 +248,7 @@ class Audit:
         self.path, self.model, self.tok, self.cfg, self.rt = Path(run_dir, "samples.jsonl"), model, tok, cfg, runtime
         self.rows: list[dict] = []
 
-    def on_batch(self, step: int, samples, batch: dict) -> None:
+    def on_batch(self, step: int, samples, batch: RolloutBatch) -> None:
         if not eval_due(self.cfg, step) or self.cfg.eval.save_samples <= 0:
             return
         order = sorted(range(len(samples)), key=lambda i: -samples[i].reward)
@@ -254,10 +257,10 @@ class Audit:
         rest = random.Random(f"{self.cfg.seed}/{step}").sample(rest, min(len(rest), self.cfg.eval.save_samples - len(top)))
         pick = top + rest
         with torch.no_grad(), self.rt.autocast():
-            trainer_lp, _ = sequence_logprobs(self.model, batch["input_ids"][pick], self.cfg.rollout.temperature)  # [n, T]
-        columns = {"behaviour_logprobs": batch["old_logprobs"][pick], "trainer_logprobs": trainer_lp,
-                   "ref_logprobs": batch["ref_logprobs"][pick] if "ref_logprobs" in batch else None,
-                   "advantages": batch["advantages"][pick]}
+            trainer_lp, _ = sequence_logprobs(self.model, batch.input_ids[pick], self.cfg.rollout.temperature)  # [n, T]
+        columns = {"behaviour_logprobs": batch.old_logprobs[pick], "trainer_logprobs": trainer_lp,
+                   "ref_logprobs": batch.ref_logprobs[pick] if batch.ref_logprobs is not None else None,
+                   "advantages": batch.advantages[pick]}
         for row, i in enumerate(pick):
             s = samples[i]
             cols = slice(len(s.prompt_ids), len(s.prompt_ids) + len(s.response_ids))   # response tokens

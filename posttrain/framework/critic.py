@@ -1,0 +1,49 @@
+"""PPO's critic hook: the values of the rollout before an update, and the forward that gives
+logprobs and values together while training (docs/architecture.md §5).
+
+An algorithm with a learned value function declares `needs_critic(cfg)` and
+`value_targets(rewards, batch, cfg)` (algorithms/ppo.py); every other algorithm never reaches
+this file. The model is then a models.heads.ActorCritic (the `CriticModel` protocol): the
+policy with a value head, one forward for both.
+
+    controller   batch.values  = critic_values(model, batch)              V_old [B, T], before the advantages
+                 batch.returns = algorithm.value_targets(rewards, batch)  the value loss's target
+    trainer      lp, ent, v    = logprobs_and_values(model, input_ids)    V with gradient, in the loss
+"""
+
+from __future__ import annotations
+
+import torch
+
+from posttrain import UsageError
+from posttrain.framework.batch import Batch, split_micro_batches, view
+from posttrain.framework.logprobs import logits_logprobs
+from posttrain.framework.roles import CriticModel
+
+
+def needs_critic(algorithm, algo_cfg) -> bool:
+    """True for an algorithm with a learned value function (PPO), which declares `needs_critic(cfg)`."""
+    fn = getattr(algorithm, "needs_critic", None)
+    return bool(fn is not None and fn(algo_cfg))
+
+
+@torch.no_grad()
+def critic_values(model: CriticModel, batch: Batch, micro_batch_tokens: int = 16384) -> torch.Tensor:
+    """V_old [B, T] of a batch before any update (PPO's GAE and value clip), zero where loss_mask
+    is 0; `model` is a models.heads.ActorCritic. Micro-batched like Reference.score."""
+    out = torch.zeros_like(view(batch)["loss_mask"])
+    for mb in split_micro_batches(batch, micro_batch_tokens):
+        m = view(mb)
+        v = model.values(m["input_ids"])                             # [b, w]
+        out[m["row_index"], :v.shape[1]] = v.to(out.dtype) * m["loss_mask"]
+    return out
+
+
+def logprobs_and_values(model, input_ids: torch.Tensor, temperature: float):
+    """One forward of an ActorCritic: (logprobs [B, T], entropy [B, T], values [B, T] with gradient)."""
+    if not isinstance(model, CriticModel):
+        raise UsageError("this algorithm learns a critic: train a models.heads.ActorCritic "
+                         "(recipes/rl.py builds one), not the bare policy")
+    logits, values = model.logits_and_values(input_ids)
+    lp, ent = logits_logprobs(logits, input_ids, temperature, with_entropy=True)
+    return lp, ent, values
