@@ -193,6 +193,7 @@ def test_real_engine_episodes_render_the_template(tok, nano, task):
 
 
 
+@pytest.mark.slow
 def test_python_tool_env_runs_code_in_the_sandbox(tok):
     pytest.importorskip("posttrain.tasks.sandbox")
     task = ToolArithmeticTask(ToolArithmeticConfig(tool="python", min_digits=5, max_digits=5, demo_tool_frac=1.0))

@@ -220,6 +220,7 @@ def test_async_run_with_staleness_and_correction(sft_ckpt, tmp_path):
     assert all(abs(r["ratio/mean"] - 1) < 1e-4 for r in rows)     # the ratio is taken against π_prox
 
 
+@pytest.mark.slow
 def test_sync_run_with_correction_has_unit_weights(sft_ckpt, tmp_path):
     rl.run(load_config(RLConfig, None, [f"out={tmp_path}/s", f"init={sft_ckpt}", "off_policy_correction=mask",
                                         "steps=2", *COMMON[:-2], *TINY_TASK]))

@@ -163,6 +163,7 @@ def test_bad_verifier_outputs_are_counted_and_never_kill_the_step():
 
 # ---- a full disk while saving a checkpoint -----------------------------------------------------
 
+@pytest.mark.slow
 def test_full_disk_on_save_stops_with_one_line_and_keeps_the_previous_checkpoint(sft_ckpt, tmp_path, monkeypatch, capsys):
     run = tmp_path / "sft"
     args = ["sft", f"init={sft_ckpt}", "batch_size=4", "num_problems=50", "eval_problems=4", "steps=4", "save_every=2",

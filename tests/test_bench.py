@@ -64,6 +64,7 @@ def test_tiny_run_writes_json(tiny):
     assert json.loads(out.read_text()) == json.loads(json.dumps(r))
 
 
+@pytest.mark.slow
 def test_cli_bench_train_subprocess(tmp_path):
     out = tmp_path / "t.json"
     p = subprocess.run([sys.executable, "-m", "posttrain.cli", "bench", "train", "--preset", "nano",

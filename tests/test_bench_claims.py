@@ -52,6 +52,7 @@ def _append(path, i):
     update_json(path, lambda res: {**res, "rows": res.get("rows", []) + [i]})
 
 
+@pytest.mark.slow
 def test_update_json_loses_no_row_when_processes_write_at_once(tmp_path):
     import multiprocessing as mp
     path = tmp_path / "res.json"

@@ -38,6 +38,7 @@ def test_unreadable_checkpoint(tmp_path):
     assert r.stderr.strip().endswith("point to a complete checkpoints/step_N written by posttrain")
 
 
+@pytest.mark.slow
 def test_existing_run_dir_needs_resume_or_overwrite(tmp_path):
     ok = posttrain("pretrain", "steps=2", "model.preset=nano", "out=run", "batch_size=4", "seq_len=32",
                    "corpus_chars=5000", cwd=tmp_path)
@@ -47,6 +48,7 @@ def test_existing_run_dir_needs_resume_or_overwrite(tmp_path):
     assert "already holds checkpoints; pass --resume run to continue" in again.stderr
 
 
+@pytest.mark.slow
 def test_eval_uses_the_runs_task_and_nested_overrides(tmp_path):
     task = ["task.name=reasoning_gym", "task.dataset=chain_sum", "task.options.min_digits=1",
             "task.options.max_digits=1"]

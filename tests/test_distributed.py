@@ -65,6 +65,7 @@ def _free_port():
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_two_gloo_ranks_give_the_gradient_of_one(tmp_path):
     out = tmp_path / "rank0.pt"
     mp.spawn(_rank, args=(2, _free_port(), str(out)), nprocs=2, join=True)

@@ -55,6 +55,7 @@ def test_math_word_chain_runs_on_gpt_mini(math_data, tmp_path):
     assert "$" in run.tokenizer.chars                      # the vocabulary took the data's characters
 
 
+@pytest.mark.slow
 def test_trl_accuracy_reward_unchanged_in_a_run(math_data, tmp_path, sft_ckpt):
     """(b): `trl.rewards:accuracy_reward` reads the `solution` column of conversational rows, as in TRL
     (its completions are message lists there, so it needs message prompts here too)."""

@@ -85,6 +85,7 @@ def rl_cfg(out, init, task: list[str], **kw):
     return load_config(RLConfig, None, over + [f"{k}={v}" for k, v in kw.items()])
 
 
+@pytest.mark.slow
 def test_a_verifiers_environment_trains_through_the_server(sft_ckpt, tmp_path):
     pytest.importorskip("verifiers")
     from posttrain.recipes import rl
@@ -124,6 +125,7 @@ def openenv_server():
     server.close()
 
 
+@pytest.mark.slow
 def test_an_openenv_environment_trains_through_the_server(sft_ckpt, tmp_path, openenv_server):
     from posttrain.recipes import rl
     rl.run(rl_cfg(tmp_path / "run", sft_ckpt, ["task.name=openenv", f"task.url={openenv_server}",
@@ -160,6 +162,7 @@ class FaultyTask:
         return {"text": "high", "nan": math.nan}.get(item, float(len(reply.choices[0].message.content) >= 0))
 
 
+@pytest.mark.slow
 def test_an_environment_that_raises_hangs_or_lies_costs_its_episode_not_the_step(model_tok):
     from posttrain.envs.source import ExternalRollouts
     model, tok = model_tok

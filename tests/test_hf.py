@@ -125,6 +125,7 @@ def test_heads_read_hf_hidden_states(dirs):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.slow
 def test_grpo_end_to_end_and_checkpoint_reloads_in_transformers(dirs, arch, tmp_path):
     from posttrain.recipes import rl
     cfg = load_config(RLConfig, None, [f"init={dirs[arch]}", f"out={tmp_path}/rl", "steps=2", "prompts_per_step=4",

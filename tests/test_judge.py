@@ -332,6 +332,7 @@ def test_dataset_rows_without_answers_train_on_a_judge(tmp_path):
     assert "judge_agreement" not in task.logged                 # no verifier to agree with
 
 
+@pytest.mark.slow
 def test_judge_through_posttrain_serve_equals_the_in_process_judge(sft_ckpt, tmp_path):
     """The same checkpoint as a judge two ways: `posttrain serve` (a subprocess, OpenAI chat API on
     127.0.0.1) and in this process. Greedy, so the replies are the same text and the verdicts, errors

@@ -133,6 +133,7 @@ def _rl_with_task(monkeypatch, factory):
     return rl
 
 
+@pytest.mark.slow
 def test_rl_run_with_faulty_verifier_completes_and_counts_match(sft_ckpt, tmp_path, monkeypatch):
     from conftest import TINY_TASK
 

@@ -411,6 +411,7 @@ from conftest import TINY_TASK
 
 
 
+@pytest.mark.slow
 def test_rl_run_ppo_logs_value_metrics_and_resumes_exactly(sft_ckpt, tmp_path):
     from posttrain.recipes import rl
     common = [f"init={sft_ckpt}", "algorithm=ppo", "prompts_per_step=2", "samples_per_prompt=2", "eval_problems=2",

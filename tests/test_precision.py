@@ -76,6 +76,7 @@ def test_an_emulated_bf16_sampler_records_logprobs_the_fp32_trainer_does_not_rep
     assert gaps["fp32"] < 1e-4 and 1e-4 < gaps["bf16"] < 0.5
 
 
+@pytest.mark.slow
 def test_rl_with_a_bf16_sampler_logs_the_mismatch_and_corrects_it(sft_ckpt, tmp_path):
     from posttrain.config import RLConfig, load_config
     from posttrain.logging import read_metrics

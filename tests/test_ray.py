@@ -44,6 +44,7 @@ COMMON = ["prompts_per_step=2", "samples_per_prompt=4", "eval_problems=4", "eval
       "steps=2", "threads=1", *TINY_TASK]
 
 
+@pytest.mark.slow
 def test_same_preset_in_process_ray_sync_and_ray_async(cluster, sft_ckpt, tmp_path):
     # first in the file: it needs both CPUs of the test cluster for its own 2 workers
     runs = {"local": [], "ray": ["placement=ray", "rollout_workers=2", "sync_transport=broadcast"],
@@ -70,6 +71,7 @@ def rollout(cluster):
     r.close()
 
 
+@pytest.mark.slow
 def test_workers_sample_what_one_engine_samples_and_switch_weights_together(rollout):
     rollout, nano, tok = rollout
     assert _tokens(rollout.generate(PROMPTS, 3, SAMPLING, seed=7, step=3)) == _expected(nano, tok)
@@ -83,6 +85,7 @@ def test_workers_sample_what_one_engine_samples_and_switch_weights_together(roll
     assert rollout.stats["rollout/workers"] == 2 and rollout.stats["rollout/worker_restarts"] == 0
 
 
+@pytest.mark.slow
 def test_a_dead_worker_is_restarted_and_its_prompts_requeued(rollout):
     rollout, nano, tok = rollout
     rollout.load_weights(4, state_buckets(nano))
@@ -114,6 +117,7 @@ def test_pack_unpack_round_trips_a_mixed_dtype_bucket():
     assert all(torch.equal(back[k], bucket[k]) and back[k].dtype == bucket[k].dtype for k in bucket)
 
 
+@pytest.mark.slow
 def test_broadcast_transport_switches_weights_like_the_object_store(cluster):
     from posttrain.models.gpt_mini import GPTMini, ModelConfig
     from posttrain.models.tokenizer import CharTokenizer

@@ -71,6 +71,7 @@ def test_sft_resume_is_exact(sft_ckpt, tmp_path, monkeypatch):
     assert _metrics_without_time(tmp_path / "full") == _metrics_without_time(tmp_path / "half")
 
 
+@pytest.mark.slow
 def test_rl_runs_and_resumes_exactly(sft_ckpt, tmp_path, monkeypatch):
     common = [f"init={sft_ckpt}", "prompts_per_step=2", "samples_per_prompt=4", "eval_problems=4",
               "eval_samples=2", "save_every=1", "eval_every=0", "steps=3", "optim.schedule=cosine", *TINY_TASK]

@@ -169,6 +169,7 @@ def _headless(tmp_path, *args):
     return subprocess.run([_chromium(), *flags, *args], capture_output=True, text=True, timeout=240)
 
 
+@pytest.mark.slow
 def test_report_renders_in_headless_chromium_with_every_plot_drawn(tmp_path):
     from PIL import Image
     run = synthetic_run(tmp_path / "run")

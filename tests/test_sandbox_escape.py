@@ -270,6 +270,7 @@ class _DaemonTask:
         return RewardResult(1.0)
 
 
+@pytest.mark.slow
 def test_nothing_survives_a_pool_deadline_shorter_than_the_sandbox_timeout():
     from posttrain.tasks.pool import VerifierPool
     tag = _tag()
@@ -329,6 +330,7 @@ print(json.dumps({"readable": readable, "found": found}))
 """
 
 
+@pytest.mark.slow
 def test_nothing_of_the_checkout_is_visible_from_inside():
     """Names with "posttrain" and files holding code.py's text, anywhere but /proc, /sys and the
     program's own files: none."""
@@ -338,6 +340,7 @@ def test_nothing_of_the_checkout_is_visible_from_inside():
     assert json.loads(r.stdout) == {"readable": [], "found": []}
 
 
+@pytest.mark.slow
 def test_nothing_of_a_wheel_install_is_visible_from_inside(tmp_path):
     """posttrain built as a wheel and installed into a venv whose interpreter runs the sandbox:
     the venv's prefix is bound (it holds the interpreter), its site-packages is hidden."""

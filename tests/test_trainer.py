@@ -27,6 +27,7 @@ def _pg_loss(mode):
 
 
 @pytest.mark.parametrize("mode", sorted(AGGREGATIONS))
+@pytest.mark.slow
 def test_accumulation_equals_one_big_batch(nano, tok, mode):
     """k micro-batches of gradient accumulation give the gradient of one big batch."""
     batch = _batch(tok)

@@ -29,6 +29,7 @@ def _max_diff(a, b):
     return max(float((a[k] - b[k]).abs().max()) for k in a)
 
 
+@pytest.mark.slow
 def test_two_trainer_ranks_reproduce_one(sft_ckpt, tmp_path):
     """replicate (DDP-style) and fsdp (FSDP2 shards) over 2 gloo ranks against the 1-rank trainer."""
     runs = {}
@@ -93,6 +94,7 @@ def _model():
     return _model()
 
 
+@pytest.mark.slow
 def test_fsdp2_on_two_gloo_ranks_gives_the_step_of_one(tmp_path):
     import torch.multiprocessing as mp
     from test_distributed import _free_port
