@@ -74,8 +74,8 @@ class FakeReference:
 
     def score(self, batch):
         self.log.add("reference.score")
-        self.seen = {k: v.clone() for k, v in batch.items()}
-        return -1.0 * batch["loss_mask"]
+        self.seen = {k: v.clone() for k, v in batch.tensors().items()}
+        return -1.0 * batch.loss_mask
 
 
 class RecordingAlgorithm:
@@ -114,7 +114,7 @@ class FakeTrainer:
 
     def train(self, batch, loss_fn, epochs=1, minibatches=1, max_len=None):
         self.log.add("trainer.train")
-        self.calls.append(({k: v.clone() for k, v in batch.items()}, epochs, minibatches, max_len))
+        self.calls.append(({k: v.clone() for k, v in batch.tensors().items()}, epochs, minibatches, max_len))
         return {"loss": 0.25}
 
 
