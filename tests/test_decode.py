@@ -67,3 +67,21 @@ def test_engine_drops_the_fast_path_once_a_layer_is_wrapped(nano, tok):
     old = nano.blocks[0].mlp.down
     nano.blocks[0].mlp.down = Patched(old.in_features, old.out_features, bias=False)
     assert eng.decoder() is None
+
+
+def test_fast_path_sees_a_replaced_parameter_at_the_next_generate(nano, tok):
+    """The decode step holds the weight list between refreshes; a parameter replaced by a new
+    tensor (not updated in place) must be what the next generate() samples from."""
+    prompts = [tok.encode(tok.chat_prompt(q)) for q in ("3+4=", "12+7=")]
+    sp = SamplingParams(temperature=1.0, max_new_tokens=12)
+    eng = Engine(nano.eval(), tok, max_slots=4)
+    before = eng.generate(prompts, 2, sp, seed=1)
+    down = nano.blocks[0].mlp.down
+    torch.manual_seed(3)
+    down.weight = torch.nn.Parameter(torch.randn_like(down.weight))     # a new tensor, not an in-place copy
+    fast = eng.generate(prompts, 2, sp, seed=1)
+    eng.fast_decode = False
+    slow = eng.generate(prompts, 2, sp, seed=1)
+    assert [s.response_ids for s in fast] == [s.response_ids for s in slow]
+    assert max(abs(a - b) for f, s in zip(fast, slow) for a, b in zip(f.response_logprobs, s.response_logprobs)) < 1e-5
+    assert [s.response_logprobs for s in fast] != [s.response_logprobs for s in before]   # the new weight counts

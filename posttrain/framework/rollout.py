@@ -202,6 +202,8 @@ class _Run:
         self.model, self.prompts, self.n, self.sampling = model, prompts, n, sampling
         self.engine = engine
         self.decoder = engine.decoder()
+        if self.decoder is not None:
+            self.decoder.refresh()                                   # the weights as they are now
         self.seed, self.step, self.group_offset = seed, step, group_offset
         self.G, self.N = len(prompts), len(prompts) * n
         self.S = S = min(engine.max_slots, self.N)                 # slots actually used
@@ -291,6 +293,8 @@ class _Run:
         if n:
             if self.engine.on_decode_step is not None:              # partial rollouts: newer weights may load
                 self.engine.on_decode_step()                        # here, between two tokens (KV cache kept)
+                if self.decoder is not None:
+                    self.decoder.refresh()
             self.lver[:n] = self.engine.policy_version
             # one forward, one token per active slot; rows [0, n) are a view of the cache
             if self.decoder is not None:                            # gpt_mini's one-token path
