@@ -47,9 +47,9 @@ def main(argv=None) -> None:
         t0 = time.time()
         dpo.run(cfg)
         pairs = pairs or str(out / "pairs.jsonl")
-        evals = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
+        evals = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
         evals = [m for m in evals if "eval/pass@1" in m]
-        last_train = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines() if "logps/chosen" in l][-1]
+        last_train = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if "logps/chosen" in line][-1]
         rows.append({"run": name, "overrides": overrides, "wall_s": round(time.time() - t0, 1),
                      "start": {k: evals[0][k] for k in ("eval/greedy_acc", "eval/pass@1", "eval/pass@8")},
                      "evals": [{k: m[k] for k in ("step", "eval/greedy_acc", "eval/pass@1", "eval/pass@8")} for m in evals],
