@@ -176,6 +176,7 @@ def test_every_page_every_knob_phone(browser, site, tmp_path):
     assert _walk(browser, site, PHONE, "phone", _shots(tmp_path)) == _knobs_on_pages()
 
 
+@pytest.mark.slow
 def test_search_and_math_from_an_export_on_disk(browser, tmp_path):
     """A static copy opens from file://: a widget answers from precomputed data, the glossary's math is
     typeset by the vendored KaTeX, and the search box finds a glossary term and a lesson with no server."""
