@@ -39,24 +39,55 @@ RUNS = {
     "fixed4_tis": ["async=true", "max_staleness=4", "stale=fixed", "off_policy_correction=tis"],
 }
 EVERY_SEED = ("sync", "async_tis")
-MEANS = ("staleness/mean", "clip/frac", "ratio/mean", "ratio/max", "offpolicy/log_ratio_abs",
-         "offpolicy/capped_frac", "reward/mean", "time/trainer_idle_s", "time/step_s")
+MEANS = (
+    "staleness/mean",
+    "clip/frac",
+    "ratio/mean",
+    "ratio/max",
+    "offpolicy/log_ratio_abs",
+    "offpolicy/capped_frac",
+    "reward/mean",
+    "time/trainer_idle_s",
+    "time/step_s",
+)
 
 
 def one(name: str, seed: int, args) -> dict:
     out = Path(args.runs) / f"{name}_s{seed}"
-    overrides = [f"out={out}", "overwrite=true", f"seed={seed}", f"steps={args.steps}", "eval_every=0",
-                 f"prompts_per_step={args.prompts}", f"eval_problems={args.eval_problems}", "eval_samples=4",
-                 "threads=1", "save_every=0", *([f"init={args.init}"] if args.init else []), *RUNS[name], *args.set]
+    overrides = [
+        f"out={out}",
+        "overwrite=true",
+        f"seed={seed}",
+        f"steps={args.steps}",
+        "eval_every=0",
+        f"prompts_per_step={args.prompts}",
+        f"eval_problems={args.eval_problems}",
+        "eval_samples=4",
+        "threads=1",
+        "save_every=0",
+        *([f"init={args.init}"] if args.init else []),
+        *RUNS[name],
+        *args.set,
+    ]
     rl.run(load_config(RLConfig, "grpo_arith", overrides))
     rows = read_metrics(out)
     steps = [r for r in rows if r.get("step", 0) > 0]
     mean = {k: statistics.fmean(r[k] for r in steps if k in r) for k in MEANS if any(k in r for r in steps)}
     tp = json.loads((out / "throughput.json").read_text())
-    return {"run": name, "seed": seed, "steps": args.steps, "samples_per_step": args.prompts * 8,
-            "eval_problems": args.eval_problems, "pass@1_before": rows[0]["eval/pass@1"], "pass@1_after": rows[-1]["eval/pass@1"],
-            "samples_per_s": tp["samples_per_s"], "trainer_idle_frac": tp["trainer_idle_frac"],
-            "bottleneck": tp["bottleneck"], "roles_s": tp["roles_s"], **{f"mean {k}": v for k, v in mean.items()}}
+    return {
+        "run": name,
+        "seed": seed,
+        "steps": args.steps,
+        "samples_per_step": args.prompts * 8,
+        "eval_problems": args.eval_problems,
+        "pass@1_before": rows[0]["eval/pass@1"],
+        "pass@1_after": rows[-1]["eval/pass@1"],
+        "samples_per_s": tp["samples_per_s"],
+        "trainer_idle_frac": tp["trainer_idle_frac"],
+        "bottleneck": tp["bottleneck"],
+        "roles_s": tp["roles_s"],
+        **{f"mean {k}": v for k, v in mean.items()},
+    }
 
 
 def report(results: list[dict], steps: int, samples_per_step: int, out: str, overrides: list[str] = ()) -> dict:
@@ -65,23 +96,35 @@ def report(results: list[dict], steps: int, samples_per_step: int, out: str, ove
     for n in names:
         rs = [r for r in results if r["run"] == n]
         gains = [r["pass@1_after"] - r["pass@1_before"] for r in rs]
-        summary[n] = {"seeds": len(rs), "pass@1_after_mean": statistics.fmean(r["pass@1_after"] for r in rs),
-                      "pass@1_gain_mean": statistics.fmean(gains),
-                      "pass@1_gain_sd": statistics.stdev(gains) if len(gains) > 1 else 0.0,
-                      "samples_per_s_mean": statistics.fmean(r["samples_per_s"] for r in rs),
-                      "trainer_idle_frac_mean": statistics.fmean(r["trainer_idle_frac"] for r in rs)}
-    rep = {"steps": steps, "samples_per_step": samples_per_step, "overrides": list(overrides), "summary": summary,
-           "runs": results}
+        summary[n] = {
+            "seeds": len(rs),
+            "pass@1_after_mean": statistics.fmean(r["pass@1_after"] for r in rs),
+            "pass@1_gain_mean": statistics.fmean(gains),
+            "pass@1_gain_sd": statistics.stdev(gains) if len(gains) > 1 else 0.0,
+            "samples_per_s_mean": statistics.fmean(r["samples_per_s"] for r in rs),
+            "trainer_idle_frac_mean": statistics.fmean(r["trainer_idle_frac"] for r in rs),
+        }
+    rep = {
+        "steps": steps,
+        "samples_per_step": samples_per_step,
+        "overrides": list(overrides),
+        "summary": summary,
+        "runs": results,
+    }
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(json.dumps(rep, indent=2))
     print(f"{'run':12} {'seeds':>5} {'pass@1 gain':>14} {'samples/s':>10} {'trainer idle':>13}")
     for n, s in summary.items():
-        print(f"{n:12} {s['seeds']:>5} {s['pass@1_gain_mean']:+8.3f} ±{s['pass@1_gain_sd']:.3f} "
-              f"{s['samples_per_s_mean']:>10.1f} {100 * s['trainer_idle_frac_mean']:>12.0f}%")
+        print(
+            f"{n:12} {s['seeds']:>5} {s['pass@1_gain_mean']:+8.3f} ±{s['pass@1_gain_sd']:.3f} "
+            f"{s['samples_per_s_mean']:>10.1f} {100 * s['trainer_idle_frac_mean']:>12.0f}%"
+        )
     for r in results:
-        print(f"{r['run']:12} seed {r['seed']}  pass@1 {r['pass@1_before']:.3f} → {r['pass@1_after']:.3f}  "
-              f"staleness {r.get('mean staleness/mean', 0):.2f}  clip/frac {r['mean clip/frac']:.4f}  "
-              f"ratio/max {r['mean ratio/max']:.2f}  |log π_prox/μ| {r.get('mean offpolicy/log_ratio_abs', 0):.3f}")
+        print(
+            f"{r['run']:12} seed {r['seed']}  pass@1 {r['pass@1_before']:.3f} → {r['pass@1_after']:.3f}  "
+            f"staleness {r.get('mean staleness/mean', 0):.2f}  clip/frac {r['mean clip/frac']:.4f}  "
+            f"ratio/max {r['mean ratio/max']:.2f}  |log π_prox/μ| {r.get('mean offpolicy/log_ratio_abs', 0):.3f}"
+        )
     return rep
 
 
@@ -96,12 +139,18 @@ def main(argv=None) -> dict:
     p.add_argument("--only", default="", help="comma-separated run names (default: all)")
     p.add_argument("--runs", default="runs/bench_async")
     p.add_argument("--out", default="benchmarks/results/async_vs_sync.json")
-    p.add_argument("--merge", nargs="*", default=None,
-                   help="combine the JSON files of runs split over processes (e.g. one per seed) into --out")
+    p.add_argument(
+        "--merge",
+        nargs="*",
+        default=None,
+        help="combine the JSON files of runs split over processes (e.g. one per seed) into --out",
+    )
     args = p.parse_args(argv)
     if args.merge:
         parts = [json.loads(Path(f).read_text()) for f in args.merge]
-        results = sorted((r for part in parts for r in part["runs"]), key=lambda r: (list(RUNS).index(r["run"]), r["seed"]))
+        results = sorted(
+            (r for part in parts for r in part["runs"]), key=lambda r: (list(RUNS).index(r["run"]), r["seed"])
+        )
         return report(results, parts[0]["steps"], parts[0]["samples_per_step"], args.out, parts[0].get("overrides", []))
     seeds = [int(s) for s in args.seeds.split(",")]
     names = args.only.split(",") if args.only else list(RUNS)

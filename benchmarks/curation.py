@@ -37,16 +37,30 @@ def main(argv=None) -> None:
     items = task.items(args.prompts, "train", seed=args.seed)
     evals = [task.prompt(it) for it in task.items(200, "test", seed=args.seed)]
     t0 = time.perf_counter()
-    rates, signal = probe(Engine(model, tok, max_slots=256), tok, task, items, k=args.k,
-                          max_new_tokens=response_budget(task, items), seed=args.seed)
+    rates, signal = probe(
+        Engine(model, tok, max_slots=256),
+        tok,
+        task,
+        items,
+        k=args.k,
+        max_new_tokens=response_budget(task, items),
+        seed=args.seed,
+    )
     kept, metrics = curate(items, [task.prompt(it) for it in items], rates, signal, evals, band=(lo, hi))
     by_k = {}
     for it, r in zip(items, rates):
         by_k.setdefault(it.k, []).append(float(r))
-    result = {"init": str(path), "prompts": args.prompts, "k": args.k, "band": [lo, hi], **metrics,
-              "mean_pass_rate": float(rates.mean()),
-              "pass_rate_by_terms": {k: sum(v) / len(v) for k, v in sorted(by_k.items())},
-              "kept_terms": sorted({it.k for it in kept}), "wall_s": time.perf_counter() - t0}
+    result = {
+        "init": str(path),
+        "prompts": args.prompts,
+        "k": args.k,
+        "band": [lo, hi],
+        **metrics,
+        "mean_pass_rate": float(rates.mean()),
+        "pass_rate_by_terms": {k: sum(v) / len(v) for k, v in sorted(by_k.items())},
+        "kept_terms": sorted({it.k for it in kept}),
+        "wall_s": time.perf_counter() - t0,
+    }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))

@@ -41,27 +41,47 @@ def main(argv=None) -> None:
     rows, pairs = [], ""
     for name, overrides in RUNS.items():
         out = Path(args.runs, name.replace(" ", "_"))
-        cfg = load_config(dpo.DPOConfig, None, [f"init={args.init}", f"out={out}", "overwrite=true",
-                                                f"steps={args.steps}", f"eval_every={args.steps // 2}",
-                                                *([f"pairs={pairs}"] if pairs else []), *overrides])
+        cfg = load_config(
+            dpo.DPOConfig,
+            None,
+            [
+                f"init={args.init}",
+                f"out={out}",
+                "overwrite=true",
+                f"steps={args.steps}",
+                f"eval_every={args.steps // 2}",
+                *([f"pairs={pairs}"] if pairs else []),
+                *overrides,
+            ],
+        )
         t0 = time.time()
         dpo.run(cfg)
         pairs = pairs or str(out / "pairs.jsonl")
         evals = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
         evals = [m for m in evals if "eval/pass@1" in m]
-        last_train = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if "logps/chosen" in line][-1]
-        rows.append({"run": name, "overrides": overrides, "wall_s": round(time.time() - t0, 1),
-                     "start": {k: evals[0][k] for k in ("eval/greedy_acc", "eval/pass@1", "eval/pass@8")},
-                     "evals": [{k: m[k] for k in ("step", "eval/greedy_acc", "eval/pass@1", "eval/pass@8")} for m in evals],
-                     "final_logps_chosen": last_train["logps/chosen"],
-                     "final_logps_rejected": last_train["logps/rejected"]})
+        last_train = [
+            json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if "logps/chosen" in line
+        ][-1]
+        rows.append(
+            {
+                "run": name,
+                "overrides": overrides,
+                "wall_s": round(time.time() - t0, 1),
+                "start": {k: evals[0][k] for k in ("eval/greedy_acc", "eval/pass@1", "eval/pass@8")},
+                "evals": [{k: m[k] for k in ("step", "eval/greedy_acc", "eval/pass@1", "eval/pass@8")} for m in evals],
+                "final_logps_chosen": last_train["logps/chosen"],
+                "final_logps_rejected": last_train["logps/rejected"],
+            }
+        )
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(rows, indent=1))
     print(f"{'run':18} {'pass@1 start':>12} {'mid':>6} {'end':>6} {'pass@8 end':>10} {'logp(w)':>8} {'logp(l)':>8}")
     for r in rows:
         e = r["evals"]
-        print(f"{r['run']:18} {e[0]['eval/pass@1']:12.3f} {e[1]['eval/pass@1']:6.3f} {e[-1]['eval/pass@1']:6.3f} "
-              f"{e[-1]['eval/pass@8']:10.3f} {r['final_logps_chosen']:8.2f} {r['final_logps_rejected']:8.2f}")
+        print(
+            f"{r['run']:18} {e[0]['eval/pass@1']:12.3f} {e[1]['eval/pass@1']:6.3f} {e[-1]['eval/pass@1']:6.3f} "
+            f"{e[-1]['eval/pass@8']:10.3f} {r['final_logps_chosen']:8.2f} {r['final_logps_rejected']:8.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -36,31 +36,60 @@ def main(argv=None) -> dict:
 
 def run(args, tmp: Path) -> dict:
     import runpy
+
     runpy.run_path(str(ROOT / "examples/countdown_jsonl/export.py"), run_name="not_main")["main"](
-        ["--out", str(tmp / "data"), "--train", "4000", "--test", "50"])
+        ["--out", str(tmp / "data"), "--train", "4000", "--test", "50"]
+    )
     init = args.init
-    if not init:                                                          # a fresh model, countdown vocabulary
-        posttrain.pretrain(task={"name": "countdown"}, steps=1, out=str(tmp / "init"), threads=args.threads,
-                           tensorboard=False, corpus_chars=5000, batch_size=2)
+    if not init:  # a fresh model, countdown vocabulary
+        posttrain.pretrain(
+            task={"name": "countdown"},
+            steps=1,
+            out=str(tmp / "init"),
+            threads=args.threads,
+            tensorboard=False,
+            corpus_chars=5000,
+            batch_size=2,
+        )
         init = str(tmp / "init")
     rewards = str(ROOT / "examples/countdown_jsonl/rewards.py")
-    common = dict(init=init, steps=args.steps, eval_every=0, threads=args.threads, tensorboard=False,
-                  rollout={"prompts_per_step": 16, "samples_per_prompt": 8, "max_new_tokens": 24},
-                  eval={"problems": 1, "samples": 1}, algo={"name": "grpo", "kl_coef": 0.01})
-    paths = {"builtin": dict(task={"name": "countdown", "min_numbers": 2, "max_numbers": 3}),
-             "dataset": dict(task={"name": "dataset", "train": str(tmp / "data/train.jsonl"),
-                                   "test": str(tmp / "data/test.jsonl"),
-                                   "reward": f"{rewards}:correct,{rewards}:fmt", "reward_weights": [1.0, 0.1],
-                                   "correct": f"{rewards}:correct"})}
+    common = dict(
+        init=init,
+        steps=args.steps,
+        eval_every=0,
+        threads=args.threads,
+        tensorboard=False,
+        rollout={"prompts_per_step": 16, "samples_per_prompt": 8, "max_new_tokens": 24},
+        eval={"problems": 1, "samples": 1},
+        algo={"name": "grpo", "kl_coef": 0.01},
+    )
+    paths = {
+        "builtin": dict(task={"name": "countdown", "min_numbers": 2, "max_numbers": 3}),
+        "dataset": dict(
+            task={
+                "name": "dataset",
+                "train": str(tmp / "data/train.jsonl"),
+                "test": str(tmp / "data/test.jsonl"),
+                "reward": f"{rewards}:correct,{rewards}:fmt",
+                "reward_weights": [1.0, 0.1],
+                "correct": f"{rewards}:correct",
+            }
+        ),
+    }
     times: dict = {k: [] for k in paths}
     for rep in range(args.reps):
         for name, keys in paths.items():
             run = posttrain.rl(out=str(tmp / f"{name}_{rep}"), overwrite=True, seed=rep, **common, **keys)
             steps = [m for m in run.metrics if "time/step_s" in m][1:]
             times[name].append(statistics.median(m["time/step_s"] for m in steps))
-    result = {"load_avg": os.getloadavg(), "steps": args.steps, "reps": args.reps, "threads": args.threads,
-              "samples_per_step": 128,
-              **{f"{k}_step_s": {"median": statistics.median(v), "runs": [round(x, 4) for x in v]} for k, v in times.items()}}
+    result = {
+        "load_avg": os.getloadavg(),
+        "steps": args.steps,
+        "reps": args.reps,
+        "threads": args.threads,
+        "samples_per_step": 128,
+        **{f"{k}_step_s": {"median": statistics.median(v), "runs": [round(x, 4) for x in v]} for k, v in times.items()},
+    }
     result["dataset_over_builtin"] = result["dataset_step_s"]["median"] / result["builtin_step_s"]["median"]
     Path(args.out).write_text(json.dumps(result, indent=1))
     print(json.dumps(result, indent=1))

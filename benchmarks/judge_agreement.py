@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))                  # this checkout's posttrain, not an installed one
+sys.path.insert(0, str(ROOT))  # this checkout's posttrain, not an installed one
 TEMPLATES = {"pointwise": ROOT / "examples/judge/arith_judge.txt", "pairwise": ROOT / "examples/judge/arith_pair.txt"}
 
 
@@ -39,11 +39,16 @@ def policy_samples(policy: str, items, n: int, seed: int):
     """`n` responses per item from the policy at temperature 1: [(item, response text without end-of-turn)]."""
     from posttrain import checkpoint
     from posttrain.framework.rollout import Engine, SamplingParams
+
     model, tok, _ = checkpoint.load_model(policy)
     model.eval()
     with torch.no_grad():
-        out = Engine(model, tok).generate([tok.encode(tok.chat_prompt(it.question)) for it in items], n,
-                                          SamplingParams(temperature=1.0, max_new_tokens=64), seed=seed)
+        out = Engine(model, tok).generate(
+            [tok.encode(tok.chat_prompt(it.question)) for it in items],
+            n,
+            SamplingParams(temperature=1.0, max_new_tokens=64),
+            seed=seed,
+        )
     return [(items[s.group], tok.decode(s.response_ids).split("#", 1)[0]) for s in out]
 
 
@@ -52,13 +57,19 @@ def judge_rows(pairs, template: str, mode: str, n: int):
     `n` responses, shown in a random order."""
     from posttrain.tasks.arithmetic import verify
     from posttrain.tasks.judge import render
+
     if mode == "pointwise":
-        return [{"prompt": render(template, question=it.question, response=t),
-                 "completion": f"{it.target(True)} score: {int(verify(t, it.answer))}",
-                 "answer": int(verify(t, it.answer))} for it, t in pairs]
+        return [
+            {
+                "prompt": render(template, question=it.question, response=t),
+                "completion": f"{it.target(True)} score: {int(verify(t, it.answer))}",
+                "answer": int(verify(t, it.answer)),
+            }
+            for it, t in pairs
+        ]
     rng, rows, ties = random.Random(0), [], []
     for g in range(0, len(pairs), n):
-        group = pairs[g:g + n]
+        group = pairs[g : g + n]
         for k in range(n):
             (it, a), (_, b) = group[k], group[(k + 1) % n]
             if rng.random() < 0.5:
@@ -66,8 +77,12 @@ def judge_rows(pairs, template: str, mode: str, n: int):
             ra, rb = verify(a, it.answer), verify(b, it.answer)
             verdict = "c" if ra == rb else "a" if ra > rb else "b"
             (ties if verdict == "c" else rows).append(
-                {"prompt": render(template, question=it.question, response_a=a, response_b=b),
-                 "completion": f"{it.target(True)} [[{verdict}]]", "answer": verdict})
+                {
+                    "prompt": render(template, question=it.question, response_a=a, response_b=b),
+                    "completion": f"{it.target(True)} [[{verdict}]]",
+                    "answer": verdict,
+                }
+            )
     # ties (both right or both wrong) are most pairs of a 60%-accurate policy; a judge trained on them
     # as they come says "tie" to everything. Keep one tie per two decisive pairs.
     return rows + rng.sample(ties, min(len(ties), len(rows) // 2))
@@ -78,26 +93,37 @@ def pointwise_stats(task, heldout, verify) -> dict:
     truth = [verify(t, it.answer) >= 1 for it, t in heldout]
     said = [r.reward >= 0.5 for r in res]
     ok = [r.error is None for r in res]
-    count = {k: sum(o and (t, s) == want for t, s, o in zip(truth, said, ok))
-             for k, want in (("tp", (True, True)), ("tn", (False, False)), ("fp", (False, True)), ("fn", (True, False)))}
+    count = {
+        k: sum(o and (t, s) == want for t, s, o in zip(truth, said, ok))
+        for k, want in (("tp", (True, True)), ("tn", (False, False)), ("fp", (False, True)), ("fn", (True, False)))
+    }
     n, errors = len(res), sum(not o for o in ok)
-    return {"responses": n, "verifier_correct_frac": sum(truth) / n,
-            "agreement": (count["tp"] + count["tn"]) / n,           # a judge error counts as disagreement
-            "majority_baseline": max(sum(truth), n - sum(truth)) / n, **count, "judge_errors": errors,
-            "precision_correct": count["tp"] / max(count["tp"] + count["fp"], 1),
-            "recall_correct": count["tp"] / max(count["tp"] + count["fn"], 1)}
+    return {
+        "responses": n,
+        "verifier_correct_frac": sum(truth) / n,
+        "agreement": (count["tp"] + count["tn"]) / n,  # a judge error counts as disagreement
+        "majority_baseline": max(sum(truth), n - sum(truth)) / n,
+        **count,
+        "judge_errors": errors,
+        "precision_correct": count["tp"] / max(count["tp"] + count["fp"], 1),
+        "recall_correct": count["tp"] / max(count["tp"] + count["fn"], 1),
+    }
 
 
 def pairwise_stats(task, heldout, verify) -> dict:
     from posttrain.tasks.judge import comparisons, parse_choice, render
+
     items, texts = [it for it, _ in heldout], [t for _, t in heldout]
     task.reward_batch(items, texts, step=0)
     logged = dict(task.logged)
     right = [verify(t, it.answer) for it, t in heldout]
     comps = comparisons(items, texts, task.cfg, 0, lambda it: it.question)
     discordant = [(i, j) for i, j, _ in comps if right[i] != right[j]]
-    prompts = [render(task.template, response_a=texts[x], response_b=texts[y], **task._fields(items[i]))
-               for i, j in discordant for x, y in ((i, j), (j, i))]
+    prompts = [
+        render(task.template, response_a=texts[x], response_b=texts[y], **task._fields(items[i]))
+        for i, j in discordant
+        for x, y in ((i, j), (j, i))
+    ]
     replies = task.backend.complete(prompts, 0)
     winners = []
     for k in range(0, len(replies), 2):
@@ -111,36 +137,62 @@ def pairwise_stats(task, heldout, verify) -> dict:
             pair.append(None if c is None else "tie" if c == "tie" else first if c == "A" else (i + j - first))
         winners.append(pair)
     both = [w for w in winners if None not in w]
-    return {"comparisons": int(logged["judge_calls"]), "judge_errors": int(logged["judge_errors"]),
-            "agreement_discordant": logged.get("judge_agreement"),   # the verifier-correct response won (tie = ½)
-            "first_frac": logged.get("judge_first_frac"),
-            "discordant_pairs": len(discordant),
-            "position_consistency": sum(a == b for a, b in both) / max(len(both), 1),
-            "both_orders_parsed": len(both)}
+    return {
+        "comparisons": int(logged["judge_calls"]),
+        "judge_errors": int(logged["judge_errors"]),
+        "agreement_discordant": logged.get("judge_agreement"),  # the verifier-correct response won (tie = ½)
+        "first_frac": logged.get("judge_first_frac"),
+        "discordant_pairs": len(discordant),
+        "position_consistency": sum(a == b for a, b in both) / max(len(both), 1),
+        "both_orders_parsed": len(both),
+    }
 
 
 def rl_with_judge(args, work: Path, template: Path) -> dict:
     """GRPO from the policy, rewarded by the judge alone (task.judge.*): the verifier's held-out pass@1
     before and after, and how often the judge agreed with the verifier on the training samples."""
     import posttrain
-    judge = {"model": str(work / "judge"), "template": str(template), "mode": args.mode, "scale": 1.0,
-             "max_tokens": 64, "pairs": 1}
-    run = posttrain.rl(init=args.policy, task={"name": "arithmetic", "judge": judge}, steps=args.rl_steps,
-                       eval_every=args.rl_steps, out=str(work / "rl"), overwrite=True, threads=args.threads,
-                       tensorboard=False, rollout={"prompts_per_step": 16, "samples_per_prompt": 8},
-                       eval={"problems": 200, "samples": 4})
+
+    judge = {
+        "model": str(work / "judge"),
+        "template": str(template),
+        "mode": args.mode,
+        "scale": 1.0,
+        "max_tokens": 64,
+        "pairs": 1,
+    }
+    run = posttrain.rl(
+        init=args.policy,
+        task={"name": "arithmetic", "judge": judge},
+        steps=args.rl_steps,
+        eval_every=args.rl_steps,
+        out=str(work / "rl"),
+        overwrite=True,
+        threads=args.threads,
+        tensorboard=False,
+        rollout={"prompts_per_step": 16, "samples_per_prompt": 8},
+        eval={"problems": 200, "samples": 4},
+    )
     steps = [m for m in run.metrics if m["step"] > 0]
     evals = [m for m in run.metrics if "eval/pass@1" in m]
     mean = lambda k: sum(m[k] for m in steps if k in m) / max(sum(k in m for m in steps), 1)  # noqa: E731
-    return {"steps": args.rl_steps, "prompts_per_step": 16, "samples_per_prompt": 8,
-            "verifier_pass@1": [evals[0]["eval/pass@1"], evals[-1]["eval/pass@1"]],
-            "verifier_greedy_acc": [evals[0]["eval/greedy_acc"], evals[-1]["eval/greedy_acc"]],
-            "reward_judge_first_last5": [sum(m["reward/judge"] for m in steps[:5]) / 5,
-                                         sum(m["reward/judge"] for m in steps[-5:]) / 5],
-            "reward_verifier_first_last5": [sum(m["reward/verifier"] for m in steps[:5]) / 5,
-                                            sum(m["reward/verifier"] for m in steps[-5:]) / 5],
-            "judge_agreement_mean": mean("reward/judge_agreement"), "judge_errors_total": sum(
-                m["reward/judge_errors"] for m in steps)}
+    return {
+        "steps": args.rl_steps,
+        "prompts_per_step": 16,
+        "samples_per_prompt": 8,
+        "verifier_pass@1": [evals[0]["eval/pass@1"], evals[-1]["eval/pass@1"]],
+        "verifier_greedy_acc": [evals[0]["eval/greedy_acc"], evals[-1]["eval/greedy_acc"]],
+        "reward_judge_first_last5": [
+            sum(m["reward/judge"] for m in steps[:5]) / 5,
+            sum(m["reward/judge"] for m in steps[-5:]) / 5,
+        ],
+        "reward_verifier_first_last5": [
+            sum(m["reward/verifier"] for m in steps[:5]) / 5,
+            sum(m["reward/verifier"] for m in steps[-5:]) / 5,
+        ],
+        "judge_agreement_mean": mean("reward/judge_agreement"),
+        "judge_errors_total": sum(m["reward/judge_errors"] for m in steps),
+    }
 
 
 def main(argv=None) -> dict:
@@ -163,33 +215,60 @@ def main(argv=None) -> dict:
     from posttrain.tasks.arithmetic import ArithmeticTask, verify
     from posttrain.tasks.base import JudgeConfig
     from posttrain.tasks.judge import JudgeTask
+
     torch.set_num_threads(args.threads)
     work, path = Path(args.work) / args.mode, TEMPLATES[args.mode]
     work.mkdir(parents=True, exist_ok=True)
     task, t0, load = ArithmeticTask(), time.time(), os.getloadavg()
     rows_file = work / "judge_rows.jsonl"
     if not (args.reuse and checkpoint.latest(work / "judge")):
-        rows = judge_rows(policy_samples(args.policy, task.items(args.train_problems, "train", 7), args.samples, 7),
-                          path.read_text(), args.mode, args.samples)
+        rows = judge_rows(
+            policy_samples(args.policy, task.items(args.train_problems, "train", 7), args.samples, 7),
+            path.read_text(),
+            args.mode,
+            args.samples,
+        )
         rows_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        posttrain.sft(init=args.policy, task={"name": "dataset", "train": str(rows_file), "test_frac": 0.05},
-                      steps=args.sft_steps, batch_size=32, eval_every=100, eval_problems=100, out=str(work / "judge"),
-                      overwrite=True, threads=args.threads, tensorboard=False)
+        posttrain.sft(
+            init=args.policy,
+            task={"name": "dataset", "train": str(rows_file), "test_frac": 0.05},
+            steps=args.sft_steps,
+            batch_size=32,
+            eval_every=100,
+            eval_problems=100,
+            out=str(work / "judge"),
+            overwrite=True,
+            threads=args.threads,
+            tensorboard=False,
+        )
     n_rows = sum(1 for _ in rows_file.open())
     t_train = time.time() - t0
     heldout = policy_samples(args.policy, task.items(args.heldout_problems, "test", 11), args.samples, 11)
-    jt = JudgeTask(task, JudgeConfig(model=str(work / "judge"), template=str(path), mode=args.mode, scale=1.0,
-                                     max_tokens=64, pairs=1))
+    jt = JudgeTask(
+        task,
+        JudgeConfig(model=str(work / "judge"), template=str(path), mode=args.mode, scale=1.0, max_tokens=64, pairs=1),
+    )
     jt.check(CharTokenizer())
     jt.start(work, False, args.samples)
     stats = (pointwise_stats if args.mode == "pointwise" else pairwise_stats)(jt, heldout, verify)
-    result = {"judge": "gpt_mini (nano) SFT(CoT) checkpoint fine-tuned on verifier-labelled policy samples of train "
-                       "problems; it redoes the sum, then gives its verdict",
-              "template": str(path.relative_to(ROOT)), "train_rows": n_rows, "sft_steps": args.sft_steps,
-              "heldout_problems": args.heldout_problems, "responses_per_problem": args.samples, **stats,
-              "machine": {"threads": args.threads, "loadavg_start": load, "loadavg_end": os.getloadavg(),
-                          "seconds_data_and_sft": round(t_train, 1), "seconds_total": round(time.time() - t0, 1)},
-              "command": "python benchmarks/judge_agreement.py " + " ".join(argv if argv is not None else sys.argv[1:])}
+    result = {
+        "judge": "gpt_mini (nano) SFT(CoT) checkpoint fine-tuned on verifier-labelled policy samples of train "
+        "problems; it redoes the sum, then gives its verdict",
+        "template": str(path.relative_to(ROOT)),
+        "train_rows": n_rows,
+        "sft_steps": args.sft_steps,
+        "heldout_problems": args.heldout_problems,
+        "responses_per_problem": args.samples,
+        **stats,
+        "machine": {
+            "threads": args.threads,
+            "loadavg_start": load,
+            "loadavg_end": os.getloadavg(),
+            "seconds_data_and_sft": round(t_train, 1),
+            "seconds_total": round(time.time() - t0, 1),
+        },
+        "command": "python benchmarks/judge_agreement.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+    }
     if args.rl_steps:
         result["rl_with_judge"] = rl_with_judge(args, work, path)
     out = Path(args.out)

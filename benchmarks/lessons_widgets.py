@@ -38,10 +38,13 @@ def time_widget(w: registry.Widget, n_random: int, rng: random.Random) -> dict:
         w.fn(**knobs)
         times.append(time.perf_counter() - t0)
     worst = max(range(len(times)), key=times.__getitem__) if times else None
-    return {"grid": len(settings), "default_cold_s": round(cold, 4),
-            "random_median_s": round(statistics.median(times), 4) if times else None,
-            "random_max_s": round(max(times), 4) if times else None,
-            "slowest_setting": w.key(picks[worst]) if times else None}
+    return {
+        "grid": len(settings),
+        "default_cold_s": round(cold, 4),
+        "random_median_s": round(statistics.median(times), 4) if times else None,
+        "random_max_s": round(max(times), 4) if times else None,
+        "slowest_setting": w.key(picks[worst]) if times else None,
+    }
 
 
 def main(argv=None) -> None:
@@ -62,18 +65,34 @@ def main(argv=None) -> None:
     for name in names:
         try:
             results[name] = r = time_widget(widgets[name], args.random, rng)
-        except Exception as e:                      # noqa: BLE001 — a broken widget is reported, the rest still timed
+        except Exception as e:  # noqa: BLE001 — a broken widget is reported, the rest still timed
             results[name] = {"error": f"{type(e).__name__}: {e}"}
             print(f"{name:16} error: {results[name]['error']}", flush=True)
             continue
-        print(f"{name:16} grid {r['grid']:4}  default (cold) {r['default_cold_s']:7.3f} s  "
-              f"random median {r['random_median_s'] or 0:6.3f} s  max {r['random_max_s'] or 0:6.3f} s", flush=True)
-    slow = sorted(n for n, r in results.items() if "error" not in r and max(r["default_cold_s"], r["random_max_s"] or 0) > args.limit)
+        print(
+            f"{name:16} grid {r['grid']:4}  default (cold) {r['default_cold_s']:7.3f} s  "
+            f"random median {r['random_median_s'] or 0:6.3f} s  max {r['random_max_s'] or 0:6.3f} s",
+            flush=True,
+        )
+    slow = sorted(
+        n
+        for n, r in results.items()
+        if "error" not in r and max(r["default_cold_s"], r["random_max_s"] or 0) > args.limit
+    )
     broken = sorted(n for n, r in results.items() if "error" in r)
-    out = {"threads": args.threads, "limit_s": args.limit, "random_per_widget": args.random, "seed": args.seed,
-           "cpu_count": os.cpu_count(), "machine": platform.processor() or platform.machine(),
-           "loadavg_before": [round(x, 2) for x in load_before], "loadavg_after": [round(x, 2) for x in os.getloadavg()],
-           "slow": slow, "errors": broken, "widgets": results}
+    out = {
+        "threads": args.threads,
+        "limit_s": args.limit,
+        "random_per_widget": args.random,
+        "seed": args.seed,
+        "cpu_count": os.cpu_count(),
+        "machine": platform.processor() or platform.machine(),
+        "loadavg_before": [round(x, 2) for x in load_before],
+        "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+        "slow": slow,
+        "errors": broken,
+        "widgets": results,
+    }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
     print(f"slow (> {args.limit} s): {', '.join(slow) or 'none'}; errors: {', '.join(broken) or 'none'}  → {args.out}")

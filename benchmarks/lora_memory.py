@@ -52,10 +52,9 @@ def measure(args_list: list[str]) -> dict:
     # A fixed mmap threshold: glibc's adaptive one keeps freed multi-MB activation buffers in
     # the heap, and peak RSS then measures fragmentation (it showed LoRA *above* full fine-tuning).
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
-    out = subprocess.run([sys.executable, "-c", CHILD, *args_list], capture_output=True, text=True, check=True,
-                         env=env)
+    out = subprocess.run([sys.executable, "-c", CHILD, *args_list], capture_output=True, text=True, check=True, env=env)
     line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")][-1]
-    return json.loads(line[len("RESULT "):])
+    return json.loads(line[len("RESULT ") :])
 
 
 def main(argv=None) -> dict:
@@ -66,18 +65,29 @@ def main(argv=None) -> dict:
     args = ap.parse_args(argv)
     from posttrain.bench import write_json
     from posttrain.models.hf import write_tiny
+
     res = {"model": MODEL, "steps": args.steps, "lora_r": args.r}
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = write_tiny(Path(tmp, "model"), **MODEL)
-        common = [f"init={model_dir}", "overwrite=true", f"steps={args.steps}", "prompts_per_step=8",
-                  "samples_per_prompt=8", "max_new_tokens=24", "eval_problems=2", "eval_samples=1", "threads=1"]
+        common = [
+            f"init={model_dir}",
+            "overwrite=true",
+            f"steps={args.steps}",
+            "prompts_per_step=8",
+            "samples_per_prompt=8",
+            "max_new_tokens=24",
+            "eval_problems=2",
+            "eval_samples=1",
+            "threads=1",
+        ]
         for name, extra in (("full", []), ("lora", [f"lora.r={args.r}", "lora.alpha=16"])):
             res[name] = measure(common + [f"out={tmp}/{name}"] + extra)
             print(name, res[name], flush=True)
     f, lo = res["full"], res["lora"]
     res["trainable_frac"] = round(lo["trainable"] / f["trainable"], 4)
-    res["training_state_saved_mb"] = round((f["optimizer_state_bytes"] + f["grad_bytes"]
-                                            - lo["optimizer_state_bytes"] - lo["grad_bytes"]) / 2**20, 1)
+    res["training_state_saved_mb"] = round(
+        (f["optimizer_state_bytes"] + f["grad_bytes"] - lo["optimizer_state_bytes"] - lo["grad_bytes"]) / 2**20, 1
+    )
     res["peak_rss_train_saved_mb"] = round(f["peak_rss_train_mb"] - lo["peak_rss_train_mb"], 1)
     write_json(args.out, res)
     print(f"wrote {args.out}")

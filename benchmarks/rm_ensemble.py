@@ -42,8 +42,12 @@ def main(argv=None) -> dict:
     # the ensemble's score is the members' mean: computed from their scores, and checked once
     mean = [[sum(col) / len(col) for col in zip(*(s[i] for s in scores.values()))] for i in (0, 1)]
     assert abs(ens.score(prompts[:1], [pairs[0].chosen])[0] - mean[0][0]) < 1e-5
-    rep = {"pairs_file": args.pairs, "pairs": len(pairs),
-           "members": {run: accuracy(*s) for run, s in scores.items()}, "ensemble": accuracy(*mean)}
+    rep = {
+        "pairs_file": args.pairs,
+        "pairs": len(pairs),
+        "members": {run: accuracy(*s) for run, s in scores.items()},
+        "ensemble": accuracy(*mean),
+    }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(rep, indent=2))
     for run, acc in rep["members"].items():

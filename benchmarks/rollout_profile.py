@@ -39,13 +39,14 @@ def profile_batch(B: int, new_tokens: int = 64) -> dict:
     from posttrain.models.gpt_mini import ModelConfig, build_model
     from posttrain.models.tokenizer import BASE_CHARS, CharTokenizer
     from posttrain.tasks.arithmetic import ArithmeticTask
+
     tok, task = CharTokenizer(BASE_CHARS), ArithmeticTask()
     torch.manual_seed(0)
     model = build_model(ModelConfig(preset="micro"), tok.vocab_size).eval()
     prompts = [tok.encode(tok.chat_prompt(task.prompt(i))) for i in task.items(B, seed=0)]
     engine = Engine(model, tok, max_slots=max(B, 1))
     sp = SamplingParams(temperature=1.0, max_new_tokens=new_tokens, ignore_eos=True)
-    engine.generate(prompts, 1, sp)                                   # warm-up
+    engine.generate(prompts, 1, sp)  # warm-up
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         t0 = time.perf_counter()
         engine.generate(prompts, 1, sp)
@@ -56,8 +57,14 @@ def profile_batch(B: int, new_tokens: int = 64) -> dict:
         spent[group] += ev.self_cpu_time_total / 1e6
     spent["python"] = max(wall - sum(spent.values()), 0.0)
     total = sum(spent.values())
-    row = {"batch": B, "tokens": B * new_tokens, "profiled_wall_s": wall, "decode_steps": engine.stats["rollout/decode_steps"],
-           "seconds": spent, "share": {k: v / total for k, v in spent.items()}}
+    row = {
+        "batch": B,
+        "tokens": B * new_tokens,
+        "profiled_wall_s": wall,
+        "decode_steps": engine.stats["rollout/decode_steps"],
+        "seconds": spent,
+        "share": {k: v / total for k, v in spent.items()},
+    }
     print(f"batch {B:>4}: " + "  ".join(f"{k} {100 * v:4.1f}%" for k, v in row["share"].items()), flush=True)
     return row
 
@@ -70,8 +77,15 @@ def main(argv=None) -> dict:
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
     from posttrain.bench import write_json
-    result = {"bench": "rollout_profile", "preset": "micro", "threads": a.threads, "torch": torch.__version__,
-              "cpu_count": os.cpu_count(), "load_avg_before": os.getloadavg()}
+
+    result = {
+        "bench": "rollout_profile",
+        "preset": "micro",
+        "threads": a.threads,
+        "torch": torch.__version__,
+        "cpu_count": os.cpu_count(),
+        "load_avg_before": os.getloadavg(),
+    }
     result["rows"] = [profile_batch(int(b)) for b in a.batches.split(",")]
     result["load_avg_after"] = os.getloadavg()
     write_json(a.out, result)

@@ -28,7 +28,7 @@ def main(argv=None) -> None:
     info = sandbox.isolation()
     walls = [sandbox.run_python("print(1)").wall_s for _ in range(args.runs)]
     task = CodeTask()
-    pairs = [(pr, task.target(pr)) for pr in task.problems]           # every reference solution: reward 1
+    pairs = [(pr, task.target(pr)) for pr in task.problems]  # every reference solution: reward 1
     t0 = time.perf_counter()
     assert all(safe_reward(task, it, r).reward == 1.0 for it, r in pairs)
     serial = time.perf_counter() - t0
@@ -37,11 +37,20 @@ def main(argv=None) -> None:
         with VerifierPool(task, workers=w, timeout_s=30.0) as pool:
             t0 = time.perf_counter()
             results, stats = pool.score(pairs)
-            pooled[w] = {"wall_s": time.perf_counter() - t0, "latency_p50_s": stats["latency_p50_s"],
-                         "latency_p99_s": stats["latency_p99_s"], "all_pass": all(r.reward == 1.0 for r in results)}
-    result = {"isolation": info, "sandbox_run_p50_s": float(np.percentile(walls, 50)),
-              "sandbox_run_p99_s": float(np.percentile(walls, 99)), "code_problems": len(pairs),
-              "code_in_process_s": serial, "code_pool": pooled}
+            pooled[w] = {
+                "wall_s": time.perf_counter() - t0,
+                "latency_p50_s": stats["latency_p50_s"],
+                "latency_p99_s": stats["latency_p99_s"],
+                "all_pass": all(r.reward == 1.0 for r in results),
+            }
+    result = {
+        "isolation": info,
+        "sandbox_run_p50_s": float(np.percentile(walls, 50)),
+        "sandbox_run_p99_s": float(np.percentile(walls, 99)),
+        "code_problems": len(pairs),
+        "code_in_process_s": serial,
+        "code_pool": pooled,
+    }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))

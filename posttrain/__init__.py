@@ -25,5 +25,6 @@ def __getattr__(name):
     stays light (no torch) for the CLI's usage errors."""
     if name in _API:
         from posttrain import api
+
         return getattr(api, name)
     raise AttributeError(f"module 'posttrain' has no attribute {name!r}")

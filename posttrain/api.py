@@ -33,16 +33,19 @@ from typing import Any
 
 from posttrain import UsageError
 
-STAGES = {"pretrain": ("posttrain.config:PretrainConfig", "posttrain.recipes.pretrain"),
-          "sft": ("posttrain.config:SFTConfig", "posttrain.recipes.sft"),
-          "rl": ("posttrain.config:RLConfig", "posttrain.recipes.rl"),
-          "dpo": ("posttrain.recipes.dpo:DPOConfig", "posttrain.recipes.dpo"),
-          "rm": ("posttrain.recipes.rm:RMConfig", "posttrain.recipes.rm")}
+STAGES = {
+    "pretrain": ("posttrain.config:PretrainConfig", "posttrain.recipes.pretrain"),
+    "sft": ("posttrain.config:SFTConfig", "posttrain.recipes.sft"),
+    "rl": ("posttrain.config:RLConfig", "posttrain.recipes.rl"),
+    "dpo": ("posttrain.recipes.dpo:DPOConfig", "posttrain.recipes.dpo"),
+    "rm": ("posttrain.recipes.rm:RMConfig", "posttrain.recipes.rm"),
+}
 
 
 @dataclass
 class Run:
     """A finished stage: where it wrote, what it measured, and the trained policy."""
+
     path: Path
     stage: str
     summary: dict
@@ -51,11 +54,13 @@ class Run:
     @property
     def metrics(self) -> list[dict]:
         from posttrain.logging import read_metrics
+
         return read_metrics(self.path)
 
     @cached_property
     def _loaded(self):
         from posttrain import checkpoint
+
         return checkpoint.load_model(self.path)
 
     @property
@@ -69,16 +74,33 @@ class Run:
         tok = self._loaded[1]
         return getattr(tok, "tok", tok)
 
-    def evaluate(self, problems: int = 200, samples: int = 8, k=(1, 8), temperature: float = 1.0,
-                 seed: int = 0, max_new_tokens: int | None = None) -> dict:
+    def evaluate(
+        self,
+        problems: int = 200,
+        samples: int = 8,
+        k=(1, 8),
+        temperature: float = 1.0,
+        seed: int = 0,
+        max_new_tokens: int | None = None,
+    ) -> dict:
         """Held-out greedy accuracy, pass@k, maj@k and mean reward of the final checkpoint on this run's
         task (its reward functions included)."""
         from posttrain.eval import evaluate
+
         model, tok, _ = self._loaded
         task = self.task if self.task is not None else _task_of_run(self.path)
         items = task.items(problems, "test", seed)
-        res = evaluate(model, tok, task, items, n=samples, ks=tuple(x for x in k if x <= samples),
-                       temperature=temperature, seed=seed, max_new_tokens=max_new_tokens)
+        res = evaluate(
+            model,
+            tok,
+            task,
+            items,
+            n=samples,
+            ks=tuple(x for x in k if x <= samples),
+            temperature=temperature,
+            seed=seed,
+            max_new_tokens=max_new_tokens,
+        )
         res.pop("per_k")
         return res
 
@@ -88,6 +110,7 @@ def _task_of_run(path: Path):
 
     from posttrain.config import build
     from posttrain.tasks import config_class, make
+
     cfg = yaml.safe_load(Path(path, "config.yaml").read_text()) or {}
     section = cfg.get("task") or {}
     return make(build(config_class(section.get("name", "arithmetic")), section, "task."))
@@ -100,7 +123,7 @@ def _rows_file(rows, out: Path, name: str) -> str:
         return str(rows)
     path = out / "data" / f"{name}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
-    if hasattr(rows, "to_list"):                      # a datasets.Dataset
+    if hasattr(rows, "to_list"):  # a datasets.Dataset
         rows = rows.to_list()
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
         raise UsageError(f"{name}: give a path, a list of row dicts or a datasets.Dataset")
@@ -123,19 +146,36 @@ def _nest(kwargs: dict) -> dict:
     return out
 
 
-def run_stage(stage: str, config: str | None = None, *, resume: bool = False, dataset=None, test_dataset=None,
-              reward_funcs=None, reward_weights=None, correct_func=None, pairs=None, **keys) -> Run:
+def run_stage(
+    stage: str,
+    config: str | None = None,
+    *,
+    resume: bool = False,
+    dataset=None,
+    test_dataset=None,
+    reward_funcs=None,
+    reward_weights=None,
+    correct_func=None,
+    pairs=None,
+    **keys,
+) -> Run:
     """One stage through the CLI's config path; see the module docstring."""
     from posttrain import tasks
     from posttrain.config import load_config
     from posttrain.tasks.rewards import describe
+
     cls_path, module = STAGES[stage]
     module_name, cls_name = cls_path.split(":")
     cls = getattr(importlib.import_module(module_name), cls_name)
     data = _nest(keys)
-    if (reward_funcs is not None or correct_func is not None) and dataset is None and \
-            (data.get("task") or {}).get("name") != "dataset":
-        raise UsageError("reward_funcs= and correct_func= need a dataset: pass dataset= (or task={'name': 'dataset', ...})")
+    if (
+        (reward_funcs is not None or correct_func is not None)
+        and dataset is None
+        and (data.get("task") or {}).get("name") != "dataset"
+    ):
+        raise UsageError(
+            "reward_funcs= and correct_func= need a dataset: pass dataset= (or task={'name': 'dataset', ...})"
+        )
     out = Path(data.get("out") or f"runs/{stage}")
     data["out"] = str(out)
     task_keys = data.setdefault("task", {}) if any(x is not None for x in (dataset, reward_funcs, correct_func)) else {}
@@ -151,7 +191,7 @@ def run_stage(stage: str, config: str | None = None, *, resume: bool = False, da
         data["pairs"] = _rows_file(pairs, out, "pairs")
     cfg = load_config(cls, config, data=data)
     task = None
-    if reward_funcs is not None or correct_func is not None:       # Python callables travel as objects
+    if reward_funcs is not None or correct_func is not None:  # Python callables travel as objects
         task = tasks.make(cfg.task, reward_funcs=reward_funcs, correct_func=correct_func)
     recipe = importlib.import_module(module)
     summary = recipe.run(cfg, resume=resume, task=task) if task is not None else recipe.run(cfg, resume=resume)

@@ -31,7 +31,16 @@ SPECIALS = PAD + USER + ASSISTANT + EOT + THINK_OPEN + THINK_CLOSE + TOOL_SPECIA
 # later (the ids of the characters before never change): the tool specials, division, capitals and
 # quotes for countdown and reasoning-gym questions. The system marker joins a vocabulary built for
 # data that has system messages (recipes/common.new_tokenizer).
-BASE_CHARS = PAD + USER + ASSISTANT + EOT + THINK_OPEN + THINK_CLOSE + "0123456789+-*=;:,.?!()[] \n" + "abcdefghijklmnopqrstuvwxyz"
+BASE_CHARS = (
+    PAD
+    + USER
+    + ASSISTANT
+    + EOT
+    + THINK_OPEN
+    + THINK_CLOSE
+    + "0123456789+-*=;:,.?!()[] \n"
+    + "abcdefghijklmnopqrstuvwxyz"
+)
 DEFAULT_CHARS = BASE_CHARS + TOOL_SPECIALS + "/ABCDEFGHIJKLMNOPQRSTUVWXYZ\"'%"
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -49,7 +58,7 @@ def check_messages(messages: Any, where: str = "prompt") -> list[dict]:
         if m["role"] not in ROLES:
             raise UsageError(f"{where}: message {i} has the unknown role {m['role']!r}; use one of {', '.join(ROLES)}")
         content = m["content"]
-        if isinstance(content, list):            # content blocks [{"type": "text", "text": ...}] as in the OpenAI API
+        if isinstance(content, list):  # content blocks [{"type": "text", "text": ...}] as in the OpenAI API
             content = "".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
         if not isinstance(content, str):
             raise UsageError(f"{where}: message {i} content must be text, got {type(content).__name__}")
@@ -73,9 +82,9 @@ def render_builtin(messages: list[dict], add_generation_prompt: bool = True) -> 
             parts.append(SYSTEM + text)
         elif role == "user":
             parts.append(USER + text)
-        elif role == "assistant":                # the turn goes on when a tool observation follows
+        elif role == "assistant":  # the turn goes on when a tool observation follows
             parts.append((ASSISTANT if after_user else "") + text + ("" if tool_next else EOT))
-        else:                                    # tool: an observation inside the assistant turn
+        else:  # tool: an observation inside the assistant turn
             parts.append(RESULT_OPEN + text + RESULT_CLOSE)
     if add_generation_prompt:
         if messages[-1]["role"] == "assistant":

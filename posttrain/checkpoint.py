@@ -42,15 +42,17 @@ def latest(run_dir: str | Path) -> Path | None:
 def resolve(path: str | Path) -> Path:
     """A checkpoint directory, or the latest checkpoint of a run directory."""
     p = Path(path)
-    if (p / "model.safetensors").exists() or (p / "config.json").exists():   # ours, or an HF directory
+    if (p / "model.safetensors").exists() or (p / "config.json").exists():  # ours, or an HF directory
         return p
     last = latest(p)
     if last is not None:
         return last
     if not p.exists():
         raise UsageError(f"checkpoint {str(p)!r} does not exist; give a run directory or its checkpoints/step_N")
-    raise UsageError(f"{str(p)!r} holds no checkpoint (no model.safetensors, no checkpoints/step_N); "
-                     "train a stage first or point to its run directory")
+    raise UsageError(
+        f"{str(p)!r} holds no checkpoint (no model.safetensors, no checkpoints/step_N); "
+        "train a stage first or point to its run directory"
+    )
 
 
 def resume_target(run_dir: str | Path) -> Path:
@@ -61,13 +63,19 @@ def resume_target(run_dir: str | Path) -> Path:
         raise UsageError(f"--resume {d}: no such run directory; give the out= of an earlier run")
     last = latest(d)
     if last is None:
-        raise UsageError(f"--resume {d}: no complete checkpoint there (checkpoints/step_N); "
-                         "start without --resume")
+        raise UsageError(f"--resume {d}: no complete checkpoint there (checkpoints/step_N); start without --resume")
     return last
 
 
-def save(run_dir: str | Path, step: int, model: GPTMini, tokenizer: CharTokenizer,
-         trainer_state: dict | None = None, meta: dict | None = None, keep_last: int = 2) -> Path:
+def save(
+    run_dir: str | Path,
+    step: int,
+    model: GPTMini,
+    tokenizer: CharTokenizer,
+    trainer_state: dict | None = None,
+    meta: dict | None = None,
+    keep_last: int = 2,
+) -> Path:
     root = Path(run_dir, "checkpoints")
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step:06d}"
@@ -76,16 +84,20 @@ def save(run_dir: str | Path, step: int, model: GPTMini, tokenizer: CharTokenize
     try:
         tmp.mkdir()
         _write(tmp, step, model, tokenizer, trainer_state, meta)
-    except (OSError, RuntimeError, SafetensorError) as e:    # every writer: files, torch.save, safetensors
-        full = _disk_full(e, root, model, trainer_state)     # asked before the partial write is freed
-        shutil.rmtree(tmp, ignore_errors=True)               # give back what the partial write took
+    except (OSError, RuntimeError, SafetensorError) as e:  # every writer: files, torch.save, safetensors
+        full = _disk_full(e, root, model, trainer_state)  # asked before the partial write is freed
+        shutil.rmtree(tmp, ignore_errors=True)  # give back what the partial write took
         fix = f"then --resume {run_dir}" if latest(run_dir) is not None else "then start the run again"
         if full:
-            raise TrainingHalted(f"disk full while writing checkpoint {final.name} in {root} (partial write removed, "
-                                 f"earlier checkpoints intact): free space there or set out= on a bigger disk, {fix}") from None
+            raise TrainingHalted(
+                f"disk full while writing checkpoint {final.name} in {root} (partial write removed, "
+                f"earlier checkpoints intact): free space there or set out= on a bigger disk, {fix}"
+            ) from None
         why = f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"
-        raise TrainingHalted(f"writing checkpoint {final.name} in {root} failed ({why}; partial write removed, earlier "
-                             f"checkpoints intact): fix the cause or set out= elsewhere, {fix}") from None
+        raise TrainingHalted(
+            f"writing checkpoint {final.name} in {root} failed ({why}; partial write removed, earlier "
+            f"checkpoints intact): fix the cause or set out= elsewhere, {fix}"
+        ) from None
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
@@ -117,22 +129,23 @@ def _tensor_bytes(obj) -> int:
 
 
 def _write(tmp: Path, step: int, model, tokenizer, trainer_state, meta) -> None:
-    if hasattr(model, "hf"):                         # a Hugging Face model: saved as an HF directory
+    if hasattr(model, "hf"):  # a Hugging Face model: saved as an HF directory
         model.save(tmp)
         from posttrain.models.lora import lora_layers, save_adapter
-        if lora_layers(model.hf):                    # + the adapters in PEFT's format, beside the merged weights
+
+        if lora_layers(model.hf):  # + the adapters in PEFT's format, beside the merged weights
             save_adapter(model, tmp / "adapter", getattr(model, "lora_base", None))
     else:
         state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
         if model.config.tie_embeddings:
-            state.pop("head.weight", None)           # safetensors refuses shared tensors
+            state.pop("head.weight", None)  # safetensors refuses shared tensors
         save_file(state, str(tmp / "model.safetensors"))
         (tmp / "model.json").write_text(json.dumps(dataclasses.asdict(model.config), indent=1))
     tokenizer.save(tmp)
     if trainer_state is not None:
         torch.save(trainer_state, tmp / "trainer.pt")
     (tmp / "meta.json").write_text(json.dumps({"step": step, **(meta or {})}, indent=1))
-    for f in tmp.rglob("*"):                         # data on disk before the rename makes it visible
+    for f in tmp.rglob("*"):  # data on disk before the rename makes it visible
         if f.is_file():
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
@@ -141,12 +154,15 @@ def _write(tmp: Path, step: int, model, tokenizer, trainer_state, meta) -> None:
 def load_model(path: str | Path, device="cpu") -> tuple[GPTMini, CharTokenizer, Path]:
     ckpt = resolve(path)
     from posttrain.models import hf
-    if hf.is_hf_dir(ckpt):                           # any local HF causal LM (models/hf.py)
+
+    if hf.is_hf_dir(ckpt):  # any local HF causal LM (models/hf.py)
         model, tokenizer = hf.load_hf(ckpt, device)
         return model, tokenizer, ckpt
-    if not (ckpt / TOKENIZER_FILE).exists():        # never guess: the built-in vocabulary may not be this model's
-        raise UsageError(f"checkpoint {str(ckpt)!r} has no {TOKENIZER_FILE}; copy it from the run that trained "
-                         "this model (every posttrain checkpoint holds one)")
+    if not (ckpt / TOKENIZER_FILE).exists():  # never guess: the built-in vocabulary may not be this model's
+        raise UsageError(
+            f"checkpoint {str(ckpt)!r} has no {TOKENIZER_FILE}; copy it from the run that trained "
+            "this model (every posttrain checkpoint holds one)"
+        )
     try:
         cfg = ModelConfig(**json.loads((ckpt / "model.json").read_text()))
         model = GPTMini(cfg)
@@ -156,8 +172,10 @@ def load_model(path: str | Path, device="cpu") -> tuple[GPTMini, CharTokenizer, 
         model.load_state_dict(state)
         tokenizer = CharTokenizer.load(ckpt)
     except Exception as e:
-        raise UsageError(f"checkpoint {str(ckpt)!r} is unreadable ({type(e).__name__}: {str(e).splitlines()[0][:120]}); "
-                         "point to a complete checkpoints/step_N written by posttrain") from None
+        raise UsageError(
+            f"checkpoint {str(ckpt)!r} is unreadable ({type(e).__name__}: {str(e).splitlines()[0][:120]}); "
+            "point to a complete checkpoints/step_N written by posttrain"
+        ) from None
     return model.to(device), tokenizer, ckpt
 
 
@@ -166,10 +184,13 @@ def restore_weights(model, ckpt: str | Path) -> None:
     on the base it was started from; any other model its whole state dict. A checkpoint of another
     model (size, preset, init) is a one-line UsageError naming the first tensor that differs."""
     from posttrain.models.lora import load_adapter, lora_layers
+
     if hasattr(model, "hf") and lora_layers(model.hf):
         if not Path(ckpt, "adapter", "adapter_model.safetensors").exists():
-            raise UsageError(f"{str(ckpt)!r} has no adapter/ (a LoRA checkpoint from before adapters were saved); "
-                             "start a new run with init= that checkpoint")
+            raise UsageError(
+                f"{str(ckpt)!r} has no adapter/ (a LoRA checkpoint from before adapters were saved); "
+                "start a new run with init= that checkpoint"
+            )
         load_adapter(model, Path(ckpt, "adapter"))
         return
     saved = load_model(ckpt)[0].state_dict()
@@ -177,12 +198,15 @@ def restore_weights(model, ckpt: str | Path) -> None:
 
     def shape(sd, k):
         return tuple(sd[k].shape) if k in sd else "absent"
+
     differ = [k for k in [*own, *saved] if shape(own, k) != shape(saved, k)]
     if differ:
         k = differ[0]
-        raise UsageError(f"--resume: {ckpt} holds another model than this config builds ({k}: {shape(saved, k)} "
-                         f"there, {shape(own, k)} here); resume with the run's own config (drop model.* and init= "
-                         "overrides)")
+        raise UsageError(
+            f"--resume: {ckpt} holds another model than this config builds ({k}: {shape(saved, k)} "
+            f"there, {shape(own, k)} here); resume with the run's own config (drop model.* and init= "
+            "overrides)"
+        )
     model.load_state_dict(saved)
 
 
@@ -192,8 +216,9 @@ def load_trainer_state(ckpt: str | Path) -> dict:
         raise UsageError(f"{str(ckpt)!r} has no trainer.pt; it cannot be resumed, only used as init=")
     try:
         return torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as e:              # truncated or corrupted: zip, pickle and EOF errors alike
+    except Exception as e:  # truncated or corrupted: zip, pickle and EOF errors alike
         earlier = [p for p in step_dirs(Path(ckpt).parent.parent) if p != Path(ckpt)]
-        fix = (f"move {ckpt} away to resume from {earlier[-1].name}" if earlier
-               else "start the run again without --resume")
+        fix = (
+            f"move {ckpt} away to resume from {earlier[-1].name}" if earlier else "start the run again without --resume"
+        )
         raise UsageError(f"{path} is unreadable ({type(e).__name__}: {str(e).splitlines()[0][:80]}); {fix}") from None

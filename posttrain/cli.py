@@ -33,11 +33,17 @@ STAGES = {  # name -> (config class path, recipe module)
     "distill": ("posttrain.recipes.distill:DistillConfig", "posttrain.recipes.distill"),
     "pipeline": ("posttrain.recipes.pipeline:PipelineConfig", "posttrain.recipes.pipeline"),
 }
-BENCHES = {"train": "posttrain.bench.train", "rollout": "posttrain.bench.rollout",
-           "algorithms": "posttrain.bench.algorithms", "claims": "posttrain.bench.claims",
-           "trl": "posttrain.bench.trl", "search": "posttrain.bench.search",
-           "precision": "posttrain.bench.precision", "prm": "posttrain.bench.prm",
-           "overopt": "posttrain.bench.overopt"}
+BENCHES = {
+    "train": "posttrain.bench.train",
+    "rollout": "posttrain.bench.rollout",
+    "algorithms": "posttrain.bench.algorithms",
+    "claims": "posttrain.bench.claims",
+    "trl": "posttrain.bench.trl",
+    "search": "posttrain.bench.search",
+    "precision": "posttrain.bench.precision",
+    "prm": "posttrain.bench.prm",
+    "overopt": "posttrain.bench.overopt",
+}
 
 
 def _load(path: str):
@@ -62,6 +68,7 @@ def _require(module: str, what: str, extra: str) -> None:
 
 def run_stage(stage: str, args) -> None:
     from posttrain.config import load_config
+
     cls_path, module = STAGES[stage]
     config, overrides = _split_config(args)
     if args.resume and config is None and Path(args.resume, "config.yaml").exists():
@@ -73,15 +80,17 @@ def run_stage(stage: str, args) -> None:
     cfg = load_config(_load(cls_path), config, overrides)
     if args.help is not None:
         from posttrain.config_help import stage_help
+
         print(stage_help(stage, cfg, args.help))
         return
     out = Path(getattr(cfg, "out", "") or f"runs/{stage}")
     fresh = not out.exists()
     try:
         importlib.import_module(module).run(cfg, resume=bool(args.resume))
-    except UsageError:                   # refused before any work: leave no half-made run directory behind
+    except UsageError:  # refused before any work: leave no half-made run directory behind
         if fresh and out.is_dir() and not any(out.rglob("step_*")):
             import shutil
+
             shutil.rmtree(out, ignore_errors=True)
         raise
 
@@ -95,6 +104,7 @@ def run_eval(args) -> None:
     from posttrain.config import build
     from posttrain.eval import evaluate, format_per_k
     from posttrain.tasks import config_class, make
+
     model, tok, path = checkpoint.load_model(args.checkpoint)
     task_cfg: dict = {}
     run_cfg = path.parent.parent / "config.yaml"
@@ -104,7 +114,7 @@ def run_eval(args) -> None:
         key, _, value = item.partition("=")
         if not key.startswith("task."):
             raise UsageError(f"eval override {item!r}: only task.<key>=value is accepted here")
-        *parents, leaf = key[5:].split(".")          # task.options.min_digits=1 → task_cfg["options"]["min_digits"]
+        *parents, leaf = key[5:].split(".")  # task.options.min_digits=1 → task_cfg["options"]["min_digits"]
         node = task_cfg
         for p in parents:
             node = node.setdefault(p, {})
@@ -114,16 +124,18 @@ def run_eval(args) -> None:
     n = args.n or max(ks)
     items = task.items(args.problems, "test", args.seed)
     scorer = None
-    if args.rm:                                       # best-of-n reranked by a reward model
+    if args.rm:  # best-of-n reranked by a reward model
         from posttrain.preference.reward_model import load_scorer
+
         scorer = load_scorer(args.rm)
-    res = evaluate(model, tok, task, items, n=n if n > 1 else 0, ks=ks, temperature=args.temperature, seed=args.seed,
-                   scorer=scorer)
+    res = evaluate(
+        model, tok, task, items, n=n if n > 1 else 0, ks=ks, temperature=args.temperature, seed=args.seed, scorer=scorer
+    )
     per_k = res.pop("per_k")
     print(f"checkpoint: {path}")
     for k, v in res.items():
         print(f"{k:24s} {v:.4f}")
-    if set(per_k) != {0}:                             # items without a number of terms (other tasks): no table
+    if set(per_k) != {0}:  # items without a number of terms (other tasks): no table
         print(format_per_k(per_k, "held-out accuracy by number of terms K"))
     if args.out:
         Path(args.out).write_text(json.dumps({"checkpoint": str(path), **res, "per_k": per_k}, indent=1))
@@ -132,10 +144,11 @@ def run_eval(args) -> None:
 def run_export(args) -> None:
     from posttrain import checkpoint
     from posttrain.models.export import export_hf
+
     if args.format != "hf":
         raise UsageError(f"--format {args.format!r} is unknown; use --format hf")
     model, tok, path = checkpoint.load_model(args.checkpoint)
-    if hasattr(model, "hf"):                         # already a Hugging Face model (models/hf.py)
+    if hasattr(model, "hf"):  # already a Hugging Face model (models/hf.py)
         Path(args.out_dir).mkdir(parents=True, exist_ok=True)
         model.save(args.out_dir)
         tok.save(args.out_dir)
@@ -150,8 +163,14 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     for stage in STAGES:
         s = sub.add_parser(stage, help=f"run the {stage} stage", add_help=False)
-        s.add_argument("-h", "--help", nargs="?", const="", metavar="TOPIC",
-                       help="every config key with its value and doc; TOPIC algo|task lists every algorithm's or task's keys")
+        s.add_argument(
+            "-h",
+            "--help",
+            nargs="?",
+            const="",
+            metavar="TOPIC",
+            help="every config key with its value and doc; TOPIC algo|task lists every algorithm's or task's keys",
+        )
         s.add_argument("config", nargs="?", help="YAML config file or preset name in configs/")
         s.add_argument("overrides", nargs="*", help="key=value overrides (dotted for sections)")
         s.add_argument("--preset", help="a preset name from configs/")
@@ -164,7 +183,11 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--problems", type=int, default=500)
     e.add_argument("--temperature", type=float, default=1.0)
     e.add_argument("--seed", type=int, default=0)
-    e.add_argument("--rm", metavar="RM_RUN", help="a `posttrain rm` run (or RUN_A,RUN_B: an ensemble, the mean score): adds best@n, the sample it scores highest")
+    e.add_argument(
+        "--rm",
+        metavar="RM_RUN",
+        help="a `posttrain rm` run (or RUN_A,RUN_B: an ensemble, the mean score): adds best@n, the sample it scores highest",
+    )
     e.add_argument("--out", help="write the results as JSON")
     x = sub.add_parser("export", help="export a checkpoint (Hugging Face directory)")
     x.add_argument("checkpoint")
@@ -178,9 +201,12 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("rest", nargs=argparse.REMAINDER)
     m = sub.add_parser("memory", help="memory per GPU for a model and an algorithm; does it fit?", add_help=False)
     m.add_argument("rest", nargs=argparse.REMAINDER, help="MODEL --algo grpo [--gpu h100] (see posttrain memory -h)")
-    sv = sub.add_parser("serve", help="an OpenAI-compatible server on a checkpoint or HF model (posttrain[serve])",
-                        add_help=False)
-    sv.add_argument("rest", nargs=argparse.REMAINDER, help="RUN_OR_MODEL [--port 8000] [--host 127.0.0.1] (see posttrain serve -h)")
+    sv = sub.add_parser(
+        "serve", help="an OpenAI-compatible server on a checkpoint or HF model (posttrain[serve])", add_help=False
+    )
+    sv.add_argument(
+        "rest", nargs=argparse.REMAINDER, help="RUN_OR_MODEL [--port 8000] [--host 127.0.0.1] (see posttrain serve -h)"
+    )
     les = sub.add_parser("lessons", help="the interactive lessons: a local web app, or a static copy")
     les.add_argument("--port", type=int, default=8000, help="port to serve on (0 = any free port)")
     les.add_argument("--export", metavar="DIR", help="write a static copy with every widget precomputed")
@@ -193,7 +219,7 @@ def main(argv=None) -> int:
     if extra and args.command in ("bench", "memory", "serve"):
         args.rest += extra
     elif extra and all("=" in x and not x.startswith("-") for x in extra) and hasattr(args, "overrides"):
-        args.overrides += extra                      # key=value given after an --option
+        args.overrides += extra  # key=value given after an --option
     elif extra:
         p.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
@@ -205,6 +231,7 @@ def main(argv=None) -> int:
             run_export(args)
         elif args.command == "report":
             from posttrain.report import write_report
+
             print(f"report: {write_report(args.run_dir, args.out)}")
         elif args.command == "bench":
             importlib.import_module(BENCHES[args.which]).main(args.rest)
@@ -212,10 +239,12 @@ def main(argv=None) -> int:
             importlib.import_module("posttrain.sizing.memory_cli").main(args.rest)
         elif args.command == "serve":
             from posttrain.serve.server import main as serve_main
+
             serve_main(args.rest)
         elif args.command == "lessons":
             _require("markdown_it", "the lessons", "lessons")
             from posttrain.lessons.server import main as lessons_main
+
             lessons_main(args.port, args.export)
     except UsageError as e:
         print(f"posttrain {args.command}: error: {e}", file=sys.stderr)
@@ -225,8 +254,9 @@ def main(argv=None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:                          # `posttrain rl --help | head`: the reader left
+    except BrokenPipeError:  # `posttrain rl --help | head`: the reader left
         import os
+
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     return 0

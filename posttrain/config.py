@@ -22,40 +22,56 @@ from posttrain.models.lora import LoraConfig
 from posttrain.tasks.arithmetic import ArithmeticConfig
 from posttrain.tasks.base import TaskConfig
 
-__all__ = ["RunConfig", "OptimConfig", "PretrainConfig", "SFTConfig", "RolloutConfig", "RLOptimConfig", "EvalConfig",
-           "VerifierConfig", "ScaleConfig", "RLConfig", "RL_MOVED", "TRL_NAMES",
-           "load_config", "build", "to_dict", "save_config"]
+__all__ = [
+    "RunConfig",
+    "OptimConfig",
+    "PretrainConfig",
+    "SFTConfig",
+    "RolloutConfig",
+    "RLOptimConfig",
+    "EvalConfig",
+    "VerifierConfig",
+    "ScaleConfig",
+    "RLConfig",
+    "RL_MOVED",
+    "TRL_NAMES",
+    "load_config",
+    "build",
+    "to_dict",
+    "save_config",
+]
 
 
 @dataclass
 class RunConfig:
     """Keys every stage accepts."""
-    out: str = ""                 # run directory; "" = runs/<stage>
-    seed: int = 0                 # seeds model init, data order and sampling
-    steps: int = 100              # optimizer steps
-    save_every: int = 0           # checkpoint every N steps (0 = only at the end)
-    keep_last: int = 2            # checkpoints kept on disk (older ones are deleted)
-    eval_every: int = 0           # evaluate every N steps (0 = only at the end)
-    log_every: int = 10           # print/log metrics every N steps
-    device: str = "auto"          # auto | cpu | cuda | cuda:N ; auto = cuda if available
-    dtype: str = "auto"           # auto | float32 | bfloat16 ; auto = fp32 on CPU, bf16 autocast on CUDA
-    threads: int = 0              # torch CPU threads (0 = torch's default)
+
+    out: str = ""  # run directory; "" = runs/<stage>
+    seed: int = 0  # seeds model init, data order and sampling
+    steps: int = 100  # optimizer steps
+    save_every: int = 0  # checkpoint every N steps (0 = only at the end)
+    keep_last: int = 2  # checkpoints kept on disk (older ones are deleted)
+    eval_every: int = 0  # evaluate every N steps (0 = only at the end)
+    log_every: int = 10  # print/log metrics every N steps
+    device: str = "auto"  # auto | cpu | cuda | cuda:N ; auto = cuda if available
+    dtype: str = "auto"  # auto | float32 | bfloat16 ; auto = fp32 on CPU, bf16 autocast on CUDA
+    threads: int = 0  # torch CPU threads (0 = torch's default)
     grad_checkpointing: bool = False  # recompute each block's activations in backward: less memory, ~1/3 more compute
-    overwrite: bool = False       # allow reusing a non-empty `out` without --resume
+    overwrite: bool = False  # allow reusing a non-empty `out` without --resume
     max_nonfinite_steps: int = 10  # stop (with a checkpoint) after this many skipped non-finite steps in a row
-    tensorboard: bool = True      # TensorBoard event files in RUN_DIR/tensorboard (when the package is installed)
+    tensorboard: bool = True  # TensorBoard event files in RUN_DIR/tensorboard (when the package is installed)
     wandb: WandbConfig = field(default_factory=WandbConfig)  # a W&B run when wandb.project is set (offline by default)
 
 
 @dataclass
 class OptimConfig:
-    lr: float = 3e-4              # peak learning rate (AdamW)
+    lr: float = 3e-4  # peak learning rate (AdamW)
     betas: tuple[float, float] = (0.9, 0.95)  # AdamW betas; 0.95 forgets faster than 0.999, steadier for small batches
-    weight_decay: float = 0.1     # decoupled, applied to matrices only (not norms)
-    grad_clip: float = 1.0        # clip the global gradient norm to this (0 = off)
-    warmup_steps: int = 0         # linear warm-up from 0 to lr
-    schedule: str = "cosine"      # constant | cosine | linear ; decay after warm-up, to min_lr_frac·lr
-    min_lr_frac: float = 0.1      # floor of the decay as a fraction of lr
+    weight_decay: float = 0.1  # decoupled, applied to matrices only (not norms)
+    grad_clip: float = 1.0  # clip the global gradient norm to this (0 = off)
+    warmup_steps: int = 0  # linear warm-up from 0 to lr
+    schedule: str = "cosine"  # constant | cosine | linear ; decay after warm-up, to min_lr_frac·lr
+    min_lr_frac: float = 0.1  # floor of the decay as a fraction of lr
     micro_batch_tokens: int = 8192  # largest micro-batch (padded tokens); bigger batches accumulate gradients
 
 
@@ -66,133 +82,187 @@ class PretrainConfig(RunConfig):
     model: ModelConfig = field(default_factory=ModelConfig)
     task: TaskConfig = field(default_factory=ArithmeticConfig)  # `task.name` picks the task; the corpus is its traces
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=2e-3, warmup_steps=50))
-    batch_size: int = 32          # sequences per step
-    seq_len: int = 96             # tokens per sequence (random windows of the corpus)
-    corpus_chars: int = 400_000   # size of the generated corpus
+    batch_size: int = 32  # sequences per step
+    seq_len: int = 96  # tokens per sequence (random windows of the corpus)
+    corpus_chars: int = 400_000  # size of the generated corpus
 
 
 @dataclass
 class SFTConfig(RunConfig):
     steps: int = 500
-    init: str = ""                # checkpoint or run dir to start from ("" = random init from `model`)
+    init: str = ""  # checkpoint or run dir to start from ("" = random init from `model`)
     model: ModelConfig = field(default_factory=ModelConfig)
     task: TaskConfig = field(default_factory=ArithmeticConfig)  # `task.name` picks the task (tasks/__init__.py)
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-3, warmup_steps=30))
     lora: LoraConfig = field(default_factory=LoraConfig)  # lora.r > 0: train LoRA adapters only (HF models)
-    cot: bool = True              # train on chain-of-thought traces (True) or direct answers (False)
-    mask_prompt: bool = True      # loss on response tokens only; False = also learn to predict the prompt
-    batch_size: int = 64          # examples per step
-    num_problems: int = 20000     # distinct training problems generated (train split only)
-    eval_problems: int = 600      # held-out problems in the end-of-stage evaluation
-    data: str = "gold"            # gold: the task's own traces | rejection: the init model's verified samples (RFT)
+    cot: bool = True  # train on chain-of-thought traces (True) or direct answers (False)
+    mask_prompt: bool = True  # loss on response tokens only; False = also learn to predict the prompt
+    batch_size: int = 64  # examples per step
+    num_problems: int = 20000  # distinct training problems generated (train split only)
+    eval_problems: int = 600  # held-out problems in the end-of-stage evaluation
+    data: str = "gold"  # gold: the task's own traces | rejection: the init model's verified samples (RFT)
     rejection_prompts: int = 2000  # data=rejection: train prompts sampled (at most num_problems)
-    rejection_samples: int = 8    # data=rejection: samples per prompt; correct, distinct ones are kept
-    target_acc: float = 0.0       # stop at the first evaluation (every eval_every steps) whose held-out greedy
-                                  # accuracy reaches this; 0 = off. A warm-up for RL: start where RL has room
+    rejection_samples: int = 8  # data=rejection: samples per prompt; correct, distinct ones are kept
+    target_acc: float = 0.0  # stop at the first evaluation (every eval_every steps) whose held-out greedy
+    # accuracy reaches this; 0 = off. A warm-up for RL: start where RL has room
 
 
 @dataclass
 class RolloutConfig:
     """How each RL step samples."""
-    prompts_per_step: int = 16    # prompts (groups) per step
-    samples_per_prompt: int = 8   # responses per prompt: the group size G (TRL: num_generations)
-    temperature: float = 1.0      # sampling temperature; the trainer recomputes logprobs at the same one
-    max_new_tokens: int = 0       # response cap; 0 = what a correct trace of the task needs, plus slack
-                                  # (TRL: max_completion_length)
-    degenerate: str = "keep"      # groups whose rewards are all equal: keep | skip | resample
+
+    prompts_per_step: int = 16  # prompts (groups) per step
+    samples_per_prompt: int = 8  # responses per prompt: the group size G (TRL: num_generations)
+    temperature: float = 1.0  # sampling temperature; the trainer recomputes logprobs at the same one
+    max_new_tokens: int = 0  # response cap; 0 = what a correct trace of the task needs, plus slack
+    # (TRL: max_completion_length)
+    degenerate: str = "keep"  # groups whose rewards are all equal: keep | skip | resample
     max_resample_attempts: int = 3  # with degenerate=resample: rollout rounds per step at most
-    overprovision: int = 0        # straggler cut-off: start samples_per_prompt + this per prompt, keep the first to finish
-    max_slots: int = 256          # rollout engine decode slots (continuous batching)
-    precision: str = "fp32"       # sampler arithmetic: fp32 | bf16 | fp16, emulated (posttrain/precision.py) against
-                                  # the trainer's fp32: the precision lab; logprob mismatch and clip act on the difference
+    overprovision: int = 0  # straggler cut-off: start samples_per_prompt + this per prompt, keep the first to finish
+    max_slots: int = 256  # rollout engine decode slots (continuous batching)
+    precision: str = "fp32"  # sampler arithmetic: fp32 | bf16 | fp16, emulated (posttrain/precision.py) against
+    # the trainer's fp32: the precision lab; logprob mismatch and clip act on the difference
 
 
 @dataclass
 class RLOptimConfig(OptimConfig):
     """AdamW as in every stage, plus how often one batch is reused."""
-    epochs: int = 1               # passes over each batch (PPO-style reuse; 1 = strictly on-policy; TRL: num_iterations)
-    minibatches: int = 1          # optimizer steps per pass (the batch split into this many minibatches)
+
+    epochs: int = 1  # passes over each batch (PPO-style reuse; 1 = strictly on-policy; TRL: num_iterations)
+    minibatches: int = 1  # optimizer steps per pass (the batch split into this many minibatches)
 
 
 @dataclass
 class EvalConfig:
     """The held-out evaluation at step 0, every `eval_every` steps and at the end."""
-    problems: int = 200           # held-out problems per evaluation
-    samples: int = 8              # samples per held-out problem: pass@1, pass@<samples> and maj@<samples>
-    save_samples: int = 8         # audited samples written to samples.jsonl at each eval (top-reward + random)
+
+    problems: int = 200  # held-out problems per evaluation
+    samples: int = 8  # samples per held-out problem: pass@1, pass@<samples> and maj@<samples>
+    save_samples: int = 8  # audited samples written to samples.jsonl at each eval (top-reward + random)
 
 
 @dataclass
 class VerifierConfig:
     """Where reward functions and verifiers run."""
-    workers: int = 0              # verifier processes (tasks/pool.py); 0 = in-process: cheapest, but a hang stalls the step
-    timeout_s: float = 30.0       # per-call deadline with workers > 0; a late call scores 0 (reward/timeouts)
-    memory_mb: int = 0            # address space a worker may add to what it inherits (0 = no cap); past it an
-                                  # allocation fails (MemoryError, reward 0) and the worker is replaced
-    max_calls: int = 0            # replace a worker after this many calls (0 = never): bounds what a leaky verifier keeps
-    reward_bound: float = 1e6     # a reward or component beyond ±this (or NaN, inf, not a number) scores 0, counted
-                                  # in reward/errors: a broken verifier, not a generous one
+
+    workers: int = 0  # verifier processes (tasks/pool.py); 0 = in-process: cheapest, but a hang stalls the step
+    timeout_s: float = 30.0  # per-call deadline with workers > 0; a late call scores 0 (reward/timeouts)
+    memory_mb: int = 0  # address space a worker may add to what it inherits (0 = no cap); past it an
+    # allocation fails (MemoryError, reward 0) and the worker is replaced
+    max_calls: int = 0  # replace a worker after this many calls (0 = never): bounds what a leaky verifier keeps
+    reward_bound: float = 1e6  # a reward or component beyond ±this (or NaN, inf, not a number) scores 0, counted
+    # in reward/errors: a broken verifier, not a generous one
 
 
 @dataclass
 class ScaleConfig:
     """Where the roles run, and how far rollouts may run ahead of the trainer (distributed/)."""
+
     placement: str = "in-process"  # in-process | ray (rollout workers as Ray actors; the trainer in the driver)
-    rollout_workers: int = 2      # placement=ray: rollout actors, each an Engine with its own model copy
+    rollout_workers: int = 2  # placement=ray: rollout actors, each an Engine with its own model copy
     weight_sync: str = "colocated"  # colocated (sampler shares the module) | separate (a copy, synced)
-    async_: bool = False          # YAML `async: true`: rollouts run ahead on a producer; more throughput, stale samples
-    max_staleness: int = 1        # async: samples at most this many policy versions behind the trainer (0 = sync)
-    stale: str = "pace"           # async: pace = producers wait (no work wasted) | drop = run free, drop older batches
-                                  # | fixed = every batch exactly max_staleness old (staleness experiments)
+    async_: bool = False  # YAML `async: true`: rollouts run ahead on a producer; more throughput, stale samples
+    max_staleness: int = 1  # async: samples at most this many policy versions behind the trainer (0 = sync)
+    stale: str = "pace"  # async: pace = producers wait (no work wasted) | drop = run free, drop older batches
+    # | fixed = every batch exactly max_staleness old (staleness experiments)
     partial_rollouts: bool = False  # async, in-process: an update may land mid-sample (between decode steps);
-                                  # each token records the version that produced it. Fresher tokens, mixed samples
-    off_policy_correction: str = "auto"  # none | tis | seq_tis | mask (IS weights from behaviour logprobs); auto = tis if async
-    off_policy_cap: float = 2.0   # C: truncate weights at C (tis, seq_tis) or zero them outside [1/C, C] (mask)
+    # each token records the version that produced it. Fresher tokens, mixed samples
+    off_policy_correction: str = (
+        "auto"  # none | tis | seq_tis | mask (IS weights from behaviour logprobs); auto = tis if async
+    )
+    off_policy_cap: float = 2.0  # C: truncate weights at C (tis, seq_tis) or zero them outside [1/C, C] (mask)
     sync_bucket_mb: float = 64.0  # weight sync across copies/processes: MB per transfer bucket
     sync_transport: str = "object_store"  # placement=ray: object_store (ray.put per bucket) | broadcast (a process
-                                  # group of trainer + workers, one broadcast per bucket; gloo: the workers are CPU actors)
-    trainer_ranks: int = 1        # trainer data-parallel over N local processes (gloo, CPU); rank 0 also runs the other roles
+    # group of trainer + workers, one broadcast per bucket; gloo: the workers are CPU actors)
+    trainer_ranks: int = 1  # trainer data-parallel over N local processes (gloo, CPU); rank 0 also runs the other roles
     trainer_shard: str = "replicate"  # trainer_ranks > 1: replicate = every rank a full copy, gradients all-reduced
-                                  # | fsdp = FSDP2 fully_shard: params, grads, AdamW state split over ranks (less memory)
+    # | fsdp = FSDP2 fully_shard: params, grads, AdamW state split over ranks (less memory)
 
 
 # Flat names of the RL config before it had sections: accepted with a one-line note (until 0.3).
-RL_MOVED = {"algorithm": "algo.name", "epochs": "optim.epochs", "minibatches": "optim.minibatches",
-            **{k: f"rollout.{k}" for k in ("prompts_per_step", "samples_per_prompt", "temperature", "max_new_tokens",
-                                            "degenerate", "max_resample_attempts", "overprovision", "max_slots")},
-            "eval_problems": "eval.problems", "eval_samples": "eval.samples", "save_samples": "eval.save_samples",
-            "verifier_workers": "verifier.workers", "verifier_timeout_s": "verifier.timeout_s",
-            **{k: f"scale.{k}" for k in ("placement", "rollout_workers", "weight_sync", "max_staleness", "stale",
-                                          "partial_rollouts", "off_policy_correction", "off_policy_cap",
-                                          "sync_bucket_mb", "sync_transport", "trainer_ranks", "trainer_shard")},
-            "async": "scale.async", "async_": "scale.async"}
+RL_MOVED = {
+    "algorithm": "algo.name",
+    "epochs": "optim.epochs",
+    "minibatches": "optim.minibatches",
+    **{
+        k: f"rollout.{k}"
+        for k in (
+            "prompts_per_step",
+            "samples_per_prompt",
+            "temperature",
+            "max_new_tokens",
+            "degenerate",
+            "max_resample_attempts",
+            "overprovision",
+            "max_slots",
+        )
+    },
+    "eval_problems": "eval.problems",
+    "eval_samples": "eval.samples",
+    "save_samples": "eval.save_samples",
+    "verifier_workers": "verifier.workers",
+    "verifier_timeout_s": "verifier.timeout_s",
+    **{
+        k: f"scale.{k}"
+        for k in (
+            "placement",
+            "rollout_workers",
+            "weight_sync",
+            "max_staleness",
+            "stale",
+            "partial_rollouts",
+            "off_policy_correction",
+            "off_policy_cap",
+            "sync_bucket_mb",
+            "sync_transport",
+            "trainer_ranks",
+            "trainer_shard",
+        )
+    },
+    "async": "scale.async",
+    "async_": "scale.async",
+}
 # TRL's GRPOConfig names, recognised so the error can name posttrain's key.
-TRL_NAMES = {"beta": "algo.kl_coef", "num_generations": "rollout.samples_per_prompt",
-             "max_completion_length": "rollout.max_new_tokens", "learning_rate": "optim.lr",
-             "epsilon_high": "algo.eps_high", "epsilon": "algo.eps_low (and algo.eps_high)",
-             "num_iterations": "optim.epochs", "max_steps": "steps", "max_grad_norm": "optim.grad_clip",
-             "warmup_steps": "optim.warmup_steps", "lr_scheduler_type": "optim.schedule",
-             "reward_funcs": "task.reward", "reward_weights": "task.reward_weights",
-             "output_dir": "out", "logging_steps": "log_every", "save_steps": "save_every", "eval_steps": "eval_every",
-             "per_device_train_batch_size": "rollout.prompts_per_step (× rollout.samples_per_prompt samples)",
-             "scale_rewards": "algo.scale_by_std", "loss_type": "algo.aggregation (or algo.name=dr_grpo|dapo)"}
+TRL_NAMES = {
+    "beta": "algo.kl_coef",
+    "num_generations": "rollout.samples_per_prompt",
+    "max_completion_length": "rollout.max_new_tokens",
+    "learning_rate": "optim.lr",
+    "epsilon_high": "algo.eps_high",
+    "epsilon": "algo.eps_low (and algo.eps_high)",
+    "num_iterations": "optim.epochs",
+    "max_steps": "steps",
+    "max_grad_norm": "optim.grad_clip",
+    "warmup_steps": "optim.warmup_steps",
+    "lr_scheduler_type": "optim.schedule",
+    "reward_funcs": "task.reward",
+    "reward_weights": "task.reward_weights",
+    "output_dir": "out",
+    "logging_steps": "log_every",
+    "save_steps": "save_every",
+    "eval_steps": "eval_every",
+    "per_device_train_batch_size": "rollout.prompts_per_step (× rollout.samples_per_prompt samples)",
+    "scale_rewards": "algo.scale_by_std",
+    "loss_type": "algo.aggregation (or algo.name=dr_grpo|dapo)",
+}
 
 
 @dataclass
 class RLConfig(RunConfig):
     steps: int = 150
     eval_every: int = 50
-    init: str = ""                # SFT checkpoint or run dir; "" = the default SFT(CoT) checkpoint (trained once, cached)
+    init: str = ""  # SFT checkpoint or run dir; "" = the default SFT(CoT) checkpoint (trained once, cached)
     task: TaskConfig = field(default_factory=ArithmeticConfig)  # `task.name` picks the task (tasks/__init__.py)
     algo: AlgoConfig = field(default_factory=lambda: grpo.Config(kl_coef=0.01))  # `algo.name` picks the algorithm;
-                                  # the other keys are its Config (posttrain rl --help algo)
+    # the other keys are its Config (posttrain rl --help algo)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
-    optim: RLOptimConfig = field(default_factory=lambda: RLOptimConfig(
-        lr=3e-5, weight_decay=0.0, schedule="constant", micro_batch_tokens=8192))  # RL lr ≈ SFT lr / 30
+    optim: RLOptimConfig = field(
+        default_factory=lambda: RLOptimConfig(lr=3e-5, weight_decay=0.0, schedule="constant", micro_batch_tokens=8192)
+    )  # RL lr ≈ SFT lr / 30
     eval: EvalConfig = field(default_factory=EvalConfig)
     verifier: VerifierConfig = field(default_factory=VerifierConfig)
     scale: ScaleConfig = field(default_factory=ScaleConfig)
     lora: LoraConfig = field(default_factory=LoraConfig)  # lora.r > 0: train LoRA adapters only
-    reward_model: str = ""        # RLHF: an `rm` run whose frozen score is the reward (verifier logged as reward/true);
-                                  # RUN_A,RUN_B = an ensemble, the mean of their scores
-    renamed = (RL_MOVED, TRL_NAMES)   # not a key (no annotation): the loader's notes and refusals (config_load.py)
+    reward_model: str = ""  # RLHF: an `rm` run whose frozen score is the reward (verifier logged as reward/true);
+    # RUN_A,RUN_B = an ensemble, the mean of their scores
+    renamed = (RL_MOVED, TRL_NAMES)  # not a key (no annotation): the loader's notes and refusals (config_load.py)

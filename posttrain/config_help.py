@@ -64,13 +64,13 @@ def _value(v) -> str:
 def _summary(cls) -> str:
     doc = (cls.__doc__ or "").strip().splitlines()
     first = doc[0] if doc else ""
-    return "" if first.startswith(cls.__name__ + "(") else first       # dataclasses' generated signature
+    return "" if first.startswith(cls.__name__ + "(") else first  # dataclasses' generated signature
 
 
 def key_lines(obj, prefix: str = "", width: int = 34) -> list[str]:
     """`prefix.key = value   doc` for every leaf of the config instance `obj`, sections as headers."""
     out, docs = [], field_docs(type(obj))
-    fields = dataclasses.fields(obj)       # a level's own keys first, then its sections
+    fields = dataclasses.fields(obj)  # a level's own keys first, then its sections
     for f in sorted(fields, key=lambda f: dataclasses.is_dataclass(getattr(obj, f.name))):
         value = getattr(obj, f.name)
         key = f"{prefix}{f.name.rstrip('_')}"
@@ -93,19 +93,27 @@ def stage_help(stage: str, cfg, topic: str = "") -> str:
         return tasks_help()
     if topic:
         raise UsageError(f"--help {topic!r}: topics are algo (every algorithm's keys) and task (every task's keys)")
-    lines = [f"posttrain {stage} [CONFIG.yaml] [key=value ...] [--resume RUN_DIR]", "",
-             "Every key, as key=value on the command line (dotted for sections) or in a YAML file; the value",
-             "shown is the one this command would run with."]
+    lines = [
+        f"posttrain {stage} [CONFIG.yaml] [key=value ...] [--resume RUN_DIR]",
+        "",
+        "Every key, as key=value on the command line (dotted for sections) or in a YAML file; the value",
+        "shown is the one this command would run with.",
+    ]
     lines += key_lines(cfg)
     extra = [n for n in ("task", "algo") if hasattr(cfg, n)]
     if extra:
-        lines += ["", "Other tasks and algorithms have their own keys: " +
-                  ", ".join(f"posttrain {stage} --help {n}" for n in extra) + "."]
+        lines += [
+            "",
+            "Other tasks and algorithms have their own keys: "
+            + ", ".join(f"posttrain {stage} --help {n}" for n in extra)
+            + ".",
+        ]
     return "\n".join(lines)
 
 
 def algorithms_help() -> str:
     from posttrain.algorithms import ALGORITHMS
+
     lines = ["The algo: section. algo.name picks the algorithm; the other keys are its own (defaults shown):"]
     for name, module in ALGORITHMS.items():
         doc = (module.__doc__ or "").strip().splitlines()[0]
@@ -116,6 +124,7 @@ def algorithms_help() -> str:
 
 def tasks_help() -> str:
     from posttrain.tasks import TASKS, config_class
+
     lines = ["The task: section. task.name picks the task; the other keys are its own (defaults shown):"]
     for name in [*TASKS, "verifiers:ENV"]:
         cls = config_class(name)

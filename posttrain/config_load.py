@@ -54,9 +54,10 @@ def load_config(cls, path: str | None = None, overrides: typing.Sequence[str] = 
         except yaml.YAMLError as e:
             raise UsageError(f"config file {p} is not valid YAML: {str(e).splitlines()[0]}") from None
         except UnicodeDecodeError as e:
-            line = p.read_bytes()[:e.start].count(b"\n") + 1
-            raise UsageError(f"config file {p}:{line}: byte 0x{e.object[e.start]:02x} is not UTF-8; "
-                             "save the file as UTF-8") from None
+            line = p.read_bytes()[: e.start].count(b"\n") + 1
+            raise UsageError(
+                f"config file {p}:{line}: byte 0x{e.object[e.start]:02x} is not UTF-8; save the file as UTF-8"
+            ) from None
         if not isinstance(merged, dict):
             raise UsageError(f"config file {p} must hold a mapping of keys to values")
     data = _deep_merge(merged, data or {})
@@ -75,7 +76,7 @@ def load_config(cls, path: str | None = None, overrides: typing.Sequence[str] = 
             if not isinstance(node, dict):
                 raise UsageError(f"override {key!r}: {part!r} is not a section")
         node[parts[-1]] = value
-    return validate(build(cls, data))           # values: posttrain/validate.py
+    return validate(build(cls, data))  # values: posttrain/validate.py
 
 
 def _deep_merge(a: dict, b: dict) -> dict:
@@ -94,10 +95,12 @@ def build(cls, data: dict, prefix: str = "", base=None):
     data = _renamed(cls, data, prefix, hints)
     kwargs = {}
     for key, value in data.items():
-        if keyword.iskeyword(key):   # `async: true` in YAML is the field async_
+        if keyword.iskeyword(key):  # `async: true` in YAML is the field async_
             key += "_"
         if key not in hints:
-            raise UsageError(f"unknown config key '{prefix}{key}' for {cls.__name__}{_suggest(obj, key, names, prefix)}")
+            raise UsageError(
+                f"unknown config key '{prefix}{key}' for {cls.__name__}{_suggest(obj, key, names, prefix)}"
+            )
         if dataclasses.is_dataclass(hints[key]) and isinstance(value, dict):
             sub, current = _section(hints[key], value, getattr(obj, key))
             kwargs[key] = build(sub, value, f"{prefix}{key}.", current)
@@ -121,16 +124,23 @@ def _renamed(cls, data: dict, prefix: str, hints) -> dict:
             for part in path:
                 node[part] = node = dict(node.get(part) or {})
             if leaf in node and node[leaf] != data[key]:
-                raise UsageError(f"config keys '{prefix}{key}' and '{prefix}{moved[key]}' are the same key with two "
-                                 f"values; keep '{prefix}{moved[key]}'")
+                raise UsageError(
+                    f"config keys '{prefix}{key}' and '{prefix}{moved[key]}' are the same key with two "
+                    f"values; keep '{prefix}{moved[key]}'"
+                )
             node[leaf] = out.pop(key)
             if key not in _NOTED:
                 _NOTED.add(key)
-                print(f"note: config key '{prefix}{key}' is now '{prefix}{moved[key]}' (the old name works until "
-                      "posttrain 0.3)", file=sys.stderr)
+                print(
+                    f"note: config key '{prefix}{key}' is now '{prefix}{moved[key]}' (the old name works until "
+                    "posttrain 0.3)",
+                    file=sys.stderr,
+                )
         elif key in foreign:
-            raise UsageError(f"unknown config key '{prefix}{key}' for {cls.__name__}: that is TRL's name; "
-                             f"posttrain's is '{prefix}{foreign[key]}'")
+            raise UsageError(
+                f"unknown config key '{prefix}{key}' for {cls.__name__}: that is TRL's name; "
+                f"posttrain's is '{prefix}{foreign[key]}'"
+            )
     return out
 
 
@@ -140,14 +150,16 @@ def _section(tp, value: dict, current):
     picks (algorithms/__init__.py); switching the name starts from that one's defaults."""
     if isinstance(tp, type) and issubclass(tp, AlgoConfig):
         from posttrain import algorithms
+
         cls = algorithms.get(value.get("name", current.name)).Config
         return cls, current if type(current) is cls else None
     if not (isinstance(tp, type) and issubclass(tp, TaskConfig)):
         return tp, current
     from posttrain.tasks import config_class
+
     name = value.get("name", current.name)
     cls = config_class(name)
-    if tp is not TaskConfig and cls is not tp:            # a stage typed to one task (dpo, rm, pipeline)
+    if tp is not TaskConfig and cls is not tp:  # a stage typed to one task (dpo, rm, pipeline)
         raise UsageError(f"task.name={name!r}: this stage runs on task.name={tp().name} only")
     return cls, current if type(current) is cls else None
 
@@ -165,7 +177,7 @@ def _dotted_keys(obj, prefix=""):
 
 def _suggest(obj, key, names, prefix) -> str:
     leafs = {k.rsplit(".", 1)[-1]: k for k in _dotted_keys(obj)}
-    if key in leafs and "." in leafs[key]:         # an exact key of a section: `lr` is `optim.lr`
+    if key in leafs and "." in leafs[key]:  # an exact key of a section: `lr` is `optim.lr`
         return f"; did you mean '{prefix}{leafs[key]}'?"
     close = difflib.get_close_matches(key, names, n=1)
     if close:

@@ -42,14 +42,30 @@ def response_budget(task, items) -> int:
     """Tokens a correct chain-of-thought response needs, plus slack for wrong ones (characters of the
     longest demonstration: exact for the character tokenizer, an upper bound for subword ones);
     64 for items without demonstrations."""
-    known = [len(it.target(True)) for it in items if hasattr(it, "target") and getattr(it, "completion", "") is not None]
+    known = [
+        len(it.target(True)) for it in items if hasattr(it, "target") and getattr(it, "completion", "") is not None
+    ]
     return (max(known) if known else 56) + 8
 
 
 @torch.no_grad()
-def evaluate(model, tokenizer, task, items, n: int = 0, ks=(1,), temperature: float = 1.0,
-             max_new_tokens: int | None = None, seed: int = 0, engine: Engine | None = None,
-             greedy: bool = True, prefix: str = "eval/", scorer=None, pool=None, label: str = "evaluation") -> dict:
+def evaluate(
+    model,
+    tokenizer,
+    task,
+    items,
+    n: int = 0,
+    ks=(1,),
+    temperature: float = 1.0,
+    max_new_tokens: int | None = None,
+    seed: int = 0,
+    engine: Engine | None = None,
+    greedy: bool = True,
+    prefix: str = "eval/",
+    scorer=None,
+    pool=None,
+    label: str = "evaluation",
+) -> dict:
     """Greedy accuracy, and with n > 0 sampled pass@1, pass@k for k in ks, maj@n, the mean reward,
     and with a reward-model `scorer` (`.score(prompts, responses)`, preference/reward_model.py) best@n.
 
@@ -65,13 +81,20 @@ def evaluate(model, tokenizer, task, items, n: int = 0, ks=(1,), temperature: fl
     engine = engine or Engine(model, tokenizer)
     max_new = max_new_tokens or response_budget(task, items)
     prompts = [tokenizer.encode(tokenizer.chat_prompt(task.prompt(it))) for it in items]
-    judged = getattr(task, "correctness", "task") is not None      # False: no way to tell right from wrong
+    judged = getattr(task, "correctness", "task") is not None  # False: no way to tell right from wrong
     out: dict = {}
     rows: dict = defaultdict(lambda: defaultdict(list))
     kof = (lambda it: it.k) if hasattr(items[0], "k") else (lambda it: 0)
     if greedy:
-        samples = generate_with_progress(engine, prompts, 1, SamplingParams(temperature=0.0, max_new_tokens=max_new),
-                                         f"{label} (greedy)", seed=seed, items=items)
+        samples = generate_with_progress(
+            engine,
+            prompts,
+            1,
+            SamplingParams(temperature=0.0, max_new_tokens=max_new),
+            f"{label} (greedy)",
+            seed=seed,
+            items=items,
+        )
         results, _ = score_results(task, samples, pool)
         if judged:
             correct = [correctness(r) for r in results]
@@ -81,26 +104,38 @@ def evaluate(model, tokenizer, task, items, n: int = 0, ks=(1,), temperature: fl
         out[f"{prefix}greedy_reward"] = float(np.mean([r.reward for r in results]))
         out[f"{prefix}length_mean"] = float(np.mean([len(s.response_ids) for s in samples]))
     if n > 0:
-        samples = generate_with_progress(engine, prompts, n, SamplingParams(temperature=temperature,
-                                         max_new_tokens=max_new), f"{label} ({n} samples each)", seed=seed, items=items)
+        samples = generate_with_progress(
+            engine,
+            prompts,
+            n,
+            SamplingParams(temperature=temperature, max_new_tokens=max_new),
+            f"{label} ({n} samples each)",
+            seed=seed,
+            items=items,
+        )
         results, _ = score_results(task, samples, pool)
         out[f"{prefix}reward_mean"] = float(np.mean([r.reward for r in results]))
         if judged:
             out.update(_sampled(task, items, samples, results, n, ks, scorer, rows, kof, prefix))
-    out["per_k"] = {k: {name: float(np.mean(v)) for name, v in cols.items()} | {"n": len(cols[next(iter(cols))])}
-                    for k, cols in sorted(rows.items())}
+    out["per_k"] = {
+        k: {name: float(np.mean(v)) for name, v in cols.items()} | {"n": len(cols[next(iter(cols))])}
+        for k, cols in sorted(rows.items())
+    }
     return out
 
 
 def _sampled(task, items, samples, results, n, ks, scorer, rows, kof, prefix) -> dict:
     """pass@1, pass@k, maj@n (and best@n with an RM) from n scored samples per item."""
     p1, pk, maj, best = [], defaultdict(list), [], []
-    scores = scorer.score([task.prompt(it) for it in items for _ in range(n)], [s.text for s in samples]) \
-        if scorer is not None else None                            # [len(items) · n], one RM pass
-    answer = getattr(task, "final_answer", last_integer)           # a task's own answer extraction, if any
+    scores = (
+        scorer.score([task.prompt(it) for it in items for _ in range(n)], [s.text for s in samples])
+        if scorer is not None
+        else None
+    )  # [len(items) · n], one RM pass
+    answer = getattr(task, "final_answer", last_integer)  # a task's own answer extraction, if any
     for i, it in enumerate(items):
-        group = samples[i * n:(i + 1) * n]
-        correct = [correctness(r) for r in results[i * n:(i + 1) * n]]
+        group = samples[i * n : (i + 1) * n]
+        correct = [correctness(r) for r in results[i * n : (i + 1) * n]]
         c = int(sum(correct))
         p1.append(c / n)
         for k in ks:
@@ -110,8 +145,8 @@ def _sampled(task, items, samples, results, n, ks, scorer, rows, kof, prefix) ->
         answers = [answer(s.text) for s in group]
         if gold is not None and any(a is not None for a in answers):
             maj.append(float(majority_correct(answers, gold)))
-        if scores is not None:                                     # the RM's pick among the n
-            mine = scores[i * n:(i + 1) * n]
+        if scores is not None:  # the RM's pick among the n
+            mine = scores[i * n : (i + 1) * n]
             best.append(correct[max(range(n), key=mine.__getitem__)])
             rows[kof(it)][f"best@{n}"].append(best[-1])
         rows[kof(it)]["pass@1"].append(c / n)
@@ -119,7 +154,7 @@ def _sampled(task, items, samples, results, n, ks, scorer, rows, kof, prefix) ->
             if k <= n and k != 1:
                 rows[kof(it)][f"pass@{k}"].append(pass_at_k(n, c, k))
     out = {f"{prefix}pass@1": float(np.mean(p1)), **{f"{prefix}pass@{k}": float(np.mean(v)) for k, v in pk.items()}}
-    if maj:            # majority vote over the items whose responses have an extractable answer
+    if maj:  # majority vote over the items whose responses have an extractable answer
         out[f"{prefix}maj@{n}"] = float(np.sum(maj) / len(items))
     if best:
         out[f"{prefix}best@{n}"] = float(np.mean(best))

@@ -22,16 +22,16 @@ from pathlib import Path
 
 from posttrain import UsageError
 
-RUN_LOGS = ("metrics.jsonl", "samples.jsonl")   # step-keyed jsonl files a resume truncates
+RUN_LOGS = ("metrics.jsonl", "samples.jsonl")  # step-keyed jsonl files a resume truncates
 _notes_shown: set[str] = set()
 
 
 @dataclass
 class WandbConfig:
-    project: str = ""             # W&B project; "" = no W&B run
-    mode: str = "offline"         # offline (RUN_DIR/wandb, sync later with `wandb sync`) | online | disabled
-    entity: str = ""              # W&B team or user; "" = your default
-    name: str = ""                # run name; "" = the run directory's name
+    project: str = ""  # W&B project; "" = no W&B run
+    mode: str = "offline"  # offline (RUN_DIR/wandb, sync later with `wandb sync`) | online | disabled
+    entity: str = ""  # W&B team or user; "" = your default
+    name: str = ""  # run name; "" = the run directory's name
 
 
 def _fmt(v) -> str:
@@ -52,15 +52,24 @@ def note_once(text: str) -> None:
 class RunLogger:
     """`log(step, metrics)` writes every sink and updates the console."""
 
-    def __init__(self, run_dir: str | Path | None, stage: str, total_steps: int,
-                 log_every: int = 10, show: tuple[str, ...] = ("loss",), start_step: int = 0,
-                 tensorboard: bool = True, wandb: WandbConfig | None = None, config: dict | None = None):
+    def __init__(
+        self,
+        run_dir: str | Path | None,
+        stage: str,
+        total_steps: int,
+        log_every: int = 10,
+        show: tuple[str, ...] = ("loss",),
+        start_step: int = 0,
+        tensorboard: bool = True,
+        wandb: WandbConfig | None = None,
+        config: dict | None = None,
+    ):
         self.stage, self.total, self.log_every, self.show = stage, total_steps, max(1, log_every), show
         self.path = Path(run_dir, "metrics.jsonl") if run_dir else None
         if run_dir is not None:
             Path(run_dir).mkdir(parents=True, exist_ok=True)
             for name in RUN_LOGS:
-                truncate_jsonl(Path(run_dir, name), start_step)   # a resumed run re-logs nothing twice
+                truncate_jsonl(Path(run_dir, name), start_step)  # a resumed run re-logs nothing twice
         self.tb = _tensorboard(run_dir, start_step) if tensorboard and run_dir else None
         self.wandb = _wandb(wandb, run_dir, stage, config, start_step > 0) if wandb and wandb.project else None
         self.t0, self.start_step = time.time(), start_step
@@ -68,8 +77,14 @@ class RunLogger:
         self._progress = None
         if self.tty:
             from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-            self._progress = Progress(TextColumn(f"[bold]{stage}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                                      TextColumn("{task.fields[info]}"), TimeRemainingColumn())
+
+            self._progress = Progress(
+                TextColumn(f"[bold]{stage}"),
+                BarColumn(),
+                TextColumn("{task.completed}/{task.total}"),
+                TextColumn("{task.fields[info]}"),
+                TimeRemainingColumn(),
+            )
             self._task = self._progress.add_task(stage, total=total_steps, completed=start_step, info="")
             self._progress.start()
 
@@ -78,8 +93,11 @@ class RunLogger:
         if self.path is not None:
             with open(self.path, "a") as f:
                 f.write(json.dumps(record, allow_nan=True) + "\n")
-        scalars = {k: float(v) for k, v in record.items()
-                   if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool)}
+        scalars = {
+            k: float(v)
+            for k, v in record.items()
+            if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool)
+        }
         if self.tb is not None:
             for k, v in scalars.items():
                 self.tb.add_scalar(k, v, step)
@@ -88,14 +106,14 @@ class RunLogger:
         info = "  ".join(f"{k} {_fmt(record[k])}" for k in self.show if k in record)
         if self._progress is not None:
             self._progress.update(self._task, completed=step, info=info)
-        elif step <= self.start_step:                 # the starting evaluation: one-off work, no ETA yet
+        elif step <= self.start_step:  # the starting evaluation: one-off work, no ETA yet
             print(f"{self.stage} step {step}/{self.total}  {info}", flush=True)
         elif step % self.log_every == 0 or step == self.total:
             done = step - self.start_step
             eta = (time.time() - self.t0) / max(done, 1) * (self.total - step)
             print(f"{self.stage} step {step}/{self.total}  {info}  eta {_eta(eta)}", flush=True)
         if step <= self.start_step:
-            self.t0 = time.time()                     # the ETA counts from the first step, not from before the eval
+            self.t0 = time.time()  # the ETA counts from the first step, not from before the eval
 
     def message(self, text: str) -> None:
         if self._progress is not None:
@@ -116,8 +134,10 @@ def _tensorboard(run_dir, start_step: int):
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:
-        note_once("TensorBoard event files are off: the tensorboard package is not installed "
-                  "(pip install 'posttrain[report]'); metrics.jsonl still has every metric")
+        note_once(
+            "TensorBoard event files are off: the tensorboard package is not installed "
+            "(pip install 'posttrain[report]'); metrics.jsonl still has every metric"
+        )
         return None
     # purge_step drops events a killed run wrote after the checkpoint it resumes from
     return SummaryWriter(str(Path(run_dir, "tensorboard")), purge_step=start_step + 1 if start_step else None)
@@ -129,15 +149,26 @@ def _wandb(cfg: WandbConfig, run_dir, stage: str, config: dict | None, resume: b
     try:
         import wandb
     except ImportError:
-        raise UsageError("wandb.project is set but the wandb package is not installed; "
-                         "pip install 'posttrain[wandb]' or drop wandb.project") from None
+        raise UsageError(
+            "wandb.project is set but the wandb package is not installed; "
+            "pip install 'posttrain[wandb]' or drop wandb.project"
+        ) from None
     run_dir = Path(run_dir or ".")
-    id_file = run_dir / "wandb_run_id"               # the same W&B run continues after --resume
+    id_file = run_dir / "wandb_run_id"  # the same W&B run continues after --resume
     run_id = id_file.read_text().strip() if resume and id_file.exists() else uuid.uuid4().hex[:8]
     id_file.write_text(run_id)
-    return wandb.init(project=cfg.project, entity=cfg.entity or None, name=cfg.name or run_dir.name,
-                      mode=cfg.mode, dir=str(run_dir), id=run_id, resume="allow", group=stage, config=config,
-                      settings=wandb.Settings(silent=True))
+    return wandb.init(
+        project=cfg.project,
+        entity=cfg.entity or None,
+        name=cfg.name or run_dir.name,
+        mode=cfg.mode,
+        dir=str(run_dir),
+        id=run_id,
+        resume="allow",
+        group=stage,
+        config=config,
+        settings=wandb.Settings(silent=True),
+    )
 
 
 def truncate_jsonl(path: Path, step: int) -> None:
@@ -181,7 +212,7 @@ def read_jsonl(path: str | Path) -> list[dict]:
         try:
             rows.append(json.loads(line))
         except json.JSONDecodeError as e:
-            if n == len(lines):                   # the tail of a kill: the next write replaces it
+            if n == len(lines):  # the tail of a kill: the next write replaces it
                 break
             raise UsageError(f"{path}:{n}: not a JSON row ({e.msg}); delete that line") from None
     return rows

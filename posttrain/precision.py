@@ -68,13 +68,13 @@ class LowPrecision(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func is F.linear:                                          # y = round(round(x) · round(W)ᵀ + b)
+        if func is F.linear:  # y = round(round(x) · round(W)ᵀ + b)
             x, w, *rest = args
             b = rest[0] if rest else kwargs.get("bias")
             return round_to(self._acc(F.linear, x, w, b), self.dtype)
         if func in (torch.bmm, torch.matmul, torch.Tensor.matmul, torch.Tensor.bmm):  # `a @ b` is Tensor.matmul
-            return self._acc(func, *args, **kwargs)                    # scores/attention output stay fp32
-        if func is torch.baddbmm:                                      # the decode path's bias + α·q·Kᵀ
+            return self._acc(func, *args, **kwargs)  # scores/attention output stay fp32
+        if func is torch.baddbmm:  # the decode path's bias + α·q·Kᵀ
             bias, a, b = args
             return self._acc(lambda c, x, y, **kw: torch.baddbmm(c, x, y, **kw), bias, a, b, **kwargs)
         if func is F.scaled_dot_product_attention:
@@ -94,8 +94,10 @@ class SamplerRuntime:
 
     @contextlib.contextmanager
     def autocast(self):
-        with (self.base.autocast() if self.base is not None else contextlib.nullcontext()), \
-                LowPrecision(self.fmt, self.batch_invariant):
+        with (
+            self.base.autocast() if self.base is not None else contextlib.nullcontext(),
+            LowPrecision(self.fmt, self.batch_invariant),
+        ):
             yield
 
 

@@ -14,7 +14,7 @@ import sys
 import time
 from contextlib import contextmanager
 
-CHUNK = 64                        # prompts per engine call: a bar update every few seconds on a CPU
+CHUNK = 64  # prompts per engine call: a bar update every few seconds on a CPU
 
 
 @contextmanager
@@ -23,8 +23,15 @@ def progress(label: str, total: int, unit: str = "prompts"):
     t0 = time.perf_counter()
     if sys.stdout.isatty():
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-        with Progress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TextColumn(unit),
-                      TimeRemainingColumn(), transient=True) as bar:
+
+        with Progress(
+            TextColumn(f"[bold]{label}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn(unit),
+            TimeRemainingColumn(),
+            transient=True,
+        ) as bar:
             task = bar.add_task(label, total=total)
             yield lambda k=1: bar.advance(task, k)
     else:
@@ -42,16 +49,26 @@ def generate_with_progress(engine, prompts: list, n: int, sampling, label: str, 
     out, tokens, seconds = [], 0.0, 0.0
     with progress(label, len(prompts)) as advance:
         for a in range(0, len(prompts), chunk):
-            part = engine.generate(prompts[a:a + chunk], n, sampling, group_offset=offset + a,
-                                   items=None if items is None else items[a:a + chunk], **kw)
+            part = engine.generate(
+                prompts[a : a + chunk],
+                n,
+                sampling,
+                group_offset=offset + a,
+                items=None if items is None else items[a : a + chunk],
+                **kw,
+            )
             for s in part:
                 s.group += a
             out += part
             stats = getattr(engine, "stats", {})
             tokens += stats.get("rollout/generated_tokens", 0.0)
             seconds += stats.get("rollout/time_s", 0.0)
-            advance(len(prompts[a:a + chunk]))
-    if seconds > 0:                                   # the whole call's rate, not the last chunk's
-        engine.stats = {**engine.stats, "rollout/generated_tokens": tokens, "rollout/time_s": seconds,
-                        "rollout/tokens_per_s": tokens / seconds}
+            advance(len(prompts[a : a + chunk]))
+    if seconds > 0:  # the whole call's rate, not the last chunk's
+        engine.stats = {
+            **engine.stats,
+            "rollout/generated_tokens": tokens,
+            "rollout/time_s": seconds,
+            "rollout/tokens_per_s": tokens / seconds,
+        }
     return out

@@ -22,11 +22,25 @@ from pathlib import Path
 from posttrain import UsageError, checkpoint
 from posttrain.logging import read_jsonl, read_metrics
 
-DESIGN_GROUPS = ("reward", "group", "kl", "entropy", "clip", "ratio", "grad", "length", "rollout", "time",
-                 "staleness", "mismatch", "eval")   # docs/architecture.md §7, in its order; other groups follow
+DESIGN_GROUPS = (
+    "reward",
+    "group",
+    "kl",
+    "entropy",
+    "clip",
+    "ratio",
+    "grad",
+    "length",
+    "rollout",
+    "time",
+    "staleness",
+    "mismatch",
+    "eval",
+)  # docs/architecture.md §7, in its order; other groups follow
 
 
 # ---- health alarms: pure functions of (step, value) series ------------------------------------
+
 
 @dataclass
 class Alarm:
@@ -44,17 +58,20 @@ def _ends(values: list[float]) -> tuple[float, float]:
     return _mean(values[:w]), _mean(values[-w:])
 
 
-def reward_up_heldout_flat(reward: list[float], heldout: list[float], rise: float = 0.1,
-                           flat: float = 0.02) -> Alarm | None:
+def reward_up_heldout_flat(
+    reward: list[float], heldout: list[float], rise: float = 0.1, flat: float = 0.02
+) -> Alarm | None:
     """Train reward rose by ≥ `rise` while held-out pass@1 moved < `flat`: reward hacking or
     memorised train prompts (the study notes' first thing to check)."""
     if len(reward) < 2 or len(heldout) < 2:
         return None
     first, last = _ends(reward)
     if last - first >= rise and heldout[-1] - heldout[0] < flat:
-        return Alarm("reward up, held-out flat",
-                     f"reward/mean rose {first:.3f} → {last:.3f} but eval/pass@1 moved {heldout[0]:.3f} → "
-                     f"{heldout[-1]:.3f}: read the top-reward samples for reward hacking")
+        return Alarm(
+            "reward up, held-out flat",
+            f"reward/mean rose {first:.3f} → {last:.3f} but eval/pass@1 moved {heldout[0]:.3f} → "
+            f"{heldout[-1]:.3f}: read the top-reward samples for reward hacking",
+        )
     return None
 
 
@@ -64,8 +81,11 @@ def entropy_collapse(entropy: list[float], frac: float = 0.1) -> Alarm | None:
         return None
     first, last = _ends(entropy)
     if first > 0 and last < frac * first:
-        return Alarm("entropy collapse", f"entropy fell {first:.3f} → {last:.3f} ({last / first:.0%} of the start): "
-                     "raise the temperature, add an entropy bonus or clip-higher (DAPO)")
+        return Alarm(
+            "entropy collapse",
+            f"entropy fell {first:.3f} → {last:.3f} ({last / first:.0%} of the start): "
+            "raise the temperature, add an entropy bonus or clip-higher (DAPO)",
+        )
     return None
 
 
@@ -75,22 +95,31 @@ def clip_fraction_high(clip: list[float], limit: float = 0.2) -> Alarm | None:
         return None
     _, last = _ends(clip)
     if last > limit:
-        return Alarm("clip fraction high", f"clip/frac is {last:.3f} (> {limit}): lower optim.lr, epochs or minibatches")
+        return Alarm(
+            "clip fraction high", f"clip/frac is {last:.3f} (> {limit}): lower optim.lr, epochs or minibatches"
+        )
     return None
 
 
-def length_blowup(length: list[float], truncated: list[float], growth: float = 2.0,
-                  truncated_limit: float = 0.2) -> Alarm | None:
+def length_blowup(
+    length: list[float], truncated: list[float], growth: float = 2.0, truncated_limit: float = 0.2
+) -> Alarm | None:
     """Responses grew `growth`× or more than `truncated_limit` of them hit the cap: the policy
     learns the length budget, not the answer."""
     if len(length) >= 2:
         first, last = _ends(length)
         if first > 0 and last > growth * first:
-            return Alarm("length blow-up", f"length/mean grew {first:.1f} → {last:.1f} tokens (×{last / first:.1f}): "
-                         "check truncated samples; consider overlong shaping or a length-neutral loss (Dr. GRPO)")
+            return Alarm(
+                "length blow-up",
+                f"length/mean grew {first:.1f} → {last:.1f} tokens (×{last / first:.1f}): "
+                "check truncated samples; consider overlong shaping or a length-neutral loss (Dr. GRPO)",
+            )
     if truncated and _ends(truncated)[1] > truncated_limit:
-        return Alarm("length blow-up", f"length/truncated_frac is {_ends(truncated)[1]:.3f} (> {truncated_limit}): "
-                     "responses hit max_new_tokens; raise it or penalise overlong responses")
+        return Alarm(
+            "length blow-up",
+            f"length/truncated_frac is {_ends(truncated)[1]:.3f} (> {truncated_limit}): "
+            "responses hit max_new_tokens; raise it or penalise overlong responses",
+        )
     return None
 
 
@@ -101,8 +130,11 @@ def mismatch_high(mismatch: list[float], limit: float = 0.05) -> Alarm | None:
         return None
     peak = max(mismatch)
     if peak > limit:
-        return Alarm("sampler/trainer mismatch", f"mismatch/logprob_abs reached {peak:.4f} (> {limit}): check the "
-                     "sampler's temperature and dtype against the trainer's, and that weight sync ran")
+        return Alarm(
+            "sampler/trainer mismatch",
+            f"mismatch/logprob_abs reached {peak:.4f} (> {limit}): check the "
+            "sampler's temperature and dtype against the trainer's, and that weight sync ran",
+        )
     return None
 
 
@@ -112,8 +144,11 @@ def degenerate_groups(degenerate: list[float], limit: float = 0.6) -> Alarm | No
         return None
     _, last = _ends(degenerate)
     if last > limit:
-        return Alarm("many degenerate groups", f"{last:.0%} of groups have all-equal rewards (no signal): use "
-                     "degenerate=resample, more samples_per_prompt, or prompts of fitting difficulty")
+        return Alarm(
+            "many degenerate groups",
+            f"{last:.0%} of groups have all-equal rewards (no signal): use "
+            "degenerate=resample, more samples_per_prompt, or prompts of fitting difficulty",
+        )
     return None
 
 
@@ -125,17 +160,21 @@ def alarms(metrics: list[dict]) -> list[Alarm]:
     """Every alarm that fires on a run's metrics (step 0, the starting evaluation, is held-out only)."""
     train = [m for m in metrics if m.get("step", 0) > 0]
     degenerate = series(train, "group/degenerate_frac") or [
-        a + b for a, b in zip(series(train, "group/all_pass_frac"), series(train, "group/all_fail_frac"))]
-    found = [reward_up_heldout_flat(series(train, "reward/mean"), series(metrics, "eval/pass@1")),
-             entropy_collapse(series(train, "entropy")),
-             clip_fraction_high(series(train, "clip/frac")),
-             length_blowup(series(train, "length/mean"), series(train, "length/truncated_frac")),
-             mismatch_high(series(train, "mismatch/logprob_abs")),
-             degenerate_groups(degenerate)]
+        a + b for a, b in zip(series(train, "group/all_pass_frac"), series(train, "group/all_fail_frac"))
+    ]
+    found = [
+        reward_up_heldout_flat(series(train, "reward/mean"), series(metrics, "eval/pass@1")),
+        entropy_collapse(series(train, "entropy")),
+        clip_fraction_high(series(train, "clip/frac")),
+        length_blowup(series(train, "length/mean"), series(train, "length/truncated_frac")),
+        mismatch_high(series(train, "mismatch/logprob_abs")),
+        degenerate_groups(degenerate),
+    ]
     return [a for a in found if a is not None]
 
 
 # ---- the page ----------------------------------------------------------------------------------
+
 
 def metric_groups(metrics: list[dict]) -> dict[str, list[str]]:
     """group -> its numeric metric keys; the group is the key's prefix before '/' (or the key)."""
@@ -151,13 +190,21 @@ def metric_groups(metrics: list[dict]) -> dict[str, list[str]]:
 
 
 def _plot(div: str, traces: list[dict], title: str, barmode: str | None = None, axes: dict | None = None) -> str:
-    layout = {"title": {"text": title, "x": 0.02}, "height": 300, "margin": {"l": 50, "r": 20, "t": 40, "b": 40},
-              "xaxis": {"title": {"text": "step"}}, "legend": {"orientation": "h"}, **(axes or {})}
+    layout = {
+        "title": {"text": title, "x": 0.02},
+        "height": 300,
+        "margin": {"l": 50, "r": 20, "t": 40, "b": 40},
+        "xaxis": {"title": {"text": "step"}},
+        "legend": {"orientation": "h"},
+        **(axes or {}),
+    }
     if barmode:
         layout["barmode"] = barmode
     spec = json.dumps({"data": traces, "layout": layout}).replace("</", "<\\/")
-    return (f'<div class="plot" id="{div}"></div><script>(function(){{var s={spec};'
-            f'Plotly.newPlot("{div}", s.data, s.layout, {{responsive: true, displayModeBar: false}});}})();</script>')
+    return (
+        f'<div class="plot" id="{div}"></div><script>(function(){{var s={spec};'
+        f'Plotly.newPlot("{div}", s.data, s.layout, {{responsive: true, displayModeBar: false}});}})();</script>'
+    )
 
 
 def _curves(metrics: list[dict], groups: dict[str, list[str]]) -> list[str]:
@@ -165,9 +212,18 @@ def _curves(metrics: list[dict], groups: dict[str, list[str]]) -> list[str]:
     for g, keys in groups.items():
         traces = []
         for k in keys:
-            pts = [(m["step"], float(m[k])) for m in metrics if isinstance(m.get(k), (int, float)) and math.isfinite(m[k])]
-            traces.append({"x": [p[0] for p in pts], "y": [p[1] for p in pts], "name": k, "type": "scatter",
-                           "mode": "lines+markers" if len(pts) < 30 else "lines"})
+            pts = [
+                (m["step"], float(m[k])) for m in metrics if isinstance(m.get(k), (int, float)) and math.isfinite(m[k])
+            ]
+            traces.append(
+                {
+                    "x": [p[0] for p in pts],
+                    "y": [p[1] for p in pts],
+                    "name": k,
+                    "type": "scatter",
+                    "mode": "lines+markers" if len(pts) < 30 else "lines",
+                }
+            )
         out.append(_plot(f"plot-{g}", traces, g))
     return out
 
@@ -175,6 +231,7 @@ def _curves(metrics: list[dict], groups: dict[str, list[str]]) -> list[str]:
 def _table(rows: list[list], head: list[str]) -> str:
     def cell(v):
         return f"{v:.4g}" if isinstance(v, float) else html.escape(str(v))
+
     body = "".join("<tr>" + "".join(f"<td>{cell(v)}</td>" for v in r) + "</tr>" for r in rows)
     return "<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + f"</tr>{body}</table>"
 
@@ -192,12 +249,16 @@ def _time_breakdown(metrics: list[dict]) -> str:
     if not roles:
         return "<p>No per-role timings in this run.</p>"
     steps = [m for m in metrics if any(r in m for r in roles)]
-    traces = [{"x": [m["step"] for m in steps], "y": [m.get(r, 0.0) for m in steps], "name": r[5:-2], "type": "bar"}
-              for r in roles]
+    traces = [
+        {"x": [m["step"] for m in steps], "y": [m.get(r, 0.0) for m in steps], "name": r[5:-2], "type": "bar"}
+        for r in roles
+    ]
     totals = {r: sum(series(steps, r)) for r in roles}
     step_total = sum(series(steps, "time/step_s")) or sum(totals.values())
-    table = _table([[r[5:-2], totals[r], f"{totals[r] / step_total:.1%}"] for r in roles],
-                   ["role", "total seconds", "share of step time"])
+    table = _table(
+        [[r[5:-2], totals[r], f"{totals[r] / step_total:.1%}"] for r in roles],
+        ["role", "total seconds", "share of step time"],
+    )
     return _plot("plot-time-roles", traces, "seconds per step, by role", barmode="stack") + table
 
 
@@ -207,10 +268,12 @@ def _throughput(run_dir: Path) -> str:
     if not path.exists():
         return ""
     t = json.loads(path.read_text())
-    head = (f"<p>{t['steps']} steps, topology <b>{html.escape(t['topology'])}</b>: measured "
-            f"{t['measured_step_s']:.3f} s/step, {t['equation_step_s']:.3f} s by the throughput equation; "
-            f"bottleneck <b>{html.escape(t['bottleneck'])}</b>; {t['samples_per_s']:.1f} samples/s; "
-            f"trainer idle {t['trainer_idle_frac']:.0%}, rollout idle {t['rollout_idle_frac']:.0%}.</p>")
+    head = (
+        f"<p>{t['steps']} steps, topology <b>{html.escape(t['topology'])}</b>: measured "
+        f"{t['measured_step_s']:.3f} s/step, {t['equation_step_s']:.3f} s by the throughput equation; "
+        f"bottleneck <b>{html.escape(t['bottleneck'])}</b>; {t['samples_per_s']:.1f} samples/s; "
+        f"trainer idle {t['trainer_idle_frac']:.0%}, rollout idle {t['rollout_idle_frac']:.0%}.</p>"
+    )
     roles = _table([[k[:-2], v] for k, v in t["roles_s"].items()], ["role", "mean seconds per step"])
     topo = _table([[k, v] for k, v in t["equation_by_topology_s"].items()], ["topology", "equation s/step"])
     return head + roles + topo
@@ -227,26 +290,50 @@ def _overoptimization(run_dir: Path) -> str:
     if not rows:
         return ""
     x = [math.sqrt(max(r.get("seq_kl", r["kl"]), 0.0)) for r in rows]
-    smooth = [_mean([r["true"] for r in rows[max(0, i - 4):i + 1]]) for i in range(len(rows))]
-    traces = [{"x": x, "y": [r["proxy"] for r in rows], "name": "proxy (RM score)", "type": "scatter", "mode": "markers"},
-              {"x": x, "y": [r["true"] for r in rows], "name": "true (verifier)", "type": "scatter", "mode": "markers",
-               "yaxis": "y2"},
-              {"x": x, "y": smooth, "name": "true, 5-step mean", "type": "scatter", "mode": "lines", "yaxis": "y2"}]
-    axes = {"xaxis": {"title": {"text": "√KL (per-token k3 × mean length)"}}, "yaxis": {"title": {"text": "proxy"}},
-            "yaxis2": {"title": {"text": "true"}, "overlaying": "y", "side": "right"}}
+    smooth = [_mean([r["true"] for r in rows[max(0, i - 4) : i + 1]]) for i in range(len(rows))]
+    traces = [
+        {"x": x, "y": [r["proxy"] for r in rows], "name": "proxy (RM score)", "type": "scatter", "mode": "markers"},
+        {
+            "x": x,
+            "y": [r["true"] for r in rows],
+            "name": "true (verifier)",
+            "type": "scatter",
+            "mode": "markers",
+            "yaxis": "y2",
+        },
+        {"x": x, "y": smooth, "name": "true, 5-step mean", "type": "scatter", "mode": "lines", "yaxis": "y2"},
+    ]
+    axes = {
+        "xaxis": {"title": {"text": "√KL (per-token k3 × mean length)"}},
+        "yaxis": {"title": {"text": "proxy"}},
+        "yaxis2": {"title": {"text": "true"}, "overlaying": "y", "side": "right"},
+    }
     plot = _plot("plot-overoptimization", traces, "over-optimisation: reward against √KL(π ‖ π_ref)", axes=axes)
-    note = (f"<p>True reward peaked at step {turn['peak_step']} (KL/token {turn['peak_kl']:.3f}, smoothed "
+    note = (
+        (
+            f"<p>True reward peaked at step {turn['peak_step']} (KL/token {turn['peak_kl']:.3f}, smoothed "
             f"{turn['peak_true_smoothed']:.3f}; start {turn['start_true']:.3f}, end {turn['final_true_smoothed']:.3f}) "
-            f"while the proxy went {turn['start_proxy']:.3f} → {turn['final_proxy']:.3f}.</p>") if turn else ""
+            f"while the proxy went {turn['start_proxy']:.3f} → {turn['final_proxy']:.3f}.</p>"
+        )
+        if turn
+        else ""
+    )
     return plot + note
 
 
 def _token_spans(row: dict) -> str:
     spans = []
     for j, t in enumerate(row.get("response_tokens") or list(row.get("response", ""))):
-        data = {name: row[key][j] for name, key in (("adv", "advantages"), ("lp", "behaviour_logprobs"),
-                                                    ("tlp", "trainer_logprobs"), ("ref", "ref_logprobs"))
-                if row.get(key) is not None and j < len(row[key])}
+        data = {
+            name: row[key][j]
+            for name, key in (
+                ("adv", "advantages"),
+                ("lp", "behaviour_logprobs"),
+                ("tlp", "trainer_logprobs"),
+                ("ref", "ref_logprobs"),
+            )
+            if row.get(key) is not None and j < len(row[key])
+        }
         attrs = " ".join(f'data-{k}="{v}"' for k, v in data.items())
         title = html.escape(" ".join(f"{k}={v}" for k, v in data.items()), quote=True)
         spans.append(f'<span class="tok" {attrs} title="{title}">{html.escape(t.replace(chr(10), "⏎"))}</span>')
@@ -256,14 +343,16 @@ def _token_spans(row: dict) -> str:
 def _samples(rows: list[dict]) -> str:
     if not rows:
         return "<p>No audited samples (samples.jsonl is written by RL runs at each evaluation).</p>"
-    parts = ['<p>Colour tokens by <select id="colour" onchange="paint(this.value)">'
-             '<option value="adv">advantage</option><option value="lp">behaviour logprob</option>'
-             '<option value="mis">trainer − behaviour logprob</option>'
-             '<option value="kl">behaviour − reference logprob</option>'
-             '</select> (green = positive/likely, red = negative/unlikely; hover a token for its numbers)</p>']
+    parts = [
+        '<p>Colour tokens by <select id="colour" onchange="paint(this.value)">'
+        '<option value="adv">advantage</option><option value="lp">behaviour logprob</option>'
+        '<option value="mis">trainer − behaviour logprob</option>'
+        '<option value="kl">behaviour − reference logprob</option>'
+        "</select> (green = positive/likely, red = negative/unlikely; hover a token for its numbers)</p>"
+    ]
     steps = sorted({r.get("step", 0) for r in rows})
-    for step in steps:                                   # one fold per evaluation, the last one open
-        parts.append(f'<details{" open" if step == steps[-1] else ""}><summary>step {step}</summary>')
+    for step in steps:  # one fold per evaluation, the last one open
+        parts.append(f"<details{' open' if step == steps[-1] else ''}><summary>step {step}</summary>")
         parts.extend(_sample(r) for r in rows if r.get("step", 0) == step)
         parts.append("</details>")
     return "".join(parts)
@@ -272,10 +361,12 @@ def _samples(rows: list[dict]) -> str:
 def _sample(r: dict) -> str:
     comps = html.escape(", ".join(f"{k}={v}" for k, v in (r.get("components") or {}).items()))
     error = f" · error {html.escape(str(r['error']))}" if r.get("error") else ""
-    return (f'<div class="sample"><div class="meta">step {r.get("step")} · {r.get("selection", "")} · '
-            f'reward {r.get("reward")} ({comps}) · advantage {r.get("advantage")} · policy v{r.get("policy_version")} · '
-            f'finish {r.get("finish_reason")}{error}</div>'
-            f'<code class="prompt">{html.escape(r.get("prompt", ""))}</code> <code>{_token_spans(r)}</code></div>')
+    return (
+        f'<div class="sample"><div class="meta">step {r.get("step")} · {r.get("selection", "")} · '
+        f"reward {r.get('reward')} ({comps}) · advantage {r.get('advantage')} · policy v{r.get('policy_version')} · "
+        f"finish {r.get('finish_reason')}{error}</div>"
+        f'<code class="prompt">{html.escape(r.get("prompt", ""))}</code> <code>{_token_spans(r)}</code></div>'
+    )
 
 
 _PAINT = """
@@ -318,8 +409,11 @@ def render(run_dir: str | Path) -> str:
     metrics = read_metrics(run_dir)
     if not metrics:
         subs = sorted(p.name for p in run_dir.iterdir() if (p / "metrics.jsonl").exists()) if run_dir.is_dir() else []
-        hint = (f"give one of its stage directories: {', '.join(subs)}" if subs
-                else "give a directory a posttrain stage wrote")
+        hint = (
+            f"give one of its stage directories: {', '.join(subs)}"
+            if subs
+            else "give a directory a posttrain stage wrote"
+        )
         raise UsageError(f"{str(run_dir)!r} holds no metrics.jsonl; {hint}")
     cfg_path = run_dir / "config.yaml"
     config = cfg_path.read_text() if cfg_path.exists() else ""
@@ -327,9 +421,12 @@ def render(run_dir: str | Path) -> str:
     meta = json.loads((last / "meta.json").read_text()) if last is not None and (last / "meta.json").exists() else {}
     about = " · ".join(f"{k} {v}" for k, v in meta.items() if k in ("stage", "algorithm", "loss_type", "task"))
     found = alarms(metrics)
-    alarm_html = "".join(f'<div class="alarm"><b>{html.escape(a.name)}</b>: {html.escape(a.message)}</div>'
-                         for a in found) or ('<div class="ok">No alarm: reward vs held-out, entropy, clip fraction, '
-                                             'length, mismatch and degenerate groups look healthy.</div>')
+    alarm_html = "".join(
+        f'<div class="alarm"><b>{html.escape(a.name)}</b>: {html.escape(a.message)}</div>' for a in found
+    ) or (
+        '<div class="ok">No alarm: reward vs held-out, entropy, clip fraction, '
+        "length, mismatch and degenerate groups look healthy.</div>"
+    )
     groups = metric_groups(metrics)
     sections = [
         f"<h1>posttrain run report: {html.escape(str(run_dir))}</h1>",
@@ -337,14 +434,19 @@ def render(run_dir: str | Path) -> str:
         f'<h2 id="alarms">Health alarms</h2>{alarm_html}',
         f'<h2 id="eval">Evaluation</h2>{_eval_table(metrics)}',
         f'<h2 id="curves">Metric curves</h2>{"".join(_curves(metrics, groups))}',
-        *([f'<h2 id="overoptimization">Reward-model over-optimisation</h2>{_overoptimization(run_dir)}']
-          if (run_dir / "overoptimization.json").exists() else []),
+        *(
+            [f'<h2 id="overoptimization">Reward-model over-optimisation</h2>{_overoptimization(run_dir)}']
+            if (run_dir / "overoptimization.json").exists()
+            else []
+        ),
         f'<h2 id="time">Time per role</h2>{_time_breakdown(metrics)}{_throughput(run_dir)}',
         f'<h2 id="samples">Audited samples</h2>{_samples(read_jsonl(run_dir / "samples.jsonl"))}',
         f'<h2 id="config">Config</h2><pre>{html.escape(config)}</pre>',
     ]
-    return (f'<!doctype html><html><head><meta charset="utf-8"><title>posttrain report</title><style>{_CSS}</style>'
-            f'<script>{get_plotlyjs()}</script></head><body>{"".join(sections)}<script>{_PAINT}</script></body></html>')
+    return (
+        f'<!doctype html><html><head><meta charset="utf-8"><title>posttrain report</title><style>{_CSS}</style>'
+        f"<script>{get_plotlyjs()}</script></head><body>{''.join(sections)}<script>{_PAINT}</script></body></html>"
+    )
 
 
 def write_report(run_dir: str | Path, out: str | Path | None = None) -> Path:

@@ -20,8 +20,8 @@ DEFAULT_THREADS = torch.get_num_threads()
 @dataclass
 class Runtime:
     device: torch.device
-    param_dtype: torch.dtype     # master weights: always fp32
-    compute_dtype: torch.dtype   # autocast dtype: bf16 on CUDA by default, fp32 on CPU unless dtype=bfloat16
+    param_dtype: torch.dtype  # master weights: always fp32
+    compute_dtype: torch.dtype  # autocast dtype: bf16 on CUDA by default, fp32 on CPU unless dtype=bfloat16
 
     @property
     def autocast_on(self) -> bool:
@@ -47,8 +47,13 @@ def resolve(device: str = "auto", dtype: str = "auto", threads: int = 0) -> Runt
         raise UsageError(f"device={device!r} is not a device; use auto, cpu, cuda or cuda:N") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise UsageError("device=cuda but no CUDA GPU is visible; use device=cpu")
-    names = {"auto": None, "float32": torch.float32, "fp32": torch.float32,
-             "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+    names = {
+        "auto": None,
+        "float32": torch.float32,
+        "fp32": torch.float32,
+        "bfloat16": torch.bfloat16,
+        "bf16": torch.bfloat16,
+    }
     if dtype not in names:
         raise UsageError(f"dtype={dtype!r} is unknown; use auto, float32 or bfloat16")
     compute = names[dtype] or (torch.bfloat16 if dev.type == "cuda" else torch.float32)
@@ -57,7 +62,7 @@ def resolve(device: str = "auto", dtype: str = "auto", threads: int = 0) -> Runt
     return Runtime(dev, torch.float32, compute)
 
 
-_HINTED: list[float] = []      # the load average at the first look (one look per process)
+_HINTED: list[float] = []  # the load average at the first look (one look per process)
 
 
 def busy_machine_hint() -> str:
@@ -74,8 +79,10 @@ def busy_machine_hint() -> str:
     _HINTED.append(load)
     if load <= cores:
         return ""
-    line = (f"note: the load average ({load:.1f}) is above this machine's {cores} cores: other jobs share it, and with "
-            f"a thread per core each job runs several times slower; pass threads=1")
+    line = (
+        f"note: the load average ({load:.1f}) is above this machine's {cores} cores: other jobs share it, and with "
+        f"a thread per core each job runs several times slower; pass threads=1"
+    )
     print(line, flush=True)
     return line
 

@@ -22,20 +22,23 @@ from collections.abc import Callable
 
 from posttrain import UsageError
 
-Rule = Callable[[object], "str | None"]   # value -> why it is refused (None = fine)
+Rule = Callable[[object], "str | None"]  # value -> why it is refused (None = fine)
 
 
 def count(least: int, what: str, example: str) -> Rule:
     """An int of at least `least`."""
+
     def rule(v):
         if v < least:
             return f"{what} must be ≥ {least}; e.g. {{key}}={example}"
         return None
+
     return rule
 
 
 def real(what: str, low: float = 0.0, high: float = math.inf, *, open_low: bool = False, example: str = "") -> Rule:
     """A finite float in [low, high] (or (low, high] with open_low)."""
+
     def rule(v):
         inside = (v > low if open_low else v >= low) and v <= high
         if math.isfinite(v) and inside:
@@ -44,6 +47,7 @@ def real(what: str, low: float = 0.0, high: float = math.inf, *, open_low: bool 
         if math.isfinite(high):
             bound = f"in ({low:g}, {high:g}]" if open_low else f"in [{low:g}, {high:g}]"
         return f"{what} must be a finite number {bound}; e.g. {{key}}={example}"
+
     return rule
 
 
@@ -56,8 +60,10 @@ def _betas(v) -> str | None:
 def _steps(v) -> str | None:
     if v >= 1:
         return None
-    return ("a run needs at least one optimizer step (e.g. {key}=100); to only evaluate a checkpoint "
-            "use `posttrain eval CHECKPOINT`")
+    return (
+        "a run needs at least one optimizer step (e.g. {key}=100); to only evaluate a checkpoint "
+        "use `posttrain eval CHECKPOINT`"
+    )
 
 
 RULES: dict[str | tuple[str, str], Rule] = {
@@ -93,9 +99,11 @@ RULES: dict[str | tuple[str, str], Rule] = {
     "save_samples": count(0, "the audited samples per evaluation", "8"),
     "max_new_tokens": count(0, "the response cap (0 = what the task needs)", "0"),
     ("VerifierConfig", "memory_mb"): count(0, "a verifier worker's added address space (0 = no cap)", "2048"),
-    ("VerifierConfig", "max_calls"): count(0, "the calls after which a verifier worker is replaced (0 = never)", "1000"),
+    ("VerifierConfig", "max_calls"): count(
+        0, "the calls after which a verifier worker is replaced (0 = never)", "1000"
+    ),
     # real numbers: never NaN or infinite
-    "lr": real("the learning rate", high=1.0, open_low=True, example="3e-5"),   # AdamW steps are ~lr per weight
+    "lr": real("the learning rate", high=1.0, open_low=True, example="3e-5"),  # AdamW steps are ~lr per weight
     ("OptimConfig", "weight_decay"): real("weight decay", example="0.1"),
     "grad_clip": real("the gradient-norm clip (0 = off)", example="1.0"),
     "min_lr_frac": real("the learning-rate floor", high=1.0, example="0.1"),
@@ -115,12 +123,12 @@ def validate(cfg, prefix: str = ""):
         if dataclasses.is_dataclass(value):
             validate(value, f"{key}.")
             continue
-        owned = (RULES.get((k.__name__, f.name)) for k in type(cfg).__mro__)   # RLOptimConfig is an OptimConfig
+        owned = (RULES.get((k.__name__, f.name)) for k in type(cfg).__mro__)  # RLOptimConfig is an OptimConfig
         rule = next((r for r in owned if r is not None), None) or RULES.get(f.name)
         if rule is None or value is None or isinstance(value, bool):
             continue
         why = rule(value)
         if why is not None:
-            name = key.removesuffix("_")                   # async_ is the YAML key async
+            name = key.removesuffix("_")  # async_ is the YAML key async
             raise UsageError(f"{name}={value!r}: {why.format(key=name)}")
     return cfg

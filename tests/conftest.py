@@ -18,12 +18,14 @@ def _torch_threads():
 @pytest.fixture
 def tok():
     from posttrain.models.tokenizer import CharTokenizer
+
     return CharTokenizer()
 
 
 @pytest.fixture
 def nano(tok):
     from posttrain.models.gpt_mini import GPTMini, ModelConfig
+
     torch.manual_seed(0)
     return GPTMini(ModelConfig(preset="nano").resolved(tok.vocab_size))
 
@@ -36,9 +38,28 @@ def sft_ckpt(tmp_path_factory):
     """A tiny pretrain → SFT chain (a few steps): a real checkpoint for stage tests."""
     from posttrain.config import PretrainConfig, SFTConfig, load_config
     from posttrain.recipes import pretrain, sft
+
     root = tmp_path_factory.mktemp("chain")
-    pretrain.run(load_config(PretrainConfig, None, [f"out={root}/pt", "steps=3", "batch_size=4", "seq_len=32",
-                                                    "corpus_chars=4000", *TINY_TASK]))
-    sft.run(load_config(SFTConfig, None, [f"out={root}/sft", f"init={root}/pt", "steps=3", "batch_size=8",
-                                          "num_problems=200", "eval_problems=10", *TINY_TASK]))
+    pretrain.run(
+        load_config(
+            PretrainConfig,
+            None,
+            [f"out={root}/pt", "steps=3", "batch_size=4", "seq_len=32", "corpus_chars=4000", *TINY_TASK],
+        )
+    )
+    sft.run(
+        load_config(
+            SFTConfig,
+            None,
+            [
+                f"out={root}/sft",
+                f"init={root}/pt",
+                "steps=3",
+                "batch_size=8",
+                "num_problems=200",
+                "eval_problems=10",
+                *TINY_TASK,
+            ],
+        )
+    )
     return root / "sft"

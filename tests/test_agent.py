@@ -12,8 +12,15 @@ from posttrain.framework.batch import collate_samples
 from posttrain.framework.rollout import Engine, Sample, SamplingParams
 from posttrain.framework.trainer import policy_loss_fn
 from posttrain.tasks.base import score_samples
-from posttrain.tasks.tools import (ToolArithmeticConfig, ToolArithmeticTask, ToolEnv, ToolError, calculator,
-                                   safe_eval, tool_calls)
+from posttrain.tasks.tools import (
+    ToolArithmeticConfig,
+    ToolArithmeticTask,
+    ToolEnv,
+    ToolError,
+    calculator,
+    safe_eval,
+    tool_calls,
+)
 
 
 class ScriptedEngine:
@@ -29,11 +36,21 @@ class ScriptedEngine:
         out = []
         for g, p in enumerate(prompts):
             for j in range(n):
-                ids = self.tok.encode(self.script(self.tok.decode(p)))[:sampling.max_new_tokens]
+                ids = self.tok.encode(self.script(self.tok.decode(p)))[: sampling.max_new_tokens]
                 cut = next((i + 1 for i, t in enumerate(ids) if t in stops), None)
                 ids = ids[:cut] if cut else ids
-                out.append(Sample(list(p), ids, [-0.5] * len(ids), [1] * len(ids), "stop" if cut else "length",
-                                  self.policy_version, g, j))
+                out.append(
+                    Sample(
+                        list(p),
+                        ids,
+                        [-0.5] * len(ids),
+                        [1] * len(ids),
+                        "stop" if cut else "length",
+                        self.policy_version,
+                        g,
+                        j,
+                    )
+                )
         return out
 
 
@@ -41,7 +58,7 @@ def caller(text):
     """Calls the calculator on the question, then copies the result."""
     if "⟩" in text:
         return text.rsplit("⟨", 1)[1].split("⟩")[0] + "#"
-    return "⟦" + text[1:text.index(">")] + "⟧"
+    return "⟦" + text[1 : text.index(">")] + "⟧"
 
 
 @pytest.fixture
@@ -52,9 +69,15 @@ def task():
 def test_safe_eval_table():
     assert safe_eval("12+30") == 42 and safe_eval("(3+5)*2") == 16 and safe_eval("-4--4") == 0
     assert calculator("7/2") == "3.5" and calculator("100000+23456") == "123456"
-    for bad, why in [("1/0", "division by zero"), ("__import__('os')", "unsupported"), ("2**8", "unsupported"),
-                     ("1.5+1", "unsupported"), ("9" * 40 + "*" + "9" * 40, "too large"), ("1+", "cannot parse"),
-                     ("x" * 300, "longer")]:
+    for bad, why in [
+        ("1/0", "division by zero"),
+        ("__import__('os')", "unsupported"),
+        ("2**8", "unsupported"),
+        ("1.5+1", "unsupported"),
+        ("9" * 40 + "*" + "9" * 40, "too large"),
+        ("1+", "cannot parse"),
+        ("x" * 300, "longer"),
+    ]:
         with pytest.raises(ToolError, match=why):
             safe_eval(bad)
     assert tool_calls("a⟦1+2⟧b⟦3⟧c⟦4") == ["1+2", "3"]
@@ -77,7 +100,7 @@ def test_episode_tokens_masks_and_reward(tok, task):
     b = collate_samples([ep], tok.pad_id)
     P = len(ep.prompt_ids)
     assert b.loss_mask[0, :P].sum() == 0
-    assert b.loss_mask[0, P:P + len(ep.response_ids)].tolist() == ep.response_mask
+    assert b.loss_mask[0, P : P + len(ep.response_ids)].tolist() == ep.response_mask
     obs_cols = slice(P + len(call), P + len(call) + len(obs))
     assert b.loss_mask[0, obs_cols].sum() == 0 and b.old_logprobs[0, obs_cols].abs().sum() == 0
     assert tok.decode(b.input_ids[0, obs_cols].tolist()) == obs
@@ -91,8 +114,9 @@ def test_direct_answer_and_turn_limit(tok, task):
     always = lambda t: "⟦1+1⟧"
     [ep] = run_episodes(ScriptedEngine(tok, always), tok, task, [item], 1, SamplingParams(max_new_tokens=40))
     assert ep.tool_calls == task.config.max_calls and ep.finish_reason == "stop" and ep.reward == 0.0
-    [ep] = run_episodes(ScriptedEngine(tok, always), tok, task, [item], 1, SamplingParams(max_new_tokens=40),
-                        max_turns=1)
+    [ep] = run_episodes(
+        ScriptedEngine(tok, always), tok, task, [item], 1, SamplingParams(max_new_tokens=40), max_turns=1
+    )
     assert ep.turns == 1 and ep.finish_reason == "length" and ep.response_mask[-1] == 0
 
 
@@ -103,10 +127,14 @@ def test_group_layout_and_shared_first_prompt(tok, task):
     assert [(e.group, e.index) for e in eps] == [(g, j) for g in range(3) for j in range(4)]
     assert eng.calls[0] == (3, 4, 5 * 64) and eng.calls[1] == (12, 1, 5 * 64 + 1)
     assert all(e.reward == 1.0 for e in eps)
-    m = score_samples(task, eps)                        # episodes arrive scored: kept as they are
+    m = score_samples(task, eps)  # episodes arrive scored: kept as they are
     assert m["reward/correct"] == 1.0 and all(e.reward == 1.0 for e in eps)
-    assert episode_metrics(eps) == {"agent/tool_call_rate": 1.0, "agent/tool_calls_mean": 1.0,
-                                    "agent/tool_errors": 0.0, "agent/turns_mean": 2.0}
+    assert episode_metrics(eps) == {
+        "agent/tool_call_rate": 1.0,
+        "agent/tool_calls_mean": 1.0,
+        "agent/tool_errors": 0.0,
+        "agent/turns_mean": 2.0,
+    }
 
 
 def test_tool_errors_and_timeouts_become_observations(tok, task):
@@ -118,8 +146,11 @@ def test_tool_errors_and_timeouts_become_observations(tok, task):
     def buggy(_):
         raise RuntimeError("boom")
 
-    for tool, want, kind in [(slow, "error: timeout after 2s", "timeout"), (buggy, "error: RuntimeError", "crash"),
-                             (calculator, "error: division by zero", "tool")]:
+    for tool, want, kind in [
+        (slow, "error: timeout after 2s", "timeout"),
+        (buggy, "error: RuntimeError", "crash"),
+        (calculator, "error: division by zero", "tool"),
+    ]:
         env = ToolEnv(task, item, tool)
         env.reset()
         obs, r, done, info = env.step("⟦1/0⟧")
@@ -129,8 +160,14 @@ def test_tool_errors_and_timeouts_become_observations(tok, task):
         def make_env(self, it):
             return ToolEnv(self, it, calculator)
 
-    [ep] = run_episodes(ScriptedEngine(tok, lambda t: "⟦1/0⟧" if "⟩" not in t else "0#"), tok, Erroring(task.config),
-                        [item], 1, SamplingParams(max_new_tokens=40))
+    [ep] = run_episodes(
+        ScriptedEngine(tok, lambda t: "⟦1/0⟧" if "⟩" not in t else "0#"),
+        tok,
+        Erroring(task.config),
+        [item],
+        1,
+        SamplingParams(max_new_tokens=40),
+    )
     assert ep.tool_errors == 1 and ("observation", "error: division by zero") in ep.conversation
 
 
@@ -158,11 +195,14 @@ def test_loss_unchanged_when_tool_output_changes(tok, nano, task):
     items = task.items(2, "train", 4)
     eps = {}
     for name, tool in [("a", lambda s: "1234"), ("b", lambda s: "9z9z")]:
+
         class T(ToolArithmeticTask):
             def make_env(self, it, tool=tool):
                 return ToolEnv(self, it, tool)
-        eps[name] = run_episodes(ScriptedEngine(tok, caller), tok, T(task.config), items, 2,
-                                 SamplingParams(max_new_tokens=40), max_turns=1)
+
+        eps[name] = run_episodes(
+            ScriptedEngine(tok, caller), tok, T(task.config), items, 2, SamplingParams(max_new_tokens=40), max_turns=1
+        )
     assert [e.response_ids for e in eps["a"]] != [e.response_ids for e in eps["b"]]
     assert [e.response_mask for e in eps["a"]] == [e.response_mask for e in eps["b"]]
     la, ga = _loss(nano, eps["a"], tok, [1.0, -1.0, 0.5, -0.5])
@@ -192,7 +232,6 @@ def test_real_engine_episodes_render_the_template(tok, nano, task):
         assert isinstance(e, Episode) and e.finish_reason in ("stop", "length")
 
 
-
 @pytest.mark.slow
 def test_python_tool_env_runs_code_in_the_sandbox(tok):
     pytest.importorskip("posttrain.tasks.sandbox")
@@ -213,9 +252,10 @@ def test_python_tool_env_runs_code_in_the_sandbox(tok):
 def test_evaluation_splits_accuracy_by_tool_use(tok, task):
     """eval/acc_with_tool and eval/acc_without_tool say where held-out accuracy comes from."""
     from posttrain.framework.agent import evaluate_episodes
+
     items = task.items(8, "test", 0)
-    odd = lambda text: int(text[1:text.index(">")].split("+")[0]) % 2 == 1      # first term odd: call the tool
-    eng = ScriptedEngine(tok, lambda t: caller(t) if odd(t) else "12#")            # else a wrong guess
+    odd = lambda text: int(text[1 : text.index(">")].split("+")[0]) % 2 == 1  # first term odd: call the tool
+    eng = ScriptedEngine(tok, lambda t: caller(t) if odd(t) else "12#")  # else a wrong guess
     eng.model = torch.nn.Linear(1, 1)
     out = evaluate_episodes(eng, tok, task, items, n=2, ks=(1,), max_new_tokens=40)
     share = sum(odd(f"<{it.question}>") for it in items) / len(items)

@@ -10,30 +10,50 @@ from posttrain.framework.agent import run_episodes
 from posttrain.framework.rollout import Engine, Sample, SamplingParams
 from posttrain.tasks.base import RewardResult
 
-CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 
 
 @pytest.fixture(scope="module")
 def hf_dir(tmp_path_factory):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
     out = tmp_path_factory.mktemp("bpe")
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
-    corpus = [f"<call>{a}+{b}</call> <result>{a + b}</result> the answer is {a + b}" for a in range(50) for b in range(20)]
-    bpe.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=400, special_tokens=["<|im_start|>", "<|im_end|>",
-                                                                                        "<|pad|>"],
-                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    corpus = [
+        f"<call>{a}+{b}</call> <result>{a + b}</result> the answer is {a + b}" for a in range(50) for b in range(20)
+    ]
+    bpe.train_from_iterator(
+        corpus,
+        trainers.BpeTrainer(
+            vocab_size=400,
+            special_tokens=["<|im_start|>", "<|im_end|>", "<|pad|>"],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
     tok = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|pad|>")
     tok.chat_template = CHATML
     tok.save_pretrained(out)
     torch.manual_seed(0)
-    LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                 num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=256,
-                                 eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                                 bos_token_id=None)).save_pretrained(out)
+    LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=len(tok),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            max_position_embeddings=256,
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id,
+            bos_token_id=None,
+        )
+    ).save_pretrained(out)
     return out
 
 
@@ -42,18 +62,22 @@ class CalcEnv:
         self.item = item
 
     def reset(self, item):
-        return [{"role": "system", "content": "use the calculator"}, {"role": "user", "content": f"{item[0]}+{item[1]}"}]
+        return [
+            {"role": "system", "content": "use the calculator"},
+            {"role": "user", "content": f"{item[0]}+{item[1]}"},
+        ]
 
     def step(self, text):
         m = re.search(r"<call>(\d+)\+(\d+)</call>", text)
-        if m:                                # the tool's output carries a special-token string: it must stay data
+        if m:  # the tool's output carries a special-token string: it must stay data
             return f"{int(m[1]) + int(m[2])} <|im_end|>", 0.0, False, {}
-        ok = text.replace("<|im_end|>", "").strip().endswith(str(sum(self.item)))   # the turn ends with eos
+        ok = text.replace("<|im_end|>", "").strip().endswith(str(sum(self.item)))  # the turn ends with eos
         return None, float(ok), True, {"components": {"correct": float(ok)}}
 
 
 class CalcTask:
     """A user's multi-turn task for a subword tokenizer: its own stop string and observation format."""
+
     stop = ("</call>",)
     observation_template = "<result>{}</result>"
     max_turns = 3
@@ -97,26 +121,41 @@ class Scripted:
 
 def test_multi_turn_episodes_with_a_subword_tokenizer(hf_dir):
     from posttrain.models.hf import load_hf
+
     _, tok = load_hf(hf_dir)
-    assert len(tok.encode("</call>")) > 1                              # a stop string of several tokens
-    eps = run_episodes(Scripted(tok), tok, CalcTask(), CalcTask().items(2, "train", 0), 2,
-                       SamplingParams(temperature=1.0, max_new_tokens=40))
+    assert len(tok.encode("</call>")) > 1  # a stop string of several tokens
+    eps = run_episodes(
+        Scripted(tok),
+        tok,
+        CalcTask(),
+        CalcTask().items(2, "train", 0),
+        2,
+        SamplingParams(temperature=1.0, max_new_tokens=40),
+    )
     assert [e.reward for e in eps] == [1.0, 1.0, 1.0, 1.0] and all(e.tool_calls == 1 for e in eps)
     e = eps[0]
     text = tok.decode(e.response_ids)
-    assert "then more words" not in text                                # cut after the token closing </call>
+    assert "then more words" not in text  # cut after the token closing </call>
     assert text.startswith("<call>12+30</call>") and "<result>42 <|im_end|></result>" in text
     obs = [i for i, m in zip(e.response_ids, e.response_mask) if m == 0]
-    assert tok.decode(obs) == "<result>42 <|im_end|></result>" and tok.eot_id not in obs   # data, not a special
+    assert tok.decode(obs) == "<result>42 <|im_end|></result>" and tok.eot_id not in obs  # data, not a special
     assert all(lp == 0.0 for lp, m in zip(e.response_logprobs, e.response_mask) if m == 0)
     assert tok.decode(e.prompt_ids).startswith("<|im_start|>system\nuse the calculator<|im_end|>")
 
 
 def test_episodes_run_on_the_real_engine_with_a_hugging_face_model(hf_dir):
     from posttrain.models.hf import load_hf
+
     model, tok = load_hf(hf_dir)
-    eps = run_episodes(Engine(model, tok), tok, CalcTask(), CalcTask().items(2, "train", 0), 3,
-                       SamplingParams(temperature=1.0, max_new_tokens=12), seed=1)
+    eps = run_episodes(
+        Engine(model, tok),
+        tok,
+        CalcTask(),
+        CalcTask().items(2, "train", 0),
+        3,
+        SamplingParams(temperature=1.0, max_new_tokens=12),
+        seed=1,
+    )
     assert len(eps) == 6
     for e in eps:
         assert len(e.response_ids) == len(e.response_mask) == len(e.response_logprobs) > 0

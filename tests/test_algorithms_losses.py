@@ -14,10 +14,8 @@ from posttrain.framework.batch import RolloutBatch
 
 from zoo_util import ALL, F64, ZOO, _batch, _grad, _random_batch, assert_masked_positions_inert, cfg_of, t
 
-
-
-
 # ============================================================================= GSPO
+
 
 def test_gspo_worked_values():
     # §15.3: token log-ratios [0.1, −0.2, 0.4] → s = e^0.1; ε = 3e-4/4e-4
@@ -27,8 +25,10 @@ def test_gspo_worked_values():
     for variant in gspo.VARIANTS:
         cfg = gspo.Config(variant=variant)
         loss, m, g = _grad(gspo, cfg, lp, _batch(old, t([1.0]), mask), norm)
-        assert loss.item() == pytest.approx(-1.0004, abs=1e-12) and m["ratio/mean"].item() == pytest.approx(1.105171, abs=1e-6)
-        assert g.abs().sum() == 0 and m["clip/frac"].item() == 1.0   # A > 0 and s > 1 + ε: clipped
+        assert loss.item() == pytest.approx(-1.0004, abs=1e-12) and m["ratio/mean"].item() == pytest.approx(
+            1.105171, abs=1e-6
+        )
+        assert g.abs().sum() == 0 and m["clip/frac"].item() == 1.0  # A > 0 and s > 1 + ε: clipped
         loss, m, g = _grad(gspo, cfg, lp, _batch(old, t([-1.0]), mask), norm)
         assert loss.item() == pytest.approx(1.105171, abs=1e-6) and m["clip/frac"].item() == 0.0
         assert g[0].tolist() == pytest.approx([s / 3] * 3, rel=1e-12)  # ∂s/∂lp_t = s/|y|
@@ -39,15 +39,15 @@ def test_gspo_token_variant_takes_per_token_advantages():
     A = t([[1.0, -1.0, 2.0]])
     norm = core.batch_norm(mask)
     _, _, g_tok = _grad(gspo, gspo.Config(variant="token"), lp, _batch(lp.clone(), A, mask), norm)
-    assert g_tok[0].tolist() == pytest.approx([-1 / 3, 1 / 3, -2 / 3])           # −s·A_t/(N|y|)
+    assert g_tok[0].tolist() == pytest.approx([-1 / 3, 1 / 3, -2 / 3])  # −s·A_t/(N|y|)
     _, _, g_seq = _grad(gspo, gspo.Config(), lp, _batch(lp.clone(), A, mask), norm)
-    assert g_seq[0].tolist() == pytest.approx([-2 / 9] * 3)                      # −Σ_t A_t/|y| spread over tokens
+    assert g_seq[0].tolist() == pytest.approx([-2 / 9] * 3)  # −Σ_t A_t/|y| spread over tokens
 
 
 def test_gspo_variants_agree_on_outcome_advantages():
     lp, old, ref, A, ent, mask = _random_batch(5, B=8)
     norm = core.batch_norm(mask, 16)
-    for eps in (3e-4, 0.05):                                       # the paper's band (most rows clipped), and wider
+    for eps in (3e-4, 0.05):  # the paper's band (most rows clipped), and wider
         seq = _grad(gspo, gspo.Config(eps_low=eps, eps_high=eps), lp, _batch(old, A, mask, ref), norm)
         tok = _grad(gspo, gspo.Config(eps_low=eps, eps_high=eps, variant="token"), lp, _batch(old, A, mask, ref), norm)
         assert tok[0].item() == pytest.approx(seq[0].item(), rel=1e-12)
@@ -58,7 +58,7 @@ def test_gspo_on_one_token_responses_is_token_level_grpo():
     g = torch.Generator().manual_seed(6)
     B, T = 6, 3
     mask = torch.zeros(B, T, dtype=F64)
-    mask[:, 1] = 1                                                 # one response token per row
+    mask[:, 1] = 1  # one response token per row
     old = -torch.rand(B, T, dtype=F64, generator=g) * 2
     lp = old + 0.4 * torch.randn(B, T, dtype=F64, generator=g)
     A = core.broadcast(torch.randn(B, dtype=F64, generator=g), mask)
@@ -74,6 +74,7 @@ def test_gspo_on_one_token_responses_is_token_level_grpo():
 
 # ============================================================================= CISPO and DPPO, one token
 
+
 def _one_token(p_old, p, A):
     lp = t([[math.log(p)]])
     return lp, _batch(t([[math.log(p_old)]]), t([[A]]), torch.ones(1, 1, dtype=F64)), core.batch_norm(torch.ones(1, 1))
@@ -84,10 +85,10 @@ def test_cispo_weight_worked_values():
     lp, b, norm = _one_token(0.3, 0.5, 1.0)
     loss, m, g = _grad(cispo, cispo.Config(eps_high=0.2), lp, b, norm)
     assert loss.item() == pytest.approx(-1.2 * math.log(0.5)) and g.item() == pytest.approx(-1.2)
-    assert m["clip/frac"].item() == 1.0                            # weight clipped, gradient NOT zero
+    assert m["clip/frac"].item() == 1.0  # weight clipped, gradient NOT zero
     loss, m, g = _grad(cispo, cispo.Config(), lp, b, norm)
     assert g.item() == pytest.approx(-5 / 3) and m["clip/frac"].item() == 0.0
-    assert _grad(grpo, grpo.Config(kl_coef=0.0), lp, b, norm)[2].item() == 0.0   # PPO drops this token
+    assert _grad(grpo, grpo.Config(kl_coef=0.0), lp, b, norm)[2].item() == 0.0  # PPO drops this token
     # floor: r = 0.5 with A < 0: no floor by default (weight 0.5), eps_low = 0.2 lifts it to 0.8
     lp, b, norm = _one_token(0.3, 0.15, -1.0)
     assert _grad(cispo, cispo.Config(), lp, b, norm)[2].item() == pytest.approx(0.5)
@@ -103,7 +104,7 @@ def test_dppo_trust_region_worked_values(divergence):
     assert g.item() == 0.0 and m["clip/frac"].item() == 1.0
     lp, b, norm = _one_token(0.3, 0.5, -1.0)
     loss, m, g = _grad(dppo, cfg, lp, b, norm)
-    assert g.item() == pytest.approx(5 / 3) and m["clip/frac"].item() == 0.0   # −A·min(r, C)
+    assert g.item() == pytest.approx(5 / 3) and m["clip/frac"].item() == 0.0  # −A·min(r, C)
     assert loss.item() == pytest.approx(5 / 3 * math.log(0.5))
     assert _grad(dppo, dppo.Config(divergence=divergence, ratio_cap=1.2), lp, b, norm)[2].item() == pytest.approx(1.2)
     # p_old = 0.5 → p = 0.3 (TV −0.2, KL 0.087177): kept for A > 0 (moving against it), dropped for A < 0
@@ -117,24 +118,27 @@ def test_dppo_trust_region_worked_values(divergence):
         assert _grad(dppo, cfg, lp, b, norm)[2].item() == pytest.approx(-A * 1.1)
     # a wider δ keeps the first token
     lp, b, norm = _one_token(0.3, 0.5, 1.0)
-    assert _grad(dppo, dppo.Config(divergence=divergence, delta_high=0.25), lp, b, norm)[2].item() == pytest.approx(-5 / 3)
+    assert _grad(dppo, dppo.Config(divergence=divergence, delta_high=0.25), lp, b, norm)[2].item() == pytest.approx(
+        -5 / 3
+    )
 
 
 # ============================================================================= REINFORCE and REINFORCE++
 
+
 def test_reinforce_loss_hand_computed():
     lp = t([[math.log(0.5), math.log(0.25), 0.0], [math.log(0.8), 0.0, 0.0]])
-    old = t([[math.log(0.25), math.log(0.25), 0.0], [math.log(0.8), 0.0, 0.0]])   # ratio 2 on one token
+    old = t([[math.log(0.25), math.log(0.25), 0.0], [math.log(0.8), 0.0, 0.0]])  # ratio 2 on one token
     ref = t([[math.log(0.4), math.log(0.25), 0.0], [math.log(0.5), 0.0, 0.0]])
     mask = t([[1, 1, 0], [1, 0, 0]])
     norm = core.batch_norm(mask, 3)
     b = _batch(old, t([2.0, -1.0]), mask, ref)
     loss, m = reinforce.loss(lp, b, reinforce.Config(), norm)
-    expected = (-2 * (math.log(0.5) + math.log(0.25)) + math.log(0.8)) / 2        # −Σ_i A_i Σ_t log π / N
+    expected = (-2 * (math.log(0.5) + math.log(0.25)) + math.log(0.8)) / 2  # −Σ_i A_i Σ_t log π / N
     assert loss.item() == pytest.approx(expected)
-    assert m["ratio/max"].item() == pytest.approx(2.0) and m["clip/frac"].item() == 0.0   # a diagnostic only
+    assert m["ratio/max"].item() == pytest.approx(2.0) and m["clip/frac"].item() == 0.0  # a diagnostic only
     assert m["ratio/mean"].item() == pytest.approx(4 / 3)
-    d = [math.log(0.5) - math.log(0.4), 0.0, math.log(0.8) - math.log(0.5)]       # log π_θ − log π_ref
+    d = [math.log(0.5) - math.log(0.4), 0.0, math.log(0.8) - math.log(0.5)]  # log π_θ − log π_ref
     kls = {"k1": d, "k2": [0.5 * x * x for x in d], "k3": [math.expm1(-x) + x for x in d]}
     for est, k in kls.items():
         loss, m = reinforce.loss(lp, b, reinforce.Config(kl_coef=0.1, kl_estimator=est), norm)
@@ -149,13 +153,13 @@ def test_reinforce_pp_returns_verl_cases():
     out = reinforce_pp.returns(t([[0, 0, 0, 0, 2]]), t([[1, 1, 0, 0, 1]]), gamma=0.5)
     assert out.tolist() == [[0.5, 1.0, 0.0, 0.0, 2.0]]
     r = reinforce_pp.token_rewards(t([3.0, 5.0]), t([[0, 1, 1, 0, 1, 0], [0, 0, 0, 0, 0, 0]]))
-    assert r.tolist() == [[0, 0, 0, 0, 3, 0], [0] * 6]              # on the last loss token; empty row: nothing
+    assert r.tolist() == [[0, 0, 0, 0, 3, 0], [0] * 6]  # on the last loss token; empty row: nothing
 
 
 def test_reinforce_pp_advantages_hand_computed():
     mask = t([[1, 1, 0], [1, 0, 0]])
     old = t([[-1.0, -2.0, 0.0], [-0.5, 0.0, 0.0]])
-    ref = t([[-1.5, -1.8, 0.0], [-0.5, 0.0, 0.0]])                  # k1 = old − ref = [0.5, −0.2], [0]
+    ref = t([[-1.5, -1.8, 0.0], [-0.5, 0.0, 0.0]])  # k1 = old − ref = [0.5, −0.2], [0]
     batch = RolloutBatch(loss_mask=mask, old_logprobs=old, ref_logprobs=ref)
     r, gi = t([1.0, 0.0]), torch.tensor([0, 0])
 
@@ -171,11 +175,15 @@ def test_reinforce_pp_advantages_hand_computed():
     a = reinforce_pp.advantages(r, gi, reinforce_pp.Config(reward_kl_coef=0.1), batch=batch)
     got = [a[0, 0].item(), a[0, 1].item(), a[1, 0].item()]
     assert got == pytest.approx(whiten([0.97, 1.02, 0.0]), abs=1e-9)
-    assert statistics.fmean(got) == pytest.approx(0.0, abs=1e-12) and statistics.stdev(got) == pytest.approx(1.0, abs=1e-6)
+    assert statistics.fmean(got) == pytest.approx(0.0, abs=1e-12) and statistics.stdev(got) == pytest.approx(
+        1.0, abs=1e-6
+    )
     # -baseline: rows of lengths 2, 1, 1; groups [0, 0, 1]; R = [1, 0, 1] → centred [.5, .5], [−.5], [0]
     mask3 = t([[1, 1, 0], [1, 0, 0], [0, 1, 0]])
     b3 = RolloutBatch(loss_mask=mask3, old_logprobs=-mask3, ref_logprobs=-mask3)
-    a = reinforce_pp.advantages(t([1.0, 0.0, 1.0]), torch.tensor([0, 0, 1]), reinforce_pp.Config(baseline=True), batch=b3)
+    a = reinforce_pp.advantages(
+        t([1.0, 0.0, 1.0]), torch.tensor([0, 0, 1]), reinforce_pp.Config(baseline=True), batch=b3
+    )
     got = [a[0, 0].item(), a[0, 1].item(), a[1, 0].item(), a[2, 1].item()]
     assert got == pytest.approx(whiten([0.5, 0.5, -0.5, 0.0]), abs=1e-9)
     assert got == pytest.approx([0.783349, 0.783349, -1.305582, -0.261116], abs=1e-6)
@@ -186,6 +194,7 @@ def test_reinforce_pp_advantages_hand_computed():
 
 
 # ============================================================================= rows 33, 34: per-token signal by length
+
 
 def _length_batch(lengths, A, T):
     mask = torch.zeros(len(lengths), T, dtype=F64)
@@ -200,14 +209,14 @@ def test_row33_per_token_gradient_under_three_aggregations():
     lp, b, mask = _length_batch([10, 200], [0.5, 0.5], 200)
     norm = core.batch_norm(mask, 200)
     K = 2
-    g = _grad(grpo, grpo.Config(kl_coef=0.0), lp, b, norm)[2]      # seq-mean-token-mean: A/(K·|y_i|)
+    g = _grad(grpo, grpo.Config(kl_coef=0.0), lp, b, norm)[2]  # seq-mean-token-mean: A/(K·|y_i|)
     short, long = -K * g[0, 0].item(), -K * g[1, 0].item()
     assert (short, long) == pytest.approx((0.05, 0.0025)) and long / short == pytest.approx(0.05)
-    g = _grad(dapo, dapo.Config(), lp, b, norm)[2]                   # token-mean: A/Σ|y|
+    g = _grad(dapo, dapo.Config(), lp, b, norm)[2]  # token-mean: A/Σ|y|
     assert (-g[0, 0].item(), -g[1, 0].item()) == pytest.approx((0.002381, 0.002381), abs=1e-6)
-    g = _grad(dr_grpo, dr_grpo.Config(), lp, b, norm)[2]             # Σ/(K·L_max): A/K per token, ÷ L_max
+    g = _grad(dr_grpo, dr_grpo.Config(), lp, b, norm)[2]  # Σ/(K·L_max): A/K per token, ÷ L_max
     assert (-200 * g[0, 0].item(), -200 * g[1, 199].item()) == pytest.approx((0.25, 0.25))
-    g = _grad(dr_grpo, dr_grpo.Config(aggregation="seq-mean-token-sum"), lp, b, norm)[2]   # the lesson's "sum / K"
+    g = _grad(dr_grpo, dr_grpo.Config(aggregation="seq-mean-token-sum"), lp, b, norm)[2]  # the lesson's "sum / K"
     assert (-g[0, 0].item(), -g[1, 0].item()) == pytest.approx((0.25, 0.25))
     assert (g[mask == 0] == 0).all()
 
@@ -222,6 +231,7 @@ def test_row34_grpo_per_token_signal():
 
 # ============================================================================= equivalences
 
+
 def test_dr_grpo_is_grpo_with_two_switches():
     g = torch.Generator().manual_seed(7)
     r, gi = torch.rand(12, dtype=F64, generator=g), torch.arange(3).repeat_interleave(4)
@@ -233,7 +243,7 @@ def test_dr_grpo_is_grpo_with_two_switches():
     a = _grad(dr_grpo, dr_grpo.Config(), lp, _batch(old, A, mask, ref), norm)
     b = _grad(grpo, off, lp, _batch(old, A, mask, ref), norm)
     assert a[0].item() == b[0].item() and torch.equal(a[2], b[2])
-    pg, _ = core.ppo_clip_loss(lp, old, A, 0.2, 0.2)                # by hand: Σ ℓ / (N · L_max)
+    pg, _ = core.ppo_clip_loss(lp, old, A, 0.2, 0.2)  # by hand: Σ ℓ / (N · L_max)
     assert a[0].item() == pytest.approx(float((pg * mask).sum()) / (5 * 16), rel=1e-12)
 
 
@@ -283,7 +293,7 @@ def test_micro_batches_sum_to_the_full_batch(name, kw):
     for s in (slice(0, 3), slice(3, 4), slice(4, 8)):
         loss, m = mod.loss(lp[s], _batch(old[s], A[s], mask[s], ref[s], truncated=trunc[s]), cfg, norm, ent[s])
         total = total + loss
-        policy += float(mask[s].sum()) / norm["tokens"] * float(m["loss/policy"])   # the trainer's weighting
+        policy += float(mask[s].sum()) / norm["tokens"] * float(m["loss/policy"])  # the trainer's weighting
     (g_parts,) = torch.autograd.grad(total, lp)
     assert total.item() == pytest.approx(full.item(), rel=1e-12)
     assert torch.allclose(g_parts, g_full, rtol=1e-10, atol=1e-15)
@@ -309,8 +319,14 @@ def test_advantages_accept_the_controller_call():
     # the controller calls advantages(rewards, group_index, cfg, batch=batch) for every algorithm
     lp, old, ref, _, _, mask = _random_batch(12)
     r, gi = t([1, 0, 1, 1, 0, 0]), torch.tensor([0, 0, 0, 1, 1, 1])
-    batch = RolloutBatch(loss_mask=mask, old_logprobs=old, ref_logprobs=ref, input_ids=torch.zeros_like(mask).long(),
-                         rewards=r, group_index=gi)
+    batch = RolloutBatch(
+        loss_mask=mask,
+        old_logprobs=old,
+        ref_logprobs=ref,
+        input_ids=torch.zeros_like(mask).long(),
+        rewards=r,
+        group_index=gi,
+    )
     for name, mod in ALL.items():
         a = mod.advantages(batch.rewards, batch.group_index, mod.Config(), batch=batch)
         assert a.shape in ((6,), (6, 7)) and torch.isfinite(a).all(), name

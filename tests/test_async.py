@@ -16,8 +16,8 @@ from posttrain.recipes import rl
 
 from conftest import TINY_TASK
 
-
 # ---------------------------------------------------------------------- the correction, worked values
+
 
 def _case():
     # ratios π_prox/μ = 4, 0.5, 1 on three loss tokens; the 4th position is padding holding NaN
@@ -27,12 +27,15 @@ def _case():
     return prox, behav, mask
 
 
-@pytest.mark.parametrize("mode,expected,capped", [
-    ("none", [1.0, 1.0, 1.0, 0.0], 0.0),
-    ("tis", [3.0, 0.5, 1.0, 0.0], 1 / 3),           # min(w_t, 3)
-    ("seq_tis", [2.0, 2.0, 2.0, 0.0], 0.0),         # Π w_t = 4 · 0.5 · 1 = 2 < 3
-    ("mask", [0.0, 0.5, 1.0, 0.0], 1 / 3),          # 4 is outside [1/3, 3]: zeroed
-])
+@pytest.mark.parametrize(
+    "mode,expected,capped",
+    [
+        ("none", [1.0, 1.0, 1.0, 0.0], 0.0),
+        ("tis", [3.0, 0.5, 1.0, 0.0], 1 / 3),  # min(w_t, 3)
+        ("seq_tis", [2.0, 2.0, 2.0, 0.0], 0.0),  # Π w_t = 4 · 0.5 · 1 = 2 < 3
+        ("mask", [0.0, 0.5, 1.0, 0.0], 1 / 3),  # 4 is outside [1/3, 3]: zeroed
+    ],
+)
 def test_off_policy_weights_worked_values(mode, expected, capped):
     prox, behav, mask = _case()
     w, m = off_policy_weights(prox, behav, mask, mode, cap=3.0)
@@ -68,8 +71,10 @@ def test_bad_correction_settings_are_usage_errors():
 
 # ---------------------------------------------------------------------- the producer, with stand-ins
 
+
 class _Publisher:
     """A WeightPublisher stand-in: versions only."""
+
     def __init__(self):
         self.version = 0
 
@@ -92,7 +97,7 @@ class _Engine:
 class _Sample:
     def __init__(self, version):
         self.policy_version = version
-        self.response_ids, self.response_mask = [7, 8], [1, 1]     # two tokens, both of `version`
+        self.response_ids, self.response_mask = [7, 8], [1, 1]  # two tokens, both of `version`
 
 
 def _drive(K, stale, steps=12, fail_at=None):
@@ -109,7 +114,7 @@ def _drive(K, stale, steps=12, fail_at=None):
         for step in range(1, steps + 1):
             _, metrics = src.get(step)
             seen.append(metrics)
-            time.sleep(0.01)          # the trainer is the slow role: the producer runs ahead
+            time.sleep(0.01)  # the trainer is the slow role: the producer runs ahead
             src.sync()
     finally:
         src.close()
@@ -119,22 +124,22 @@ def _drive(K, stale, steps=12, fail_at=None):
 @pytest.mark.parametrize("K", [0, 1, 3])
 def test_paced_staleness_never_exceeds_max_staleness(K):
     seen = _drive(K, "pace")
-    assert [m["step"] for m in seen] == list(range(1, 13))          # pacing: in order, none lost
+    assert [m["step"] for m in seen] == list(range(1, 13))  # pacing: in order, none lost
     assert max(m["staleness/max"] for m in seen) <= K
-    assert max(m["staleness/max"] for m in seen[2:]) == K           # ... and the producer did run ahead
+    assert max(m["staleness/max"] for m in seen[2:]) == K  # ... and the producer did run ahead
     assert all(m["staleness/dropped_batches"] == 0 for m in seen)
 
 
 def test_fixed_mode_samples_exactly_max_staleness_versions_behind():
     seen = _drive(2, "fixed")
-    assert [m["staleness/max"] for m in seen] == [0, 1] + [2] * 10          # warm-up, then exactly K
+    assert [m["staleness/max"] for m in seen] == [0, 1] + [2] * 10  # warm-up, then exactly K
     assert all(m["staleness/mean"] == m["staleness/max"] for m in seen)
 
 
 def test_drop_mode_discards_batches_older_than_max_staleness():
     seen = _drive(1, "drop")
     assert max(m["staleness/max"] for m in seen) <= 1
-    assert seen[-1]["step"] >= 12                                   # steps of dropped batches were skipped
+    assert seen[-1]["step"] >= 12  # steps of dropped batches were skipped
 
 
 def test_a_producer_error_reaches_the_trainer():
@@ -144,38 +149,51 @@ def test_a_producer_error_reaches_the_trainer():
 
 # ---------------------------------------------------------------------- long tail
 
+
 def test_straggler_cut_off_keeps_the_first_to_finish(nano, tok):
     from posttrain.framework.rollout import Engine, SamplingParams
-    stops = tuple(range(4, tok.vocab_size, 6))                      # an untrained model then stops at random
+
+    stops = tuple(range(4, tok.vocab_size, 6))  # an untrained model then stops at random
     prompts, sp = [[5, 6, 7], [8, 9], [10, 11, 12]], SamplingParams(temperature=1.0, max_new_tokens=16, stop_ids=stops)
     whole = Engine(nano, tok)
     full = whole.generate(prompts, 6, sp, seed=3, step=1)
     engine = Engine(nano, tok)
     cut = engine.generate(prompts, 6, sp, seed=3, step=1, keep=4)
-    assert len({len(s.response_ids) for s in full}) > 3              # lengths vary: there is a tail to cut
+    assert len({len(s.response_ids) for s in full}) > 3  # lengths vary: there is a tail to cut
     assert engine.stats["rollout/cancelled"] == 3 * 2
-    assert engine.stats["rollout/decode_steps"] < whole.stats["rollout/decode_steps"]   # the wait got shorter
+    assert engine.stats["rollout/decode_steps"] < whole.stats["rollout/decode_steps"]  # the wait got shorter
     for g in range(3):
         # every sample starts at once (enough slots), so "first to finish" = shortest, ties by index
         first = sorted((len(s.response_ids), s.index) for s in full if s.group == g)[:4]
         got = [(s.index, s.response_ids) for s in cut if s.group == g]
         assert sorted(i for i, _ in got) == sorted(i for _, i in first)
-        assert all(ids == full[g * 6 + i].response_ids for i, ids in got)   # same keyed draws
+        assert all(ids == full[g * 6 + i].response_ids for i, ids in got)  # same keyed draws
 
 
 def test_max_of_k_metrics_worked_values():
     import numpy as np
+
     from posttrain.framework.controller import max_of_k_metrics
-    m = max_of_k_metrics(np.array([1.0, 1, 1, 1, 6]))            # mean 2, population std 2
+
+    m = max_of_k_metrics(np.array([1.0, 1, 1, 1, 6]))  # mean 2, population std 2
     assert m["length/max_of_k"] == 3.0 and m["length/cv"] == 1.0
-    s = math.sqrt(math.log(2.0))                                 # s = √ln(1 + cv²)
+    s = math.sqrt(math.log(2.0))  # s = √ln(1 + cv²)
     assert m["length/max_of_k_expected"] == pytest.approx(math.exp(s * math.sqrt(2 * math.log(5)) - s * s / 2))
 
 
 def test_throughput_summary_worked_values():
     from posttrain.distributed.run_summary import summarize
-    row = {"time/rollout_s": 3.0, "time/reward_s": 1.0, "time/reference_s": 0.25, "time/proximal_s": 0.25,
-           "time/train_s": 2.0, "time/sync_s": 0.5, "time/step_s": 7.0, "time/trainer_idle_s": 3.5}
+
+    row = {
+        "time/rollout_s": 3.0,
+        "time/reward_s": 1.0,
+        "time/reference_s": 0.25,
+        "time/proximal_s": 0.25,
+        "time/train_s": 2.0,
+        "time/sync_s": 0.5,
+        "time/step_s": 7.0,
+        "time/trainer_idle_s": 3.5,
+    }
     rows = [{"step": 0, "eval/pass@1": 0.1}, {"step": 1, **row}, {"step": 2, **row}]
     s = summarize(rows, "colocated", samples_per_step=14)
     assert s["steps"] == 2 and s["equation_step_s"] == 7.0 and s["bottleneck"] == "rollout"
@@ -185,14 +203,34 @@ def test_throughput_summary_worked_values():
 
 # ---------------------------------------------------------------------- whole runs
 
-COMMON = ["prompts_per_step=2", "samples_per_prompt=4", "eval_problems=4", "eval_samples=2", "eval_every=0",
-          "steps=3", "threads=1", *TINY_TASK]
+COMMON = [
+    "prompts_per_step=2",
+    "samples_per_prompt=4",
+    "eval_problems=4",
+    "eval_samples=2",
+    "eval_every=0",
+    "steps=3",
+    "threads=1",
+    *TINY_TASK,
+]
 
 
 def test_async_with_staleness_zero_equals_sync(sft_ckpt, tmp_path):
     rl.run(load_config(RLConfig, None, [f"out={tmp_path}/sync", f"init={sft_ckpt}", *COMMON]))
-    rl.run(load_config(RLConfig, None, [f"out={tmp_path}/async", f"init={sft_ckpt}", "async=true", "max_staleness=0",
-                                        "off_policy_correction=none", *COMMON]))
+    rl.run(
+        load_config(
+            RLConfig,
+            None,
+            [
+                f"out={tmp_path}/async",
+                f"init={sft_ckpt}",
+                "async=true",
+                "max_staleness=0",
+                "off_policy_correction=none",
+                *COMMON,
+            ],
+        )
+    )
     sync, asyn = read_metrics(tmp_path / "sync")[1:], read_metrics(tmp_path / "async")[1:]
     for a, b in zip(sync, asyn):
         for k in ("reward/mean", "length/mean", "loss", "grad/norm", "eval/pass@1"):
@@ -203,41 +241,81 @@ def test_async_with_staleness_zero_equals_sync(sft_ckpt, tmp_path):
 
 def test_async_run_with_staleness_and_correction(sft_ckpt, tmp_path):
     out = tmp_path / "a1"
-    rl.run(load_config(RLConfig, None, [f"out={out}", f"init={sft_ckpt}", "async=true", "max_staleness=1",
-                                        "off_policy_correction=tis", "overprovision=2", *COMMON]))
+    rl.run(
+        load_config(
+            RLConfig,
+            None,
+            [
+                f"out={out}",
+                f"init={sft_ckpt}",
+                "async=true",
+                "max_staleness=1",
+                "off_policy_correction=tis",
+                "overprovision=2",
+                *COMMON,
+            ],
+        )
+    )
     rows = read_metrics(out)[1:]
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert all(r["staleness/max"] <= 1 for r in rows)
-    assert all(r["rollout/cancelled"] == 2 * 2 for r in rows)      # 6 started per prompt, first 4 kept
-    for key in ("queue/size", "time/trainer_idle_s", "time/rollout_idle_s", "rollout/tokens_per_s",
-                "train/tokens_per_s", "offpolicy/weight_mean"):
+    assert all(r["rollout/cancelled"] == 2 * 2 for r in rows)  # 6 started per prompt, first 4 kept
+    for key in (
+        "queue/size",
+        "time/trainer_idle_s",
+        "time/rollout_idle_s",
+        "rollout/tokens_per_s",
+        "train/tokens_per_s",
+        "offpolicy/weight_mean",
+    ):
         assert key in rows[-1], key
     summary = json.loads((out / "throughput.json").read_text())
-    assert summary["topology"] == "async" and summary["steps"] == 3 and summary["bottleneck"] in ("rollout", "reward",
-                                                                                                "reference", "train", "sync")
+    assert (
+        summary["topology"] == "async"
+        and summary["steps"] == 3
+        and summary["bottleneck"] in ("rollout", "reward", "reference", "train", "sync")
+    )
     fresh = [r for r in rows if r["staleness/max"] == 0]
-    assert fresh and all(abs(r["offpolicy/weight_mean"] - 1) < 1e-4 for r in fresh)   # on-policy: w = 1
-    assert all(abs(r["ratio/mean"] - 1) < 1e-4 for r in rows)     # the ratio is taken against π_prox
+    assert fresh and all(abs(r["offpolicy/weight_mean"] - 1) < 1e-4 for r in fresh)  # on-policy: w = 1
+    assert all(abs(r["ratio/mean"] - 1) < 1e-4 for r in rows)  # the ratio is taken against π_prox
 
 
 @pytest.mark.slow
 def test_sync_run_with_correction_has_unit_weights(sft_ckpt, tmp_path):
-    rl.run(load_config(RLConfig, None, [f"out={tmp_path}/s", f"init={sft_ckpt}", "off_policy_correction=mask",
-                                        "steps=2", *COMMON[:-2], *TINY_TASK]))
+    rl.run(
+        load_config(
+            RLConfig,
+            None,
+            [
+                f"out={tmp_path}/s",
+                f"init={sft_ckpt}",
+                "off_policy_correction=mask",
+                "steps=2",
+                *COMMON[:-2],
+                *TINY_TASK,
+            ],
+        )
+    )
     rows = read_metrics(tmp_path / "s")[1:]
     assert all(abs(r["offpolicy/weight_mean"] - 1) < 1e-4 and r["offpolicy/capped_frac"] == 0 for r in rows)
 
 
 def test_bad_scale_keys_are_usage_errors(tmp_path):
-    for bad, match in [("placement=mpi", "placement"), ("stale=keep", "stale"), ("max_staleness=-1", "max_staleness"),
-                       ("off_policy_correction=is", "off_policy_correction")]:
+    for bad, match in [
+        ("placement=mpi", "placement"),
+        ("stale=keep", "stale"),
+        ("max_staleness=-1", "max_staleness"),
+        ("off_policy_correction=is", "off_policy_correction"),
+    ]:
         with pytest.raises(UsageError, match=match):
             rl.run(load_config(RLConfig, None, [f"out={tmp_path}/x", "init=nowhere", bad]))
 
 
 def _same_weights(a, b):
     from safetensors.torch import load_file
+
     from posttrain import checkpoint
+
     wa, wb = (load_file(checkpoint.latest(d) / "model.safetensors") for d in (a, b))
     return wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
 
@@ -248,16 +326,29 @@ def test_async_resume_is_exact(sft_ckpt, tmp_path, monkeypatch, stale):
     first batch after the resume is sampled by the weights one version behind (staleness 1, as
     without the kill), which the checkpoint keeps, not by the resumed weights (staleness 0)."""
     from test_recipes import _metrics_without_time, _same_weights, run_killed
-    common = [f"init={sft_ckpt}", "rollout.prompts_per_step=2", "rollout.samples_per_prompt=4", "eval.problems=4",
-              "eval.samples=2", "eval_every=0", "steps=4", "save_every=2", "threads=1", "scale.async=true",
-              "scale.max_staleness=1", f"scale.stale={stale}", *TINY_TASK]
+
+    common = [
+        f"init={sft_ckpt}",
+        "rollout.prompts_per_step=2",
+        "rollout.samples_per_prompt=4",
+        "eval.problems=4",
+        "eval.samples=2",
+        "eval_every=0",
+        "steps=4",
+        "save_every=2",
+        "threads=1",
+        "scale.async=true",
+        "scale.max_staleness=1",
+        f"scale.stale={stale}",
+        *TINY_TASK,
+    ]
     rl.run(load_config(RLConfig, None, [f"out={tmp_path}/full", *common]))
     cfg = load_config(RLConfig, None, [f"out={tmp_path}/half", *common])
     run_killed(monkeypatch, rl, cfg, die_on_step=4)
     rl.run(cfg, resume=True)
     full = read_metrics(tmp_path / "full")
     assert [m["staleness/max"] for m in full[1:]] == [0.0, 1.0, 1.0, 1.0]
-    timing = ("queue/", "staleness/dropped")                      # how far the producer ran ahead: wall-clock
+    timing = ("queue/", "staleness/dropped")  # how far the producer ran ahead: wall-clock
     same = [{k: v for k, v in m.items() if not k.startswith(timing)} for m in _metrics_without_time(tmp_path / "full")]
     half = [{k: v for k, v in m.items() if not k.startswith(timing)} for m in _metrics_without_time(tmp_path / "half")]
     assert half == same

@@ -21,17 +21,27 @@ def _full_batch(seed: int = 0, B: int = 6, T: int = 9) -> RolloutBatch:
     """Every field present, random, with some rows truncated and junk nowhere (all finite)."""
     g = torch.Generator().manual_seed(seed)
     lengths = torch.tensor([9, 4, 7, 3, 8, 6])[:B]
-    attn = (torch.arange(T)[None] < lengths[:, None]).to(F64)           # [B, T]
+    attn = (torch.arange(T)[None] < lengths[:, None]).to(F64)  # [B, T]
     mask = attn.clone()
-    mask[:, :2] = 0                                                     # a 2-token prompt
-    r = lambda *s: torch.rand(*s, generator=g, dtype=F64)              # noqa: E731
+    mask[:, :2] = 0  # a 2-token prompt
+    r = lambda *s: torch.rand(*s, generator=g, dtype=F64)  # noqa: E731
     return RolloutBatch(
-        input_ids=torch.randint(1, 60, (B, T), generator=g), attention_mask=attn, loss_mask=mask,
-        old_logprobs=-r(B, T) * mask, rewards=(r(B) > 0.5).to(F64), group_index=torch.arange(B) // 3,
-        policy_version=torch.zeros(B, dtype=torch.long), truncated=torch.tensor([True, False] * (B // 2)),
-        ref_logprobs=-r(B, T) * mask, values=r(B, T) * mask, advantages=(r(B, T) - 0.5) * mask,
-        returns=r(B, T) * mask, behaviour_logprobs=-r(B, T) * mask, new_values=r(B, T) * mask,
-        row_index=torch.arange(B))
+        input_ids=torch.randint(1, 60, (B, T), generator=g),
+        attention_mask=attn,
+        loss_mask=mask,
+        old_logprobs=-r(B, T) * mask,
+        rewards=(r(B) > 0.5).to(F64),
+        group_index=torch.arange(B) // 3,
+        policy_version=torch.zeros(B, dtype=torch.long),
+        truncated=torch.tensor([True, False] * (B // 2)),
+        ref_logprobs=-r(B, T) * mask,
+        values=r(B, T) * mask,
+        advantages=(r(B, T) - 0.5) * mask,
+        returns=r(B, T) * mask,
+        behaviour_logprobs=-r(B, T) * mask,
+        new_values=r(B, T) * mask,
+        row_index=torch.arange(B),
+    )
 
 
 def _snapshot(batch: RolloutBatch) -> dict:
@@ -42,7 +52,7 @@ def _unchanged(batch: RolloutBatch, before: dict) -> None:
     now = batch.tensors()
     assert now.keys() == before.keys()
     for k, v in before.items():
-        assert now[k].dtype == v.dtype and torch.equal(now[k], v), k   # bitwise, every field
+        assert now[k].dtype == v.dtype and torch.equal(now[k], v), k  # bitwise, every field
 
 
 def _config(mod):
@@ -62,10 +72,10 @@ def test_a_loss_leaves_every_field_of_the_batch_unchanged(name):
     lp = (batch.old_logprobs + 0.1 * torch.randn(batch.loss_mask.shape, generator=g, dtype=F64)).requires_grad_(True)
     ent = torch.rand(batch.loss_mask.shape, generator=g, dtype=F64)
     new_values = batch.new_values.clone().requires_grad_(True)
-    batch = dataclasses.replace(batch, new_values=new_values)           # the trainer's forward, with gradient
+    batch = dataclasses.replace(batch, new_values=new_values)  # the trainer's forward, with gradient
     before["new_values"] = new_values.detach().clone()
     loss, metrics = mod.loss(lp, batch, cfg, core.batch_norm(batch.loss_mask), ent)
-    loss.backward()                                                     # a backward writes no batch field either
+    loss.backward()  # a backward writes no batch field either
     assert torch.isfinite(loss) and metrics
     _unchanged(batch, before)
 
@@ -77,7 +87,7 @@ def test_advantages_leave_the_batch_unchanged(name):
     before = _snapshot(batch)
     adv = mod.advantages(batch.rewards, batch.group_index, _config(mod), batch=batch)
     assert torch.isfinite(adv).all()
-    if name == "ppo":                                                   # the critic's target: a new tensor too
+    if name == "ppo":  # the critic's target: a new tensor too
         assert torch.isfinite(mod.value_targets(batch.rewards, batch, _config(mod))).all()
     _unchanged(batch, before)
 
@@ -85,7 +95,8 @@ def test_advantages_leave_the_batch_unchanged(name):
 def test_the_off_policy_correction_returns_a_new_batch():
     model = GPTMini(ModelConfig(preset="nano").resolved(64))
     batch = dataclasses.replace(_full_batch(3), behaviour_logprobs=None, row_index=None).map(
-        lambda v: v.float() if v.is_floating_point() else v)
+        lambda v: v.float() if v.is_floating_point() else v
+    )
     before = _snapshot(batch)
     new, metrics = correct_off_policy(model, batch, "tis", 2.0, 1.0)
     _unchanged(batch, before)
@@ -99,25 +110,29 @@ def test_the_off_policy_correction_returns_a_new_batch():
 def test_the_batch_is_frozen_and_micro_batches_keep_its_type():
     batch = _full_batch(4)
     with pytest.raises(dataclasses.FrozenInstanceError):
-        batch.advantages = None                                         # type: ignore[misc]
+        batch.advantages = None  # type: ignore[misc]
     parts = split_micro_batches(dataclasses.replace(batch, row_index=None), 30)
     assert len(parts) > 1 and all(isinstance(p, RolloutBatch) for p in parts)
     rows = torch.cat([p.row_index for p in parts])
     assert sorted(rows.tolist()) == list(range(6))
-    for p in parts:                                                     # rows as in the batch, columns trimmed
+    for p in parts:  # rows as in the batch, columns trimmed
         w = p.loss_mask.shape[1]
         assert torch.equal(p.advantages, batch.advantages[p.row_index, :w])
-        assert torch.equal(p.rewards, batch.rewards[p.row_index]) and torch.equal(p.truncated, batch.truncated[p.row_index])
+        assert torch.equal(p.rewards, batch.rewards[p.row_index]) and torch.equal(
+            p.truncated, batch.truncated[p.row_index]
+        )
         assert int(p.attention_mask.sum(1).max()) == w
 
 
 def test_collate_samples_fills_every_rollout_field():
-    s = [Sample([1, 2], [3, 4, 5], [-0.1, -0.2, -0.3], [1, 1, 1], "length", 2, 0, 0, reward=1.0),
-         Sample([1], [6], [-0.5], [1], "stop", 2, 1, 0, reward=0.0)]
+    s = [
+        Sample([1, 2], [3, 4, 5], [-0.1, -0.2, -0.3], [1, 1, 1], "length", 2, 0, 0, reward=1.0),
+        Sample([1], [6], [-0.5], [1], "stop", 2, 1, 0, reward=0.0),
+    ]
     b = collate_samples(s, 0)
     assert b.input_ids.tolist() == [[1, 2, 3, 4, 5], [1, 6, 0, 0, 0]]
     assert b.loss_mask.tolist() == [[0, 0, 1, 1, 1], [0, 1, 0, 0, 0]]
     assert b.old_logprobs[0, 2:].tolist() == pytest.approx([-0.1, -0.2, -0.3]) and b.old_logprobs[1, 1].item() == -0.5
     assert b.rewards.tolist() == [1.0, 0.0] and b.group_index.tolist() == [0, 1] and b.policy_version.tolist() == [2, 2]
-    assert b.truncated.tolist() == [True, False]                        # finish_reason "length": DAPO's mask_truncated
+    assert b.truncated.tolist() == [True, False]  # finish_reason "length": DAPO's mask_truncated
     assert b.advantages is None and b.ref_logprobs is None and b.values is None

@@ -28,7 +28,7 @@ def tiny(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench") / "train.json"
     threads = torch.get_num_threads()
     result = run(str(out), preset="nano", batch=2, seq_len=16, steps=2, warmup=1, threads=1)
-    assert torch.get_num_threads() == threads              # the run restores the thread count
+    assert torch.get_num_threads() == threads  # the run restores the thread count
     return result, out
 
 
@@ -45,7 +45,7 @@ def test_tiny_run_reports_positive_rates(tiny):
         assert s["gflops"] == pytest.approx(r["flops_per_step"] / s["step_s"] / 1e9)
         assert s["peak_frac"] == pytest.approx(s["gflops"] / r["matmul_peak_gflops"])
         assert s["gflops_with_attn"] > s["gflops"] > 0
-        assert len(s["losses"]) == 3                        # warmup + timed steps
+        assert len(s["losses"]) == 3  # warmup + timed steps
     assert r["speed_ratio"] == pytest.approx(r["hf"]["step_s"] / r["ours"]["step_s"])
 
 
@@ -56,7 +56,7 @@ def test_tiny_run_trains_the_same_as_hf(tiny):
     ours, hf = r["ours"]["losses"], r["hf"]["losses"]
     assert ours[0] == pytest.approx(hf[0], abs=1e-6)
     assert ours == pytest.approx(hf, abs=1e-5)
-    assert ours[-1] < ours[0]                               # the steps did train
+    assert ours[-1] < ours[0]  # the steps did train
 
 
 def test_tiny_run_writes_json(tiny):
@@ -67,9 +67,33 @@ def test_tiny_run_writes_json(tiny):
 @pytest.mark.slow
 def test_cli_bench_train_subprocess(tmp_path):
     out = tmp_path / "t.json"
-    p = subprocess.run([sys.executable, "-m", "posttrain.cli", "bench", "train", "--preset", "nano",
-                        "--batch", "2", "--seq-len", "8", "--steps", "1", "--warmup", "0", "--threads", "1",
-                        "--no-hf", "--out", str(out)], capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "posttrain.cli",
+            "bench",
+            "train",
+            "--preset",
+            "nano",
+            "--batch",
+            "2",
+            "--seq-len",
+            "8",
+            "--steps",
+            "1",
+            "--warmup",
+            "0",
+            "--threads",
+            "1",
+            "--no-hf",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr
     r = json.loads(out.read_text())
     assert r["bench"] == "train" and "hf" not in r and r["ours"]["tokens_per_s"] > 0
@@ -78,11 +102,13 @@ def test_cli_bench_train_subprocess(tmp_path):
 
 # ---- the training path the benchmark measures (models/gpt_mini.py) ------------------------
 
+
 def test_training_path_gives_hf_loss_and_gradients(tok):
     """Fused q/k/v and gate/up, our rotary and RMSNorm: the loss and every parameter's
     gradient equal transformers' Llama with the same weights."""
     from posttrain.models.export import to_hf_model, to_hf_state_dict
     from posttrain.models.gpt_mini import ModelConfig, build_model
+
     torch.manual_seed(0)
     model = build_model(ModelConfig(preset="nano", n_kv_heads=2), tok.vocab_size).train()
     hf = to_hf_model(model, tok).train()
@@ -94,20 +120,29 @@ def test_training_path_gives_hf_loss_and_gradients(tok):
         loss.backward()
         losses.append(loss.item())
     assert losses[0] == pytest.approx(losses[1], abs=1e-6)
-    grads = copy.deepcopy(model)                            # a model whose weights are the gradients
+    grads = copy.deepcopy(model)  # a model whose weights are the gradients
     for g, p in zip(grads.parameters(), model.parameters()):
         g.data = p.grad
-    expected = to_hf_state_dict(grads)                      # ... renamed and split as HF's
+    expected = to_hf_state_dict(grads)  # ... renamed and split as HF's
     for name, p in hf.named_parameters():
         assert torch.allclose(p.grad, expected[name], rtol=1e-4, atol=1e-7), name
 
 
 def test_algorithms_summary_over_seeds_by_hand():
     from posttrain.bench.algorithms import format_summary, summarize
-    row = lambda name, seed, p1, p8: {"algorithm": name, "seed": seed, "pass@1_start": 0.5, "pass@1_end": p1,
-                                      "pass@8_start": 0.8, "pass@8_end": p8, "entropy": 0.05, "wall_s": 10.0}
+
+    row = lambda name, seed, p1, p8: {
+        "algorithm": name,
+        "seed": seed,
+        "pass@1_start": 0.5,
+        "pass@1_end": p1,
+        "pass@8_start": 0.8,
+        "pass@8_end": p8,
+        "entropy": 0.05,
+        "wall_s": 10.0,
+    }
     rows = [row("grpo", 0, 0.6, 0.7), row("grpo", 1, 0.4, 0.9), row("grpo", 2, 0.5, 0.8), row("rloo", 0, 0.7, 0.8)]
-    r, g = summarize(rows)                                   # in ORDER: rloo before grpo
+    r, g = summarize(rows)  # in ORDER: rloo before grpo
     assert (r["algorithm"], g["algorithm"]) == ("rloo", "grpo")
     assert g["pass@1_end_mean"] == pytest.approx(0.5) and g["pass@1_end_std"] == pytest.approx(0.1)
     assert g["pass@1_gain_mean"] == pytest.approx(0.0) and g["improved_seeds"] == 1
@@ -121,9 +156,28 @@ def test_cli_bench_trl_reports_the_flop_floor(tmp_path):
     2·N·generated tokens at the measured peak, each side's fraction floor / its step time."""
     pytest.importorskip("trl")
     out = tmp_path / "trl.json"
-    p = subprocess.run([sys.executable, "-m", "posttrain.cli", "bench", "trl", "--steps", "3", "--warmup", "1",
-                        "--shapes", "8x4", "--threads", "1", "--out", str(out)],
-                       capture_output=True, text=True, timeout=600)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "posttrain.cli",
+            "bench",
+            "trl",
+            "--steps",
+            "3",
+            "--warmup",
+            "1",
+            "--shapes",
+            "8x4",
+            "--threads",
+            "1",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     r = json.loads(out.read_text())
     row = r["shapes"]["8x4"]

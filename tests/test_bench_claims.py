@@ -23,7 +23,7 @@ def test_best_of_n_is_exact_over_every_subset():
 def test_best_of_n_averages_prompts_and_a_perfect_rm_reaches_pass_at_n():
     rng = np.random.default_rng(0)
     true = (rng.random((50, 8)) < 0.3).astype(float)
-    rows = best_of_n(true + 0.01 * rng.random((50, 8)), true, [1, 8])   # the RM ranks right answers first
+    rows = best_of_n(true + 0.01 * rng.random((50, 8)), true, [1, 8])  # the RM ranks right answers first
     assert rows[0]["true"] == pytest.approx(true.mean()) and rows[1]["true"] == pytest.approx(true.max(1).mean())
 
 
@@ -36,8 +36,10 @@ class _ConstPRM(torch.nn.Module):
 
 
 def test_step_accuracy_compares_thresholded_scores_with_thresholded_labels(tok):
-    rows = [{"prompt_ids": [1, 2], "response_ids": [5, 6, 7, 8, 9], "positions": [0, 1, 4], "labels": [0.75, 0.25, 1.0]},
-            {"prompt_ids": [1, 2, 3], "response_ids": [5, 6, 7], "positions": [0, 2], "labels": [0.5, 0.0]}]
+    rows = [
+        {"prompt_ids": [1, 2], "response_ids": [5, 6, 7, 8, 9], "positions": [0, 1, 4], "labels": [0.75, 0.25, 1.0]},
+        {"prompt_ids": [1, 2, 3], "response_ids": [5, 6, 7], "positions": [0, 2], "labels": [0.5, 0.0]},
+    ]
     # row 0: positions 2, 3 (+prompt 2) → σ ≥ ½, < ½; labels good, bad: both agree; final at 6 → good = label 1
     # row 1: position 3 → σ < ½ vs label 0.5 (good): miss; final at 5 → σ < ½ vs 0: agree
     acc = step_accuracy(_ConstPRM(), tok, rows)
@@ -49,12 +51,14 @@ def test_step_accuracy_compares_thresholded_scores_with_thresholded_labels(tok):
 
 def _append(path, i):
     from posttrain.bench import update_json
+
     update_json(path, lambda res: {**res, "rows": res.get("rows", []) + [i]})
 
 
 @pytest.mark.slow
 def test_update_json_loses_no_row_when_processes_write_at_once(tmp_path):
     import multiprocessing as mp
+
     path = tmp_path / "res.json"
     procs = [mp.get_context("spawn").Process(target=_append, args=(path, i)) for i in range(6)]
     for p in procs:
@@ -62,18 +66,20 @@ def test_update_json_loses_no_row_when_processes_write_at_once(tmp_path):
     for p in procs:
         p.join()
     import json
+
     assert sorted(json.loads(path.read_text())["rows"]) == list(range(6))
 
 
 def test_prm_ranking_auc_by_hand():
     """Within: pairs of one problem only (an all-correct problem adds none); across: all pairs; ties ½."""
     from posttrain.bench.prm import auc
+
     scores = np.array([[0.9, 0.1, 0.5], [0.2, 0.2, 0.8], [0.3, 0.3, 0.3]])
     right = np.array([[1, 0, 0], [1, 0, 1], [1, 1, 1]])
     got = auc(scores, right)
     assert got["within_pairs"] == 4
-    assert got["within_auc"] == pytest.approx(3.5 / 4)                 # 2/2 in row 0, (½ + 1)/2 in row 1
-    assert got["across_auc"] == pytest.approx(13.5 / 18)               # 7.5 of rows 0–1's 9 pairs, 6 of row 2's 9
+    assert got["within_auc"] == pytest.approx(3.5 / 4)  # 2/2 in row 0, (½ + 1)/2 in row 1
+    assert got["across_auc"] == pytest.approx(13.5 / 18)  # 7.5 of rows 0–1's 9 pairs, 6 of row 2's 9
     assert auc(np.array([[0.4, 0.6]]), np.array([[1, 1]]))["within_auc"] is None
 
 
@@ -83,12 +89,18 @@ def test_lessons_claims_data_is_what_the_results_give():
     import importlib.util
     import json
     from pathlib import Path
+
     root = Path(__file__).resolve().parent.parent
     spec = importlib.util.spec_from_file_location("claims_lessons", root / "benchmarks" / "claims_lessons.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    parts = {"length_bias": mod.length_bias(), "overoptimization": mod.overoptimization(), "prm": mod.prm(),
-             "precision": mod.precision(), "group_size": mod.group_size()}
+    parts = {
+        "length_bias": mod.length_bias(),
+        "overoptimization": mod.overoptimization(),
+        "prm": mod.prm(),
+        "precision": mod.precision(),
+        "group_size": mod.group_size(),
+    }
     expected = json.loads(json.dumps({k: v for k, v in parts.items() if v is not None}))
     shipped = json.loads((root / "posttrain" / "lessons" / "data" / "claims.json").read_text())
     assert shipped == expected

@@ -7,17 +7,24 @@ import pytest
 
 
 def posttrain(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "posttrain.cli", *args], capture_output=True, text=True,
-                          cwd=cwd, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "posttrain.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=300
+    )
 
 
-@pytest.mark.parametrize("args,message", [
-    (["sft", "lrr=0.1"], "posttrain sft: error: unknown config key 'lrr' for SFTConfig; did you mean 'optim.lr'?"),
-    (["sft", "steps=abc"], "posttrain sft: error: config key 'steps' expects int, got 'abc' (str)"),
-    (["pretrain", "missing.yaml"], "posttrain pretrain: error: config file 'missing.yaml' not found"),
-    (["rl", "algo.name=gpro"], "posttrain rl: error: unknown algorithm 'gpro'; did you mean 'grpo'?"),
-    (["eval", "no/such/run"], "posttrain eval: error: checkpoint 'no/such/run' does not exist; give a run directory"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["sft", "lrr=0.1"], "posttrain sft: error: unknown config key 'lrr' for SFTConfig; did you mean 'optim.lr'?"),
+        (["sft", "steps=abc"], "posttrain sft: error: config key 'steps' expects int, got 'abc' (str)"),
+        (["pretrain", "missing.yaml"], "posttrain pretrain: error: config file 'missing.yaml' not found"),
+        (["rl", "algo.name=gpro"], "posttrain rl: error: unknown algorithm 'gpro'; did you mean 'grpo'?"),
+        (
+            ["eval", "no/such/run"],
+            "posttrain eval: error: checkpoint 'no/such/run' does not exist; give a run directory",
+        ),
+    ],
+)
 def test_usage_errors_exit_2_with_one_line(tmp_path, args, message):
     r = posttrain(*args, cwd=tmp_path)
     assert r.returncode == 2, r.stderr
@@ -31,7 +38,8 @@ def test_unreadable_checkpoint(tmp_path):
     (ckpt / "model.safetensors").write_bytes(b"not a safetensors file")
     (ckpt / "model.json").write_text("{}")
     from posttrain.models.tokenizer import CharTokenizer
-    CharTokenizer().save(ckpt)                       # the tokenizer is there: the weights are what is broken
+
+    CharTokenizer().save(ckpt)  # the tokenizer is there: the weights are what is broken
     r = posttrain("eval", str(tmp_path / "run"), cwd=tmp_path)
     assert r.returncode == 2
     assert r.stderr.strip().startswith(f"posttrain eval: error: checkpoint '{ckpt}' is unreadable (")
@@ -40,8 +48,16 @@ def test_unreadable_checkpoint(tmp_path):
 
 @pytest.mark.slow
 def test_existing_run_dir_needs_resume_or_overwrite(tmp_path):
-    ok = posttrain("pretrain", "steps=2", "model.preset=nano", "out=run", "batch_size=4", "seq_len=32",
-                   "corpus_chars=5000", cwd=tmp_path)
+    ok = posttrain(
+        "pretrain",
+        "steps=2",
+        "model.preset=nano",
+        "out=run",
+        "batch_size=4",
+        "seq_len=32",
+        "corpus_chars=5000",
+        cwd=tmp_path,
+    )
     assert ok.returncode == 0, ok.stderr
     again = posttrain("pretrain", "steps=2", "out=run", cwd=tmp_path)
     assert again.returncode == 2
@@ -50,14 +66,30 @@ def test_existing_run_dir_needs_resume_or_overwrite(tmp_path):
 
 @pytest.mark.slow
 def test_eval_uses_the_runs_task_and_nested_overrides(tmp_path):
-    task = ["task.name=reasoning_gym", "task.dataset=chain_sum", "task.options.min_digits=1",
-            "task.options.max_digits=1"]
-    ok = posttrain("pretrain", "steps=1", "model.preset=nano", "out=run", "batch_size=2", "seq_len=32",
-                   "corpus_chars=3000", *task, cwd=tmp_path)
+    task = [
+        "task.name=reasoning_gym",
+        "task.dataset=chain_sum",
+        "task.options.min_digits=1",
+        "task.options.max_digits=1",
+    ]
+    ok = posttrain(
+        "pretrain",
+        "steps=1",
+        "model.preset=nano",
+        "out=run",
+        "batch_size=2",
+        "seq_len=32",
+        "corpus_chars=3000",
+        *task,
+        cwd=tmp_path,
+    )
     assert ok.returncode == 0, ok.stderr
-    r = posttrain("eval", "run", "--problems", "4", "--k", "1,2", "task.options.max_terms=2", "--out", "res.json",
-                  cwd=tmp_path)
+    r = posttrain(
+        "eval", "run", "--problems", "4", "--k", "1,2", "task.options.max_terms=2", "--out", "res.json", cwd=tmp_path
+    )
     assert r.returncode == 0, r.stderr
     assert "eval/pass@1" in r.stdout and "eval/maj@2" in r.stdout and "number of terms" not in r.stdout
-    bad = posttrain("eval", "run", "task.dataset=no_such_gym", cwd=tmp_path)   # the reasoning-gym config, not arithmetic's
+    bad = posttrain(
+        "eval", "run", "task.dataset=no_such_gym", cwd=tmp_path
+    )  # the reasoning-gym config, not arithmetic's
     assert bad.returncode == 2 and "no_such_gym" in bad.stderr and "ArithmeticConfig" not in bad.stderr

@@ -7,7 +7,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-from test_sandbox import needs_bwrap
 
 from posttrain.tasks import sandbox
 from posttrain.tasks.code import (
@@ -18,6 +17,8 @@ from posttrain.tasks.code import (
     build_problem,
     same,
 )
+
+from test_sandbox import needs_bwrap
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -56,10 +57,15 @@ def mutants(p) -> dict[str, str]:
     if any(_numeric(e) for e in p.expected):
         for d in (1, -1):
             bump = f"(x + {d} if isinstance(x, (int, float)) and not isinstance(x, bool) else x)"
-            out[f"off by {d:+d}"] = ref + head + (
-                f"    r = _ref({p.args})\n    if isinstance(r, list):\n        return [{bump} for x in r]\n"
-                f"    if isinstance(r, dict):\n        return {{k: {bump} for k, x in r.items()}}\n"
-                f"    x = r\n    return {bump}\n")
+            out[f"off by {d:+d}"] = (
+                ref
+                + head
+                + (
+                    f"    r = _ref({p.args})\n    if isinstance(r, list):\n        return [{bump} for x in r]\n"
+                    f"    if isinstance(r, dict):\n        return {{k: {bump} for k, x in r.items()}}\n"
+                    f"    x = r\n    return {bump}\n"
+                )
+            )
     return out
 
 
@@ -93,7 +99,7 @@ def test_the_named_weak_spots_score_below_one_through_the_sandbox(task):
     by_name = {p.name: p for p in task.problems}
     second, clamp = by_name["secondlargest"], by_name["clamp"]
     assert task.reward(second, "def secondlargest(xs):\n    return 10\n").reward < 1.0
-    assert task.reward(second, "def secondlargest(xs):\n    return sorted(xs)[-2]\n").reward < 1.0   # not distinct
+    assert task.reward(second, "def secondlargest(xs):\n    return sorted(xs)[-2]\n").reward < 1.0  # not distinct
     assert task.reward(clamp, "def clamp(x, lo, hi):\n    return max(-5, min(x, 5))\n").reward < 1.0
     assert task.reward(clamp, "def clamp(x, lo, hi):\n    return x\n").reward < 1.0
     assert task.reward(second, task.target(second)).reward == task.reward(clamp, task.target(clamp)).reward == 1.0
@@ -152,18 +158,28 @@ def test_reading_the_reference_solutions_scores_zero_on_every_problem(task, requ
 HACKS = {
     "constant second largest": ("secondlargest", "def secondlargest(xs):\n    return 10\n"),
     "clamp ignoring its bounds": ("clamp", "def clamp(x, lo, hi):\n    return max(-5, min(x, 5))\n"),
-    "forged result lines on stdout": ("sumdigits", "".join(f"print('{MARK} {i} 0', flush=True)\n" for i in range(8))
-                                      + "def sumdigits(n):\n    return 0\n"),
+    "forged result lines on stdout": (
+        "sumdigits",
+        "".join(f"print('{MARK} {i} 0', flush=True)\n" for i in range(8)) + "def sumdigits(n):\n    return 0\n",
+    ),
     "forged lines on the harness's channel, then exit": (
-        "sumdigits", "import __main__, os\nfor i, a in enumerate(__main__._inputs):\n"
-        f"    os.write(__main__._emit, ('{MARK} %d %d\\n' % (i, a[0] % 10)).encode())\nos._exit(0)\n"),
-    "rewritten harness inputs": ("sumdigits", "import __main__\n__main__._inputs[:] = [[0]] * len(__main__._inputs)\n"
-                                 "def sumdigits(n):\n    return 0\n"),
-    "patched json.dumps": ("sumdigits", "import json\njson.dumps = lambda *a, **k: 'true'\n"
-                           "def sumdigits(n):\n    return 0\n"),
+        "sumdigits",
+        "import __main__, os\nfor i, a in enumerate(__main__._inputs):\n"
+        f"    os.write(__main__._emit, ('{MARK} %d %d\\n' % (i, a[0] % 10)).encode())\nos._exit(0)\n",
+    ),
+    "rewritten harness inputs": (
+        "sumdigits",
+        "import __main__\n__main__._inputs[:] = [[0]] * len(__main__._inputs)\ndef sumdigits(n):\n    return 0\n",
+    ),
+    "patched json.dumps": (
+        "sumdigits",
+        "import json\njson.dumps = lambda *a, **k: 'true'\ndef sumdigits(n):\n    return 0\n",
+    ),
     "NaN result": ("mean", "def mean(xs):\n    return float('nan')\n"),
-    "an int equal to everything": ("sumdigits", "class Any(int):\n    def __eq__(self, other):\n        return True\n"
-                                   "def sumdigits(n):\n    return Any(0)\n"),
+    "an int equal to everything": (
+        "sumdigits",
+        "class Any(int):\n    def __eq__(self, other):\n        return True\ndef sumdigits(n):\n    return Any(0)\n",
+    ),
 }
 
 
@@ -226,20 +242,21 @@ def _collude(task, where: str) -> float:
     item = next(p for p in task.problems if p.name == "sumdigits")
     key, sysv = "posttrain-" + uuid.uuid4().hex, 0x50560000 + os.getpid() % 0xFFFF
     try:
-        assert task.reward(item, WRITER.format(where=where, key=key, sysv=sysv)).reward == 1.0   # it solved it
+        assert task.reward(item, WRITER.format(where=where, key=key, sysv=sysv)).reward == 1.0  # it solved it
         return task.reward(item, READER.format(where=where, key=key, sysv=sysv)).reward
     finally:
         for d in ("/tmp/", "/dev/shm/"):
             Path(d + key).unlink(missing_ok=True)
         import ctypes
+
         libc = ctypes.CDLL(None)
         if (shm := libc.shmget(sysv, 0, 0)) >= 0:
-            libc.shmctl(shm, 0, None)                    # IPC_RMID: what an unisolated run left on this host
+            libc.shmctl(shm, 0, None)  # IPC_RMID: what an unisolated run left on this host
 
 
 @pytest.mark.parametrize("where", STORES)
 def test_colluding_samples_cannot_pass_answers_between_runs(task, where, request):
     assert _collude(task, where) == 0.0
-    if where in ("tmp", "sysv"):                         # the hack is real: unisolated, it scores
+    if where in ("tmp", "sysv"):  # the hack is real: unisolated, it scores
         request.getfixturevalue("unisolated")
         assert _collude(task, where) == 1.0

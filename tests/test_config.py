@@ -7,7 +7,7 @@ from posttrain.config import PretrainConfig, SFTConfig, load_config, save_config
 def test_overrides_and_nested_defaults():
     c = load_config(PretrainConfig, None, ["steps=7", "model.preset=micro", "optim.lr=1e-3"])
     assert c.steps == 7 and c.model.preset == "micro" and c.optim.lr == 1e-3
-    assert c.optim.warmup_steps == PretrainConfig().optim.warmup_steps   # the stage's own default survives
+    assert c.optim.warmup_steps == PretrainConfig().optim.warmup_steps  # the stage's own default survives
 
 
 def test_yaml_file_and_roundtrip(tmp_path):
@@ -19,15 +19,18 @@ def test_yaml_file_and_roundtrip(tmp_path):
     assert load_config(SFTConfig, str(tmp_path / "out.yaml")) == c
 
 
-@pytest.mark.parametrize("override,message", [
-    ("mask_promt=1", "unknown config key 'mask_promt' for SFTConfig; did you mean 'mask_prompt'?"),
-    ("lr=0.1", "unknown config key 'lr' for SFTConfig; did you mean 'optim.lr'?"),
-    ("steps=abc", "config key 'steps' expects int, got 'abc' (str)"),
-    ("cot=maybe", "config key 'cot' expects bool, got 'maybe' (str)"),
-    ("optim.betas=[0.9]", "config key 'optim.betas' expects 2 values, got 1"),
-    ("model=3", "config key 'model' is a section; give it as model.<field>=value"),
-    ("steps", "override 'steps' must look like key=value (e.g. steps=100)"),
-])
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("mask_promt=1", "unknown config key 'mask_promt' for SFTConfig; did you mean 'mask_prompt'?"),
+        ("lr=0.1", "unknown config key 'lr' for SFTConfig; did you mean 'optim.lr'?"),
+        ("steps=abc", "config key 'steps' expects int, got 'abc' (str)"),
+        ("cot=maybe", "config key 'cot' expects bool, got 'maybe' (str)"),
+        ("optim.betas=[0.9]", "config key 'optim.betas' expects 2 values, got 1"),
+        ("model=3", "config key 'model' is a section; give it as model.<field>=value"),
+        ("steps", "override 'steps' must look like key=value (e.g. steps=100)"),
+    ],
+)
 def test_bad_overrides(override, message):
     with pytest.raises(UsageError) as e:
         load_config(SFTConfig, None, [override])

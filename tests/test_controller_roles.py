@@ -20,7 +20,7 @@ from posttrain.framework.rollout import Sample
 from posttrain.models.tokenizer import CharTokenizer
 from posttrain.tasks.base import RewardResult
 
-GROUPS, G, RESPONSE = 2, 3, [5, 6, 7]      # prompts per step, samples per prompt, every response's ids
+GROUPS, G, RESPONSE = 2, 3, [5, 6, 7]  # prompts per step, samples per prompt, every response's ids
 
 
 class Log(list):
@@ -32,6 +32,7 @@ class Log(list):
 
 class FakeTask:
     """Task: item k is the number k; the reward of sample j in a group is j / (G - 1)."""
+
     name = "fake"
 
     def __init__(self, log: Log, rewards=None):
@@ -47,7 +48,7 @@ class FakeTask:
 
     def reward(self, item, response):
         self.log.add("task.reward")
-        j = int(response)                                   # the fake engine writes the sample index
+        j = int(response)  # the fake engine writes the sample index
         return RewardResult(self.rewards[j] if self.rewards is not None else j / (G - 1))
 
 
@@ -60,10 +61,22 @@ class FakeEngine:
     def generate(self, prompts, n, sampling, seed=0, step=0, items=None, group_offset=0, keep=None):
         self.log.add("engine.generate")
         self.prompts.append(prompts)
-        return [Sample(prompt_ids=p, response_ids=list(RESPONSE), response_logprobs=[-0.5] * len(RESPONSE),
-                       response_mask=[1] * len(RESPONSE), finish_reason="stop", policy_version=self.policy_version,
-                       group=group_offset + g, index=j, item=items[g] if items else None, text=str(j))
-                for g, p in enumerate(prompts) for j in range(n)]
+        return [
+            Sample(
+                prompt_ids=p,
+                response_ids=list(RESPONSE),
+                response_logprobs=[-0.5] * len(RESPONSE),
+                response_mask=[1] * len(RESPONSE),
+                finish_reason="stop",
+                policy_version=self.policy_version,
+                group=group_offset + g,
+                index=j,
+                item=items[g] if items else None,
+                text=str(j),
+            )
+            for g, p in enumerate(prompts)
+            for j in range(n)
+        ]
 
 
 class FakeReference:
@@ -105,7 +118,8 @@ class FakeTrainer:
         torch.manual_seed(0)
         self._model = torch.nn.Embedding(vocab, vocab)
         self._model.register_forward_pre_hook(
-            lambda m, args: log.add("model.forward" + ("" if torch.is_grad_enabled() else " (no grad)")))
+            lambda m, args: log.add("model.forward" + ("" if torch.is_grad_enabled() else " (no grad)"))
+        )
 
     @property
     def model(self):
@@ -130,15 +144,34 @@ class FakeSync:
 def make(overrides=None, reference=True, rewards=None):
     log, tok = Log(), CharTokenizer()
     cfg = RLConfig()
-    cfg = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, prompts_per_step=GROUPS, samples_per_prompt=G,
-                                                               max_new_tokens=len(RESPONSE)),
-                              optim=dataclasses.replace(cfg.optim, epochs=2, minibatches=3))
+    cfg = dataclasses.replace(
+        cfg,
+        rollout=dataclasses.replace(
+            cfg.rollout, prompts_per_step=GROUPS, samples_per_prompt=G, max_new_tokens=len(RESPONSE)
+        ),
+        optim=dataclasses.replace(cfg.optim, epochs=2, minibatches=3),
+    )
     for section, values in (overrides or {}).items():
         cfg = dataclasses.replace(cfg, **{section: dataclasses.replace(getattr(cfg, section), **values)})
-    roles = dict(task=FakeTask(log, rewards), engine=FakeEngine(log), reference=FakeReference(log) if reference else None,
-                 algorithm=RecordingAlgorithm(log), trainer=FakeTrainer(log, tok.vocab_size), sync=FakeSync(log))
-    controller = Controller(cfg, roles["task"], tok, roles["engine"], roles["reference"], roles["algorithm"],
-                            grpo.Config(kl_coef=0.01), roles["trainer"], roles["sync"])
+    roles = dict(
+        task=FakeTask(log, rewards),
+        engine=FakeEngine(log),
+        reference=FakeReference(log) if reference else None,
+        algorithm=RecordingAlgorithm(log),
+        trainer=FakeTrainer(log, tok.vocab_size),
+        sync=FakeSync(log),
+    )
+    controller = Controller(
+        cfg,
+        roles["task"],
+        tok,
+        roles["engine"],
+        roles["reference"],
+        roles["algorithm"],
+        grpo.Config(kl_coef=0.01),
+        roles["trainer"],
+        roles["sync"],
+    )
     return controller, roles, log
 
 
@@ -147,8 +180,9 @@ def weights(model):
 
 
 def unchanged(model, before) -> bool:
-    return all(torch.equal(p, w) and p._version == v and p.grad is None
-               for p, (w, v) in zip(model.parameters(), before))
+    return all(
+        torch.equal(p, w) and p._version == v and p.grad is None for p, (w, v) in zip(model.parameters(), before)
+    )
 
 
 def test_the_fakes_satisfy_the_role_protocols():
@@ -161,16 +195,24 @@ def test_one_step_calls_the_roles_in_order_and_never_the_model():
     controller, roles, log = make()
     before = weights(roles["trainer"]._model)
     metrics = controller.step(4)
-    assert log == ["task.items", "task.prompt", "engine.generate", "task.reward", "reference.score",
-                   "algorithm.advantages", "trainer.train", "sync.sync"]
-    assert unchanged(roles["trainer"]._model, before)      # not read (no trainer.model in the log), not written
+    assert log == [
+        "task.items",
+        "task.prompt",
+        "engine.generate",
+        "task.reward",
+        "reference.score",
+        "algorithm.advantages",
+        "trainer.train",
+        "sync.sync",
+    ]
+    assert unchanged(roles["trainer"]._model, before)  # not read (no trainer.model in the log), not written
     # what one role handed the next
     tok = CharTokenizer()
     assert roles["engine"].prompts == [[tok.encode(tok.chat_prompt(f"q{k}")) for k in range(GROUPS)]]
-    (batch, epochs, minibatches, max_len), = roles["trainer"].calls
+    ((batch, epochs, minibatches, max_len),) = roles["trainer"].calls
     assert (epochs, minibatches, max_len) == (2, 3, len(RESPONSE))
     assert torch.equal(roles["reference"].seen["input_ids"], batch["input_ids"])
-    mask = batch["loss_mask"]                                                  # [6, T]: the 3 response tokens
+    mask = batch["loss_mask"]  # [6, T]: the 3 response tokens
     assert mask.sum(1).tolist() == [3.0] * GROUPS * G
     assert torch.equal(batch["ref_logprobs"], -1.0 * mask)
     assert torch.equal(batch["old_logprobs"], -0.5 * mask)
@@ -193,17 +235,27 @@ def test_the_off_policy_correction_reads_the_model_once_without_gradient_and_wri
     controller, roles, log = make({"scale": {"off_policy_correction": "tis"}})
     before = weights(roles["trainer"]._model)
     controller.step(1)
-    assert log == ["task.items", "task.prompt", "engine.generate", "task.reward", "reference.score",
-                   "algorithm.advantages", "trainer.model", "model.forward (no grad)", "trainer.train", "sync.sync"]
+    assert log == [
+        "task.items",
+        "task.prompt",
+        "engine.generate",
+        "task.reward",
+        "reference.score",
+        "algorithm.advantages",
+        "trainer.model",
+        "model.forward (no grad)",
+        "trainer.train",
+        "sync.sync",
+    ]
     assert unchanged(roles["trainer"]._model, before)
     batch = roles["trainer"].calls[0][0]
-    assert torch.equal(batch["behaviour_logprobs"], -0.5 * batch["loss_mask"])   # μ kept; old_logprobs ← π_prox
+    assert torch.equal(batch["behaviour_logprobs"], -0.5 * batch["loss_mask"])  # μ kept; old_logprobs ← π_prox
 
 
 def test_an_async_source_replaces_the_rollout_and_is_the_sync():
     controller, roles, log = make()
 
-    class Producer:                                      # samples made ahead by another thread
+    class Producer:  # samples made ahead by another thread
         def get(self, step):
             log.add(f"source.get({step})")
             samples = roles["engine"].generate([[1, 2]], G, None, items=[0])
@@ -220,8 +272,14 @@ def test_an_async_source_replaces_the_rollout_and_is_the_sync():
     controller.source = controller.sync = producer
     log.clear()
     metrics = controller.step(7)
-    assert log == ["source.get(7)", "engine.generate", "reference.score", "algorithm.advantages",
-                   "trainer.train", "source.sync"]
+    assert log == [
+        "source.get(7)",
+        "engine.generate",
+        "reference.score",
+        "algorithm.advantages",
+        "trainer.train",
+        "source.sync",
+    ]
     assert metrics["async/staleness"] == 0.0
 
 

@@ -15,9 +15,9 @@ OTHER = "Write a Python function that returns the reversed string."
 
 
 def test_jaccard_and_minhash_estimate():
-    assert jaccard("abcdef", "abcdeg") == pytest.approx(1 / 3)          # {abcde, bcdef} vs {abcde, bcdeg}
+    assert jaccard("abcdef", "abcdeg") == pytest.approx(1 / 3)  # {abcde, bcdef} vs {abcde, bcdeg}
     sigs = minhash([A, A_NEAR, OTHER, A], num_perm=128)
-    assert (sigs[0] == sigs[3]).all()                                     # same text, same signature
+    assert (sigs[0] == sigs[3]).all()  # same text, same signature
     for i, j in ((0, 1), (0, 2), (1, 2)):
         assert abs(np.mean(sigs[i] == sigs[j]) - jaccard([A, A_NEAR, OTHER][i], [A, A_NEAR, OTHER][j])) < 0.1
     assert jaccard(A, A_NEAR) > 0.85 and jaccard(A, OTHER) < 0.1
@@ -31,19 +31,32 @@ def test_near_duplicates_catches_the_later_copy_only():
 
 def test_decontamination_word_ngrams():
     evals = ["what is the sum of twelve and thirty plus seven", "3+4+5"]
-    train = ["please tell me what is the sum of twelve and thirty plus seven today",   # shares an 8-gram
-             "what is the sum of twelve and",                                         # 7 words: equality only
-             "3+4+5", "3+4+6"]                                                          # short: equality only
+    train = [
+        "please tell me what is the sum of twelve and thirty plus seven today",  # shares an 8-gram
+        "what is the sum of twelve and",  # 7 words: equality only
+        "3+4+5",
+        "3+4+6",
+    ]  # short: equality only
     assert contaminated(train, evals, n=8) == {0, 2}
 
 
 def test_curate_band_filter_and_metrics():
-    prompts = [A, "p1 unique text one", "p2 another question here", "p3 yet another", "p4 the always solved",
-               "p5 rarely solved", A_EXACT, A_NEAR, "what is the sum of twelve and thirty plus seven now"]
+    prompts = [
+        A,
+        "p1 unique text one",
+        "p2 another question here",
+        "p3 yet another",
+        "p4 the always solved",
+        "p5 rarely solved",
+        A_EXACT,
+        A_NEAR,
+        "what is the sum of twelve and thirty plus seven now",
+    ]
     rates = [0.5, 0.0, 0.125, 0.875, 1.0, 0.05, 0.5, 0.5, 0.5]
     signal = [0.0 < r < 1.0 for r in rates]
-    kept, m = curate(list(range(9)), prompts, rates, signal, ["what is the sum of twelve and thirty plus seven"],
-                     band=(0.1, 0.9))
+    kept, m = curate(
+        list(range(9)), prompts, rates, signal, ["what is the sum of twelve and thirty plus seven"], band=(0.1, 0.9)
+    )
     assert kept == [0, 2, 3]
     assert m["keep_rate"] == pytest.approx(3 / 9) and m["frac_groups_with_signal"] == 1.0
     assert m["frac_groups_with_signal_before"] == pytest.approx(7 / 9)
@@ -63,6 +76,7 @@ class _S:
 
 class _ScriptedEngine:
     """Returns fixed responses: prompt g's K samples are `script[g]`."""
+
     def __init__(self, script):
         self.script = script
 
@@ -72,6 +86,7 @@ class _ScriptedEngine:
 
 def test_probe_pass_rates_hand_values(tok):
     from posttrain.tasks.arithmetic import ArithmeticTask
+
     task = ArithmeticTask()
     items = task.items(3, "train", seed=0)
     a = [str(it.answer) for it in items]
@@ -84,11 +99,12 @@ def test_probe_runs_on_the_rollout_engine(sft_ckpt):
     from posttrain import checkpoint
     from posttrain.framework.rollout import Engine
     from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
+
     model, tok, _ = checkpoint.load_model(str(sft_ckpt), "cpu")
     task = ArithmeticTask(ArithmeticConfig(max_terms=3))
     items = task.items(4, "train", seed=1)
     engine = Engine(model, tok, max_slots=64)
     rates, signal = probe(engine, tok, task, items, k=4, max_new_tokens=16, seed=5)
     again, _ = probe(engine, tok, task, items, k=4, max_new_tokens=16, seed=5)
-    assert rates.shape == (4,) and ((rates * 4) % 1 == 0).all() and (rates == again).all()   # K=4: quarters
-    assert (signal == ((rates > 0) & (rates < 1))).all()                                  # binary rewards
+    assert rates.shape == (4,) and ((rates * 4) % 1 == 0).all() and (rates == again).all()  # K=4: quarters
+    assert (signal == ((rates > 0) & (rates < 1))).all()  # binary rewards

@@ -8,7 +8,7 @@ from posttrain.models.decode import Decoder
 from posttrain.models.gpt_mini import KVCache, ModelConfig, build_model
 
 
-@pytest.mark.parametrize("n_kv_heads", [0, 2])          # full heads, and grouped-query (rep 2)
+@pytest.mark.parametrize("n_kv_heads", [0, 2])  # full heads, and grouped-query (rep 2)
 def test_decode_matches_forward_on_ragged_rows(n_kv_heads):
     torch.manual_seed(0)
     m = build_model(ModelConfig(preset="nano", n_kv_heads=n_kv_heads), 40).eval()
@@ -20,7 +20,7 @@ def test_decode_matches_forward_on_ragged_rows(n_kv_heads):
         for c in caches:
             c.begin(9, slice(0, n))
             m(ids, cache=c)
-            c.lengths[:n] -= torch.arange(n) % 4                     # rows of different lengths
+            c.lengths[:n] -= torch.arange(n) % 4  # rows of different lengths
         last = torch.randint(0, 40, (n,))
         for _ in range(4):
             caches[0].begin(1, slice(0, n))
@@ -36,11 +36,13 @@ def test_decode_matches_forward_on_ragged_rows(n_kv_heads):
 def test_decoder_only_for_plain_gpt_mini():
     m = build_model(ModelConfig(preset="nano"), 40)
     assert Decoder.for_model(m) is not None
-    class Patched(torch.nn.Linear):                                   # e.g. an adapter around a Linear
+
+    class Patched(torch.nn.Linear):  # e.g. an adapter around a Linear
         pass
+
     old = m.blocks[1].mlp.down
     m.blocks[1].mlp.down = Patched(old.in_features, old.out_features, bias=False)
-    assert Decoder.for_model(m) is None                              # patched linears: generic path
+    assert Decoder.for_model(m) is None  # patched linears: generic path
 
 
 def test_engine_samples_identical_with_and_without_fast_path(nano, tok):
@@ -64,6 +66,7 @@ def test_engine_drops_the_fast_path_once_a_layer_is_wrapped(nano, tok):
 
     class Patched(torch.nn.Linear):
         pass
+
     old = nano.blocks[0].mlp.down
     nano.blocks[0].mlp.down = Patched(old.in_features, old.out_features, bias=False)
     assert eng.decoder() is None
@@ -78,10 +81,10 @@ def test_fast_path_sees_a_replaced_parameter_at_the_next_generate(nano, tok):
     before = eng.generate(prompts, 2, sp, seed=1)
     down = nano.blocks[0].mlp.down
     torch.manual_seed(3)
-    down.weight = torch.nn.Parameter(torch.randn_like(down.weight))     # a new tensor, not an in-place copy
+    down.weight = torch.nn.Parameter(torch.randn_like(down.weight))  # a new tensor, not an in-place copy
     fast = eng.generate(prompts, 2, sp, seed=1)
     eng.fast_decode = False
     slow = eng.generate(prompts, 2, sp, seed=1)
     assert [s.response_ids for s in fast] == [s.response_ids for s in slow]
     assert max(abs(a - b) for f, s in zip(fast, slow) for a, b in zip(f.response_logprobs, s.response_logprobs)) < 1e-5
-    assert [s.response_logprobs for s in fast] != [s.response_logprobs for s in before]   # the new weight counts
+    assert [s.response_logprobs for s in fast] != [s.response_logprobs for s in before]  # the new weight counts

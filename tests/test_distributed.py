@@ -17,21 +17,26 @@ from posttrain.framework.trainer import Trainer, policy_loss_fn
 
 def _model():
     from posttrain.models.gpt_mini import GPTMini, ModelConfig
+
     torch.manual_seed(0)
     return GPTMini(ModelConfig(preset="nano").resolved(64))
 
 
 def _batch():
     g = torch.Generator().manual_seed(1)
-    B, T = 5, 12                                                        # 5 rows: shards of 3 and 2
+    B, T = 5, 12  # 5 rows: shards of 3 and 2
     ids = torch.randint(1, 64, (B, T), generator=g)
-    lengths = torch.tensor([12, 5, 9, 3, 11])                          # uneven: the normaliser matters
+    lengths = torch.tensor([12, 5, 9, 3, 11])  # uneven: the normaliser matters
     attn = (torch.arange(T)[None] < lengths[:, None]).float()
     loss_mask = attn.clone()
-    loss_mask[:, :2] = 0                                               # a 2-token "prompt"
-    return RolloutBatch(input_ids=ids * attn.long(), attention_mask=attn, loss_mask=loss_mask,
-                        old_logprobs=-torch.rand(B, T, generator=g) * loss_mask,  # off-policy: ratios ≠ 1, some clipped
-                        advantages=torch.randn(B, T, generator=g) * loss_mask)
+    loss_mask[:, :2] = 0  # a 2-token "prompt"
+    return RolloutBatch(
+        input_ids=ids * attn.long(),
+        attention_mask=attn,
+        loss_mask=loss_mask,
+        old_logprobs=-torch.rand(B, T, generator=g) * loss_mask,  # off-policy: ratios ≠ 1, some clipped
+        advantages=torch.randn(B, T, generator=g) * loss_mask,
+    )
 
 
 def _step(aggregation, dp=None, micro_batch_tokens=8192):
@@ -78,10 +83,11 @@ def test_two_gloo_ranks_give_the_gradient_of_one(tmp_path):
         assert max(float(g.abs().max()) for g in one_grads.values()) > 1e-3
         assert two["loss"] == pytest.approx(one["loss"], abs=1e-6)
         assert two["clip/frac"] == pytest.approx(one["clip/frac"], abs=1e-6)
-        assert one["clip/frac"] > 0                                    # the clip branch was exercised
+        assert one["clip/frac"] > 0  # the clip branch was exercised
 
 
 def test_data_parallel_needs_an_initialised_group():
     from posttrain import UsageError
+
     with pytest.raises(UsageError, match="torch.distributed"):
         DataParallel()

@@ -10,12 +10,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ["docs/architecture.md", "docs/extending.md", "CONTRIBUTING.md"]
 PATH = re.compile(r"(?<![\w./-])((?:[\w-]+/)*[\w-]+\.(?:py|md|yaml)|(?:examples|benchmarks|configs|tools)/[\w/-]*)")
-NOT_FILES = {"config.yaml", "FILE.py"}   # a run directory's file; the placeholder of `task.name=FILE.py:Class`
+NOT_FILES = {"config.yaml", "FILE.py"}  # a run directory's file; the placeholder of `task.name=FILE.py:Class`
 
 
-FILES = [p.relative_to(ROOT).as_posix() for d in ("posttrain", "tests", "examples", "docs", "tools", "configs",
-                                                 "benchmarks") for p in (ROOT / d).rglob("*")] + \
-    [p.name for p in ROOT.iterdir()]
+FILES = [
+    p.relative_to(ROOT).as_posix()
+    for d in ("posttrain", "tests", "examples", "docs", "tools", "configs", "benchmarks")
+    for p in (ROOT / d).rglob("*")
+] + [p.name for p in ROOT.iterdir()]
 
 
 def _exists(name: str) -> bool:
@@ -28,7 +30,7 @@ def _exists(name: str) -> bool:
 def test_every_file_the_docs_name_exists():
     missing = []
     for doc in DOCS:
-        text = (ROOT / doc).read_text().split("| the course's companion code")[0]   # the course's files: not ours
+        text = (ROOT / doc).read_text().split("| the course's companion code")[0]  # the course's files: not ours
         for m in PATH.finditer(text):
             name = m.group(1)
             if name in NOT_FILES:
@@ -49,14 +51,18 @@ def test_section_citations_in_the_source_exist():
         for m in re.finditer(r"docs/(architecture|algorithms)\.md §(\d+)", path.read_text()):
             cited.add((str(path.relative_to(ROOT)), m.group(1), m.group(2)))
     assert len([c for c in cited if c[1] == "architecture"]) >= 15
-    assert len([c for c in cited if c[1] == "algorithms"]) >= 20   # every algorithm file cites its section
+    assert len([c for c in cited if c[1] == "algorithms"]) >= 20  # every algorithm file cites its section
     assert [c for c in cited if c[2] not in pages[c[1]]] == []
 
 
 def test_no_source_cites_a_design_file_outside_the_repository():
     outside = re.compile(r"ALGORITHMS\.md|DESIGN\.md|STYLE\.md")
-    cites = [f"{p.relative_to(ROOT)}:{i}" for p in (ROOT / "posttrain").rglob("*.py")
-             for i, line in enumerate(p.read_text().splitlines(), 1) if outside.search(line)]
+    cites = [
+        f"{p.relative_to(ROOT)}:{i}"
+        for p in (ROOT / "posttrain").rglob("*.py")
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if outside.search(line)
+    ]
     assert cites == []
 
 
@@ -79,7 +85,7 @@ def _same(text: str, value) -> bool:
 def test_the_defaults_on_the_algorithms_page_are_the_code_s():
     """Each `**Defaults** (`module.Class`): `key=value`, ...` line holds the values of a fresh Class()."""
     lines = re.findall(r"^\*\*Defaults\*\* \(`([\w.]+)`\): (.+)$", (ROOT / "docs/algorithms.md").read_text(), re.M)
-    assert len(lines) >= 16                        # the 12 RL algorithms, the correction, DPO, RM, distillation
+    assert len(lines) >= 16  # the 12 RL algorithms, the correction, DPO, RM, distillation
     wrong = []
     for path, pairs in lines:
         module, cls = path.rsplit(".", 1)

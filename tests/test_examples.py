@@ -43,16 +43,25 @@ def test_math_word_data_and_rewards(math_data):
 def test_math_word_chain_runs_on_gpt_mini(math_data, tmp_path):
     """(a): pretrain → SFT → GRPO through the generic path, with the example's reward file."""
     task = {"name": "dataset", "train": str(math_data / "train.jsonl"), "test": str(math_data / "test.jsonl")}
-    posttrain.pretrain(task=task, steps=2, batch_size=4, seq_len=64, corpus_chars=3000, out=str(tmp_path / "pt"), **TINY)
-    posttrain.sft(task=task, init=str(tmp_path / "pt"), steps=2, batch_size=8, eval_problems=4, out=str(tmp_path / "sft"),
-                  **TINY)
+    posttrain.pretrain(
+        task=task, steps=2, batch_size=4, seq_len=64, corpus_chars=3000, out=str(tmp_path / "pt"), **TINY
+    )
+    posttrain.sft(
+        task=task, init=str(tmp_path / "pt"), steps=2, batch_size=8, eval_problems=4, out=str(tmp_path / "sft"), **TINY
+    )
     rewards = EX / "math_word/rewards.py"
-    run = posttrain.rl(task={**task, "reward": f"{rewards}:correct,{rewards}:fmt", "reward_weights": [1.0, 0.1]},
-                       init=str(tmp_path / "sft"), steps=2, out=str(tmp_path / "rl"), eval={"problems": 4, "samples": 2},
-                       rollout={"prompts_per_step": 2, "samples_per_prompt": 4, "max_new_tokens": 24}, **TINY)
+    run = posttrain.rl(
+        task={**task, "reward": f"{rewards}:correct,{rewards}:fmt", "reward_weights": [1.0, 0.1]},
+        init=str(tmp_path / "sft"),
+        steps=2,
+        out=str(tmp_path / "rl"),
+        eval={"problems": 4, "samples": 2},
+        rollout={"prompts_per_step": 2, "samples_per_prompt": 4, "max_new_tokens": 24},
+        **TINY,
+    )
     step = run.metrics[1]
     assert {"reward/correct", "reward/fmt", "reward/errors"} <= set(step) and step["reward/errors"] == 0
-    assert "$" in run.tokenizer.chars                      # the vocabulary took the data's characters
+    assert "$" in run.tokenizer.chars  # the vocabulary took the data's characters
 
 
 @pytest.mark.slow
@@ -60,15 +69,37 @@ def test_trl_accuracy_reward_unchanged_in_a_run(math_data, tmp_path, sft_ckpt):
     """(b): `trl.rewards:accuracy_reward` reads the `solution` column of conversational rows, as in TRL
     (its completions are message lists there, so it needs message prompts here too)."""
     pytest.importorskip("math_verify")
-    rows = [{"prompt": [{"role": "user", "content": f"{a}+{b}"}], "solution": f"${a + b}$"} for a in range(10)
-            for b in range(10)]
+    rows = [
+        {"prompt": [{"role": "user", "content": f"{a}+{b}"}], "solution": f"${a + b}$"}
+        for a in range(10)
+        for b in range(10)
+    ]
     data = tmp_path / "sums.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    p = subprocess.run([sys.executable, "-m", "posttrain.cli", "rl", "task.name=dataset", f"task.train={data}",
-                        "task.reward=trl.rewards:accuracy_reward", f"init={sft_ckpt}", f"out={tmp_path}/rl", "steps=1",
-                        "rollout.prompts_per_step=2", "rollout.samples_per_prompt=4", "rollout.max_new_tokens=12",
-                        "eval.problems=4", "eval.samples=2", "threads=1", "tensorboard=false"],
-                       capture_output=True, text=True, timeout=600)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "posttrain.cli",
+            "rl",
+            "task.name=dataset",
+            f"task.train={data}",
+            "task.reward=trl.rewards:accuracy_reward",
+            f"init={sft_ckpt}",
+            f"out={tmp_path}/rl",
+            "steps=1",
+            "rollout.prompts_per_step=2",
+            "rollout.samples_per_prompt=4",
+            "rollout.max_new_tokens=12",
+            "eval.problems=4",
+            "eval.samples=2",
+            "threads=1",
+            "tensorboard=false",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     metrics = [json.loads(x) for x in (tmp_path / "rl" / "metrics.jsonl").read_text().splitlines()]
     assert "reward/accuracy_reward" in metrics[1] and metrics[1]["reward/errors"] == 0
@@ -77,14 +108,31 @@ def test_trl_accuracy_reward_unchanged_in_a_run(math_data, tmp_path, sft_ckpt):
 def test_tool_env_in_the_users_module_runs_every_stage(tmp_path):
     """(c): a user's multi-turn Task class from a file: pretrain and SFT on its demonstrations, then RL episodes."""
     task = {"name": str(EX / "tool_env/calc_task.py") + ":CalcTask", "max_value": 300}
-    posttrain.pretrain(task=task, steps=2, batch_size=4, seq_len=64, corpus_chars=3000, out=str(tmp_path / "pt"), **TINY)
-    posttrain.sft(task=task, init=str(tmp_path / "pt"), steps=2, batch_size=8, num_problems=50, eval_problems=4,
-                  out=str(tmp_path / "sft"), **TINY)
-    run = posttrain.rl(task=task, init=str(tmp_path / "sft"), steps=2, out=str(tmp_path / "rl"),
-                       eval={"problems": 4, "samples": 2}, rollout={"prompts_per_step": 2, "samples_per_prompt": 4},
-                       **TINY)
+    posttrain.pretrain(
+        task=task, steps=2, batch_size=4, seq_len=64, corpus_chars=3000, out=str(tmp_path / "pt"), **TINY
+    )
+    posttrain.sft(
+        task=task,
+        init=str(tmp_path / "pt"),
+        steps=2,
+        batch_size=8,
+        num_problems=50,
+        eval_problems=4,
+        out=str(tmp_path / "sft"),
+        **TINY,
+    )
+    run = posttrain.rl(
+        task=task,
+        init=str(tmp_path / "sft"),
+        steps=2,
+        out=str(tmp_path / "rl"),
+        eval={"problems": 4, "samples": 2},
+        rollout={"prompts_per_step": 2, "samples_per_prompt": 4},
+        **TINY,
+    )
     assert "agent/tool_call_rate" in run.metrics[1] and "eval/tool_call_rate" in run.metrics[0]
     from posttrain.tasks import config_class
+
     assert config_class(task["name"]).__name__ == "Config"
 
 
@@ -93,9 +141,15 @@ def test_countdown_as_jsonl_scores_like_the_built_in_task(tmp_path):
     script("countdown_jsonl/export.py", "--out", str(tmp_path), "--train", "200", "--test", "10")
     built_in = CountdownTask(CountdownConfig(min_numbers=2, max_numbers=3))
     rewards = EX / "countdown_jsonl/rewards.py"
-    generic = DatasetTask(DatasetConfig(train=str(tmp_path / "train.jsonl"), test=str(tmp_path / "test.jsonl"),
-                                        reward=f"{rewards}:correct,{rewards}:fmt", reward_weights=[1.0, 0.1],
-                                        correct=f"{rewards}:correct"))
+    generic = DatasetTask(
+        DatasetConfig(
+            train=str(tmp_path / "train.jsonl"),
+            test=str(tmp_path / "test.jsonl"),
+            reward=f"{rewards}:correct,{rewards}:fmt",
+            reward_weights=[1.0, 0.1],
+            correct=f"{rewards}:correct",
+        )
+    )
     items = built_in.items(200, "train", 0)
     assert [it.question for it in items] == [r.prompt for r in generic.train]
     responses = [it.target(True) + "#" for it in items[:50]] + ["{1+1=2}2#", "(1+2#", "#"] * 50

@@ -15,7 +15,12 @@ from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
 from posttrain import UsageError  # noqa: E402
 from posttrain.models.export import (  # noqa: E402
-    export_hf, from_hf_state_dict, import_hf, to_hf_config, to_hf_model, to_hf_state_dict,
+    export_hf,
+    from_hf_state_dict,
+    import_hf,
+    to_hf_config,
+    to_hf_model,
+    to_hf_state_dict,
 )
 from posttrain.models.gpt_mini import KVCache, ModelConfig, build_model  # noqa: E402
 from posttrain.models.tokenizer import CharTokenizer  # noqa: E402
@@ -42,7 +47,7 @@ def one_thread():
 def _model(name):
     """A random model with weights 5× the usual init: sharper attention and logits, so greedy
     continuations vary instead of repeating one token, and the comparison is harder."""
-    torch.manual_seed(sum(map(ord, name)) + 1)   # +1: a varied greedy continuation with the 92-char vocabulary
+    torch.manual_seed(sum(map(ord, name)) + 1)  # +1: a varied greedy continuation with the 92-char vocabulary
     model = build_model(ModelConfig(**VARIANTS[name]), TOK.vocab_size).eval()
     for p in model.parameters():
         if p.dim() == 2:
@@ -66,14 +71,18 @@ def _ids(batch=2, length=48, seed=0):
 
 # ---- (a) logits -----------------------------------------------------------------------------
 
+
 @torch.no_grad()
 def test_hf_from_pretrained_gives_same_logits(exported):
     model, out, hf = exported
     assert type(hf).__name__ == "LlamaForCausalLM" and hf.dtype == torch.float32
     c = model.config
-    assert (hf.config.num_hidden_layers, hf.config.num_attention_heads, hf.config.num_key_value_heads) == \
-        (c.n_layers, c.n_heads, c.n_kv_heads)
-    if c.tie_embeddings:      # written once, tied again by transformers
+    assert (hf.config.num_hidden_layers, hf.config.num_attention_heads, hf.config.num_key_value_heads) == (
+        c.n_layers,
+        c.n_heads,
+        c.n_kv_heads,
+    )
+    if c.tie_embeddings:  # written once, tied again by transformers
         assert hf.lm_head.weight.data_ptr() == hf.model.embed_tokens.weight.data_ptr()
     x = _ids()
     ours, theirs = model(x), hf(x).logits
@@ -98,7 +107,7 @@ def test_state_dict_split_layout():
     sd = to_hf_state_dict(model)
     qkv = model.blocks[1].attn.qkv.weight
     assert sd["model.layers.1.self_attn.q_proj.weight"].shape == (128, 128)
-    assert sd["model.layers.1.self_attn.k_proj.weight"].shape == (64, 128)     # 2 kv heads × 32
+    assert sd["model.layers.1.self_attn.k_proj.weight"].shape == (64, 128)  # 2 kv heads × 32
     assert torch.equal(sd["model.layers.1.self_attn.v_proj.weight"], qkv[192:])
     gate_up = model.blocks[2].mlp.gate_up.weight
     assert torch.equal(sd["model.layers.2.mlp.gate_proj.weight"], gate_up[:344])
@@ -107,6 +116,7 @@ def test_state_dict_split_layout():
 
 
 # ---- (b) tokenizer --------------------------------------------------------------------------
+
 
 def test_auto_tokenizer_matches_char_tokenizer(exported):
     _, out, _ = exported
@@ -127,17 +137,26 @@ def test_skip_special_tokens_keeps_the_reasoning_and_the_tool_calls(exported):
     <think> and <tool_call>, added tokens that are not special)."""
     _, out, _ = exported
     hf_tok = AutoTokenizer.from_pretrained(out, local_files_only=True)
-    for text, shown in [("<12+10>{12+10=22}22#__", "12+10{12+10=22}22"),
-                        ("<5+6>⟦5+6⟧⟨11⟩11#", "5+6⟦5+6⟧⟨11⟩11")]:
+    for text, shown in [("<12+10>{12+10=22}22#__", "12+10{12+10=22}22"), ("<5+6>⟦5+6⟧⟨11⟩11#", "5+6⟦5+6⟧⟨11⟩11")]:
         ids = hf_tok(text)["input_ids"]
-        assert ids == TOK.encode(text)                                     # every marker is still one token
+        assert ids == TOK.encode(text)  # every marker is still one token
         assert hf_tok.decode(ids) == text
         assert hf_tok.decode(ids, skip_special_tokens=True) == shown
     added = {t.content: t.special for t in hf_tok.added_tokens_decoder.values()}
-    assert added == {"_": True, "#": True, "<": True, ">": True,
-                     "{": False, "}": False, "⟦": False, "⟧": False, "⟨": False, "⟩": False}
-    with_system = CharTokenizer(TOK.chars + "§").to_hf_json()["added_tokens"]    # data with system turns
-    assert [t["special"] for t in with_system if t["content"] == "§"] == [True]   # a role marker, like < and >
+    assert added == {
+        "_": True,
+        "#": True,
+        "<": True,
+        ">": True,
+        "{": False,
+        "}": False,
+        "⟦": False,
+        "⟧": False,
+        "⟨": False,
+        "⟩": False,
+    }
+    with_system = CharTokenizer(TOK.chars + "§").to_hf_json()["added_tokens"]  # data with system turns
+    assert [t["special"] for t in with_system if t["content"] == "§"] == [True]  # a role marker, like < and >
 
 
 def test_chat_template(exported):
@@ -146,7 +165,7 @@ def test_chat_template(exported):
     user = [{"role": "user", "content": "3+4"}]
     render = hf_tok.apply_chat_template
     assert render(user, add_generation_prompt=True, tokenize=False) == "<3+4>" == TOK.chat_prompt("3+4")
-    assert render(user, add_generation_prompt=False, tokenize=False) == "<3+4"   # `>` opens the reply
+    assert render(user, add_generation_prompt=False, tokenize=False) == "<3+4"  # `>` opens the reply
     convo = user + [{"role": "assistant", "content": "{3+4=7}7"}, {"role": "user", "content": "1+1"}]
     assert render(convo, add_generation_prompt=True, tokenize=False) == "<3+4>{3+4=7}7#<1+1>"
     assert render(convo[:2], tokenize=False) == TOK.chat_prompt("3+4") + TOK.chat_response("{3+4=7}7")
@@ -155,6 +174,7 @@ def test_chat_template(exported):
 
 
 # ---- (c) import -----------------------------------------------------------------------------
+
 
 @torch.no_grad()
 def test_import_round_trips_exactly(exported):
@@ -194,9 +214,9 @@ def test_export_replaces_previous_export_only(tmp_path):
     out = tmp_path / "hf"
     export_hf(_model("nano"), TOK, out)
     tied = _model("nano-tied")
-    export_hf(tied, TOK, out)                    # a previous export is replaced whole
+    export_hf(tied, TOK, out)  # a previous export is replaced whole
     assert import_hf(out)[0].config.tie_embeddings
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf"]      # no .tmp / .old left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf"]  # no .tmp / .old left
     other = tmp_path / "notes"
     other.mkdir()
     (other / "keep.txt").write_text("mine")
@@ -207,6 +227,7 @@ def test_export_replaces_previous_export_only(tmp_path):
 
 # ---- (d) greedy decoding --------------------------------------------------------------------
 
+
 @torch.no_grad()
 def _greedy_gpt_mini(model, prompt_ids, n_new):
     """Greedy decoding through gpt_mini's KVCache: prefill, then one token per forward."""
@@ -215,11 +236,11 @@ def _greedy_gpt_mini(model, prompt_ids, n_new):
     out = []
     for _ in range(n_new):
         cache.begin(x.shape[1])
-        nxt = model(x, cache)[:, -1].argmax(-1)          # [1]
+        nxt = model(x, cache)[:, -1].argmax(-1)  # [1]
         out.append(int(nxt))
         if out[-1] == TOK.eot_id:
             break
-        x = nxt[:, None]                                  # [1, 1]
+        x = nxt[:, None]  # [1, 1]
     return out
 
 
@@ -231,7 +252,7 @@ def test_hf_generate_matches_gpt_mini_greedy(exported, prompt):
     ours = _greedy_gpt_mini(model, ids, 10)
     x = torch.tensor([ids])
     gen = hf.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=10, do_sample=False)
-    theirs = gen[0, len(ids):].tolist()
+    theirs = gen[0, len(ids) :].tolist()
     assert len(ours) >= 1 and theirs == ours
-    if len(ours) == 10:                                   # no early end of turn: a varied continuation
+    if len(ours) == 10:  # no early end of turn: a varied continuation
         assert len(set(ours)) >= 3

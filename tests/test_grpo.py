@@ -7,8 +7,7 @@ import math
 import pytest
 import torch
 
-from posttrain import UsageError
-from posttrain import algorithms
+from posttrain import UsageError, algorithms
 from posttrain.algorithms import core, grpo
 from posttrain.framework.batch import RolloutBatch
 
@@ -29,11 +28,12 @@ def adv(rewards, groups=None, **cfg):
 
 # ----------------------------------------------------------------------------- advantages
 
+
 def test_advantages_worked_example_unbiased():
     # §15.3: r = [1, 0, 0, 0], μ = 0.25, unbiased σ = 0.5
     assert adv([1, 0, 0, 0]) == pytest.approx([1.499997, -0.499999, -0.499999, -0.499999], abs=1e-6)
     assert adv([1, 0, 0, 0], adv_eps=1e-4) == pytest.approx([1.4997, -0.4999, -0.4999, -0.4999], abs=1e-4)
-    assert adv([1, 0, 0, 0], scale_by_std=False) == pytest.approx([0.75, -0.25, -0.25, -0.25])   # Dr. GRPO
+    assert adv([1, 0, 0, 0], scale_by_std=False) == pytest.approx([0.75, -0.25, -0.25, -0.25])  # Dr. GRPO
     # r = [1, 1, 0, 1]: [0.5, 0.5, −1.5, 0.5]·(1 − 2e-6)
     assert adv([1, 1, 0, 1]) == pytest.approx([x * (1 - 2e-6) for x in [0.5, 0.5, -1.5, 0.5]], abs=1e-9)
 
@@ -68,7 +68,7 @@ def test_advantages_row24_std_convention():
     # SEED_SPEC row 24: [1, 0, 1, 0]: population → ±1.00, torch's unbiased → ±0.866
     assert adv([1, 0, 1, 0], std="population") == pytest.approx([0.999998, -0.999998] * 2, abs=1e-6)
     assert adv([1, 0, 1, 0], std="unbiased") == pytest.approx([0.866024, -0.866024] * 2, abs=1e-6)
-    assert adv([1, 0, 1, 0]) == adv([1, 0, 1, 0], std="unbiased")            # the default
+    assert adv([1, 0, 1, 0]) == adv([1, 0, 1, 0], std="unbiased")  # the default
 
 
 def test_advantages_row32_two_prompts_in_one_batch():
@@ -87,15 +87,16 @@ def test_advantages_row32_two_prompts_in_one_batch():
 @pytest.mark.parametrize("adv_eps", [1e-6, 0.0])
 def test_degenerate_groups_give_exactly_zero(std, adv_eps):
     rewards = [0.1, 0.1, 0.1, 1.0, 1.0, 0.0, 0.0, 0.3, 1.0, 0.0]
-    groups = [0, 0, 0, 1, 1, 2, 2, 3, 4, 4]                       # 0: all 0.1, 1: all 1, 2: all 0, 3: singleton
+    groups = [0, 0, 0, 1, 1, 2, 2, 3, 4, 4]  # 0: all 0.1, 1: all 1, 2: all 0, 3: singleton
     a = adv(rewards, groups, std=std, adv_eps=adv_eps)
-    assert a[:8] == [0.0] * 8                                      # exactly, not approximately
+    assert a[:8] == [0.0] * 8  # exactly, not approximately
     assert all(math.isfinite(v) for v in a)
-    assert a[8] > 0 > a[9]                                         # the live group is unaffected
+    assert a[8] > 0 > a[9]  # the live group is unaffected
     assert adv([0.1] * 4, std=std, adv_eps=adv_eps, scale_by_std=False) == [0.0] * 4
 
 
 # ----------------------------------------------------------------------------- loss
+
 
 def _batch(logp, old, adv_tok, mask, ref=None):
     return RolloutBatch(loss_mask=mask, old_logprobs=old, advantages=adv_tok, ref_logprobs=ref)
@@ -114,7 +115,7 @@ def test_loss_with_k3_hand_computed():
     # row 0: (−1 + .04·.155841 − 1)/2 = −0.996883; row 1: 1 + .04·.110826 = 1.004433; mean 0.003775
     assert loss.item() == pytest.approx(0.0037749229, abs=1e-9)
     assert m["kl/ref"].item() == pytest.approx((0.155841 + 0.110826) / 3, abs=1e-6)
-    assert m["loss/policy"].item() == pytest.approx(0.0)                       # (−1 + 1)/2
+    assert m["loss/policy"].item() == pytest.approx(0.0)  # (−1 + 1)/2
     assert m["ratio/mean"].item() == 1.0 and m["ratio/max"].item() == 1.0
     assert m["clip/frac"].item() == 0.0
     assert "entropy" not in m
@@ -133,7 +134,7 @@ def test_loss_entropy_bonus_and_clip_frac():
     # per token: [−1.2 − .1, −1 − .2], [0 − .3]; token-mean = −2.8/3
     assert loss.item() == pytest.approx(-2.8 / 3)
     assert m["entropy"].item() == pytest.approx(2.0)
-    assert m["clip/frac"].item() == pytest.approx(1 / 3)                      # ratio 1.5 with A > 0
+    assert m["clip/frac"].item() == pytest.approx(1 / 3)  # ratio 1.5 with A > 0
     assert m["ratio/max"].item() == pytest.approx(1.5)
     assert m["loss/policy"].item() == pytest.approx(-2.2 / 3)
     assert "kl/ref" not in m
@@ -153,8 +154,8 @@ def test_kl_needs_reference():
 def _random_batch(seed, B=6, T=7):
     g = torch.Generator().manual_seed(seed)
     mask = (torch.rand(B, T, generator=g) < 0.7).to(F64)
-    mask[:, 0] = 0.0                                               # prompt position
-    mask[2] = 0.0                                                  # a fully masked row
+    mask[:, 0] = 0.0  # prompt position
+    mask[2] = 0.0  # a fully masked row
     old = -torch.rand(B, T, dtype=F64, generator=g) * 3 * mask
     lp = (old + 0.3 * torch.randn(B, T, dtype=F64, generator=g)) * mask
     ref = (old + 0.2 * torch.randn(B, T, dtype=F64, generator=g)) * mask
@@ -190,7 +191,7 @@ def test_loss_micro_batches_sum_to_the_full_batch(aggregation):
     for s in (slice(0, 3), slice(3, 4), slice(4, 8)):
         loss, m = grpo.loss(lp[s], _batch(None, old[s], A[s], mask[s], ref[s]), cfg, norm, entropy=ent[s])
         total = total + loss
-        policy += float(mask[s].sum()) / norm["tokens"] * float(m["loss/policy"])   # trainer's weighting
+        policy += float(mask[s].sum()) / norm["tokens"] * float(m["loss/policy"])  # trainer's weighting
     (g_parts,) = torch.autograd.grad(total, lp)
     assert total.item() == pytest.approx(full.item(), rel=1e-12)
     assert torch.allclose(g_parts, g_full, rtol=1e-10, atol=1e-15)
@@ -210,23 +211,30 @@ def test_on_policy_gradient_is_reinforce(aggregation):
     (g_ref,) = torch.autograd.grad(core.aggregate(-A * lp2, mask, aggregation, norm), lp2)
     assert torch.allclose(g, g_ref, rtol=1e-12, atol=1e-15)
     assert m["ratio/mean"].item() == 1.0 and m["clip/frac"].item() == 0.0
-    if aggregation == "seq-mean-token-mean":                      # by hand: −A_i m_it / (|y_i| · N)
+    if aggregation == "seq-mean-token-mean":  # by hand: −A_i m_it / (|y_i| · N)
         lengths = mask.sum(-1, keepdim=True).clamp_min(1)
         assert torch.allclose(g, -A * mask / lengths / norm["seqs"], rtol=1e-12, atol=1e-15)
 
 
 # ----------------------------------------------------------------------------- config and registry
 
+
 def test_config_defaults_and_validation():
     cfg = grpo.Config()
     assert (cfg.eps_low, cfg.eps_high, cfg.kl_coef, cfg.kl_estimator) == (0.2, 0.2, 0.04, "k3")
     assert (cfg.std, cfg.scale_by_std, cfg.adv_eps) == ("unbiased", True, 1e-6)
     assert (cfg.aggregation, cfg.entropy_coef, cfg.dual_clip) == ("seq-mean-token-mean", 0.0, None)
-    for bad in ({"aggregation": "token_mean"}, {"kl_estimator": "k4"}, {"std": "sample"},
-                {"dual_clip": 1.0}, {"eps_low": -0.1}, {"kl_coef": -1.0}):
+    for bad in (
+        {"aggregation": "token_mean"},
+        {"kl_estimator": "k4"},
+        {"std": "sample"},
+        {"dual_clip": 1.0},
+        {"eps_low": -0.1},
+        {"kl_coef": -1.0},
+    ):
         with pytest.raises(UsageError):
             grpo.Config(**bad)
-    with pytest.raises(UsageError):                                # dataclasses.replace re-validates
+    with pytest.raises(UsageError):  # dataclasses.replace re-validates
         dataclasses.replace(cfg, aggregation="mean")
 
 

@@ -37,13 +37,13 @@ def _plain_logprobs(hf, samples, temperature=1.0):
     seqs = [s.prompt_ids + s.response_ids for s in samples]
     ids = torch.zeros(len(seqs), max(map(len, seqs)), dtype=torch.long)
     for i, q in enumerate(seqs):
-        ids[i, :len(q)] = torch.tensor(q)
+        ids[i, : len(q)] = torch.tensor(q)
     with torch.no_grad():
-        logp = torch.log_softmax(hf(input_ids=ids).logits.float() / temperature, -1)   # [B, T, V]
+        logp = torch.log_softmax(hf(input_ids=ids).logits.float() / temperature, -1)  # [B, T, V]
     out = []
     for i, s in enumerate(samples):
         P, L = len(s.prompt_ids), len(s.response_ids)
-        out.append(logp[i, P - 1:P + L - 1].gather(-1, ids[i, P:P + L, None])[:, 0])   # [L]
+        out.append(logp[i, P - 1 : P + L - 1].gather(-1, ids[i, P : P + L, None])[:, 0])  # [L]
     return out
 
 
@@ -56,7 +56,8 @@ def test_engine_logprobs_match_transformers(dirs, arch):
     prompts = [tok.encode(tok.chat_prompt(q)) for q in ("3+4", "12+5+6", "1+1+1+1+1+1")]
     for temperature in (1.0, 0.7):
         samples = Engine(model, tok, max_slots=5).generate(
-            prompts, 4, SamplingParams(temperature=temperature, max_new_tokens=12), seed=3)
+            prompts, 4, SamplingParams(temperature=temperature, max_new_tokens=12), seed=3
+        )
         assert len(samples) == 12 and sum(len(s.response_ids) for s in samples) > 40
         for s, want in zip(samples, _plain_logprobs(reference, samples, temperature)):
             assert torch.allclose(torch.tensor(s.response_logprobs), want, atol=1e-5, rtol=0)
@@ -67,6 +68,7 @@ def test_llama_decodes_through_the_fused_fast_path_and_follows_weight_updates(di
     biases) keeps model.forward. Fast and generic paths sample the same tokens, also after an
     in-place update of the weights (the optimizer's), which the fused copies must follow."""
     from posttrain.models.decode import Decoder
+
     model, tok = load_hf(dirs["llama"])
     assert Decoder.for_model(model) is not None and Decoder.for_model(load_hf(dirs["qwen2"])[0]) is None
     prompts = [tok.encode(tok.chat_prompt(q)) for q in ("3+4", "12+5+6")]
@@ -79,13 +81,16 @@ def test_llama_decodes_through_the_fused_fast_path_and_follows_weight_updates(di
         eng.fast_decode = False
         slow = eng.generate(prompts, 3, sp, seed=1)
         assert [s.response_ids for s in fast] == [s.response_ids for s in slow]
-        assert max(abs(a - b) for f, s in zip(fast, slow) for a, b in zip(f.response_logprobs, s.response_logprobs)) < 1e-5
+        assert (
+            max(abs(a - b) for f, s in zip(fast, slow) for a, b in zip(f.response_logprobs, s.response_logprobs)) < 1e-5
+        )
         return fast
+
     before = both()
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith(("k_proj.weight", "up_proj.weight")):
-                p.mul_(3.0)                                            # in place, as AdamW
+                p.mul_(3.0)  # in place, as AdamW
     after = both()
     assert [s.response_logprobs for s in after] != [s.response_logprobs for s in before]
 
@@ -95,15 +100,16 @@ def test_greedy_equals_transformers_generate(dirs):
     reference = AutoModelForCausalLM.from_pretrained(dirs["llama"], local_files_only=True).eval()
     prompt = tok.encode(tok.chat_prompt("7+8+9"))
     s = Engine(model, tok).generate([prompt], 1, SamplingParams(temperature=0, max_new_tokens=10, ignore_eos=True))[0]
-    out = reference.generate(torch.tensor([prompt]), max_new_tokens=10, min_new_tokens=10, do_sample=False,
-                             pad_token_id=tok.pad_id)
-    assert s.response_ids == out[0, len(prompt):].tolist()
+    out = reference.generate(
+        torch.tensor([prompt]), max_new_tokens=10, min_new_tokens=10, do_sample=False, pad_token_id=tok.pad_id
+    )
+    assert s.response_ids == out[0, len(prompt) :].tolist()
 
 
 def test_tokenizer_adapter_uses_the_chat_template(dirs):
     _, tok = load_hf(dirs["qwen2"])
     ours = CharTokenizer()
-    assert tok.chat_prompt("3+4") == ours.chat_prompt("3+4") == "<3+4>"      # rendered by the Jinja template
+    assert tok.chat_prompt("3+4") == ours.chat_prompt("3+4") == "<3+4>"  # rendered by the Jinja template
     assert tok.chat_response("{3+4=7}7") == ours.chat_response("{3+4=7}7") == "{3+4=7}7#"
     text = "<12+5>{12+5=17}17#"
     assert tok.encode(text) == ours.encode(text) and tok.decode(tok.encode(text)) == text
@@ -114,6 +120,7 @@ def test_heads_read_hf_hidden_states(dirs):
     """Critic and reward-model trunks: hidden() is the final normed state whose head gives the logits."""
     from posttrain.models.heads import ActorCritic
     from posttrain.preference.reward_model import RewardModel
+
     model, _ = load_hf(dirs["qwen2"])
     ids = torch.tensor([[1, 9, 16, 10, 2], [1, 12, 13, 2, 0]])
     with torch.no_grad():
@@ -128,20 +135,35 @@ def test_heads_read_hf_hidden_states(dirs):
 @pytest.mark.slow
 def test_grpo_end_to_end_and_checkpoint_reloads_in_transformers(dirs, arch, tmp_path):
     from posttrain.recipes import rl
-    cfg = load_config(RLConfig, None, [f"init={dirs[arch]}", f"out={tmp_path}/rl", "steps=2", "prompts_per_step=4",
-                                       "samples_per_prompt=6", "max_new_tokens=8", "eval_problems=4",
-                                       "eval_samples=2", "optim.lr=1e-3", "log_every=1", *EASY])
+
+    cfg = load_config(
+        RLConfig,
+        None,
+        [
+            f"init={dirs[arch]}",
+            f"out={tmp_path}/rl",
+            "steps=2",
+            "prompts_per_step=4",
+            "samples_per_prompt=6",
+            "max_new_tokens=8",
+            "eval_problems=4",
+            "eval_samples=2",
+            "optim.lr=1e-3",
+            "log_every=1",
+            *EASY,
+        ],
+    )
     rl.run(cfg)
     rows = [json.loads(line) for line in open(tmp_path / "rl" / "metrics.jsonl")][1:]
     assert all(torch.isfinite(torch.tensor(float(v))) for r in rows for v in r.values() if isinstance(v, (int, float)))
-    for r in rows:                          # one update per batch: strictly on-policy, ratio 1
+    for r in rows:  # one update per batch: strictly on-policy, ratio 1
         assert abs(r["ratio/mean"] - 1) < 1e-5 and r["mismatch/logprob_abs"] < 1e-5
     assert max(r["reward/mean"] for r in rows) > 0 and max(r["grad/norm"] for r in rows) > 0
     ckpt = checkpoint.latest(tmp_path / "rl")
     trained = AutoModelForCausalLM.from_pretrained(ckpt, local_files_only=True).eval()
     start = AutoModelForCausalLM.from_pretrained(dirs[arch], local_files_only=True).eval()
     moved = [n for n, p in trained.named_parameters() if not torch.equal(p, start.get_parameter(n))]
-    assert len(moved) == len(list(trained.parameters()))                     # every tensor was updated
+    assert len(moved) == len(list(trained.parameters()))  # every tensor was updated
     ours, _, _ = checkpoint.load_model(ckpt)
     ids = torch.tensor([[1, 9, 16, 10, 2, 14]])
     with torch.no_grad():
@@ -152,6 +174,7 @@ def test_sft_from_hf_dir_and_resume(dirs, tmp_path):
     """`init=HF_DIR` in sft; --resume of an HF run continues from its HF checkpoint to the same
     weights; `posttrain export` of the run writes a directory transformers opens."""
     from posttrain.recipes import sft
+
     args = [f"init={dirs['llama']}", "batch_size=4", "num_problems=50", "eval_problems=2", "optim.lr=1e-3", *EASY]
     sft.run(load_config(SFTConfig, None, [f"out={tmp_path}/a", "steps=3", *args]))
     sft.run(load_config(SFTConfig, None, [f"out={tmp_path}/b", "steps=2", *args]))
@@ -162,7 +185,8 @@ def test_sft_from_hf_dir_and_resume(dirs, tmp_path):
     sa, sb, s0 = a.state_dict(), b.state_dict(), start.state_dict()
     assert all(torch.allclose(sa[k], sb[k], atol=1e-6) for k in sa)
     assert not all(torch.equal(sa[k], s0[k]) for k in sa)
-    from posttrain.cli import main                   # `posttrain export` of an HF run: an HF directory again
+    from posttrain.cli import main  # `posttrain export` of an HF run: an HF directory again
+
     assert main(["export", str(tmp_path / "a"), "--format", "hf", str(tmp_path / "exported")]) == 0
     exported = AutoModelForCausalLM.from_pretrained(tmp_path / "exported", local_files_only=True).eval()
     ids = torch.tensor([[1, 9, 16, 10, 2]])
@@ -174,9 +198,24 @@ def test_bf16_autocast_path_runs_on_cpu(dirs, tmp_path):
     """dtype=bfloat16 takes the CUDA precision path (autocast over fp32 master weights) on the CPU:
     sampler and trainer both compute in bf16, so they still agree closely; weights stay fp32."""
     from posttrain.recipes import rl
-    cfg = load_config(RLConfig, None, [f"init={dirs['llama']}", f"out={tmp_path}/rl", "steps=1", "prompts_per_step=2",
-                                       "samples_per_prompt=4", "max_new_tokens=6", "eval_problems=2", "eval_samples=1",
-                                       "dtype=bfloat16", "grad_checkpointing=true", *EASY])
+
+    cfg = load_config(
+        RLConfig,
+        None,
+        [
+            f"init={dirs['llama']}",
+            f"out={tmp_path}/rl",
+            "steps=1",
+            "prompts_per_step=2",
+            "samples_per_prompt=4",
+            "max_new_tokens=6",
+            "eval_problems=2",
+            "eval_samples=1",
+            "dtype=bfloat16",
+            "grad_checkpointing=true",
+            *EASY,
+        ],
+    )
     rl.run(cfg)
     row = [json.loads(line) for line in open(tmp_path / "rl" / "metrics.jsonl")][-1]
     # bf16 on both sides: they agree closely (exactly 0 when the two passes round the same way, which
@@ -207,12 +246,15 @@ def test_bad_directories_are_one_line_errors(tmp_path):
     with pytest.raises(UsageError, match="lora needs a Hugging Face model"):
         from posttrain.models.gpt_mini import GPTMini, ModelConfig
         from posttrain.models.lora import LoraConfig, apply_lora
+
         apply_lora(GPTMini(ModelConfig().resolved(58)), LoraConfig(r=4))
 
 
 def test_an_architecture_that_bypasses_the_cache_is_refused(dirs):
     model, _ = load_hf(dirs["llama"])
-    for layer in model.hf.model.layers:        # simulate attention that never reads the cache
-        layer.self_attn.forward = lambda *a, _f=layer.self_attn.forward, **k: _f(*a, **{**k, **dict.fromkeys({"past_key_values", "cache"} & k.keys())})
+    for layer in model.hf.model.layers:  # simulate attention that never reads the cache
+        layer.self_attn.forward = lambda *a, _f=layer.self_attn.forward, **k: _f(
+            *a, **{**k, **dict.fromkeys({"past_key_values", "cache"} & k.keys())}
+        )
     with pytest.raises(UsageError, match="does not go through the engine's KV cache"):
         check_cache_path(model)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 TOOL = Path(__file__).resolve().parent.parent / "tools" / "imports.py"
 spec = importlib.util.spec_from_file_location("imports_tool", TOOL)
-imports = sys.modules["imports_tool"] = importlib.util.module_from_spec(spec)   # dataclasses look it up
+imports = sys.modules["imports_tool"] = importlib.util.module_from_spec(spec)  # dataclasses look it up
 spec.loader.exec_module(imports)
 
 
@@ -24,11 +24,15 @@ def test_the_tool_finds_an_upward_import_and_skips_types_and_functions(tmp_path)
     (pkg / "framework" / "sync.py").write_text("X = 1\n")
     (pkg / "models" / "lora.py").write_text(
         "from typing import TYPE_CHECKING\n"
-        "from posttrain.framework.sync import X\n"               # upward, at module level: line 2
+        "from posttrain.framework.sync import X\n"  # upward, at module level: line 2
         "if TYPE_CHECKING:\n    from posttrain.framework import sync\n"
-        "def f():\n    from posttrain.framework import sync\n    return sync\n")
+        "def f():\n    from posttrain.framework import sync\n    return sync\n"
+    )
     res = imports.check(pkg)
-    assert res["upward"] == ["posttrain/models/lora.py:2: posttrain.models.lora → posttrain.framework.sync "
-                             "(models rank 1 imports framework rank 4)"]
+    assert res["upward"] == [
+        "posttrain/models/lora.py:2: posttrain.models.lora → posttrain.framework.sync "
+        "(models rank 1 imports framework rank 4)"
+    ]
     assert res["counts"]["function_level_own"] == 1 and res["inner"] == [
-        "posttrain/models/lora.py:6: posttrain.models.lora → posttrain.framework.sync"]
+        "posttrain/models/lora.py:6: posttrain.models.lora → posttrain.framework.sync"
+    ]

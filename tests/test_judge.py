@@ -8,35 +8,46 @@ import threading
 import time
 
 import pytest
-from test_agent_hf import hf_dir  # noqa: F401 (the fixture: a BPE tokenizer and a tiny Llama trained here)
 
 from posttrain import UsageError
 from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
 from posttrain.tasks.base import JudgeConfig
 from posttrain.tasks.judge import JudgeError, JudgeTask, comparisons, parse_choice, parse_score, render
 
-SCORES = [                      # reply, scale, reward
+from test_agent_hf import hf_dir  # noqa: F401 (the fixture: a BPE tokenizer and a tiny Llama trained here)
+
+SCORES = [  # reply, scale, reward
     ("Score: 7", 10, 0.7),
     ("The response is right.\nScore: 10", 10, 1.0),
     ("**Score:** 3", 10, 0.3),
     ("Rating: [[8]]", 10, 0.8),
-    ("I'd give it 4/5.", 10, 0.8),           # its own denominator wins
+    ("I'd give it 4/5.", 10, 0.8),  # its own denominator wins
     ("Score: 6/10", 10, 0.6),
     ("3 out of 4", 1, 0.75),
     ("9", 10, 0.9),
     ("**5**", 10, 0.5),
     ('{"score": 2, "why": "wrong sum"}', 10, 0.2),
-    ("<think>maybe 2? no, score: 1</think>Score: 9", 10, 0.9),   # hidden reasoning is ignored
-    ("score: 2 ... on reflection, score: 5", 10, 0.5),             # the last verdict counts
-    ("{3+4=7;7+5=12}12 score: 1", 1, 1.0),                         # the built-in judge's own trace first
+    ("<think>maybe 2? no, score: 1</think>Score: 9", 10, 0.9),  # hidden reasoning is ignored
+    ("score: 2 ... on reflection, score: 5", 10, 0.5),  # the last verdict counts
+    ("{3+4=7;7+5=12}12 score: 1", 1, 1.0),  # the built-in judge's own trace first
     ("score: 0.5", 1, 0.5),
 ]
 BAD_SCORES = ["", "It is good.", "Score: 11", "Score: -1", "3 and 4", "12/0", "[[12]]"]
 CHOICES = [
-    ("[[A]]", "A"), ("My verdict: [[B]]", "B"), ("[[C]]", "tie"), ("Winner: B", "B"),
-    ("Response A is better.", "A"), ("Output (b) is more accurate", "B"), ("A", "A"), ("**B**", "B"),
-    ('{"winner": "A"}', "A"), ("It's a tie.", "tie"), ("<think>[[A]]</think>[[B]]", "B"),
-    ("Both are equally good", "tie"), ("The better response is B", "B"), ("[[A]] hmm no [[B]]", "B"),
+    ("[[A]]", "A"),
+    ("My verdict: [[B]]", "B"),
+    ("[[C]]", "tie"),
+    ("Winner: B", "B"),
+    ("Response A is better.", "A"),
+    ("Output (b) is more accurate", "B"),
+    ("A", "A"),
+    ("**B**", "B"),
+    ('{"winner": "A"}', "A"),
+    ("It's a tie.", "tie"),
+    ("<think>[[A]]</think>[[B]]", "B"),
+    ("Both are equally good", "tie"),
+    ("The better response is B", "B"),
+    ("[[A]] hmm no [[B]]", "B"),
 ]
 BAD_CHOICES = ["", "Response A says 3 and Response B says 4", "I cannot decide", "Winner: D"]
 
@@ -64,7 +75,7 @@ def test_parse_choice_refuses(reply):
 
 
 def test_render_fills_fields_once():
-    t = "Q {question} R {response} {\"score\": N}"
+    t = 'Q {question} R {response} {"score": N}'
     assert render(t, question="1+2", response="says {question}") == 'Q 1+2 R says {question} {"score": N}'
 
 
@@ -82,7 +93,7 @@ def test_comparisons_ring_and_coin():
     flips = [s for step in range(100) for _, _, s in comparisons(items, [""] * 32, cfg, step, str)]
     assert 0.45 < sum(flips) / len(flips) < 0.55
     assert comparisons(items, [""] * 32, cfg, 4, str) != comps
-    small = comparisons([0, 0], ["", ""], cfg, 0, str)           # a pair meets once whatever `pairs` is
+    small = comparisons([0, 0], ["", ""], cfg, 0, str)  # a pair meets once whatever `pairs` is
     assert [(i, j) for i, j, _ in small] == [(0, 1)]
 
 
@@ -127,7 +138,7 @@ def test_pointwise_a_faithful_judge_agrees_and_cuts_the_end_of_turn(tok):
     assert [r.reward for r in res] == [1.0, 0.0] * 8
     assert [r.components["verifier"] for r in res] == [1.0, 0.0] * 8
     assert task.logged == {"judge_errors": 0.0, "judge_calls": 16.0, "judge_agreement": 1.0}
-    assert all("#" not in p.split("[Response]")[1] for p in task.backend.prompts)   # end-of-turn cut
+    assert all("#" not in p.split("[Response]")[1] for p in task.backend.prompts)  # end-of-turn cut
 
 
 def test_pairwise_random_order_cancels_position_bias():
@@ -147,6 +158,7 @@ def test_pairwise_random_order_cancels_position_bias():
     def faithful(p):
         a, b = _truth(p, "Response [AB]")
         return "[[C]]" if a == b else "[[A]]" if a else "[[B]]"
+
     fair = JudgeTask(_task(), cfg, Scripted(faithful))
     res = fair.reward_batch(items, texts, step=0)
     # a right response beats the 4 wrong ones it meets and ties the right ones: its win rate is above ½
@@ -162,10 +174,11 @@ def test_pairwise_against_the_reference():
     def judge(p):
         a, b = re.findall(r"\[Response [AB]\]\n(.*)", p)
         seen.append((a, b))
-        return "[[C]]" if a == b else "[[B]]"                    # only the reference's own text ties
+        return "[[C]]" if a == b else "[[B]]"  # only the reference's own text ties
+
     task = JudgeTask(_task(), cfg, Scripted(judge))
     items, texts = _batch(task, 2, 2)
-    texts[0] = items[0].target(True)                              # exactly the demonstration
+    texts[0] = items[0].target(True)  # exactly the demonstration
     res = task.reward_batch(items, texts, step=0)
     assert res[0].reward == 0.5 and task.logged["judge_calls"] == 4.0
     assert any(items[0].target(True) in pair for pair in seen)
@@ -179,6 +192,7 @@ def faulty_judge():
     uvicorn = pytest.importorskip("uvicorn")
     fastapi = pytest.importorskip("fastapi")
     import asyncio
+
     app = fastapi.FastAPI()
     calls = []
 
@@ -194,8 +208,12 @@ def faulty_judge():
         if number.endswith("9"):
             await asyncio.sleep(5)
         text = "I refuse." if number.endswith("7") else f"Score: {10 * _truth(prompt)[0]}"
-        return {"id": "x", "object": "chat.completion", "model": body["model"],
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}]}
+        return {
+            "id": "x",
+            "object": "chat.completion",
+            "model": body["model"],
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        }
 
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
@@ -215,12 +233,12 @@ def test_http_judge_counts_garbage_and_hangs_and_goes_on(faulty_judge, tok):
     task = JudgeTask(_task(), JudgeConfig(model=url, timeout_s=1.0, concurrency=4))
     task.check(tok)
     task.backend.start(task)
-    assert task.backend.name == "judge-1"                        # the first model the server lists
+    assert task.backend.name == "judge-1"  # the first model the server lists
     items = task.items(6, "train", 1)
     texts = ["17#", "19#", str(items[2].answer) + "#", str(items[3].answer + 1) + "#", "29#", "7#"]
     t0 = time.perf_counter()
     res = task.reward_batch(items, texts, step=0)
-    assert time.perf_counter() - t0 < 4.5                        # the two hangs ran in parallel, each cut at 1 s
+    assert time.perf_counter() - t0 < 4.5  # the two hangs ran in parallel, each cut at 1 s
     assert task.logged["judge_errors"] == 4.0 and task.logged["judge_calls"] == 6.0
     errors = [r.error for r in res]
     assert [e is not None for e in errors] == [True, True, False, False, True, True]
@@ -231,7 +249,7 @@ def test_http_judge_counts_garbage_and_hangs_and_goes_on(faulty_judge, tok):
 
 
 def test_http_judge_unreachable_is_one_line():
-    with socket.socket() as s:                                   # a port nobody listens on
+    with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     task = JudgeTask(_task(), JudgeConfig(model=f"http://127.0.0.1:{port}/v1", timeout_s=2))
@@ -241,6 +259,7 @@ def test_http_judge_unreachable_is_one_line():
 
 def _random_ckpt(tmp_path, tok, nano):
     from posttrain import checkpoint
+
     checkpoint.save(tmp_path / "judge", 1, nano, tok)
     return tmp_path / "judge"
 
@@ -250,8 +269,10 @@ def test_engine_judge_random_weights_fail_every_call_and_are_counted(tmp_path, t
     and scored 0; the step's results all come back."""
     short = tmp_path / "t.txt"
     short.write_text("{question}={response}?")
-    task = JudgeTask(_task(), JudgeConfig(model=str(_random_ckpt(tmp_path, tok, nano)), template=str(short),
-                                          max_tokens=8, temperature=0.0))
+    task = JudgeTask(
+        _task(),
+        JudgeConfig(model=str(_random_ckpt(tmp_path, tok, nano)), template=str(short), max_tokens=8, temperature=0.0),
+    )
     task.check(tok)
     task.start(tmp_path, False, 4)
     items, texts = _batch(task, 2, 2)
@@ -259,7 +280,7 @@ def test_engine_judge_random_weights_fail_every_call_and_are_counted(tmp_path, t
     assert len(res) == 4 and task.logged["judge_calls"] == 4.0
     assert task.logged["judge_errors"] == sum(r.error is not None for r in res)
     assert all(r.reward == 0.0 for r in res if r.error)
-    again = task.reward_batch(items, texts, step=0)             # greedy: the same replies, the same verdicts
+    again = task.reward_batch(items, texts, step=0)  # greedy: the same replies, the same verdicts
     assert [r.error for r in again] == [r.error for r in res]
 
 
@@ -279,25 +300,30 @@ def test_template_is_frozen_in_the_run_dir(tmp_path):
     run.mkdir()
     JudgeTask(_task(), JudgeConfig(model="x", template=str(a)), Scripted(str)).start(run, False, 4)
     assert (run / "judge_prompt.txt").read_text() == a.read_text()
-    JudgeTask(_task(), JudgeConfig(model="x", template=str(a)), Scripted(str)).start(run, True, 4)   # same: fine
+    JudgeTask(_task(), JudgeConfig(model="x", template=str(a)), Scripted(str)).start(run, True, 4)  # same: fine
     with pytest.raises(UsageError, match="judge_prompt.txt differs"):
         JudgeTask(_task(), JudgeConfig(model="x", template=str(b)), Scripted(str)).start(run, True, 4)
 
 
-@pytest.mark.parametrize("keys,msg", [
-    (["task.judge.mode=triple"], "task.judge.mode='triple' is unknown"),
-    (["task.judge.template=nope.txt"], "file 'nope.txt' not found"),
-    (["task.judge.pairs=0"], "need pairs >= 1"),
-    (["task.judge.opponent=crowd"], "task.judge.opponent='crowd' is unknown"),
-    (["task.judge.mode=pairwise", "task.judge.template=T"], "needs the fields {response_a}, {response_b}"),
-])
+@pytest.mark.parametrize(
+    "keys,msg",
+    [
+        (["task.judge.mode=triple"], "task.judge.mode='triple' is unknown"),
+        (["task.judge.template=nope.txt"], "file 'nope.txt' not found"),
+        (["task.judge.pairs=0"], "need pairs >= 1"),
+        (["task.judge.opponent=crowd"], "task.judge.opponent='crowd' is unknown"),
+        (["task.judge.mode=pairwise", "task.judge.template=T"], "needs the fields {response_a}, {response_b}"),
+    ],
+)
 def test_bad_judge_config_is_one_line(tmp_path, keys, msg):
     from posttrain import tasks
     from posttrain.config import RLConfig, load_config
+
     t = tmp_path / "t.txt"
     t.write_text("{question} {response}")
-    cfg = load_config(RLConfig, None, ["task.judge.model=http://127.0.0.1:1/v1",
-                                       *[k.replace("=T", f"={t}") for k in keys]])
+    cfg = load_config(
+        RLConfig, None, ["task.judge.model=http://127.0.0.1:1/v1", *[k.replace("=T", f"={t}") for k in keys]]
+    )
     with pytest.raises(UsageError, match=re.escape(msg)):
         tasks.make(cfg.task)
 
@@ -305,14 +331,16 @@ def test_bad_judge_config_is_one_line(tmp_path, keys, msg):
 def test_config_wraps_any_task_and_records_the_judge(tmp_path):
     from posttrain import tasks
     from posttrain.config import RLConfig, load_config, save_config
-    cfg = load_config(RLConfig, None, ["task.name=countdown", "task.judge.model=http://127.0.0.1:1/v1",
-                                       "task.judge.mode=pairwise"])
+
+    cfg = load_config(
+        RLConfig, None, ["task.name=countdown", "task.judge.model=http://127.0.0.1:1/v1", "task.judge.mode=pairwise"]
+    )
     task = tasks.make(cfg.task)
     assert isinstance(task, JudgeTask) and task.name == "judge/countdown"
-    assert task.items(3, "test", 0) == task.task.items(3, "test", 0)   # the task's own problems
+    assert task.items(3, "test", 0) == task.task.items(3, "test", 0)  # the task's own problems
     save_config(cfg, tmp_path / "config.yaml")
     assert "judge:\n    model: http://127.0.0.1:1/v1\n    mode: pairwise" in (tmp_path / "config.yaml").read_text()
-    assert not isinstance(tasks.make(load_config(RLConfig, None, []).task), JudgeTask)    # no model: no judge
+    assert not isinstance(tasks.make(load_config(RLConfig, None, []).task), JudgeTask)  # no model: no judge
     with pytest.raises(UsageError, match="multi-turn episodes"):
         tasks.make(load_config(RLConfig, None, ["task.name=tool_arith", "task.judge.model=x"]).task)
 
@@ -320,6 +348,7 @@ def test_config_wraps_any_task_and_records_the_judge(tmp_path):
 def test_dataset_rows_without_answers_train_on_a_judge(tmp_path):
     from posttrain import tasks
     from posttrain.config import RLConfig, load_config
+
     rows = tmp_path / "rows.jsonl"
     rows.write_text("".join(json.dumps({"prompt": f"say hi to {n}"}) + "\n" for n in "abcdefghij"))
     keys = ["task.name=dataset", f"task.train={rows}", "task.test_frac=0.2"]
@@ -329,7 +358,7 @@ def test_dataset_rows_without_answers_train_on_a_judge(tmp_path):
     task._backend = Scripted(lambda p: "Score: 8" if "hi a" in p else "Score: 2")
     res = task.reward_batch(task.items(2, "train", 0), ["hi a", "hi b"], step=0)
     assert [r.reward for r in res] == [0.8, 0.2]
-    assert "judge_agreement" not in task.logged                 # no verifier to agree with
+    assert "judge_agreement" not in task.logged  # no verifier to agree with
 
 
 @pytest.mark.slow
@@ -344,13 +373,17 @@ def test_judge_through_posttrain_serve_equals_the_in_process_judge(sft_ckpt, tmp
     import httpx
 
     from posttrain.models.tokenizer import CharTokenizer
+
     pytest.importorskip("fastapi")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "posttrain.cli", "serve", str(sft_ckpt), "--port", str(port),
-                             "--threads", "1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "posttrain.cli", "serve", str(sft_ckpt), "--port", str(port), "--threads", "1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     try:
         url, deadline = f"http://127.0.0.1:{port}/v1", time.time() + 120
         while time.time() < deadline:
@@ -368,7 +401,7 @@ def test_judge_through_posttrain_serve_equals_the_in_process_judge(sft_ckpt, tmp
         for t in (remote, local):
             t.check(CharTokenizer())
             t.start(tmp_path, False, 2)
-        assert remote.backend.name == str(sft_ckpt)            # what the server lists
+        assert remote.backend.name == str(sft_ckpt)  # what the server lists
         prompts = [render(remote.template, response=x, **remote._fields(it)) for it, x in zip(items, texts)]
         assert remote.backend.complete(prompts) == local.backend.complete(prompts)
         a, b = remote.reward_batch(items, texts, step=0), local.reward_batch(items, texts, step=0)
@@ -385,23 +418,33 @@ def test_rl_with_a_pairwise_judge_logs_and_freezes(sft_ckpt, tmp_path):
     each), every failure is scored 0 and counted, the verifier is logged beside, evaluation keeps
     the verifier, and the template sits in the run directory."""
     import posttrain
+
     template = tmp_path / "t.txt"
     template.write_text("{question} a {response_a} b {response_b} better")
-    run = posttrain.rl(init=str(sft_ckpt), out=str(tmp_path / "rl"), steps=2, eval_every=0, threads=1,
-                       tensorboard=False, rollout={"prompts_per_step": 2, "samples_per_prompt": 4},
-                       eval={"problems": 4, "samples": 2},
-                       task={"name": "arithmetic", "max_terms": 3,
-                             "judge": {"model": str(sft_ckpt), "mode": "pairwise", "template": str(template),
-                                       "max_tokens": 8}})
+    run = posttrain.rl(
+        init=str(sft_ckpt),
+        out=str(tmp_path / "rl"),
+        steps=2,
+        eval_every=0,
+        threads=1,
+        tensorboard=False,
+        rollout={"prompts_per_step": 2, "samples_per_prompt": 4},
+        eval={"problems": 4, "samples": 2},
+        task={
+            "name": "arithmetic",
+            "max_terms": 3,
+            "judge": {"model": str(sft_ckpt), "mode": "pairwise", "template": str(template), "max_tokens": 8},
+        },
+    )
     steps = [m for m in run.metrics if m["step"] > 0]
     assert len(steps) == 2
     for m in steps:
         assert m["reward/judge_calls"] == 12.0
         assert 0 <= m["reward/judge_errors"] <= 12
         assert {"reward/judge", "reward/verifier", "reward/errors"} <= set(m)
-        if m["reward/judge_errors"] == 12:                   # every comparison failed: every sample scored 0
+        if m["reward/judge_errors"] == 12:  # every comparison failed: every sample scored 0
             assert m["reward/mean"] == 0.0 and m["reward/errors"] == 8.0
-    assert "eval/pass@1" in run.metrics[-1]                    # the verifier's evaluation
+    assert "eval/pass@1" in run.metrics[-1]  # the verifier's evaluation
     assert (tmp_path / "rl" / "judge_prompt.txt").read_text() == template.read_text()
     assert "judge:\n    model: " + str(sft_ckpt) in (tmp_path / "rl" / "config.yaml").read_text()
 
@@ -416,8 +459,9 @@ def test_engine_judge_on_a_hugging_face_directory(hf_dir, tmp_path):
     prompt = render(task.template, response="5", **task._fields(task.items(1, "train", 0)[0]))
     assert task.backend.tok.decode(task.backend._encode(prompt)).startswith("<|im_start|>user\n")
     items, texts = _batch(task, 2, 2)
-    replies = task.backend.complete([render(task.template, response=t, **task._fields(it))
-                                     for it, t in zip(items, texts)])
+    replies = task.backend.complete(
+        [render(task.template, response=t, **task._fields(it)) for it, t in zip(items, texts)]
+    )
     assert len(replies) == 4 and all(isinstance(r, str) for r in replies)
     res = task.reward_batch(items, texts, step=0)
     assert task.logged["judge_calls"] == 4.0
@@ -427,16 +471,30 @@ def test_engine_judge_on_a_hugging_face_directory(hf_dir, tmp_path):
 def test_rl_with_a_judge_resumes_to_the_same_numbers(sft_ckpt, tmp_path, monkeypatch):
     """A judge-rewarded run killed in step 3 and resumed logs what the uninterrupted run logs: the
     judge samples greedily and the order coin flips are pure in (step, group, pair)."""
-    from test_recipes import _metrics_without_time, run_killed
-
     from posttrain.config import RLConfig, load_config
     from posttrain.recipes import rl
+
+    from test_recipes import _metrics_without_time, run_killed
+
     template = tmp_path / "t.txt"
     template.write_text("{question} a {response_a} b {response_b} better")
-    common = [f"init={sft_ckpt}", "rollout.prompts_per_step=2", "rollout.samples_per_prompt=4", "eval.problems=2",
-              "eval.samples=1", "save_every=1", "eval_every=0", "steps=3", "threads=1", "task.max_terms=3",
-              f"task.judge.model={sft_ckpt}", "task.judge.mode=pairwise", f"task.judge.template={template}",
-              "task.judge.max_tokens=8", "task.judge.temperature=1.0"]
+    common = [
+        f"init={sft_ckpt}",
+        "rollout.prompts_per_step=2",
+        "rollout.samples_per_prompt=4",
+        "eval.problems=2",
+        "eval.samples=1",
+        "save_every=1",
+        "eval_every=0",
+        "steps=3",
+        "threads=1",
+        "task.max_terms=3",
+        f"task.judge.model={sft_ckpt}",
+        "task.judge.mode=pairwise",
+        f"task.judge.template={template}",
+        "task.judge.max_tokens=8",
+        "task.judge.temperature=1.0",
+    ]
     rl.run(load_config(RLConfig, None, [f"out={tmp_path}/full", *common]))
     cfg = load_config(RLConfig, None, [f"out={tmp_path}/half", *common])
     run_killed(monkeypatch, rl, cfg, die_on_step=3)
@@ -449,7 +507,17 @@ def test_rl_with_a_judge_resumes_to_the_same_numbers(sft_ckpt, tmp_path, monkeyp
 def test_rl_refuses_a_judge_in_verifier_workers(sft_ckpt, tmp_path):
     from posttrain.config import RLConfig, load_config
     from posttrain.recipes import rl
-    cfg = load_config(RLConfig, None, [f"init={sft_ckpt}", f"out={tmp_path}/rl", "verifier.workers=2", "steps=1",
-                                       "task.judge.model=http://127.0.0.1:1/v1"])
+
+    cfg = load_config(
+        RLConfig,
+        None,
+        [
+            f"init={sft_ckpt}",
+            f"out={tmp_path}/rl",
+            "verifier.workers=2",
+            "steps=1",
+            "task.judge.model=http://127.0.0.1:1/v1",
+        ],
+    )
     with pytest.raises(UsageError, match=r"verifier.workers > 0.*set verifier.workers=0"):
         rl.run(cfg)

@@ -28,7 +28,7 @@ def sft_run(tmp_path_factory):
 def test_sft_cot_checkpoint_is_in_the_learnable_band(sft_run):
     """RL needs signal: pass@1 inside 0.2–0.8 and pass@8 clearly above it (issue acceptance)."""
     cfg = load_config(RLConfig, "grpo_arith", [f"out={sft_run}/rl", f"init={sft_run}/pipe/sft", "steps=1"])
-    rl.run(cfg)                                   # steps=0 is refused (validate.py); step 0 is the start
+    rl.run(cfg)  # steps=0 is refused (validate.py); step 0 is the start
     start = read_metrics(sft_run / "rl")[0]
     assert start["step"] == 0
     assert 0.2 <= start["eval/pass@1"] <= 0.8
@@ -41,8 +41,8 @@ def test_grpo_raises_heldout_pass_at_1(sft_run):
     metrics = read_metrics(sft_run / "rl_grpo")
     before, after = metrics[0]["eval/pass@1"], metrics[-1]["eval/pass@1"]
     print(f"held-out pass@1 before {before:.3f} after {after:.3f}")
-    assert after >= before + 0.05             # measured here: 0.567 → 0.669 at step 100
-    assert all(m["mismatch/logprob_abs"] < 1e-4 for m in metrics[1:])   # sampler and trainer agree
+    assert after >= before + 0.05  # measured here: 0.567 → 0.669 at step 100
+    assert all(m["mismatch/logprob_abs"] < 1e-4 for m in metrics[1:])  # sampler and trainer agree
 
 
 @pytest.mark.parametrize("algorithm", ["rloo", "dr_grpo", "dapo", "ppo"])
@@ -50,6 +50,7 @@ def test_zoo_raises_heldout_pass_at_1(sft_run, algorithm):
     """Each of these improves on the SFT start within 50 steps of the grpo_arith budget
     (benchmarks/algorithms.py runs all of them and writes the table)."""
     from posttrain.bench.algorithms import one_run
+
     row = one_run(algorithm, f"{sft_run}/pipe/sft", 50, 0, sft_run / f"rl_{algorithm}")
     print(f"{algorithm}: held-out pass@1 {row['pass@1_start']:.3f} → {row['pass@1_end']:.3f}")
     assert row["pass@1_end"] >= row["pass@1_start"] + 0.02

@@ -15,8 +15,13 @@ import pytest
 from posttrain.lessons import claims, registry
 
 DATA = json.loads((Path(__file__).resolve().parents[1] / "posttrain/lessons/data/claims.json").read_text())
-WIDGETS = {"length_bias": "length_bias", "overoptimization": "hacking", "prm": "prm",
-           "precision": "off_policy", "group_size": "grpo_group"}
+WIDGETS = {
+    "length_bias": "length_bias",
+    "overoptimization": "hacking",
+    "prm": "prm",
+    "precision": "off_policy",
+    "group_size": "grpo_group",
+}
 
 
 def out(widget: str, **knobs) -> dict:
@@ -52,7 +57,7 @@ def test_length_bias_shows_the_measured_wrong_answer_lengths_and_that_the_claim_
     for algo in ("grpo", "dr_grpo"):
         assert f"{a[algo]['wrong_length_first10']:.1f} → {a[algo]['wrong_length_last10']:.1f}" in text
         assert f"{a[algo]['pass@1_start']:.3f} → {a[algo]['pass@1_end']:.3f}" in text
-    assert a["grpo"]["wrong_length_last10"] < a["grpo"]["wrong_length_first10"]   # recorded: GRPO's did not grow
+    assert a["grpo"]["wrong_length_last10"] < a["grpo"]["wrong_length_first10"]  # recorded: GRPO's did not grow
     assert "claim: GRPO's wrong answers grow longer: not reproduced" in text
     assert "did not reproduce" in out("length_bias")["note"]
 
@@ -64,7 +69,7 @@ def test_overoptimization_draws_true_and_proxy_reward_against_sqrt_kl():
     assert chance["y"] == [p["true"] for p in bon["rm_d0"]]
     assert true["x"] == [round(p["sqrt_kl"], 3) for p in bon["rm_full"]]
     peak = max(bon["rm_full"], key=lambda p: p["true"])
-    assert bon["rm_full"][0]["true"] < peak["true"] > bon["rm_full"][-1]["true"]   # recorded: a peak inside
+    assert bon["rm_full"][0]["true"] < peak["true"] > bon["rm_full"][-1]["true"]  # recorded: a peak inside
     text = kpi_text("hacking")
     assert f"{peak['true']:.3f} (n = {peak['n']}, √KL {peak['sqrt_kl']:.2f})" in text
     assert "reproduced (best of n)" in text and "not reproduced" not in text
@@ -76,7 +81,7 @@ def test_prm_shows_the_measured_accuracies_and_that_the_prm_did_not_beat_pass1()
     assert bars["y"] == [acc[k] for k in ("pass@1", "maj@8", "orm best@8", "prm best@8", "prm beam 2x4")]
     text = kpi_text("prm")
     assert " / ".join(f"{acc[k]:.3f}" for k in ("pass@1", "maj@8", "orm best@8", "prm best@8", "prm beam 2x4")) in text
-    assert acc["prm best@8"] < acc["pass@1"]                                       # recorded
+    assert acc["prm best@8"] < acc["pass@1"]  # recorded
     assert "not reproduced" in text and "did not reproduce" in out("prm")["note"]
 
 
@@ -99,7 +104,7 @@ def test_group_size_shows_the_measured_degenerate_share_per_group_size():
     assert last["y"] == [runs["group_2"]["degenerate_last10"], runs["group_8"]["degenerate_last10"]]
     text = kpi_text("grpo_group")
     assert f"groups of 8 {runs['group_8']['pass@1_start']:.3f} → {runs['group_8']['pass@1_end']:.3f}" in text
-    assert "1 seed," in text                                 # one seed recorded: the label does not say three
+    assert "1 seed," in text  # one seed recorded: the label does not say three
 
 
 @pytest.mark.parametrize("widget", sorted(WIDGETS.values()))
@@ -111,7 +116,9 @@ def test_the_measured_panel_is_the_same_at_every_knob_and_the_simulation_still_m
         moved = out(widget, **{knob.name: other})
         n = len(measured(widget))
         assert moved["figure"]["data"][-n:] == default["figure"]["data"][-n:]
-        assert moved["figure"]["data"][:-n] != default["figure"]["data"][:-n] or moved["kpis"] != default["kpis"], knob.name
+        assert moved["figure"]["data"][:-n] != default["figure"]["data"][:-n] or moved["kpis"] != default["kpis"], (
+            knob.name
+        )
 
 
 def test_a_re_run_that_reproduces_flips_the_verdicts(monkeypatch):
@@ -119,14 +126,19 @@ def test_a_re_run_that_reproduces_flips_the_verdicts(monkeypatch):
     data["length_bias"]["algorithms"]["grpo"]["wrong_length_last10"] = 45.0
     data["prm"]["accuracy"]["prm best@8"] = 0.7
     data["overoptimization"]["best_of_n"]["rm_full"] = [
-        {**p, "true": 0.3 + 0.1 * i} for i, p in enumerate(data["overoptimization"]["best_of_n"]["rm_full"])]
+        {**p, "true": 0.3 + 0.1 * i} for i, p in enumerate(data["overoptimization"]["best_of_n"]["rm_full"])
+    ]
     monkeypatch.setattr(claims, "recorded", lambda: data)
-    call = lambda name: registry.get(name).fn(**registry.get(name).defaults())   # past registry's cache
+    call = lambda name: registry.get(name).fn(**registry.get(name).defaults())  # past registry's cache
     assert dict(call("length_bias")["kpis"])["claim: GRPO's wrong answers grow longer"] == "reproduced"
     assert dict(call("prm")["kpis"])["claim: the PRM's best of 8 beats pass@1 and the ORM"] == "reproduced"
     assert dict(call("hacking")["kpis"])["claim: true reward rises then falls against √KL"] == "not reproduced"
-    assert "45.0" in dict(call("length_bias")["kpis"])[next(k for k, _ in call("length_bias")["kpis"]
-                                                           if k.startswith("measured with posttrain"))]
+    assert (
+        "45.0"
+        in dict(call("length_bias")["kpis"])[
+            next(k for k, _ in call("length_bias")["kpis"] if k.startswith("measured with posttrain"))
+        ]
+    )
 
 
 def test_entry_refuses_another_widgets_numbers():
@@ -137,8 +149,12 @@ def test_entry_refuses_another_widgets_numbers():
 
 def test_the_lessons_text_quotes_the_recorded_numbers_through_facts():
     from posttrain.lessons import facts
+
     a, acc = DATA["length_bias"]["algorithms"], DATA["prm"]["accuracy"]
-    assert facts.value("rl14_claim_wrong_grpo") == f"{a['grpo']['wrong_length_first10']:.1f} → {a['grpo']['wrong_length_last10']:.1f}"
+    assert (
+        facts.value("rl14_claim_wrong_grpo")
+        == f"{a['grpo']['wrong_length_first10']:.1f} → {a['grpo']['wrong_length_last10']:.1f}"
+    )
     assert facts.value("rl14_claim_verdict") == "did not reproduce here either"
     assert facts.value("rl17_claim_verdict") == "did not reproduce"
     assert facts.value("rl17_claim_prm") == acc["prm best@8"] and facts.value("rl17_claim_pass1") == acc["pass@1"]
@@ -148,5 +164,7 @@ def test_the_lessons_text_quotes_the_recorded_numbers_through_facts():
     rows = {r[0]: r for r in facts.value("rl27_precision_table")["rows"]}
     assert rows["bf16"][1] == f"{DATA['precision']['mismatch']['bf16']['delta_abs_mean']:.1e}"
     for name in ("rl14", "rl17", "rl18", "rl27"):
-        text = (Path(__file__).resolve().parents[1] / f"posttrain/lessons/text/{name.replace('rl', 'rl-')}.md").read_text()
+        text = (
+            Path(__file__).resolve().parents[1] / f"posttrain/lessons/text/{name.replace('rl', 'rl-')}.md"
+        ).read_text()
         assert f"{{{{fact:{name}_claim" in text or f"{{{{table:{name}_precision" in text

@@ -40,11 +40,13 @@ def test_every_fact_runs_and_is_well_formed(name):
 
 def test_fact_names_carry_their_lesson_and_live_in_the_loader():
     from posttrain.lessons import facts
+
     assert all(n[:2] == "rl" and n[2:4].isdigit() and int(n[2:4]) <= 12 for n in FACTS)
     assert set(FACTS) <= set(facts.load_all())
 
 
 # ---- 00 -----------------------------------------------------------------------------------------
+
 
 def test_rl00_algorithm_count_is_the_number_of_algorithm_files():
     files = {p.stem for p in (ROOT / "posttrain" / "algorithms").glob("*.py")} - {"__init__", "core", "base"}
@@ -69,6 +71,7 @@ def test_rl00_each_force_fails_alone():
 
 # ---- 01 -----------------------------------------------------------------------------------------
 
+
 def test_rl01_one_step_by_hand():
     r = {row[0]: row for row in rows("rl01_one_step")}
     assert float(r["C"][1]) == pytest.approx(0.4 * 0.9 * 0.8, abs=1e-3)
@@ -84,13 +87,14 @@ def test_rl01_expected_gradient_is_pi_times_reward_minus_mean():
 
 
 def test_rl01_bandit_learning_rates():
-    assert 0.02 < FACTS["rl01_break_wrong_share"]() < 0.3             # η = 2 locks some seeds on a wrong arm
-    assert FACTS["rl01_slow_c_share"]() == 1.0                          # η = 0.05: right, ...
+    assert 0.02 < FACTS["rl01_break_wrong_share"]() < 0.3  # η = 2 locks some seeds on a wrong arm
+    assert FACTS["rl01_slow_c_share"]() == 1.0  # η = 0.05: right, ...
     default_top = dict(registry.compute("bandit")["kpis"])["mean max π"]
-    assert FACTS["rl01_slow_pi_c"]() < default_top                     # ... and slow
+    assert FACTS["rl01_slow_pi_c"]() < default_top  # ... and slow
 
 
 # ---- 02 -----------------------------------------------------------------------------------------
+
 
 def test_rl02_sampler_and_trainer_agree_and_temperature_matters():
     assert FACTS["rl02_parity_max_abs"]() < 1e-5
@@ -109,18 +113,20 @@ def test_rl02_degenerate_table_follows_the_formula():
     ks = [int(c.rsplit(" ", 1)[1]) for c in t["columns"][2:]]
     for _T, q, *ps in t["rows"]:
         for k, p in zip(ks, ps):
-            assert p == pytest.approx(q ** k + (1 - q) ** k, abs=0.01)  # q is shown rounded to 3 places
-    assert FACTS["rl02_break_degenerate"]() == t["rows"][0][2]          # T = 0.25, K = 2
+            assert p == pytest.approx(q**k + (1 - q) ** k, abs=0.01)  # q is shown rounded to 3 places
+    assert FACTS["rl02_break_degenerate"]() == t["rows"][0][2]  # T = 0.25, K = 2
 
 
 def test_rl02_observed_degenerate_rows_are_the_benchmark_json():
     d = json.loads((ROOT / "benchmarks/results/claims.json").read_text())["degenerate"]
-    assert rows("rl02_degenerate_observed") == [[r["K"], r["observed"], r["predicted_per_prompt"], r["predicted_mean_p"]]
-                                               for r in d["rows"]]
+    assert rows("rl02_degenerate_observed") == [
+        [r["K"], r["observed"], r["predicted_per_prompt"], r["predicted_mean_p"]] for r in d["rows"]
+    ]
     assert FACTS["rl02_mean_p"]() == d["mean_p"]
 
 
 # ---- 03 -----------------------------------------------------------------------------------------
+
 
 def test_rl03_verifier_probes():
     assert [r[2] for r in rows("rl03_probes")] == [1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0]
@@ -145,12 +151,12 @@ def test_rl03_swapped_arguments_flip_k1_and_miss_the_kl():
 def test_rl03_beta_sweep():
     t = {r[0]: r for r in rows("rl03_beta_table")}
     for _beta, theta, _reward, kl, past in t.values():
-        assert kl == pytest.approx(theta ** 2, rel=0.02, abs=0.05)    # KL = θ² in the toy
+        assert kl == pytest.approx(theta**2, rel=0.02, abs=0.05)  # KL = θ² in the toy
         assert past == ("yes" if theta > 5 else "no")
     assert t[0.0][1] == 10.0 and t[1.0][1] < 0.5
     assert FACTS["rl03_beta0_theta"]() == t[0.0][1] and FACTS["rl03_beta1_theta"]() == t[1.0][1]
     thetas = [t[b][1] for b in sorted(t)]
-    assert thetas == sorted(thetas, reverse=True)                       # a stronger anchor, a shorter walk
+    assert thetas == sorted(thetas, reverse=True)  # a stronger anchor, a shorter walk
 
 
 def test_rl03_reference_does_not_move():
@@ -160,12 +166,15 @@ def test_rl03_reference_does_not_move():
 
 # ---- 04 -----------------------------------------------------------------------------------------
 
+
 def test_rl04_std_conventions_by_hand():
     t = {r[0]: r for r in rows("rl04_std_table")}
     # (0, 0, 1): Σ(r−μ)² = 2/3; population σ = √(2/9), unbiased σ = √(1/3)
     assert float(t["population"][1]) == pytest.approx(math.sqrt(2 / 9), abs=1e-3)
     assert float(t["unbiased"][1]) == pytest.approx(math.sqrt(1 / 3), abs=1e-3)
-    assert nums(t["population"][2]) == pytest.approx([-1 / 3 / math.sqrt(2 / 9)] * 2 + [2 / 3 / math.sqrt(2 / 9)], abs=1e-2)
+    assert nums(t["population"][2]) == pytest.approx(
+        [-1 / 3 / math.sqrt(2 / 9)] * 2 + [2 / 3 / math.sqrt(2 / 9)], abs=1e-2
+    )
 
 
 def test_rl04_grpo_is_scale_free_and_the_others_are_not():
@@ -177,6 +186,7 @@ def test_rl04_grpo_is_scale_free_and_the_others_are_not():
 
 def test_rl04_defaults_are_each_algorithms_config():
     from posttrain import algorithms
+
     t = {r[0]: r for r in rows("rl04_defaults_table")}
     assert set(t) == set(algorithms.ALGORITHMS)
     assert t["grpo"][1:] == ["seq-mean-token-mean", "0.04", "yes", "0.2 / 0.2"]
@@ -184,6 +194,7 @@ def test_rl04_defaults_are_each_algorithms_config():
 
 
 # ---- 05 -----------------------------------------------------------------------------------------
+
 
 def test_rl05_micro_batches_with_the_batch_normaliser_add_up():
     for _mode, whole, shared, alone in rows("rl05_microbatch_table"):
@@ -204,13 +215,14 @@ def test_rl05_break_and_optimizer():
 
 # ---- 06 -----------------------------------------------------------------------------------------
 
+
 def test_rl06_a_staler_sampler_learns_slower():
     t = {r[0]: r for r in rows("rl06_sync_table")}
-    assert t[1][1] == 0.0 and t[1][4] == 0                               # synced every step: ratio 1
+    assert t[1][1] == 0.0 and t[1][4] == 0  # synced every step: ratio 1
     for n, r in t.items():
-        assert r[4] == n - 1                                             # behind by at most N − 1 versions
+        assert r[4] == n - 1  # behind by at most N − 1 versions
     at50 = [t[n][2] for n in sorted(t)]
-    assert at50 == sorted(at50, reverse=True)                            # staler, slower
+    assert at50 == sorted(at50, reverse=True)  # staler, slower
     assert FACTS["rl06_break_reward50"]() == t[20][2] < t[1][2] - 0.5
     assert FACTS["rl06_break_clip"]() == t[20][1] > 0.1
     assert FACTS["rl06_break_behind"]() == 19
@@ -234,6 +246,7 @@ def test_rl06_stale_runs_are_the_benchmark_json():
 
 # ---- 07 -----------------------------------------------------------------------------------------
 
+
 def test_rl07_group_bookkeeping():
     t = rows("rl07_group_metrics")
     assert [r[1] for r in t[:4]] == ["no", "yes", "yes", "no"]
@@ -256,17 +269,18 @@ def test_rl07_degenerate_share_from_the_benchmark():
 
 # ---- 08 -----------------------------------------------------------------------------------------
 
+
 def test_rl08_masked_loss_ignores_tool_tokens():
     (_m_on, n_on, l_on, g_on, grad_on), (_m_off, n_off, l_off, g_off, grad_off) = rows("rl08_mask_table")
-    assert (n_on, n_off) == (49, 55)                                    # the course's counts
+    assert (n_on, n_off) == (49, 55)  # the course's counts
     assert l_on == g_on and float(grad_on) == 0.0
-    assert l_off != g_off and float(grad_off) == 1.0                    # −A·log π: ∂/∂log π = −A, |A| = 1
+    assert l_off != g_off and float(grad_off) == 1.0  # −A·log π: ∂/∂log π = −A, |A| = 1
     assert FACTS["rl08_observation_text"]() == "⟨1368⟩"
 
 
 def test_rl07_one_group_through_the_step():
     t = rows("rl07_step_example")
-    assert [r[1] for r in t[:3]] == [1.0, 0.0, 0.0]                     # only "12#" is right
+    assert [r[1] for r in t[:3]] == [1.0, 0.0, 0.0]  # only "12#" is right
     # population std of (1, 0, 0) is √2/3: A = (2/3)/(√2/3) = √2, (−1/3)/(√2/3) = −1/√2
     assert [float(r[2]) for r in t[:3]] == pytest.approx([math.sqrt(2), -1 / math.sqrt(2), -1 / math.sqrt(2)], abs=0.01)
     assert t[3][1:] == ["(3, 10)", "9 loss tokens"]
@@ -274,20 +288,21 @@ def test_rl07_one_group_through_the_step():
 
 # ---- 09 -----------------------------------------------------------------------------------------
 
+
 def test_rl09_error_falls_like_one_over_root_k_and_the_baseline_cuts_it():
     t = rows("rl09_error_table")
     for k, err, predicted, _zero, loo in t:
-        assert err == pytest.approx(float(predicted), rel=0.1)            # K = 1 error / √K
+        assert err == pytest.approx(float(predicted), rel=0.1)  # K = 1 error / √K
         if k > 1:
-            assert loo < err                                             # leave-one-out: less noise
-    assert t[0][3] == FACTS["rl09_k1_zero"]() and 40 <= float(t[0][3].rstrip("%")) <= 60   # reward 0: ĝ = 0
+            assert loo < err  # leave-one-out: less noise
+    assert t[0][3] == FACTS["rl09_k1_zero"]() and 40 <= float(t[0][3].rstrip("%")) <= 60  # reward 0: ĝ = 0
     assert FACTS["rl09_k1_error"]() == t[0][1]
-    assert FACTS["rl09_course_floor"]() > 0.7                          # against (1, 0.4) it does not fall
+    assert FACTS["rl09_course_floor"]() > 0.7  # against (1, 0.4) it does not fall
 
 
 def test_rl09_baseline_keeps_the_mean_and_cuts_the_variance():
     t = rows("rl09_baseline_table")
-    assert t[0][1] == t[1][1] == t[2][1]                                 # unbiased
+    assert t[0][1] == t[1][1] == t[2][1]  # unbiased
     # exact variance at the uniform policy: E‖(r−b)(e_a − π)‖² − ‖E[…]‖², ‖e_a − π‖² = 0.8 for every a
     r = [0.1, 0.3, 0.9, 0.4, 0.2]
     mean = [0.2 * (x - 0.38) for x in r]
@@ -305,19 +320,20 @@ def test_rl09_reinforce_runs_are_the_benchmark():
 
 # ---- 10 -----------------------------------------------------------------------------------------
 
+
 def test_rl10_clip_cells():
     killed = {(r[0], r[1]) for r in rows("rl10_clip_table") if r[5] == "killed"}
     assert killed == {(0.7, "-1"), (1.4, "+1")}
     for rho, a, s1, _s2, g, _ in rows("rl10_clip_table"):
         assert float(s1) == pytest.approx(rho * float(a))
         if _ == "flows":
-            assert float(g) == pytest.approx(-rho * float(a), abs=1e-2)   # ∂(−ρA)/∂log π = −ρA
+            assert float(g) == pytest.approx(-rho * float(a), abs=1e-2)  # ∂(−ρA)/∂log π = −ρA
 
 
 def test_rl10_gae_by_hand():
     t = {r[0]: nums(r[1]) for r in rows("rl10_gae_table")}
     v = [0.2, 0.4, 0.6, 0.8]
-    delta = [v[1] - v[0], v[2] - v[1], v[3] - v[2], 1 - v[3]]           # γ = 1, V after the end = 0
+    delta = [v[1] - v[0], v[2] - v[1], v[3] - v[2], 1 - v[3]]  # γ = 1, V after the end = 0
     assert t["λ = 0"] == pytest.approx(delta, abs=1e-2)
     assert t["λ = 1"] == pytest.approx([1 - x for x in v], abs=1e-2)
     lam = 0.95
@@ -327,10 +343,10 @@ def test_rl10_gae_by_hand():
 
 def test_rl10_the_clip_bounds_reuse():
     t = rows("rl10_reuse_table")
-    assert all(float(r[1]) < 0.1 and r[2] == "0.0%" for r in t)          # clipped: small KL, never a wrong arm
-    assert float(t[-1][3]) > 10 * float(t[-1][1])                        # unclipped: the KL keeps growing
+    assert all(float(r[1]) < 0.1 and r[2] == "0.0%" for r in t)  # clipped: small KL, never a wrong arm
+    assert float(t[-1][3]) > 10 * float(t[-1][1])  # unclipped: the KL keeps growing
     assert float(t[-1][4].rstrip("%")) > 5.0
-    assert t[0][1:3] == t[0][3:5]                                        # one epoch: the clip never acts
+    assert t[0][1:3] == t[0][3:5]  # one epoch: the clip never acts
 
 
 def test_rl10_memory_and_clip_fraction():
@@ -341,6 +357,7 @@ def test_rl10_memory_and_clip_fraction():
 
 
 # ---- 11 -----------------------------------------------------------------------------------------
+
 
 def test_rl11_binary_advantages_follow_the_closed_form():
     for c, right_pop, wrong_pop, right_unb, _wrong_unb in rows("rl11_patterns_table"):
@@ -361,6 +378,7 @@ def test_rl11_group_runs_and_memory():
 
 
 # ---- 12 -----------------------------------------------------------------------------------------
+
 
 def test_rl12_rloo_is_centred_times_k_over_k_minus_one():
     for k, measured, formula in rows("rl12_scale_table"):
@@ -386,13 +404,15 @@ def test_rl10_the_clip_width_sets_what_one_batch_can_teach():
     t = rows("rl10_eps_table")
     alive = [r[1] for r in t]
     assert alive == sorted(alive) and alive[0] == 0.0 == FACTS["rl10_tight_tokens"]()
-    assert t[-1][2] > t[0][2]                                            # a wider band gains more reward
+    assert t[-1][2] > t[0][2]  # a wider band gains more reward
     assert FACTS["rl10_noclip_wrong"]() == rows("rl10_reuse_table")[-1][4]
 
 
 def test_rl07_widget_step_moves_only_a_group_with_signal():
     (_a1, r1, adv1, g1, d1, v1), (_a2, r2, _adv2, g2, d2, v2) = rows("rl07_widget_step")
-    assert r1 == "1, 0, 0" and adv1 == rows("rl07_step_example")[0][2] + ", " + ", ".join(r[2] for r in rows("rl07_step_example")[1:3])
+    assert r1 == "1, 0, 0" and adv1 == rows("rl07_step_example")[0][2] + ", " + ", ".join(
+        r[2] for r in rows("rl07_step_example")[1:3]
+    )
     moved = nums(d1)
     assert moved[0] > 0 > moved[1] and moved[2] < 0 and g1 > 0
     assert r2 == "1, 1, 1" and g2 == 0.0 and nums(d2) == [0.0, 0.0, 0.0]

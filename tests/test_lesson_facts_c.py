@@ -13,8 +13,24 @@ import pytest
 from posttrain.lessons.facts_c import FACTS
 
 TEXT = Path(__file__).resolve().parents[1] / "posttrain" / "lessons" / "text"
-PAGES = ["rl-22a", "rl-22b", "rl-22c", "rl-23", "rl-24", "rl-25", "rl-26", "rl-27", "rl-28",
-         "gpt-01", "gpt-02", "gpt-03", "gpt-04", "gpt-05", "gpt-06", "gpt-index"]
+PAGES = [
+    "rl-22a",
+    "rl-22b",
+    "rl-22c",
+    "rl-23",
+    "rl-24",
+    "rl-25",
+    "rl-26",
+    "rl-27",
+    "rl-28",
+    "gpt-01",
+    "gpt-02",
+    "gpt-03",
+    "gpt-04",
+    "gpt-05",
+    "gpt-06",
+    "gpt-index",
+]
 
 
 def f(name):
@@ -32,6 +48,7 @@ def warm_imports():
     import posttrain.framework.rollout
     import posttrain.lessons.runs  # noqa: F401
     from posttrain.lessons import registry
+
     registry.load_all()
 
 
@@ -39,7 +56,7 @@ def warm_imports():
 def test_every_fact_runs_fast_and_has_a_quotable_value(name, warm_imports):
     t0 = time.perf_counter()
     v = FACTS[name]()
-    assert time.perf_counter() - t0 < 5.0            # < 1 s on a quiet core; slack for a loaded machine
+    assert time.perf_counter() - t0 < 5.0  # < 1 s on a quiet core; slack for a loaded machine
     if isinstance(v, dict):
         assert set(v) == {"columns", "rows"} and v["rows"]
         assert all(len(r) == len(v["columns"]) for r in v["rows"])
@@ -61,13 +78,14 @@ def test_every_fact_the_pages_quote_exists_and_every_fact_is_quoted():
 
 # ---- 22a -------------------------------------------------------------------------------------
 
+
 def test_rl22a_worked_example_by_hand():
     assert f("rl22a_worked_colo_s") == 30 + 1 + 3 + 8 + 1
     assert f("rl22a_worked_disagg_s") == max(30 + 1, 3 + 8) + 1 == 32
     assert f("rl22a_worked_idle_s") == 31 - 11
     assert f("rl22a_worked_tokens") == 1_048_576
     assert f("rl22a_worked_tok_s") == 1_048_576 / 32
-    assert cell("rl22a_worked_table", 2, "τ_step") == "31 s"          # async: max(31, 11, 1)
+    assert cell("rl22a_worked_table", 2, "τ_step") == "31 s"  # async: max(31, 11, 1)
 
 
 def test_rl22a_role_model_by_hand():
@@ -81,7 +99,7 @@ def test_rl22a_role_model_by_hand():
     colo = rollout + 1.0 + train / 3 + train + 0.15 * 7 + 0.005 * 49
     assert f("rl22a_colo_drop_pct") == pytest.approx(100 * (1 - step / colo))
     assert f("rl22a_k32_rollout_ratio") == pytest.approx(2.0)
-    assert f("rl22a_sync_70b_s") == pytest.approx(0.15 * 70 + 0.005 * 70 ** 2)
+    assert f("rl22a_sync_70b_s") == pytest.approx(0.15 * 70 + 0.005 * 70**2)
     assert f("rl22a_share_8192") > 97
 
 
@@ -93,20 +111,26 @@ def test_rl22a_cpu_run_is_train_bound_and_the_timers_cover_the_step():
 
 # ---- 22b -------------------------------------------------------------------------------------
 
+
 def test_rl22b_max_of_k_table_matches_the_course_row_71():
-    want = {4: ("1.96", "2.83", "3.70"), 16: ("2.72", "5.02", "8.87"), 64: ("3.49", "7.80", "17.36"),
-            256: ("4.31", "11.31", "30.57")}
+    want = {
+        4: ("1.96", "2.83", "3.70"),
+        16: ("2.72", "5.02", "8.87"),
+        64: ("3.49", "7.80", "17.36"),
+        256: ("4.31", "11.31", "30.57"),
+    }
     assert {r[0]: tuple(r[1:]) for r in f("rl22b_maxk_table")["rows"]} == want
-    assert round(f("rl22b_k32_c05_pct")) == 14 and round(f("rl22b_k32_c1_pct")) == 26   # row 72
+    assert round(f("rl22b_k32_c05_pct")) == 14 and round(f("rl22b_k32_c1_pct")) == 26  # row 72
 
 
 def test_rl22b_tail_share_agrees_with_monte_carlo():
     import torch
+
     g = torch.Generator().manual_seed(0)
     for row in f("rl22b_tail_table")["rows"]:
         c = row[0]
         s = math.sqrt(math.log1p(c * c))
-        L = torch.exp(s * torch.randn(400_000, generator=g, dtype=torch.float64) - s * s / 2)   # μ = 1
+        L = torch.exp(s * torch.randn(400_000, generator=g, dtype=torch.float64) - s * s / 2)  # μ = 1
         q = torch.quantile(L[:100_000], 0.95)
         assert float(q) == pytest.approx(float(row[2].split()[0]), rel=0.03)
         share = float(L[L > torch.quantile(L, 0.95)].sum() / L.sum())
@@ -122,7 +146,12 @@ def test_rl22b_cutoff_shortens_the_wall_costs_tokens_and_favours_short_answers()
 
 def test_rl22b_overlong_penalty_course_values():
     assert {r[0]: r[1] for r in f("rl22b_overlong_table")["rows"]} == {
-        50: "+0.00", 80: "+0.00", 90: "-0.50", 100: "-1.00", 110: "-1.00"}
+        50: "+0.00",
+        80: "+0.00",
+        90: "-0.50",
+        100: "-1.00",
+        110: "-1.00",
+    }
 
 
 def test_rl22b_widget_facts_order():
@@ -131,6 +160,7 @@ def test_rl22b_widget_facts_order():
 
 
 # ---- 22c -------------------------------------------------------------------------------------
+
 
 def test_rl22c_topologies_by_hand():
     assert [r[1] for r in f("rl22c_topology_table")["rows"]] == [f"{20 + 8 + 3} s", f"{max(20, 8) + 3} s", "20 s"]
@@ -143,8 +173,8 @@ def test_rl22c_recorded_staleness_clips_more_without_a_correction():
     rows = f("rl22c_stale_table")["rows"]
     clip_none = [float(r[1].rstrip("%")) for r in rows]
     assert clip_none == sorted(clip_none) and clip_none[-1] > 3 * clip_none[0]
-    assert float(rows[-1][2].rstrip("%")) < clip_none[-1] / 2                     # TIS keeps it flat
-    assert rows[-1][3] > rows[0][3]                                                # Δ = 32 needs more steps
+    assert float(rows[-1][2].rstrip("%")) < clip_none[-1] / 2  # TIS keeps it flat
+    assert rows[-1][3] > rows[0][3]  # Δ = 32 needs more steps
 
 
 def test_rl22c_measured_staleness_shows_in_the_log_ratio():
@@ -152,15 +182,20 @@ def test_rl22c_measured_staleness_shows_in_the_log_ratio():
     assert rows["sync (on-policy)"][1] == "0.00" and rows["sync (on-policy)"][3] == "1.00"
     assert f("rl22c_fixed4_logratio") > 5 * f("rl22c_async1_logratio") > 0
     assert f("rl22c_fixed4_ratio_max") > 1.5 and 0 < f("rl22c_fixed4_clip_pct") < 5
-    roles = next(r for r in __import__("json").loads((Path(__file__).resolve().parents[1] / "benchmarks" / "results"
-                                                       / "async_vs_sync.json").read_text())["runs"]
-                 if r["run"] == "sync" and r["seed"] == 0)["roles_s"]
+    roles = next(
+        r
+        for r in __import__("json").loads(
+            (Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "async_vs_sync.json").read_text()
+        )["runs"]
+        if r["run"] == "sync" and r["seed"] == 0
+    )["roles_s"]
     colo = sum(roles.values())
     asyn = max(roles["rollout_s"] + roles["reward_s"], roles["reference_s"] + roles["train_s"], roles["sync_s"])
     assert f("rl22c_cpu_async_speedup") == pytest.approx(colo / asyn)
 
 
 # ---- 23 --------------------------------------------------------------------------------------
+
 
 def test_rl23_alarm_thresholds_are_the_report_functions_defaults():
     rows = {r[0]: r[2] for r in f("rl23_alarm_table")["rows"]}
@@ -176,13 +211,20 @@ def test_rl23_alarms_on_real_runs_follow_the_degenerate_threshold():
 
 
 def test_rl23_each_failure_mode_fires_its_own_alarm():
-    want = {"healthy": "none", "entropy collapse": "entropy collapse", "easy prompts": "many degenerate groups",
-            "reward hacking": "reward up, held-out flat", "stale sampler": "clip fraction high",
-            "temperature mismatch": "sampler/trainer mismatch", "length blow-up": "length blow-up"}
+    want = {
+        "healthy": "none",
+        "entropy collapse": "entropy collapse",
+        "easy prompts": "many degenerate groups",
+        "reward hacking": "reward up, held-out flat",
+        "stale sampler": "clip fraction high",
+        "temperature mismatch": "sampler/trainer mismatch",
+        "length blow-up": "length blow-up",
+    }
     assert {r[0]: r[1] for r in f("rl23_modes_table")["rows"]} == want
 
 
 # ---- 24 --------------------------------------------------------------------------------------
+
 
 def test_rl24_rates_by_hand():
     assert f("rl24_decode_tok_s") == pytest.approx(32 * 3.35e12 / (14e9 + 8.6e9))
@@ -192,12 +234,19 @@ def test_rl24_rates_by_hand():
 
 def test_rl24_sizing_70b_needs_lora_or_more_gpus():
     fits = {(r[0], r[1], r[2], r[3]): r[6] for r in f("rl24_sizing_table")["rows"]}
-    assert fits == {("llama3-8b", 8, "full", 1): "yes", ("llama-70b", 8, "full", 1): "no",
-                    ("llama-70b", 8, "full", 8): "no", ("llama-70b", 8, 16, 4): "yes", ("llama-70b", 32, "full", 8): "yes"}
-    assert f("rl24_state_tib") * 2 ** 40 == pytest.approx(18 * 68_976_648_192)   # Llama-2-70B's parameter count
+    assert fits == {
+        ("llama3-8b", 8, "full", 1): "yes",
+        ("llama-70b", 8, "full", 1): "no",
+        ("llama-70b", 8, "full", 8): "no",
+        ("llama-70b", 8, 16, 4): "yes",
+        ("llama-70b", 32, "full", 8): "yes",
+    }
+    assert f("rl24_state_tib") * 2**40 == pytest.approx(18 * 68_976_648_192)  # Llama-2-70B's parameter count
     assert f("rl24_state_tib") * 1024 > f("rl24_hbm_gib")
     persistent = {(r[0], r[1], r[2]): float(r[4]) for r in f("rl24_sizing_table")["rows"]}
-    assert persistent[("llama-70b", 8, "full")] == pytest.approx((18 + 2) * 68_976_648_192 / 8 / 2 ** 30, abs=0.1)   # state + bf16 reference
+    assert persistent[("llama-70b", 8, "full")] == pytest.approx(
+        (18 + 2) * 68_976_648_192 / 8 / 2**30, abs=0.1
+    )  # state + bf16 reference
 
 
 def test_rl24_traps_hold_on_a_real_engine():
@@ -208,15 +257,16 @@ def test_rl24_traps_hold_on_a_real_engine():
 
 # ---- 25 --------------------------------------------------------------------------------------
 
+
 def test_rl25_logits_and_chunks_by_hand():
-    assert f("rl25_logits_gib") == 32768 * 131072 * 2 / 2 ** 30 == 8.0
+    assert f("rl25_logits_gib") == 32768 * 131072 * 2 / 2**30 == 8.0
     rows = {r[0]: r[1:] for r in f("rl25_chunk_table")["rows"]}
     assert rows["1,024 columns"] == ["64 MiB", "128×"] and rows["4,096 columns"] == ["256 MiB", "32×"]
 
 
 def test_rl25_prefix_sharing_course_row_85_and_the_engine():
     rows = {r[0]: r for r in f("rl25_prefix_table")["rows"]}
-    assert rows[16][2] == "6.15×" and rows[64][2] == "8.65×"                        # SEED_SPEC row 85
+    assert rows[16][2] == "6.15×" and rows[64][2] == "8.65×"  # SEED_SPEC row 85
     assert rows[16][3] == f"{16 * 1.1 / 2.6:.2f}×"
     prompts = ["<3+4+5>", "<12+7+9+1>", "<6+6>", "<18+2+11>"]
     assert f("rl25_engine_prefill_tokens") == sum(map(len, prompts))
@@ -232,30 +282,34 @@ def test_rl25_chunked_logsumexp_is_exact_and_a_forgotten_temperature_is_not():
 
 # ---- 26 --------------------------------------------------------------------------------------
 
+
 def test_rl26_cost_table_by_hand():
     rows = {r[0]: r for r in f("rl26_cost_table")["rows"]}
-    assert rows["7B"][1] == f"{18 * 7e9 / 2 ** 30:,.0f} GiB" and rows["7B"][2] == 2      # 126 GB → 2 H100s (row 60)
+    assert rows["7B"][1] == f"{18 * 7e9 / 2**30:,.0f} GiB" and rows["7B"][2] == 2  # 126 GB → 2 H100s (row 60)
     assert rows["70B"][2] == 16 and rows["405B"][2] == 96
-    assert rows["7B"][4] == "128 KiB"                                                      # 32·2·8·128·2 B
+    assert rows["7B"][4] == "128 KiB"  # 32·2·8·128·2 B
     assert f("rl26_train_over_serve") == 9
 
 
 def test_rl26_corners_recover_the_course_recipes():
     rows = {(r[0], r[1], r[2]): r[3:7] for r in f("rl26_extremes_table")["rows"]}
-    assert rows[("100%", "0%", 32)] == ["verifier", "Dr. GRPO", "disaggregated", "DeepSeek-R1"]     # row 90
+    assert rows[("100%", "0%", 32)] == ["verifier", "Dr. GRPO", "disaggregated", "DeepSeek-R1"]  # row 90
     assert rows[("20%", "50%", 8)][3] == "InstructGPT-style RLHF"
     assert rows[("20%", "50%", 1)][1] == "DPO (no rollouts)"
 
 
 # ---- 27 --------------------------------------------------------------------------------------
 
+
 def test_rl27_gae_limits_by_hand():
     rows = {r[0]: [float(x) for x in r[1:]] for r in f("rl27_gae_table")["rows"]}
     V = [0.2, 0.4, 0.5, 0.7, 0.9]
-    assert rows[1.0] == pytest.approx([1 - v for v in V])                         # λ = 1: outcome − V
-    assert rows[0.0] == pytest.approx([b - a for a, b in zip(V, V[1:] + [1.0])])   # λ = 0: δ_t = V_{t+1} − V_t (last: 1 − V)
+    assert rows[1.0] == pytest.approx([1 - v for v in V])  # λ = 1: outcome − V
+    assert rows[0.0] == pytest.approx(
+        [b - a for a, b in zip(V, V[1:] + [1.0])]
+    )  # λ = 0: δ_t = V_{t+1} − V_t (last: 1 − V)
     lam, a, expect = 0.95, 0.0, []
-    for t in range(4, -1, -1):                                                    # the recursion by hand
+    for t in range(4, -1, -1):  # the recursion by hand
         a = (rows[0.0][t]) + lam * a
         expect.insert(0, a)
     assert rows[0.95] == pytest.approx(expect, abs=1e-3)
@@ -265,13 +319,13 @@ def test_rl27_kl_estimators_properties():
     t = f("rl27_kl_table")
     exact = float(t["columns"][1].split("= ")[1].rstrip(")"))
     rows = {r[0]: r for r in t["rows"]}
-    assert float(rows["k3"][1]) == pytest.approx(exact, rel=0.05)                   # unbiased: close on 4,096 tokens
+    assert float(rows["k3"][1]) == pytest.approx(exact, rel=0.05)  # unbiased: close on 4,096 tokens
     assert rows["k3"][3] == rows["k2"][3] == "0%" and int(rows["k1"][3].rstrip("%")) > 40
     assert float(rows["k3"][2]) < float(rows["k2"][2]) < float(rows["k1"][2])
 
 
 def test_rl27_lora_and_off_policy_numbers():
-    assert f("rl27_lora_params") == 39_976_960                                    # shapes.lora_params docstring
+    assert f("rl27_lora_params") == 39_976_960  # shapes.lora_params docstring
     assert f("rl27_lora_pct") == pytest.approx(100 * 39_976_960 / 6_738_415_616)
     assert f("rl27_lora_opt_ratio") > 10
     assert abs(f("rl27_w_bias_tis16")) < abs(f("rl27_w_bias_none16"))
@@ -280,6 +334,7 @@ def test_rl27_lora_and_off_policy_numbers():
 
 
 # ---- 28 --------------------------------------------------------------------------------------
+
 
 def test_rl28_amdahl_by_hand():
     rows = {r[0]: r[1:] for r in f("rl28_amdahl_table")["rows"]}
@@ -291,8 +346,9 @@ def test_rl28_amdahl_by_hand():
 
 def test_rl28_cpu_runs_are_train_bound_and_the_budget_widget_agrees_with_the_course():
     assert [r[5] for r in f("rl28_cpu_table")["rows"]] == ["train"] * 3
-    assert f("rl28_w_trainonly_speedup") == "1.12×" and f("rl28_w_prefixonly_speedup") == "1.56×"   # row 95
+    assert f("rl28_w_trainonly_speedup") == "1.12×" and f("rl28_w_prefixonly_speedup") == "1.56×"  # row 95
     assert f("rl28_w_all_speedup") == "4.63×" and f("rl28_w_all_largest").startswith("train")
+
 
 def test_rl26_leak_grows_as_verifiable_signal_falls():
     leak = {r[0]: float(r[7]) for r in f("rl26_extremes_table")["rows"]}

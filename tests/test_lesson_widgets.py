@@ -8,9 +8,10 @@ from __future__ import annotations
 import sys
 
 import pytest
-from lessons_util import floats, kpis
 
 from posttrain.lessons import registry
+
+from lessons_util import floats, kpis
 
 
 def broken(name: str) -> dict:
@@ -23,6 +24,7 @@ def pct(text: str) -> float:
 
 
 # ---- part I --------------------------------------------------------------------------------------
+
 
 def test_break_bandit():
     ok, bad = kpis("bandit"), broken("bandit")
@@ -83,6 +85,7 @@ def test_break_tool_mask():
 
 # ---- part II -------------------------------------------------------------------------------------
 
+
 def test_break_grpo_group():
     bad = broken("grpo_group")
     assert bad["degenerate?"].startswith("yes") and floats(bad["A"]) == [0.0] * 4
@@ -108,7 +111,7 @@ def test_break_dapo_ablation():
 def test_break_length_bias():
     bad = broken("length_bias")
     short, long = (float(x) for x in bad["GRPO (÷|y_i|, mean over seqs): short / long"].split(" / "))
-    assert long / short < 0.005                                     # a long answer's token gets < 0.5%
+    assert long / short < 0.005  # a long answer's token gets < 0.5%
     s2, l2 = (float(x) for x in bad["DAPO (÷Σ|y_i|): short / long"].split(" / "))
     assert s2 == l2
 
@@ -120,9 +123,9 @@ def test_break_bt_rm():
 
 def test_break_dpo4():
     ok, bad = kpis("dpo4"), broken("dpo4")
-    assert floats(ok["final π"])[3] == max(floats(ok["final π"]))     # the best answer wins
+    assert floats(ok["final π"])[3] == max(floats(ok["final π"]))  # the best answer wins
     pi = floats(bad["final π"])
-    assert pi[1] > 0.9 and pi[3] < 0.1                               # a mediocre answer wins instead
+    assert pi[1] > 0.9 and pi[3] < 0.1  # a mediocre answer wins instead
     first, last = (float(x) for x in bad["log π(chosen), first → last 50 pairs"].split(" → "))
     assert last < first - 2
 
@@ -137,7 +140,7 @@ def test_break_prm():
     ok, bad = kpis("prm"), broken("prm")
     methods = ("one sample (pass@1)", "majority of N", "ORM best of N", "PRM best of N", "PRM beam")
     assert max(pct(ok[m]) for m in methods) > 90
-    assert max(pct(bad[m]) for m in methods) < 10                    # nothing can pick what was never sampled
+    assert max(pct(bad[m]) for m in methods) < 10  # nothing can pick what was never sampled
 
 
 def test_break_hacking():
@@ -145,16 +148,19 @@ def test_break_hacking():
     assert ok["π(solve)"] > 0.75 and abs(ok["train reward EMA"] - ok["held-out correctness EMA"]) < 0.05
     assert bad["π(solve)"] < 0.1 and bad["train reward EMA"] - bad["held-out correctness EMA"] > 0.4
     note = registry.compute("hacking")["note"]
-    assert "move together" in note                                  # the default does not claim a divergence
+    assert "move together" in note  # the default does not claim a divergence
 
 
 # ---- gpt_mini track --------------------------------------------------------------------------------
 
+
 def test_break_next_char():
     ok, bad = kpis("next_char"), broken("next_char")
-    assert bad["entropy H of the sampled distribution (nats)"] > ok["entropy H of the sampled distribution (nats)"] + 0.3
+    assert (
+        bad["entropy H of the sampled distribution (nats)"] > ok["entropy H of the sampled distribution (nats)"] + 0.3
+    )
     right = "share of samples that are the right next char"
-    assert ok[right] > 0.99 and bad[right] < 0.92                      # 3+4= → 7: wrong digits at T = 2
+    assert ok[right] > 0.99 and bad[right] < 0.92  # 3+4= → 7: wrong digits at T = 2
     greedy = kpis("next_char", temperature=0.0)
     assert greedy["entropy H of the sampled distribution (nats)"] == 0.0 and greedy["perplexity e^H"] == 1.0
 
@@ -177,7 +183,7 @@ def test_break_clip():
     ok, bad = kpis("clip"), broken("clip")
     assert ok["gradient"] == "flows" and ok["∂loss/∂log π"] != 0 and ok["tokens with a gradient, epoch 3"] > 0.3
     assert bad["gradient"] == "killed (clipped)" and bad["∂loss/∂log π"] == 0.0
-    assert bad["tokens with a gradient, epoch 3"] == 0.0                       # the later epochs learn nothing
+    assert bad["tokens with a gradient, epoch 3"] == 0.0  # the later epochs learn nothing
     assert bad["reward gained over the epochs"] < 0.6 * ok["reward gained over the epochs"]
 
 
@@ -186,7 +192,9 @@ def test_break_cot():
     same model with the trace gets most right; direct accuracy falls with K, CoT's stays high."""
     ok, bad = kpis("cot"), broken("cot")
     assert ok["held-out accuracy (this setting)"] > 0.7 and bad["held-out accuracy (this setting)"] < 0.2
-    direct, cot = (floats(ok[k].replace(" → ", ",")) for k in ("direct answers, K = 2 → 6", "chain of thought, K = 2 → 6"))
+    direct, cot = (
+        floats(ok[k].replace(" → ", ",")) for k in ("direct answers, K = 2 → 6", "chain of thought, K = 2 → 6")
+    )
     assert all(c > d + 0.4 for c, d in zip(cot, direct))
     assert direct[-1] < direct[0]
 
@@ -195,7 +203,9 @@ def test_break_sft_mask():
     """G03, recorded runs (3 seeds): trained on the prompt, the model answers about half as many
     held-out 4–5-term sums at step 200 as with the prompt masked, and is still behind at 400."""
     ok, bad = kpis("sft_mask"), broken("sft_mask")
-    assert bad["held-out accuracy at step 200 (this setting)"] < 0.6 * ok["held-out accuracy at step 200 (this setting)"]
+    assert (
+        bad["held-out accuracy at step 200 (this setting)"] < 0.6 * ok["held-out accuracy at step 200 (this setting)"]
+    )
     assert bad["held-out accuracy at step 400 (this setting)"] < ok["held-out accuracy at step 400 (this setting)"]
     assert ok["trained positions"] == "3 of 11" and bad["trained positions"] == "11 of 11"
     assert bad["answer's share of the loss tokens"] == round(3 / 11, 2)
@@ -207,12 +217,14 @@ def test_break_scheduler():
     ok, bad = kpis("scheduler"), broken("scheduler")
     assert bad["decode forwards (engine)"] > 1.2 * ok["decode forwards (engine)"]
     assert bad["slot occupancy"] < 0.8 and ok["slot occupancy"] > 0.9
-    assert ok["responses cut by the 64-token cap"] <= 2                   # lengths end by themselves
+    assert ok["responses cut by the 64-token cap"] <= 2  # lengths end by themselves
     from posttrain.lessons.widgets_systems import _sched_run
+
     assert _sched_run(8, True, 1.0)["responses"] == _sched_run(8, False, 1.0)["responses"]
 
 
 # ---- systems ---------------------------------------------------------------------------------------
+
 
 def test_break_kv():
     ok, bad = kpis("kv"), broken("kv")
@@ -247,8 +259,8 @@ def test_break_failures():
     ok, bad = kpis("failures", mode="healthy", severity=1.0), broken("failures")
     assert ok["alarms fired"] == "none" and bad["alarms fired"] == "clip fraction high"
     assert bad["final clip/frac"] > 0.4
-    gain = lambda k: k["final train reward"] - 0.309                                 # both start at 0.309
-    assert gain(bad) < 0.75 * gain(ok)                                               # a stale sampler learns less
+    gain = lambda k: k["final train reward"] - 0.309  # both start at 0.309
+    assert gain(bad) < 0.75 * gain(ok)  # a stale sampler learns less
 
 
 def test_break_sizing():
@@ -271,9 +283,10 @@ def test_break_off_policy():
 
 # ---- gpt_mini track, continued ------------------------------------------------------------------------
 
+
 def test_break_shapes():
     bad = broken("shapes")
-    assert bad["head dim k = d/h"] == 512 and bad["unscaled q·k std √k"] == pytest.approx(512 ** 0.5, abs=0.01)
+    assert bad["head dim k = d/h"] == 512 and bad["unscaled q·k std √k"] == pytest.approx(512**0.5, abs=0.01)
 
 
 def test_break_dpo_pair():
@@ -289,6 +302,7 @@ def test_break_lineage():
 
 
 # ---- new widgets and the ones rebuilt on posttrain's functions --------------------------------------------
+
 
 def test_break_forces_map():
     ok, bad = kpis("forces_map"), broken("forces_map")
@@ -311,11 +325,18 @@ def test_break_classify():
 
 def test_break_gaps():
     ok, bad = kpis("gaps", gap="offpolicy"), broken("gaps")
-    assert ok["this setting"] < 0.03 and bad["this setting"] > 0.25       # |bias| with and without TIS
+    assert ok["this setting"] < 0.03 and bad["this setting"] > 0.25  # |bias| with and without TIS
     for gap in ("gae", "kl", "whiten", "lora", "prm", "curriculum", "entropy"):
         k = kpis("gaps", gap=gap, fix="on")
-        better = {"gae": "lower", "kl": "lower", "whiten": "higher", "lora": "lower", "prm": "higher",
-                  "curriculum": "lower", "entropy": "higher"}[gap]
+        better = {
+            "gae": "lower",
+            "kl": "lower",
+            "whiten": "higher",
+            "lora": "lower",
+            "prm": "higher",
+            "curriculum": "lower",
+            "entropy": "higher",
+        }[gap]
         assert (k["with the fix"] < k["without the fix"]) == (better == "lower"), gap
 
 
@@ -335,7 +356,7 @@ def test_break_snr():
 def test_break_sync():
     ok, bad = kpis("sync"), broken("sync")
     assert ok["expected reward at step 50"] > 0.95 and bad["expected reward at step 50"] < 0.2
-    fixed = kpis("sync", sync_every=20, correction="tis")            # the trainer's off-policy correction
+    fixed = kpis("sync", sync_every=20, correction="tis")  # the trainer's off-policy correction
     assert fixed["expected reward at step 50"] > 0.9 and fixed["clip/frac (mean over the run)"] == 0.0
     assert bad["clip/frac (mean over the run)"] > 0.15 > ok["clip/frac (mean over the run)"]
 
@@ -345,34 +366,36 @@ def test_break_budget():
     assert float(ok["speed-up"][:-1]) > 2 and float(bad["speed-up"][:-1]) < 1.15
     assert bad["largest remaining slice"].startswith("rollout") and pct(bad["largest remaining slice"].split()[1]) > 60
     dis = kpis("budget", **{**registry.get("budget").breaks["knobs"], "placement": "disaggregated"})
-    assert dis["speed-up"] == "1.00×"                                     # the trainer hides inside rollout
+    assert dis["speed-up"] == "1.00×"  # the trainer hides inside rollout
 
 
 def test_break_async_pipe():
     ok, bad = kpis("async_pipe"), broken("async_pipe")
     minutes = lambda k, key: float(k[key].split()[0])
     key, sync = "wall clock to accuracy 0.7", "wall clock to accuracy 0.7, synchronous"
-    assert minutes(ok, key) < minutes(ok, sync)                            # a little staleness pays
-    assert minutes(bad, key) > minutes(bad, sync)                          # a lot of it costs more than it buys
+    assert minutes(ok, key) < minutes(ok, sync)  # a little staleness pays
+    assert minutes(bad, key) > minutes(bad, sync)  # a lot of it costs more than it buys
     assert bad["clip fraction (mean over the run)"] > 3 * ok["clip fraction (mean over the run)"]
     tis = kpis("async_pipe", delta=32, correction="tis")
-    assert minutes(tis, key) < minutes(bad, key)                           # the correction recovers part of it
+    assert minutes(tis, key) < minutes(bad, key)  # the correction recovers part of it
 
 
 # ---- every widget has its break test ----------------------------------------------------------------
 
 # ---- recorded runs behind the widgets reproduce ------------------------------------------------------
 
+
 def test_stale_runs_are_reproducible_and_staleness_reaches_the_sampler():
     """The first two recorded points of the Δ = 8 run re-run from scratch (3 seeds, 10 steps); with
     Δ = 0 the run is the plain all-on DAPO run, sample for sample."""
     from posttrain.lessons import dapo_toy, runs
+
     rec = runs.recorded()
     again = dapo_toy.averaged((True, True, True, True), steps=2 * dapo_toy.EVERY, staleness=8, correction="none")
     assert again["acc"] == pytest.approx(rec[dapo_toy.stale_key(8, "none")]["acc"][:2], abs=1e-3)
     assert rec[dapo_toy.stale_key(0, "none")]["acc"] == rec[dapo_toy.key(True, True, True, True)]["acc"]
     fresh = dapo_toy.run(True, True, True, True, steps=dapo_toy.EVERY, staleness=0, correction="tis")
-    assert fresh["acc"] == dapo_toy.run(True, True, True, True, steps=dapo_toy.EVERY)["acc"]   # on-policy: w ≡ 1
+    assert fresh["acc"] == dapo_toy.run(True, True, True, True, steps=dapo_toy.EVERY)["acc"]  # on-policy: w ≡ 1
 
 
 def test_recorded_engine_model_round_trips_and_solves_sums():
@@ -381,17 +404,19 @@ def test_recorded_engine_model_round_trips_and_solves_sums():
     from posttrain.framework.rollout import Engine, SamplingParams
     from posttrain.lessons import runs
     from posttrain.lessons.widgets_systems import _sched_setup
+
     model, tok, task, items, prompts = _sched_setup()
     again = runs.unpack_model(runs.pack_model(model))
     for a, b in zip(model.state_dict().values(), again.state_dict().values()):
-        assert torch.equal(a, b)                                      # float16 weights survive a round trip
+        assert torch.equal(a, b)  # float16 weights survive a round trip
     samples = Engine(model, tok).generate(prompts, 1, SamplingParams(temperature=0.0, max_new_tokens=64))
     right = sum(task.reward(it, s.text).reward for it, s in zip(items, samples))
-    assert right >= 4 and all(s.finish_reason == "stop" for s in samples)   # it writes traces that end
+    assert right >= 4 and all(s.finish_reason == "stop" for s in samples)  # it writes traces that end
 
 
 def test_every_function_a_widget_names_resolves_to_source_lines():
     from posttrain.lessons import pages
+
     for w in registry.load_all().values():
         for spec in w.uses:
             rel, a, b = pages.code_ref(spec)
@@ -399,6 +424,6 @@ def test_every_function_a_widget_names_resolves_to_source_lines():
 
 
 def test_every_widget_has_a_break_test():
-    here = {n[len("test_break_"):] for n in dir(sys.modules[__name__]) if n.startswith("test_break_")}
+    here = {n[len("test_break_") :] for n in dir(sys.modules[__name__]) if n.startswith("test_break_")}
     missing = sorted(set(registry.load_all()) - here)
     assert not missing, f"widgets without a break test: {missing}"

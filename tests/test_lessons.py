@@ -17,11 +17,10 @@ import pytest
 from posttrain import UsageError
 from posttrain.lessons import content, pages, registry, server
 
-
 from lessons_util import floats, kpis
 
-
 # ---- the endpoints ---------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def site():
@@ -58,21 +57,22 @@ def test_pages_and_assets_are_served(site):
     assert "six roles" in get(site)[1]
     for ls in content.LESSONS:
         assert f"{ls.number} · " in get(f"{site}lessons/{ls.id}.html")[1]
-    assert get(site + "static/plotly.min.js")[1].startswith("/**")      # plotly's own bundle, no CDN
+    assert get(site + "static/plotly.min.js")[1].startswith("/**")  # plotly's own bundle, no CDN
     status, src = get(site + "source/" + pages.source_name("posttrain/algorithms/grpo.py"))
-    assert status == 200 and "def advantages" in re.sub("<[^>]+>", "", src)          # tokens are coloured spans
+    assert status == 200 and "def advantages" in re.sub("<[^>]+>", "", src)  # tokens are coloured spans
 
 
 def test_code_links_point_at_the_live_source():
     rel, a, b = pages.code_ref("posttrain.algorithms.grpo:advantages")
     lines = (pages.ROOT / rel).read_text().splitlines()
     assert lines[a - 1].startswith("def advantages(") and b > a
-    for ls in content.LESSONS:                      # every link of every lesson resolves
+    for ls in content.LESSONS:  # every link of every lesson resolves
         for spec in ls.code:
             pages.code_ref(spec)
 
 
 # ---- registry invariants -------------------------------------------------------------------------
+
 
 def test_every_widget_is_on_a_page_documents_a_breaking_setting_and_fits_the_grid():
     ws = registry.load_all()
@@ -81,7 +81,7 @@ def test_every_widget_is_on_a_page_documents_a_breaking_setting_and_fits_the_gri
     for w in ws.values():
         assert w.breaks["what"] and w.breaks["knobs"], w.name
         assert w.grid_size() <= registry.MAX_GRID
-        broken = w.parse({k: registry.fmt(v) for k, v in w.breaks["knobs"].items()})   # on the grid
+        broken = w.parse({k: registry.fmt(v) for k, v in w.breaks["knobs"].items()})  # on the grid
         assert broken != w.defaults(), f"{w.name}: the breaking setting is the default one"
 
 
@@ -94,8 +94,13 @@ def test_knob_parsing_snaps_inside_the_grid_and_refuses_outside():
 
 def test_cli_serves_and_prints_its_address():
     env = {**os.environ, "PYTHONPATH": str(pages.ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "posttrain.cli", "lessons", "--port", "0"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "posttrain.cli", "lessons", "--port", "0"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         line = proc.stdout.readline()
         url = re.search(r"http://127\.0\.0\.1:\d+/", line).group(0)
@@ -103,12 +108,18 @@ def test_cli_serves_and_prints_its_address():
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-    bad = subprocess.run([sys.executable, "-m", "posttrain.cli", "lessons", "--port", "70000"], env=env,
-                         capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [sys.executable, "-m", "posttrain.cli", "lessons", "--port", "70000"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "--port 70000" in bad.stderr
 
 
 # ---- lessons 00, 13 (ablation), 23, 24, 27 -----------------------------------------------------------
+
 
 def test_lesson_00_lineage_on_one_group(site):
     """r = (1,0,0,0): mean ¼, unbiased std ½ → GRPO/DAPO (+1.5, −.5…); RLOO 4/3·(r − ¼) = (+1, −⅓…);
@@ -136,20 +147,26 @@ def test_row_31_dapo_ablation_recorded_runs(site):
 def test_dapo_ablation_runs_are_reproducible():
     """The first two recorded points of the all-on run are re-run from scratch (3 seeds, 10 steps)."""
     from posttrain.lessons import dapo_toy, runs
+
     again = dapo_toy.averaged((True, True, True, True), steps=2 * dapo_toy.EVERY)
     rec = runs.recorded()[dapo_toy.key(True, True, True, True)]
     assert again["acc"] == pytest.approx(rec["acc"][:2], abs=1e-3)
     assert again["samples"] == rec["samples"][:2]
-    cfg = dapo_toy.config(False, True, False, True)                    # the switches reach dapo.Config
+    cfg = dapo_toy.config(False, True, False, True)  # the switches reach dapo.Config
     assert (cfg.eps_high, cfg.aggregation, cfg.overlong_buffer) == (0.2, "seq-mean-token-mean", dapo_toy.BUFFER)
 
 
 def test_lesson_23_failure_modes_fire_their_alarm(site):
     k = dict(json.loads(get(site + "api/failures?mode=healthy&severity=1.0")[1])["kpis"])
     assert k["alarms fired"] == "none"
-    for mode, alarm in [("entropy collapse", "entropy collapse"), ("easy prompts", "many degenerate groups"),
-                        ("reward hacking", "reward up, held-out flat"), ("stale sampler", "clip fraction high"),
-                        ("temperature mismatch", "sampler/trainer mismatch"), ("length blow-up", "length blow-up")]:
+    for mode, alarm in [
+        ("entropy collapse", "entropy collapse"),
+        ("easy prompts", "many degenerate groups"),
+        ("reward hacking", "reward up, held-out flat"),
+        ("stale sampler", "clip fraction high"),
+        ("temperature mismatch", "sampler/trainer mismatch"),
+        ("length blow-up", "length blow-up"),
+    ]:
         assert kpis("failures", mode=mode, severity=1.0)["alarms fired"] == alarm
     assert kpis("failures", mode="stale sampler", severity=0.0)["alarms fired"] == "none"
 
@@ -157,7 +174,9 @@ def test_lesson_23_failure_modes_fire_their_alarm(site):
 def test_lesson_24_sizing_row_84():
     """Row 84: 70B × 18 B ≈ 1.26 TB (1.24 for the 69B preset) > 8 × 80 GB, so colocated on 8 H100 cannot fit."""
     k = kpis("sizing", model="llama-70b", gpus=8, placement="colocated", lora=0)
-    assert k["fits?"] == "no" and k["full training state 18 B × P"] == "1.13 TiB vs 596.0 GiB of HBM"   # 1.24 TB vs 640 GB
+    assert (
+        k["fits?"] == "no" and k["full training state 18 B × P"] == "1.13 TiB vs 596.0 GiB of HBM"
+    )  # 1.24 TB vs 640 GB
     small = kpis("sizing")
     assert small["fits?"] == "yes" and small["step time (role model)"] == "17.2 s"
 
@@ -174,7 +193,7 @@ def test_lesson_27_truncated_importance_weights(site):
 
 
 def test_export_without_plotly_is_one_line_and_writes_nothing(tmp_path, monkeypatch):
-    monkeypatch.setitem(sys.modules, "plotly", None)                 # `import plotly` now fails
+    monkeypatch.setitem(sys.modules, "plotly", None)  # `import plotly` now fails
     with pytest.raises(UsageError, match=r"pip install 'posttrain\[lessons\]'"):
         server.export(tmp_path / "site")
     assert not (tmp_path / "site").exists()
@@ -182,6 +201,7 @@ def test_export_without_plotly_is_one_line_and_writes_nothing(tmp_path, monkeypa
 
 def test_lessons_without_markdown_it_name_the_extra(monkeypatch, capsys):
     from posttrain import cli
+
     real = cli.importlib.util.find_spec
     monkeypatch.setattr(cli.importlib.util, "find_spec", lambda m, *a: None if m == "markdown_it" else real(m, *a))
     assert cli.main(["lessons", "--export", "unused"]) == 2

@@ -16,24 +16,34 @@ import os
 from pathlib import Path
 
 import pytest
-from lessons_browser_checks import FIGURE_CHECK, MATH_CHECK, TEXT_CHECK
 
 from posttrain.lessons import content, registry, server
 
+from lessons_browser_checks import FIGURE_CHECK, MATH_CHECK, TEXT_CHECK
+
 CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run"]
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 DESKTOP, PHONE = {"width": 1100, "height": 900}, {"width": 390, "height": 844}
 
 
 @pytest.fixture(scope="module")
 def browser():
-    if not Path(CHROMIUM).exists():                 # CI sets POSTTRAIN_REQUIRE_CHROMIUM: never a silent skip there
+    if not Path(CHROMIUM).exists():  # CI sets POSTTRAIN_REQUIRE_CHROMIUM: never a silent skip there
         if os.environ.get("POSTTRAIN_REQUIRE_CHROMIUM"):
-            pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (apt-get install -y chromium); "
-                        ".ci/run does this before the tests")
+            pytest.fail(
+                f"{CHROMIUM} is missing: install Debian's chromium (apt-get install -y chromium); "
+                ".ci/run does this before the tests"
+            )
         pytest.skip(f"{CHROMIUM} is missing (apt-get install -y chromium)")
     from playwright.sync_api import sync_playwright
+
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
         yield b
@@ -59,17 +69,21 @@ def _open(browser, viewport: dict):
 
 
 def _plot_state(page, name: str):
-    return page.evaluate("n => { const el = document.querySelector(`.widget[data-widget='${n}']`);"
-                         " const p = el.querySelector('.plot');"
-                         " return [el.dataset.rev, JSON.stringify(p.data || null), el.querySelector('.error').textContent]; }",
-                         name)
+    return page.evaluate(
+        "n => { const el = document.querySelector(`.widget[data-widget='${n}']`);"
+        " const p = el.querySelector('.plot');"
+        " return [el.dataset.rev, JSON.stringify(p.data || null), el.querySelector('.error').textContent]; }",
+        name,
+    )
 
 
 def _wait_rev(page, name: str, after: int, timeout=120_000):  # generous: CI machines are shared
     page.wait_for_function(
         "([n, r]) => { const el = document.querySelector(`.widget[data-widget='${n}']`);"
         " return (+el.dataset.rev > r || el.querySelector('.error').textContent) && el.dataset.busy === '0'; }",
-        arg=[name, after], timeout=timeout)
+        arg=[name, after],
+        timeout=timeout,
+    )
 
 
 def _set(page, name: str, knob: registry.Knob, value: str) -> None:
@@ -81,8 +95,9 @@ def _set(page, name: str, knob: registry.Knob, value: str) -> None:
     elif knob.kind == "select":
         page.select_option(sel, value)
     else:
-        page.eval_on_selector(sel, "(el, j) => { el.value = j; el.dispatchEvent(new Event('input')); }",
-                              values.index(value))
+        page.eval_on_selector(
+            sel, "(el, j) => { el.value = j; el.dispatchEvent(new Event('input')); }", values.index(value)
+        )
 
 
 def _other(knob: registry.Knob) -> str:
@@ -114,12 +129,12 @@ def _walk_widget(page, where: str, name: str) -> int:
         assert after[1] != default[1], f"{where}/{name}: setting {knob.name}={_other(knob)} did not change the plot"
         _figure_ok(page, f"{where} ({knob.name}={_other(knob)})", name)
         rev = after[0]
-        page.eval_on_selector(f".widget[data-widget='{name}']", "el => el.ptReset()")   # no redraw
+        page.eval_on_selector(f".widget[data-widget='{name}']", "el => el.ptReset()")  # no redraw
     page.click(f".widget[data-widget='{name}'] .apply-break")
     _wait_rev(page, name, int(rev))
     _figure_ok(page, f"{where} (its breaking setting)", name)
     rev = _plot_state(page, name)[0]
-    page.click(f".widget[data-widget='{name}'] .reset-knobs")          # the screenshot shows the defaults
+    page.click(f".widget[data-widget='{name}'] .reset-knobs")  # the screenshot shows the defaults
     _wait_rev(page, name, int(rev))
     return len(registry.get(name).knobs)
 
@@ -134,8 +149,9 @@ def _walk(browser, base: str, viewport: dict, tag: str, shots: Path) -> int:
     page, moved = _open(browser, viewport), 0
     for ls in content.LESSONS:
         page.goto(f"{base}lessons/{ls.id}.html")
-        page.wait_for_function("() => [...document.querySelectorAll('.widget')].every(w => w.dataset.busy === '0')",
-                               timeout=120_000)
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('.widget')].every(w => w.dataset.busy === '0')", timeout=120_000
+        )
         for el in page.query_selector_all(".widget"):
             moved += _walk_widget(page, f"{tag} {ls.id}", el.get_attribute("data-widget"))
         page.screenshot(path=str(shots / f"{tag}-{ls.id}.png"), full_page=True)
@@ -157,13 +173,14 @@ def _shots(tmp_path) -> Path:
 
 def _knobs_on_pages() -> int:
     from posttrain.lessons import pages
+
     return sum(len(registry.get(n).knobs) for ls in content.LESSONS for n in pages.lesson_view(ls).widgets)
 
 
 @pytest.mark.slow
 def test_every_page_every_knob_desktop(browser, site, tmp_path):
     assert _walk(browser, site, DESKTOP, "desktop", _shots(tmp_path)) == _knobs_on_pages()
-    page = _open(browser, DESKTOP)                     # progress is saved in the browser: tick 01, the index counts it
+    page = _open(browser, DESKTOP)  # progress is saved in the browser: tick 01, the index counts it
     page.goto(f"{site}lessons/rl-01.html")
     page.check(".lesson-done")
     page.goto(f"{site}index.html")
@@ -190,7 +207,7 @@ def test_search_and_math_from_an_export_on_disk(browser, tmp_path):
     _wait_rev(page, "sync", int(before[0]))
     assert _plot_state(page, "sync")[1] != before[1]
     _figure_ok(page, "export rl-06", "sync")
-    page.eval_on_selector(".widget[data-widget='sync']", "el => { el.dataset.busy = '1'; }")   # as while computing
+    page.eval_on_selector(".widget[data-widget='sync']", "el => { el.dataset.busy = '1'; }")  # as while computing
     page.wait_for_function("() => +getComputedStyle(document.querySelector('.widget .busy')).opacity > 0.5")
     page.goto((out / "glossary.html").as_uri())
     page.wait_for_function("() => document.querySelectorAll('.katex').length > 20")

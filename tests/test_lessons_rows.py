@@ -7,9 +7,10 @@ import json
 import math
 
 import pytest
-from lessons_util import floats, kpis
 
 from posttrain.lessons import registry
+
+from lessons_util import floats, kpis
 
 
 def pct(text) -> float:
@@ -18,20 +19,21 @@ def pct(text) -> float:
 
 # ---- Part C numbers, widget by widget --------------------------------------------------------------
 
+
 def test_row_01_02_bandit():
     assert kpis("bandit", lr=0.4, steps=200)["seeds ending on C (best)"] >= 0.99
     wrong = kpis("bandit", lr=2.0, steps=200)["seeds ending on a wrong arm"]
-    assert 0.05 <= wrong <= 0.14                    # the course: ≈ 8.5% of seeds lock onto a wrong arm
+    assert 0.05 <= wrong <= 0.14  # the course: ≈ 8.5% of seeds lock onto a wrong arm
 
 
 def test_row_03_degenerate_groups_at_low_temperature():
     """P(degenerate) = q^K + (1−q)^K with q = P(response right); measured on real sampler draws."""
     k = kpis("sampler", temperature=0.5, top_k=0, top_p=1.0, K=2)
     q = k["P(response right) = p²"]
-    assert k["P(degenerate group), formula"] == pytest.approx(q ** 2 + (1 - q) ** 2, abs=2e-3)
+    assert k["P(degenerate group), formula"] == pytest.approx(q**2 + (1 - q) ** 2, abs=2e-3)
     assert k["P(degenerate group), measured"] == pytest.approx(k["P(degenerate group), formula"], abs=0.05)
-    pc = 1 - 0.3 * 0.5                              # the course's toy: 0.85 per digit → 0.60
-    assert 0.85 ** 4 + (1 - pc ** 2) ** 2 == pytest.approx(0.60, abs=0.005)
+    pc = 1 - 0.3 * 0.5  # the course's toy: 0.85 per digit → 0.60
+    assert 0.85**4 + (1 - pc**2) ** 2 == pytest.approx(0.60, abs=0.005)
     assert kpis("sampler", temperature=0.0, top_k=0, top_p=1.0, K=2)["P(degenerate group), measured"] == 1.0
 
 
@@ -46,7 +48,7 @@ def test_row_07_k3_nonnegative_and_unbiased():
     assert k["min k3 (never < 0)"] >= 0
     assert k["k3 mean"] == pytest.approx(k["exact KL"], rel=0.1)
     assert k["k1 mean"] == pytest.approx(k["exact KL"], rel=0.1)
-    assert k["share of k1 < 0"] > 0.1               # k1 is unbiased but not ≥ 0
+    assert k["share of k1 < 0"] > 0.1  # k1 is unbiased but not ≥ 0
 
 
 def test_row_09_beta_widget_course_numbers_and_the_fix():
@@ -55,7 +57,7 @@ def test_row_09_beta_widget_course_numbers_and_the_fix():
         k = kpis("beta", beta=beta, schedule="course")
         assert (k["final θ"], k["final KL"]) == (theta, kl) and k["final reward"] == pytest.approx(rew, abs=1e-3)
         assert k["reward-hacked (θ > 5)?"] == "no"
-    assert kpis("beta", beta=0.0, schedule="fixed")["reward-hacked (θ > 5)?"] == "yes"   # decision: fixed
+    assert kpis("beta", beta=0.0, schedule="fixed")["reward-hacked (θ > 5)?"] == "yes"  # decision: fixed
     assert kpis("beta", beta=0.05, schedule="fixed")["reward-hacked (θ > 5)?"] == "no"
 
 
@@ -70,8 +72,12 @@ def test_row_14_sync_every():
     gets, the more tokens are clipped (up to sync 10) and the slower the reward rises."""
     k = {n: kpis("sync", sync_every=n) for n in (1, 2, 5, 10, 20, 40)}
     assert k[1]["clip/frac (mean over the run)"] == 0.0 and k[1]["sampler versions behind at most"] == 0
-    assert k[1]["clip/frac (mean over the run)"] < k[2]["clip/frac (mean over the run)"] < \
-        k[5]["clip/frac (mean over the run)"] < k[10]["clip/frac (mean over the run)"]
+    assert (
+        k[1]["clip/frac (mean over the run)"]
+        < k[2]["clip/frac (mean over the run)"]
+        < k[5]["clip/frac (mean over the run)"]
+        < k[10]["clip/frac (mean over the run)"]
+    )
     at50 = [k[n]["expected reward at step 50"] for n in (1, 2, 5, 10, 20, 40)]
     assert at50 == sorted(at50, reverse=True) and at50[0] > 0.95 and at50[-2] < 0.2
     assert k[40]["sampler versions behind at most"] == 39
@@ -83,10 +89,10 @@ def test_row_15_controller():
     k = kpis("controller", phase=8, answers="12, 11, 14")
     assert k["rewards"] == "1, 0, 0" and floats(k["advantages (population std)"]) == [1.41, -0.71, -0.71]
     assert (k["batch input_ids shape"], k["loss tokens"], k["policy_version"]) == ("(3, 10)", 9, "0 → 1")
-    assert k["KL to the reference (k3, token mean)"] == 0.0          # the reference is the policy at step 1
+    assert k["KL to the reference (k3, token mean)"] == 0.0  # the reference is the policy at step 1
     up, *down = floats(k["Δ log π(y) of the trainer"])
-    assert up > 0 and all(d < 0 for d in down)                        # the step raised 12#, lowered 11# and 14#
-    assert "rewards" not in kpis("controller", phase=1, answers="12, 11, 14")   # phases reveal in order
+    assert up > 0 and all(d < 0 for d in down)  # the step raised 12#, lowered 11# and 14#
+    assert "rewards" not in kpis("controller", phase=1, answers="12, 11, 14")  # phases reveal in order
     assert kpis("controller", phase=5, answers="12, 12, 12")["skip the step (degenerate)?"] == "yes"
 
 
@@ -100,14 +106,18 @@ def test_row_19_snr_course_floor_and_fixed_error():
     for K, want in course.items():
         assert kpis("snr", K=K, target="course")["mean |ĝ − target|"] == pytest.approx(want, abs=0.03)
     e1, e16 = (kpis("snr", K=K, target="expected")["mean |ĝ − target|"] for K in (1, 16))
-    assert e16 < e1 / 3                             # the fix: error falls like 1/√K (4× at 16×)
+    assert e16 < e1 / 3  # the fix: error falls like 1/√K (4× at 16×)
     rloo = kpis("snr", K=16, target="expected", baseline="leave-one-out (RLOO)")["mean |ĝ − target|"]
-    assert rloo < 0.8 * e16                         # a baseline lowers the variance at the same K
+    assert rloo < 0.8 * e16  # a baseline lowers the variance at the same K
 
 
 def test_row_20_clip_table():
-    cells = {(0.7, 1.0): (0.7, 0.8, "flows"), (0.7, -1.0): (-0.7, -0.8, "killed (clipped)"),
-             (1.4, 1.0): (1.4, 1.2, "killed (clipped)"), (1.4, -1.0): (-1.4, -1.2, "flows")}
+    cells = {
+        (0.7, 1.0): (0.7, 0.8, "flows"),
+        (0.7, -1.0): (-0.7, -0.8, "killed (clipped)"),
+        (1.4, 1.0): (1.4, 1.2, "killed (clipped)"),
+        (1.4, -1.0): (-1.4, -1.2, "flows"),
+    }
     for (rho, adv), (s1, s2, grad) in cells.items():
         k = kpis("clip", eps=0.2, rho=rho, adv=adv)
         assert (k["s1 = ρA"], k["s2 = clip(ρ)A"], k["gradient"]) == (s1, s2, grad)
@@ -164,8 +174,11 @@ def test_rows_49_77_78_topology():
     disaggregated 23 s with the trainer idle 12 s, async 20 s. Row 77's modelled clip fraction
     1 − e^(−Δ/20) is replaced by clip fractions measured in recorded runs (test_lesson_widgets)."""
     k = kpis("topology", R=20, T=15, S=2)
-    assert [k[f"{n} step"].split("(")[1] for n in ("colocated", "disaggregated", "async")] == \
-        ["97 steps/h)", "164 steps/h)", "180 steps/h)"]
+    assert [k[f"{n} step"].split("(")[1] for n in ("colocated", "disaggregated", "async")] == [
+        "97 steps/h)",
+        "164 steps/h)",
+        "180 steps/h)",
+    ]
     assert k["async / colocated"] == 1.85
     k = kpis("topology", R=20, T=8, S=3)
     assert k["colocated step"].startswith("31 s") and k["disaggregated step"].startswith("23 s")
@@ -178,15 +191,19 @@ def test_rows_51_53_kv_cache():
     """Row 53 in binary units: 7B GQA, B = 32, L = 2048 → 128 KiB/token, 8.0 GiB; the read time is
     the bytes at 3.35e12 B/s (8.59e9 / 3.35e12 = 2.56 ms; the course divided GiB by GB/s: 2.4)."""
     k = kpis("kv", model="7b", B=32, L=2048, gqa=True)
-    assert (k["KV per token"], k["KV total"], k["weights"], k["time to read the KV once"]) == \
-        ("128 KiB", "8.0 GiB", "13.0 GiB", "2.6 ms")
-    assert k["free HBM after weights"] == f"{(80e9 - 14e9) / 2 ** 30:.1f} GiB"
+    assert (k["KV per token"], k["KV total"], k["weights"], k["time to read the KV once"]) == (
+        "128 KiB",
+        "8.0 GiB",
+        "13.0 GiB",
+        "2.6 ms",
+    )
+    assert k["free HBM after weights"] == f"{(80e9 - 14e9) / 2**30:.1f} GiB"
     assert k["bottleneck"] == "weight bandwidth dominates KV"
     k = kpis("kv", model="7b", B=32, L=2048, gqa=False)
     assert (k["KV per token"], k["KV total"], k["time to read the KV once"]) == ("512 KiB", "32.0 GiB", "10.3 ms")
     k = kpis("kv", model="70b", B=256, L=8192, gqa=True)
     assert k["KV total"] == "640.0 GiB" and k["bottleneck"].startswith("HBM capacity")
-    assert k["H100s the KV alone needs"] == f"{640 * 2 ** 30 / 80e9:.1f}"
+    assert k["H100s the KV alone needs"] == f"{640 * 2**30 / 80e9:.1f}"
     # posttrain's own cache: nano = 4 layers × 4 KV heads × 32 dims × K and V × 4 bytes
     assert k["posttrain's gpt_mini nano KV per token (fp32, measured)"] == f"{4 * 4 * 32 * 2 * 4} B"
 
@@ -199,9 +216,13 @@ def test_scheduler_runs_the_engine():
     assert k["decode forwards (engine)"] < k["static batching would need"]
     naive = kpis("scheduler", slots=8, cbatch=True, share=False, chunked=False, spec=False, temperature=1.0)
     assert naive["prompt tokens prefilled"] == 4 * k["prompt tokens prefilled"]
-    a0, a1 = (kpis("scheduler", spec=True, temperature=t)["draft acceptance α at this T (measured)"] for t in (0.0, 1.0))
+    a0, a1 = (
+        kpis("scheduler", spec=True, temperature=t)["draft acceptance α at this T (measured)"] for t in (0.0, 1.0)
+    )
     assert 0 < a1 < a0 <= 1
-    sp = lambda t: float(kpis("scheduler", spec=True, temperature=t)["speed-up over static batches without tricks"][:-1])
+    sp = lambda t: float(
+        kpis("scheduler", spec=True, temperature=t)["speed-up over static batches without tricks"][:-1]
+    )
     assert sp(0.0) > sp(1.0)
     chunk = kpis("scheduler", chunked=True)["longest decode stall (tokens in one prefill forward)"]
     assert chunk == 16 < k["longest decode stall (tokens in one prefill forward)"]
@@ -210,26 +231,35 @@ def test_scheduler_runs_the_engine():
 def test_every_widget_default_runs_and_is_json():
     for name in registry.load_all():
         out = registry.compute(name)
-        json.dumps(out, allow_nan=False)            # the browser's JSON.parse rejects NaN
+        json.dumps(out, allow_nan=False)  # the browser's JSON.parse rejects NaN
         assert out["figure"]["data"] and out["kpis"], name
 
 
 def test_rows_59_to_64_memory_envelope():
     """Row 64 in GiB: the course's 32.9 GB / 2.3 GB / 153.2 GB are 30.7 / 2.1 / 142.7 GiB."""
     k = kpis("memory", P=7, L=8192, B=4, G=8, ckpt=True)
-    assert (k["per-GPU training"], k["per-GPU inference"], k["KV per token"], k["fits on H100s?"]) == \
-        (f"{32.93e9 / 2 ** 30:.1f} GiB", "2.1 GiB", "128 KiB", "yes")
-    assert k["training state, whole model (18 B/param)"] == f"{126e9 / 2 ** 30:.2f} GiB"
-    assert kpis("memory", P=7, L=8192, B=4, G=8, ckpt=False)["per-GPU training"] == f"{153.2e9 / 2 ** 30:.1f} GiB"
+    assert (k["per-GPU training"], k["per-GPU inference"], k["KV per token"], k["fits on H100s?"]) == (
+        f"{32.93e9 / 2**30:.1f} GiB",
+        "2.1 GiB",
+        "128 KiB",
+        "yes",
+    )
+    assert k["training state, whole model (18 B/param)"] == f"{126e9 / 2**30:.2f} GiB"
+    assert kpis("memory", P=7, L=8192, B=4, G=8, ckpt=False)["per-GPU training"] == f"{153.2e9 / 2**30:.1f} GiB"
     k = kpis("memory", P=70, L=8192, B=4, G=16, ckpt=True)
-    assert k["per-GPU training"] == f"{153.9e9 / 2 ** 30:.1f} GiB" and k["fits on H100s?"] == "no"
-    assert k["training state, whole model (18 B/param)"] == f"{1.26e12 / 2 ** 40:.2f} TiB"
+    assert k["per-GPU training"] == f"{153.9e9 / 2**30:.1f} GiB" and k["fits on H100s?"] == "no"
+    assert k["training state, whole model (18 B/param)"] == f"{1.26e12 / 2**40:.2f} TiB"
 
 
 def test_rows_68_69_throughput_equation():
     k = kpis("throughput", P=7, K=16, L=1024, topo="disagg")
-    assert [k[f"τ_{n}"] for n in ("rollout", "train", "reference", "reward", "sync")] == \
-        ["10.1 s", "2.1 s", "0.7 s", "1.0 s", "1.3 s"]
+    assert [k[f"τ_{n}"] for n in ("rollout", "train", "reference", "reward", "sync")] == [
+        "10.1 s",
+        "2.1 s",
+        "0.7 s",
+        "1.0 s",
+        "1.3 s",
+    ]
     assert (k["τ_step"], k["useful tokens/s"], k["rollout share of the step"]) == ("12.4 s", "84.7k", "81%")
     assert k["the text's worked example (30/1/3/8/1 s)"] == "32 s, trainer idle 20 s, 32.8k tok/s"
     assert kpis("throughput", P=7, K=16, L=8192, topo="disagg")["rollout share of the step"] == "98%"
@@ -240,9 +270,10 @@ def test_rows_68_69_throughput_equation():
 
 def test_planner_widget_is_the_memory_planner():
     from posttrain.sizing import memory
+
     k = kpis("planner", model="llama-70b", algo="ppo", gpus=8, lora=0, ckpt=False)
     p = memory.plan("llama-70b", algo="ppo", gpus=8)
-    assert k["peak per GPU"] == f"{p['peak_bytes'] / 2 ** 30:.1f} GiB" and k["fits on H100?"] == "no"
+    assert k["peak per GPU"] == f"{p['peak_bytes'] / 2**30:.1f} GiB" and k["fits on H100?"] == "no"
     assert "LoRA" in k["cheapest change that fits"]
     assert kpis("planner", model="llama3-8b", algo="grpo", gpus=8, lora=0, ckpt=False)["fits on H100?"] == "yes"
 
@@ -253,6 +284,7 @@ def test_rows_97_98_parameter_counts():
     assert k["head dim k = d/h"] == 32 and k["unscaled q·k std √k"] == 5.66
     assert 150 < k["blocks / embeddings (course)"] < 160
     from posttrain.models.gpt_mini import GPTMini, ModelConfig
+
     ours = int(k["posttrain gpt_mini (count_params)"].replace(",", ""))
     model = GPTMini(ModelConfig(d_model=128, n_layers=4, n_heads=4, d_ff=344, vocab_size=29).resolved(29))
     assert ours == model.num_params()
@@ -269,7 +301,7 @@ def test_row_106_dpo_starts_at_ln2_and_the_margin_grows():
     assert k["loss at step 0 (π_θ = π_ref)"] == pytest.approx(math.log(2), abs=1e-4)
     assert k["margin after 220 steps"] > 0 and k["preference accuracy"] == 1.0
     small = kpis("dpo_pair", beta=0.05, lr=0.2, loss_type="dpo")["margin after 220 steps"]
-    assert small < k["margin after 220 steps"] / 3          # ∝ β² before saturation
+    assert small < k["margin after 220 steps"] / 3  # ∝ β² before saturation
 
 
 def test_row_110_grpo_policy_stays_a_probability_and_dead_groups_pile_up():
@@ -285,6 +317,7 @@ def test_row_110_grpo_policy_stays_a_probability_and_dead_groups_pile_up():
 def test_recorded_runs_are_reproducible():
     """The first evaluation of a recorded SFT run is re-run from scratch and matches."""
     from posttrain.lessons import runs
+
     again = runs.sft_run(mask_prompt=True, cot=False, steps=runs.EVAL_EVERY)
     rec = runs.recorded()["sft cot=False mask=True"]
     assert again["loss"][0] == pytest.approx(rec["loss"][0], abs=2e-3)
@@ -294,8 +327,8 @@ def test_recorded_runs_are_reproducible():
 def test_rows_35_36_bradley_terry():
     k = kpis("bt_rm", lr=0.3, pairs=500)
     assert k["σ(1), σ(3)"] == "0.73, 0.95"
-    assert 94.0 <= float(k["cumulative agreement"][:-1]) <= 96.5        # plateaus short of 100%
-    assert float(kpis("bt_rm", lr=1.0, pairs=500)["cumulative agreement"][:-1]) < 91   # noisier at η = 1
+    assert 94.0 <= float(k["cumulative agreement"][:-1]) <= 96.5  # plateaus short of 100%
+    assert float(kpis("bt_rm", lr=1.0, pairs=500)["cumulative agreement"][:-1]) < 91  # noisier at η = 1
 
 
 def test_row_40_prm_search():
@@ -303,10 +336,10 @@ def test_row_40_prm_search():
     the steps) the beam loses to reranking; at an equal budget (the default) it wins."""
     pct = lambda k, n: float(k[n][:-1])
     course = kpis("prm", p_good=0.75, N=16, B=4, budget="course")
-    assert pct(course, "one sample (pass@1)") == pytest.approx(17.8, abs=2.5)       # 0.75⁶
+    assert pct(course, "one sample (pass@1)") == pytest.approx(17.8, abs=2.5)  # 0.75⁶
     assert course["step samples: best-of-N / beam"] == "96 / 24"
     assert pct(course, "PRM beam") < pct(course, "ORM best of N")
-    k = kpis("prm")                                                                 # the default: matched
+    k = kpis("prm")  # the default: matched
     assert k["step samples: best-of-N / beam"] == "96 / 96" and k["best method"] == "PRM beam"
     assert pct(k, "PRM beam") > pct(k, "ORM best of N") + 10 > pct(k, "one sample (pass@1)") + 10
 
@@ -325,7 +358,7 @@ def test_rows_44_45_curation():
     and raises the signal per rollout (the course: 1.51 → 3.04)."""
     for policy in (20, 80):
         k = kpis("curation", policy=policy, curation=0, K=8)
-        assert k["prompts kept"] == 380 and k["duplicates removed"] == 20          # curate() drops the 20 copies
+        assert k["prompts kept"] == 380 and k["duplicates removed"] == 20  # curate() drops the 20 copies
         assert pct(k["rollouts in groups with no signal"]) == pytest.approx(42, abs=3)
         assert k["signal per 100 rollouts"] == pytest.approx(1.51, abs=0.05)
     k = kpis("curation", policy=80, curation=80, K=8)
@@ -336,42 +369,91 @@ def test_rows_71_72_73_stragglers():
     table = {4: (1.96, 2.83, 3.7), 16: (2.72, 5.02, 8.87), 64: (3.49, 7.8, 17.36)}
     for K, row in table.items():
         for cv, want in zip((0.5, 1.0, 2.0), row):
-            assert kpis("stragglers", K=K, mu=800, cv=cv, cap=False, dynk=False, rule="fixed")["max-of-K formula (× μ)"] == want
+            assert (
+                kpis("stragglers", K=K, mu=800, cv=cv, cap=False, dynk=False, rule="fixed")["max-of-K formula (× μ)"]
+                == want
+            )
     base = {"K": 16, "mu": 800, "cv": 1.0, "dynk": False, "rule": "course"}
     k = kpis("stragglers", cap=False, **base)
-    assert (k["τ_R = longest response"], k["mean response"], k["straggler tax max/mean − 1"]) == ("4015 tok", "994 tok", "304%")
-    assert kpis("stragglers", cap=True, **base)["τ_R = longest response"] == "4015 tok"     # the course's no-op cap
+    assert (k["τ_R = longest response"], k["mean response"], k["straggler tax max/mean − 1"]) == (
+        "4015 tok",
+        "994 tok",
+        "304%",
+    )
+    assert kpis("stragglers", cap=True, **base)["τ_R = longest response"] == "4015 tok"  # the course's no-op cap
     k = kpis("stragglers", K=16, mu=800, cv=1.0, cap=True, dynk=True, rule="course")
-    assert (k["τ_R = longest response"], k["straggler tax max/mean − 1"], k["decode saved"]) == ("2409 tok", "242%", "29%")
-    assert kpis("stragglers", K=16, mu=800, cv=2.0, cap=False, dynk=False, rule="course")["straggler tax max/mean − 1"] == "818%"
-    fixed = kpis("stragglers", K=16, mu=800, cv=1.0, cap=True, dynk=False, rule="fixed")   # decision: the cap bites
+    assert (k["τ_R = longest response"], k["straggler tax max/mean − 1"], k["decode saved"]) == (
+        "2409 tok",
+        "242%",
+        "29%",
+    )
+    assert (
+        kpis("stragglers", K=16, mu=800, cv=2.0, cap=False, dynk=False, rule="course")["straggler tax max/mean − 1"]
+        == "818%"
+    )
+    fixed = kpis("stragglers", K=16, mu=800, cv=1.0, cap=True, dynk=False, rule="fixed")  # decision: the cap bites
     assert int(fixed["τ_R = longest response"].split()[0]) < 4015
 
 
 def test_rows_85_86_87_kernels():
     """Row 86 in binary units: 32,768 × 131,072 × 2 B = 8.6 GB = 8.0 GiB; a 1k chunk = 64 MiB."""
     k = kpis("kernels", K=16, gp=0.1, tokens=32768, vocab=131072, chunk=1024)
-    assert (k["prefix-sharing saving K/(1 + K·G/P)"], k["full logits"], k["logits held at once"]) == ("6.15×", "8.0 GiB", "64 MiB")
+    assert (k["prefix-sharing saving K/(1 + K·G/P)"], k["full logits"], k["logits held at once"]) == (
+        "6.15×",
+        "8.0 GiB",
+        "64 MiB",
+    )
     assert k["bf16→fp8 cast of 140 GB at 3.35 TB/s"] == "42 ms"
-    assert kpis("kernels", K=64, gp=0.1, tokens=32768, vocab=131072, chunk=4096)["prefix-sharing saving K/(1 + K·G/P)"] == "8.65×"
+    assert (
+        kpis("kernels", K=64, gp=0.1, tokens=32768, vocab=131072, chunk=4096)["prefix-sharing saving K/(1 + K·G/P)"]
+        == "8.65×"
+    )
     assert kpis("kernels", K=16, gp=0.1, tokens=32768, vocab=131072, chunk=4096)["chunking saves"] == "32×"
 
 
 def test_row_90_three_forces():
     k = kpis("forces", signal=60, bias=50, cost=8)
-    assert [k[n] for n in ("reward source", "algorithm", "topology", "closest named recipe")] == \
-        ["mixed", "GRPO (mixed reward)", "colocated", "custom (uncommon mix)"]
+    assert [k[n] for n in ("reward source", "algorithm", "topology", "closest named recipe")] == [
+        "mixed",
+        "GRPO (mixed reward)",
+        "colocated",
+        "custom (uncommon mix)",
+    ]
     k = kpis("forces", signal=80, bias=20, cost=32)
     assert (k["algorithm"], k["closest named recipe"]) == ("Dr. GRPO", "DeepSeek-R1")
     assert kpis("forces", signal=20, bias=50, cost=16)["closest named recipe"] == "InstructGPT-style RLHF"
 
 
 def test_row_95_budget():
-    k = kpis("budget", prefix=True, cbatch=True, spec=False, fp8=False, train_opts=True, sync="every step", refpool=False)
+    k = kpis(
+        "budget", prefix=True, cbatch=True, spec=False, fp8=False, train_opts=True, sync="every step", refpool=False
+    )
     assert (k["optimised step"], k["speed-up"], k["largest remaining slice"]) == ("43.9 s", "2.28×", "rollout 33%")
-    assert kpis("budget", prefix=True, cbatch=False, spec=False, fp8=False, train_opts=False, sync="every step",
-                refpool=False)["speed-up"] == "1.56×"
-    assert kpis("budget", prefix=False, cbatch=False, spec=False, fp8=False, train_opts=True, sync="every step",
-                refpool=False)["speed-up"] == "1.12×"
+    assert (
+        kpis(
+            "budget",
+            prefix=True,
+            cbatch=False,
+            spec=False,
+            fp8=False,
+            train_opts=False,
+            sync="every step",
+            refpool=False,
+        )["speed-up"]
+        == "1.56×"
+    )
+    assert (
+        kpis(
+            "budget",
+            prefix=False,
+            cbatch=False,
+            spec=False,
+            fp8=False,
+            train_opts=True,
+            sync="every step",
+            refpool=False,
+        )["speed-up"]
+        == "1.12×"
+    )
     k = kpis("budget", prefix=True, cbatch=True, spec=True, fp8=True, train_opts=True, sync="overlapped", refpool=True)
     assert (k["optimised step"], k["speed-up"], k["largest remaining slice"]) == ("21.6 s", "4.63×", "train 44%")

@@ -4,8 +4,15 @@ import torch
 from posttrain.models.gpt_mini import GPTMini, KVCache, ModelConfig, count_params
 
 
-@pytest.mark.parametrize("kw", [dict(preset="nano"), dict(preset="micro"),
-                                dict(preset="nano", n_kv_heads=2), dict(preset="nano", tie_embeddings=True)])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(preset="nano"),
+        dict(preset="micro"),
+        dict(preset="nano", n_kv_heads=2),
+        dict(preset="nano", tie_embeddings=True),
+    ],
+)
 def test_param_count_matches_formula(kw):
     c = ModelConfig(**kw).resolved(58)
     assert GPTMini(c).num_params() == count_params(c)
@@ -31,7 +38,7 @@ def test_kv_cache_matches_full_forward(nano):
     outs = [nano(x[:, :12], cache)]
     for t in range(12, 20):
         cache.begin(1)
-        outs.append(nano(x[:, t:t + 1], cache))
+        outs.append(nano(x[:, t : t + 1], cache))
     assert torch.allclose(full, torch.cat(outs, 1), atol=1e-5)
 
 
@@ -47,5 +54,6 @@ def test_causal(nano):
 
 def test_sequence_too_long_is_a_usage_error(nano):
     from posttrain import UsageError
+
     with pytest.raises(UsageError, match="max_seq_len"):
         nano(torch.zeros(1, nano.config.max_seq_len + 1, dtype=torch.long))

@@ -5,10 +5,11 @@ import math
 
 import pytest
 import torch
-from zoo_util import ALL, F64, _batch, _random_batch, cfg_of
 
 from posttrain.algorithms import core, ppo
 from posttrain.framework.batch import RolloutBatch
+
+from zoo_util import ALL, F64, _batch, _random_batch, cfg_of
 
 
 def _nan_off_mask(x, mask):
@@ -66,7 +67,7 @@ INT_REWARD_ALGOS = ["grpo", "maxrl", "mgpo", "dapo", "dr_grpo", "rloo", "reinfor
 @pytest.mark.parametrize("name", INT_REWARD_ALGOS)
 def test_integer_rewards_give_the_float_advantages(name):
     mod = ALL[name]
-    rewards = torch.tensor([1, 0, 0, 1, 1, 0, 2, 0])                   # int64, as a user's verifier returns them
+    rewards = torch.tensor([1, 0, 0, 1, 1, 0, 2, 0])  # int64, as a user's verifier returns them
     groups = torch.tensor([0, 0, 0, 1, 1, 1, 2, 2])
     mask = torch.ones(8, 3)
     batch = RolloutBatch(loss_mask=mask, old_logprobs=-mask, ref_logprobs=-mask)
@@ -80,25 +81,30 @@ def test_integer_rewards_give_the_float_advantages(name):
 def test_group_of_one_third_is_not_truncated():
     """The worked case: one of three right gives GRPO A = (1 − 1/3)/σ, not (1 − 0)/σ."""
     from posttrain.algorithms import grpo
+
     a = grpo.advantages(torch.tensor([1, 0, 0]), torch.tensor([0, 0, 0]), grpo.Config(adv_eps=0.0))
-    sd = math.sqrt(((2 / 3) ** 2 + 2 * (1 / 3) ** 2) / 2)                 # unbiased std of (1, 0, 0)
+    sd = math.sqrt(((2 / 3) ** 2 + 2 * (1 / 3) ** 2) / 2)  # unbiased std of (1, 0, 0)
     assert a.tolist() == pytest.approx([(2 / 3) / sd, -(1 / 3) / sd, -(1 / 3) / sd], rel=1e-6)
 
 
 # ---- KTO: the reference point is the whole batch's ---------------------------------------------------
 
+
 def test_kto_gradient_does_not_depend_on_the_micro_batch_size(sft_ckpt):
     from posttrain import checkpoint
-    from posttrain.framework.reference import score_logprobs
     from posttrain.framework.batch import split_micro_batches
+    from posttrain.framework.reference import score_logprobs
     from posttrain.preference.data import Pair, collate_pairs, encode_pairs
     from posttrain.recipes.dpo import DPOConfig, dpo_loss_fn, with_kto_reference_point
+
     model, tok, _ = checkpoint.load_model(sft_ckpt)
-    pairs = [Pair(f"{a}+{b}", str(a + b), str(a + b + 1)) for a, b in [(1, 2), (3, 4), (12, 30), (7, 7), (40, 2), (9, 9)]]
+    pairs = [
+        Pair(f"{a}+{b}", str(a + b), str(a + b + 1)) for a, b in [(1, 2), (3, 4), (12, 30), (7, 7), (40, 2), (9, 9)]
+    ]
     batch = collate_pairs(encode_pairs(tok, pairs), range(6), tok.pad_id)
     with torch.no_grad():
-        sums = score_logprobs(model, batch).sum(-1)                       # [12]
-    batch["ref_logps"] = sums - torch.linspace(0.5, 4.0, 12)             # ρ > 0, unequal: z0 > 0 matters
+        sums = score_logprobs(model, batch).sum(-1)  # [12]
+    batch["ref_logps"] = sums - torch.linspace(0.5, 4.0, 12)  # ρ > 0, unequal: z0 > 0 matters
     batch = with_kto_reference_point(model, batch)
     loss_fn = dpo_loss_fn(DPOConfig(loss_type="kto", beta=0.5).loss_config())
     grads, parts = [], []

@@ -20,6 +20,7 @@ from posttrain.tasks.pool import VerifierPool, make_pool
 
 class Misbehaving:
     """item = (behaviour, value): the verifier does what the behaviour says."""
+
     name = "misbehaving"
 
     def reward(self, item, response):
@@ -31,20 +32,22 @@ class Misbehaving:
         if kind == "exit":
             os._exit(3)
         if kind == "segv":
-            faulthandler.disable()                  # pytest's traceback dump is noise here
+            faulthandler.disable()  # pytest's traceback dump is noise here
             ctypes.string_at(0)
         if kind == "nan":
             from posttrain.tasks.base import RewardResult
+
             return RewardResult(float("nan"))
         from posttrain.tasks.arithmetic import verify
         from posttrain.tasks.base import RewardResult
+
         return RewardResult(verify(response, value))
 
 
 def test_every_failure_kind_scores_zero_with_a_reason_and_is_counted():
     kinds = ["ok", "raise", "ok", "hang", "exit", "ok", "segv", "nan", "ok", "hang"]
     pairs = [((k, i), str(i)) for i, k in enumerate(kinds)]
-    with VerifierPool(Misbehaving(), workers=2, timeout_s=3.0) as pool:      # slack for a loaded CI box
+    with VerifierPool(Misbehaving(), workers=2, timeout_s=3.0) as pool:  # slack for a loaded CI box
         results, stats = pool.score(pairs)
         assert [r.reward for r in results] == [1.0 if k == "ok" else 0.0 for k in kinds]
         reasons = [r.error for r in results]
@@ -53,11 +56,11 @@ def test_every_failure_kind_scores_zero_with_a_reason_and_is_counted():
         assert reasons[4] == "verifier worker died (exit code 3)"
         assert reasons[6] == "verifier worker died (exit code -11)"
         assert reasons[7].startswith("verifier returned a non-finite reward")
-        assert (stats["errors"], stats["timeouts"], stats["replaced"]) == (4, 2, 4)   # hang x2, exit, segv replaced
+        assert (stats["errors"], stats["timeouts"], stats["replaced"]) == (4, 2, 4)  # hang x2, exit, segv replaced
         assert 0 <= stats["latency_p50_s"] <= stats["latency_p99_s"]
-        again, stats = pool.score([(("ok", 5), "5")] * 4)                   # the replacements work
+        again, stats = pool.score([(("ok", 5), "5")] * 4)  # the replacements work
         assert [r.reward for r in again] == [1.0] * 4 and stats["replaced"] == 0
-        os.kill(pool.workers[0].proc.pid, 9)                                # an idle worker killed from outside
+        os.kill(pool.workers[0].proc.pid, 9)  # an idle worker killed from outside
         pool.workers[0].proc.join()
         again, stats = pool.score([(("ok", 5), "5")] * 4)
         assert [r.reward for r in again] == [1.0] * 4 and stats["replaced"] == 1
@@ -91,7 +94,7 @@ def test_pool_and_in_process_give_the_same_rewards():
 
 @dataclass(frozen=True)
 class Tagged:
-    index: int          # position of the item in its batch: decides the injected fault
+    index: int  # position of the item in its batch: decides the injected fault
     inner: Problem
 
 
@@ -126,6 +129,7 @@ class FaultInjecting:
 def _rl_with_task(monkeypatch, factory):
     """`posttrain rl` builds its task with factory(cfg.task), before or after the task registry."""
     from posttrain.recipes import rl
+
     if hasattr(rl, "ArithmeticTask"):
         monkeypatch.setattr(rl, "ArithmeticTask", factory)
     else:
@@ -135,19 +139,36 @@ def _rl_with_task(monkeypatch, factory):
 
 @pytest.mark.slow
 def test_rl_run_with_faulty_verifier_completes_and_counts_match(sft_ckpt, tmp_path, monkeypatch):
+    from posttrain.config import RLConfig, load_config
+
     from conftest import TINY_TASK
 
-    from posttrain.config import RLConfig, load_config
     rl = _rl_with_task(monkeypatch, lambda cfg: FaultInjecting(ArithmeticTask(cfg)))
     g = 2
-    rl.run(load_config(RLConfig, None, [
-        f"out={tmp_path}/rl", f"init={sft_ckpt}", "steps=2", "prompts_per_step=20", f"samples_per_prompt={g}",
-        "max_new_tokens=24", "eval_problems=4", "eval_samples=2", "verifier_workers=2", "verifier_timeout_s=2.0",
-        "threads=1", *TINY_TASK]))
+    rl.run(
+        load_config(
+            RLConfig,
+            None,
+            [
+                f"out={tmp_path}/rl",
+                f"init={sft_ckpt}",
+                "steps=2",
+                "prompts_per_step=20",
+                f"samples_per_prompt={g}",
+                "max_new_tokens=24",
+                "eval_problems=4",
+                "eval_samples=2",
+                "verifier_workers=2",
+                "verifier_timeout_s=2.0",
+                "threads=1",
+                *TINY_TASK,
+            ],
+        )
+    )
     steps = [json.loads(line) for line in open(tmp_path / "rl" / "metrics.jsonl")]
     train = [m for m in steps if m["step"] > 0]
     assert [m["step"] for m in train] == [1, 2]
-    for m in train:                                  # 40 calls a step: 4 raise, 2 hang
+    for m in train:  # 40 calls a step: 4 raise, 2 hang
         assert (m["reward/errors"], m["reward/timeouts"]) == (2 * g, 1 * g)
         assert m["reward/workers_replaced"] == 1 * g
         assert m["reward/latency_p99_s"] >= 2.0 > m["reward/latency_p50_s"]
@@ -157,16 +178,32 @@ def test_rl_step_on_the_code_task_scores_in_the_sandbox_through_the_pool(sft_ckp
     """The whole path: rollout -> pool worker -> sandboxed candidate -> reward, in an RL run."""
     from posttrain.config import RLConfig, load_config
     from posttrain.tasks.code import CodeConfig, CodeTask
+
     rl = _rl_with_task(monkeypatch, lambda cfg: CodeTask(CodeConfig(timeout_s=2.0)))
-    before = set(sandbox.descendants(os.getpid()))      # helpers earlier tests started are not the run's
-    rl.run(load_config(RLConfig, None, [
-        f"out={tmp_path}/rl", f"init={sft_ckpt}", "steps=1", "prompts_per_step=2", "samples_per_prompt=2",
-        "max_new_tokens=16", "eval_problems=2", "eval_samples=2", "verifier_workers=2", "threads=1"]))
+    before = set(sandbox.descendants(os.getpid()))  # helpers earlier tests started are not the run's
+    rl.run(
+        load_config(
+            RLConfig,
+            None,
+            [
+                f"out={tmp_path}/rl",
+                f"init={sft_ckpt}",
+                "steps=1",
+                "prompts_per_step=2",
+                "samples_per_prompt=2",
+                "max_new_tokens=16",
+                "eval_problems=2",
+                "eval_samples=2",
+                "verifier_workers=2",
+                "threads=1",
+            ],
+        )
+    )
     m = [json.loads(line) for line in open(tmp_path / "rl" / "metrics.jsonl")][-1]
     assert m["step"] == 1 and m["reward/errors"] == 0.0 and m["reward/timeouts"] == 0.0
-    assert m["reward/total"] == 8.0 and 0.0 <= m["reward/mean"] <= 1.0    # 8 hidden tests per problem, all run
-    gc.collect()                                                            # the run's pool is garbage now:
-    assert set(sandbox.descendants(os.getpid())) <= before                 # its workers and sandboxes are gone
+    assert m["reward/total"] == 8.0 and 0.0 <= m["reward/mean"] <= 1.0  # 8 hidden tests per problem, all run
+    gc.collect()  # the run's pool is garbage now:
+    assert set(sandbox.descendants(os.getpid())) <= before  # its workers and sandboxes are gone
 
 
 # ---- containment: workers die with the trainer, memory is capped, workers are recycled ----------------
@@ -203,6 +240,7 @@ def test_workers_die_with_a_sigkilled_trainer(tmp_path, workers):
     import subprocess
     import sys
     from pathlib import Path
+
     script = tmp_path / "trainer.py"
     script.write_text(_TRAINER)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
@@ -217,7 +255,7 @@ def test_workers_die_with_a_sigkilled_trainer(tmp_path, workers):
     while any(_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
     left = [p for p in pids if _alive(p)]
-    for p in left:                                      # a failing run leaves nothing behind either
+    for p in left:  # a failing run leaves nothing behind either
         os.kill(p, 9)
     assert left == []
 
@@ -225,6 +263,7 @@ def test_workers_die_with_a_sigkilled_trainer(tmp_path, workers):
 class Leaky:
     """Every call keeps 100 MB of address space (a verifier that caches what it should not; an
     anonymous mapping, so it costs no RAM); the reward carries the worker's pid."""
+
     name = "leaky"
 
     def __init__(self):
@@ -234,6 +273,7 @@ class Leaky:
         import mmap
 
         from posttrain.tasks.base import RewardResult
+
         self.kept.append(mmap.mmap(-1, 100 << 20))
         return RewardResult(1.0, {"pid": float(os.getpid())})
 
@@ -242,11 +282,11 @@ def test_memory_cap_fails_the_call_that_crosses_it_and_replaces_the_worker():
     with VerifierPool(Leaky(), workers=1, timeout_s=30.0, memory_mb=250) as pool:
         results, stats = pool.score([(i, "x") for i in range(5)])
     rewards = [r.reward for r in results]
-    assert rewards == [1.0, 1.0, 0.0, 1.0, 1.0]               # 100, 200 MB fit; 300 MB does not
-    assert results[2].error.startswith("OSError: [Errno 12] Cannot allocate memory")   # mmap's MemoryError
+    assert rewards == [1.0, 1.0, 0.0, 1.0, 1.0]  # 100, 200 MB fit; 300 MB does not
+    assert results[2].error.startswith("OSError: [Errno 12] Cannot allocate memory")  # mmap's MemoryError
     assert (stats["errors"], stats["replaced"]) == (1, 1)
     pids = [r.components.get("pid") for r in results]
-    assert pids[0] == pids[1] != pids[3] == pids[4]            # a fresh worker after the failure
+    assert pids[0] == pids[1] != pids[3] == pids[4]  # a fresh worker after the failure
 
 
 def test_workers_are_recycled_after_max_calls():
@@ -261,9 +301,11 @@ def test_workers_are_recycled_after_max_calls():
 
 def test_pool_limits_come_from_the_verifier_config():
     from posttrain.config import RLConfig, load_config
+
     cfg = load_config(RLConfig, None, ["verifier.workers=1", "verifier.memory_mb=512", "verifier.max_calls=100"])
-    pool = make_pool(ArithmeticTask(), cfg.verifier.workers, cfg.verifier.timeout_s, cfg.verifier.memory_mb,
-                     cfg.verifier.max_calls)
+    pool = make_pool(
+        ArithmeticTask(), cfg.verifier.workers, cfg.verifier.timeout_s, cfg.verifier.memory_mb, cfg.verifier.max_calls
+    )
     try:
         assert (pool.memory_mb, pool.max_calls) == (512, 100)
     finally:
@@ -276,6 +318,7 @@ def test_reward_values_are_checked_in_the_workers_as_in_process():
     from test_bad_inputs import BAD_VERIFIERS, GOOD_VERIFIERS, Garbage
 
     from posttrain.tasks.base import RewardResult, safe_reward
+
     items = [r for r, _ in BAD_VERIFIERS] + [RewardResult(v) for v, _ in GOOD_VERIFIERS]
     with VerifierPool(Garbage(), workers=2, timeout_s=10.0) as pool:
         results, stats = pool.score([(it, "x") for it in items])

@@ -2,8 +2,8 @@
 table of SEED_SPEC row 20 and dual clip, the KL in the reward, whitening, micro-batch
 additivity; then the critic on a nano GPTMini through the Trainer, and a tiny `rl.run`."""
 
-import dataclasses
 import copy
+import dataclasses
 import math
 
 import pytest
@@ -37,6 +37,7 @@ def gae_batch(values, mask, **extra):
 
 # ============================================================================= GAE
 
+
 def test_gae_worked_example_15_3():
     # rewards [0, 0, 1] (R on the last token), V = [0.5, 0.6, 0.7], γ = 1, λ = 0.95; a prompt column first
     b = gae_batch([[9.0, 0.5, 0.6, 0.7, 9.0]], [[0, 1, 1, 1, 0]])
@@ -45,7 +46,7 @@ def test_gae_worked_example_15_3():
     assert a[0].tolist() == pytest.approx([0, 0.46575, 0.385, 0.3, 0], abs=1e-12)
     assert returns[0].tolist() == pytest.approx([0, 0.96575, 0.985, 1.0, 0], abs=1e-12)
     b = gae_batch([[9.0, 0.5, 0.6, 0.7, 9.0]], [[0, 1, 1, 1, 0]])
-    a = ppo.advantages(t([1.0]), torch.zeros(1, dtype=torch.long), cfg(), batch=b)   # whitened (unbiased)
+    a = ppo.advantages(t([1.0]), torch.zeros(1, dtype=torch.long), cfg(), batch=b)  # whitened (unbiased)
     returns = ppo.value_targets(t([1.0]), b, cfg())
     assert a[0].tolist() == pytest.approx([0, 0.991344, 0.017092, -1.008436, 0], abs=1e-5)
     assert returns[0].tolist() == pytest.approx([0, 0.96575, 0.985, 1.0, 0], abs=1e-12)  # raw A + V
@@ -66,8 +67,8 @@ def test_gae_lambda_zero_gives_td_residual():
     # λ = 0: A_t = δ_t = r_t + γ V_{t+1} − V_t, γ = 0.9, V after the last token = 0
     r, v, m = t([[0.0, 0.0, 1.0]]), t([[0.5, 0.6, 0.7]]), t([[1, 1, 1]])
     a, g = ppo.gae(r, v, m, gamma=0.9, lam=0.0)
-    assert a[0].tolist() == pytest.approx([0.9 * 0.6 - 0.5, 0.9 * 0.7 - 0.6, 1.0 - 0.7], abs=1e-12)   # .04 .03 .3
-    assert g[0].tolist() == pytest.approx([0.54, 0.63, 1.0], abs=1e-12)                              # r + γ V_next
+    assert a[0].tolist() == pytest.approx([0.9 * 0.6 - 0.5, 0.9 * 0.7 - 0.6, 1.0 - 0.7], abs=1e-12)  # .04 .03 .3
+    assert g[0].tolist() == pytest.approx([0.54, 0.63, 1.0], abs=1e-12)  # r + γ V_next
 
 
 def test_gae_skips_observation_tokens_and_ignores_their_values():
@@ -109,7 +110,9 @@ def test_kl_in_reward_adds_minus_beta_k1_per_token():
     assert ppo.value_targets(t([1.0]), b, in_loss_cfg)[0].tolist() == pytest.approx([0, 1.0, 1.0, 1.0], abs=1e-12)
     # ... and the loss carries +β·Agg(KL(π_θ, π_ref)) instead; with the KL in the reward it is only measured
     lp = t([[0, -0.8, -1.9, -0.6]])
-    lb = dataclasses.replace(b, advantages=torch.zeros_like(mask), returns=torch.zeros_like(mask), new_values=torch.zeros_like(mask))
+    lb = dataclasses.replace(
+        b, advantages=torch.zeros_like(mask), returns=torch.zeros_like(mask), new_values=torch.zeros_like(mask)
+    )
     norm = core.batch_norm(mask)
     base, _ = ppo.loss(lp, lb, ppo.Config(kl_coef=0.0), norm)
     in_reward, m_r = ppo.loss(lp, lb, ppo.Config(kl_coef=0.1), norm)
@@ -119,8 +122,12 @@ def test_kl_in_reward_adds_minus_beta_k1_per_token():
     assert in_loss.item() == pytest.approx(base.item() + 0.1 * sum(k1) / 3, abs=1e-12)
     assert m_r["kl/ref"].item() == m_l["kl/ref"].item() == pytest.approx(sum(k1) / 3, abs=1e-12)
     with pytest.raises(UsageError, match="ref_logprobs"):
-        ppo.advantages(t([1.0]), torch.zeros(1, dtype=torch.long), ppo.Config(kl_coef=0.1),
-                       batch=RolloutBatch(loss_mask=mask, old_logprobs=old, values=torch.zeros_like(mask)))
+        ppo.advantages(
+            t([1.0]),
+            torch.zeros(1, dtype=torch.long),
+            ppo.Config(kl_coef=0.1),
+            batch=RolloutBatch(loss_mask=mask, old_logprobs=old, values=torch.zeros_like(mask)),
+        )
 
 
 def test_whitening_is_over_the_batch_tokens_and_leaves_returns_raw():
@@ -141,6 +148,7 @@ def test_whitening_is_over_the_batch_tokens_and_leaves_returns_raw():
 
 
 # ============================================================================= clipped value loss
+
 
 def test_value_loss_worked_values_and_gradients():
     # §15.3: V = 1.2, V_old = 0.5, G = 1.0, ε_v = 0.5 → ½·max(0.04, 0) = 0.02; the unclipped branch: ∂/∂V = V − G
@@ -177,7 +185,7 @@ def test_row20_clip_table():
     old = torch.zeros(1, 6, dtype=F64)
     lp = t([[math.log(r) for r in ratios]]).requires_grad_(True)
     loss, m = ppo.loss(lp, _loss_batch(old, A, mask), cfg(vf_coef=0.0), core.batch_norm(mask))
-    per_tok = [-0.70, 0.80, -1.0, 1.0, -1.20, 1.40]       # lo-pos flows, lo-neg killed, hi-pos killed, hi-neg flows
+    per_tok = [-0.70, 0.80, -1.0, 1.0, -1.20, 1.40]  # lo-pos flows, lo-neg killed, hi-pos killed, hi-neg flows
     assert loss.item() == pytest.approx(sum(per_tok) / 6, abs=1e-12)
     (g,) = torch.autograd.grad(loss, lp)
     assert (g[0] * 6).tolist() == pytest.approx([-0.7, 0.0, -1.0, 1.0, 0.0, 1.4], abs=1e-12)
@@ -188,11 +196,14 @@ def test_dual_clip_worked_values():
     # §15.3 (verl vanilla), ε = 0.2, c = 3, ratios [0.5, 0.9, 1.1, 1.5, 4.0]
     ratios = [0.5, 0.9, 1.1, 1.5, 4.0]
     mask, old = torch.ones(1, 5, dtype=F64), torch.zeros(1, 5, dtype=F64)
-    for a, per_tok, flows in ((1.0, [-0.5, -0.9, -1.1, -1.2, -1.2], [1, 1, 1, 0, 0]),
-                              (-1.0, [0.8, 0.9, 1.1, 1.5, 3.0], [0, 1, 1, 1, 0])):
+    for a, per_tok, flows in (
+        (1.0, [-0.5, -0.9, -1.1, -1.2, -1.2], [1, 1, 1, 0, 0]),
+        (-1.0, [0.8, 0.9, 1.1, 1.5, 3.0], [0, 1, 1, 1, 0]),
+    ):
         lp = t([[math.log(r) for r in ratios]]).requires_grad_(True)
-        loss, m = ppo.loss(lp, _loss_batch(old, torch.full_like(mask, a), mask), cfg(dual_clip=3.0, vf_coef=0.0),
-                           core.batch_norm(mask))
+        loss, m = ppo.loss(
+            lp, _loss_batch(old, torch.full_like(mask, a), mask), cfg(dual_clip=3.0, vf_coef=0.0), core.batch_norm(mask)
+        )
         assert loss.item() == pytest.approx(sum(per_tok) / 5, abs=1e-12)
         (g,) = torch.autograd.grad(loss, lp)
         assert (g[0] * 5).tolist() == pytest.approx([-r * a * f for r, f in zip(ratios, flows)], abs=1e-12)
@@ -203,7 +214,7 @@ def _random(seed, B=8, T=7):
     g = torch.Generator().manual_seed(seed)
     mask = (torch.rand(B, T, generator=g) < 0.7).to(F64)
     mask[:, 0] = 0.0
-    mask[2] = 0.0                                                    # a fully masked row
+    mask[2] = 0.0  # a fully masked row
     old = -torch.rand(B, T, dtype=F64, generator=g) * 3 * mask - 0.05 * mask
     lp = (old + 0.3 * torch.randn(B, T, dtype=F64, generator=g)) * mask
     ref = (old + 0.2 * torch.randn(B, T, dtype=F64, generator=g)) * mask
@@ -234,12 +245,14 @@ def test_loss_micro_batches_sum_to_the_full_batch(mode):
         part = batch.map(lambda v, s=s: v[s])
         loss, m = ppo.loss(lp_p[s], dataclasses.replace(part, new_values=v_p[s]), c, norm, ent[s])
         total = total + loss
-        share = float(part.loss_mask.sum()) / norm["tokens"]      # the trainer's token weighting
+        share = float(part.loss_mask.sum()) / norm["tokens"]  # the trainer's token weighting
         for k in weighted:
             weighted[k] += share * float(m[k])
     parts_lp, parts_v = torch.autograd.grad(total, (lp_p, v_p))
     assert total.item() == pytest.approx(full.item(), rel=1e-12)
-    assert torch.allclose(parts_lp, g_lp, rtol=1e-10, atol=1e-15) and torch.allclose(parts_v, g_v, rtol=1e-10, atol=1e-15)
+    assert torch.allclose(parts_lp, g_lp, rtol=1e-10, atol=1e-15) and torch.allclose(
+        parts_v, g_v, rtol=1e-10, atol=1e-15
+    )
     for k, v in weighted.items():
         assert v == pytest.approx(float(m_full[k]), rel=1e-10, abs=1e-15), k
     assert g_v.abs().sum() > 0 and m_full["value/clip_frac"] > 0
@@ -256,7 +269,9 @@ def test_loss_is_policy_plus_weighted_value_and_masks_hold():
     assert float(m["value/mean"]) == pytest.approx(float(core.masked_mean(new_v, batch.loss_mask)), rel=1e-12)
     # junk off the mask changes nothing, in value or gradient
     off = batch.loss_mask == 0
-    junk = dataclasses.replace(batch.map(lambda v: torch.where(off, torch.full_like(v, 1e6), v)), loss_mask=batch.loss_mask)
+    junk = dataclasses.replace(
+        batch.map(lambda v: torch.where(off, torch.full_like(v, 1e6), v)), loss_mask=batch.loss_mask
+    )
     a = _grads(cfg(), lp, new_v, batch, norm, ent)
     b = _grads(cfg(), torch.where(off, 30.0, lp), torch.where(off, -7e5, new_v), junk, norm, ent)
     assert a[0].item() == b[0].item() and torch.equal(a[2], b[2]) and torch.equal(a[3], b[3])
@@ -269,6 +284,7 @@ def test_loss_is_policy_plus_weighted_value_and_masks_hold():
 def test_on_policy_policy_gradient_is_reinforce(mode):
     # ratio 1 and no value term: PPO's policy gradient is REINFORCE's with the same A and aggregation
     from posttrain.algorithms import reinforce
+
     _, new_v, batch, _ = _random(7)
     old = batch.old_logprobs
     norm = core.batch_norm(batch.loss_mask, 16)
@@ -285,19 +301,44 @@ def test_explained_variance():
     g = t([[1.0, 2.0, 3.0, 50.0]])
     assert ppo.explained_variance(g, g, mask).item() == 1.0
     assert ppo.explained_variance(torch.full_like(g, 2.0), g, mask).item() == pytest.approx(0.0)
-    assert ppo.explained_variance(t([[3.0, 2.0, 1.0, 0.0]]), g, mask).item() == pytest.approx(-3.0)   # 1 − (8/3)/(2/3)
-    assert ppo.explained_variance(g, torch.ones_like(g), mask).item() == 0.0     # constant returns
+    assert ppo.explained_variance(t([[3.0, 2.0, 1.0, 0.0]]), g, mask).item() == pytest.approx(-3.0)  # 1 − (8/3)/(2/3)
+    assert ppo.explained_variance(g, torch.ones_like(g), mask).item() == 0.0  # constant returns
 
 
 # ============================================================================= config and registry
 
+
 def test_config_defaults_validation_and_registry():
     c = ppo.Config()
-    assert (c.eps_low, c.eps_high, c.dual_clip, c.gamma, c.lam, c.vf_coef, c.value_clip) == (0.2, 0.2, None, 1.0, 0.95, 0.1, 0.2)
-    assert (c.kl_in, c.kl_estimator, c.critic, c.aggregation, c.whiten_advantages) == ("reward", "k1", "shared", "token-mean", True)
+    assert (c.eps_low, c.eps_high, c.dual_clip, c.gamma, c.lam, c.vf_coef, c.value_clip) == (
+        0.2,
+        0.2,
+        None,
+        1.0,
+        0.95,
+        0.1,
+        0.2,
+    )
+    assert (c.kl_in, c.kl_estimator, c.critic, c.aggregation, c.whiten_advantages) == (
+        "reward",
+        "k1",
+        "shared",
+        "token-mean",
+        True,
+    )
     assert ppo.needs_reference(c) and not ppo.needs_reference(ppo.Config(kl_coef=0.0)) and ppo.needs_critic(c)
-    for bad in ({"kl_in": "both"}, {"critic": "twin"}, {"lam": 1.5}, {"gamma": -0.1}, {"value_clip": 0.0},
-                {"vf_coef": -1.0}, {"dual_clip": 1.0}, {"aggregation": "mean"}, {"kl_estimator": "k4"}, {"eps_low": 1.0}):
+    for bad in (
+        {"kl_in": "both"},
+        {"critic": "twin"},
+        {"lam": 1.5},
+        {"gamma": -0.1},
+        {"value_clip": 0.0},
+        {"vf_coef": -1.0},
+        {"dual_clip": 1.0},
+        {"aggregation": "mean"},
+        {"kl_estimator": "k4"},
+        {"eps_low": 1.0},
+    ):
         with pytest.raises(UsageError):
             ppo.Config(**bad)
     assert build(ppo.Config, {"value_clip": None, "critic": "separate", "dual_clip": 3.0}).critic == "separate"
@@ -308,15 +349,16 @@ def test_config_defaults_validation_and_registry():
 
 # ============================================================================= the critic on a nano GPTMini
 
+
 def test_value_head_alignment_and_zero_init(nano):
     ids = torch.randint(6, 40, (2, 9))
     ac = ActorCritic(nano)
-    assert torch.equal(ac(ids), nano(ids)) and ac.values(ids).abs().sum() == 0    # zero init: V ≡ 0
+    assert torch.equal(ac(ids), nano(ids)) and ac.values(ids).abs().sum() == 0  # zero init: V ≡ 0
     torch.nn.init.normal_(ac.value_head.proj.weight)
     logits, v = ac.logits_and_values(ids)
     h = nano.hidden(ids)
-    per_pos = h @ ac.value_head.proj.weight[0] + ac.value_head.proj.bias          # [B, T]
-    assert torch.allclose(v[:, 1:], per_pos[:, :-1], atol=1e-5) and (v[:, 0] == 0).all()   # V(ids[:, :t]) at column t
+    per_pos = h @ ac.value_head.proj.weight[0] + ac.value_head.proj.bias  # [B, T]
+    assert torch.allclose(v[:, 1:], per_pos[:, :-1], atol=1e-5) and (v[:, 0] == 0).all()  # V(ids[:, :t]) at column t
     assert torch.equal(logits, nano(ids)) and torch.allclose(ac.values(ids), v)
     assert align_values(t([[1.0, 2.0, 3.0]])).tolist() == [[0.0, 1.0, 2.0]]
     assert ValueHead(8)(torch.ones(2, 3, 8)).shape == (2, 3)
@@ -327,8 +369,12 @@ def test_value_head_alignment_and_zero_init(nano):
 def _rl_batch(tok, model, ac, n=6, seed=0, c=None):
     """A rollout-shaped batch: on-policy old logprobs, V_old from the critic, PPO advantages."""
     g = torch.Generator().manual_seed(seed)
-    prompts = [torch.randint(6, 40, (int(torch.randint(3, 6, (1,), generator=g)),), generator=g).tolist() for _ in range(n)]
-    resp = [torch.randint(6, 40, (int(torch.randint(2, 7, (1,), generator=g)),), generator=g).tolist() for _ in range(n)]
+    prompts = [
+        torch.randint(6, 40, (int(torch.randint(3, 6, (1,), generator=g)),), generator=g).tolist() for _ in range(n)
+    ]
+    resp = [
+        torch.randint(6, 40, (int(torch.randint(2, 7, (1,), generator=g)),), generator=g).tolist() for _ in range(n)
+    ]
     b = RolloutBatch(**collate(prompts, resp, tok.pad_id))
     with torch.no_grad():
         old = sequence_logprobs(model, b.input_ids)[0] * b.loss_mask
@@ -343,10 +389,12 @@ def _rl_batch(tok, model, ac, n=6, seed=0, c=None):
 def test_trainer_step_with_shared_critic_updates_policy_and_value_head(nano, tok):
     ac = ActorCritic(nano, "shared")
     batch = _rl_batch(tok, nano, ac)
-    assert set(batch.tensors()) >= {"values", "returns"} and batch.values.abs().sum() == 0   # zero-init head
+    assert set(batch.tensors()) >= {"values", "returns"} and batch.values.abs().sum() == 0  # zero-init head
     before = {k: v.detach().clone() for k, v in ac.state_dict().items()}
     trainer = Trainer(ac, OptimConfig(lr=1e-3, micro_batch_tokens=30), 10)
-    assert {id(p) for p in ac.value_head.parameters()} <= {id(p) for gr in trainer.optimizer.param_groups for p in gr["params"]}
+    assert {id(p) for p in ac.value_head.parameters()} <= {
+        id(p) for gr in trainer.optimizer.param_groups for p in gr["params"]
+    }
     m = trainer.step(batch, policy_loss_fn(ppo, cfg(), 1.0))
     assert m["train/micro_batches"] > 1
     assert ac.value_head.proj.weight.grad.abs().sum() > 0 and ac.value_head.proj.bias.grad.abs().sum() > 0
@@ -354,11 +402,11 @@ def test_trainer_step_with_shared_critic_updates_policy_and_value_head(nano, tok
     after = ac.state_dict()
     assert not torch.equal(before["value_head.proj.weight"], after["value_head.proj.weight"])
     assert not torch.equal(before["policy.blocks.0.attn.qkv.weight"], after["policy.blocks.0.attn.qkv.weight"])
-    assert m["ratio/mean"] == pytest.approx(1.0, abs=1e-5) and m["mismatch/logprob_abs"] < 1e-5   # on-policy
+    assert m["ratio/mean"] == pytest.approx(1.0, abs=1e-5) and m["mismatch/logprob_abs"] < 1e-5  # on-policy
     assert m["value/mean"] == 0.0 and m["loss/value"] > 0
     for k in ("loss/value", "value/explained_variance", "value/clip_frac", "clip/frac"):
         assert k in m and math.isfinite(m[k])
-    with pytest.raises(UsageError, match="ActorCritic"):                  # the bare policy has no critic
+    with pytest.raises(UsageError, match="ActorCritic"):  # the bare policy has no critic
         Trainer(nano, OptimConfig(), 10).step(batch, policy_loss_fn(ppo, cfg(), 1.0))
 
 
@@ -366,9 +414,11 @@ def test_trainer_step_with_shared_critic_updates_policy_and_value_head(nano, tok
 def test_value_loss_reaches_the_policy_trunk_only_when_shared(nano, tok, critic):
     ac = ActorCritic(nano, critic)
     torch.manual_seed(1)
-    torch.nn.init.normal_(ac.value_head.proj.weight, 0.0, 0.5)           # a head that already reads the trunk
+    torch.nn.init.normal_(ac.value_head.proj.weight, 0.0, 0.5)  # a head that already reads the trunk
     batch = _rl_batch(tok, nano, ac)
-    batch = dataclasses.replace(batch, advantages=torch.zeros_like(batch.advantages))  # no policy-gradient signal at all
+    batch = dataclasses.replace(
+        batch, advantages=torch.zeros_like(batch.advantages)
+    )  # no policy-gradient signal at all
     Trainer(ac, OptimConfig(lr=0.0, grad_clip=0.0), 10).step(batch, policy_loss_fn(ppo, cfg(), 1.0))
     policy_grad = sum(float(p.grad.abs().sum()) for p in nano.parameters() if p.grad is not None)
     if critic == "shared":
@@ -387,7 +437,8 @@ def test_value_loss_reaches_the_policy_trunk_only_when_shared(nano, tok, critic)
     assert torch.equal(fresh.value_head.proj.weight, ac.value_head.proj.weight)
     with pytest.raises(RuntimeError, match="critic"):
         ActorCritic(nano, "separate" if critic == "shared" else "shared").load_critic_state_dict(
-            {**state, "critic_trunk.bogus": torch.zeros(1)})
+            {**state, "critic_trunk.bogus": torch.zeros(1)}
+        )
 
 
 def test_accumulation_equals_one_big_batch_with_critic(nano, tok):
@@ -398,8 +449,9 @@ def test_accumulation_equals_one_big_batch_with_critic(nano, tok):
     for budget in (10_000, 24):
         ac = copy.deepcopy(ac0)
         Trainer(ac, OptimConfig(lr=0.0, grad_clip=0.0, micro_batch_tokens=budget), 10).step(
-            batch, policy_loss_fn(ppo, cfg(entropy_coef=0.01), 1.0))
-        assert all(p.grad is not None for p in ac.parameters())           # the critic trunk has no LM head
+            batch, policy_loss_fn(ppo, cfg(entropy_coef=0.01), 1.0)
+        )
+        assert all(p.grad is not None for p in ac.parameters())  # the critic trunk has no LM head
         grads.append(torch.cat([p.grad.flatten() for p in ac.parameters()]))
     assert torch.allclose(grads[1], grads[0], atol=1e-6, rtol=1e-4) and grads[0].abs().sum() > 0
 
@@ -409,16 +461,26 @@ def test_accumulation_equals_one_big_batch_with_critic(nano, tok):
 from conftest import TINY_TASK
 
 
-
-
 @pytest.mark.slow
 def test_rl_run_ppo_logs_value_metrics_and_resumes_exactly(sft_ckpt, tmp_path):
     from posttrain.recipes import rl
-    common = [f"init={sft_ckpt}", "algorithm=ppo", "prompts_per_step=2", "samples_per_prompt=2", "eval_problems=2",
-              "eval_samples=2", "eval_every=0", "save_every=1", "epochs=2", "minibatches=2", "algo.critic=separate",
-              *TINY_TASK]
+
+    common = [
+        f"init={sft_ckpt}",
+        "algorithm=ppo",
+        "prompts_per_step=2",
+        "samples_per_prompt=2",
+        "eval_problems=2",
+        "eval_samples=2",
+        "eval_every=0",
+        "save_every=1",
+        "epochs=2",
+        "minibatches=2",
+        "algo.critic=separate",
+        *TINY_TASK,
+    ]
     rl.run(load_config(RLConfig, None, [f"out={tmp_path}/full", "steps=2", *common]))
-    full = read_metrics(tmp_path / "full")[1:]                    # [0] is the step-0 evaluation
+    full = read_metrics(tmp_path / "full")[1:]  # [0] is the step-0 evaluation
     assert len(full) == 2
     for m in full:
         assert {"loss/value", "value/mean", "value/explained_variance", "value/clip_frac", "time/critic_s"} <= set(m)
@@ -429,7 +491,7 @@ def test_rl_run_ppo_logs_value_metrics_and_resumes_exactly(sft_ckpt, tmp_path):
     checkpoint.load_model(ckpt)
     extra = checkpoint.load_trainer_state(ckpt)["extra"]
     assert any(k.startswith("critic_trunk.") for k in extra["critic"])
-    assert extra["critic"]["value_head.proj.weight"].abs().sum() > 0     # the zero-init head has learnt
+    assert extra["critic"]["value_head.proj.weight"].abs().sum() > 0  # the zero-init head has learnt
     # a run stopped after step 1 and resumed reaches the same weights, critic and metrics
     rl.run(load_config(RLConfig, None, [f"out={tmp_path}/half", "steps=1", *common]))
     rl.run(load_config(RLConfig, None, [f"out={tmp_path}/half", "steps=2", *common]), resume=True)
@@ -438,5 +500,7 @@ def test_rl_run_ppo_logs_value_metrics_and_resumes_exactly(sft_ckpt, tmp_path):
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
     ca, cb = extra["critic"], checkpoint.load_trainer_state(half_ckpt)["extra"]["critic"]
     assert ca.keys() == cb.keys() and all(torch.equal(ca[k], cb[k]) for k in ca)
-    strip = lambda ms: [{k: v for k, v in m.items() if not k.startswith(("time/", "rollout/", "train/tokens_per_s"))} for m in ms]  # noqa: E731
+    strip = lambda ms: [
+        {k: v for k, v in m.items() if not k.startswith(("time/", "rollout/", "train/tokens_per_s"))} for m in ms
+    ]  # noqa: E731
     assert strip(read_metrics(tmp_path / "half"))[-1] == strip(full)[-1]

@@ -11,11 +11,11 @@ from posttrain.precision import LowPrecision, SamplerRuntime, round_to, sampler_
 
 
 def test_round_to_is_the_formats_round_to_nearest_even():
-    x = torch.tensor([1 + 2 ** -8, 1 + 3 * 2 ** -8, 1 + 2 ** -9, 65520.0, 1 + 2 ** -11, 1 + 3 * 2 ** -11])
+    x = torch.tensor([1 + 2**-8, 1 + 3 * 2**-8, 1 + 2**-9, 65520.0, 1 + 2**-11, 1 + 3 * 2**-11])
     # bf16 keeps 7 mantissa bits: 1 + 2^-8 is a tie → 1 (even); 1 + 3·2^-8 is a tie → 1 + 2^-6 (even)
-    assert round_to(x[:3], torch.bfloat16).tolist() == [1.0, 1 + 2 ** -6, 1.0]
+    assert round_to(x[:3], torch.bfloat16).tolist() == [1.0, 1 + 2**-6, 1.0]
     # fp16 keeps 10: 65520 rounds past the largest finite (65504) to inf; ties to even as above
-    assert round_to(x[3:], torch.float16).tolist() == [float("inf"), 1.0, 1 + 2 ** -9]
+    assert round_to(x[3:], torch.float16).tolist() == [float("inf"), 1.0, 1 + 2**-9]
     assert round_to(x, None) is x and round_to(x, torch.bfloat16).dtype == torch.float32
 
 
@@ -24,12 +24,12 @@ def test_a_linear_layer_is_a_bf16_gemm_with_fp32_accumulation():
     x, w, b = torch.randn(5, 64), torch.randn(16, 64), torch.randn(16)
     with LowPrecision("bf16"):
         y = F.linear(x, w, b)
-        z = x @ w.T                                                    # a bare matmul: inputs rounded, fp32 out
+        z = x @ w.T  # a bare matmul: inputs rounded, fp32 out
     bf = lambda t: t.bfloat16().float()
     assert torch.equal(y, bf(bf(x) @ bf(w).T + bf(b)))
     assert torch.equal(z, bf(x) @ bf(w).T)
-    assert not torch.equal(y, F.linear(x, w, b))                      # the mode really changed the result
-    assert torch.equal(F.linear(x, w, b), x @ w.T + b)                 # and is gone outside the block
+    assert not torch.equal(y, F.linear(x, w, b))  # the mode really changed the result
+    assert torch.equal(F.linear(x, w, b), x @ w.T + b)  # and is gone outside the block
 
 
 def test_fp16_is_closer_to_fp32_than_bf16_on_the_same_tokens(nano, tok):
@@ -41,14 +41,14 @@ def test_fp16_is_closer_to_fp32_than_bf16_on_the_same_tokens(nano, tok):
             with LowPrecision(fmt):
                 lp, _ = sequence_logprobs(nano, ids)
             errs[fmt] = float((lp - ref)[:, 1:].abs().mean())
-    assert 0 < errs["fp16"] < errs["bf16"] / 4                          # 3 more mantissa bits: ~8× finer
+    assert 0 < errs["fp16"] < errs["bf16"] / 4  # 3 more mantissa bits: ~8× finer
 
 
 def test_batch_invariant_matmuls_give_a_row_the_same_logits_in_any_batch(nano, tok):
     torch.manual_seed(1)
     ids = torch.randint(3, tok.vocab_size, (48, 20))
     with torch.no_grad(), LowPrecision("bf16", batch_invariant=True):
-        alone = torch.cat([nano(ids[i:i + 1]) for i in (0, 17, 47)])
+        alone = torch.cat([nano(ids[i : i + 1]) for i in (0, 17, 47)])
         batched = nano(ids)[[0, 17, 47]]
     assert torch.equal(alone, batched)
 
@@ -71,7 +71,7 @@ def test_an_emulated_bf16_sampler_records_logprobs_the_fp32_trainer_does_not_rep
         with torch.no_grad():
             for s in samples:
                 lp, _ = sequence_logprobs(nano, torch.tensor([s.prompt_ids + s.response_ids]))
-                d += (lp[0, len(s.prompt_ids):] - torch.tensor(s.response_logprobs)).abs().tolist()
+                d += (lp[0, len(s.prompt_ids) :] - torch.tensor(s.response_logprobs)).abs().tolist()
         gaps[fmt] = max(d)
     assert gaps["fp32"] < 1e-4 and 1e-4 < gaps["bf16"] < 0.5
 
@@ -81,11 +81,22 @@ def test_rl_with_a_bf16_sampler_logs_the_mismatch_and_corrects_it(sft_ckpt, tmp_
     from posttrain.config import RLConfig, load_config
     from posttrain.logging import read_metrics
     from posttrain.recipes import rl
-    common = [f"init={sft_ckpt}", "rollout.prompts_per_step=2", "rollout.samples_per_prompt=4", "eval.problems=2",
-              "eval.samples=2", "steps=2", "task.max_terms=3"]
+
+    common = [
+        f"init={sft_ckpt}",
+        "rollout.prompts_per_step=2",
+        "rollout.samples_per_prompt=4",
+        "eval.problems=2",
+        "eval.samples=2",
+        "steps=2",
+        "task.max_terms=3",
+    ]
     runs = {}
-    for name, extra in (("fp32", []), ("bf16", ["rollout.precision=bf16"]),
-                        ("tis", ["rollout.precision=bf16", "scale.off_policy_correction=tis"])):
+    for name, extra in (
+        ("fp32", []),
+        ("bf16", ["rollout.precision=bf16"]),
+        ("tis", ["rollout.precision=bf16", "scale.off_policy_correction=tis"]),
+    ):
         rl.run(load_config(RLConfig, None, [*common, f"out={tmp_path / name}", *extra]))
         runs[name] = read_metrics(tmp_path / name)[1:]
     assert all(m["mismatch/logprob_abs"] < 1e-5 for m in runs["fp32"])
@@ -94,5 +105,8 @@ def test_rl_with_a_bf16_sampler_logs_the_mismatch_and_corrects_it(sft_ckpt, tmp_
     # (mismatch 0) and the precision gap moves into the IS weights
     assert all(m["mismatch/logprob_abs"] < 1e-5 and m["offpolicy/log_ratio_abs"] > 1e-5 for m in runs["tis"])
     with pytest.raises(UsageError, match="in-process only"):
-        rl.run(load_config(RLConfig, None, [*common, f"out={tmp_path / 'bad'}", "rollout.precision=bf16",
-                                            "scale.async=true"]))
+        rl.run(
+            load_config(
+                RLConfig, None, [*common, f"out={tmp_path / 'bad'}", "rollout.precision=bf16", "scale.async=true"]
+            )
+        )

@@ -9,8 +9,15 @@ from posttrain.cli import STAGES, _load
 from posttrain.config import load_config
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-STAGE_OF = {"grpo_": "rl", "leaky": "rl", "rlhf": "rl", "pretrain": "pretrain", "sft_": "sft", "rm": "rm",
-            "pipeline": "pipeline"}
+STAGE_OF = {
+    "grpo_": "rl",
+    "leaky": "rl",
+    "rlhf": "rl",
+    "pretrain": "pretrain",
+    "sft_": "sft",
+    "rm": "rm",
+    "pipeline": "pipeline",
+}
 
 
 def _stage(name: str) -> str:

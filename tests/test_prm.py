@@ -55,25 +55,41 @@ class ScriptedEngine:
             script = self.responses if text.endswith(">") else self.completions[text.split(">", 1)[1]]
             for j in range(n):
                 ids = self.tok.encode(script[j])
-                out.append(Sample(list(p), ids, [0.0] * len(ids), [1] * len(ids),
-                                  "stop" if ids[-1] == self.tok.eot_id else "length", 0, g, j,
-                                  item=None if items is None else items[g], text=script[j]))
+                out.append(
+                    Sample(
+                        list(p),
+                        ids,
+                        [0.0] * len(ids),
+                        [1] * len(ids),
+                        "stop" if ids[-1] == self.tok.eot_id else "length",
+                        0,
+                        g,
+                        j,
+                        item=None if items is None else items[g],
+                        text=script[j],
+                    )
+                )
         return out
 
 
 def test_mc_labels_are_success_rates_of_the_prefix_completions(tok):
     task = ArithmeticTask()
     item = Problem((3, 4, 5))
-    engine = ScriptedEngine(tok, responses=["{3+4=7;7+5=12}12#", "{3+4=8;8+5=13}13#"], completions={
-        "{3+4=7;": ["7+5=12}12#", "7+5=13}13#", "7+5=12}12#", "7+5=12}12#"],    # 3/4 right
-        "{3+4=7;7+5=12}": ["12#", "12#", "12#", "11#"],                          # 3/4
-        "{3+4=8;": ["8+5=13}13#"] * 4,                                           # 0/4
-        "{3+4=8;8+5=13}": ["13#", "12#", "13#", "13#"]})                         # 1/4
+    engine = ScriptedEngine(
+        tok,
+        responses=["{3+4=7;7+5=12}12#", "{3+4=8;8+5=13}13#"],
+        completions={
+            "{3+4=7;": ["7+5=12}12#", "7+5=13}13#", "7+5=12}12#", "7+5=12}12#"],  # 3/4 right
+            "{3+4=7;7+5=12}": ["12#", "12#", "12#", "11#"],  # 3/4
+            "{3+4=8;": ["8+5=13}13#"] * 4,  # 0/4
+            "{3+4=8;8+5=13}": ["13#", "12#", "13#", "13#"],
+        },
+    )  # 1/4
     rows, stats = mc_labels(None, tok, task, [item], responses=2, completions=4, engine=engine)
-    assert [r["labels"] for r in rows] == [[0.75, 0.75, 1.0], [0.0, 0.25, 0.0]]   # last = the response's reward
+    assert [r["labels"] for r in rows] == [[0.75, 0.75, 1.0], [0.0, 0.25, 0.0]]  # last = the response's reward
     assert [r["positions"] for r in rows] == [[6, 13, 16], [6, 13, 16]]
     assert stats["boundaries"] == 6 and stats["completions"] == 16
-    assert engine.calls == [(1, 2), (4, 4)]                             # one batched call for all prefixes
+    assert engine.calls == [(1, 2), (4, 4)]  # one batched call for all prefixes
     batch = collate_rows(rows, tok.pad_id)
     P = len(rows[0]["prompt_ids"])
     assert batch["step_mask"][0].nonzero().flatten().tolist() == [P + 6, P + 13, P + 16]
@@ -83,14 +99,27 @@ def test_mc_labels_are_success_rates_of_the_prefix_completions(tok):
 def test_sample_table_by_hand():
     task = ArithmeticTask()
     items = [Problem((1, 2)), Problem((2, 2))]
-    texts = ["3#", "4#", "4#", "9#",        # item 0 (gold 3): 1 right of 4; majority 4 → wrong
-             "4#", "4#", "5#", "4#"]        # item 1 (gold 4): 3 right; majority 4 → right
+    texts = [
+        "3#",
+        "4#",
+        "4#",
+        "9#",  # item 0 (gold 3): 1 right of 4; majority 4 → wrong
+        "4#",
+        "4#",
+        "5#",
+        "4#",
+    ]  # item 1 (gold 4): 3 right; majority 4 → right
     samples = [Sample([], [], [], [], "stop", 0, i // 4, i % 4, text=x) for i, x in enumerate(texts)]
-    orm = [0.9, 0.1, 0.2, 0.3, 0.0, 0.1, 0.8, 0.2]                      # picks "3#" then "5#"
-    prm = [0.1, 0.9, 0.2, 0.3, 0.0, 0.9, 0.8, 0.2]                      # picks "4#" then "4#"
+    orm = [0.9, 0.1, 0.2, 0.3, 0.0, 0.1, 0.8, 0.2]  # picks "3#" then "5#"
+    prm = [0.1, 0.9, 0.2, 0.3, 0.0, 0.9, 0.8, 0.2]  # picks "4#" then "4#"
     res = sample_table(task, items, samples, 4, orm, prm, last=[0.0, 0.0, 0.0, 0.9, 0.9, 0.0, 0.0, 0.0])
-    assert res == {"pass@1": pytest.approx((0.25 + 0.75) / 2), "maj@4": 0.5, "orm best@4": 0.5, "prm best@4": 0.5,
-                   "last best@4": 0.5}
+    assert res == {
+        "pass@1": pytest.approx((0.25 + 0.75) / 2),
+        "maj@4": 0.5,
+        "orm best@4": 0.5,
+        "prm best@4": 0.5,
+        "last best@4": 0.5,
+    }
 
 
 def test_step_scores_read_the_head_at_each_boundary(nano, tok):
@@ -102,7 +131,7 @@ def test_step_scores_read_the_head_at_each_boundary(nano, tok):
     with torch.no_grad():
         full = torch.sigmoid(prm(t([p + r])))[0]
     assert scores[0] == pytest.approx([float(full[len(p) + j]) for j in (6, 13, 16)], abs=1e-5)
-    assert scores[1] == pytest.approx(scores[0][:1], abs=1e-5)          # a prefix scores like the full row
+    assert scores[1] == pytest.approx(scores[0][:1], abs=1e-5)  # a prefix scores like the full row
 
 
 def test_beam_one_by_one_at_temperature_zero_is_greedy_decoding(nano, tok):
@@ -112,13 +141,36 @@ def test_beam_one_by_one_at_temperature_zero_is_greedy_decoding(nano, tok):
     prompts = [tok.encode(tok.chat_prompt(task.prompt(it))) for it in items]
     greedy = Engine(nano, tok).generate(prompts, 1, SamplingParams(temperature=0.0, max_new_tokens=16))
     assert texts == [s.text for s in greedy]
-    assert tokens >= sum(len(s.response_ids) for s in greedy)         # a step may overshoot the cap: counted
+    assert tokens >= sum(len(s.response_ids) for s in greedy)  # a step may overshoot the cap: counted
 
 
 def test_bench_search_writes_the_table(sft_ckpt, tmp_path, capsys):
     out = tmp_path / "search.json"
-    assert main(["bench", "search", "--init", str(sft_ckpt), "--problems", "3", "--label-problems", "3",
-                 "--responses", "1", "--completions", "2", "--prm-steps", "2", "--n", "4", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "search",
+                "--init",
+                str(sft_ckpt),
+                "--problems",
+                "3",
+                "--label-problems",
+                "3",
+                "--responses",
+                "1",
+                "--completions",
+                "2",
+                "--prm-steps",
+                "2",
+                "--n",
+                "4",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     res = json.loads(out.read_text())
     assert set(res["accuracy"]) == {"pass@1", "maj@4", "prm best@4", "prm-last best@4", "prm beam 2x2"}
     assert all(0.0 <= v <= 1.0 for v in res["accuracy"].values())

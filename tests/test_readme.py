@@ -20,12 +20,14 @@ import pytest
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
 
-SMALL = {    # appended to every `posttrain STAGE` the README runs
-    "pipeline": ("eval_problems=4 eval_samples=2 pretrain.steps=2 pretrain.batch_size=4 pretrain.seq_len=32 "
-                 "pretrain.corpus_chars=4000 sft.steps=2 sft.batch_size=8 sft.num_problems=100 sft.eval_problems=4 "
-                 "dpo.steps=2 dpo.pair_prompts=16 dpo.batch_size=4 dpo.eval_problems=4 dpo.eval_samples=2 "
-                 "rl.steps=2 rl.rollout.prompts_per_step=2 rl.rollout.samples_per_prompt=4 rl.eval.problems=4 "
-                 "rl.eval.samples=2"),
+SMALL = {  # appended to every `posttrain STAGE` the README runs
+    "pipeline": (
+        "eval_problems=4 eval_samples=2 pretrain.steps=2 pretrain.batch_size=4 pretrain.seq_len=32 "
+        "pretrain.corpus_chars=4000 sft.steps=2 sft.batch_size=8 sft.num_problems=100 sft.eval_problems=4 "
+        "dpo.steps=2 dpo.pair_prompts=16 dpo.batch_size=4 dpo.eval_problems=4 dpo.eval_samples=2 "
+        "rl.steps=2 rl.rollout.prompts_per_step=2 rl.rollout.samples_per_prompt=4 rl.eval.problems=4 "
+        "rl.eval.samples=2"
+    ),
     "pretrain": "steps=2 batch_size=4 seq_len=32 corpus_chars=4000",
     "sft": "steps=2 batch_size=8 num_problems=100 eval_problems=4 rejection_prompts=32 rejection_samples=16",
     "rl": "steps=2 eval_every=2 rollout.prompts_per_step=2 rollout.samples_per_prompt=4 eval.problems=4 eval.samples=2",
@@ -47,8 +49,11 @@ def shell_blocks(text: str) -> list[str]:
         lines = body.replace("\\\n", " ").splitlines()
         # an install line that goes on to run something (`pip install ... && posttrain pipeline`): the run part
         lines = [ln.rsplit("&&", 1)[1].strip() if "pip install" in ln and "&&" in ln else ln for ln in lines]
-        keep = [ln for ln in lines if ln.strip() and not ln.strip().startswith("#")
-                and not SKIP.match(ln.strip()) and "pip install" not in ln]
+        keep = [
+            ln
+            for ln in lines
+            if ln.strip() and not ln.strip().startswith("#") and not SKIP.match(ln.strip()) and "pip install" not in ln
+        ]
         if keep:
             blocks.append("\n".join(keep))
     return blocks
@@ -57,8 +62,9 @@ def shell_blocks(text: str) -> list[str]:
 def smoke_command(python: str) -> str:
     """A `posttrain` command on PATH: the real CLI with the small overrides after the README's. A script
     that execs, not a shell function, so `posttrain serve ... &` then `kill %1` stops the server itself."""
-    cases = "\n".join(f'  {stage}) set -- "$@" {args}{"" if stage == "eval" else " threads=1"};;'
-                      for stage, args in SMALL.items())
+    cases = "\n".join(
+        f'  {stage}) set -- "$@" {args}{"" if stage == "eval" else " threads=1"};;' for stage, args in SMALL.items()
+    )
     return f"""#!/usr/bin/env bash
 case " $* " in *" data=rejection "*) set -- "$@" {REJECTION};; esac
 case "$1" in
@@ -89,15 +95,19 @@ def test_every_readme_shell_block_runs(tmp_path):
     for f in files:
         (repo / f).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / f, repo / f)
-    bin_dir = tmp_path / "bin"                    # `python` in a README line is this interpreter (CI's fresh venv)
+    bin_dir = tmp_path / "bin"  # `python` in a README line is this interpreter (CI's fresh venv)
     bin_dir.mkdir()
     (bin_dir / "python").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
     (bin_dir / "python").chmod(0o755)
-    py = str(bin_dir / "python")                  # run from the copy's root: `-m posttrain.cli` is the copy's package
+    py = str(bin_dir / "python")  # run from the copy's root: `-m posttrain.cli` is the copy's package
     (bin_dir / "posttrain").write_text(smoke_command(py))
     (bin_dir / "posttrain").chmod(0o755)
-    env = {**os.environ, "POSTTRAIN_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1",
-           "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    env = {
+        **os.environ,
+        "POSTTRAIN_CACHE": str(tmp_path / "cache"),
+        "OMP_NUM_THREADS": "1",
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+    }
     readme = (repo / "README.md").read_text()
     blocks = shell_blocks(readme)
     assert len(blocks) >= 4
@@ -105,7 +115,8 @@ def test_every_readme_shell_block_runs(tmp_path):
         script = "set -euo pipefail\ntrap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n" + block + "\n"
         p = subprocess.run(["bash", "-c", script], cwd=repo, env=env, capture_output=True, text=True, timeout=1800)
         assert p.returncode == 0, f"README block {i} failed:\n{block}\n--- stderr ---\n{p.stderr[-3000:]}"
-    for i, block in enumerate(python_blocks(readme)):          # after the shell blocks: their runs exist
-        p = subprocess.run([py, "-c", PY_PRELUDE + block], cwd=repo, env=env, capture_output=True, text=True,
-                           timeout=1800)
+    for i, block in enumerate(python_blocks(readme)):  # after the shell blocks: their runs exist
+        p = subprocess.run(
+            [py, "-c", PY_PRELUDE + block], cwd=repo, env=env, capture_output=True, text=True, timeout=1800
+        )
         assert p.returncode == 0, f"README python block {i} failed:\n{block}\n--- stderr ---\n{p.stderr[-3000:]}"

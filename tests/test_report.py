@@ -11,26 +11,36 @@ import subprocess
 import pytest
 
 from posttrain import cli, report
-from posttrain.report import (alarms, clip_fraction_high, degenerate_groups, entropy_collapse, length_blowup,
-                              metric_groups, mismatch_high, reward_up_heldout_flat)
+from posttrain.report import (
+    alarms,
+    clip_fraction_high,
+    degenerate_groups,
+    entropy_collapse,
+    length_blowup,
+    metric_groups,
+    mismatch_high,
+    reward_up_heldout_flat,
+)
 
 # ---- alarms: each fires on its bad curve and stays silent on a healthy one -----------------------
 
 
 def test_reward_up_while_heldout_flat():
-    rising = [0.2] * 4 + [0.5] * 4                     # first/last quarter means 0.2 → 0.5
+    rising = [0.2] * 4 + [0.5] * 4  # first/last quarter means 0.2 → 0.5
     a = reward_up_heldout_flat(rising, [0.30, 0.31, 0.30])
-    assert a.message == ("reward/mean rose 0.200 → 0.500 but eval/pass@1 moved 0.300 → 0.300: "
-                         "read the top-reward samples for reward hacking")
-    assert reward_up_heldout_flat(rising, [0.30, 0.35, 0.40]) is None      # held-out follows
-    assert reward_up_heldout_flat([0.2] * 8, [0.3, 0.3]) is None           # reward flat too
-    assert reward_up_heldout_flat(rising, [0.3]) is None                   # one eval: no trend
+    assert a.message == (
+        "reward/mean rose 0.200 → 0.500 but eval/pass@1 moved 0.300 → 0.300: "
+        "read the top-reward samples for reward hacking"
+    )
+    assert reward_up_heldout_flat(rising, [0.30, 0.35, 0.40]) is None  # held-out follows
+    assert reward_up_heldout_flat([0.2] * 8, [0.3, 0.3]) is None  # reward flat too
+    assert reward_up_heldout_flat(rising, [0.3]) is None  # one eval: no trend
 
 
 def test_entropy_collapse():
     a = entropy_collapse([2.0, 2.0, 1.0, 0.5, 0.3, 0.1, 0.1, 0.1])
     assert a.message.startswith("entropy fell 2.000 → 0.100 (5% of the start)")
-    assert entropy_collapse([2.0, 1.8, 1.5, 1.2]) is None                  # 60% left: fine
+    assert entropy_collapse([2.0, 1.8, 1.5, 1.2]) is None  # 60% left: fine
     assert entropy_collapse([0.0, 0.0]) is None
 
 
@@ -59,45 +69,102 @@ def test_many_degenerate_groups():
 
 def test_alarms_read_the_metric_names_and_skip_the_starting_evaluation():
     metrics = [{"step": 0, "eval/pass@1": 0.3}]
-    metrics += [{"step": s, "reward/mean": 0.2 if s <= 4 else 0.6, "entropy": 1.0, "clip/frac": 0.01,
-                 "length/mean": 20.0, "length/truncated_frac": 0.0, "mismatch/logprob_abs": 1e-6,
-                 "group/all_pass_frac": 0.5, "group/all_fail_frac": 0.3} for s in range(1, 9)]
+    metrics += [
+        {
+            "step": s,
+            "reward/mean": 0.2 if s <= 4 else 0.6,
+            "entropy": 1.0,
+            "clip/frac": 0.01,
+            "length/mean": 20.0,
+            "length/truncated_frac": 0.0,
+            "mismatch/logprob_abs": 1e-6,
+            "group/all_pass_frac": 0.5,
+            "group/all_fail_frac": 0.3,
+        }
+        for s in range(1, 9)
+    ]
     metrics[-1]["eval/pass@1"] = 0.3
     assert [a.name for a in alarms(metrics)] == ["reward up, held-out flat", "many degenerate groups"]
     for m in metrics[1:]:
-        m["group/all_pass_frac"] = 0.1                                    # 0.1 + 0.3 degenerate: fine
+        m["group/all_pass_frac"] = 0.1  # 0.1 + 0.3 degenerate: fine
     metrics[-1]["eval/pass@1"] = 0.5
     assert alarms(metrics) == []
 
 
 # ---- the page -----------------------------------------------------------------------------------
 
+
 def synthetic_run(root, steps=12):
     """A run directory with every RL metric of docs/architecture.md §7, evaluations and audited samples."""
     root.mkdir(parents=True, exist_ok=True)
     rows = [{"step": 0, "eval/pass@1": 0.3, "eval/pass@8": 0.6}]
     for s in range(1, steps + 1):
-        rows.append({"step": s, "reward/mean": 0.3 + 0.02 * s, "reward/std": 0.4, "group/all_pass_frac": 0.1,
-                     "group/all_fail_frac": 0.2, "kl/ref": 0.001 * s, "entropy": 1.0 - 0.01 * s, "clip/frac": 0.01,
-                     "ratio/mean": 1.0, "ratio/max": 1.1, "grad/norm": 0.5, "length/mean": 30.0,
-                     "length/truncated_frac": 0.0, "rollout/tokens_per_s": 900.0, "time/rollout_s": 1.0,
-                     "time/train_s": 0.5, "time/sync_s": 0.01, "time/step_s": 1.6, "staleness/mean": 0.5,
-                     "mismatch/logprob_abs": 1e-6, "loss": math.nan if s == 3 else 0.1, "lr": 3e-5})
+        rows.append(
+            {
+                "step": s,
+                "reward/mean": 0.3 + 0.02 * s,
+                "reward/std": 0.4,
+                "group/all_pass_frac": 0.1,
+                "group/all_fail_frac": 0.2,
+                "kl/ref": 0.001 * s,
+                "entropy": 1.0 - 0.01 * s,
+                "clip/frac": 0.01,
+                "ratio/mean": 1.0,
+                "ratio/max": 1.1,
+                "grad/norm": 0.5,
+                "length/mean": 30.0,
+                "length/truncated_frac": 0.0,
+                "rollout/tokens_per_s": 900.0,
+                "time/rollout_s": 1.0,
+                "time/train_s": 0.5,
+                "time/sync_s": 0.01,
+                "time/step_s": 1.6,
+                "staleness/mean": 0.5,
+                "mismatch/logprob_abs": 1e-6,
+                "loss": math.nan if s == 3 else 0.1,
+                "lr": 3e-5,
+            }
+        )
         if s % 6 == 0:
             rows[-1].update({"eval/pass@1": 0.3 + 0.02 * s, "eval/pass@8": 0.7})
     (root / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    sample = {"step": 6, "selection": "top", "policy_version": 5, "prompt": "<1+2>", "response": "3</s>#",
-              "response_tokens": ["3", "<", "/s>", "#"], "behaviour_logprobs": [-0.1, -2.0, -0.3, -0.01],
-              "trainer_logprobs": [-0.1, -2.0, -0.3, -0.01], "ref_logprobs": [-0.2, -1.0, -0.3, -0.02],
-              "advantages": [0.7] * 4, "advantage": 0.7, "reward": 1.0, "components": {"correct": 1.0},
-              "finish_reason": "stop", "error": None}
+    sample = {
+        "step": 6,
+        "selection": "top",
+        "policy_version": 5,
+        "prompt": "<1+2>",
+        "response": "3</s>#",
+        "response_tokens": ["3", "<", "/s>", "#"],
+        "behaviour_logprobs": [-0.1, -2.0, -0.3, -0.01],
+        "trainer_logprobs": [-0.1, -2.0, -0.3, -0.01],
+        "ref_logprobs": [-0.2, -1.0, -0.3, -0.02],
+        "advantages": [0.7] * 4,
+        "advantage": 0.7,
+        "reward": 1.0,
+        "components": {"correct": 1.0},
+        "finish_reason": "stop",
+        "error": None,
+    }
     (root / "samples.jsonl").write_text(json.dumps(sample) + "\n" + json.dumps({**sample, "step": 12}) + "\n")
     (root / "config.yaml").write_text("algorithm: grpo\nsteps: 12\n")
     return root
 
 
-DESIGN_GROUPS = ["reward", "group", "kl", "entropy", "clip", "ratio", "grad", "length", "rollout", "time",
-                 "staleness", "mismatch", "eval"]
+DESIGN_GROUPS = [
+    "reward",
+    "group",
+    "kl",
+    "entropy",
+    "clip",
+    "ratio",
+    "grad",
+    "length",
+    "rollout",
+    "time",
+    "staleness",
+    "mismatch",
+    "eval",
+]
 
 
 def test_page_has_every_section_and_a_plot_per_metric_group(tmp_path):
@@ -108,16 +175,17 @@ def test_page_has_every_section_and_a_plot_per_metric_group(tmp_path):
     page = report.render(run)
     assert re.findall(r'<h2 id="(\w+)"', page) == ["alarms", "eval", "curves", "time", "samples", "config"]
     assert re.findall(r'<div class="plot" id="plot-([\w-]+)"', page) == DESIGN_GROUPS + ["loss", "lr", "time-roles"]
-    assert "<script src=" not in page and "<link" not in page                                 # nothing fetched
-    assert page.count('class="tok"') == 8 and ">/s&gt;</span>" in page                         # escaped tokens
-    assert "<td>rollout</td><td>12</td><td>62.5%</td>" in page                                # 12 s of 19.2 s
+    assert "<script src=" not in page and "<link" not in page  # nothing fetched
+    assert page.count('class="tok"') == 8 and ">/s&gt;</span>" in page  # escaped tokens
+    assert "<td>rollout</td><td>12</td><td>62.5%</td>" in page  # 12 s of 19.2 s
     assert '<div class="ok">No alarm' in page
 
 
 def test_page_shows_the_throughput_equation_when_the_run_wrote_one(tmp_path):
     from posttrain.distributed.run_summary import write_summary
+
     run = synthetic_run(tmp_path / "run")
-    assert "by the throughput equation" not in report.render(run)      # no throughput.json: no section
+    assert "by the throughput equation" not in report.render(run)  # no throughput.json: no section
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     s = write_summary(run, rows, "colocated", samples_per_step=64)
     page = report.render(run)
@@ -127,30 +195,34 @@ def test_page_shows_the_throughput_equation_when_the_run_wrote_one(tmp_path):
 
 def test_an_rlhf_run_gets_its_reward_against_root_kl_plot(tmp_path):
     from posttrain.preference.rlhf import write_curve
+
     run = synthetic_run(tmp_path / "run")
-    assert "overoptimization" not in report.render(run)                 # no RM: no section
+    assert "overoptimization" not in report.render(run)  # no RM: no section
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    for m in rows[1:]:                                                  # true rises to step 4, then falls
+    for m in rows[1:]:  # true rises to step 4, then falls
         s = m["step"]
         m.update({"reward/proxy": 0.1 * s, "reward/true": 0.5 + 0.05 * min(s, 4) - 0.05 * max(s - 4, 0)})
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     turn = write_curve(run)
     page = report.render(run)
     assert re.findall(r'<h2 id="(\w+)"', page)[3] == "overoptimization"
-    spec = json.loads(re.search(r'id="plot-overoptimization"></div><script>\(function\(\)\{var s=(.*?);Plotly', page).group(1))
-    x = spec["data"][0]["x"]                                            # √(per-token KL × 30 tokens)
+    spec = json.loads(
+        re.search(r'id="plot-overoptimization"></div><script>\(function\(\)\{var s=(.*?);Plotly', page).group(1)
+    )
+    x = spec["data"][0]["x"]  # √(per-token KL × 30 tokens)
     assert x[:2] == pytest.approx([math.sqrt(0.001 * 30), math.sqrt(0.002 * 30)])
     assert spec["data"][1]["y"][3] == pytest.approx(0.7) and spec["layout"]["yaxis2"]["overlaying"] == "y"
-    assert f"peaked at step {turn['peak_step']}" in page and turn["peak_step"] == 6   # 5-step mean peaks later
+    assert f"peaked at step {turn['peak_step']}" in page and turn["peak_step"] == 6  # 5-step mean peaks later
 
 
 def test_cli_report_writes_the_file_and_rejects_a_directory_without_metrics(tmp_path, capsys):
     run = synthetic_run(tmp_path / "pipe" / "rl")
     assert cli.main(["report", str(run)]) == 0
-    assert (run / "report.html").stat().st_size > 1_000_000          # plotly.js is inlined
+    assert (run / "report.html").stat().st_size > 1_000_000  # plotly.js is inlined
     assert cli.main(["report", str(tmp_path / "pipe")]) == 2
-    assert capsys.readouterr().err.strip() == (f"posttrain report: error: '{tmp_path / 'pipe'}' holds no metrics.jsonl; "
-                                               "give one of its stage directories: rl")
+    assert capsys.readouterr().err.strip() == (
+        f"posttrain report: error: '{tmp_path / 'pipe'}' holds no metrics.jsonl; give one of its stage directories: rl"
+    )
 
 
 def _chromium():
@@ -163,26 +235,36 @@ def _chromium():
 
 
 def _headless(tmp_path, *args):
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-             "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
-             f"--user-data-dir={tmp_path / 'chromium-profile'}", "--virtual-time-budget=20000"]
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--disable-dev-shm-usage",
+        f"--user-data-dir={tmp_path / 'chromium-profile'}",
+        "--virtual-time-budget=20000",
+    ]
     return subprocess.run([_chromium(), *flags, *args], capture_output=True, text=True, timeout=240)
 
 
 @pytest.mark.slow
 def test_report_renders_in_headless_chromium_with_every_plot_drawn(tmp_path):
     from PIL import Image
+
     run = synthetic_run(tmp_path / "run")
     page = report.write_report(run)
     expected = len(re.findall(r'<div class="plot" id=', page.read_text()))
     dom = _headless(tmp_path, "--dump-dom", page.as_uri()).stdout
-    drawn = re.findall(r'<div class="plot js-plotly-plot" id="([\w-]+)"', dom)      # Plotly.newPlot ran
+    drawn = re.findall(r'<div class="plot js-plotly-plot" id="([\w-]+)"', dom)  # Plotly.newPlot ran
     assert len(drawn) == expected == 16
-    assert dom.count('class="main-svg"') >= 2 * expected                            # each plot has its SVG layers
-    assert len(re.findall(r'class="tok"[^>]*style="background: rgb\(40, 160, 60\)', dom)) == 8   # painted by advantage
+    assert dom.count('class="main-svg"') >= 2 * expected  # each plot has its SVG layers
+    assert len(re.findall(r'class="tok"[^>]*style="background: rgb\(40, 160, 60\)', dom)) == 8  # painted by advantage
     shot = tmp_path / "report.png"
     _headless(tmp_path, "--window-size=1280,3000", f"--screenshot={shot}", page.as_uri())
     image = Image.open(shot).convert("RGB")
     assert image.size == (1280, 3000)
     colours = image.getcolors(maxcolors=1 << 20)
-    assert len(colours) > 50                                                        # not a blank page
+    assert len(colours) > 50  # not a blank page

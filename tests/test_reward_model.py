@@ -15,21 +15,30 @@ from posttrain import UsageError, checkpoint
 from posttrain.algorithms.core import batch_norm
 from posttrain.cli import main
 from posttrain.config import load_config
-from posttrain.framework.batch import collate
-from posttrain.framework.batch import split_micro_batches
+from posttrain.framework.batch import collate, split_micro_batches
 from posttrain.logging import read_metrics
 from posttrain.preference.data import Pair, collate_pairs, encode_pairs
-from posttrain.preference.reward_model import (HEAD_FILE, RewardModel, RewardModelScorer, bradley_terry_loss,
-                                               last_token_index, load_reward_model, orm_loss, pairwise_accuracy,
-                                               save_head)
+from posttrain.preference.reward_model import (
+    HEAD_FILE,
+    RewardModel,
+    RewardModelScorer,
+    bradley_terry_loss,
+    last_token_index,
+    load_reward_model,
+    orm_loss,
+    pairwise_accuracy,
+    save_head,
+)
 from posttrain.recipes import rm as rm_recipe
 from posttrain.recipes.rm import RMConfig, rm_loss_fn
+
 from conftest import TINY_TASK
 
 t = torch.tensor
 
 
 # ---- pure functions -------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("center_coef,expected", [(0.0, 0.371101), (0.01, 0.385501)])
 def test_bradley_terry_worked_values(center_coef, expected):
@@ -41,18 +50,19 @@ def test_margin_shifts_the_difference():
     r_w, r_l, m = t([1.0, 0.5, -2.0]), t([0.2, 0.9, -1.0]), t([0.5, 0.0, 2.0])
     loss = bradley_terry_loss(r_w, r_l, m)
     assert torch.allclose(loss, -F.logsigmoid(r_w - r_l - m))
-    assert loss[0].item() == pytest.approx(math.log1p(math.exp(-0.3)), abs=1e-6)   # Δ − m = 0.8 − 0.5
+    assert loss[0].item() == pytest.approx(math.log1p(math.exp(-0.3)), abs=1e-6)  # Δ − m = 0.8 − 0.5
     assert torch.allclose(bradley_terry_loss(r_w, r_l, torch.zeros(3)), bradley_terry_loss(r_w, r_l))
 
 
 def test_orm_loss_and_accuracy_by_hand():
     loss = orm_loss(t([0.0, 2.0, -1.0]), t([1.0, 0.0, 0.0]))
-    expected = [math.log(2), math.log1p(math.exp(2.0)), math.log1p(math.exp(-1.0))]   # 0.693147, 2.126928, 0.313262
+    expected = [math.log(2), math.log1p(math.exp(2.0)), math.log1p(math.exp(-1.0))]  # 0.693147, 2.126928, 0.313262
     assert loss.tolist() == pytest.approx(expected, abs=1e-6)
-    assert pairwise_accuracy(t([1.0, 0.0, 2.0, 3.0]), t([0.0, 1.0, 2.0, 1.0])) == 0.625      # the tie counts half
+    assert pairwise_accuracy(t([1.0, 0.0, 2.0, 3.0]), t([0.0, 1.0, 2.0, 1.0])) == 0.625  # the tie counts half
 
 
 # ---- the model ------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def reward_model(nano):
@@ -69,22 +79,25 @@ def test_last_token_index_right_and_left_padding():
 def test_score_reads_the_last_real_token(reward_model, tok):
     short = tok.encode("<1+2>{1+2=3}3#")
     long = tok.encode("<10+12+5>{10+12=22;22+5=27}27#")
-    alone = reward_model(t([short]), torch.ones(1, len(short)))                                      # [1]
+    alone = reward_model(t([short]), torch.ones(1, len(short)))  # [1]
     b = collate([short], [[]], tok.pad_id)
     padded = {k: F.pad(v, (0, 7), value=tok.pad_id if k == "input_ids" else 0) for k, v in b.items()}
     with_pads = reward_model(padded["input_ids"], padded["attention_mask"])
     pair = collate([short, long], [[], []], tok.pad_id)
-    batched = reward_model(pair["input_ids"], pair["attention_mask"])                               # [2]
+    batched = reward_model(pair["input_ids"], pair["attention_mask"])  # [2]
     assert torch.allclose(with_pads, alone, atol=1e-5)
     assert torch.allclose(batched[0], alone[0], atol=1e-5)
-    h = reward_model.trunk.hidden(t([short]))[0, -1]                                                 # the EOT position
+    h = reward_model.trunk.hidden(t([short]))[0, -1]  # the EOT position
     assert alone.item() == pytest.approx((reward_model.head.weight[0] @ h + reward_model.head.bias).item(), abs=1e-5)
 
 
 def test_micro_batches_add_up_to_the_full_batch(reward_model, tok):
     """loss_fn divides by the WHOLE batch's pairs: per-pair micro-batch grads sum to the big-batch grad."""
-    pairs = [Pair("1+2", "{1+2=3}3", "{1+2=4}4", margin=0.3), Pair("10+5+3", "{10+5=15;15+3=18}18", "{10+5=15}15"),
-             Pair("7+7", "{7+7=14}14", "{7+7=15}15", margin=1.0)]
+    pairs = [
+        Pair("1+2", "{1+2=3}3", "{1+2=4}4", margin=0.3),
+        Pair("10+5+3", "{10+5=15;15+3=18}18", "{10+5=15}15"),
+        Pair("7+7", "{7+7=14}14", "{7+7=15}15", margin=1.0),
+    ]
     batch = collate_pairs(encode_pairs(tok, pairs), range(3), tok.pad_id)
     batch["margin"] = t([p.margin for p in pairs]).repeat_interleave(2)
     batch["label"] = t([1.0, 0.0]).repeat(3)
@@ -92,7 +105,7 @@ def test_micro_batches_add_up_to_the_full_batch(reward_model, tok):
     for objective in ("bt", "orm"):
         loss_fn = rm_loss_fn(objective, margin_coef=1.0, center_coef=0.01)
         grads = []
-        for max_tokens in (10_000, 1):                                 # one micro-batch; one pair each
+        for max_tokens in (10_000, 1):  # one micro-batch; one pair each
             reward_model.zero_grad()
             micro = split_micro_batches(batch, max_tokens, unit=2)
             for mb in micro:
@@ -111,12 +124,15 @@ def test_save_load_round_trip_and_scorer(reward_model, tok, tmp_path):
     assert path == ckpt and not any(p.name.endswith(".tmp") for p in ckpt.iterdir())
     prompts, responses = ["1+2", "10+5+3"], ["{1+2=3}3", "{10+5=15;15+3=18}18"]
     scorer = RewardModelScorer(loaded, tok2, batch_size=1)
-    encoded = collate([tok.encode(tok.chat_prompt(p)) for p in prompts],
-                      [tok.encode(tok.chat_response(r)) for r in responses], tok.pad_id)
+    encoded = collate(
+        [tok.encode(tok.chat_prompt(p)) for p in prompts],
+        [tok.encode(tok.chat_response(r)) for r in responses],
+        tok.pad_id,
+    )
     with torch.no_grad():
         expected = reward_model(encoded["input_ids"], encoded["attention_mask"]).tolist()
     assert scorer.score(prompts, responses) == pytest.approx(expected, abs=1e-6)
-    assert not any(p.requires_grad for p in scorer.rm.parameters())   # frozen by construction
+    assert not any(p.requires_grad for p in scorer.rm.parameters())  # frozen by construction
     with pytest.raises(UsageError, match="1 prompts but 2 responses"):
         scorer.score(prompts[:1], responses)
 
@@ -129,9 +145,17 @@ def test_loading_a_checkpoint_without_a_head(nano, tok, tmp_path):
 
 # ---- the stage ------------------------------------------------------------------------------
 
+
 def _pairs_file(path, n=12, extra=()):
-    rows = [{"prompt": f"{i}+{i + 1}", "chosen": f"{{{i}+{i + 1}={2 * i + 1}}}{2 * i + 1}",
-             "rejected": f"{{{i}+{i + 1}={2 * i + 2}}}{2 * i + 2}", "margin": 0.5 * (i % 2)} for i in range(n)]
+    rows = [
+        {
+            "prompt": f"{i}+{i + 1}",
+            "chosen": f"{{{i}+{i + 1}={2 * i + 1}}}{2 * i + 1}",
+            "rejected": f"{{{i}+{i + 1}={2 * i + 2}}}{2 * i + 2}",
+            "margin": 0.5 * (i % 2),
+        }
+        for i in range(n)
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows) + "".join(extra))
     return path
 
@@ -139,8 +163,17 @@ def _pairs_file(path, n=12, extra=()):
 def _args(tmp_path, sft_ckpt, *more):
     train = _pairs_file(tmp_path / "train.jsonl")
     held = _pairs_file(tmp_path / "held.jsonl", n=6)
-    return ["rm", f"init={sft_ckpt}", f"pairs={train}", f"eval_pairs={held}", "batch_size=4", "threads=1",
-            "log_every=1", *TINY_TASK, *more]
+    return [
+        "rm",
+        f"init={sft_ckpt}",
+        f"pairs={train}",
+        f"eval_pairs={held}",
+        "batch_size=4",
+        "threads=1",
+        "log_every=1",
+        *TINY_TASK,
+        *more,
+    ]
 
 
 def test_rm_stage_end_to_end(sft_ckpt, tmp_path, capsys):
@@ -175,7 +208,7 @@ def test_rm_resume_is_exact(sft_ckpt, tmp_path):
     full, part = tmp_path / "full", tmp_path / "part"
     assert main(_args(tmp_path, sft_ckpt, f"out={full}", "steps=4")) == 0
     assert main(_args(tmp_path, sft_ckpt, f"out={part}", "steps=4", "save_every=2")) == 0
-    for ckpt in checkpoint.step_dirs(part)[1:]:                        # keep step 2 only, as after a crash
+    for ckpt in checkpoint.step_dirs(part)[1:]:  # keep step 2 only, as after a crash
         shutil.rmtree(ckpt)
     assert main(["rm", "--resume", str(part)]) == 0
     a, b = load_reward_model(full)[0], load_reward_model(part)[0]
@@ -192,5 +225,17 @@ def test_bad_inputs_are_one_line_usage_errors(sft_ckpt, tmp_path, capsys):
     assert "objective='pairwise' is unknown; use bt or orm" in capsys.readouterr().err
     # sampled pairs from a model that is never right: no pair, said so
     with pytest.raises(UsageError, match="no training pairs: every prompt's samples were all right or all wrong"):
-        rm_recipe.run(load_config(RMConfig, None, [f"init={sft_ckpt}", f"out={tmp_path}/z", "pair_prompts=4",
-                                                   "samples_per_prompt=2", "eval_prompts=0", *TINY_TASK]))
+        rm_recipe.run(
+            load_config(
+                RMConfig,
+                None,
+                [
+                    f"init={sft_ckpt}",
+                    f"out={tmp_path}/z",
+                    "pair_prompts=4",
+                    "samples_per_prompt=2",
+                    "eval_prompts=0",
+                    *TINY_TASK,
+                ],
+            )
+        )

@@ -10,8 +10,17 @@ from posttrain.config import OptimConfig
 from posttrain.distributed.async_rollout import AsyncRollout
 from posttrain.framework.batch import RolloutBatch
 from posttrain.framework.reference import Reference
-from posttrain.framework.roles import (Closeable, CriticModel, PolicyTrainer, ReferenceScorer, RemoteSampler,
-                                       RolloutEngine, RolloutSource, WeightSyncer, close_all)
+from posttrain.framework.roles import (
+    Closeable,
+    CriticModel,
+    PolicyTrainer,
+    ReferenceScorer,
+    RemoteSampler,
+    RolloutEngine,
+    RolloutSource,
+    WeightSyncer,
+    close_all,
+)
 from posttrain.framework.rollout import Engine
 from posttrain.framework.trainer import Trainer, policy_loss_fn
 from posttrain.framework.weight_sync import PushSync, WeightPublisher, WeightSync
@@ -30,7 +39,7 @@ def test_every_in_process_role_satisfies_its_protocol(nano, tok):
     publisher = WeightPublisher(nano)
     assert isinstance(PushSync(publisher, engine), WeightSyncer)
     producer = AsyncRollout(lambda step: ([], {}), engine, publisher, max_staleness=1)
-    assert isinstance(producer, RolloutSource) and isinstance(producer, WeightSyncer)   # async: it is the sync too
+    assert isinstance(producer, RolloutSource) and isinstance(producer, WeightSyncer)  # async: it is the sync too
     assert isinstance(producer, Closeable) and not isinstance(engine, Closeable)
     producer.close()
 

@@ -6,8 +6,15 @@ import math
 import pytest
 import torch
 
-from posttrain.framework.rollout import (Engine, SamplingParams, draw_keys, sample_keys,
-                                         sample_tokens, splitmix64, token_logprobs)
+from posttrain.framework.rollout import (
+    Engine,
+    SamplingParams,
+    draw_keys,
+    sample_keys,
+    sample_tokens,
+    splitmix64,
+    token_logprobs,
+)
 from posttrain.tasks.arithmetic import ArithmeticTask
 
 
@@ -30,8 +37,9 @@ def _key(samples):
 
 # ---- pure functions -----------------------------------------------------------------------
 
+
 def test_token_logprobs_by_hand():
-    logits = torch.tensor([[0.0, math.log(2.0)]])                  # p = [1/3, 2/3]
+    logits = torch.tensor([[0.0, math.log(2.0)]])  # p = [1/3, 2/3]
     tokens = torch.tensor([1])
     assert token_logprobs(logits, tokens, 1.0).item() == pytest.approx(math.log(2 / 3), abs=1e-6)
     assert token_logprobs(logits, tokens, 0.0).item() == pytest.approx(math.log(2 / 3), abs=1e-6)
@@ -40,7 +48,7 @@ def test_token_logprobs_by_hand():
 
 
 def _splitmix64_reference(x: int) -> int:
-    m = 2 ** 64
+    m = 2**64
     z = (x + 0x9E3779B97F4A7C15) % m
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) % m
     z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) % m
@@ -48,17 +56,18 @@ def _splitmix64_reference(x: int) -> int:
 
 
 def test_splitmix64_matches_reference():
-    xs = [0, 1, 12345, 2 ** 62 + 7, 2 ** 63 - 1, -1, -(2 ** 63)]
+    xs = [0, 1, 12345, 2**62 + 7, 2**63 - 1, -1, -(2**63)]
     got = splitmix64(torch.tensor(xs, dtype=torch.long)).tolist()
     for x, g in zip(xs, got):
-        assert g % 2 ** 64 == _splitmix64_reference(x % 2 ** 64)
+        assert g % 2**64 == _splitmix64_reference(x % 2**64)
 
 
 def test_uniforms_drawn_at_admission_equal_the_keyed_draws():
     """The engine's precomputed uniforms (draw_uniforms) give exactly the draws of the keys."""
     from posttrain.framework.sampler import draw_uniforms
+
     base = sample_keys(7, 3, torch.tensor([0, 0, 5]), torch.tensor([0, 1, 2]))
-    u = draw_uniforms(base, 6)                                        # [3, 6]
+    u = draw_uniforms(base, 6)  # [3, 6]
     logits = torch.randn(3, 11)
     for t in range(6):
         keys = draw_keys(base, torch.full((3,), t))
@@ -93,8 +102,8 @@ def test_sampled_frequencies_match_softmax(temperature, along):
     tokens, lps = _draws(logits[None], SamplingParams(temperature=temperature), 40_000, along=along)
     probs = torch.softmax(logits / temperature, -1)
     chi2, dof = _chi2(tokens, probs)
-    assert chi2 < dof + 6 * math.sqrt(2 * dof), (chi2, dof)      # ≈ 6 sigma of a chi-square(7)
-    assert torch.allclose(lps, probs.log()[tokens], atol=1e-6)    # full-distribution logprob
+    assert chi2 < dof + 6 * math.sqrt(2 * dof), (chi2, dof)  # ≈ 6 sigma of a chi-square(7)
+    assert torch.allclose(lps, probs.log()[tokens], atol=1e-6)  # full-distribution logprob
 
 
 def test_top_k_and_top_p_truncate_but_logprobs_do_not():
@@ -104,7 +113,7 @@ def test_top_k_and_top_p_truncate_but_logprobs_do_not():
     top3 = torch.zeros(8).index_fill_(0, probs.topk(3).indices, 1.0) * probs
     chi2, dof = _chi2(tokens, top3 / top3.sum())
     assert chi2 < dof + 6 * math.sqrt(2 * dof)
-    assert torch.allclose(lps, probs.log()[tokens], atol=1e-6)    # untruncated, as documented
+    assert torch.allclose(lps, probs.log()[tokens], atol=1e-6)  # untruncated, as documented
     # top_p = 0.6: sorted probs .44 .27 .16 ...: the first two reach .71 >= .6, the rest go
     tokens, _ = _draws(logits[None], SamplingParams(top_p=0.6), 20_000)
     assert set(tokens.unique().tolist()) == {3, 6}
@@ -112,11 +121,12 @@ def test_top_k_and_top_p_truncate_but_logprobs_do_not():
 
 # ---- the engine against independent computations -------------------------------------------
 
+
 @torch.no_grad()
 def _naive_greedy(model, prompt, max_new, stops):
     ids, out = list(prompt), []
     for _ in range(max_new):
-        nxt = int(model(torch.tensor([ids]))[0, -1].argmax())     # full recompute, no cache
+        nxt = int(model(torch.tensor([ids]))[0, -1].argmax())  # full recompute, no cache
         out.append(nxt)
         ids.append(nxt)
         if nxt in stops:
@@ -135,15 +145,15 @@ def _stop_token_for_coverage(free, eot):
 
 
 def test_greedy_matches_naive_full_recompute(model, tok, prompts):
-    free = [_naive_greedy(model, p, 14, set()) for p in prompts]     # no stops: the full 14
+    free = [_naive_greedy(model, p, 14, set()) for p in prompts]  # no stops: the full 14
     stops = {tok.eot_id, _stop_token_for_coverage(free, tok.eot_id)}
     sp = SamplingParams(temperature=0.0, max_new_tokens=14, stop_ids=tuple(stops - {tok.eot_id}))
-    samples = Engine(model, tok, max_slots=3).generate(prompts, 2, sp)   # 10 samples in 3 slots
+    samples = Engine(model, tok, max_slots=3).generate(prompts, 2, sp)  # 10 samples in 3 slots
     assert len(samples) == 10
     naive = [_naive_greedy(model, p, 14, stops) for p in prompts]
     for s in samples:
         assert s.response_ids == naive[s.group]
-    assert {len(r) for r in naive} >= {1, 14}                           # stop at the first token, and length
+    assert {len(r) for r in naive} >= {1, 14}  # stop at the first token, and length
 
 
 def test_behaviour_logprobs_equal_full_forward(model, tok, prompts):
@@ -155,7 +165,7 @@ def test_behaviour_logprobs_equal_full_forward(model, tok, prompts):
         for s in samples:
             ids = torch.tensor([s.prompt_ids + s.response_ids])
             P, L = len(s.prompt_ids), len(s.response_ids)
-            logits = model(ids)[0, P - 1:P - 1 + L]                    # predicts each response token
+            logits = model(ids)[0, P - 1 : P - 1 + L]  # predicts each response token
             ref = token_logprobs(logits, torch.tensor(s.response_ids), T)
             worst = max(worst, (ref - torch.tensor(s.response_logprobs)).abs().max().item())
             assert s.response_mask == [1] * L
@@ -168,7 +178,7 @@ def test_stop_token_handling(model, tok, prompts):
     sp = SamplingParams(temperature=1.0, max_new_tokens=8, stop_ids=digits)
     samples = Engine(model, tok).generate(prompts, 6, sp, seed=2)
     reasons = {s.finish_reason for s in samples}
-    assert reasons == {"stop", "length"}, reasons                   # both happen with this seed
+    assert reasons == {"stop", "length"}, reasons  # both happen with this seed
     for s in samples:
         r = s.response_ids
         assert len(r) == len(s.response_logprobs) == len(s.response_mask)
@@ -179,8 +189,9 @@ def test_stop_token_handling(model, tok, prompts):
             assert len(r) == 8 and r[-1] not in stops
         assert s.text == tok.decode(r)
     # ignore_eos: every response runs to the cap, stop ids or not
-    samples = Engine(model, tok).generate(prompts, 6, SamplingParams(max_new_tokens=8, stop_ids=digits,
-                                                                     ignore_eos=True), seed=2)
+    samples = Engine(model, tok).generate(
+        prompts, 6, SamplingParams(max_new_tokens=8, stop_ids=digits, ignore_eos=True), seed=2
+    )
     assert {len(s.response_ids) for s in samples} == {8}
     assert {s.finish_reason for s in samples} == {"length"}
 
@@ -222,19 +233,19 @@ def test_batch_invariance(model, tok, prompts):
 def test_continuous_batching_refills_slots(model, tok, prompts):
     sp = SamplingParams(max_new_tokens=12, stop_ids=tuple(tok.encode("01")))
     e = Engine(model, tok, max_slots=4)
-    samples = e.generate(prompts, 3, sp, seed=4)                    # 15 samples through 4 slots
+    samples = e.generate(prompts, 3, sp, seed=4)  # 15 samples through 4 slots
     st = e.stats
     assert [(s.group, s.index) for s in samples] == [(g, j) for g in range(5) for j in range(3)]
     assert all(s.finish_reason in ("stop", "length") and s.response_ids for s in samples)
     lengths = [len(s.response_ids) for s in samples]
-    assert len(set(lengths)) > 1                                    # ragged: slots free at different times
+    assert len(set(lengths)) > 1  # ragged: slots free at different times
     assert st["rollout/slots"] == 4 and st["rollout/generated_tokens"] == sum(lengths)
     # every decode forward feeds one token per active slot; a sample's last token is never fed
     fed = st["rollout/slot_occupancy"] * 4 * st["rollout/decode_steps"]
     assert fed == pytest.approx(sum(lengths) - len(samples))
     assert st["rollout/decode_steps"] >= math.ceil(fed / 4)
     # static batches of 4 would take the sum of each batch's longest response; refilling is faster
-    static = sum(max(lengths[i:i + 4]) for i in range(0, 15, 4))
+    static = sum(max(lengths[i : i + 4]) for i in range(0, 15, 4))
     assert st["rollout/decode_steps"] < static
     assert 0 < st["rollout/cache_occupancy"] <= 1
     assert _key(samples) == _key(Engine(model, tok, max_slots=64).generate(prompts, 3, sp, seed=4))
@@ -247,7 +258,7 @@ def test_shared_prompt_prefilled_once_per_group(model, tok, prompts, max_slots):
     e.generate(prompts, n, SamplingParams(max_new_tokens=4), items=list(range(5)))
     st = e.stats
     total = sum(map(len, prompts))
-    assert st["rollout/prefills"] == len(prompts)                  # groups, not samples
+    assert st["rollout/prefills"] == len(prompts)  # groups, not samples
     assert st["rollout/prefill_tokens"] == total
     assert st["rollout/prompt_tokens"] == n * total
     assert st["rollout/prefix_reuse"] == pytest.approx(n)
@@ -258,7 +269,7 @@ def test_top_k_1_equals_greedy(model, tok, prompts):
     greedy = e.generate(prompts, 2, SamplingParams(temperature=0.0, max_new_tokens=10))
     top1 = e.generate(prompts, 2, SamplingParams(temperature=1.0, top_k=1, max_new_tokens=10), seed=9)
     assert [s.response_ids for s in greedy] == [s.response_ids for s in top1]
-    for a, b in zip(greedy, top1):                                  # both recorded at T = 1
+    for a, b in zip(greedy, top1):  # both recorded at T = 1
         assert a.response_logprobs == pytest.approx(b.response_logprobs, abs=1e-6)
 
 

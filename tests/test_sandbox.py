@@ -27,15 +27,16 @@ def needs_bwrap():
 
 @pytest.fixture(autouse=True)
 def _bwrap(request):
-    if not request.node.name.startswith("test_without_bwrap"):    # those hide it themselves
+    if not request.node.name.startswith("test_without_bwrap"):  # those hide it themselves
         needs_bwrap()
+
 
 REPO = Path(__file__).resolve().parents[1]
 SECRET = "hunter2-" + uuid.uuid4().hex
 OUTSIDE = f"/tmp/posttrain-hostile-{uuid.uuid4().hex}"
 IN_REPO = REPO / f"hostile-{uuid.uuid4().hex}.txt"
 LIMITS = Limits(timeout_s=20.0, memory_mb=256, max_procs=16, max_output_bytes=20_000)
-SHORT = 2.0     # the wall clock for programs that never end; the others get 20 s (slack for a loaded CI box)
+SHORT = 2.0  # the wall clock for programs that never end; the others get 20 s (slack for a loaded CI box)
 
 
 def _limits(case: str) -> Limits:
@@ -48,22 +49,35 @@ def _listener():
     srv.listen(8)
     return srv
 
+
 # name -> (program, a substring the reason must contain; None: it runs to the end and learns
 # nothing). {port} is a socket the test listens on.
 HOSTILE = {
     "infinite_loop": ("while True:\n    pass\n", "timed out"),
-    "fork_bomb": ("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
-                  "timed out"),
+    "fork_bomb": (
+        "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
+        "timed out",
+    ),
     "memory_bomb": ("chunks = []\nwhile True:\n    chunks.append(bytearray(50 << 20))\n", "MemoryError"),
-    "network_connect": ("import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1)\n"
-                        "socket.create_connection(('1.1.1.1', 80), timeout=1)\nprint('connected')\n", "exit code 1"),
+    "network_connect": (
+        "import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1)\n"
+        "socket.create_connection(('1.1.1.1', 80), timeout=1)\nprint('connected')\n",
+        "exit code 1",
+    ),
     "write_outside": (f"open({OUTSIDE!r}, 'w').write('x')\nopen({str(IN_REPO)!r}, 'w').write('x')\n", "exit code 1"),
-    "read_parent_env": ("import os\nprint(dict(os.environ))\nfor p in os.listdir('/proc'):\n    if p.isdigit():\n"
-                        "        print(open(f'/proc/{{p}}/environ').read())\n", None),   # its own PID namespace only
-    "kill_parent": ("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nos.kill(-1, signal.SIGKILL)\n",
-                    "ProcessLookupError"),   # its parent is the namespace's init; kill(-1) finds nobody else
-    "read_reference_solutions": (f"print(open({str(REPO / 'posttrain' / 'tasks' / 'code.py')!r}).read())\n",
-                                 "FileNotFoundError"),
+    "read_parent_env": (
+        "import os\nprint(dict(os.environ))\nfor p in os.listdir('/proc'):\n    if p.isdigit():\n"
+        "        print(open(f'/proc/{{p}}/environ').read())\n",
+        None,
+    ),  # its own PID namespace only
+    "kill_parent": (
+        "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nos.kill(-1, signal.SIGKILL)\n",
+        "ProcessLookupError",
+    ),  # its parent is the namespace's init; kill(-1) finds nobody else
+    "read_reference_solutions": (
+        f"print(open({str(REPO / 'posttrain' / 'tasks' / 'code.py')!r}).read())\n",
+        "FileNotFoundError",
+    ),
     "fill_disk": ("for i in range(100):\n    open(f'f{{i}}', 'wb').write(b'x' * (10 << 20))\n", "No space left"),
     "huge_output": ("while True:\n    print('x' * 10000)\n", "output exceeded"),
     "missing_module": ("import no_such_module_posttrain\n", "ModuleNotFoundError"),
@@ -96,22 +110,24 @@ def test_hostile_program_is_contained(case, monkeypatch):
         r = run_python(code.format(port=srv.getsockname()[1]), limits=_limits(case))
     finally:
         srv.close()
-    assert (r.ok if want is None else want in (r.reason or "")), (case, r.reason, r.stderr[-300:])
-    assert sandbox.leftovers(r) == []                                 # nothing of it still runs
+    assert r.ok if want is None else want in (r.reason or ""), (case, r.reason, r.stderr[-300:])
+    assert sandbox.leftovers(r) == []  # nothing of it still runs
     assert _alive_children() == []
     assert SECRET not in r.stdout + r.stderr and "connected" not in r.stdout
     assert not os.path.exists(OUTSIDE) and not IN_REPO.exists()
     assert len(r.stdout) + len(r.stderr) <= 2 * LIMITS.max_output_bytes
-    assert run_python("print(6 * 7)").stdout == "42\n"               # and the next run works
+    assert run_python("print(6 * 7)").stdout == "42\n"  # and the next run works
 
 
 def test_fork_bomb_stops_at_the_process_cap():
     if sandbox.isolation()["user"] != "uid":
         pytest.skip("RLIMIT_NPROC counts the caller's own processes unless the sandbox has its own uid")
-    code = ("import os, time\nn = 0\ntry:\n    while True:\n        if os.fork() == 0:\n            time.sleep(60)\n"
-            "            os._exit(0)\n        n += 1\nexcept OSError:\n    print(n)\n")
+    code = (
+        "import os, time\nn = 0\ntry:\n    while True:\n        if os.fork() == 0:\n            time.sleep(60)\n"
+        "            os._exit(0)\n        n += 1\nexcept OSError:\n    print(n)\n"
+    )
     r = run_python(code, limits=LIMITS)
-    assert r.ok and 0 < int(r.stdout) < LIMITS.max_procs                # the cap, not the timeout, stopped it
+    assert r.ok and 0 < int(r.stdout) < LIMITS.max_procs  # the cap, not the timeout, stopped it
     assert sandbox.leftovers(r) == [] and _alive_children() == []
 
 
@@ -122,9 +138,12 @@ def test_isolation_in_force():
 
 
 def test_cleared_environment_cwd_and_stdin():
-    r = run_python("import os, sys\nprint(sorted(os.environ))\nprint(os.getcwd() == os.environ['HOME'])\n"
-                   "print(sys.flags.isolated, sys.stdin.read())\nprint(open('data.txt').read())",
-                   stdin="hello", files={"data.txt": "given"})
+    r = run_python(
+        "import os, sys\nprint(sorted(os.environ))\nprint(os.getcwd() == os.environ['HOME'])\n"
+        "print(sys.flags.isolated, sys.stdin.read())\nprint(open('data.txt').read())",
+        stdin="hello",
+        files={"data.txt": "given"},
+    )
     assert r.ok, r.reason
     assert r.stdout.splitlines() == ["['HOME', 'LANG', 'PATH', 'PWD', 'TMPDIR']", "True", "1 hello", "given"]
 
@@ -133,27 +152,32 @@ def test_exit_codes_and_cpu_limit():
     assert run_python("import sys; sys.exit(3)").reason == "exit code 3: no stderr"
     r = run_python("raise ValueError('bad input')")
     assert r.exit_code == 1 and r.reason == "exit code 1: ValueError: bad input"
-    r = run_python("import resource\nresource.setrlimit(resource.RLIMIT_CPU, (1, 2))\nwhile True:\n    pass",
-                   limits=Limits(timeout_s=60.0))      # 1 s of CPU can take long on a loaded box
+    r = run_python(
+        "import resource\nresource.setrlimit(resource.RLIMIT_CPU, (1, 2))\nwhile True:\n    pass",
+        limits=Limits(timeout_s=60.0),
+    )  # 1 s of CPU can take long on a loaded box
     assert r.exit_code == -24 and r.reason == "killed by SIGXCPU (CPU time limit)"
 
 
 # --- the code task on top of the sandbox ---
 
+
 @pytest.fixture(scope="module")
 def code_tasks():
     from posttrain.tasks.code import CodeConfig, CodeTask
+
     return {t: CodeTask(CodeConfig(timeout_s=t)) for t in (SHORT, LIMITS.timeout_s)}
 
 
 def test_every_reference_solution_scores_one_and_splits_are_disjoint(code_tasks):
     code_task = code_tasks[LIMITS.timeout_s]
     from posttrain.models.tokenizer import CharTokenizer
+
     tok = CharTokenizer()
     train, test = code_task.splits["train"], code_task.splits["test"]
     assert len(code_task.problems) >= 30 and test and not {p.name for p in train} & {p.name for p in test}
     for p in code_task.problems:
-        tok.encode(tok.chat_prompt(code_task.prompt(p)))                # gpt_mini can read every prompt
+        tok.encode(tok.chat_prompt(code_task.prompt(p)))  # gpt_mini can read every prompt
         r = code_task.reward(p, code_task.target(p))
         assert (r.reward, r.reason, r.components) == (1.0, None, {"passed": 8.0, "total": 8.0}), p.name
 
@@ -172,6 +196,7 @@ def test_hostile_candidate_scores_zero_with_a_reason(code_tasks, case, monkeypat
 def test_partial_credit_and_forged_result_lines(code_tasks):
     code_task = code_tasks[LIMITS.timeout_s]
     from posttrain.tasks.code import MARK, extract_code
+
     item = next(p for p in code_task.problems if p.name == "sumdigits")
     odd_only = "def sumdigits(n):\n    return sum(int(c) for c in str(n)) if n % 2 else -1\n"
     r = code_task.reward(item, odd_only)
@@ -188,7 +213,8 @@ def test_without_bwrap_untrusted_code_is_refused_unless_opted_in(monkeypatch, tm
     `task.unsafe_local_sandbox=true` runs programs anyway (rlimits, cleared environment)."""
     from posttrain.config import RLConfig, load_config
     from posttrain.tasks import make
-    monkeypatch.setenv("PATH", str(tmp_path))                           # an empty directory: no bwrap
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # an empty directory: no bwrap
     with pytest.raises(UsageError, match="install the Debian package `bubblewrap`") as e:
         run_python("print(1)")
     assert "\n" not in str(e.value) and "task.unsafe_local_sandbox=true" in str(e.value)

@@ -18,13 +18,14 @@ import uuid
 from pathlib import Path
 
 import pytest
-from test_sandbox import needs_bwrap
 
 from posttrain.tasks import sandbox, sandbox_bwrap, sandbox_cgroup
 from posttrain.tasks.sandbox import Limits, run_python
 
+from test_sandbox import needs_bwrap
+
 REPO = Path(__file__).resolve().parents[1]
-LIMITS = Limits(timeout_s=30.0)          # slack for a loaded machine: none of these waits for its deadline
+LIMITS = Limits(timeout_s=30.0)  # slack for a loaded machine: none of these waits for its deadline
 
 
 @pytest.fixture(autouse=True)
@@ -33,7 +34,7 @@ def _bwrap():
 
 
 def _tag() -> str:
-    return "pt" + uuid.uuid4().hex[:13]      # a process name (comm: at most 15 characters)
+    return "pt" + uuid.uuid4().hex[:13]  # a process name (comm: at most 15 characters)
 
 
 def _read(path: str) -> str:
@@ -95,17 +96,20 @@ def test_sysv_ipc_objects_die_with_the_run_and_two_runs_cannot_share_them():
     run("b", b_key, a_key, 2.0)
     a.join()
     ra, rb = (json.loads(out[k].stdout) for k in "ab")
-    assert ra["shm"] >= 0 and ra["msg"] >= 0 and ra["sent"] == 0 and rb["shm"] >= 0      # both made theirs
-    assert max(ra["created"], rb["created"]) < min(ra["last"], rb["last"])              # and both lived at once
-    assert not ra["saw_other"] and not rb["saw_other"]                                  # yet neither saw the other
+    assert ra["shm"] >= 0 and ra["msg"] >= 0 and ra["sent"] == 0 and rb["shm"] >= 0  # both made theirs
+    assert max(ra["created"], rb["created"]) < min(ra["last"], rb["last"])  # and both lived at once
+    assert not ra["saw_other"] and not rb["saw_other"]  # yet neither saw the other
     host = _read("/proc/sysvipc/shm") + _read("/proc/sysvipc/msg")
-    assert str(a_key) not in host and str(b_key) not in host                            # nothing reached the host
-    after = run_python(f"import ctypes\nlibc = ctypes.CDLL(None)\nprint(libc.shmget({a_key}, 0, 0), libc.msgget({a_key}, 0))",
-                       limits=LIMITS)
-    assert after.stdout.split() == ["-1", "-1"]                                          # nor the next run
+    assert str(a_key) not in host and str(b_key) not in host  # nothing reached the host
+    after = run_python(
+        f"import ctypes\nlibc = ctypes.CDLL(None)\nprint(libc.shmget({a_key}, 0, 0), libc.msgget({a_key}, 0))",
+        limits=LIMITS,
+    )
+    assert after.stdout.split() == ["-1", "-1"]  # nor the next run
 
 
 # --- unix sockets: paths outside the private dirs, and the abstract namespace ---
+
 
 def test_unix_sockets_outside_the_sandbox_are_unreachable(tmp_path):
     name = uuid.uuid4().hex
@@ -119,15 +123,17 @@ def test_unix_sockets_outside_the_sandbox_are_unreachable(tmp_path):
             s.setblocking(False)
             servers.append(s)
         listing = json.dumps(paths)
-        code = (f"import json, socket\nout = []\nfor p in json.loads({listing!r}):\n    s = socket.socket(socket.AF_UNIX)\n"
-                "    try:\n        s.connect(p)\n        out.append('connected')\n    except OSError as e:\n"
-                "        out.append(type(e).__name__)\nprint(json.dumps(out))\n")
+        code = (
+            f"import json, socket\nout = []\nfor p in json.loads({listing!r}):\n    s = socket.socket(socket.AF_UNIX)\n"
+            "    try:\n        s.connect(p)\n        out.append('connected')\n    except OSError as e:\n"
+            "        out.append(type(e).__name__)\nprint(json.dumps(out))\n"
+        )
         r = run_python(code, limits=LIMITS)
         assert r.ok, r.reason
         assert json.loads(r.stdout) == ["FileNotFoundError", "FileNotFoundError", "ConnectionRefusedError"]
         for s in servers:
             with pytest.raises(BlockingIOError):
-                s.accept()                                       # nobody knocked
+                s.accept()  # nobody knocked
     finally:
         for s in servers:
             s.close()
@@ -137,17 +143,20 @@ def test_unix_sockets_outside_the_sandbox_are_unreachable(tmp_path):
 
 # --- other processes: a PID namespace per run ---
 
+
 def test_other_processes_and_their_command_lines_are_invisible():
     secret = "secret-" + uuid.uuid4().hex
     victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", secret])
     try:
-        code = ("import os\npids = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())\nprint(pids)\n"
-                "for p in pids:\n    print(open(f'/proc/{p}/cmdline').read())\n"
-                "print(os.getpid(), os.getppid())\n")
+        code = (
+            "import os\npids = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())\nprint(pids)\n"
+            "for p in pids:\n    print(open(f'/proc/{p}/cmdline').read())\n"
+            "print(os.getpid(), os.getppid())\n"
+        )
         r = run_python(code, limits=LIMITS)
         assert r.ok, r.reason
         lines = r.stdout.splitlines()
-        assert lines[0] == "[1, 2]" and lines[-1] == "2 1"      # bwrap's init and the program: no one else
+        assert lines[0] == "[1, 2]" and lines[-1] == "2 1"  # bwrap's init and the program: no one else
         assert secret not in r.stdout and "pytest" not in r.stdout and str(os.getpid()) not in lines[0]
     finally:
         victim.kill()
@@ -204,32 +213,37 @@ def test_socket_buffers_cannot_pin_memory_past_the_limit(monkeypatch):
     monkeypatch.setitem(sandbox._CGROUP_OFF, "why", "forced off by the test")
     r = run_python(PIN, limits=Limits(timeout_s=60.0, memory_mb=limit))
     assert r.memory_cap == "rlimit only (forced off by the test)"
-    assert r.ok and r.stdout.split() == ["0", "OSError", "97"]               # EAFNOSUPPORT: nothing pinned
+    assert r.ok and r.stdout.split() == ["0", "OSError", "97"]  # EAFNOSUPPORT: nothing pinned
 
 
 # --- kernel keys, privileges ---
 
+
 def test_kernel_keys_are_refused_and_none_is_left_behind():
     tag = "posttrain-" + uuid.uuid4().hex
     nr = sandbox_bwrap.SYSCALLS[platform.machine()][1]
-    code = (f"import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nL = ctypes.c_long\nnr = {nr!r}\n"
-            "def call(name, *args):\n    return libc.syscall(L(nr[name]), *args), ctypes.get_errno()\n"
-            f"tag = {tag!r}.encode()\n"
-            "print(call('add_key', b'user', tag, b'payload', L(7), L(-4)))\n"        # the user keyring
-            "print(call('add_key', b'user', tag, b'payload', L(7), L(-3)))\n"        # the session keyring
-            "print(call('keyctl', L(1), tag))\n"                                      # join a new session keyring
-            "print(call('request_key', b'user', tag, None, L(0)))\n")
+    code = (
+        f"import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nL = ctypes.c_long\nnr = {nr!r}\n"
+        "def call(name, *args):\n    return libc.syscall(L(nr[name]), *args), ctypes.get_errno()\n"
+        f"tag = {tag!r}.encode()\n"
+        "print(call('add_key', b'user', tag, b'payload', L(7), L(-4)))\n"  # the user keyring
+        "print(call('add_key', b'user', tag, b'payload', L(7), L(-3)))\n"  # the session keyring
+        "print(call('keyctl', L(1), tag))\n"  # join a new session keyring
+        "print(call('request_key', b'user', tag, None, L(0)))\n"
+    )
     if platform.machine() not in sandbox_bwrap.SYSCALLS:
         pytest.skip(f"no seccomp filter written for {platform.machine()}")
     r = run_python(code, limits=LIMITS)
-    assert r.ok and r.stdout.splitlines() == ["(-1, 1)"] * 4, r.stdout     # EPERM, each
+    assert r.ok and r.stdout.splitlines() == ["(-1, 1)"] * 4, r.stdout  # EPERM, each
     assert tag not in _read("/proc/keys")
 
 
 def test_no_new_privs_no_capabilities_no_user_namespaces():
-    code = ("import ctypes, os\nst = dict(l.split(':\\t', 1) for l in open('/proc/self/status').read().splitlines())\n"
-            "print(st['NoNewPrivs'], st['Seccomp'], st['CapEff'], st['CapBnd'], os.getuid() != 0)\n"
-            "libc = ctypes.CDLL(None, use_errno=True)\nprint(libc.unshare(0x10000000), ctypes.get_errno() != 0)\n")
+    code = (
+        "import ctypes, os\nst = dict(l.split(':\\t', 1) for l in open('/proc/self/status').read().splitlines())\n"
+        "print(st['NoNewPrivs'], st['Seccomp'], st['CapEff'], st['CapBnd'], os.getuid() != 0)\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\nprint(libc.unshare(0x10000000), ctypes.get_errno() != 0)\n"
+    )
     r = run_python(code, limits=LIMITS)
     assert r.ok, r.reason
     assert r.stdout.splitlines() == ["1 2 0000000000000000 0000000000000000 True", "-1 True"]
@@ -266,6 +280,7 @@ class _DaemonTask:
 
     def reward(self, item, response):
         from posttrain.tasks.base import RewardResult
+
         run_python(DAEMON.format(tag=self.tag, main_s=300), limits=Limits(timeout_s=120.0))
         return RewardResult(1.0)
 
@@ -273,6 +288,7 @@ class _DaemonTask:
 @pytest.mark.slow
 def test_nothing_survives_a_pool_deadline_shorter_than_the_sandbox_timeout():
     from posttrain.tasks.pool import VerifierPool
+
     tag = _tag()
     with VerifierPool(_DaemonTask(tag), workers=1, timeout_s=8.0) as pool:
         seen = []
@@ -280,26 +296,28 @@ def test_nothing_survives_a_pool_deadline_shorter_than_the_sandbox_timeout():
         watch.start()
         results, stats = pool.score([(None, "")])
         watch.join()
-    assert seen == [True]                                    # the program and its daemon both ran...
+    assert seen == [True]  # the program and its daemon both ran...
     assert stats["timeouts"] == 1 and results[0].reward == 0.0
-    assert _wait(lambda: _named(tag) == [], 10.0)            # ...and neither outlived the worker
+    assert _wait(lambda: _named(tag) == [], 10.0)  # ...and neither outlived the worker
 
 
 def test_killing_the_caller_of_run_python_leaves_no_survivor():
     tag = _tag()
-    script = (f"import sys\nsys.path.insert(0, {str(REPO)!r})\nfrom posttrain.tasks.sandbox import Limits, run_python\n"
-              f"run_python({DAEMON.format(tag=tag, main_s=300)!r}, limits=Limits(timeout_s=300.0))\n")
+    script = (
+        f"import sys\nsys.path.insert(0, {str(REPO)!r})\nfrom posttrain.tasks.sandbox import Limits, run_python\n"
+        f"run_python({DAEMON.format(tag=tag, main_s=300)!r}, limits=Limits(timeout_s=300.0))\n"
+    )
     caller = subprocess.Popen([sys.executable, "-c", script], cwd=REPO)
     try:
         assert _wait(lambda: len(_named(tag)) == 2, 60.0), "the sandbox did not start"
         os.kill(caller.pid, signal.SIGKILL)
         caller.wait()
-        assert _wait(lambda: _named(tag) == [], 10.0), _named(tag)      # --die-with-parent: all of it died
+        assert _wait(lambda: _named(tag) == [], 10.0), _named(tag)  # --die-with-parent: all of it died
     finally:
         caller.kill()
         caller.wait()
     parent = sandbox_cgroup.probe()[0]
-    if parent:                           # its cgroup was left behind; the next run removes it
+    if parent:  # its cgroup was left behind; the next run removes it
         run_python("pass", limits=LIMITS)
         assert not [n for n in os.listdir(parent) if n.startswith(f"{sandbox_cgroup.PREFIX}{caller.pid}-")]
 
@@ -348,28 +366,63 @@ def test_nothing_of_a_wheel_install_is_visible_from_inside(tmp_path):
     shutil.copytree(REPO / "posttrain", src / "posttrain", ignore=shutil.ignore_patterns("__pycache__"))
     for f in ("pyproject.toml", "README.md"):
         shutil.copy(REPO / f, src / f)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                    str(tmp_path / "wheels"), str(src)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path / "wheels"),
+            str(src),
+        ],
+        check=True,
+        capture_output=True,
+    )
     root = Path(tempfile.mkdtemp(prefix="ptwheel-"))
     try:
-        root.chmod(0o755)                                      # the sandbox uid must reach the interpreter
+        root.chmod(0o755)  # the sandbox uid must reach the interpreter
         venv = root / "venv"
         subprocess.run(["/usr/bin/python3", "-m", "venv", "--copies", "--without-pip", str(venv)], check=True)
         site = next(venv.glob("lib/python3*/site-packages"))
-        subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site),
-                        *map(str, (tmp_path / "wheels").glob("*.whl"))], check=True, capture_output=True)
-        script = ("import json, os, sys, posttrain\nfrom posttrain.tasks import sandbox_bwrap\n"
-                  "from posttrain.tasks.sandbox import Limits, run_python\n"
-                  "code = os.path.join(os.path.dirname(posttrain.__file__), 'tasks', 'code.py')\n"
-                  "roots, hidden = sandbox_bwrap.binds(os.path.realpath(sys.executable))\n"
-                  f"r = run_python({WALK!r}, files={{'targets.json': json.dumps([code])}}, limits=Limits(timeout_s=120.0))\n"
-                  "print(json.dumps({'code': code, 'roots': roots, 'hidden': hidden, 'reason': r.reason, 'out': r.stdout}))\n")
-        res = subprocess.run([str(venv / "bin" / "python3"), "-I", "-c", script], cwd=root, capture_output=True,
-                             text=True, timeout=300, check=False)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--no-deps",
+                "-q",
+                "--target",
+                str(site),
+                *map(str, (tmp_path / "wheels").glob("*.whl")),
+            ],
+            check=True,
+            capture_output=True,
+        )
+        script = (
+            "import json, os, sys, posttrain\nfrom posttrain.tasks import sandbox_bwrap\n"
+            "from posttrain.tasks.sandbox import Limits, run_python\n"
+            "code = os.path.join(os.path.dirname(posttrain.__file__), 'tasks', 'code.py')\n"
+            "roots, hidden = sandbox_bwrap.binds(os.path.realpath(sys.executable))\n"
+            f"r = run_python({WALK!r}, files={{'targets.json': json.dumps([code])}}, limits=Limits(timeout_s=120.0))\n"
+            "print(json.dumps({'code': code, 'roots': roots, 'hidden': hidden, 'reason': r.reason, 'out': r.stdout}))\n"
+        )
+        res = subprocess.run(
+            [str(venv / "bin" / "python3"), "-I", "-c", script],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
         assert res.returncode == 0, res.stderr[-2000:]
         got = json.loads(res.stdout)
-        assert got["code"].startswith(str(site)) and os.path.exists(got["code"])      # the wheel's copy was used
-        assert str(venv) in got["roots"] and str(site) in got["hidden"]                # its venv bound, site hidden
+        assert got["code"].startswith(str(site)) and os.path.exists(got["code"])  # the wheel's copy was used
+        assert str(venv) in got["roots"] and str(site) in got["hidden"]  # its venv bound, site hidden
         assert got["reason"] is None and json.loads(got["out"]) == {"readable": [], "found": []}
     finally:
         shutil.rmtree(root, ignore_errors=True)

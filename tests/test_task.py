@@ -4,11 +4,20 @@ from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask, Problem
 from posttrain.tasks.base import RewardResult, safe_reward
 
 
-@pytest.mark.parametrize("text,gold,want", [
-    ("12#", 12, 1.0), ("let me think... 12#", 12, 1.0), ("11#", 12, 0.0), ("120#", 12, 0.0),
-    ("no digits here#", 12, 0.0), ("", 12, 0.0), ("{3+4=7;7+5=12}12#", 12, 1.0),
-    ("{3+4=7;7+5=12}13#", 12, 0.0), ("12 or 13#", 12, 0.0),
-])
+@pytest.mark.parametrize(
+    "text,gold,want",
+    [
+        ("12#", 12, 1.0),
+        ("let me think... 12#", 12, 1.0),
+        ("11#", 12, 0.0),
+        ("120#", 12, 0.0),
+        ("no digits here#", 12, 0.0),
+        ("", 12, 0.0),
+        ("{3+4=7;7+5=12}12#", 12, 1.0),
+        ("{3+4=7;7+5=12}13#", 12, 0.0),
+        ("12 or 13#", 12, 0.0),
+    ],
+)
 def test_verifier_course_cases(text, gold, want):
     assert verify(text, gold) == want
 
@@ -32,6 +41,7 @@ def test_deterministic_and_disjoint_splits():
 
 def test_heldout_fraction_roughly_as_configured():
     import random
+
     rng = random.Random(0)
     probs = [Problem(tuple(rng.randint(0, 9) for _ in range(4))) for _ in range(5000)]
     frac = sum(is_heldout(p, 0.1) for p in probs) / len(probs)

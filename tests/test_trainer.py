@@ -12,8 +12,12 @@ from posttrain.framework.trainer import Trainer, lr_factor
 
 def _batch(tok, n=6, seed=0):
     g = torch.Generator().manual_seed(seed)
-    prompts = [torch.randint(6, 40, (int(torch.randint(3, 7, (1,), generator=g)),), generator=g).tolist() for _ in range(n)]
-    responses = [torch.randint(6, 40, (int(torch.randint(1, 9, (1,), generator=g)),), generator=g).tolist() for _ in range(n)]
+    prompts = [
+        torch.randint(6, 40, (int(torch.randint(3, 7, (1,), generator=g)),), generator=g).tolist() for _ in range(n)
+    ]
+    responses = [
+        torch.randint(6, 40, (int(torch.randint(1, 9, (1,), generator=g)),), generator=g).tolist() for _ in range(n)
+    ]
     b = collate(prompts, responses, tok.pad_id)
     b["advantages"] = torch.randn(n, 1, generator=g).expand_as(b["loss_mask"]).contiguous()
     return b
@@ -23,6 +27,7 @@ def _pg_loss(mode):
     def loss_fn(model, mb, norm):
         lp, _ = sequence_logprobs(model, mb["input_ids"])
         return aggregate(-mb["advantages"] * lp, mb["loss_mask"], mode, norm), {}
+
     return loss_fn
 
 
@@ -32,7 +37,7 @@ def test_accumulation_equals_one_big_batch(nano, tok, mode):
     """k micro-batches of gradient accumulation give the gradient of one big batch."""
     batch = _batch(tok)
     grads = []
-    for budget in (10_000, 30, 12):                           # one micro-batch, a few, one row each
+    for budget in (10_000, 30, 12):  # one micro-batch, a few, one row each
         model = copy.deepcopy(nano)
         t = Trainer(model, OptimConfig(lr=0.0, grad_clip=0.0, micro_batch_tokens=budget), 10)
         m = t.step(batch, _pg_loss(mode))
@@ -48,7 +53,7 @@ def test_micro_batches_respect_budget_and_trim(tok):
     for mb in split_micro_batches(batch, 30):
         rows, width = mb["input_ids"].shape
         assert rows == 1 or rows * width <= 30
-        assert mb["attention_mask"][:, -1].any()             # no all-padding column left
+        assert mb["attention_mask"][:, -1].any()  # no all-padding column left
     assert sum(mb["input_ids"].shape[0] for mb in split_micro_batches(batch, 30)) == 8
 
 
@@ -58,6 +63,7 @@ def test_nonfinite_step_is_skipped_and_counted(nano, tok):
 
     def nan_loss(model, mb, norm):
         return model(mb["input_ids"]).sum() * float("nan"), {}
+
     m = t.step(_batch(tok), nan_loss)
     assert m["train/nonfinite_skipped"] == 1.0 and m["train/nonfinite_total"] == 1.0
     assert all(torch.equal(a, b) for a, b in zip(before, nano.parameters()))
@@ -76,7 +82,7 @@ def test_adamw_hyperparameters(nano):
     t = Trainer(nano, OptimConfig(weight_decay=0.1), 10)
     g = t.optimizer.param_groups
     assert g[0]["betas"] == (0.9, 0.95) and g[0]["weight_decay"] == 0.1 and g[1]["weight_decay"] == 0.0
-    assert all(p.dim() < 2 for p in g[1]["params"])          # norms are not decayed
+    assert all(p.dim() < 2 for p in g[1]["params"])  # norms are not decayed
 
 
 def test_micro_batches_keep_units_of_two_together():
@@ -87,9 +93,9 @@ def test_micro_batches_keep_units_of_two_together():
     for i, n in enumerate(lengths):
         mask[i, :n] = 1
     batch = {"input_ids": torch.arange(80).view(8, 10), "attention_mask": mask, "loss_mask": mask}
-    parts = split_micro_batches(batch, 36, unit=2)      # pair widths 9, 4, 8, 5
+    parts = split_micro_batches(batch, 36, unit=2)  # pair widths 9, 4, 8, 5
     rows = [mb["input_ids"][:, 0].div(10, rounding_mode="floor").tolist() for mb in parts]
-    assert rows == [[0, 1, 4, 5], [2, 3, 6, 7]]            # widths 9 and 8 together (36), 4 and 5 (20)
+    assert rows == [[0, 1, 4, 5], [2, 3, 6, 7]]  # widths 9 and 8 together (36), 4 and 5 (20)
     assert [mb["row_index"].tolist() for mb in parts] == rows
     assert [mb["input_ids"].shape[1] for mb in parts] == [9, 5]
     with pytest.raises(ValueError):
@@ -102,15 +108,14 @@ def test_length_grouping_covers_every_row_once_and_pads_less(tok):
     g = torch.Generator().manual_seed(3)
     lengths = torch.randint(2, 40, (64,), generator=g)
     mask = (torch.arange(40) < lengths[:, None]).float()
-    batch = {"input_ids": torch.arange(64)[:, None].expand(64, 40).clone(), "attention_mask": mask,
-             "loss_mask": mask}
+    batch = {"input_ids": torch.arange(64)[:, None].expand(64, 40).clone(), "attention_mask": mask, "loss_mask": mask}
     parts = split_micro_batches(batch, 400)
     seen = torch.cat([mb["row_index"] for mb in parts])
     assert sorted(seen.tolist()) == list(range(64))
     assert all(torch.equal(mb["input_ids"][:, 0], mb["row_index"]) for mb in parts)
     assert all(mb["input_ids"].numel() <= 400 and mb["attention_mask"][:, -1].any() for mb in parts)
     padded = sum(mb["attention_mask"].numel() for mb in parts)
-    in_order, start = 0, 0                                   # greedy consecutive cut, the old rule
+    in_order, start = 0, 0  # greedy consecutive cut, the old rule
     while start < 64:
         end, w = start + 1, int(lengths[start])
         while end < 64 and (end + 1 - start) * max(w, int(lengths[end])) <= 400:

@@ -9,7 +9,7 @@ from posttrain.tasks.math_answer import equivalent, extract_answer, score
 # response text -> extracted answer
 EXTRACT = [
     ("so \\boxed{\\frac{1}{2}} is it", "\\frac{1}{2}"),
-    ("first \\boxed{3} then \\boxed{\\frac{\\sqrt{2}}{2}}", "\\frac{\\sqrt{2}}{2}"),   # last box, nested braces
+    ("first \\boxed{3} then \\boxed{\\frac{\\sqrt{2}}{2}}", "\\frac{\\sqrt{2}}{2}"),  # last box, nested braces
     ("\\boxed{\\{1, 2\\}}", "\\{1, 2\\}"),
     ("\\fbox{42}", "42"),
     ("\\boxed 7 done", "7"),
@@ -55,8 +55,13 @@ EQUIV = [
 ]
 
 # symbolic answers only math-verify understands
-SYMBOLIC = [("x+1", "1+x", True), ("\\{1,2\\}", "\\{2,1\\}", True), ("(1,2)", "(2,1)", False),
-            ("\\frac{\\sqrt{3}}{2}", "\\sin(\\pi/3)", True), ("x^2", "x^3", False)]
+SYMBOLIC = [
+    ("x+1", "1+x", True),
+    ("\\{1,2\\}", "\\{2,1\\}", True),
+    ("(1,2)", "(2,1)", False),
+    ("\\frac{\\sqrt{3}}{2}", "\\sin(\\pi/3)", True),
+    ("x^2", "x^3", False),
+]
 
 BACKENDS = ["builtin"] + (["math-verify"] if ma.math_verify is not None else [])
 
@@ -70,7 +75,7 @@ def test_extract(text, want):
 @pytest.mark.parametrize("gold,answer,want", EQUIV)
 def test_equivalence_table(backend, gold, answer, want):
     assert equivalent(gold, answer, backend) is want
-    assert equivalent(answer, gold, backend) is want or "%" in gold      # symmetric, but for percent golds
+    assert equivalent(answer, gold, backend) is want or "%" in gold  # symmetric, but for percent golds
 
 
 @pytest.mark.skipif(ma.math_verify is None, reason="math-verify not installed (extra `math`)")

@@ -10,8 +10,15 @@ import torch
 from posttrain import UsageError
 from posttrain.framework.roles import RemoteSampler, WeightSyncer
 from posttrain.framework.rollout import Engine
-from posttrain.framework.weight_sync import (LoraSync, PushSync, WeightPublisher, WeightSync, load_buckets,
-                                             state_buckets, switch_weights)
+from posttrain.framework.weight_sync import (
+    LoraSync,
+    PushSync,
+    WeightPublisher,
+    WeightSync,
+    load_buckets,
+    state_buckets,
+    switch_weights,
+)
 
 
 def _train(model: torch.nn.Module, seed: int) -> None:
@@ -54,13 +61,13 @@ def test_separate_copies_every_parameter_in_place(nano, tok):
     engine = Engine(nano, tok)
     sync = WeightSync(nano, engine, "separate")
     assert engine.model is not nano
-    held = [p for p in engine.model.parameters()]                 # the engine's tensors stay the same objects
+    held = [p for p in engine.model.parameters()]  # the engine's tensors stay the same objects
     _train(nano, 2)
     assert not _equal(engine.model, nano)
     out = sync.sync()
     assert _equal(engine.model, nano)
     assert all(a is b for a, b in zip(held, engine.model.parameters()))
-    assert out["sync/bytes"] == 4.0 * sum(p.numel() for p in nano.parameters())   # fp32: 4 bytes a weight
+    assert out["sync/bytes"] == 4.0 * sum(p.numel() for p in nano.parameters())  # fp32: 4 bytes a weight
     assert engine.policy_version == 1
 
 
@@ -79,7 +86,7 @@ def test_lora_sync_without_adapters_is_the_plain_sync(nano, tok):
 def test_push_sync_publishes_and_the_sampler_loads_the_same_weights(nano, tok):
     sampler = ProcessSampler(nano, tok)
     assert isinstance(sampler, RemoteSampler)
-    sync = PushSync(WeightPublisher(nano, bucket_mb=0.05), sampler)   # small buckets: several of them
+    sync = PushSync(WeightPublisher(nano, bucket_mb=0.05), sampler)  # small buckets: several of them
     for v in (1, 2):
         _train(nano, 10 + v)
         out = sync.sync()
@@ -95,7 +102,7 @@ def test_switch_weights_loads_a_kept_version_into_a_local_engine(nano, tok):
     v0 = copy.deepcopy(nano)
     _train(nano, 20)
     publisher.publish()
-    switch_weights(engine, *publisher.latest(at_most=0))          # a staleness bound of one version
+    switch_weights(engine, *publisher.latest(at_most=0))  # a staleness bound of one version
     assert engine.policy_version == 0 and _equal(engine.model, v0)
     switch_weights(engine, *publisher.latest())
     assert engine.policy_version == 1 and _equal(engine.model, nano)

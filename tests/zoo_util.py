@@ -4,16 +4,48 @@ import dataclasses
 
 import torch
 
-from posttrain.algorithms import (cispo, core, dapo, dppo, dr_grpo, grpo, gspo, maxrl, mgpo, reinforce,
-                                  reinforce_pp, rloo)
+from posttrain.algorithms import (
+    cispo,
+    core,
+    dapo,
+    dppo,
+    dr_grpo,
+    grpo,
+    gspo,
+    maxrl,
+    mgpo,
+    reinforce,
+    reinforce_pp,
+    rloo,
+)
 from posttrain.framework.batch import RolloutBatch
 
 F64 = torch.float64
-ZOO = {"reinforce": reinforce, "rloo": rloo, "reinforce_pp": reinforce_pp, "dr_grpo": dr_grpo, "dapo": dapo,
-       "gspo": gspo, "cispo": cispo, "maxrl": maxrl, "mgpo": mgpo, "dppo": dppo}
+ZOO = {
+    "reinforce": reinforce,
+    "rloo": rloo,
+    "reinforce_pp": reinforce_pp,
+    "dr_grpo": dr_grpo,
+    "dapo": dapo,
+    "gspo": gspo,
+    "cispo": cispo,
+    "maxrl": maxrl,
+    "mgpo": mgpo,
+    "dppo": dppo,
+}
 # estimators whose baseline is the prompt's own group: a group of equal rewards gets exactly 0
-GROUP_BASELINED = {"reinforce": {"baseline": "mean"}, "rloo": {}, "dr_grpo": {}, "dapo": {}, "gspo": {},
-                   "cispo": {}, "maxrl": {}, "mgpo": {}, "dppo": {}, "grpo": {}}
+GROUP_BASELINED = {
+    "reinforce": {"baseline": "mean"},
+    "rloo": {},
+    "dr_grpo": {},
+    "dapo": {},
+    "gspo": {},
+    "cispo": {},
+    "maxrl": {},
+    "mgpo": {},
+    "dppo": {},
+    "grpo": {},
+}
 ALL = {**ZOO, "grpo": grpo}
 
 
@@ -42,8 +74,8 @@ def _batch(old, A, mask, ref=None, **extra):
 def _random_batch(seed, B=6, T=7):
     g = torch.Generator().manual_seed(seed)
     mask = (torch.rand(B, T, generator=g) < 0.7).to(F64)
-    mask[:, 0] = 0.0                                               # prompt position
-    mask[2] = 0.0                                                  # a fully masked row
+    mask[:, 0] = 0.0  # prompt position
+    mask[2] = 0.0  # a fully masked row
     old = -torch.rand(B, T, dtype=F64, generator=g) * 3 * mask - 0.05 * mask
     lp = (old + 0.3 * torch.randn(B, T, dtype=F64, generator=g)).clamp_max(-1e-3) * mask
     ref = (old + 0.2 * torch.randn(B, T, dtype=F64, generator=g)) * mask
@@ -67,7 +99,7 @@ def assert_masked_positions_inert(run, lp, old, ref, A, ent, mask):
     changes neither the loss, nor a metric, nor a gradient, and masked positions get no gradient."""
     base = run(lp, old, ref, A, ent)
     off = mask == 0
-    junk = lambda x, v: torch.where(off, torch.full_like(x, v), x)   # noqa: E731
+    junk = lambda x, v: torch.where(off, torch.full_like(x, v), x)  # noqa: E731
     other = run(junk(lp, 30.0), junk(old, -40.0), junk(ref, 25.0), junk(A, 1e6), junk(ent, float("nan")))
     assert other[0].item() == base[0].item()
     assert other[1] == base[1]

@@ -42,11 +42,11 @@ def ranged_specs() -> list[tuple[Path, str, int, int]]:
 
 def object_lines(obj_spec: str) -> list[str]:
     rel, first, last = sources.code_ref(obj_spec)
-    return (ROOT / rel).read_text().splitlines()[first - 1:last]
+    return (ROOT / rel).read_text().splitlines()[first - 1 : last]
 
 
 def shown(obj_spec: str, a: int, b: int) -> str:
-    return "\n".join(object_lines(obj_spec)[a - 1:b])
+    return "\n".join(object_lines(obj_spec)[a - 1 : b])
 
 
 def key(obj_spec: str, a: int, b: int) -> str:
@@ -64,10 +64,10 @@ def find(lines: list[str], want: str) -> tuple[int, int] | None:
     target = normal(want)
     for a in range(len(lines)):
         for b in range(a, len(lines)):
-            acc = normal("\n".join(lines[a:b + 1]))
+            acc = normal("\n".join(lines[a : b + 1]))
             if acc == target:
                 return a + 1, b + 1
-            if not target.startswith(acc.rstrip(",")):     # a comma a later `)` would remove
+            if not target.startswith(acc.rstrip(",")):  # a comma a later `)` would remove
                 break
     return None
 
@@ -80,15 +80,18 @@ def check() -> list[str]:
         if k not in pinned:
             problems.append(f"{path.name}: {{{{code:{k}}}}} has no pinned text: run `python tools/excerpts.py --pin`")
         elif normal(shown(obj, a, b)) != normal(pinned[k]):
-            problems.append(f"{path.name}: {{{{code:{k}}}}} no longer shows its pinned lines (the code above it "
-                            "moved?): run `python tools/excerpts.py --remap`")
+            problems.append(
+                f"{path.name}: {{{{code:{k}}}}} no longer shows its pinned lines (the code above it "
+                "moved?): run `python tools/excerpts.py --remap`"
+            )
     return problems
 
 
 def pin() -> int:
     specs = ranged_specs()
-    PINNED.write_text(json.dumps({key(o, a, b): shown(o, a, b) for _, o, a, b in specs}, indent=1,
-                                 sort_keys=True) + "\n")
+    PINNED.write_text(
+        json.dumps({key(o, a, b): shown(o, a, b) for _, o, a, b in specs}, indent=1, sort_keys=True) + "\n"
+    )
     print(f"pinned {len(specs)} ranged excerpts in {PINNED.relative_to(ROOT)}")
     return 0
 
@@ -103,8 +106,10 @@ def remap() -> int:
         hit = find(object_lines(obj), pinned[k])
         if hit is None:
             lost += 1
-            print(f"{path.name}: {{{{code:{k}}}}}: its pinned lines are gone from {obj}; choose new lines, "
-                  f"then --pin. They were:\n{pinned[k]}\n")
+            print(
+                f"{path.name}: {{{{code:{k}}}}}: its pinned lines are gone from {obj}; choose new lines, "
+                f"then --pin. They were:\n{pinned[k]}\n"
+            )
             continue
         new = key(obj, *hit)
         path.write_text(path.read_text().replace(f"{{{{code:{k}}}}}", f"{{{{code:{new}}}}}"))

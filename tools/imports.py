@@ -35,28 +35,46 @@ ROOT = Path(__file__).resolve().parent.parent / "posttrain"
 # Rank of each top-level room (a package or a module directly under posttrain/): a module may
 # import rooms of its own rank or lower at module level. Lower = closer to torch.
 RANKS = {
-    "posttrain": 0, "chat": 0, "progress": 0, "runtime": 0, "validate": 0, "logging": 0,
-    "algorithms": 1, "models": 1, "tasks": 1, "precision": 1,
-    "config": 2, "config_load": 2, "config_help": 2, "checkpoint": 2,
+    "posttrain": 0,
+    "chat": 0,
+    "progress": 0,
+    "runtime": 0,
+    "validate": 0,
+    "logging": 0,
+    "algorithms": 1,
+    "models": 1,
+    "tasks": 1,
+    "precision": 1,
+    "config": 2,
+    "config_load": 2,
+    "config_help": 2,
+    "checkpoint": 2,
     "sizing": 3,
     "framework": 4,
-    "eval": 5, "preference": 5, "distributed": 5, "serve": 5, "data": 5,
+    "eval": 5,
+    "preference": 5,
+    "distributed": 5,
+    "serve": 5,
+    "data": 5,
     "envs": 6,
-    "recipes": 7, "report": 7,
-    "bench": 8, "lessons": 8, "api": 8,
+    "recipes": 7,
+    "report": 7,
+    "bench": 8,
+    "lessons": 8,
+    "api": 8,
     "cli": 9,
 }
-ENTRY_POINTS = {"posttrain", "posttrain.cli"}          # lazy on purpose: `posttrain --help` without torch
-CORE = {"torch", "numpy", "yaml", "safetensors", "rich", "posttrain"}   # pyproject's dependencies
+ENTRY_POINTS = {"posttrain", "posttrain.cli"}  # lazy on purpose: `posttrain --help` without torch
+CORE = {"torch", "numpy", "yaml", "safetensors", "rich", "posttrain"}  # pyproject's dependencies
 
 
 @dataclass
 class Module:
     name: str
     path: Path
-    top: list[tuple[str, int]] = field(default_factory=list)      # (imported module, line) at module level
-    inner: list[tuple[str, int]] = field(default_factory=list)    # inside a function
-    third_party: set[str] = field(default_factory=set)            # non-core packages imported at module level
+    top: list[tuple[str, int]] = field(default_factory=list)  # (imported module, line) at module level
+    inner: list[tuple[str, int]] = field(default_factory=list)  # inside a function
+    third_party: set[str] = field(default_factory=set)  # non-core packages imported at module level
 
 
 def module_name(path: Path, root: Path = ROOT) -> str:
@@ -76,8 +94,12 @@ def _guard(node: ast.If) -> str | None:
         return "types"
     if isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING":
         return "types"
-    if (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == "__name__"
-            and any(isinstance(c, ast.Constant) and c.value == "__main__" for c in test.comparators)):
+    if (
+        isinstance(test, ast.Compare)
+        and isinstance(test.left, ast.Name)
+        and test.left.id == "__name__"
+        and any(isinstance(c, ast.Constant) and c.value == "__main__" for c in test.comparators)
+    ):
         return "script"
     return None
 
@@ -88,7 +110,7 @@ def targets(node: ast.Import | ast.ImportFrom, names: set[str], here: str, root:
     if isinstance(node, ast.Import):
         return [a.name for a in node.names]
     base = node.module or ""
-    if node.level:                                               # relative: from . import x
+    if node.level:  # relative: from . import x
         pkg = here.split(".")[: len(here.split(".")) - node.level + (here in names and _is_pkg(here, root))]
         base = ".".join(pkg + ([base] if base else []))
     out = []
@@ -106,9 +128,9 @@ def _visit(mod: Module, node: ast.AST, in_function: bool, names: set[str], root:
     """Record the imports under `node` into `mod`: module level or inside a function."""
     for child in ast.iter_child_nodes(node):
         if isinstance(child, ast.If) and not in_function and _guard(child):
-            continue                                             # types only, or the script's entry
+            continue  # types only, or the script's entry
         if isinstance(child, (ast.Import, ast.ImportFrom)):
-            for t in dict.fromkeys(targets(child, names, mod.name, root)):    # once per statement
+            for t in dict.fromkeys(targets(child, names, mod.name, root)):  # once per statement
                 top = t.split(".")[0]
                 if top == "posttrain":
                     (mod.inner if in_function else mod.top).append((t, child.lineno))
@@ -149,20 +171,27 @@ def check(root: Path = ROOT) -> dict:
     out: dict = {"upward": [], "unranked": [], "inner": [], "inner_allowed": []}
     for n, m in mods.items():
         if room(n) not in RANKS:
-            out["unranked"].append(f"{m.path.relative_to(root.parent)}: room {room(n)!r} has no rank in tools/imports.py")
+            out["unranked"].append(
+                f"{m.path.relative_to(root.parent)}: room {room(n)!r} has no rank in tools/imports.py"
+            )
             continue
         for t, line in m.top:
             if t in mods and RANKS.get(room(t), 99) > RANKS[room(n)]:
-                out["upward"].append(f"{m.path.relative_to(root.parent)}:{line}: {n} → {t} "
-                                     f"({room(n)} rank {RANKS[room(n)]} imports {room(t)} rank {RANKS.get(room(t), '?')})")
+                out["upward"].append(
+                    f"{m.path.relative_to(root.parent)}:{line}: {n} → {t} "
+                    f"({room(n)} rank {RANKS[room(n)]} imports {room(t)} rank {RANKS.get(room(t), '?')})"
+                )
         for t, line in m.inner:
             where = f"{m.path.relative_to(root.parent)}:{line}: {n} → {t}"
             allowed = t in optional or n in ENTRY_POINTS
             out["inner_allowed" if allowed else "inner"].append(where)
-    out["counts"] = {"modules": len(mods), "module_level_upward": len(out["upward"]),
-                     "function_level_own": len(out["inner"]) + len(out["inner_allowed"]),
-                     "function_level_unjustified": len(out["inner"]),
-                     "function_level_optional_or_entry": len(out["inner_allowed"])}
+    out["counts"] = {
+        "modules": len(mods),
+        "module_level_upward": len(out["upward"]),
+        "function_level_own": len(out["inner"]) + len(out["inner_allowed"]),
+        "function_level_unjustified": len(out["inner"]),
+        "function_level_optional_or_entry": len(out["inner_allowed"]),
+    }
     return out
 
 

@@ -12,4 +12,4 @@ from dataclasses import dataclass
 
 @dataclass
 class AlgoConfig:
-    name: str = "grpo"            # the algorithm: reinforce | rloo | ppo | reinforce_pp | grpo | dr_grpo | dapo | gspo | cispo | maxrl | mgpo | dppo
+    name: str = "grpo"  # the algorithm: reinforce | rloo | ppo | reinforce_pp | grpo | dr_grpo | dapo | gspo | cispo | maxrl | mgpo | dppo

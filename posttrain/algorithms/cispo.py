@@ -37,15 +37,15 @@ if TYPE_CHECKING:
 @dataclass
 class Config(AlgoConfig):
     name: str = "cispo"
-    eps_high: float = 4.0             # weight cap 1 + eps_high = 5 (ScaleRL; verl example 0.2); lower = smaller steps
-    eps_low: float | None = None      # weight floor 1 − eps_low; None = no floor (paper, TRL)
-    kl_coef: float = 0.0              # β of a per-token KL to the reference in the loss; 0 = paper (no reference)
-    kl_estimator: str = "k3"          # k1 | k2 | k3 (core.kl)
-    std: str = "unbiased"             # GRPO advantage: group std ÷(n−1) | population ÷n
-    scale_by_std: bool = True         # GRPO advantage: divide by σ_G + adv_eps (False = Dr. GRPO's R − μ_G)
-    adv_eps: float = 1e-6             # GRPO advantage: added to σ_G (verl 1e-6, TRL 1e-4)
-    aggregation: str = "token-mean"   # core.AGGREGATIONS; the paper's: one token-mean over the whole batch
-    entropy_coef: float = 0.0         # entropy bonus: loss −= coef·H per token; 0 = the paper
+    eps_high: float = 4.0  # weight cap 1 + eps_high = 5 (ScaleRL; verl example 0.2); lower = smaller steps
+    eps_low: float | None = None  # weight floor 1 − eps_low; None = no floor (paper, TRL)
+    kl_coef: float = 0.0  # β of a per-token KL to the reference in the loss; 0 = paper (no reference)
+    kl_estimator: str = "k3"  # k1 | k2 | k3 (core.kl)
+    std: str = "unbiased"  # GRPO advantage: group std ÷(n−1) | population ÷n
+    scale_by_std: bool = True  # GRPO advantage: divide by σ_G + adv_eps (False = Dr. GRPO's R − μ_G)
+    adv_eps: float = 1e-6  # GRPO advantage: added to σ_G (verl 1e-6, TRL 1e-4)
+    aggregation: str = "token-mean"  # core.AGGREGATIONS; the paper's: one token-mean over the whole batch
+    entropy_coef: float = 0.0  # entropy bonus: loss −= coef·H per token; 0 = the paper
 
     def __post_init__(self):
         core.check_config(self, "cispo")
@@ -59,11 +59,11 @@ advantages = grpo.advantages
 
 def loss(logprobs: torch.Tensor, batch: RolloutBatch, cfg: Config, norm: dict, entropy: torch.Tensor | None = None):
     """CISPO loss of a (micro-)batch; batch and metrics as grpo.loss (`clip/frac`: weights clipped)."""
-    mask, old, adv = core.policy_inputs(batch, "cispo")                # [B, T] each; the batch is only read
+    mask, old, adv = core.policy_inputs(batch, "cispo")  # [B, T] each; the batch is only read
     ratio = core.importance_ratio(logprobs, old).detach()  # [B, T]
     floor = 1.0 - cfg.eps_low if cfg.eps_low is not None else 0.0
     weight = core.on_mask(ratio.clamp(floor, 1.0 + cfg.eps_high), mask)  # ← clip the weight, not the objective
-    pg = reinforce.surrogate(logprobs, adv, weight)                    # −sg(r̂)·A·log π, gradient on every token
+    pg = reinforce.surrogate(logprobs, adv, weight)  # −sg(r̂)·A·log π, gradient on every token
     total, metrics = core.finish_loss(pg, logprobs, batch, cfg, norm, entropy, "cispo")
     clipped = (ratio > 1.0 + cfg.eps_high) | (ratio < floor)
     metrics.update(core.ratio_metrics(logprobs, old, mask, clipped))
@@ -72,4 +72,5 @@ def loss(logprobs: torch.Tensor, batch: RolloutBatch, cfg: Config, norm: dict, e
 
 if __name__ == "__main__":  # python -m posttrain.algorithms.cispo [key=value ...]
     from posttrain.recipes.rl import demo
+
     demo("cispo")

@@ -28,10 +28,11 @@ AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-
 KL_ESTIMATORS = ("k1", "k2", "k3")
 STD_MODES = ("unbiased", "population")
 LOG_RATIO_CLAMP = 20.0  # |log r| bound before exp(): e^20 ≈ 5e8 is finite in fp16/bf16/fp32 (as verl)
-K3_CAP = 10.0           # largest k3 value (verl low_var_kl, OpenRLHF); beyond it the token's KL has no gradient
+K3_CAP = 10.0  # largest k3 value (verl low_var_kl, OpenRLHF); beyond it the token's KL has no gradient
 
 
 # ----------------------------------------------------------------------------- masked reductions
+
 
 def masked_sum(x: torch.Tensor, mask: torch.Tensor, dim=None) -> torch.Tensor:
     """Σ mask·x over `dim` (all dims if None). Positions with mask 0 are selected away, so a
@@ -64,10 +65,11 @@ def float_rewards(rewards: torch.Tensor) -> torch.Tensor:
 
 def broadcast(adv: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
     """Outcome advantage [B] → per-token [B, T], 0 where loss_mask is 0."""
-    return adv.to(loss_mask.dtype).unsqueeze(-1) * loss_mask          # [B, T]
+    return adv.to(loss_mask.dtype).unsqueeze(-1) * loss_mask  # [B, T]
 
 
 # ----------------------------------------------------------------------------- aggregation
+
 
 def batch_norm(loss_mask: torch.Tensor, max_len: float | None = None) -> dict:
     """Normalisers of the WHOLE batch, computed once before it is split into micro-batches.
@@ -103,8 +105,8 @@ def aggregate(per_token: torch.Tensor, mask: torch.Tensor, mode: str, norm: dict
     if mode == "token-mean":
         return masked_sum(per_token, mask) / _pos(norm["tokens"])
     if mode == "seq-mean-token-mean":
-        per_seq = masked_sum(per_token, mask, dim=-1)                  # [B]
-        lengths = mask.sum(-1).to(per_seq.dtype).clamp_min(1.0)        # [B]  |y_i|
+        per_seq = masked_sum(per_token, mask, dim=-1)  # [B]
+        lengths = mask.sum(-1).to(per_seq.dtype).clamp_min(1.0)  # [B]  |y_i|
         return (per_seq / lengths).sum() / _pos(norm["seqs"])
     if mode == "seq-mean-token-sum":
         return masked_sum(per_token, mask) / _pos(norm["seqs"])
@@ -122,6 +124,7 @@ def as_token_weighted(value: torch.Tensor, loss_mask: torch.Tensor, norm: dict) 
 
 
 # ----------------------------------------------------------------------------- KL and entropy
+
 
 def kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kind: str = "k3") -> torch.Tensor:
     """Per-token estimate of KL(π_θ ‖ π_ref) on tokens sampled from π_θ (Schulman's k1/k2/k3,
@@ -149,13 +152,14 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     """Token entropy H = −Σ_v p_v log p_v of the categorical given by logits [B, T, V] → [B, T].
     Computed in float32 at least; −inf logits (banned tokens) contribute exactly 0."""
     x = logits if logits.dtype in (torch.float32, torch.float64) else logits.float()
-    logp = torch.log_softmax(x, dim=-1)                                # [B, T, V]
+    logp = torch.log_softmax(x, dim=-1)  # [B, T, V]
     p = logp.exp()
     # clamp turns log 0 = −inf into a finite number, so 0·log 0 = 0 in value and in gradient
     return -(p * logp.clamp_min(torch.finfo(logp.dtype).min)).sum(-1)  # [B, T]
 
 
 # ----------------------------------------------------------------------------- group statistics
+
 
 def group_stats(rewards: torch.Tensor, group_index: torch.Tensor, std: str = "unbiased"):
     """Per-group mean, std and size of `rewards` [B], broadcast back to each sample.
@@ -171,18 +175,18 @@ def group_stats(rewards: torch.Tensor, group_index: torch.Tensor, std: str = "un
         raise UsageError(f"unknown std convention {std!r}; valid: {', '.join(STD_MODES)}")
     if rewards.numel() == 0:
         return rewards.clone(), rewards.clone(), rewards.clone()
-    _, inv = torch.unique(group_index, return_inverse=True)            # [B] → 0..G-1
+    _, inv = torch.unique(group_index, return_inverse=True)  # [B] → 0..G-1
     G = int(inv.max()) + 1
-    r = rewards.detach().double()                                      # stats in float64
+    r = rewards.detach().double()  # stats in float64
     zeros = torch.zeros(G, dtype=r.dtype, device=r.device)
-    size = zeros.index_add(0, inv, torch.ones_like(r))                 # [G]
-    mean = zeros.index_add(0, inv, r) / size                           # [G]
-    ss = zeros.index_add(0, inv, (r - mean[inv]) ** 2)                 # [G]  Σ (r − μ)²
+    size = zeros.index_add(0, inv, torch.ones_like(r))  # [G]
+    mean = zeros.index_add(0, inv, r) / size  # [G]
+    ss = zeros.index_add(0, inv, (r - mean[inv]) ** 2)  # [G]  Σ (r − μ)²
     dof = size - 1 if std == "unbiased" else size
-    sd = torch.where(dof > 0, ss / dof.clamp_min(1), zeros).sqrt()     # [G]
+    sd = torch.where(dof > 0, ss / dof.clamp_min(1), zeros).sqrt()  # [G]
     rmax = zeros.scatter_reduce(0, inv, r, reduce="amax", include_self=False)
     rmin = zeros.scatter_reduce(0, inv, r, reduce="amin", include_self=False)
-    same = (rmax == rmin)[inv]                                         # [B] degenerate group
+    same = (rmax == rmin)[inv]  # [B] degenerate group
     mean_b = torch.where(same, r, mean[inv])
     sd_b = torch.where(same, torch.zeros_like(r), sd[inv])
     return mean_b.to(rewards.dtype), sd_b.to(rewards.dtype), size[inv].to(rewards.dtype)
@@ -190,8 +194,15 @@ def group_stats(rewards: torch.Tensor, group_index: torch.Tensor, std: str = "un
 
 # ----------------------------------------------------------------------------- PPO clip
 
-def ppo_clip_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
-                  eps_low: float, eps_high: float, dual_clip: float | None = None):
+
+def ppo_clip_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    eps_low: float,
+    eps_high: float,
+    dual_clip: float | None = None,
+):
     """Per-token clipped surrogate, to minimise (docs/algorithms.md §4):
 
         ℓ = −min(r·A, clip(r, 1−ε_low, 1+ε_high)·A),   r = exp(logp − old_logp)
@@ -204,10 +215,10 @@ def ppo_clip_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages
     improving side (A>0, r<1−ε_low; A<0, r>1+ε_high) still pass their gradient: not clipped.
     """
     log_ratio = (logprobs - old_logprobs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-    ratio = torch.exp(log_ratio)                                       # [B, T]
-    s1 = ratio * advantages                                            # [B, T]
+    ratio = torch.exp(log_ratio)  # [B, T]
+    s1 = ratio * advantages  # [B, T]
     s2 = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high) * advantages
-    loss = -torch.minimum(s1, s2)                                      # [B, T]  the PPO clip
+    loss = -torch.minimum(s1, s2)  # [B, T]  the PPO clip
     r = ratio.detach()
     clipped = ((advantages > 0) & (r > 1.0 + eps_high)) | ((advantages < 0) & (r < 1.0 - eps_low))
     if dual_clip is not None:
@@ -219,8 +230,9 @@ def ppo_clip_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages
     return loss, clipped
 
 
-def ratio_metrics(logprobs: torch.Tensor, old_logprobs: torch.Tensor, loss_mask: torch.Tensor,
-                  clipped_mask: torch.Tensor) -> dict:
+def ratio_metrics(
+    logprobs: torch.Tensor, old_logprobs: torch.Tensor, loss_mask: torch.Tensor, clipped_mask: torch.Tensor
+) -> dict:
     """Diagnostics of the importance ratio over loss tokens (0-dim detached tensors).
 
     clip/frac   fraction of loss tokens in `clipped_mask` (gradient zeroed by a clip; see
@@ -247,8 +259,10 @@ def importance_ratio(logprobs: torch.Tensor, old_logprobs: torch.Tensor) -> torc
 
 # ----------------------------------------------------------------------------- shared by several algorithms
 
-def masked_whiten(x: torch.Tensor, mask: torch.Tensor, std: str = "unbiased", eps: float = 1e-8,
-                  scale: bool = True) -> torch.Tensor:
+
+def masked_whiten(
+    x: torch.Tensor, mask: torch.Tensor, std: str = "unbiased", eps: float = 1e-8, scale: bool = True
+) -> torch.Tensor:
     """Token-level z-score over the loss tokens of the whole batch [B, T] → [B, T], 0 off the mask:
 
         (x − mean) / √(var + eps)       (verl `masked_whiten`: eps inside the root; OpenRLHF alike)
@@ -265,12 +279,12 @@ def masked_whiten(x: torch.Tensor, mask: torch.Tensor, std: str = "unbiased", ep
     zero = torch.zeros_like(x)
     if not bool(on.any()):
         return zero
-    xd = x.double()                                                    # stats in float64
+    xd = x.double()  # stats in float64
     vals = xd[on]
     if bool(vals.max() == vals.min()):
         return zero
     n = vals.numel()
-    centred = xd - vals.mean()                                         # [B, T]
+    centred = xd - vals.mean()  # [B, T]
     if scale:
         var = (vals - vals.mean()).pow(2).sum() / (n - 1 if std == "unbiased" and n > 1 else n)
         centred = centred / torch.sqrt(var + eps)
@@ -283,8 +297,7 @@ def bernoulli_kl(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     DPPO's binary-KL trust region (p = π_old(y_t), q = π_θ(y_t)) and MGPO's max-entropy
     deviation (p = pass rate, q = ½) are both this one function.
     """
-    return (torch.xlogy(p, p) - torch.xlogy(p, q)
-            + torch.xlogy(1 - p, 1 - p) - torch.xlogy(1 - p, 1 - q))
+    return torch.xlogy(p, p) - torch.xlogy(p, q) + torch.xlogy(1 - p, 1 - p) - torch.xlogy(1 - p, 1 - q)
 
 
 def check_config(cfg, who: str) -> None:
@@ -303,18 +316,27 @@ def policy_inputs(batch: RolloutBatch, who: str = "loss") -> tuple[torch.Tensor,
     """What every policy loss reads first: (loss_mask [B, T], old_logprobs [B, T], advantages
     [B, T]); advantages given per sample [B] are broadcast over the loss tokens. The batch is
     read, never written."""
-    mask = batch.loss_mask                                             # [B, T]
+    mask = batch.loss_mask  # [B, T]
     if batch.old_logprobs is None or batch.advantages is None:
-        raise UsageError(f"{who}: the loss needs batch.old_logprobs and batch.advantages "
-                         "(collate_samples and the controller's advantage step give them)")
+        raise UsageError(
+            f"{who}: the loss needs batch.old_logprobs and batch.advantages "
+            "(collate_samples and the controller's advantage step give them)"
+        )
     adv = batch.advantages
     if adv.dim() == 1:
-        adv = broadcast(adv, mask)                                     # [B] → [B, T]
+        adv = broadcast(adv, mask)  # [B] → [B, T]
     return mask, batch.old_logprobs, adv
 
 
-def finish_loss(pg: torch.Tensor, logprobs: torch.Tensor, batch: RolloutBatch, cfg, norm: dict,
-                entropy: torch.Tensor | None = None, who: str = "loss"):
+def finish_loss(
+    pg: torch.Tensor,
+    logprobs: torch.Tensor,
+    batch: RolloutBatch,
+    cfg,
+    norm: dict,
+    entropy: torch.Tensor | None = None,
+    who: str = "loss",
+):
     """The tail every policy loss shares once its per-token policy term `pg` [B, T] is known:
 
         ℓ_{i,t} = pg_{i,t} + β·KL_{i,t}(π_θ ‖ π_ref) − c_H·H_{i,t},   L = Agg(ℓ)
@@ -324,14 +346,14 @@ def finish_loss(pg: torch.Tensor, logprobs: torch.Tensor, batch: RolloutBatch, c
     (`kl/ref`) whenever batch has ref_logprobs, the entropy whenever it is given. Returns
     (loss, metrics) with `loss/policy` scaled for the trainer's token-weighted mean.
     """
-    mask = batch.loss_mask                                             # [B, T]
+    mask = batch.loss_mask  # [B, T]
     per_token = pg
     metrics = {"loss/policy": as_token_weighted(aggregate(pg.detach(), mask, cfg.aggregation, norm), mask, norm)}
     ref = batch.ref_logprobs
     if cfg.kl_coef > 0 and ref is None:
         raise UsageError(f"{who}: kl_coef > 0 needs batch['ref_logprobs']; load a reference or set kl_coef=0")
     if ref is not None:
-        kl_tok = kl(on_mask(logprobs, mask), on_mask(ref, mask), cfg.kl_estimator)   # [B, T]  0 off the mask
+        kl_tok = kl(on_mask(logprobs, mask), on_mask(ref, mask), cfg.kl_estimator)  # [B, T]  0 off the mask
         metrics["kl/ref"] = masked_mean(kl_tok.detach(), mask)
         if cfg.kl_coef > 0:
             per_token = per_token + cfg.kl_coef * kl_tok
@@ -349,8 +371,9 @@ def finish_loss(pg: torch.Tensor, logprobs: torch.Tensor, batch: RolloutBatch, c
 OFF_POLICY_CORRECTIONS = ("none", "tis", "seq_tis", "mask")
 
 
-def off_policy_weights(prox_logprobs: torch.Tensor, behaviour_logprobs: torch.Tensor, loss_mask: torch.Tensor,
-                       mode: str, cap: float = 2.0):
+def off_policy_weights(
+    prox_logprobs: torch.Tensor, behaviour_logprobs: torch.Tensor, loss_mask: torch.Tensor, mode: str, cap: float = 2.0
+):
     """Importance weights [B, T] that carry samples of the behaviour policy μ (the sampler's
     weights, `policy_version` steps old) over to π_prox (the trainer's weights before this
     update), detached, 0 off the mask (docs/algorithms.md §6):
@@ -372,7 +395,7 @@ def off_policy_weights(prox_logprobs: torch.Tensor, behaviour_logprobs: torch.Te
     with torch.no_grad():
         m = loss_mask
         log_w = torch.where(m != 0, prox_logprobs - behaviour_logprobs, torch.zeros_like(prox_logprobs))
-        log_w = log_w.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)                    # [B, T]
+        log_w = log_w.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # [B, T]
         if mode == "none":
             w, capped = torch.ones_like(log_w), torch.zeros_like(m, dtype=torch.bool)
         elif mode == "tis":
@@ -385,9 +408,11 @@ def off_policy_weights(prox_logprobs: torch.Tensor, behaviour_logprobs: torch.Te
             raw = log_w.exp()
             capped = (raw > cap) | (raw < 1.0 / cap)
             w = torch.where(capped, torch.zeros_like(raw), raw)
-        w = w * m                                                                 # [B, T]
-        metrics = {"offpolicy/weight_mean": masked_mean(w, m),
-                   "offpolicy/weight_max": torch.where(m != 0, w, torch.zeros_like(w)).max() if w.numel() else w.new_zeros(()),
-                   "offpolicy/capped_frac": masked_mean(capped.to(m.dtype), m),
-                   "offpolicy/log_ratio_abs": masked_mean(log_w.abs(), m)}
+        w = w * m  # [B, T]
+        metrics = {
+            "offpolicy/weight_mean": masked_mean(w, m),
+            "offpolicy/weight_max": torch.where(m != 0, w, torch.zeros_like(w)).max() if w.numel() else w.new_zeros(()),
+            "offpolicy/capped_frac": masked_mean(capped.to(m.dtype), m),
+            "offpolicy/log_ratio_abs": masked_mean(log_w.abs(), m),
+        }
     return w, metrics

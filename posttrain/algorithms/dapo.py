@@ -51,22 +51,24 @@ if TYPE_CHECKING:
 @dataclass
 class Config(grpo.Config):
     name: str = "dapo"
-    eps_high: float = 0.28            # ← fix 1, clip-higher: upper clip 1.28 (lower stays 0.8)
-    aggregation: str = "token-mean"   # ← fix 3, token-level loss over the whole batch
-    kl_coef: float = 0.0              # the paper trains without the KL term (β = 0)
-    dynamic_sampling: bool = True     # ← fix 2: all-equal raw rewards → A = 0 (the refill: degenerate=resample)
-    overlong_buffer: int = 0          # ← fix 4: L_cache, the ramp before max_len; 0 = no shaping (paper 4096)
-    max_len: int = 0                  # L_max, the generation cap where the ramp reaches −1 (paper 20480)
+    eps_high: float = 0.28  # ← fix 1, clip-higher: upper clip 1.28 (lower stays 0.8)
+    aggregation: str = "token-mean"  # ← fix 3, token-level loss over the whole batch
+    kl_coef: float = 0.0  # the paper trains without the KL term (β = 0)
+    dynamic_sampling: bool = True  # ← fix 2: all-equal raw rewards → A = 0 (the refill: degenerate=resample)
+    overlong_buffer: int = 0  # ← fix 4: L_cache, the ramp before max_len; 0 = no shaping (paper 4096)
+    max_len: int = 0  # L_max, the generation cap where the ramp reaches −1 (paper 20480)
     overlong_penalty_factor: float = 1.0  # scale of the penalty (verl penalty_factor); 1 = −1 at max_len
-    mask_truncated: bool = False      # overlong filtering: rows with batch['truncated'] get zero loss (TRL)
+    mask_truncated: bool = False  # overlong filtering: rows with batch['truncated'] get zero loss (TRL)
 
     def __post_init__(self):
         super().__post_init__()
         if self.overlong_buffer < 0 or self.max_len < 0 or self.overlong_penalty_factor < 0:
             raise UsageError("dapo: overlong_buffer, max_len and overlong_penalty_factor must be ≥ 0")
         if self.overlong_buffer > 0 and self.max_len < self.overlong_buffer:
-            raise UsageError(f"dapo: overlong_buffer={self.overlong_buffer} needs max_len ≥ it (the generation "
-                             f"cap, e.g. max_new_tokens); got max_len={self.max_len}")
+            raise UsageError(
+                f"dapo: overlong_buffer={self.overlong_buffer} needs max_len ≥ it (the generation "
+                f"cap, e.g. max_new_tokens); got max_len={self.max_len}"
+            )
 
 
 needs_reference = grpo.needs_reference
@@ -82,21 +84,22 @@ def overlong_penalty(lengths: torch.Tensor, max_len: float, buffer: float) -> to
 def degenerate(rewards: torch.Tensor, group_index: torch.Tensor) -> torch.Tensor:
     """[B] bool: the sample's group has all-equal rewards (singletons included). At accuracy p
     and G samples a group is degenerate with probability p^G + (1−p)^G (0.66 at p=0.9, G=4)."""
-    _, std, _ = core.group_stats(rewards, group_index)                 # exactly 0 for equal rewards
+    _, std, _ = core.group_stats(rewards, group_index)  # exactly 0 for equal rewards
     return std == 0
 
 
-def advantages(rewards: torch.Tensor, group_index: torch.Tensor, cfg: Config, batch: RolloutBatch | None = None,
-               **kw) -> torch.Tensor:
+def advantages(
+    rewards: torch.Tensor, group_index: torch.Tensor, cfg: Config, batch: RolloutBatch | None = None, **kw
+) -> torch.Tensor:
     """GRPO advantage [B] of the length-shaped reward; `batch` (loss_mask) gives the lengths."""
     rewards = core.float_rewards(rewards)
     shaped = rewards
     if cfg.overlong_buffer > 0:
         if batch is None:
             raise UsageError("dapo: overlong shaping needs the batch (loss_mask) in advantages(batch=...)")
-        lengths = batch.loss_mask.sum(-1).to(rewards.dtype)         # [B] |y_i|
+        lengths = batch.loss_mask.sum(-1).to(rewards.dtype)  # [B] |y_i|
         shaped = rewards + cfg.overlong_penalty_factor * overlong_penalty(lengths, cfg.max_len, cfg.overlong_buffer)
-    adv = grpo.advantages(shaped, group_index, cfg)                    # [B]
+    adv = grpo.advantages(shaped, group_index, cfg)  # [B]
     if cfg.dynamic_sampling:
         adv = torch.where(degenerate(rewards, group_index), torch.zeros_like(adv), adv)
     return adv
@@ -109,7 +112,7 @@ def loss(logprobs: torch.Tensor, batch: RolloutBatch, cfg: Config, norm: dict, e
     if not (cfg.mask_truncated and truncated is not None):
         return grpo.loss(logprobs, batch, cfg, norm, entropy)
     full = batch.loss_mask
-    kept = full * (~truncated.bool()).unsqueeze(-1).to(full.dtype)     # [B, T]
+    kept = full * (~truncated.bool()).unsqueeze(-1).to(full.dtype)  # [B, T]
     total, metrics = grpo.loss(logprobs, dataclasses.replace(batch, loss_mask=kept), cfg, norm, entropy)
     # loss/policy is scaled by kept tokens; the trainer weighs it by all of the row's tokens
     n_full, n_kept = float(full.sum()), float(kept.sum())
@@ -118,7 +121,7 @@ def loss(logprobs: torch.Tensor, batch: RolloutBatch, cfg: Config, norm: dict, e
     return total, metrics
 
 
-
 if __name__ == "__main__":  # python -m posttrain.algorithms.dapo [key=value ...]
     from posttrain.recipes.rl import demo
+
     demo("dapo")

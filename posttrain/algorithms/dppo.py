@@ -44,23 +44,23 @@ if TYPE_CHECKING:
     from posttrain.framework.batch import RolloutBatch
 
 DIVERGENCES = ("tv", "kl")
-DEFAULT_DELTA = {"tv": 0.15, "kl": 0.05}                               # verl examples/dppo_trainer
+DEFAULT_DELTA = {"tv": 0.15, "kl": 0.05}  # verl examples/dppo_trainer
 
 
 @dataclass
 class Config(AlgoConfig):
     name: str = "dppo"
-    divergence: str = "tv"            # tv: |p − p_old| (binary total variation) | kl: binary KL(p_old ‖ p)
-    delta_low: float | None = None    # bound on the move for A ≤ 0 tokens; None = 0.15 (tv) / 0.05 (kl)
-    delta_high: float | None = None   # bound on the move for A > 0 tokens; None = 0.15 (tv) / 0.05 (kl)
-    ratio_cap: float = 10000.0        # C of the truncated IS weight min(r, C); large = no truncation (paper §5.4)
-    kl_coef: float = 0.0              # β of a per-token KL to the reference in the loss; 0 = paper (no reference model)
-    kl_estimator: str = "k3"          # k1 | k2 | k3 (core.kl)
-    std: str = "unbiased"             # GRPO advantage: group std ÷(n−1) | population ÷n
-    scale_by_std: bool = True         # GRPO advantage: divide by σ_G + adv_eps (False = Dr. GRPO's R − μ_G)
-    adv_eps: float = 1e-6             # GRPO advantage: added to σ_G (verl 1e-6, TRL 1e-4)
-    aggregation: str = "token-mean"   # core.AGGREGATIONS; the paper's token-mean
-    entropy_coef: float = 0.0         # entropy bonus: loss −= coef·H per token; 0 = the paper
+    divergence: str = "tv"  # tv: |p − p_old| (binary total variation) | kl: binary KL(p_old ‖ p)
+    delta_low: float | None = None  # bound on the move for A ≤ 0 tokens; None = 0.15 (tv) / 0.05 (kl)
+    delta_high: float | None = None  # bound on the move for A > 0 tokens; None = 0.15 (tv) / 0.05 (kl)
+    ratio_cap: float = 10000.0  # C of the truncated IS weight min(r, C); large = no truncation (paper §5.4)
+    kl_coef: float = 0.0  # β of a per-token KL to the reference in the loss; 0 = paper (no reference model)
+    kl_estimator: str = "k3"  # k1 | k2 | k3 (core.kl)
+    std: str = "unbiased"  # GRPO advantage: group std ÷(n−1) | population ÷n
+    scale_by_std: bool = True  # GRPO advantage: divide by σ_G + adv_eps (False = Dr. GRPO's R − μ_G)
+    adv_eps: float = 1e-6  # GRPO advantage: added to σ_G (verl 1e-6, TRL 1e-4)
+    aggregation: str = "token-mean"  # core.AGGREGATIONS; the paper's token-mean
+    entropy_coef: float = 0.0  # entropy bonus: loss −= coef·H per token; 0 = the paper
 
     def __post_init__(self):
         core.check_config(self, "dppo")
@@ -87,22 +87,22 @@ advantages = grpo.advantages
 def trust_region(logprobs: torch.Tensor, old_logprobs: torch.Tensor, adv: torch.Tensor, cfg: Config) -> torch.Tensor:
     """keep [B, T] bool: the token's move p_old → p stays inside the region (or goes against A)."""
     low, high = deltas(cfg)
-    p, p_old = logprobs.detach().exp(), old_logprobs.exp()             # [B, T]
+    p, p_old = logprobs.detach().exp(), old_logprobs.exp()  # [B, T]
     up = adv > 0
     if cfg.divergence == "tv":
         move = p - p_old
         return torch.where(up, move <= high, move >= -low)
-    d = core.bernoulli_kl(p_old, p)                                    # [B, T]
+    d = core.bernoulli_kl(p_old, p)  # [B, T]
     return torch.where(up, (d <= high) | (p <= p_old), (d <= low) | (p >= p_old))
 
 
 def loss(logprobs: torch.Tensor, batch: RolloutBatch, cfg: Config, norm: dict, entropy: torch.Tensor | None = None):
     """DPPO loss of a (micro-)batch; batch and metrics as grpo.loss (`clip/frac`: tokens masked)."""
-    mask, old, adv = core.policy_inputs(batch, "dppo")                 # [B, T] each; the batch is only read
-    keep = trust_region(logprobs, old, adv, cfg) & (mask != 0)        # ← the divergence mask replaces the clip
-    ratio = core.importance_ratio(logprobs, old).detach()              # [B, T]
+    mask, old, adv = core.policy_inputs(batch, "dppo")  # [B, T] each; the batch is only read
+    keep = trust_region(logprobs, old, adv, cfg) & (mask != 0)  # ← the divergence mask replaces the clip
+    ratio = core.importance_ratio(logprobs, old).detach()  # [B, T]
     weight = torch.where(keep, ratio.clamp(max=cfg.ratio_cap), torch.zeros_like(ratio))
-    pg = reinforce.surrogate(logprobs, adv, weight)                    # −A·sg(min(r, C)·keep)·log π
+    pg = reinforce.surrogate(logprobs, adv, weight)  # −A·sg(min(r, C)·keep)·log π
     total, metrics = core.finish_loss(pg, logprobs, batch, cfg, norm, entropy, "dppo")
     metrics.update(core.ratio_metrics(logprobs, old, mask, ~keep))
     return total, metrics
@@ -110,4 +110,5 @@ def loss(logprobs: torch.Tensor, batch: RolloutBatch, cfg: Config, norm: dict, e
 
 if __name__ == "__main__":  # python -m posttrain.algorithms.dppo [key=value ...]
     from posttrain.recipes.rl import demo
+
     demo("dppo")

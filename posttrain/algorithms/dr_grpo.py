@@ -31,9 +31,9 @@ from posttrain.algorithms import grpo
 @dataclass
 class Config(grpo.Config):
     name: str = "dr_grpo"
-    scale_by_std: bool = False        # ← switch 1: A = R − μ_G (no difficulty reweighting)
+    scale_by_std: bool = False  # ← switch 1: A = R − μ_G (no difficulty reweighting)
     aggregation: str = "seq-mean-token-sum-norm"  # ← switch 2: Σ/(N·L_max), a constant, not 1/|y_i|
-    kl_coef: float = 0.0              # the paper trains without the KL term (β = 0)
+    kl_coef: float = 0.0  # the paper trains without the KL term (β = 0)
 
 
 needs_reference = grpo.needs_reference
@@ -43,4 +43,5 @@ loss = grpo.loss
 
 if __name__ == "__main__":  # python -m posttrain.algorithms.dr_grpo [key=value ...]
     from posttrain.recipes.rl import demo
+
     demo("dr_grpo")

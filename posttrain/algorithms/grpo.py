@@ -41,16 +41,16 @@ if TYPE_CHECKING:
 @dataclass
 class Config(AlgoConfig):
     name: str = "grpo"
-    eps_low: float = 0.2              # clip r below at 1 − eps_low (paper ε = 0.2)
-    eps_high: float = 0.2             # clip r above at 1 + eps_high; larger (DAPO 0.28) lets rare tokens grow
-    kl_coef: float = 0.04             # β of the KL term in the loss (paper 0.04, R1 0.001); 0 = no reference model
-    kl_estimator: str = "k3"          # k1 | k2 | k3 per-token KL; k3 is the paper's D_{i,t} (unbiased, ≥ 0)
-    std: str = "unbiased"             # group std: unbiased ÷(n−1) (torch/TRL/verl) | population ÷n (course tables)
-    scale_by_std: bool = True         # divide by σ_G + adv_eps; False = Dr. GRPO (no difficulty reweighting)
-    adv_eps: float = 1e-6             # added to σ_G (verl 1e-6, TRL 1e-4); bounds A when σ_G is tiny but non-zero
+    eps_low: float = 0.2  # clip r below at 1 − eps_low (paper ε = 0.2)
+    eps_high: float = 0.2  # clip r above at 1 + eps_high; larger (DAPO 0.28) lets rare tokens grow
+    kl_coef: float = 0.04  # β of the KL term in the loss (paper 0.04, R1 0.001); 0 = no reference model
+    kl_estimator: str = "k3"  # k1 | k2 | k3 per-token KL; k3 is the paper's D_{i,t} (unbiased, ≥ 0)
+    std: str = "unbiased"  # group std: unbiased ÷(n−1) (torch/TRL/verl) | population ÷n (course tables)
+    scale_by_std: bool = True  # divide by σ_G + adv_eps; False = Dr. GRPO (no difficulty reweighting)
+    adv_eps: float = 1e-6  # added to σ_G (verl 1e-6, TRL 1e-4); bounds A when σ_G is tiny but non-zero
     aggregation: str = "seq-mean-token-mean"  # core.AGGREGATIONS; paper: token mean per sequence, then mean
-    entropy_coef: float = 0.0         # entropy bonus: loss −= coef·H per token (0 = paper); more exploration
-    dual_clip: float | None = None    # c > 1 caps the loss of A < 0 tokens at c·|A| (Ye et al.: 3); None = off
+    entropy_coef: float = 0.0  # entropy bonus: loss −= coef·H per token (0 = paper); more exploration
+    dual_clip: float | None = None  # c > 1 caps the loss of A < 0 tokens at c·|A| (Ye et al.: 3); None = off
 
     def __post_init__(self):
         if self.aggregation not in core.AGGREGATIONS:
@@ -78,16 +78,15 @@ def advantages(rewards: torch.Tensor, group_index: torch.Tensor, cfg: Config, **
     rewards [B] float (an integer tensor is cast), group_index [B] long (samples of one prompt share an index).
     """
     rewards = core.float_rewards(rewards)
-    mean, std, _ = core.group_stats(rewards, group_index, cfg.std)     # [B] each
-    adv = rewards - mean                                               # ← the group baseline replaces V(s)
+    mean, std, _ = core.group_stats(rewards, group_index, cfg.std)  # [B] each
+    adv = rewards - mean  # ← the group baseline replaces V(s)
     if cfg.scale_by_std:
         # degenerate groups have adv = 0 and std = 0 exactly (core.group_stats): keep 0, even with adv_eps = 0
         adv = torch.where(std > 0, adv / (std + cfg.adv_eps), torch.zeros_like(adv))
     return adv
 
 
-def loss(logprobs: torch.Tensor, batch: RolloutBatch, cfg: Config, norm: dict,
-         entropy: torch.Tensor | None = None):
+def loss(logprobs: torch.Tensor, batch: RolloutBatch, cfg: Config, norm: dict, entropy: torch.Tensor | None = None):
     """GRPO loss of a (micro-)batch, normalised by the whole batch's `norm` (core.batch_norm).
 
     logprobs [B, T]: log π_θ of the batch tokens, with gradient. batch: `loss_mask`,
@@ -97,9 +96,8 @@ def loss(logprobs: torch.Tensor, batch: RolloutBatch, cfg: Config, norm: dict,
     trainer's token-weighted mean over micro-batches is the batch value), `clip/frac`,
     `ratio/mean`, `ratio/max`, and `kl/ref`, `entropy` (masked means) when available.
     """
-    mask, old, adv = core.policy_inputs(batch, "grpo")                 # [B, T] each; the batch is only read
-    pg, clipped = core.ppo_clip_loss(logprobs, old, adv,
-                                     cfg.eps_low, cfg.eps_high, cfg.dual_clip)  # [B, T]
+    mask, old, adv = core.policy_inputs(batch, "grpo")  # [B, T] each; the batch is only read
+    pg, clipped = core.ppo_clip_loss(logprobs, old, adv, cfg.eps_low, cfg.eps_high, cfg.dual_clip)  # [B, T]
     # ← β·k3 per token before aggregation, then the entropy bonus: core.finish_loss
     total, metrics = core.finish_loss(pg, logprobs, batch, cfg, norm, entropy, who="grpo")
     metrics.update(core.ratio_metrics(logprobs, old, mask, clipped))
@@ -108,4 +106,5 @@ def loss(logprobs: torch.Tensor, batch: RolloutBatch, cfg: Config, norm: dict,
 
 if __name__ == "__main__":  # python -m posttrain.algorithms.grpo [key=value ...]
     from posttrain.recipes.rl import demo
+
     demo("grpo")

@@ -40,10 +40,10 @@ VARIANTS = ("sequence", "token")
 @dataclass
 class Config(grpo.Config):
     name: str = "gspo"
-    eps_low: float = 3e-4             # clip s_i below at 1 − 3e-4 (paper); s_i moves far less than a token ratio
-    eps_high: float = 4e-4            # sequence-ratio clip above at 1 + 4e-4 (paper)
-    kl_coef: float = 0.0              # the paper trains without the KL term (β = 0)
-    variant: str = "sequence"         # sequence: GSPO, one ratio per response | token: GSPO-token (per-token A)
+    eps_low: float = 3e-4  # clip s_i below at 1 − 3e-4 (paper); s_i moves far less than a token ratio
+    eps_high: float = 4e-4  # sequence-ratio clip above at 1 + 4e-4 (paper)
+    kl_coef: float = 0.0  # the paper trains without the KL term (β = 0)
+    variant: str = "sequence"  # sequence: GSPO, one ratio per response | token: GSPO-token (per-token A)
 
     def __post_init__(self):
         super().__post_init__()
@@ -55,21 +55,22 @@ needs_reference = grpo.needs_reference
 advantages = grpo.advantages
 
 
-def sequence_log_ratio(logprobs: torch.Tensor, old_logprobs: torch.Tensor, loss_mask: torch.Tensor,
-                       variant: str = "sequence") -> torch.Tensor:
+def sequence_log_ratio(
+    logprobs: torch.Tensor, old_logprobs: torch.Tensor, loss_mask: torch.Tensor, variant: str = "sequence"
+) -> torch.Tensor:
     """log s_i written on every token [B, T]: the masked mean of log r over the row.
     variant="token" keeps the value but routes the gradient to each token alone:
     log s_{i,t} = log π_θ(y_t) − sg(log π_θ(y_t)) + sg(log s_i)."""
     log_s = core.masked_mean(logprobs - old_logprobs, loss_mask, dim=-1).unsqueeze(-1)  # [B, 1]
     if variant == "token":
-        return logprobs - logprobs.detach() + log_s.detach()          # [B, T]
-    return log_s.expand_as(logprobs)                                   # [B, T]
+        return logprobs - logprobs.detach() + log_s.detach()  # [B, T]
+    return log_s.expand_as(logprobs)  # [B, T]
 
 
 def loss(logprobs: torch.Tensor, batch: RolloutBatch, cfg: Config, norm: dict, entropy: torch.Tensor | None = None):
     """GSPO loss of a (micro-)batch; batch and metrics as grpo.loss, except that `ratio/*` and
     `clip/frac` describe the sequence ratio s_i (token-weighted)."""
-    mask, old, adv = core.policy_inputs(batch, "gspo")                 # [B, T] each; the batch is only read
+    mask, old, adv = core.policy_inputs(batch, "gspo")  # [B, T] each; the batch is only read
     log_s = sequence_log_ratio(logprobs, old, mask, cfg.variant)  # [B, T]
     zero = torch.zeros_like(log_s)
     pg, clipped = core.ppo_clip_loss(log_s, zero, adv, cfg.eps_low, cfg.eps_high, cfg.dual_clip)  # ← clip s_i, not r_t
@@ -80,4 +81,5 @@ def loss(logprobs: torch.Tensor, batch: RolloutBatch, cfg: Config, norm: dict, e
 
 if __name__ == "__main__":  # python -m posttrain.algorithms.gspo [key=value ...]
     from posttrain.recipes.rl import demo
+
     demo("gspo")

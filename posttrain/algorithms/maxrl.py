@@ -32,8 +32,8 @@ from posttrain.algorithms import core, grpo
 @dataclass
 class Config(grpo.Config):
     name: str = "maxrl"
-    scale_by_std: bool = False        # False: (R − p̂)/p̂ (paper) | True: GRPO's advantage / p̂ (ref. repo's misc)
-    kl_coef: float = 0.0              # no KL term by default (0 = no reference model)
+    scale_by_std: bool = False  # False: (R − p̂)/p̂ (paper) | True: GRPO's advantage / p̂ (ref. repo's misc)
+    kl_coef: float = 0.0  # no KL term by default (0 = no reference model)
 
 
 needs_reference = grpo.needs_reference
@@ -43,12 +43,13 @@ loss = grpo.loss
 def advantages(rewards: torch.Tensor, group_index: torch.Tensor, cfg: Config, **kw) -> torch.Tensor:
     """(R − p̂)/p̂ per sample [B]; 0 for groups with p̂ ≤ 0 and for equal-reward groups."""
     rewards = core.float_rewards(rewards)
-    adv = grpo.advantages(rewards, group_index, cfg)                   # R − μ_G  (or /σ_G with scale_by_std)
-    p_hat, _, _ = core.group_stats(rewards, group_index, cfg.std)      # [B]  μ_G, the pass rate for 0/1 rewards
+    adv = grpo.advantages(rewards, group_index, cfg)  # R − μ_G  (or /σ_G with scale_by_std)
+    p_hat, _, _ = core.group_stats(rewards, group_index, cfg.std)  # [B]  μ_G, the pass rate for 0/1 rewards
     ok = p_hat > 0
     return torch.where(ok, adv / torch.where(ok, p_hat, torch.ones_like(p_hat)), torch.zeros_like(adv))  # ← ÷ p̂
 
 
 if __name__ == "__main__":  # python -m posttrain.algorithms.maxrl [key=value ...]
     from posttrain.recipes.rl import demo
+
     demo("maxrl")

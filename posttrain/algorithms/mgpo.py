@@ -33,7 +33,7 @@ from posttrain.algorithms import core, grpo
 @dataclass
 class Config(grpo.Config):
     name: str = "mgpo"
-    maxent_lambda: float = 1.0        # λ of w = exp(−λ·D_ME(p̂)); 0 = GRPO, larger = focus on prompts near pass rate ½
+    maxent_lambda: float = 1.0  # λ of w = exp(−λ·D_ME(p̂)); 0 = GRPO, larger = focus on prompts near pass rate ½
 
     def __post_init__(self):
         super().__post_init__()
@@ -53,11 +53,12 @@ def trainability(p_hat: torch.Tensor, lam: float) -> torch.Tensor:
 def advantages(rewards: torch.Tensor, group_index: torch.Tensor, cfg: Config, **kw) -> torch.Tensor:
     """w(p̂)·A^GRPO [B]; degenerate groups stay at exactly 0."""
     rewards = core.float_rewards(rewards)
-    p_hat, _, _ = core.group_stats(rewards, group_index, cfg.std)      # [B]  μ_G
-    w = trainability(p_hat.clamp(0.0, 1.0), cfg.maxent_lambda)         # [B]
-    return w * grpo.advantages(rewards, group_index, cfg)             # ← the trainability weight
+    p_hat, _, _ = core.group_stats(rewards, group_index, cfg.std)  # [B]  μ_G
+    w = trainability(p_hat.clamp(0.0, 1.0), cfg.maxent_lambda)  # [B]
+    return w * grpo.advantages(rewards, group_index, cfg)  # ← the trainability weight
 
 
 if __name__ == "__main__":  # python -m posttrain.algorithms.mgpo [key=value ...]
     from posttrain.recipes.rl import demo
+
     demo("mgpo")

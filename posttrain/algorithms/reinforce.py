@@ -44,11 +44,11 @@ BASELINES = ("none", "mean")
 @dataclass
 class Config(AlgoConfig):
     name: str = "reinforce"
-    baseline: str = "none"            # none: A = R (Williams) | mean: A = R − μ_G (lower variance, gradient × (G−1)/G)
+    baseline: str = "none"  # none: A = R (Williams) | mean: A = R − μ_G (lower variance, gradient × (G−1)/G)
     aggregation: str = "seq-mean-token-sum"  # core.AGGREGATIONS; the paper: sum over tokens, mean over sequences
-    kl_coef: float = 0.0              # β of a per-token KL to the reference in the loss; 0 = none (no reference model)
-    kl_estimator: str = "k3"          # k1 | k2 | k3 (core.kl); k2's gradient is the reverse KL's, k3's the forward KL's
-    entropy_coef: float = 0.0         # entropy bonus: loss −= coef·H per token; 0 = the paper
+    kl_coef: float = 0.0  # β of a per-token KL to the reference in the loss; 0 = none (no reference model)
+    kl_estimator: str = "k3"  # k1 | k2 | k3 (core.kl); k2's gradient is the reverse KL's, k3's the forward KL's
+    entropy_coef: float = 0.0  # entropy bonus: loss −= coef·H per token; 0 = the paper
 
     def __post_init__(self):
         if self.baseline not in BASELINES:
@@ -67,7 +67,7 @@ def advantages(rewards: torch.Tensor, group_index: torch.Tensor, cfg: Config, **
     rewards = core.float_rewards(rewards)
     if cfg.baseline == "none":
         return rewards.clone()
-    mean, _, _ = core.group_stats(rewards, group_index)               # [B]
+    mean, _, _ = core.group_stats(rewards, group_index)  # [B]
     return rewards - mean
 
 
@@ -90,8 +90,8 @@ def loss(logprobs: torch.Tensor, batch: RolloutBatch, cfg, norm: dict, entropy: 
     Returns (loss, metrics): `loss/policy`, `ratio/mean`, `ratio/max`, `clip/frac` (always 0:
     nothing is clipped), and `kl/ref`, `entropy` when available.
     """
-    mask, old, adv = core.policy_inputs(batch, "reinforce")            # [B, T] each; the batch is only read
-    pg = surrogate(logprobs, adv)                                      # ← −A·log π, no ratio, no clip
+    mask, old, adv = core.policy_inputs(batch, "reinforce")  # [B, T] each; the batch is only read
+    pg = surrogate(logprobs, adv)  # ← −A·log π, no ratio, no clip
     total, metrics = core.finish_loss(pg, logprobs, batch, cfg, norm, entropy, "reinforce")
     never = torch.zeros_like(mask, dtype=torch.bool)
     metrics.update(core.ratio_metrics(logprobs, old, mask, never))
@@ -100,4 +100,5 @@ def loss(logprobs: torch.Tensor, batch: RolloutBatch, cfg, norm: dict, entropy: 
 
 if __name__ == "__main__":  # python -m posttrain.algorithms.reinforce [key=value ...]
     from posttrain.recipes.rl import demo
+
     demo("reinforce")

@@ -47,13 +47,13 @@ if TYPE_CHECKING:
 @dataclass
 class Config(grpo.Config):
     name: str = "reinforce_pp"
-    aggregation: str = "token-mean"   # core.AGGREGATIONS; the paper's (OpenRLHF's) token-mean
-    kl_coef: float = 0.0              # β of a KL in the LOSS (the -baseline recipe: 1e-5..1e-4 with k2); 0 = off
-    kl_estimator: str = "k2"          # estimator of that loss KL; k2's gradient is the reverse-KL gradient (OpenRLHF scripts)
-    adv_eps: float = 1e-8             # whitening: A = (G − mean)/√(var + adv_eps), as verl masked_whiten
-    baseline: bool = False            # False: REINFORCE++ (reward-to-go) | True: REINFORCE++-baseline (R − μ_G)
+    aggregation: str = "token-mean"  # core.AGGREGATIONS; the paper's (OpenRLHF's) token-mean
+    kl_coef: float = 0.0  # β of a KL in the LOSS (the -baseline recipe: 1e-5..1e-4 with k2); 0 = off
+    kl_estimator: str = "k2"  # estimator of that loss KL; k2's gradient is the reverse-KL gradient (OpenRLHF scripts)
+    adv_eps: float = 1e-8  # whitening: A = (G − mean)/√(var + adv_eps), as verl masked_whiten
+    baseline: bool = False  # False: REINFORCE++ (reward-to-go) | True: REINFORCE++-baseline (R − μ_G)
     reward_kl_coef: float | None = None  # β of the k1 KL in the REWARD; None = 0.01 (plain) / 0 (-baseline)
-    gamma: float = 1.0                # discount of the reward-to-go over loss tokens (1 in practice for LLMs)
+    gamma: float = 1.0  # discount of the reward-to-go over loss tokens (1 in practice for LLMs)
 
     def __post_init__(self):
         super().__post_init__()
@@ -75,16 +75,17 @@ def needs_reference(cfg: Config) -> bool:
     return cfg.kl_coef > 0 or reward_kl(cfg) > 0
 
 
-def token_rewards(rewards: torch.Tensor, loss_mask: torch.Tensor, kl_tok: torch.Tensor | None = None,
-                  beta: float = 0.0) -> torch.Tensor:
+def token_rewards(
+    rewards: torch.Tensor, loss_mask: torch.Tensor, kl_tok: torch.Tensor | None = None, beta: float = 0.0
+) -> torch.Tensor:
     """r_t = R at the last loss token of each row − β·KL_t on loss tokens, 0 elsewhere [B, T]."""
     B, T = loss_mask.shape
     on = loss_mask != 0
     cols = torch.arange(T, device=loss_mask.device).expand(B, T)
-    last = torch.where(on, cols, torch.full_like(cols, -1)).max(-1).values   # [B]  -1: no loss token
+    last = torch.where(on, cols, torch.full_like(cols, -1)).max(-1).values  # [B]  -1: no loss token
     out = torch.zeros(B, T, dtype=rewards.dtype, device=rewards.device)
     rows = torch.nonzero(last >= 0).squeeze(-1)
-    out[rows, last[rows]] = rewards[rows]                               # ← the outcome reward on the last token
+    out[rows, last[rows]] = rewards[rows]  # ← the outcome reward on the last token
     if kl_tok is not None and beta > 0:
         out = out - beta * torch.where(on, kl_tok.to(out.dtype), torch.zeros_like(out))
     return out
@@ -94,7 +95,7 @@ def returns(token_rewards: torch.Tensor, loss_mask: torch.Tensor, gamma: float =
     """Reward-to-go G_t = r_t + γ·G_next over loss tokens only [B, T]; 0 where loss_mask is 0.
     A masked position neither receives a return nor counts a discount step."""
     on = loss_mask != 0
-    running = torch.zeros_like(token_rewards[:, 0])                   # [B]
+    running = torch.zeros_like(token_rewards[:, 0])  # [B]
     out = torch.zeros_like(token_rewards)
     for t in range(token_rewards.shape[1] - 1, -1, -1):
         running = torch.where(on[:, t], token_rewards[:, t] + gamma * running, running)
@@ -102,27 +103,28 @@ def returns(token_rewards: torch.Tensor, loss_mask: torch.Tensor, gamma: float =
     return out
 
 
-def advantages(rewards: torch.Tensor, group_index: torch.Tensor, cfg: Config, batch: RolloutBatch | None = None,
-               **kw) -> torch.Tensor:
+def advantages(
+    rewards: torch.Tensor, group_index: torch.Tensor, cfg: Config, batch: RolloutBatch | None = None, **kw
+) -> torch.Tensor:
     """Whitened token advantages [B, T] (0 off the loss mask). `batch` must hold loss_mask, and
     old_logprobs + ref_logprobs when the reward carries a KL."""
     if batch is None:
         raise UsageError("reinforce_pp: advantages need the batch (loss_mask, old/ref logprobs): batch=...")
     rewards = core.float_rewards(rewards)
-    mask = batch.loss_mask                                             # [B, T]
+    mask = batch.loss_mask  # [B, T]
     beta = reward_kl(cfg)
     kl_tok = None
     if beta > 0:
         if batch.ref_logprobs is None or batch.old_logprobs is None:
             raise UsageError("reinforce_pp: a KL in the reward needs batch['ref_logprobs']; or set reward_kl_coef=0")
         kl_tok = core.kl(batch.old_logprobs, batch.ref_logprobs, "k1")  # [B, T]  behaviour policy vs reference
-    r_tok = token_rewards(rewards, mask, kl_tok, beta)                 # [B, T]
+    r_tok = token_rewards(rewards, mask, kl_tok, beta)  # [B, T]
     if cfg.baseline:
-        score = core.masked_sum(r_tok, mask, dim=-1)                   # [B]  R − β Σ_t KL_t
+        score = core.masked_sum(r_tok, mask, dim=-1)  # [B]  R − β Σ_t KL_t
         mean, _, _ = core.group_stats(score, group_index, cfg.std)
-        raw = core.broadcast(score - mean, mask)                       # ← REINFORCE++-baseline: R − μ_G
+        raw = core.broadcast(score - mean, mask)  # ← REINFORCE++-baseline: R − μ_G
     else:
-        raw = returns(r_tok, mask, cfg.gamma)                          # ← REINFORCE++: reward-to-go
+        raw = returns(r_tok, mask, cfg.gamma)  # ← REINFORCE++: reward-to-go
     return core.masked_whiten(raw, mask, cfg.std, cfg.adv_eps, cfg.scale_by_std)  # over the whole batch
 
 
@@ -131,4 +133,5 @@ loss = grpo.loss
 
 if __name__ == "__main__":  # python -m posttrain.algorithms.reinforce_pp [key=value ...]
     from posttrain.recipes.rl import demo
+
     demo("reinforce_pp")

@@ -34,28 +34,29 @@ from posttrain.algorithms.base import AlgoConfig
 class Config(AlgoConfig):
     name: str = "rloo"
     aggregation: str = "seq-mean-token-sum"  # core.AGGREGATIONS; the paper's: tokens summed, sequences averaged
-    kl_coef: float = 0.0              # β of a per-token KL to the reference in the loss (paper: in the reward); 0 = none
-    kl_estimator: str = "k3"          # k1 | k2 | k3 (core.kl)
-    entropy_coef: float = 0.0         # entropy bonus: loss −= coef·H per token; 0 = the paper
+    kl_coef: float = 0.0  # β of a per-token KL to the reference in the loss (paper: in the reward); 0 = none
+    kl_estimator: str = "k3"  # k1 | k2 | k3 (core.kl)
+    entropy_coef: float = 0.0  # entropy bonus: loss −= coef·H per token; 0 = the paper
 
     def __post_init__(self):
         core.check_config(self, "rloo")
 
 
 needs_reference = reinforce.needs_reference
-loss = reinforce.loss                                                  # RLOO's loss IS REINFORCE's
+loss = reinforce.loss  # RLOO's loss IS REINFORCE's
 
 
 def advantages(rewards: torch.Tensor, group_index: torch.Tensor, cfg: Config, **kw) -> torch.Tensor:
     """A_i = R_i − (Σ_{j≠i} R_j)/(G−1) [B]; exactly 0 for singletons and equal-reward groups."""
     rewards = core.float_rewards(rewards)
     r = rewards.double()
-    mean, std, size = core.group_stats(r, group_index)                 # [B] each
-    others = (mean * size - r) / (size - 1).clamp_min(1)               # ← leave-one-out baseline
-    live = (size > 1) & (std > 0)                                      # equal rewards: exactly 0, not ±1e-17
+    mean, std, size = core.group_stats(r, group_index)  # [B] each
+    others = (mean * size - r) / (size - 1).clamp_min(1)  # ← leave-one-out baseline
+    live = (size > 1) & (std > 0)  # equal rewards: exactly 0, not ±1e-17
     return torch.where(live, r - others, torch.zeros_like(r)).to(rewards.dtype)
 
 
 if __name__ == "__main__":  # python -m posttrain.algorithms.rloo [key=value ...]
     from posttrain.recipes.rl import demo
+
     demo("rloo")

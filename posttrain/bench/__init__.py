@@ -14,8 +14,7 @@ from pathlib import Path
 import torch
 
 
-def matmul_peak_gflops(threads: int | None = None, n: int = 1024, dtype=torch.float32,
-                       repeats: int = 5) -> float:
+def matmul_peak_gflops(threads: int | None = None, n: int = 1024, dtype=torch.float32, repeats: int = 5) -> float:
     """Measured dense matmul throughput, GFLOP/s: an [n, n] @ [n, n] product (2·n³ FLOPs),
     best of `repeats` timed runs after a warm-up, on `threads` threads (default: as set).
 
@@ -29,7 +28,7 @@ def matmul_peak_gflops(threads: int | None = None, n: int = 1024, dtype=torch.fl
         a = torch.randn(n, n, dtype=dtype)
         b = torch.randn(n, n, dtype=dtype)
         out = torch.empty(n, n, dtype=dtype)
-        for _ in range(2):                                   # warm-up: page in, pick kernels
+        for _ in range(2):  # warm-up: page in, pick kernels
             torch.mm(a, b, out=out)
         # each timed run repeats the product enough to last ≳50 ms, so timer noise is small
         t0 = time.perf_counter()
@@ -41,7 +40,7 @@ def matmul_peak_gflops(threads: int | None = None, n: int = 1024, dtype=torch.fl
             for _ in range(reps):
                 torch.mm(a, b, out=out)
             best = min(best, (time.perf_counter() - t0) / reps)
-        return 2 * n ** 3 / best / 1e9
+        return 2 * n**3 / best / 1e9
     finally:
         torch.set_num_threads(old)
 
@@ -62,8 +61,9 @@ def update_json(path: str | os.PathLike, update) -> dict:
     import fcntl
     import hashlib
     import tempfile
+
     path = Path(path)
-    key = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:16]   # hash() differs per process
+    key = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:16]  # hash() differs per process
     lock = Path(tempfile.gettempdir(), f"posttrain-{key}.lock")
     with open(lock, "w") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
@@ -74,4 +74,5 @@ def update_json(path: str | os.PathLike, update) -> dict:
 
 def transformers_version() -> str:
     import transformers
+
     return transformers.__version__

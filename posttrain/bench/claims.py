@@ -52,8 +52,9 @@ CLAIMS = ("degenerate", "length", "clip", "group", "length_budget")
 def correct_matrix(engine, tok, task, items, n: int, seed: int, max_new: int) -> np.ndarray:
     """Whether each of n samples of each item is correct [P, n]."""
     prompts = [tok.encode(tok.chat_prompt(task.prompt(it))) for it in items]
-    samples = engine.generate(prompts, n, SamplingParams(temperature=1.0, max_new_tokens=max_new), seed=seed,
-                              items=items)
+    samples = engine.generate(
+        prompts, n, SamplingParams(temperature=1.0, max_new_tokens=max_new), seed=seed, items=items
+    )
     return np.array([safe_reward(task, s.item, s.text).reward >= 1.0 for s in samples]).reshape(len(items), n)
 
 
@@ -63,17 +64,26 @@ def degenerate(init: str, prompts: int = 300, seed: int = 0) -> dict:
     items = task.items(prompts, "train", seed)
     engine = Engine(model.eval(), tok, max_slots=256)
     max_new = response_budget(task, items)
-    p = correct_matrix(engine, tok, task, items, 32, seed, max_new).mean(axis=1)         # estimate set A [P]
-    fresh = correct_matrix(engine, tok, task, items, 32, seed + 1, max_new)              # independent set B [P, 32]
+    p = correct_matrix(engine, tok, task, items, 32, seed, max_new).mean(axis=1)  # estimate set A [P]
+    fresh = correct_matrix(engine, tok, task, items, 32, seed + 1, max_new)  # independent set B [P, 32]
     rows = []
     for k in (2, 4, 8, 16):
-        ok = fresh.reshape(len(items), 32 // k, k)                                       # 32/K groups of K per prompt
+        ok = fresh.reshape(len(items), 32 // k, k)  # 32/K groups of K per prompt
         observed = float(np.mean(ok.all(axis=2) | (~ok).all(axis=2)))
-        rows.append({"K": k, "observed": round(observed, 4),
-                     "predicted_per_prompt": round(float(np.mean(p ** k + (1 - p) ** k)), 4),
-                     "predicted_mean_p": round(float(p.mean() ** k + (1 - p.mean()) ** k), 4)})
-    return {"prompts": prompts, "mean_p": round(float(p.mean()), 4), "mean_p_fresh": round(float(fresh.mean()), 4),
-            "rows": rows}
+        rows.append(
+            {
+                "K": k,
+                "observed": round(observed, 4),
+                "predicted_per_prompt": round(float(np.mean(p**k + (1 - p) ** k)), 4),
+                "predicted_mean_p": round(float(p.mean() ** k + (1 - p.mean()) ** k), 4),
+            }
+        )
+    return {
+        "prompts": prompts,
+        "mean_p": round(float(p.mean()), 4),
+        "mean_p_fresh": round(float(fresh.mean()), 4),
+        "rows": rows,
+    }
 
 
 def excess_length(ckpt: str, seed: int, max_new: int, prompts: int = 150, n: int = 8) -> dict:
@@ -83,22 +93,30 @@ def excess_length(ckpt: str, seed: int, max_new: int, prompts: int = 150, n: int
     task = ArithmeticTask(ArithmeticConfig())
     items = task.items(prompts, "test", seed)
     prompts_ids = [tok.encode(tok.chat_prompt(task.prompt(it))) for it in items]
-    samples = Engine(model.eval(), tok).generate(prompts_ids, n, SamplingParams(temperature=1.0, max_new_tokens=max_new),
-                                                 seed=seed + 7, items=items)
+    samples = Engine(model.eval(), tok).generate(
+        prompts_ids, n, SamplingParams(temperature=1.0, max_new_tokens=max_new), seed=seed + 7, items=items
+    )
     gold = {id(it): len(tok.encode(tok.chat_response(it.target(True)))) for it in items}
     wrong = [s for s in samples if safe_reward(task, s.item, s.text).reward < 1.0]
     mean = lambda xs: round(statistics.fmean(xs), 3) if xs else None
-    return {"wrong_frac": round(len(wrong) / len(samples), 4), "wrong_len": mean([len(s.response_ids) for s in wrong]),
-            "wrong_excess": mean([len(s.response_ids) - gold[id(s.item)] for s in wrong]),
-            "correct_len": mean([len(s.response_ids) for s in samples if s not in wrong]),
-            "truncated_frac": round(sum(s.finish_reason == "length" for s in samples) / len(samples), 4)}
+    return {
+        "wrong_frac": round(len(wrong) / len(samples), 4),
+        "wrong_len": mean([len(s.response_ids) for s in wrong]),
+        "wrong_excess": mean([len(s.response_ids) - gold[id(s.item)] for s in wrong]),
+        "correct_len": mean([len(s.response_ids) for s in samples if s not in wrong]),
+        "truncated_frac": round(sum(s.finish_reason == "length" for s in samples) / len(samples), 4),
+    }
 
 
 def _summary(row: dict, first: int = 10) -> dict:
     c = row.pop("curves")
     head = lambda k: statistics.fmean(x for x in c[k][:first] if x == x)
     tail = lambda k: statistics.fmean(x for x in c[k][-first:] if x == x)
-    return {**row, **{f"{k}_first{first}": round(head(k), 4) for k in c}, **{f"{k}_last{first}": round(tail(k), 4) for k in c}}
+    return {
+        **row,
+        **{f"{k}_first{first}": round(head(k), 4) for k in c},
+        **{f"{k}_last{first}": round(tail(k), 4) for k in c},
+    }
 
 
 def main(argv=None) -> None:
@@ -117,8 +135,10 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     init, runs, out = args.init or rl.default_init(), Path(args.runs), Path(args.out)
     res = json.loads(out.read_text()) if out.exists() else {}
-    run = lambda name, tag, overrides=(), algo=None: _summary(
-        one_run(name, init, args.steps, args.seed, runs / tag, [*overrides, f"threads={args.threads}"], algo)) | {"run": tag}
+    run = lambda name, tag, overrides=(), algo=None: (
+        _summary(one_run(name, init, args.steps, args.seed, runs / tag, [*overrides, f"threads={args.threads}"], algo))
+        | {"run": tag}
+    )
     for claim in args.only.split(","):
         torch.manual_seed(args.seed)
         if args.threads:
@@ -130,22 +150,35 @@ def main(argv=None) -> None:
         elif claim == "clip":
             res[claim] = [run("grpo", f"clip_{h}", ["optim.minibatches=4"], {"eps_high": h}) for h in (0.2, 0.28)]
         elif claim == "group":
-            res[claim] = [run("grpo", "group_2", ["rollout.prompts_per_step=64", "rollout.samples_per_prompt=2"]),
-                          run("grpo", "group_8", ["rollout.prompts_per_step=16", "rollout.samples_per_prompt=8"])]
+            res[claim] = [
+                run("grpo", "group_2", ["rollout.prompts_per_step=64", "rollout.samples_per_prompt=2"]),
+                run("grpo", "group_8", ["rollout.prompts_per_step=16", "rollout.samples_per_prompt=8"]),
+            ]
         elif claim == "length_budget":
             for name in args.algorithms.split(","):
                 for seed in map(int, args.seeds.split(",")):
                     tag = f"length{args.max_new}_{name}_s{seed}"
-                    over = [f"rollout.max_new_tokens={args.max_new}", f"rollout.prompts_per_step={args.prompts}",
-                            "eval.problems=100"]
-                    row = _summary(one_run(name, init, args.steps, seed, runs / tag, [*over, f"threads={args.threads}"]))
-                    row |= {"run": tag, "max_new_tokens": args.max_new, "prompts_per_step": args.prompts,
-                            "excess_start": excess_length(init, seed, args.max_new),
-                            "excess_end": excess_length(str(runs / tag), seed, args.max_new),
-                            "load_average": [round(x, 2) for x in os.getloadavg()]}
-                    def update(res, row=row, tag=tag, claim=claim):    # seeds run in parallel processes
+                    over = [
+                        f"rollout.max_new_tokens={args.max_new}",
+                        f"rollout.prompts_per_step={args.prompts}",
+                        "eval.problems=100",
+                    ]
+                    row = _summary(
+                        one_run(name, init, args.steps, seed, runs / tag, [*over, f"threads={args.threads}"])
+                    )
+                    row |= {
+                        "run": tag,
+                        "max_new_tokens": args.max_new,
+                        "prompts_per_step": args.prompts,
+                        "excess_start": excess_length(init, seed, args.max_new),
+                        "excess_end": excess_length(str(runs / tag), seed, args.max_new),
+                        "load_average": [round(x, 2) for x in os.getloadavg()],
+                    }
+
+                    def update(res, row=row, tag=tag, claim=claim):  # seeds run in parallel processes
                         res[claim] = [r for r in res.get(claim, []) if r["run"] != tag] + [row]
                         return res
+
                     res = update_json(out, update)
             continue
         else:

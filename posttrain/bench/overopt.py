@@ -41,44 +41,68 @@ def best_of_n(proxy: np.ndarray, true: np.ndarray, ns: list[int]) -> list[dict]:
     """Exact E[true], E[proxy] of the RM's pick among n of the N samples of each prompt.
     proxy, true [P, N] → one row per n, averaged over prompts."""
     N = proxy.shape[1]
-    order = np.argsort(proxy, axis=1, kind="stable")                            # ascending ranks
-    t_sorted = np.take_along_axis(true, order, 1)                               # [P, N]
+    order = np.argsort(proxy, axis=1, kind="stable")  # ascending ranks
+    t_sorted = np.take_along_axis(true, order, 1)  # [P, N]
     p_sorted = np.take_along_axis(proxy, order, 1)
     rows = []
     for n in ns:
-        w = np.array([math.comb(j, n - 1) for j in range(N)], dtype=float) / math.comb(N, n)   # rank j+1 wins
+        w = np.array([math.comb(j, n - 1) for j in range(N)], dtype=float) / math.comb(N, n)  # rank j+1 wins
         kl = math.log(n) - (n - 1) / n
-        rows.append({"n": n, "kl": kl, "sqrt_kl": math.sqrt(kl), "true": float((t_sorted @ w).mean()),
-                     "proxy": float((p_sorted @ w).mean())})
+        rows.append(
+            {
+                "n": n,
+                "kl": kl,
+                "sqrt_kl": math.sqrt(kl),
+                "true": float((t_sorted @ w).mean()),
+                "proxy": float((p_sorted @ w).mean()),
+            }
+        )
     return rows
 
 
 def rm_accuracy(rm_dir: str) -> float | None:
     """The RM's last held-out pairwise accuracy from its metrics.jsonl."""
     from posttrain.logging import read_metrics
+
     vals = [m[k] for m in read_metrics(rm_dir) for k in m if k.startswith("eval/") and "acc" in k]
     return vals[-1] if vals else None
 
 
 def bon(init: str, rms: list[str], seed: int, prompts: int, N: int) -> dict:
     from posttrain.preference.reward_model import load_scorer
+
     model, tok, _ = checkpoint.load_model(init)
     task = ArithmeticTask(ArithmeticConfig())
     items = task.items(prompts, "test", seed)
     ids = [tok.encode(tok.chat_prompt(task.prompt(it))) for it in items]
-    samples = Engine(model.eval(), tok).generate(ids, N, SamplingParams(temperature=1.0,
-                                                 max_new_tokens=response_budget(task, items)), seed=seed + 11, items=items)
+    samples = Engine(model.eval(), tok).generate(
+        ids,
+        N,
+        SamplingParams(temperature=1.0, max_new_tokens=response_budget(task, items)),
+        seed=seed + 11,
+        items=items,
+    )
     true = np.array([safe_reward(task, s.item, s.text).reward >= 1.0 for s in samples], float).reshape(prompts, N)
     ns = [n for n in (1, 2, 4, 8, 16, 32, 64) if n <= N]
-    out = {"seed": seed, "prompts": prompts, "N": N, "pass@1": float(true.mean()), "pass@N": float(true.max(1).mean()),
-           "rms": {}}
+    out = {
+        "seed": seed,
+        "prompts": prompts,
+        "N": N,
+        "pass@1": float(true.mean()),
+        "pass@N": float(true.max(1).mean()),
+        "rms": {},
+    }
     for rm in rms:
         scores = load_scorer(rm).score([task.prompt(s.item) for s in samples], [s.text for s in samples])
         curve = best_of_n(np.array(scores).reshape(prompts, N), true, ns)
         out["rms"][rm] = {"heldout_pair_acc": rm_accuracy(rm), "curve": curve}
         peak = max(curve, key=lambda r: r["true"])
-        print(f"[bon] seed {seed} {rm}: true " + " ".join(f"n={r['n']}:{r['true']:.3f}" for r in curve)
-              + f"  (peak n={peak['n']})", flush=True)
+        print(
+            f"[bon] seed {seed} {rm}: true "
+            + " ".join(f"n={r['n']}:{r['true']:.3f}" for r in curve)
+            + f"  (peak n={peak['n']})",
+            flush=True,
+        )
     return out
 
 
@@ -87,18 +111,43 @@ def rl_run(init: str, rm: str, kl: float, seed: int, steps: int, runs: Path, lr:
     and its over-optimisation turn."""
     from posttrain.config import RLConfig, load_config
     from posttrain.recipes import rl
+
     out = runs / (f"{Path(rm).name}_kl{kl}_s{seed}" + (f"_lr{lr:g}" if lr is not None else ""))
-    cfg = load_config(RLConfig, "rlhf", [f"init={init}", f"reward_model={rm}", f"out={out}", "overwrite=true",
-                                         f"steps={steps}", f"seed={seed}", f"eval_every={steps}", "threads=1",
-                                         f"algo.kl_coef={kl}", "rollout.prompts_per_step=8", "eval.problems=50",
-                                         *([f"optim.lr={lr}"] if lr is not None else [])])
+    cfg = load_config(
+        RLConfig,
+        "rlhf",
+        [
+            f"init={init}",
+            f"reward_model={rm}",
+            f"out={out}",
+            "overwrite=true",
+            f"steps={steps}",
+            f"seed={seed}",
+            f"eval_every={steps}",
+            "threads=1",
+            f"algo.kl_coef={kl}",
+            "rollout.prompts_per_step=8",
+            "eval.problems=50",
+            *([f"optim.lr={lr}"] if lr is not None else []),
+        ],
+    )
     rl.run(cfg)
     data = json.loads((out / "overoptimization.json").read_text())
     from posttrain.logging import read_metrics
+
     ms = read_metrics(out)
-    return {"rm": rm, "kl_coef": kl, "lr": cfg.optim.lr, "seed": seed, "steps": steps, "run": str(out), "turn": data["turn"],
-            "pass@1_start": ms[0].get("eval/pass@1"), "pass@1_end": ms[-1].get("eval/pass@1"),
-            "curve": [{k: round(v, 5) for k, v in r.items()} for r in data["rows"]]}
+    return {
+        "rm": rm,
+        "kl_coef": kl,
+        "lr": cfg.optim.lr,
+        "seed": seed,
+        "steps": steps,
+        "run": str(out),
+        "turn": data["turn"],
+        "pass@1_start": ms[0].get("eval/pass@1"),
+        "pass@1_end": ms[-1].get("eval/pass@1"),
+        "curve": [{k: round(v, 5) for k, v in r.items()} for r in data["rows"]],
+    }
 
 
 def main(argv=None) -> None:
@@ -120,28 +169,41 @@ def main(argv=None) -> None:
     rms, out = a.rms.split(","), Path(a.out)
 
     def save(part, row, same):
-        def update(res):                                                 # seeds run in parallel processes
+        def update(res):  # seeds run in parallel processes
             res[part] = [r for r in res.get(part, []) if not same(r)] + [row]
             res.setdefault("load_average", {})[f"{part} {row['seed']}"] = [round(x, 2) for x in os.getloadavg()]
             if part == "bon":
                 bons = res["bon"]
-                res["bon_summary"] = {rm: [{"n": c["n"], "sqrt_kl": c["sqrt_kl"],
-                                            "true": statistics.fmean(r["rms"][rm]["curve"][i]["true"] for r in bons),
-                                            "proxy": statistics.fmean(r["rms"][rm]["curve"][i]["proxy"] for r in bons)}
-                                           for i, c in enumerate(bons[0]["rms"][rm]["curve"])]
-                                      for rm in bons[0]["rms"]}
+                res["bon_summary"] = {
+                    rm: [
+                        {
+                            "n": c["n"],
+                            "sqrt_kl": c["sqrt_kl"],
+                            "true": statistics.fmean(r["rms"][rm]["curve"][i]["true"] for r in bons),
+                            "proxy": statistics.fmean(r["rms"][rm]["curve"][i]["proxy"] for r in bons),
+                        }
+                        for i, c in enumerate(bons[0]["rms"][rm]["curve"])
+                    ]
+                    for rm in bons[0]["rms"]
+                }
             return res
+
         update_json(out, update)
 
     for seed in map(int, a.seeds.split(",")):
         if "bon" in a.part:
             save("bon", bon(a.init, rms, seed, a.prompts, a.n), lambda r, s=seed: r["seed"] == s)
         if "rl" in a.part:
-            for rm in (a.rl_rms.split(",") if a.rl_rms else rms[:1]):
+            for rm in a.rl_rms.split(",") if a.rl_rms else rms[:1]:
                 for kl in map(float, a.kl.split(",")):
                     row = rl_run(a.init, rm, kl, seed, a.steps, Path(a.runs), a.lr)
-                    save("rl", row, lambda r, k=(rm, kl, row["lr"], seed): (r["rm"], r["kl_coef"], r.get("lr", 1e-4),
-                                                                           r["seed"]) == k)
+                    save(
+                        "rl",
+                        row,
+                        lambda r, k=(rm, kl, row["lr"], seed): (
+                            (r["rm"], r["kl_coef"], r.get("lr", 1e-4), r["seed"]) == k
+                        ),
+                    )
                     print(f"[rl] {rm} kl {kl} seed {seed}: {row['turn']}", flush=True)
 
 

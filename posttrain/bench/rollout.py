@@ -35,21 +35,30 @@ def _time(fn, *args) -> float:
     return time.perf_counter() - t0
 
 
-def run(out: str | None = None, preset: str = "micro", batches=(1, 8, 64, 256), new_tokens: int = 64,
-        threads: int = 2, repeats: int = 2, hf: bool = True, seed: int = 0) -> dict:
+def run(
+    out: str | None = None,
+    preset: str = "micro",
+    batches=(1, 8, 64, 256),
+    new_tokens: int = 64,
+    threads: int = 2,
+    repeats: int = 2,
+    hf: bool = True,
+    seed: int = 0,
+) -> dict:
     from posttrain.framework.rollout import Engine, SamplingParams
     from posttrain.models.gpt_mini import ModelConfig, build_model
     from posttrain.models.tokenizer import BASE_CHARS, CharTokenizer
     from posttrain.tasks.arithmetic import ArithmeticTask
 
     torch.set_num_threads(threads)
-    tok = CharTokenizer(BASE_CHARS)             # the built-in task's vocabulary (as its checkpoints)
+    tok = CharTokenizer(BASE_CHARS)  # the built-in task's vocabulary (as its checkpoints)
     torch.manual_seed(seed)
     model = build_model(ModelConfig(preset=preset), tok.vocab_size).eval()
     params = model.num_params()
     hf_model = None
     if hf:
         from posttrain.models.export import to_hf_model
+
         hf_model = to_hf_model(model, tok)
     peak = matmul_peak_gflops(threads)
     task = ArithmeticTask()
@@ -64,14 +73,22 @@ def run(out: str | None = None, preset: str = "micro", batches=(1, 8, 64, 256), 
         P = max(len(p) for p in prompts)
         ids = torch.full((len(prompts), P), tok.pad_id, dtype=torch.long)
         mask = torch.zeros_like(ids)
-        for i, p in enumerate(prompts):                                  # left padding
-            ids[i, P - len(p):] = torch.tensor(p)
-            mask[i, P - len(p):] = 1
+        for i, p in enumerate(prompts):  # left padding
+            ids[i, P - len(p) :] = torch.tensor(p)
+            mask[i, P - len(p) :] = 1
         with torch.inference_mode():
-            gen = hf_model.generate(ids, attention_mask=mask, do_sample=True, temperature=1.0,
-                                    top_k=0, top_p=1.0, max_new_tokens=new_tokens,
-                                    min_new_tokens=new_tokens, pad_token_id=tok.pad_id,
-                                    eos_token_id=tok.eot_id)
+            gen = hf_model.generate(
+                ids,
+                attention_mask=mask,
+                do_sample=True,
+                temperature=1.0,
+                top_k=0,
+                top_p=1.0,
+                max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,
+                pad_token_id=tok.pad_id,
+                eos_token_id=tok.eot_id,
+            )
         assert gen.shape[1] == P + new_tokens
 
     warm = [tok.encode(tok.chat_prompt(task.prompt(i))) for i in task.items(2, seed=seed + 1)]
@@ -86,7 +103,7 @@ def run(out: str | None = None, preset: str = "micro", batches=(1, 8, 64, 256), 
         tokens = B * new_tokens
         row = {"batch": B, "tokens": tokens}
         t_ours = t_hf = float("inf")
-        for _ in range(repeats):              # interleaved, so a burst of load hits both alike
+        for _ in range(repeats):  # interleaved, so a burst of load hits both alike
             t_ours = min(t_ours, _time(ours, prompts))
             if hf_model is not None:
                 t_hf = min(t_hf, _time(theirs, prompts))
@@ -101,15 +118,25 @@ def run(out: str | None = None, preset: str = "micro", batches=(1, 8, 64, 256), 
         _print_row(row)
 
     result = {
-        "bench": "rollout", "preset": preset, "params": params, "new_tokens": new_tokens,
-        "threads": threads, "matmul_peak_gflops": peak, "torch": torch.__version__,
-        "transformers": transformers_version() if hf else None, "repeats": repeats,
-        "cpu_count": os.cpu_count(), "load_avg_before": load_before, "load_avg_after": os.getloadavg(),
+        "bench": "rollout",
+        "preset": preset,
+        "params": params,
+        "new_tokens": new_tokens,
+        "threads": threads,
+        "matmul_peak_gflops": peak,
+        "torch": torch.__version__,
+        "transformers": transformers_version() if hf else None,
+        "repeats": repeats,
+        "cpu_count": os.cpu_count(),
+        "load_avg_before": load_before,
+        "load_avg_after": os.getloadavg(),
         "rows": rows,
     }
-    print(f"preset={preset} params={params:,} threads={threads} matmul peak {peak:.1f} GFLOP/s "
-          f"torch {torch.__version__}; load average {load_before[0]:.1f} → {os.getloadavg()[0]:.1f} "
-          f"on {os.cpu_count()} CPUs (a loaded machine slows HF's many small ops most)")
+    print(
+        f"preset={preset} params={params:,} threads={threads} matmul peak {peak:.1f} GFLOP/s "
+        f"torch {torch.__version__}; load average {load_before[0]:.1f} → {os.getloadavg()[0]:.1f} "
+        f"on {os.cpu_count()} CPUs (a loaded machine slows HF's many small ops most)"
+    )
     if out:
         write_json(out, result)
         print(f"wrote {out}")
@@ -133,26 +160,42 @@ def invariance(init: str = "", prompts: int = 128, n: int = 8, seed: int = 0, ou
     ids = [tok.encode(tok.chat_prompt(task.prompt(it))) for it in items]
     sp = SamplingParams(temperature=1.0, max_new_tokens=response_budget(task, items))
     base = Engine(model.eval(), tok, max_slots=256).generate(ids, n, sp, seed=seed)
-    runs = {"slots_16": Engine(model, tok, max_slots=16).generate(ids, n, sp, seed=seed),
-            "one_group_at_a_time": [s for g, p in enumerate(ids)
-                                    for s in Engine(model, tok, max_slots=n).generate([p], n, sp, seed=seed,
-                                                                                      group_offset=g)]}
-    result = {"bench": "batch_invariance", "checkpoint": str(path), "prompts": prompts, "samples_per_prompt": n,
-              "tokens": sum(len(s.response_ids) for s in base)}
+    runs = {
+        "slots_16": Engine(model, tok, max_slots=16).generate(ids, n, sp, seed=seed),
+        "one_group_at_a_time": [
+            s
+            for g, p in enumerate(ids)
+            for s in Engine(model, tok, max_slots=n).generate([p], n, sp, seed=seed, group_offset=g)
+        ],
+    }
+    result = {
+        "bench": "batch_invariance",
+        "checkpoint": str(path),
+        "prompts": prompts,
+        "samples_per_prompt": n,
+        "tokens": sum(len(s.response_ids) for s in base),
+    }
     for name, other in runs.items():
         diff_samples = diff_tokens = 0
         max_lp = 0.0
         for a, b in zip(base, other):
-            m = next((i for i, (x, y) in enumerate(zip(a.response_ids, b.response_ids)) if x != y),
-                     min(len(a.response_ids), len(b.response_ids)))
+            m = next(
+                (i for i, (x, y) in enumerate(zip(a.response_ids, b.response_ids)) if x != y),
+                min(len(a.response_ids), len(b.response_ids)),
+            )
             if a.response_ids != b.response_ids:
                 diff_samples += 1
                 diff_tokens += len(a.response_ids) - m
             max_lp = max([max_lp] + [abs(x - y) for x, y in zip(a.response_logprobs[:m], b.response_logprobs[:m])])
-        result[name] = {"differing_samples_frac": diff_samples / len(base),
-                        "differing_tokens_frac": diff_tokens / result["tokens"], "max_logprob_abs_diff": max_lp}
-        print(f"{name:22s} differing samples {diff_samples}/{len(base)}  tokens from the first divergence "
-              f"{diff_tokens}/{result['tokens']}  max |Δ logprob| on agreeing tokens {max_lp:.2e}")
+        result[name] = {
+            "differing_samples_frac": diff_samples / len(base),
+            "differing_tokens_frac": diff_tokens / result["tokens"],
+            "max_logprob_abs_diff": max_lp,
+        }
+        print(
+            f"{name:22s} differing samples {diff_samples}/{len(base)}  tokens from the first divergence "
+            f"{diff_tokens}/{result['tokens']}  max |Δ logprob| on agreeing tokens {max_lp:.2e}"
+        )
     if out:
         write_json(out, result)
         print(f"wrote {out}")
@@ -163,7 +206,7 @@ def _print_row(r: dict) -> None:
     if not hasattr(_print_row, "done"):
         print(f"{'batch':>6} {'ours tok/s':>11} {'HF tok/s':>10} {'ratio':>6} {'ours %peak':>10} {'HF %peak':>9}")
         _print_row.done = True
-    hf = (f"{r['hf_tokens_per_s']:>10.0f} {r['ratio']:>6.2f}" if "ratio" in r else f"{'-':>10} {'-':>6}")
+    hf = f"{r['hf_tokens_per_s']:>10.0f} {r['ratio']:>6.2f}" if "ratio" in r else f"{'-':>10} {'-':>6}"
     hfp = f"{100 * r['hf_flop_frac']:>8.1f}%" if "ratio" in r else f"{'-':>9}"
     print(f"{r['batch']:>6} {r['ours_tokens_per_s']:>11.0f} {hf} {100 * r['ours_flop_frac']:>9.1f}% {hfp}")
 
@@ -177,8 +220,11 @@ def main(argv=None) -> dict:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--repeats", type=int, default=2, help="timed runs per setting; the best counts")
     p.add_argument("--no-hf", action="store_true", help="time our engine only")
-    p.add_argument("--invariance", action="store_true",
-                   help="instead of timing: batch invariance of a trained checkpoint (--init) across batch shapes")
+    p.add_argument(
+        "--invariance",
+        action="store_true",
+        help="instead of timing: batch invariance of a trained checkpoint (--init) across batch shapes",
+    )
     p.add_argument("--init", default="", help="with --invariance: checkpoint or run dir (default: the cached SFT(CoT))")
     a = p.parse_args(argv)
     if a.invariance:

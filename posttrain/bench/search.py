@@ -28,8 +28,19 @@ from posttrain.recipes.common import EpochIndices
 from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
 
 
-def compare(policy, prm, tok, task, items, n: int = 8, beam: int = 2, orm=None, temperature: float = 1.0,
-            max_len: int = 64, seed: int = 0) -> dict:
+def compare(
+    policy,
+    prm,
+    tok,
+    task,
+    items,
+    n: int = 8,
+    beam: int = 2,
+    orm=None,
+    temperature: float = 1.0,
+    max_len: int = 64,
+    seed: int = 0,
+) -> dict:
     """The table of the module docstring on `items`: accuracy and generated tokens per problem."""
     engine = Engine(policy, tok)
     prompts = [tok.encode(tok.chat_prompt(task.prompt(it))) for it in items]
@@ -37,15 +48,27 @@ def compare(policy, prm, tok, task, items, n: int = 8, beam: int = 2, orm=None, 
     bon_tokens = engine.stats["rollout/generated_tokens"] / len(items)
     steps = step_scores(prm, tok, [s.prompt_ids for s in samples], [s.response_ids for s in samples])
     orm_s = orm.score([task.prompt(it) for it in items for _ in range(n)], [s.text for s in samples]) if orm else None
-    acc = sample_table(task, items, samples, n, orm_s, [aggregate(s, "min") for s in steps],
-                       **{"prm-last": [aggregate(s, "last") for s in steps]})
+    acc = sample_table(
+        task,
+        items,
+        samples,
+        n,
+        orm_s,
+        [aggregate(s, "min") for s in steps],
+        **{"prm-last": [aggregate(s, "last") for s in steps]},
+    )
     t0 = time.perf_counter()
-    texts, beam_tokens = beam_search(policy, prm, tok, task, items, beam, max(1, n // beam), temperature, max_len,
-                                     seed=seed + 1)
+    texts, beam_tokens = beam_search(
+        policy, prm, tok, task, items, beam, max(1, n // beam), temperature, max_len, seed=seed + 1
+    )
     acc[f"prm beam {beam}x{max(1, n // beam)}"] = float(np.mean([solved(task, it, t) for it, t in zip(items, texts)]))
-    return {"accuracy": acc, "tokens_per_problem": {"sampling (all best@n, maj)": bon_tokens,
-                                                    "beam": beam_tokens / len(items)},
-            "beam_s": time.perf_counter() - t0, "problems": len(items), "n": n}
+    return {
+        "accuracy": acc,
+        "tokens_per_problem": {"sampling (all best@n, maj)": bon_tokens, "beam": beam_tokens / len(items)},
+        "beam_s": time.perf_counter() - t0,
+        "problems": len(items),
+        "n": n,
+    }
 
 
 def train_prm(trunk, tok, rows, steps: int, batch_size: int = 32, lr: float = 3e-4, seed: int = 0):
@@ -56,7 +79,7 @@ def train_prm(trunk, tok, rows, steps: int, batch_size: int = 32, lr: float = 3e
     log = []
     for step in range(1, steps + 1):
         batch = collate_rows([rows[i] for i in order(step)], tok.pad_id)
-        batch["loss_mask"] = batch["step_mask"]                        # the loss's unit: boundaries
+        batch["loss_mask"] = batch["step_mask"]  # the loss's unit: boundaries
         m = trainer.step(batch, prm_loss_fn)
         log.append({"step": step, "loss": m["loss"], "prm/abs_err": m["prm/abs_err"]})
     return prm.eval(), log
@@ -65,7 +88,10 @@ def train_prm(trunk, tok, rows, steps: int, batch_size: int = 32, lr: float = 3e
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="posttrain bench search", description=__doc__.split("\n\n")[0])
     p.add_argument("--init", required=True, help="the policy (SFT or RL run/checkpoint); the PRM starts from its trunk")
-    p.add_argument("--rm", help="an outcome reward model (`posttrain rm` run, or RUN_A,RUN_B for an ensemble) for the orm best@n column")
+    p.add_argument(
+        "--rm",
+        help="an outcome reward model (`posttrain rm` run, or RUN_A,RUN_B for an ensemble) for the orm best@n column",
+    )
     p.add_argument("--n", type=int, default=8, help="samples per problem (the budget)")
     p.add_argument("--beam", type=int, default=2, help="beam width; each beam is extended with n/beam steps")
     p.add_argument("--problems", type=int, default=200, help="held-out problems")
@@ -82,18 +108,28 @@ def main(argv=None) -> None:
     policy, tok, path = checkpoint.load_model(a.init)
     task = ArithmeticTask(ArithmeticConfig())
     t0 = time.perf_counter()
-    rows, stats = mc_labels(policy, tok, task, task.items(a.label_problems, "train", a.seed), a.responses,
-                            a.completions, seed=a.seed)
+    rows, stats = mc_labels(
+        policy, tok, task, task.items(a.label_problems, "train", a.seed), a.responses, a.completions, seed=a.seed
+    )
     t_label = time.perf_counter() - t0
     prm, log = train_prm(policy, tok, rows, a.prm_steps, seed=a.seed)
     t_train = time.perf_counter() - t0 - t_label
     orm = load_scorer(a.rm) if a.rm else None
     res = compare(policy, prm, tok, task, task.items(a.problems, "test", a.seed), a.n, a.beam, orm, seed=a.seed)
-    out = {"policy": str(path), "rm": a.rm, "labels": stats, "label_s": t_label, "prm_train_s": t_train,
-           "prm_log": log[::max(1, len(log) // 20)] + log[-1:], **res}
+    out = {
+        "policy": str(path),
+        "rm": a.rm,
+        "labels": stats,
+        "label_s": t_label,
+        "prm_train_s": t_train,
+        "prm_log": log[:: max(1, len(log) // 20)] + log[-1:],
+        **res,
+    }
     write_json(a.out, out)
-    print(f"PRM labels: {stats}  ({t_label:.0f} s), trained {a.prm_steps} steps ({t_train:.0f} s), "
-          f"final |σ − label| {log[-1]['prm/abs_err']:.3f}")
+    print(
+        f"PRM labels: {stats}  ({t_label:.0f} s), trained {a.prm_steps} steps ({t_train:.0f} s), "
+        f"final |σ − label| {log[-1]['prm/abs_err']:.3f}"
+    )
     print(f"{'method':28s} {'held-out acc':>12s}")
     for k, v in res["accuracy"].items():
         print(f"{k:28s} {v:12.3f}")

@@ -38,7 +38,7 @@ def step_flops(params: int, tokens: int, n_layers: int = 0, seq_len: int = 0, d_
 
 def train_step(logits_fn, params: list, optimizer, input_ids: torch.Tensor) -> float:
     """One step on `input_ids` [B, T+1]: predict tokens 1..T from 0..T-1. Returns the loss."""
-    logits = logits_fn(input_ids[:, :-1])                                   # [B, T, V]
+    logits = logits_fn(input_ids[:, :-1])  # [B, T, V]
     loss = F.cross_entropy(logits.flatten(0, 1), input_ids[:, 1:].flatten())
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
@@ -47,15 +47,24 @@ def train_step(logits_fn, params: list, optimizer, input_ids: torch.Tensor) -> f
     return loss.item()
 
 
-def run(out: str | None = None, preset: str = "micro", batch: int = 32, seq_len: int = 96, steps: int = 10,
-        warmup: int = 3, threads: int = 2, hf: bool = True, seed: int = 0) -> dict:
+def run(
+    out: str | None = None,
+    preset: str = "micro",
+    batch: int = 32,
+    seq_len: int = 96,
+    steps: int = 10,
+    warmup: int = 3,
+    threads: int = 2,
+    hf: bool = True,
+    seed: int = 0,
+) -> dict:
     from posttrain.models.gpt_mini import ModelConfig, build_model
     from posttrain.models.tokenizer import BASE_CHARS, CharTokenizer
 
     old_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        tok = CharTokenizer(BASE_CHARS)         # the built-in task's vocabulary (as its checkpoints)
+        tok = CharTokenizer(BASE_CHARS)  # the built-in task's vocabulary (as its checkpoints)
         torch.manual_seed(seed)
         model = build_model(ModelConfig(preset=preset, max_seq_len=seq_len), tok.vocab_size).train()
         c = model.config
@@ -63,20 +72,22 @@ def run(out: str | None = None, preset: str = "micro", batch: int = 32, seq_len:
         modules, logits_fns = {"ours": model}, {"ours": model}
         if hf:
             from posttrain.models.export import to_hf_model
+
             modules["hf"] = hf_model = to_hf_model(model, tok).train()
             logits_fns["hf"] = lambda x: hf_model(input_ids=x, use_cache=False).logits
-        optimizers = {k: torch.optim.AdamW(m.parameters(), lr=3e-4, betas=(0.9, 0.95), foreach=True)
-                      for k, m in modules.items()}
+        optimizers = {
+            k: torch.optim.AdamW(m.parameters(), lr=3e-4, betas=(0.9, 0.95), foreach=True) for k, m in modules.items()
+        }
         # no padding tokens: HF's embedding has padding_idx = pad_id, a row that never trains
         g = torch.Generator().manual_seed(seed)
         ids = torch.randint(0, tok.vocab_size - 1, (batch, seq_len + 1), generator=g)
-        ids += ids >= tok.pad_id                                        # [B, T+1], skips pad_id
+        ids += ids >= tok.pad_id  # [B, T+1], skips pad_id
 
         peak = matmul_peak_gflops(threads)
         times = {k: [] for k in modules}
         losses = {k: [] for k in modules}
         for i in range(warmup + steps):
-            for k, m in modules.items():                              # interleaved: A B A B ...
+            for k, m in modules.items():  # interleaved: A B A B ...
                 t0 = time.perf_counter()
                 losses[k].append(train_step(logits_fns[k], list(m.parameters()), optimizers[k], ids))
                 if i >= warmup:
@@ -89,19 +100,35 @@ def run(out: str | None = None, preset: str = "micro", batch: int = 32, seq_len:
     flops = step_flops(params, tokens)
     flops_attn = step_flops(params, tokens, c.n_layers, seq_len, c.d_model)
     result = {
-        "bench": "train", "preset": preset, "params": params, "n_layers": c.n_layers, "d_model": c.d_model,
-        "batch": batch, "seq_len": seq_len, "tokens_per_step": tokens, "steps": steps, "warmup": warmup,
-        "threads": threads, "matmul_peak_gflops": peak, "flops_per_step": flops,
-        "flops_per_step_with_attn": flops_attn, "torch": torch.__version__,
+        "bench": "train",
+        "preset": preset,
+        "params": params,
+        "n_layers": c.n_layers,
+        "d_model": c.d_model,
+        "batch": batch,
+        "seq_len": seq_len,
+        "tokens_per_step": tokens,
+        "steps": steps,
+        "warmup": warmup,
+        "threads": threads,
+        "matmul_peak_gflops": peak,
+        "flops_per_step": flops,
+        "flops_per_step_with_attn": flops_attn,
+        "torch": torch.__version__,
         "transformers": transformers_version() if hf else None,
     }
     for k in modules:
         best, median = min(times[k]), statistics.median(times[k])
         result[k] = {
-            "step_s": best, "step_s_median": median, "tokens_per_s": tokens / best,
-            "gflops": flops / best / 1e9, "peak_frac": flops / best / 1e9 / peak,
-            "gflops_with_attn": flops_attn / best / 1e9, "peak_frac_with_attn": flops_attn / best / 1e9 / peak,
-            "peak_frac_median": flops / median / 1e9 / peak, "losses": losses[k],
+            "step_s": best,
+            "step_s_median": median,
+            "tokens_per_s": tokens / best,
+            "gflops": flops / best / 1e9,
+            "peak_frac": flops / best / 1e9 / peak,
+            "gflops_with_attn": flops_attn / best / 1e9,
+            "peak_frac_with_attn": flops_attn / best / 1e9 / peak,
+            "peak_frac_median": flops / median / 1e9 / peak,
+            "losses": losses[k],
         }
     if hf:
         result["speed_ratio"] = result["hf"]["step_s"] / result["ours"]["step_s"]
@@ -113,19 +140,27 @@ def run(out: str | None = None, preset: str = "micro", batch: int = 32, seq_len:
 
 
 def _print(r: dict) -> None:
-    print(f"preset={r['preset']} params={r['params']:,} batch={r['batch']}×{r['seq_len']} tokens "
-          f"threads={r['threads']} matmul peak {r['matmul_peak_gflops']:.1f} GFLOP/s torch {r['torch']}")
-    print(f"{'':9} {'step s':>7} {'median':>7} {'tok/s':>7} {'GFLOP/s':>8} {'%peak':>6} "
-          f"{'+attn GFLOP/s':>14} {'%peak':>6} {'last loss':>10}")
+    print(
+        f"preset={r['preset']} params={r['params']:,} batch={r['batch']}×{r['seq_len']} tokens "
+        f"threads={r['threads']} matmul peak {r['matmul_peak_gflops']:.1f} GFLOP/s torch {r['torch']}"
+    )
+    print(
+        f"{'':9} {'step s':>7} {'median':>7} {'tok/s':>7} {'GFLOP/s':>8} {'%peak':>6} "
+        f"{'+attn GFLOP/s':>14} {'%peak':>6} {'last loss':>10}"
+    )
     for k, name in (("ours", "gpt_mini"), ("hf", "HF Llama")):
         if k in r:
             s = r[k]
-            print(f"{name:9} {s['step_s']:>7.3f} {s['step_s_median']:>7.3f} {s['tokens_per_s']:>7.0f} "
-                  f"{s['gflops']:>8.1f} {100 * s['peak_frac']:>5.1f}% {s['gflops_with_attn']:>14.1f} "
-                  f"{100 * s['peak_frac_with_attn']:>5.1f}% {s['losses'][-1]:>10.5f}")
+            print(
+                f"{name:9} {s['step_s']:>7.3f} {s['step_s_median']:>7.3f} {s['tokens_per_s']:>7.0f} "
+                f"{s['gflops']:>8.1f} {100 * s['peak_frac']:>5.1f}% {s['gflops_with_attn']:>14.1f} "
+                f"{100 * s['peak_frac_with_attn']:>5.1f}% {s['losses'][-1]:>10.5f}"
+            )
     if "speed_ratio" in r:
-        print(f"gpt_mini is {r['speed_ratio']:.2f}× HF's speed (best step times; FLOPs = 6·N·tokens, "
-              f"+attn adds 12·L·T·d per token)")
+        print(
+            f"gpt_mini is {r['speed_ratio']:.2f}× HF's speed (best step times; FLOPs = 6·N·tokens, "
+            f"+attn adds 12·L·T·d per token)"
+        )
 
 
 def main(argv=None) -> dict:

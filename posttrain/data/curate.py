@@ -32,17 +32,27 @@ from posttrain import UsageError
 from posttrain.framework.rollout import SamplingParams
 from posttrain.tasks.base import safe_reward
 
-PRIME = 4_294_967_291            # largest prime < 2**32: (a*x + b) of 32-bit values fits in uint64
+PRIME = 4_294_967_291  # largest prime < 2**32: (a*x + b) of 32-bit values fits in uint64
 BUCKETS = ("never", "hard", "learnable", "easy", "always")
 
 
-def probe(engine, tokenizer, task, items: list, k: int = 8, temperature: float = 1.0,
-          max_new_tokens: int = 64, seed: int = 0, success: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+def probe(
+    engine,
+    tokenizer,
+    task,
+    items: list,
+    k: int = 8,
+    temperature: float = 1.0,
+    max_new_tokens: int = 64,
+    seed: int = 0,
+    success: float = 1.0,
+) -> tuple[np.ndarray, np.ndarray]:
     """(pass rate [N], has-signal [N]) from K samples per item on the engine's current weights."""
     prompts = [tokenizer.encode(tokenizer.chat_prompt(task.prompt(it))) for it in items]
-    samples = engine.generate(prompts, k, SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens),
-                              seed=seed, items=items)
-    rewards = np.zeros((len(items), k))                          # [N, K]
+    samples = engine.generate(
+        prompts, k, SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens), seed=seed, items=items
+    )
+    rewards = np.zeros((len(items), k))  # [N, K]
     for s in samples:
         rewards[s.group, s.index] = 0.0 if s.finish_reason == "error" else safe_reward(task, s.item, s.text).reward
     return (rewards >= success).mean(axis=1), rewards.max(axis=1) - rewards.min(axis=1) > 1e-8
@@ -63,7 +73,7 @@ def normalize(text: str) -> str:
 
 def shingles(text: str, n: int = 5) -> set[str]:
     t = normalize(text)
-    return {t[i:i + n] for i in range(max(len(t) - n + 1, 1))}
+    return {t[i : i + n] for i in range(max(len(t) - n + 1, 1))}
 
 
 def jaccard(a: str, b: str, n: int = 5) -> float:
@@ -75,17 +85,18 @@ def minhash(texts: list[str], num_perm: int = 128, n: int = 5, seed: int = 0) ->
     """Signatures [len(texts), num_perm]: per permutation h(x) = (a*x + b) mod p, the minimum
     over the text's shingles; P(equal entry) = Jaccard similarity of the shingle sets."""
     rng = np.random.default_rng(seed)
-    a = rng.integers(1, PRIME, num_perm, dtype=np.uint64)       # [P]
-    b = rng.integers(0, PRIME, num_perm, dtype=np.uint64)       # [P]
+    a = rng.integers(1, PRIME, num_perm, dtype=np.uint64)  # [P]
+    b = rng.integers(0, PRIME, num_perm, dtype=np.uint64)  # [P]
     sigs = np.empty((len(texts), num_perm), dtype=np.uint64)
     for i, t in enumerate(texts):
         x = np.array([zlib.crc32(s.encode()) % PRIME for s in shingles(t, n)], dtype=np.uint64)  # [S]
-        sigs[i] = ((x[:, None] * a[None, :] + b[None, :]) % np.uint64(PRIME)).min(axis=0)        # [S, P] -> [P]
+        sigs[i] = ((x[:, None] * a[None, :] + b[None, :]) % np.uint64(PRIME)).min(axis=0)  # [S, P] -> [P]
     return sigs
 
 
-def near_duplicates(texts: list[str], threshold: float = 0.8, num_perm: int = 128, bands: int = 32,
-                    n: int = 5, seed: int = 0) -> set[int]:
+def near_duplicates(
+    texts: list[str], threshold: float = 0.8, num_perm: int = 128, bands: int = 32, n: int = 5, seed: int = 0
+) -> set[int]:
     """Indices to drop: each text whose estimated Jaccard with an earlier kept text >= threshold."""
     if num_perm % bands:
         raise UsageError(f"near dedup: num_perm={num_perm} must be a multiple of bands={bands}")
@@ -93,14 +104,14 @@ def near_duplicates(texts: list[str], threshold: float = 0.8, num_perm: int = 12
     drop, buckets = set(), {}
     for i in range(len(texts)):
         candidates = set()
-        for band in range(bands):                                 # LSH: texts that agree on a whole band
-            key = (band, sigs[i, band * rows:(band + 1) * rows].tobytes())
+        for band in range(bands):  # LSH: texts that agree on a whole band
+            key = (band, sigs[i, band * rows : (band + 1) * rows].tobytes())
             candidates.update(buckets.get(key, ()))
         if any(np.mean(sigs[i] == sigs[j]) >= threshold for j in candidates):
             drop.add(i)
             continue
         for band in range(bands):
-            buckets.setdefault((band, sigs[i, band * rows:(band + 1) * rows].tobytes()), []).append(i)
+            buckets.setdefault((band, sigs[i, band * rows : (band + 1) * rows].tobytes()), []).append(i)
     return drop
 
 
@@ -110,7 +121,7 @@ def words(text: str) -> list[str]:
 
 def ngrams(text: str, n: int) -> set[tuple]:
     w = words(text)
-    return {tuple(w[i:i + n]) for i in range(len(w) - n + 1)} if len(w) >= n else {tuple(w)}
+    return {tuple(w[i : i + n]) for i in range(len(w) - n + 1)} if len(w) >= n else {tuple(w)}
 
 
 def contaminated(train: list[str], evals: list[str], n: int = 8) -> set[int]:
@@ -120,9 +131,17 @@ def contaminated(train: list[str], evals: list[str], n: int = 8) -> set[int]:
     return {i for i, t in enumerate(train) if ngrams(t, n) & bad}
 
 
-def curate(items: list, prompts: list[str], rates, signal, eval_prompts: list[str] = (),
-           band: tuple[float, float] = (0.1, 0.9), near_threshold: float = 0.8, ngram: int = 8,
-           seed: int = 0) -> tuple[list, dict]:
+def curate(
+    items: list,
+    prompts: list[str],
+    rates,
+    signal,
+    eval_prompts: list[str] = (),
+    band: tuple[float, float] = (0.1, 0.9),
+    near_threshold: float = 0.8,
+    ngram: int = 8,
+    seed: int = 0,
+) -> tuple[list, dict]:
     """The items that survive every stage (in order), and the curation metrics."""
     lo, hi = band
     if not 0.0 <= lo <= hi <= 1.0 or len({len(items), len(prompts), len(rates), len(signal)}) != 1:
@@ -130,24 +149,35 @@ def curate(items: list, prompts: list[str], rates, signal, eval_prompts: list[st
     rates, signal = np.asarray(rates, dtype=float), np.asarray(signal, dtype=bool)
     keep, seen, removed = [], set(), {}
     exact = set()
-    for i, p in enumerate(prompts):                               # exact duplicates: the first copy stays
+    for i, p in enumerate(prompts):  # exact duplicates: the first copy stays
         key = normalize(p)
         (exact.add(i) if key in seen else seen.add(key))
     near = near_duplicates(prompts, near_threshold, seed=seed) - exact
     dirty = contaminated(prompts, list(eval_prompts), ngram)
     for i in range(len(items)):
-        stage = ("exact_dup" if i in exact else "near_dup" if i in near else "contaminated" if i in dirty
-                 else None if lo <= rates[i] <= hi else "out_of_band")
+        stage = (
+            "exact_dup"
+            if i in exact
+            else "near_dup"
+            if i in near
+            else "contaminated"
+            if i in dirty
+            else None
+            if lo <= rates[i] <= hi
+            else "out_of_band"
+        )
         if stage:
             removed[stage] = removed.get(stage, 0) + 1
         else:
             keep.append(i)
     n = max(len(items), 1)
-    metrics = {"keep_rate": len(keep) / n,
-               "frac_groups_with_signal": float(signal[keep].mean()) if keep else 0.0,
-               "frac_groups_with_signal_before": float(signal.mean()) if len(items) else 0.0,
-               **{f"removed/{s}": removed.get(s, 0) for s in ("exact_dup", "near_dup", "contaminated", "out_of_band")},
-               **{f"bucket/{b}": 0 for b in BUCKETS}}
+    metrics = {
+        "keep_rate": len(keep) / n,
+        "frac_groups_with_signal": float(signal[keep].mean()) if keep else 0.0,
+        "frac_groups_with_signal_before": float(signal.mean()) if len(items) else 0.0,
+        **{f"removed/{s}": removed.get(s, 0) for s in ("exact_dup", "near_dup", "contaminated", "out_of_band")},
+        **{f"bucket/{b}": 0 for b in BUCKETS},
+    }
     for r in rates:
         metrics[f"bucket/{bucket(r, band)}"] += 1
     return [items[i] for i in keep], metrics

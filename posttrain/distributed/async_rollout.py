@@ -55,21 +55,28 @@ class AsyncRollout:
     engine: the sampler `collect` uses; never the trainer's module.
     """
 
-    def __init__(self, collect, engine, publisher: WeightPublisher, max_staleness: int, stale: str = "pace",
-                 partial: bool = False):
+    def __init__(
+        self,
+        collect,
+        engine,
+        publisher: WeightPublisher,
+        max_staleness: int,
+        stale: str = "pace",
+        partial: bool = False,
+    ):
         # keys validated by placement.check_scale_config
         self.collect, self.engine, self.publisher = collect, engine, publisher
         self.K, self.stale = max_staleness, stale
         self.queue: queue.Queue = queue.Queue(maxsize=max_staleness + 1 if stale != "drop" else max(max_staleness, 1))
-        self.asked = 0                      # last step the trainer asked for (pacing)
+        self.asked = 0  # last step the trainer asked for (pacing)
         self.cond = threading.Condition()
         self.stop = threading.Event()
         self.thread: threading.Thread | None = None
         self.error: BaseException | None = None
-        self.rollout_idle = 0.0             # producer time spent waiting, since the last get()
-        self.rollout_sync = 0.0             # producer time spent loading weights, since the last get()
+        self.rollout_idle = 0.0  # producer time spent waiting, since the last get()
+        self.rollout_sync = 0.0  # producer time spent loading weights, since the last get()
         self.dropped = 0
-        if partial:                                      # placement.check_scale_config: a local Engine
+        if partial:  # placement.check_scale_config: a local Engine
             engine.on_decode_step = self._catch_up
 
     # -- trainer side ----------------------------------------------------------------------
@@ -84,21 +91,32 @@ class AsyncRollout:
         t0 = time.perf_counter()
         while True:
             item = self._take()
-            version = self.publisher.version                # the trainer's weights right now
+            version = self.publisher.version  # the trainer's weights right now
             stale = [version - s.policy_version for s in item[1]]
             if self.stale != "drop" or not stale or max(stale) <= self.K:
                 break
-            self.dropped += 1                                # drop mode: too old, take the next one
+            self.dropped += 1  # drop mode: too old, take the next one
         _, samples, metrics = item
         ages, spans = token_staleness(samples, version)
         idle = time.perf_counter() - t0
         with self.cond:
-            rollout_idle, rollout_sync, self.rollout_idle, self.rollout_sync = self.rollout_idle, self.rollout_sync, 0.0, 0.0
-        metrics = {**metrics, "staleness/mean": sum(ages) / max(len(ages), 1), "staleness/max": float(max(ages, default=0)),
-                   "staleness/partial_frac": spans / max(len(samples), 1),
-                   "staleness/dropped_batches": float(self.dropped), "queue/size": float(self.queue.qsize()),
-                   "time/trainer_idle_s": idle, "time/rollout_idle_s": rollout_idle,
-                   "time/rollout_sync_s": rollout_sync}
+            rollout_idle, rollout_sync, self.rollout_idle, self.rollout_sync = (
+                self.rollout_idle,
+                self.rollout_sync,
+                0.0,
+                0.0,
+            )
+        metrics = {
+            **metrics,
+            "staleness/mean": sum(ages) / max(len(ages), 1),
+            "staleness/max": float(max(ages, default=0)),
+            "staleness/partial_frac": spans / max(len(samples), 1),
+            "staleness/dropped_batches": float(self.dropped),
+            "queue/size": float(self.queue.qsize()),
+            "time/trainer_idle_s": idle,
+            "time/rollout_idle_s": rollout_idle,
+            "time/rollout_sync_s": rollout_sync,
+        }
         return samples, metrics
 
     def sync(self) -> dict:
@@ -138,7 +156,7 @@ class AsyncRollout:
         that is version 0, after a resume the older versions the checkpoint kept, as the
         uninterrupted run sampled them), then whatever is latest when pacing lets the batch start."""
         if self.stale == "fixed" or (self.stale == "pace" and j < self.K):
-            return max(0, v0 - self.K + j)    # below the oldest kept version: publisher.latest gives the oldest
+            return max(0, v0 - self.K + j)  # below the oldest kept version: publisher.latest gives the oldest
         return None
 
     def _produce(self, step: int) -> None:
@@ -147,12 +165,12 @@ class AsyncRollout:
             while not self.stop.is_set():
                 t0 = time.perf_counter()
                 if self.stale != "drop":
-                    with self.cond:                          # step s may start once step s − K is asked for
+                    with self.cond:  # step s may start once step s − K is asked for
                         while self.asked < step - self.K and not self.stop.is_set():
                             self.cond.wait(timeout=0.1)
                 t1 = time.perf_counter()
                 version, buckets = self.publisher.latest(at_most=self._version_for(step - start, v0))
-                if version != self.engine.policy_version:   # between requests: atomic switch
+                if version != self.engine.policy_version:  # between requests: atomic switch
                     switch_weights(self.engine, version, buckets)
                 t2 = time.perf_counter()
                 samples, metrics = self.collect(step)
@@ -167,7 +185,7 @@ class AsyncRollout:
                     self.rollout_idle += (t1 - t0) + (time.perf_counter() - t3)
                     self.rollout_sync += t2 - t1
                 step += 1
-        except BaseException as e:                           # surfaced on the trainer thread by get()
+        except BaseException as e:  # surfaced on the trainer thread by get()
             self.error = e
 
 

@@ -25,7 +25,7 @@ import torch.distributed as dist
 from posttrain import UsageError
 from posttrain.framework.batch import Batch, map_batch, view
 
-BUCKET_BYTES = 25 * 2 ** 20   # gradients per all-reduce call (DDP's default bucket size)
+BUCKET_BYTES = 25 * 2**20  # gradients per all-reduce call (DDP's default bucket size)
 
 
 class DataParallel:
@@ -65,7 +65,7 @@ class DataParallel:
             self._all_reduce(bucket)
 
     def _all_reduce(self, params) -> None:
-        flat = torch.cat([p.grad.reshape(-1) for p in params])       # [Σ numel]
+        flat = torch.cat([p.grad.reshape(-1) for p in params])  # [Σ numel]
         dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=self.group)
         for p, g in zip(params, flat.split([p.numel() for p in params])):
             p.grad.copy_(g.view_as(p))

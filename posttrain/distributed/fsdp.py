@@ -32,15 +32,16 @@ from posttrain.framework.batch import Batch, map_batch, view, with_fields
 def shard_module(module: torch.nn.Module) -> torch.nn.Module:
     """fully_shard every element of the module's ModuleLists (the transformer blocks), then the root."""
     from torch.distributed.fsdp import fully_shard
+
     for sub in list(module.modules()):
         if isinstance(sub, torch.nn.ModuleList):
             for block in sub:
                 fully_shard(block)
     fully_shard(module)
-    for sub in module.modules():                      # SUM over ranks, not FSDP's default mean
+    for sub in module.modules():  # SUM over ranks, not FSDP's default mean
         if hasattr(sub, "set_gradient_divide_factor"):
             sub.set_gradient_divide_factor(1.0)
-            sub.set_force_sum_reduction_for_comms(True)   # a plain SUM: gloo has no PREMUL_SUM
+            sub.set_force_sum_reduction_for_comms(True)  # a plain SUM: gloo has no PREMUL_SUM
     return module
 
 
@@ -50,7 +51,7 @@ class FSDPShard(DataParallel):
     def shard(self, batch: Batch, unit: int = 1) -> Batch:
         first = map_batch(batch, lambda v: v[:unit])
         zero = {k: v * 0 for k, v in view(first).items() if k in ("loss_mask", "advantages")}
-        self.template = with_fields(first, **zero)                    # rows with nothing to learn, for padding
+        self.template = with_fields(first, **zero)  # rows with nothing to learn, for padding
         return super().shard(batch, unit)
 
     def even_out(self, micro: list) -> list:
@@ -77,8 +78,10 @@ def full_state(trainer) -> dict:
     """Trainer.state_dict with every sharded optimizer tensor gathered (a collective)."""
     state = trainer.state_dict()
     opt = state["optimizer"]
-    opt["state"] = {i: {k: v.full_tensor() if hasattr(v, "full_tensor") else v for k, v in s.items()}
-                    for i, s in sorted(opt["state"].items())}
+    opt["state"] = {
+        i: {k: v.full_tensor() if hasattr(v, "full_tensor") else v for k, v in s.items()}
+        for i, s in sorted(opt["state"].items())
+    }
     return state
 
 
@@ -86,9 +89,12 @@ def load_full_state(trainer, state: dict) -> None:
     """Load a 1-rank-format trainer state into the sharded trainer: each moment is cut into
     this rank's shard the way its parameter is (every rank holds the full state: no traffic)."""
     from torch.distributed.tensor import DTensor, distribute_tensor
+
     trainer.load_state_dict(state)
     for group in trainer.optimizer.param_groups:
         for p in group["params"]:
             for k, v in trainer.optimizer.state.get(p, {}).items():
                 if isinstance(p, DTensor) and torch.is_tensor(v) and not isinstance(v, DTensor) and v.shape == p.shape:
-                    trainer.optimizer.state[p][k] = distribute_tensor(v, p.device_mesh, p.placements, src_data_rank=None)
+                    trainer.optimizer.state[p][k] = distribute_tensor(
+                        v, p.device_mesh, p.placements, src_data_rank=None
+                    )

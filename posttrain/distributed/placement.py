@@ -25,11 +25,11 @@ PLACEMENTS = ("in-process", "ray")
 
 @dataclasses.dataclass
 class Placement:
-    engine: RolloutEngine     # what Controller.collect generates with
+    engine: RolloutEngine  # what Controller.collect generates with
     sync: WeightSyncer | None  # .sync() after every update (async: the producer, set by `asynchronous`)
-    eval_engine: Engine       # held-out evaluation: the trainer's current weights, in the driver
+    eval_engine: Engine  # held-out evaluation: the trainer's current weights, in the driver
     publisher: WeightPublisher | None = None
-    ref: ReferenceScorer | None = None   # the reference, once `reference()` has placed it
+    ref: ReferenceScorer | None = None  # the reference, once `reference()` has placed it
 
     @property
     def version(self) -> int:
@@ -55,30 +55,41 @@ class Placement:
         """The frozen reference, placed with the rollout workers' placement."""
         if cfg.scale.placement == "ray":
             from posttrain.distributed.ray_rollout import RayReference
+
             self.ref = RayReference(policy, cfg.rollout.temperature, max(cfg.threads, 1))
         else:
             from posttrain.framework.reference import Reference
+
             self.ref = Reference(policy, cfg.rollout.temperature)
         return self.ref
 
     def asynchronous(self, cfg, collect):
         """Turn this placement async: a producer thread runs `collect` ahead of the trainer."""
         from posttrain.distributed.async_rollout import AsyncRollout
-        self.sync = AsyncRollout(collect, self.engine, self.publisher, cfg.scale.max_staleness, cfg.scale.stale,
-                                 partial=cfg.scale.partial_rollouts)
+
+        self.sync = AsyncRollout(
+            collect,
+            self.engine,
+            self.publisher,
+            cfg.scale.max_staleness,
+            cfg.scale.stale,
+            partial=cfg.scale.partial_rollouts,
+        )
         return self.sync
 
     def close(self) -> None:
-        close_all(self.sync, self.engine, self.ref)                  # producer first: it uses the engine
+        close_all(self.sync, self.engine, self.ref)  # producer first: it uses the engine
 
 
 def place(cfg, model, tokenizer, runtime=None) -> Placement:
     check_scale_config(cfg)
     if cfg.scale.placement == "in-process" and not cfg.scale.async_:
-        from posttrain.precision import sampler_runtime    # rollout.precision: a bf16/fp16 sampler, emulated
-        engine = Engine(model, tokenizer, max_slots=cfg.rollout.max_slots,
-                        runtime=sampler_runtime(cfg.rollout.precision, runtime))
-        if cfg.lora.r > 0:                                 # the sampler gets merged W + (α/r)·B·A
+        from posttrain.precision import sampler_runtime  # rollout.precision: a bf16/fp16 sampler, emulated
+
+        engine = Engine(
+            model, tokenizer, max_slots=cfg.rollout.max_slots, runtime=sampler_runtime(cfg.rollout.precision, runtime)
+        )
+        if cfg.lora.r > 0:  # the sampler gets merged W + (α/r)·B·A
             return Placement(engine, LoraSync(model, engine, cfg.scale.weight_sync), engine)
         return Placement(engine, WeightSync(model, engine, cfg.scale.weight_sync), engine)
     eval_engine = Engine(model, tokenizer, max_slots=cfg.rollout.max_slots, runtime=runtime)
@@ -88,8 +99,15 @@ def place(cfg, model, tokenizer, runtime=None) -> Placement:
     publisher = WeightPublisher(model, bucket_mb=cfg.scale.sync_bucket_mb, history=keep)
     if cfg.scale.placement == "ray":
         from posttrain.distributed.ray_rollout import RayRollout
-        engine = RayRollout(model, tokenizer, workers=cfg.scale.rollout_workers, max_slots=cfg.rollout.max_slots,
-                            threads=max(cfg.threads, 1), transport=cfg.scale.sync_transport)
+
+        engine = RayRollout(
+            model,
+            tokenizer,
+            workers=cfg.scale.rollout_workers,
+            max_slots=cfg.rollout.max_slots,
+            threads=max(cfg.threads, 1),
+            transport=cfg.scale.sync_transport,
+        )
         return Placement(engine, PushSync(publisher, engine), eval_engine, publisher)
     # in-process async: the sampler needs its own copy (the optimizer writes the trainer's)
     engine = Engine(copy.deepcopy(model).eval().requires_grad_(False), tokenizer, max_slots=cfg.rollout.max_slots)
@@ -99,11 +117,14 @@ def place(cfg, model, tokenizer, runtime=None) -> Placement:
 def check_scale_config(cfg) -> None:
     """Reject bad scale-out keys before any work (one line naming the key and the fix)."""
     from posttrain.algorithms.core import OFF_POLICY_CORRECTIONS
+
     if cfg.scale.placement not in PLACEMENTS:
         raise UsageError(f"scale.placement={cfg.scale.placement!r} is unknown; use {' or '.join(PLACEMENTS)}")
     if cfg.scale.off_policy_correction not in (*OFF_POLICY_CORRECTIONS, "auto"):
-        raise UsageError(f"scale.off_policy_correction={cfg.scale.off_policy_correction!r} is unknown; "
-                         f"use auto, {', '.join(OFF_POLICY_CORRECTIONS)}")
+        raise UsageError(
+            f"scale.off_policy_correction={cfg.scale.off_policy_correction!r} is unknown; "
+            f"use auto, {', '.join(OFF_POLICY_CORRECTIONS)}"
+        )
     if cfg.scale.off_policy_cap <= 1.0:
         raise UsageError(f"scale.off_policy_cap must be > 1 (got {cfg.scale.off_policy_cap}); 2 is verl's default")
     if cfg.scale.sync_transport not in ("object_store", "broadcast"):
@@ -113,12 +134,21 @@ def check_scale_config(cfg) -> None:
     if cfg.scale.max_staleness < 0:
         raise UsageError(f"scale.max_staleness must be ≥ 0 (got {cfg.scale.max_staleness})")
     if cfg.lora.r > 0 and (cfg.scale.async_ or cfg.scale.placement != "in-process"):
-        raise UsageError("lora.r > 0 runs with placement=in-process and async=false only (the sampler's merged "
-                         "weights are synced in-process); drop lora or use the in-process sync placement")
-    if cfg.scale.partial_rollouts and not (cfg.scale.async_ and cfg.scale.placement == "in-process" and cfg.scale.stale != "fixed"):
-        raise UsageError("partial_rollouts needs async=true, placement=in-process and stale=pace or drop (weights "
-                         "land mid-sample in the producer's engine); drop partial_rollouts or change those keys")
+        raise UsageError(
+            "lora.r > 0 runs with placement=in-process and async=false only (the sampler's merged "
+            "weights are synced in-process); drop lora or use the in-process sync placement"
+        )
+    if cfg.scale.partial_rollouts and not (
+        cfg.scale.async_ and cfg.scale.placement == "in-process" and cfg.scale.stale != "fixed"
+    ):
+        raise UsageError(
+            "partial_rollouts needs async=true, placement=in-process and stale=pace or drop (weights "
+            "land mid-sample in the producer's engine); drop partial_rollouts or change those keys"
+        )
     from posttrain.distributed.trainer_group import check_trainer_config
+
     check_trainer_config(cfg)
     if cfg.rollout.overprovision < 0:
-        raise UsageError(f"rollout.overprovision must be ≥ 0 (got {cfg.rollout.overprovision}); it is extra samples per prompt")
+        raise UsageError(
+            f"rollout.overprovision must be ≥ 0 (got {cfg.rollout.overprovision}); it is extra samples per prompt"
+        )

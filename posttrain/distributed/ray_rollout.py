@@ -34,11 +34,11 @@ import torch
 
 from posttrain import UsageError
 from posttrain.framework.batch import Batch, view
+from posttrain.framework.rollout import Engine
 from posttrain.framework.weight_sync.broadcast import SyncGroup, free_port, layout
 from posttrain.framework.weight_sync.snapshots import load_buckets
-from posttrain.framework.rollout import Engine
 
-MAX_TRIES = 3   # attempts per shard before a call gives up
+MAX_TRIES = 3  # attempts per shard before a call gives up
 
 
 class RolloutWorker:
@@ -61,8 +61,9 @@ class RolloutWorker:
         return self.load_weights(version, *self.group.receive(layouts))
 
     def generate(self, prompts, n, sampling, seed, step, items, group_offset, keep=None):
-        samples = self.engine.generate(prompts, n, sampling, seed=seed, step=step, items=items,
-                                       group_offset=group_offset, keep=keep)
+        samples = self.engine.generate(
+            prompts, n, sampling, seed=seed, step=step, items=items, group_offset=group_offset, keep=keep
+        )
         return samples, self.engine.stats
 
     def pid(self) -> int:
@@ -72,33 +73,44 @@ class RolloutWorker:
 class RayRollout:
     """The Engine interface (`generate`, `stats`, `policy_version`) over `workers` Ray actors."""
 
-    def __init__(self, model, tokenizer, workers: int = 2, max_slots: int = 256, threads: int = 1,
-                 cpus_per_worker: float = 1.0, transport: str = "object_store"):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        workers: int = 2,
+        max_slots: int = 256,
+        threads: int = 1,
+        cpus_per_worker: float = 1.0,
+        transport: str = "object_store",
+    ):
         import ray
+
         if workers < 1:
             raise UsageError(f"rollout_workers must be ≥ 1 (got {workers})")
         if not ray.is_initialized():
-            ray.init(include_dashboard=False)   # a local cluster; `ray start --head` + RAY_ADDRESS for many machines
+            ray.init(include_dashboard=False)  # a local cluster; `ray start --head` + RAY_ADDRESS for many machines
         self.ray, self.tokenizer = ray, tokenizer
         free = ray.cluster_resources().get("CPU", 0.0)
-        if free < workers * cpus_per_worker:   # actors would wait for CPUs forever, silently
-            raise UsageError(f"rollout_workers={workers} need {workers * cpus_per_worker:g} CPUs in the Ray "
-                             f"cluster, which has {free:g} in all; lower rollout_workers or add nodes (ray start --address)")
+        if free < workers * cpus_per_worker:  # actors would wait for CPUs forever, silently
+            raise UsageError(
+                f"rollout_workers={workers} need {workers * cpus_per_worker:g} CPUs in the Ray "
+                f"cluster, which has {free:g} in all; lower rollout_workers or add nodes (ray start --address)"
+            )
         self.actor_cls = ray.remote(num_cpus=cpus_per_worker, max_restarts=0)(RolloutWorker)
         cpu_model = copy.deepcopy(model).to("cpu")
         self.model_ref = ray.put(cpu_model)
         self.args = (tokenizer, max_slots, threads)
         self.policy_version = 0
-        self.bucket_refs: list = []          # the newest version, for restarted workers
+        self.bucket_refs: list = []  # the newest version, for restarted workers
         self.restarts = 0
         self.stats: dict = {}
-        self.transport, self.group, self.generation = transport, None, 0   # broadcast: formed at first sync
+        self.transport, self.group, self.generation = transport, None, 0  # broadcast: formed at first sync
         self.store, self.last_buckets = None, []
         self.workers = [self._spawn() for _ in range(workers)]
 
     def _spawn(self):
         worker = self.actor_cls.remote(self.model_ref, *self.args)
-        if not self.bucket_refs and self.last_buckets:      # broadcast transport: nothing in the store yet
+        if not self.bucket_refs and self.last_buckets:  # broadcast transport: nothing in the store yet
             self.bucket_refs = [self.ray.put(b) for b in self.last_buckets]
         if self.bucket_refs:
             self.ray.get(worker.load_weights.remote(self.policy_version, *self.bucket_refs))
@@ -107,25 +119,26 @@ class RayRollout:
     def _restart(self, i: int) -> None:
         try:
             self.ray.kill(self.workers[i], no_restart=True)
-        except Exception:   # already gone
+        except Exception:  # already gone
             pass
         self.restarts += 1
         self.workers[i] = self._spawn()
-        self.group = None                      # a group cannot take a new member: form a fresh one next sync
+        self.group = None  # a group cannot take a new member: form a fresh one next sync
 
     def load_weights(self, version: int, buckets: list[dict]) -> dict:
         """Publish `buckets` as `version` to every worker; returns when all have switched."""
         if self.transport == "broadcast":
             return self._broadcast_weights(version, buckets)
         from ray.exceptions import RayActorError
+
         t0 = time.perf_counter()
-        self.bucket_refs = [self.ray.put(b) for b in buckets]   # one put per bucket, shared by all workers
+        self.bucket_refs = [self.ray.put(b) for b in buckets]  # one put per bucket, shared by all workers
         self.policy_version = version
         for i, w in enumerate(self.workers):
             try:
                 self.ray.get(w.load_weights.remote(version, *self.bucket_refs))
             except RayActorError:
-                self._restart(i)                                  # the new worker loads this version
+                self._restart(i)  # the new worker loads this version
         return {"time/sync_s": time.perf_counter() - t0, "sync/buckets": float(len(buckets))}
 
     def _form_group(self) -> None:
@@ -134,17 +147,19 @@ class RayRollout:
         world = len(self.workers) + 1
         if self.store is None:
             self.store_addr = (self.ray.util.get_node_ip_address(), free_port())
-        joins = [w.join_group.remote(*self.store_addr, k + 1, world, self.generation)
-                 for k, w in enumerate(self.workers)]
+        joins = [
+            w.join_group.remote(*self.store_addr, k + 1, world, self.generation) for k, w in enumerate(self.workers)
+        ]
         self.group = SyncGroup(*self.store_addr, 0, world, self.generation, store=self.store)
         self.store = self.group.store
         self.ray.get(joins)
 
     def _broadcast_weights(self, version: int, buckets: list[dict]) -> dict:
         from ray.exceptions import RayActorError
+
         t0 = time.perf_counter()
         self.policy_version = version
-        self.bucket_refs = []                   # put lazily, only for a worker restarted mid-way
+        self.bucket_refs = []  # put lazily, only for a worker restarted mid-way
         self.last_buckets = buckets
         if self.group is None:
             self._form_group()
@@ -153,7 +168,7 @@ class RayRollout:
         try:
             sent = self.group.send(buckets)
             self.ray.get(done)
-        except (RayActorError, RuntimeError):   # a member died mid-sync: replace it, bring all up to date
+        except (RayActorError, RuntimeError):  # a member died mid-sync: replace it, bring all up to date
             sent = 0
             self.bucket_refs = [self.ray.put(b) for b in buckets]
             for i, w in enumerate(self.workers):
@@ -162,12 +177,25 @@ class RayRollout:
                 except RayActorError:
                     self._restart(i)
             self.group = None
-        return {"time/sync_s": time.perf_counter() - t0, "sync/buckets": float(len(buckets)),
-                "sync/broadcast_mb": sent / 2 ** 20}
+        return {
+            "time/sync_s": time.perf_counter() - t0,
+            "sync/buckets": float(len(buckets)),
+            "sync/broadcast_mb": sent / 2**20,
+        }
 
-    def generate(self, prompts, n, sampling, seed: int = 0, step: int = 0, items=None, group_offset: int = 0,
-                 keep: int | None = None):
+    def generate(
+        self,
+        prompts,
+        n,
+        sampling,
+        seed: int = 0,
+        step: int = 0,
+        items=None,
+        group_offset: int = 0,
+        keep: int | None = None,
+    ):
         from ray.exceptions import RayActorError
+
         t0 = time.perf_counter()
         W = len(self.workers)
         bounds = [round(i * len(prompts) / W) for i in range(W + 1)]
@@ -175,8 +203,10 @@ class RayRollout:
 
         def submit(k, i):
             a, b = shards[k]
-            return self.workers[i].generate.remote(prompts[a:b], n, sampling, seed, step,
-                                                   None if items is None else items[a:b], group_offset + a, keep)
+            return self.workers[i].generate.remote(
+                prompts[a:b], n, sampling, seed, step, None if items is None else items[a:b], group_offset + a, keep
+            )
+
         pending = {submit(k, k % W): (k, k % W, 1) for k in range(len(shards))}
         results: dict[int, tuple] = {}
         restarts0 = self.restarts
@@ -188,21 +218,27 @@ class RayRollout:
             except RayActorError:
                 if tries >= MAX_TRIES:
                     raise
-                self._restart(i)                                  # in-flight prompts are re-queued
+                self._restart(i)  # in-flight prompts are re-queued
                 pending[submit(k, i)] = (k, i, tries + 1)
         samples = []
         for k in range(len(shards)):
             part, _ = results[k]
             for s in part:
-                s.group += shards[k][0]                           # index within this call, as Engine
+                s.group += shards[k][0]  # index within this call, as Engine
             samples.extend(part)
         dt = time.perf_counter() - t0
         gen = sum(r[1]["rollout/generated_tokens"] for r in results.values())
         cancelled = sum(r[1]["rollout/cancelled"] for r in results.values())
-        self.stats = {"rollout/samples": len(samples), "rollout/generated_tokens": gen, "rollout/time_s": dt,
-                      "rollout/tokens_per_s": gen / max(dt, 1e-9), "rollout/workers": W, "rollout/cancelled": cancelled,
-                      "rollout/worker_restarts": float(self.restarts - restarts0),
-                      "rollout/worker_restarts_total": float(self.restarts)}
+        self.stats = {
+            "rollout/samples": len(samples),
+            "rollout/generated_tokens": gen,
+            "rollout/time_s": dt,
+            "rollout/tokens_per_s": gen / max(dt, 1e-9),
+            "rollout/workers": W,
+            "rollout/cancelled": cancelled,
+            "rollout/worker_restarts": float(self.restarts - restarts0),
+            "rollout/worker_restarts_total": float(self.restarts),
+        }
         return samples
 
     def close(self) -> None:
@@ -219,6 +255,7 @@ class ReferenceWorker:
 
     def __init__(self, policy, temperature: float, threads: int):
         from posttrain.framework.reference import Reference
+
         torch.set_num_threads(max(threads, 1))
         self.reference = Reference(policy, temperature)
 
@@ -233,6 +270,7 @@ class RayReference:
 
     def __init__(self, policy, temperature: float = 1.0, threads: int = 1):
         import ray
+
         self.ray = ray
         actor = ray.remote(num_cpus=0)(ReferenceWorker)
         self.actor = actor.remote(ray.put(copy.deepcopy(policy).to("cpu")), temperature, threads)
@@ -240,7 +278,7 @@ class RayReference:
     def score(self, batch: Batch, micro_batch_tokens: int = 16384) -> torch.Tensor:
         fields = view(batch)
         device = fields["input_ids"].device
-        keys = ("input_ids", "attention_mask", "loss_mask")          # all the reference reads
+        keys = ("input_ids", "attention_mask", "loss_mask")  # all the reference reads
         cpu = {k: fields[k].to("cpu") for k in keys}
         return self.ray.get(self.actor.score.remote(cpu, micro_batch_tokens)).to(device)
 

@@ -28,12 +28,18 @@ def summarize(rows: list[dict], topology: str, samples_per_step: int) -> dict:
     roles["reference_s"] += mean.get("time/proximal_s", 0.0)
     models = compare_topologies(**roles)
     step_s = mean["time/step_s"]
-    return {"topology": topology, "steps": len(steps), "measured_step_s": step_s,
-            "equation_step_s": models[topology]["step_s"], "bottleneck": models[topology]["bottleneck"],
-            "roles_s": roles, "samples_per_s": samples_per_step / step_s if step_s else 0.0,
-            "trainer_idle_frac": mean.get("time/trainer_idle_s", 0.0) / step_s if step_s else 0.0,
-            "rollout_idle_frac": mean.get("time/rollout_idle_s", 0.0) / step_s if step_s else 0.0,
-            "equation_by_topology_s": {t: m["step_s"] for t, m in models.items()}}
+    return {
+        "topology": topology,
+        "steps": len(steps),
+        "measured_step_s": step_s,
+        "equation_step_s": models[topology]["step_s"],
+        "bottleneck": models[topology]["bottleneck"],
+        "roles_s": roles,
+        "samples_per_s": samples_per_step / step_s if step_s else 0.0,
+        "trainer_idle_frac": mean.get("time/trainer_idle_s", 0.0) / step_s if step_s else 0.0,
+        "rollout_idle_frac": mean.get("time/rollout_idle_s", 0.0) / step_s if step_s else 0.0,
+        "equation_by_topology_s": {t: m["step_s"] for t, m in models.items()},
+    }
 
 
 def write_summary(run_dir: Path, rows: list[dict], topology: str, samples_per_step: int) -> dict:
@@ -44,8 +50,10 @@ def write_summary(run_dir: Path, rows: list[dict], topology: str, samples_per_st
     Path(run_dir, "throughput.json").write_text(json.dumps(s, indent=2))
     roles = "  ".join(f"{k[:-2]} {v:.3f}" for k, v in s["roles_s"].items())
     eq = "  ".join(f"{t} {v:.3f}" for t, v in s["equation_by_topology_s"].items())
-    print(f"throughput ({s['steps']} steps, {topology}): step {s['measured_step_s']:.3f} s measured, "
-          f"{s['equation_step_s']:.3f} s by the equation; per role (s): {roles}; bottleneck: {s['bottleneck']}; "
-          f"trainer idle {100 * s['trainer_idle_frac']:.0f}%; {s['samples_per_s']:.1f} samples/s; "
-          f"the equation for each topology (s): {eq}")
+    print(
+        f"throughput ({s['steps']} steps, {topology}): step {s['measured_step_s']:.3f} s measured, "
+        f"{s['equation_step_s']:.3f} s by the equation; per role (s): {roles}; bottleneck: {s['bottleneck']}; "
+        f"trainer idle {100 * s['trainer_idle_frac']:.0f}%; {s['samples_per_s']:.1f} samples/s; "
+        f"the equation for each topology (s): {eq}"
+    )
     return s

@@ -47,7 +47,7 @@ from posttrain import UsageError, algorithms, runtime
 from posttrain.distributed.data_parallel import DataParallel
 from posttrain.framework.batch import Batch, map_batch
 
-TIMEOUT = datetime.timedelta(minutes=30)        # one collective; a step's forward + backward fits in it
+TIMEOUT = datetime.timedelta(minutes=30)  # one collective; a step's forward + backward fits in it
 SHARDS = ("replicate", "fsdp")
 
 
@@ -58,13 +58,17 @@ def check_trainer_config(cfg) -> None:
         raise UsageError(f"trainer_shard={cfg.scale.trainer_shard!r} is unknown; use {' or '.join(SHARDS)}")
     cuda = cfg.device.startswith("cuda") or (cfg.device == "auto" and torch.cuda.is_available())
     if cfg.scale.trainer_ranks > 1 and cuda:
-        raise UsageError("trainer_ranks > 1 runs the trainer group on CPU (gloo) only; use device=cpu, "
-                         "or trainer_ranks=1 on a GPU")
+        raise UsageError(
+            "trainer_ranks > 1 runs the trainer group on CPU (gloo) only; use device=cpu, or trainer_ranks=1 on a GPU"
+        )
     if cfg.scale.trainer_shard == "fsdp" and cfg.scale.trainer_ranks > 1:
         from posttrain.framework.critic import needs_critic
+
         algorithm = algorithms.get(cfg.algo.name)
         if needs_critic(algorithm, cfg.algo):
-            raise UsageError(f"trainer_shard=fsdp does not shard a critic ({cfg.algo.name}); use trainer_shard=replicate")
+            raise UsageError(
+                f"trainer_shard=fsdp does not shard a critic ({cfg.algo.name}); use trainer_shard=replicate"
+            )
 
 
 class TrainerGroup:
@@ -75,9 +79,11 @@ class TrainerGroup:
         self.inner, self.model, self.world, self.cfg = trainer, trainer.model, cfg.scale.trainer_ranks, cfg
         self.fsdp = cfg.scale.trainer_shard == "fsdp"
         init = f"tcp://127.0.0.1:{_free_port()}"
-        ctx = mp.get_context("spawn")                        # never fork a process holding threads
-        self.procs = [ctx.Process(target=_follow, args=(r, self.world, init, cfg), daemon=True,
-                                  name=f"trainer-rank-{r}") for r in range(1, self.world)]
+        ctx = mp.get_context("spawn")  # never fork a process holding threads
+        self.procs = [
+            ctx.Process(target=_follow, args=(r, self.world, init, cfg), daemon=True, name=f"trainer-rank-{r}")
+            for r in range(1, self.world)
+        ]
         for p in self.procs:
             p.start()
         dist.init_process_group("gloo", init_method=init, rank=0, world_size=self.world, timeout=TIMEOUT)
@@ -96,25 +102,27 @@ class TrainerGroup:
         if not self.started:
             state = self.inner.state_dict()
             _send(("init", self.model, state))
-            if self.fsdp:                                    # rank 0 trains a shard too, like the others
+            if self.fsdp:  # rank 0 trains a shard too, like the others
                 self.inner = _trainer(self.model, state, self.cfg, self.inner.runtime)
             self.started = True
         _send(("train", map_batch(batch, torch.Tensor.cpu), epochs, minibatches, max_len))
         out = self.inner.train(batch, loss_fn, epochs, minibatches, max_len)
         if self.fsdp:
             from posttrain.distributed.fsdp import gather_into
-            gather_into(self.inner.model, self.model)        # the sampler and the checkpoint read this one
+
+            gather_into(self.inner.model, self.model)  # the sampler and the checkpoint read this one
         return out
 
     def state_dict(self) -> dict:
         if not (self.fsdp and self.started):
             return self.inner.state_dict()
         from posttrain.distributed.fsdp import full_state
+
         _send(("state",))
         return full_state(self.inner)
 
     def load_state_dict(self, state: dict) -> None:
-        if self.started:                                     # the followers already have theirs
+        if self.started:  # the followers already have theirs
             raise RuntimeError("TrainerGroup: load the trainer state before the first step (--resume does)")
         self.inner.load_state_dict(state)
 
@@ -143,6 +151,7 @@ def _follow(rank: int, world: int, init: str, cfg) -> None:
     """Ranks 1 … N−1: wait for a batch, train on this rank's rows, repeat until "stop"."""
     from posttrain.distributed import fsdp
     from posttrain.framework.trainer import policy_loss_fn
+
     rt = runtime.resolve(cfg.device, cfg.dtype, cfg.threads)
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world, timeout=TIMEOUT)
     try:
@@ -153,7 +162,7 @@ def _follow(rank: int, world: int, init: str, cfg) -> None:
             return
         trainer = _trainer(msg[1], msg[2], cfg, rt)
         while (msg := _recv())[0] != "stop":
-            if msg[0] == "state":                            # rank 0 checkpoints: join the gather
+            if msg[0] == "state":  # rank 0 checkpoints: join the gather
                 fsdp.full_state(trainer)
                 continue
             _, batch, epochs, minibatches, max_len = msg
@@ -168,8 +177,9 @@ def _trainer(model, state: dict, cfg, rt):
     """A rank's trainer: on the replica it was sent, or (fsdp) on a sharded copy of it."""
     from posttrain.distributed import fsdp
     from posttrain.framework.trainer import Trainer
+
     if cfg.scale.trainer_shard == "fsdp":
-        model = fsdp.shard_module(copy.deepcopy(model))     # rank 0 keeps its plain module
+        model = fsdp.shard_module(copy.deepcopy(model))  # rank 0 keeps its plain module
     trainer = Trainer(model, cfg.optim, cfg.steps * cfg.optim.epochs * cfg.optim.minibatches, rt)
     if cfg.scale.trainer_shard == "fsdp":
         fsdp.load_full_state(trainer, state)

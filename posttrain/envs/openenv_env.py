@@ -30,22 +30,23 @@ from dataclasses import dataclass, field
 from posttrain import UsageError
 from posttrain.tasks.base import RewardResult, TaskConfig
 
-TEST_SEEDS = 1_000_000_000        # held-out reset seeds start here; train seeds stay below
+TEST_SEEDS = 1_000_000_000  # held-out reset seeds start here; train seeds stay below
 
 
 @dataclass
 class OpenEnvConfig(TaskConfig):
     name: str = "openenv"
-    url: str = ""                 # the OpenEnv server, e.g. http://127.0.0.1:8001 (its /ws is used)
+    url: str = ""  # the OpenEnv server, e.g. http://127.0.0.1:8001 (its /ws is used)
     action_field: str = "message"  # the action's text field: the policy's reply goes here
-    observation_field: str = ""   # the observation's text field shown to the policy; "" = every field
-    system_prompt: str = ""       # optional system message before the first observation
-    max_turns: int = 1            # policy turns per episode at most
+    observation_field: str = ""  # the observation's text field shown to the policy; "" = every field
+    system_prompt: str = ""  # optional system message before the first observation
+    max_turns: int = 1  # policy turns per episode at most
     reset_args: dict = field(default_factory=dict)  # extra keyword arguments of reset()
 
 
 class OpenEnvTask:
     """An OpenEnv environment as a posttrain task whose episodes run outside (envs/source.py)."""
+
     Config = OpenEnvConfig
     external = True
 
@@ -55,11 +56,13 @@ class OpenEnvTask:
         except ImportError:
             raise UsageError("task.name=openenv needs openenv-core: pip install 'posttrain[openenv]'") from None
         if not config.url.startswith(("http://", "https://", "ws://", "wss://")):
-            raise UsageError(f"task.url={config.url!r}: give the OpenEnv server's URL, e.g. task.url=http://127.0.0.1:8001")
+            raise UsageError(
+                f"task.url={config.url!r}: give the OpenEnv server's URL, e.g. task.url=http://127.0.0.1:8001"
+            )
         if config.max_turns < 1:
             raise UsageError(f"task.max_turns={config.max_turns}: an episode needs at least one turn")
         self.config, self.name = config, config.name
-        self._first: dict[int, list[dict]] = {}       # reset seed -> first messages (plans, audits)
+        self._first: dict[int, list[dict]] = {}  # reset seed -> first messages (plans, audits)
 
     def items(self, n: int, split: str, seed) -> list[dict]:
         rng = random.Random(f"{split}/{seed}")
@@ -71,8 +74,9 @@ class OpenEnvTask:
         key = self.config.observation_field
         if key:
             if key not in obs:
-                raise KeyError(f"the observation has no field {key!r} (fields: {', '.join(obs)}); set "
-                               "task.observation_field")
+                raise KeyError(
+                    f"the observation has no field {key!r} (fields: {', '.join(obs)}); set task.observation_field"
+                )
             return str(obs[key])
         return "\n".join(f"{k}: {v}" for k, v in obs.items() if k not in ("metadata", "done", "reward"))
 
@@ -82,20 +86,25 @@ class OpenEnvTask:
 
     def _client(self):
         from openenv.core import GenericEnvClient
+
         return GenericEnvClient(base_url=self.config.url)
 
     def prompt(self, item: dict) -> list[dict]:
         """The first messages of an item's episodes (one reset, cached): for the step plan and the
         first-prompt printout; episodes themselves reset their own sessions."""
         if item["seed"] not in self._first:
+
             async def first():
                 async with self._client() as env:
                     return (await env.reset(seed=item["seed"], **self.config.reset_args)).observation
+
             try:
                 self._first[item["seed"]] = self._opening(asyncio.run(first()))
             except Exception as e:  # noqa: BLE001 - an unreachable server is the user's to fix, before training
-                raise UsageError(f"task.url={self.config.url}: cannot reset the OpenEnv environment "
-                                 f"({type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''})") from None
+                raise UsageError(
+                    f"task.url={self.config.url}: cannot reset the OpenEnv environment "
+                    f"({type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''})"
+                ) from None
         return self._first[item["seed"]]
 
     async def episode(self, item: dict, endpoint, episode_id: str) -> RewardResult:
@@ -108,19 +117,26 @@ class OpenEnvTask:
                 messages = self._opening(result.observation)
                 done = bool(result.done)
                 while not done and steps < self.config.max_turns:
-                    reply = await policy.chat.completions.create(model=endpoint.model, messages=messages,
-                                                                 max_tokens=endpoint.max_tokens,
-                                                                 temperature=endpoint.temperature)
+                    reply = await policy.chat.completions.create(
+                        model=endpoint.model,
+                        messages=messages,
+                        max_tokens=endpoint.max_tokens,
+                        temperature=endpoint.temperature,
+                    )
                     text = reply.choices[0].message.content or ""
                     result = await env.step({self.config.action_field: text})
                     steps += 1
                     if result.reward is not None:
                         if isinstance(result.reward, bool) or not isinstance(result.reward, (int, float)):
-                            return RewardResult(0.0, error=f"the environment's reward {result.reward!r} is not a number")
+                            return RewardResult(
+                                0.0, error=f"the environment's reward {result.reward!r} is not a number"
+                            )
                         total += float(result.reward)
                     done = bool(result.done)
-                    messages += [{"role": "assistant", "content": text},
-                                 {"role": "user", "content": self.render(result.observation)}]
+                    messages += [
+                        {"role": "assistant", "content": text},
+                        {"role": "user", "content": self.render(result.observation)},
+                    ]
         finally:
             await policy.close()
         return RewardResult(total, {"done": float(done), "turns": float(steps), "capacity_waits": float(waits)})
@@ -134,14 +150,15 @@ class OpenEnvTask:
         Nothing was served to the policy yet, so the episode asks again after a pause (up to 1 s,
         under verifier.timeout_s like the whole episode) instead of scoring 0 for the server's queue."""
         from websockets.exceptions import ConnectionClosedOK
+
         waits, pause = 0, 0.05
         while True:
             env = self._client()
             await env.connect()
             try:
                 return env, await env.reset(seed=item["seed"], **self.config.reset_args), waits
-            except (RuntimeError, ConnectionClosedOK) as e:   # a full server answers the error, then closes;
-                await env.close()                             # the reset may meet either
+            except (RuntimeError, ConnectionClosedOK) as e:  # a full server answers the error, then closes;
+                await env.close()  # the reset may meet either
                 if isinstance(e, RuntimeError) and "CAPACITY_REACHED" not in str(e):
                     raise
             except BaseException:

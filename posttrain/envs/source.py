@@ -46,15 +46,17 @@ from posttrain.tasks.base import RewardResult
 @dataclass
 class Endpoint:
     """What a driver needs to reach the policy: an OpenAI base URL, the model name, the sampling."""
+
     base_url: str
     model: str
     temperature: float
     max_tokens: int
-    api_key: str = "posttrain"    # the server checks none; OpenAI clients insist on one
+    api_key: str = "posttrain"  # the server checks none; OpenAI clients insist on one
 
     def openai(self, episode_id: str | None = None, **kw):
         """An `openai.AsyncOpenAI` client that names `episode_id` on every request (X-Episode-Id)."""
         from openai import AsyncOpenAI
+
         headers = {"X-Episode-Id": episode_id} if episode_id else None
         return AsyncOpenAI(base_url=self.base_url, api_key=self.api_key, default_headers=headers, max_retries=0, **kw)
 
@@ -78,14 +80,19 @@ class ExternalRollouts:
 
     def __init__(self, cfg, task, tok, engine, name: str = "policy"):
         if cfg.rollout.degenerate == "resample":
-            raise UsageError("rollout.degenerate=resample is not available with an external environment (episodes are "
-                             "driven from outside); use keep or skip")
+            raise UsageError(
+                "rollout.degenerate=resample is not available with an external environment (episodes are "
+                "driven from outside); use keep or skip"
+            )
         if cfg.scale.async_ or cfg.scale.placement != "in-process" or cfg.rollout.overprovision:
-            raise UsageError(f"task.name={cfg.task.name} drives episodes through the server: it runs with "
-                             "scale.placement=in-process, scale.async=false and rollout.overprovision=0")
+            raise UsageError(
+                f"task.name={cfg.task.name} drives episodes through the server: it runs with "
+                "scale.placement=in-process, scale.async=false and rollout.overprovision=0"
+            )
         from posttrain.serve.app import RLPolicy, create_app
         from posttrain.serve.batcher import Batcher
         from posttrain.serve.server import Server
+
         self.cfg, self.task, self.tok, self.engine = cfg, task, tok, engine
         self.recorder = Recorder()
         self.policy = RLPolicy(cfg.rollout.temperature, cfg.rollout.max_new_tokens, self.recorder)
@@ -93,8 +100,11 @@ class ExternalRollouts:
         self.server = Server(create_app(self.batcher, tok, name, engine.max_len, policy=self.policy)).start()
         self.endpoint = Endpoint(self.server.url, name, cfg.rollout.temperature, cfg.rollout.max_new_tokens)
         self.timeout = float(cfg.verifier.timeout_s)
-        print(f"external rollouts: the policy is served on {self.server.url} (model {name!r}) for task.name="
-              f"{cfg.task.name}", flush=True)
+        print(
+            f"external rollouts: the policy is served on {self.server.url} (model {name!r}) for task.name="
+            f"{cfg.task.name}",
+            flush=True,
+        )
 
     # -- one step ----------------------------------------------------------------------------
 
@@ -103,7 +113,9 @@ class ExternalRollouts:
         items = self.task.items(cfg.rollout.prompts_per_step, "train", seed=f"{cfg.seed}/{step}/0")
         samples, metrics = self.run(items, cfg.rollout.samples_per_prompt)
         groups = group_rewards(samples)
-        metrics.update({**group_metrics(groups), **(sample_metrics(samples, cfg.rollout.max_new_tokens) if samples else {})})
+        metrics.update(
+            {**group_metrics(groups), **(sample_metrics(samples, cfg.rollout.max_new_tokens) if samples else {})}
+        )
         kept = [s for s in samples if cfg.rollout.degenerate == "keep" or not groups[s.group][1]]
         metrics["group/kept_frac"] = len(kept) / max(len(samples), 1)
         metrics["rollout/attempts"] = 1.0
@@ -139,17 +151,21 @@ class ExternalRollouts:
             for k, v in r.components.items():
                 comps.setdefault(k, []).append(v)
         timeouts = sum(r.error is not None and r.error.startswith("timeout") for r in flat_res)
-        metrics = {"reward/errors": float(sum(r.error is not None for r in flat_res) - timeouts),
-                   "reward/timeouts": float(timeouts),
-                   "reward/episode_mean": float(np.mean([r.reward for r in flat_res])),
-                   **{f"reward/{k}": float(np.mean(v)) for k, v in comps.items()},
-                   "rollout/episodes": float(len(flat)), "rollout/episodes_without_tokens": float(empty),
-                   "rollout/samples_per_episode": len(samples) / max(len(flat) - empty, 1),
-                   "rollout/requests": float(self.batcher.stats["serve/requests"] - before["serve/requests"]),
-                   "rollout/engine_calls": float(self.batcher.stats["serve/calls"] - before["serve/calls"]),
-                   "rollout/generated_tokens": float(generated), "rollout/tokens_per_s": generated / max(wall, 1e-9),
-                   "rollout/sampling_overridden": float(self.policy.overridden - overridden),
-                   "time/rollout_s": wall}                      # episodes, scoring included (the env scores them)
+        metrics = {
+            "reward/errors": float(sum(r.error is not None for r in flat_res) - timeouts),
+            "reward/timeouts": float(timeouts),
+            "reward/episode_mean": float(np.mean([r.reward for r in flat_res])),
+            **{f"reward/{k}": float(np.mean(v)) for k, v in comps.items()},
+            "rollout/episodes": float(len(flat)),
+            "rollout/episodes_without_tokens": float(empty),
+            "rollout/samples_per_episode": len(samples) / max(len(flat) - empty, 1),
+            "rollout/requests": float(self.batcher.stats["serve/requests"] - before["serve/requests"]),
+            "rollout/engine_calls": float(self.batcher.stats["serve/calls"] - before["serve/calls"]),
+            "rollout/generated_tokens": float(generated),
+            "rollout/tokens_per_s": generated / max(wall, 1e-9),
+            "rollout/sampling_overridden": float(self.policy.overridden - overridden),
+            "time/rollout_s": wall,
+        }  # episodes, scoring included (the env scores them)
         return samples, metrics
 
     async def _drive(self, items, ids) -> list[list[RewardResult]]:
@@ -160,15 +176,23 @@ class ExternalRollouts:
             try:
                 out = await asyncio.wait_for(coro, self.timeout)
             except asyncio.TimeoutError:
-                return [RewardResult(0.0, error=f"timeout: the environment took longer than verifier.timeout_s="
-                                                f"{self.timeout:g}")] * count
+                return [
+                    RewardResult(
+                        0.0, error=f"timeout: the environment took longer than verifier.timeout_s={self.timeout:g}"
+                    )
+                ] * count
             except Exception as e:  # noqa: BLE001 - an environment's bug costs its episodes, never the run
                 return [RewardResult(0.0, error=f"{type(e).__name__}: {e}")] * count
             if not grouped:
                 return [checked(out)]
             if not isinstance(out, (list, tuple)) or len(out) != count:
-                return [RewardResult(0.0, error=f"the environment returned {type(out).__name__} for a group of "
-                                                f"{count} episodes, not {count} rewards")] * count
+                return [
+                    RewardResult(
+                        0.0,
+                        error=f"the environment returned {type(out).__name__} for a group of "
+                        f"{count} episodes, not {count} rewards",
+                    )
+                ] * count
             return [checked(r) for r in out]
 
         if grouped:
@@ -190,12 +214,14 @@ class ExternalRollouts:
         greedy, _ = self._results(items, 1, 0.0)
         sampled = self._results(items, k, self.cfg.rollout.temperature)[0] if k > 1 else []
         timeouts = sum(r.error is not None and r.error.startswith("timeout") for r in greedy + sampled)
-        out = {f"{prefix}greedy_acc": float(np.mean([_correct(r) for r in greedy])),
-               f"{prefix}greedy_reward": float(np.mean([r.reward for r in greedy])),
-               f"{prefix}errors": float(sum(r.error is not None for r in greedy + sampled) - timeouts),
-               f"{prefix}timeouts": float(timeouts)}
+        out = {
+            f"{prefix}greedy_acc": float(np.mean([_correct(r) for r in greedy])),
+            f"{prefix}greedy_reward": float(np.mean([r.reward for r in greedy])),
+            f"{prefix}errors": float(sum(r.error is not None for r in greedy + sampled) - timeouts),
+            f"{prefix}timeouts": float(timeouts),
+        }
         if k > 1:
-            correct = [sum(_correct(r) for r in sampled[i * k:(i + 1) * k]) for i in range(len(items))]
+            correct = [sum(_correct(r) for r in sampled[i * k : (i + 1) * k]) for i in range(len(items))]
             out[f"{prefix}pass@1"] = float(np.mean([pass_at_k(k, c, 1) for c in correct]))
             out[f"{prefix}pass@{k}"] = float(np.mean([pass_at_k(k, c, k) for c in correct]))
             out[f"{prefix}reward_mean"] = float(np.mean([r.reward for r in sampled]))

@@ -32,14 +32,14 @@ from posttrain.chat import check_messages, prompt_text
 from posttrain.tasks.base import RewardResult, TaskConfig, in_heldout
 
 PREFIX = "verifiers:"
-KEY_VAR = "POSTTRAIN_SERVE_KEY"   # verifiers reads the API key from an environment variable
+KEY_VAR = "POSTTRAIN_SERVE_KEY"  # verifiers reads the API key from an environment variable
 
 
 @dataclass
 class VerifiersConfig(TaskConfig):
-    name: str = "verifiers:"       # verifiers:MODULE (installed) or verifiers:PATH.py (a local file)
+    name: str = "verifiers:"  # verifiers:MODULE (installed) or verifiers:PATH.py (a local file)
     env_args: dict = field(default_factory=dict)  # keyword arguments of the environment's load_environment()
-    test_frac: float = 0.1        # held-out share of the dataset rows (by a stable hash) when the env has no eval set
+    test_frac: float = 0.1  # held-out share of the dataset rows (by a stable hash) when the env has no eval set
 
 
 def load_env(spec: str, env_args: dict):
@@ -47,10 +47,14 @@ def load_env(spec: str, env_args: dict):
     try:
         import verifiers as vf
     except ImportError:
-        raise UsageError("task.name=verifiers:... needs the verifiers package: pip install 'posttrain[verifiers]'") from None
+        raise UsageError(
+            "task.name=verifiers:... needs the verifiers package: pip install 'posttrain[verifiers]'"
+        ) from None
     if not hasattr(vf, "Environment"):
-        raise UsageError(f"verifiers {getattr(vf, '__version__', '?')} has no Environment API (0.3 replaced it with "
-                         "tasksets); install verifiers>=0.1.9,<0.3: pip install 'posttrain[verifiers]'")
+        raise UsageError(
+            f"verifiers {getattr(vf, '__version__', '?')} has no Environment API (0.3 replaced it with "
+            "tasksets); install verifiers>=0.1.9,<0.3: pip install 'posttrain[verifiers]'"
+        )
     if not spec:
         raise UsageError("task.name=verifiers: names no environment; use verifiers:MODULE or verifiers:PATH/TO/env.py")
     try:
@@ -70,23 +74,27 @@ def load_env(spec: str, env_args: dict):
     except UsageError:
         raise
     except Exception as e:  # noqa: BLE001 - an environment that does not load is a usage error, named
-        raise UsageError(f"task.name=verifiers:{spec} does not load ({type(e).__name__}: {str(e).splitlines()[0][:160]}); "
-                         "check the module and task.env_args") from None
+        raise UsageError(
+            f"task.name=verifiers:{spec} does not load ({type(e).__name__}: {str(e).splitlines()[0][:160]}); "
+            "check the module and task.env_args"
+        ) from None
     if not isinstance(env, vf.Environment):
-        raise UsageError(f"task.name=verifiers:{spec}: load_environment() returned {type(env).__name__}, not a "
-                         "verifiers Environment")
+        raise UsageError(
+            f"task.name=verifiers:{spec}: load_environment() returned {type(env).__name__}, not a verifiers Environment"
+        )
     return env
 
 
 class VerifiersTask:
     """A verifiers environment as a posttrain task whose episodes run outside (envs/source.py)."""
+
     Config = VerifiersConfig
     external = True
 
     def __init__(self, config: VerifiersConfig):
         self.config = config
         self.name = config.name
-        self.env = load_env(config.name[len(PREFIX):], dict(config.env_args))
+        self.env = load_env(config.name[len(PREFIX) :], dict(config.env_args))
         rows = [dict(r) for r in self.env.get_dataset()]
         if not rows:
             raise UsageError(f"task.name={config.name}: the environment's dataset is empty")
@@ -110,7 +118,7 @@ class VerifiersTask:
         while len(out) < n:
             order = list(range(len(pool)))
             rng.shuffle(order)
-            out.extend(pool[i] for i in order[:n - len(out)])
+            out.extend(pool[i] for i in order[: n - len(out)])
         return out
 
     def prompt(self, item: dict):
@@ -124,14 +132,21 @@ class VerifiersTask:
             except UsageError as e:
                 raise UsageError(f"task.name={self.name}: dataset row {i}: {e}") from None
             if max_len is not None and n + max_new_tokens > max_len:
-                raise UsageError(f"task.name={self.name}: dataset row {i} renders to {n} tokens; with "
-                                 f"rollout.max_new_tokens={max_new_tokens} that exceeds the model's {max_len}")
+                raise UsageError(
+                    f"task.name={self.name}: dataset row {i} renders to {n} tokens; with "
+                    f"rollout.max_new_tokens={max_new_tokens} that exceeds the model's {max_len}"
+                )
 
     async def group(self, item: dict, endpoint, episode_ids: list[str]) -> list[RewardResult]:
         """The environment's rollouts of one row, scored as a group by its rubric."""
         from verifiers.types import ClientConfig
-        client = ClientConfig(api_base_url=endpoint.base_url, api_key_var=KEY_VAR, max_retries=0,
-                              extra_headers_from_state={"X-Episode-Id": "example_id"})
+
+        client = ClientConfig(
+            api_base_url=endpoint.base_url,
+            api_key_var=KEY_VAR,
+            max_retries=0,
+            extra_headers_from_state={"X-Episode-Id": "example_id"},
+        )
         inputs = [{**item, "example_id": eid} for eid in episode_ids]
         sampling = {"temperature": endpoint.temperature, "max_tokens": endpoint.max_tokens}
         outputs = await self.env.run_group(inputs, client, endpoint.model, sampling)
@@ -139,7 +154,13 @@ class VerifiersTask:
         for out in outputs:
             err = out.get("error")
             comps = {k: float(v) for k, v in (out.get("metrics") or {}).items() if isinstance(v, (int, float))}
-            results.append(RewardResult(out.get("reward"), comps,
-                                        error=None if err is None else str(err.get("error_chain_repr", err)
-                                                                           if isinstance(err, dict) else err)))
+            results.append(
+                RewardResult(
+                    out.get("reward"),
+                    comps,
+                    error=None
+                    if err is None
+                    else str(err.get("error_chain_repr", err) if isinstance(err, dict) else err),
+                )
+            )
         return results

@@ -35,10 +35,10 @@ from posttrain.models.tokenizer import CharTokenizer
 @dataclass
 class Episode(Sample):
     conversation: list = field(default_factory=list)  # [(role, text)]: "policy" / "observation" turns
-    turns: int = 0                # policy turns taken
-    tool_calls: int = 0           # observations injected
-    tool_errors: int = 0          # observations that report a tool error or timeout
-    scored: bool = True           # the env has set reward / reward_components (score_samples keeps them)
+    turns: int = 0  # policy turns taken
+    tool_calls: int = 0  # observations injected
+    tool_errors: int = 0  # observations that report a tool error or timeout
+    scored: bool = True  # the env has set reward / reward_components (score_samples keeps them)
 
 
 def observation_ids(tok, text: str, task=None) -> list[int]:
@@ -64,9 +64,9 @@ def turn_stops(tok, task) -> tuple[tuple[int, ...], tuple[str, ...]]:
         try:
             enc = tok.encode(s)
         except UsageError:
-            if declared:                          # a stop the task asked for must exist
+            if declared:  # a stop the task asked for must exist
                 raise
-            continue                              # a vocabulary older than tool use: no call close
+            continue  # a vocabulary older than tool use: no call close
         (ids if len(enc) == 1 else rest).append(enc[0] if len(enc) == 1 else s)
     return tuple(ids), tuple(rest)
 
@@ -86,8 +86,18 @@ def token_text(tok, ids) -> str:
     return "".join(tok.chars[i] for i in ids) if isinstance(tok, CharTokenizer) else tok.decode(ids)
 
 
-def run_episodes(engine, tok, task, items, n: int, sampling: SamplingParams, seed: int = 0, step: int = 0,
-                 group_offset: int = 0, max_turns: int | None = None) -> list[Episode]:
+def run_episodes(
+    engine,
+    tok,
+    task,
+    items,
+    n: int,
+    sampling: SamplingParams,
+    seed: int = 0,
+    step: int = 0,
+    group_offset: int = 0,
+    max_turns: int | None = None,
+) -> list[Episode]:
     """n episodes per item, group-major like `Engine.generate`; each comes back scored by its env.
 
     Randomness: turn 0 draws from (seed, step·64, group_offset + item, sample) like a single-turn
@@ -100,10 +110,20 @@ def run_episodes(engine, tok, task, items, n: int, sampling: SamplingParams, see
     for g, item in enumerate(items):
         for j in range(n):
             env = task.make_env(item)
-            prompt = tok.encode(tok.chat_prompt(env.reset(item)))      # a question string or messages
-            eps.append(Episode(prompt_ids=prompt, response_ids=[], response_logprobs=[], response_mask=[],
-                               finish_reason="length", policy_version=engine.policy_version, group=g, index=j,
-                               item=item))
+            prompt = tok.encode(tok.chat_prompt(env.reset(item)))  # a question string or messages
+            eps.append(
+                Episode(
+                    prompt_ids=prompt,
+                    response_ids=[],
+                    response_logprobs=[],
+                    response_mask=[],
+                    finish_reason="length",
+                    policy_version=engine.policy_version,
+                    group=g,
+                    index=j,
+                    item=item,
+                )
+            )
             envs.append(env)
     live, generated, seconds = list(range(len(eps))), 0.0, 0.0
     for turn in range(max_turns):
@@ -111,15 +131,27 @@ def run_episodes(engine, tok, task, items, n: int, sampling: SamplingParams, see
             break
         longest = max(len(eps[e].prompt_ids) + len(eps[e].response_ids) for e in live)
         cap = min(sampling.max_new_tokens, engine.max_len - longest)
-        if cap < 1:                                      # the conversation fills the context: truncated
+        if cap < 1:  # the conversation fills the context: truncated
             break
         params = dataclasses.replace(sampling, max_new_tokens=cap, stop_ids=stops)
-        if turn == 0:                                    # an item's n episodes share their first prompt
-            outs = engine.generate([eps[g * n].prompt_ids for g in range(len(items))], n, params, seed=seed,
-                                   step=step * 64, group_offset=group_offset)
+        if turn == 0:  # an item's n episodes share their first prompt
+            outs = engine.generate(
+                [eps[g * n].prompt_ids for g in range(len(items))],
+                n,
+                params,
+                seed=seed,
+                step=step * 64,
+                group_offset=group_offset,
+            )
         else:
-            outs = engine.generate([eps[e].prompt_ids + eps[e].response_ids for e in live], 1, params, seed=seed,
-                                   step=step * 64 + turn, group_offset=group_offset * n)
+            outs = engine.generate(
+                [eps[e].prompt_ids + eps[e].response_ids for e in live],
+                1,
+                params,
+                seed=seed,
+                step=step * 64 + turn,
+                group_offset=group_offset * n,
+            )
             outs = dict(zip(live, outs))
         stats = getattr(engine, "stats", {})
         generated += stats.get("rollout/generated_tokens", 0.0)
@@ -127,10 +159,13 @@ def run_episodes(engine, tok, task, items, n: int, sampling: SamplingParams, see
         still = []
         for e in live:
             ep, out = eps[e], outs[e]
-            keep = _cut(tok, out.response_ids, stop_strings)      # a multi-token stop string ends the turn here
+            keep = _cut(tok, out.response_ids, stop_strings)  # a multi-token stop string ends the turn here
             if keep < len(out.response_ids):
                 out.response_ids, out.response_logprobs, out.finish_reason = (
-                    out.response_ids[:keep], out.response_logprobs[:keep], "stop")
+                    out.response_ids[:keep],
+                    out.response_logprobs[:keep],
+                    "stop",
+                )
             ep.response_ids += out.response_ids
             ep.response_logprobs += out.response_logprobs
             ep.response_mask += [1] * len(out.response_ids)
@@ -146,18 +181,24 @@ def run_episodes(engine, tok, task, items, n: int, sampling: SamplingParams, see
                 continue
             ids = observation_ids(tok, obs or "", task)
             ep.response_ids += ids
-            ep.response_logprobs += [0.0] * len(ids)     # no behaviour logprob: the policy did not sample these
+            ep.response_logprobs += [0.0] * len(ids)  # no behaviour logprob: the policy did not sample these
             ep.response_mask += [0] * len(ids)
-            ep.conversation.append(("observation", tok.decode(ids)[1:-1] if isinstance(tok, CharTokenizer) else tok.decode(ids)))
+            ep.conversation.append(
+                ("observation", tok.decode(ids)[1:-1] if isinstance(tok, CharTokenizer) else tok.decode(ids))
+            )
             ep.tool_calls += 1
             ep.tool_errors += info.get("tool_error") is not None
             still.append(e)
         live = still
     for ep in eps:
         ep.text = tok.decode(ep.response_ids)
-    if seconds > 0:                                      # rollout stats over all turns, not the last call's
-        engine.stats = {**engine.stats, "rollout/generated_tokens": generated, "rollout/time_s": seconds,
-                        "rollout/tokens_per_s": generated / seconds}
+    if seconds > 0:  # rollout stats over all turns, not the last call's
+        engine.stats = {
+            **engine.stats,
+            "rollout/generated_tokens": generated,
+            "rollout/time_s": seconds,
+            "rollout/tokens_per_s": generated / seconds,
+        }
     return eps
 
 
@@ -165,9 +206,12 @@ def episode_metrics(episodes, prefix: str = "agent/") -> dict:
     if not episodes:
         return {}
     calls = np.array([e.tool_calls for e in episodes], dtype=float)
-    return {f"{prefix}tool_call_rate": float((calls > 0).mean()), f"{prefix}tool_calls_mean": float(calls.mean()),
-            f"{prefix}tool_errors": float(sum(e.tool_errors for e in episodes)),
-            f"{prefix}turns_mean": float(np.mean([e.turns for e in episodes]))}
+    return {
+        f"{prefix}tool_call_rate": float((calls > 0).mean()),
+        f"{prefix}tool_calls_mean": float(calls.mean()),
+        f"{prefix}tool_errors": float(sum(e.tool_errors for e in episodes)),
+        f"{prefix}turns_mean": float(np.mean([e.turns for e in episodes])),
+    }
 
 
 def solved(episode) -> bool:
@@ -176,26 +220,47 @@ def solved(episode) -> bool:
     return float(episode.reward_components.get("correct", episode.reward)) >= 1.0
 
 
-def evaluate_episodes(engine, tok, task, items, n: int = 0, ks=(1,), temperature: float = 1.0,
-                      max_new_tokens: int = 64, seed: int = 0, prefix: str = "eval/") -> dict:
+def evaluate_episodes(
+    engine,
+    tok,
+    task,
+    items,
+    n: int = 0,
+    ks=(1,),
+    temperature: float = 1.0,
+    max_new_tokens: int = 64,
+    seed: int = 0,
+    prefix: str = "eval/",
+) -> dict:
     """Held-out evaluation of an env task, with the keys of eval.evaluate: greedy accuracy, and
     with n > 0 sampled pass@1 and pass@k; plus the tool-call rate of each."""
     from posttrain.eval import pass_at_k
+
     engine.model.eval()
-    greedy = run_episodes(engine, tok, task, items, 1, SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens),
-                          seed=seed)
-    out = {f"{prefix}greedy_acc": float(np.mean([solved(e) for e in greedy])),
-           f"{prefix}length_mean": float(np.mean([len(e.response_ids) for e in greedy])),
-           f"{prefix}greedy_tool_call_rate": episode_metrics(greedy, "")["tool_call_rate"]}
+    greedy = run_episodes(
+        engine, tok, task, items, 1, SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens), seed=seed
+    )
+    out = {
+        f"{prefix}greedy_acc": float(np.mean([solved(e) for e in greedy])),
+        f"{prefix}length_mean": float(np.mean([len(e.response_ids) for e in greedy])),
+        f"{prefix}greedy_tool_call_rate": episode_metrics(greedy, "")["tool_call_rate"],
+    }
     if n > 0:
-        eps = run_episodes(engine, tok, task, items, n, SamplingParams(temperature=temperature,
-                                                                        max_new_tokens=max_new_tokens), seed=seed)
-        correct = [sum(solved(e) for e in eps[i * n:(i + 1) * n]) for i in range(len(items))]
+        eps = run_episodes(
+            engine,
+            tok,
+            task,
+            items,
+            n,
+            SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens),
+            seed=seed,
+        )
+        correct = [sum(solved(e) for e in eps[i * n : (i + 1) * n]) for i in range(len(items))]
         for k in ks:
             if k <= n:
                 out[f"{prefix}pass@{k}"] = float(np.mean([pass_at_k(n, c, k) for c in correct]))
         out[f"{prefix}tool_call_rate"] = episode_metrics(eps, "")["tool_call_rate"]
-        for name, used in (("with_tool", True), ("without_tool", False)):   # where the accuracy comes from
+        for name, used in (("with_tool", True), ("without_tool", False)):  # where the accuracy comes from
             part = [solved(e) for e in eps if (e.tool_calls > 0) == used]
             if part:
                 out[f"{prefix}acc_{name}"] = float(np.mean(part))

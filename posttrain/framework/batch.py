@@ -40,21 +40,21 @@ class RolloutBatch:
     built by hand for a loss (tests, lessons) holds just those; `collate_samples` fills every
     field of its table. Fields left out are None."""
 
-    loss_mask: torch.Tensor                           # [B, T] 1 on policy-sampled response tokens
-    input_ids: torch.Tensor | None = None             # [B, T] long, prompt + response, right-padded
-    attention_mask: torch.Tensor | None = None        # [B, T] 1 on real tokens
-    old_logprobs: torch.Tensor | None = None          # [B, T] behaviour (or, corrected, proximal) logprobs
-    rewards: torch.Tensor | None = None               # [B]
-    group_index: torch.Tensor | None = None           # [B] long: the prompt a sample answers
-    policy_version: torch.Tensor | None = None        # [B] long: the weights that sampled it
-    truncated: torch.Tensor | None = None             # [B] bool: cut by the length cap (DAPO's mask_truncated)
-    ref_logprobs: torch.Tensor | None = None          # [B, T] the reference's (KL term)
-    values: torch.Tensor | None = None                # [B, T] V_old from the critic hook (PPO)
-    advantages: torch.Tensor | None = None            # [B, T] (or [B] in a hand-built batch), 0 off the mask
-    returns: torch.Tensor | None = None               # [B, T] the value target A + V_old (PPO)
-    behaviour_logprobs: torch.Tensor | None = None    # [B, T] the sampler's, once the correction moved them
-    new_values: torch.Tensor | None = None            # [b, w] V with gradient: the trainer's forward (PPO)
-    row_index: torch.Tensor | None = None             # [b] a micro-batch's rows in the batch it came from
+    loss_mask: torch.Tensor  # [B, T] 1 on policy-sampled response tokens
+    input_ids: torch.Tensor | None = None  # [B, T] long, prompt + response, right-padded
+    attention_mask: torch.Tensor | None = None  # [B, T] 1 on real tokens
+    old_logprobs: torch.Tensor | None = None  # [B, T] behaviour (or, corrected, proximal) logprobs
+    rewards: torch.Tensor | None = None  # [B]
+    group_index: torch.Tensor | None = None  # [B] long: the prompt a sample answers
+    policy_version: torch.Tensor | None = None  # [B] long: the weights that sampled it
+    truncated: torch.Tensor | None = None  # [B] bool: cut by the length cap (DAPO's mask_truncated)
+    ref_logprobs: torch.Tensor | None = None  # [B, T] the reference's (KL term)
+    values: torch.Tensor | None = None  # [B, T] V_old from the critic hook (PPO)
+    advantages: torch.Tensor | None = None  # [B, T] (or [B] in a hand-built batch), 0 off the mask
+    returns: torch.Tensor | None = None  # [B, T] the value target A + V_old (PPO)
+    behaviour_logprobs: torch.Tensor | None = None  # [B, T] the sampler's, once the correction moved them
+    new_values: torch.Tensor | None = None  # [b, w] V with gradient: the trainer's forward (PPO)
+    row_index: torch.Tensor | None = None  # [b] a micro-batch's rows in the batch it came from
 
     def tensors(self) -> dict[str, torch.Tensor]:
         """The fields that are present, by name."""
@@ -68,7 +68,7 @@ class RolloutBatch:
         return self.map(lambda v: v.to(device))
 
 
-Batch = RolloutBatch | dict                  # a RolloutBatch, or a dict batch of the other stages
+Batch = RolloutBatch | dict  # a RolloutBatch, or a dict batch of the other stages
 
 
 def view(batch: Batch) -> dict[str, Any]:
@@ -92,8 +92,13 @@ def with_fields(batch: Batch, **values: torch.Tensor) -> Batch:
     return dataclasses.replace(batch, **values) if isinstance(batch, RolloutBatch) else {**batch, **values}
 
 
-def collate(prompts: list[list[int]], responses: list[list[int]], pad_id: int,
-            mask_prompt: bool = True, response_masks: list[list[int]] | None = None) -> dict:
+def collate(
+    prompts: list[list[int]],
+    responses: list[list[int]],
+    pad_id: int,
+    mask_prompt: bool = True,
+    response_masks: list[list[int]] | None = None,
+) -> dict:
     """Right-padded `input_ids`, `attention_mask` and `loss_mask` [B, T].
 
     loss_mask[:, t] = 1 when input_ids[:, t] is a token to learn: the response tokens whose
@@ -111,25 +116,32 @@ def collate(prompts: list[list[int]], responses: list[list[int]], pad_id: int,
         if response_masks is not None:
             loss[i, P:n] = torch.tensor(response_masks[i], dtype=torch.float)
         else:
-            loss[i, (P if mask_prompt else 1):n] = 1
+            loss[i, (P if mask_prompt else 1) : n] = 1
     return {"input_ids": ids, "attention_mask": attn, "loss_mask": loss}
 
 
 def collate_samples(samples, pad_id: int) -> RolloutBatch:
-    padded = collate([s.prompt_ids for s in samples], [s.response_ids for s in samples], pad_id,
-                     response_masks=[s.response_mask for s in samples])
-    mask = padded["loss_mask"]                                       # [B, T]
+    padded = collate(
+        [s.prompt_ids for s in samples],
+        [s.response_ids for s in samples],
+        pad_id,
+        response_masks=[s.response_mask for s in samples],
+    )
+    mask = padded["loss_mask"]  # [B, T]
     old = torch.zeros_like(mask)
     for i, s in enumerate(samples):
         P = len(s.prompt_ids)
-        old[i, P:P + len(s.response_ids)] = torch.tensor(s.response_logprobs, dtype=torch.float)
+        old[i, P : P + len(s.response_ids)] = torch.tensor(s.response_logprobs, dtype=torch.float)
     return RolloutBatch(
-        input_ids=padded["input_ids"], attention_mask=padded["attention_mask"], loss_mask=mask,
+        input_ids=padded["input_ids"],
+        attention_mask=padded["attention_mask"],
+        loss_mask=mask,
         old_logprobs=old * mask,
         rewards=torch.tensor([s.reward for s in samples], dtype=torch.float),
         group_index=torch.tensor([s.group for s in samples], dtype=torch.long),
         policy_version=torch.tensor([s.policy_version for s in samples], dtype=torch.long),
-        truncated=torch.tensor([s.finish_reason == "length" for s in samples], dtype=torch.bool))
+        truncated=torch.tensor([s.finish_reason == "length" for s in samples], dtype=torch.bool),
+    )
 
 
 # ----------------------------------------------------------------------------- micro-batches
@@ -162,11 +174,11 @@ def split_micro_batches(batch: Batch, max_tokens: int, unit: int = 1) -> list[An
     B = mask.shape[0]
     if B % unit:
         raise ValueError(f"batch of {B} rows does not split into units of {unit}")
-    lengths = mask.sum(1).view(-1, unit).amax(1).long().cpu()        # [B / unit]; the plan lives on the CPU
+    lengths = mask.sum(1).view(-1, unit).amax(1).long().cpu()  # [B / unit]; the plan lives on the CPU
     order = torch.sort(lengths, descending=True, stable=True).indices  # longest unit first
     out: list[Any] = []
     for a, b in _length_groups(lengths[order].tolist(), max_tokens, unit):
-        units = order[a:b].sort().values                              # batch order within the group
+        units = order[a:b].sort().values  # batch order within the group
         rows = (units[:, None] * unit + torch.arange(unit)).flatten()  # [b]
         width = int(lengths[order[a]])
         mb = map_batch(batch, functools.partial(_take, rows=rows, width=width, T=mask.shape[1]))
@@ -180,10 +192,10 @@ def _length_groups(widths: list[int], max_tokens: int, unit: int) -> list[tuple[
     U = len(widths)
     best, cut = [0.0] + [float("inf")] * U, [0] * (U + 1)
     for b in range(1, U + 1):
-        for a in range(b - 1, -1, -1):                                # group [a, b): widest is a
+        for a in range(b - 1, -1, -1):  # group [a, b): widest is a
             size = (b - a) * unit * widths[a]
             if b - a > 1 and size > max_tokens:
-                break                                                 # wider and longer further left
+                break  # wider and longer further left
             cost = best[a] + size + MICRO_BATCH_COST_TOKENS
             if cost < best[b]:
                 best[b], cut[b] = cost, a

@@ -34,9 +34,9 @@ from posttrain.framework.critic import critic_values, needs_critic
 from posttrain.framework.off_policy import correct_off_policy
 from posttrain.framework.rollout import Sample, SamplingParams
 from posttrain.framework.trainer import policy_loss_fn
+from posttrain.sizing.throughput import max_of_k
 from posttrain.tasks.base import MultiTurnTask, score_samples
 from posttrain.tasks.pool import make_pool
-from posttrain.sizing.throughput import max_of_k
 
 
 class Controller:
@@ -47,13 +47,18 @@ class Controller:
         self.sampling = SamplingParams(temperature=cfg.rollout.temperature, max_new_tokens=cfg.rollout.max_new_tokens)
         self.loss_fn = policy_loss_fn(algorithm, algo_cfg, cfg.rollout.temperature)
         self.timers: dict[str, float] = {}
-        self.source = source      # None: collect inline (sync); else .get(step) -> (samples, metrics)
+        self.source = source  # None: collect inline (sync); else .get(step) -> (samples, metrics)
         auto = "tis" if cfg.scale.async_ else "none"
         self.correction = auto if cfg.scale.off_policy_correction == "auto" else cfg.scale.off_policy_correction
         self.last_samples: list = []
-        self.on_batch = None                     # optional hook(step, samples, batch) before ❼: the audit trace
-        self.pool = make_pool(task, cfg.verifier.workers, cfg.verifier.timeout_s,   # None = in-process
-                              cfg.verifier.memory_mb, cfg.verifier.max_calls)
+        self.on_batch = None  # optional hook(step, samples, batch) before ❼: the audit trace
+        self.pool = make_pool(
+            task,
+            cfg.verifier.workers,
+            cfg.verifier.timeout_s,  # None = in-process
+            cfg.verifier.memory_mb,
+            cfg.verifier.max_calls,
+        )
 
     def timer(self, name: str):
         return timed(self.timers, name)
@@ -62,8 +67,8 @@ class Controller:
         cfg, self.timers = self.cfg, {}
         # ❶ ❷ ❸ inline, or (async) from a producer running ahead: distributed/async_rollout.py
         samples, metrics = self.source.get(step) if self.source is not None else self.collect(step)
-        self.last_samples = samples                                             # for the audit log
-        if not samples:                                                         # every group degenerate: no update
+        self.last_samples = samples  # for the audit log
+        if not samples:  # every group degenerate: no update
             return {**metrics, **self.timers, "train/skipped_step": 1.0}
         replace = dataclasses.replace
         critic = needs_critic(self.algorithm, self.algo_cfg)
@@ -72,29 +77,39 @@ class Controller:
         if self.reference is not None:
             with self.timer("reference"):
                 batch = replace(batch, ref_logprobs=self.reference.score(batch))  # ❺
-        if critic:                                                              # critic hook (PPO only):
-            with self.timer("critic"):                                          # V_old of the rollout for GAE
-                batch = replace(batch, values=critic_values(self.trainer.model, batch, self.trainer.cfg.micro_batch_tokens))
+        if critic:  # critic hook (PPO only):
+            with self.timer("critic"):  # V_old of the rollout for GAE
+                batch = replace(
+                    batch, values=critic_values(self.trainer.model, batch, self.trainer.cfg.micro_batch_tokens)
+                )
         with self.timer("algorithm"):
             adv = self.algorithm.advantages(batch.rewards, batch.group_index, self.algo_cfg, batch=batch)
-            if critic:                                                          # the value loss's target
+            if critic:  # the value loss's target
                 batch = replace(batch, returns=self.algorithm.value_targets(batch.rewards, batch, self.algo_cfg))
             mask = batch.loss_mask
             batch = replace(batch, advantages=broadcast(adv, mask) if adv.dim() == 1 else adv * mask)  # ❻
         if self.on_batch is not None:
-            self.on_batch(step, samples, batch)                                 # audit (recipes/rl.py), pre-update
-        if self.correction != "none":                                           # stale samples: IS weights
-            with self.timer("proximal"):                                        # from the behaviour logprobs
-                batch, corrected = correct_off_policy(self.trainer.model, batch, self.correction, cfg.scale.off_policy_cap,
-                                                      cfg.rollout.temperature, self.trainer.cfg.micro_batch_tokens)
+            self.on_batch(step, samples, batch)  # audit (recipes/rl.py), pre-update
+        if self.correction != "none":  # stale samples: IS weights
+            with self.timer("proximal"):  # from the behaviour logprobs
+                batch, corrected = correct_off_policy(
+                    self.trainer.model,
+                    batch,
+                    self.correction,
+                    cfg.scale.off_policy_cap,
+                    cfg.rollout.temperature,
+                    self.trainer.cfg.micro_batch_tokens,
+                )
                 metrics.update(corrected)
         with self.timer("train"):
-            train = self.trainer.train(batch, self.loss_fn, cfg.optim.epochs, cfg.optim.minibatches, cfg.rollout.max_new_tokens)  # ❼
+            train = self.trainer.train(
+                batch, self.loss_fn, cfg.optim.epochs, cfg.optim.minibatches, cfg.rollout.max_new_tokens
+            )  # ❼
         with self.timer("sync"):
-            sync = self.sync.sync()                                             # ❽
+            sync = self.sync.sync()  # ❽
         metrics.update(train)
         metrics.update(sync)
-        metrics.update(self.timers)                                             # ❾
+        metrics.update(self.timers)  # ❾
         metrics["train/tokens_per_s"] = float(batch.loss_mask.sum()) / max(self.timers["time/train_s"], 1e-9)
         metrics["train/skipped_step"] = 0.0
         return metrics
@@ -103,38 +118,63 @@ class Controller:
         """Generate and score groups until `prompts_per_step` groups are usable (or the
         attempt cap is hit). `degenerate`: keep = use every group; skip = drop groups whose
         rewards are all equal; resample = also draw fresh prompts to refill the batch."""
-        cfg, kept, timers = self.cfg, list[Sample](), dict[str, float]()   # own timers: async runs this on another thread
-        first: dict | None = None                                          # the metrics of the first draw
+        cfg, kept, timers = (
+            self.cfg,
+            list[Sample](),
+            dict[str, float](),
+        )  # own timers: async runs this on another thread
+        first: dict | None = None  # the metrics of the first draw
         attempts = cfg.rollout.max_resample_attempts if cfg.rollout.degenerate == "resample" else 1
         for attempt in range(attempts):
             want = cfg.rollout.prompts_per_step - len(kept) // cfg.rollout.samples_per_prompt
             items = self.task.items(want, "train", seed=f"{cfg.seed}/{step}/{attempt}")
             prompts = [self.tok.encode(self.tok.chat_prompt(self.task.prompt(it))) for it in items]
             with timed(timers, "rollout"):
-                if isinstance(self.task, MultiTurnTask):                         # agent episodes (framework/agent.py)
-                    samples = run_episodes(self.engine, self.tok, self.task, items, cfg.rollout.samples_per_prompt,
-                                           self.sampling, seed=cfg.seed, step=step * 1000 + attempt,
-                                           group_offset=len(kept) // cfg.rollout.samples_per_prompt)
+                if isinstance(self.task, MultiTurnTask):  # agent episodes (framework/agent.py)
+                    samples = run_episodes(
+                        self.engine,
+                        self.tok,
+                        self.task,
+                        items,
+                        cfg.rollout.samples_per_prompt,
+                        self.sampling,
+                        seed=cfg.seed,
+                        step=step * 1000 + attempt,
+                        group_offset=len(kept) // cfg.rollout.samples_per_prompt,
+                    )
                 else:
-                    samples = self.engine.generate(prompts, cfg.rollout.samples_per_prompt + cfg.rollout.overprovision, self.sampling,
-                                                   seed=cfg.seed, step=step * 1000 + attempt, items=items,
-                                                   group_offset=len(kept) // cfg.rollout.samples_per_prompt,
-                                                   keep=cfg.rollout.samples_per_prompt if cfg.rollout.overprovision else None)
+                    samples = self.engine.generate(
+                        prompts,
+                        cfg.rollout.samples_per_prompt + cfg.rollout.overprovision,
+                        self.sampling,
+                        seed=cfg.seed,
+                        step=step * 1000 + attempt,
+                        items=items,
+                        group_offset=len(kept) // cfg.rollout.samples_per_prompt,
+                        keep=cfg.rollout.samples_per_prompt if cfg.rollout.overprovision else None,
+                    )
             with timed(timers, "reward"):
                 reward_metrics = score_samples(self.task, samples, self.pool, step)
             groups = group_rewards(samples)
-            if first is None:                                                   # metrics of the first draw
-                first = {**reward_metrics, **group_metrics(groups), **sample_metrics(samples, cfg.rollout.max_new_tokens),
-                         **{k if k.startswith("rollout/") else f"rollout/{k}": float(v) for k, v in self.engine.stats.items()},
-                         **episode_metrics([s for s in samples if isinstance(s, Episode)])}
+            if first is None:  # metrics of the first draw
+                first = {
+                    **reward_metrics,
+                    **group_metrics(groups),
+                    **sample_metrics(samples, cfg.rollout.max_new_tokens),
+                    **{
+                        k if k.startswith("rollout/") else f"rollout/{k}": float(v)
+                        for k, v in self.engine.stats.items()
+                    },
+                    **episode_metrics([s for s in samples if isinstance(s, Episode)]),
+                }
             useful = [s for s in samples if cfg.rollout.degenerate == "keep" or not groups[s.group][1]]
             kept.extend(useful)
             if len(kept) >= cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt:
                 break
-        assert first is not None                                            # attempts >= 1: one draw at least
+        assert first is not None  # attempts >= 1: one draw at least
         first["rollout/attempts"] = float(attempt + 1)
         first["group/kept_frac"] = len(kept) / (cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt)
-        return kept[:cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt], {**first, **timers}
+        return kept[: cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt], {**first, **timers}
 
 
 @contextmanager
@@ -154,21 +194,27 @@ def group_rewards(samples) -> dict:
 
 def group_metrics(groups: dict) -> dict:
     n = max(len(groups), 1)
-    return {"group/all_pass_frac": sum(min(r) >= 1.0 for r, _ in groups.values()) / n,
-            "group/all_fail_frac": sum(max(r) <= 0.0 for r, _ in groups.values()) / n,
-            "group/degenerate_frac": sum(d for _, d in groups.values()) / n}
+    return {
+        "group/all_pass_frac": sum(min(r) >= 1.0 for r, _ in groups.values()) / n,
+        "group/all_fail_frac": sum(max(r) <= 0.0 for r, _ in groups.values()) / n,
+        "group/degenerate_frac": sum(d for _, d in groups.values()) / n,
+    }
 
 
 def sample_metrics(samples, max_new_tokens: int) -> dict:
     lengths = np.array([len(s.response_ids) for s in samples], dtype=float)
     rewards = np.array([s.reward for s in samples], dtype=float)
     ok = rewards >= 1.0
-    return {"reward/mean": float(rewards.mean()), "reward/std": float(rewards.std()),
-            "length/mean": float(lengths.mean()), "length/max": float(lengths.max()),
-            "length/correct_mean": float(lengths[ok].mean()) if ok.any() else 0.0,
-            "length/wrong_mean": float(lengths[~ok].mean()) if (~ok).any() else 0.0,
-            "length/truncated_frac": float(np.mean([s.finish_reason == "length" for s in samples])),
-            **max_of_k_metrics(lengths)}
+    return {
+        "reward/mean": float(rewards.mean()),
+        "reward/std": float(rewards.std()),
+        "length/mean": float(lengths.mean()),
+        "length/max": float(lengths.max()),
+        "length/correct_mean": float(lengths[ok].mean()) if ok.any() else 0.0,
+        "length/wrong_mean": float(lengths[~ok].mean()) if (~ok).any() else 0.0,
+        "length/truncated_frac": float(np.mean([s.finish_reason == "length" for s in samples])),
+        **max_of_k_metrics(lengths),
+    }
 
 
 def max_of_k_metrics(lengths: np.ndarray) -> dict:
@@ -177,6 +223,9 @@ def max_of_k_metrics(lengths: np.ndarray) -> dict:
     mean and CV predict (throughput.max_of_k), so a heavier tail than that stands out."""
     mean = float(lengths.mean())
     cv = float(lengths.std() / mean) if mean > 0 else 0.0
-    return {"length/cv": cv, "length/p95": float(np.percentile(lengths, 95)),
-            "length/max_of_k": float(lengths.max()) / mean if mean > 0 else 0.0,
-            "length/max_of_k_expected": max_of_k(len(lengths), cv)}
+    return {
+        "length/cv": cv,
+        "length/p95": float(np.percentile(lengths, 95)),
+        "length/max_of_k": float(lengths.max()) / mean if mean > 0 else 0.0,
+        "length/max_of_k_expected": max_of_k(len(lengths), cv),
+    }

@@ -34,16 +34,18 @@ def critic_values(model: CriticModel, batch: Batch, micro_batch_tokens: int = 16
     out = torch.zeros_like(view(batch)["loss_mask"])
     for mb in split_micro_batches(batch, micro_batch_tokens):
         m = view(mb)
-        v = model.values(m["input_ids"])                             # [b, w]
-        out[m["row_index"], :v.shape[1]] = v.to(out.dtype) * m["loss_mask"]
+        v = model.values(m["input_ids"])  # [b, w]
+        out[m["row_index"], : v.shape[1]] = v.to(out.dtype) * m["loss_mask"]
     return out
 
 
 def logprobs_and_values(model, input_ids: torch.Tensor, temperature: float):
     """One forward of an ActorCritic: (logprobs [B, T], entropy [B, T], values [B, T] with gradient)."""
     if not isinstance(model, CriticModel):
-        raise UsageError("this algorithm learns a critic: train a models.heads.ActorCritic "
-                         "(recipes/rl.py builds one), not the bare policy")
+        raise UsageError(
+            "this algorithm learns a critic: train a models.heads.ActorCritic "
+            "(recipes/rl.py builds one), not the bare policy"
+        )
     logits, values = model.logits_and_values(input_ids)
     lp, ent = logits_logprobs(logits, input_ids, temperature, with_entropy=True)
     return lp, ent, values

@@ -25,9 +25,20 @@ def eval_due(cfg, step: int) -> bool:
     return bool(cfg.eval_every and step % cfg.eval_every == 0) or step == cfg.steps
 
 
-def train_loop(run, model, tokenizer, trainer: Trainer, step_fn, *, evaluate=None,
-               meta: dict | None = None, show=("loss",), extra_state=None, eval_at_start: bool = False,
-               until=None) -> dict:
+def train_loop(
+    run,
+    model,
+    tokenizer,
+    trainer: Trainer,
+    step_fn,
+    *,
+    evaluate=None,
+    meta: dict | None = None,
+    show=("loss",),
+    extra_state=None,
+    eval_at_start: bool = False,
+    until=None,
+) -> dict:
     """Call `step_fn(step) -> metrics` from the resume point to cfg.steps; checkpoint, evaluate, log.
 
     `run` has .cfg (common keys), .dir, .stage and .resume_from (a checkpoint or None).
@@ -47,22 +58,40 @@ def train_loop(run, model, tokenizer, trainer: Trainer, step_fn, *, evaluate=Non
         if extra_state is not None:
             extra_state[1](state.get("extra", {}))
         print(f"resumed from {run.resume_from} at step {start}")
-    logger = RunLogger(run.dir, run.stage, cfg.steps, cfg.log_every, show=show, start_step=start,
-                       tensorboard=cfg.tensorboard, wandb=cfg.wandb, config=to_dict(cfg))
+    logger = RunLogger(
+        run.dir,
+        run.stage,
+        cfg.steps,
+        cfg.log_every,
+        show=show,
+        start_step=start,
+        tensorboard=cfg.tensorboard,
+        wandb=cfg.wandb,
+        config=to_dict(cfg),
+    )
     if evaluate is not None and eval_at_start and start == 0:
         logger.log(0, evaluate(model))
 
     def save(step):
-        state = {"trainer": trainer.state_dict(), "rng": runtime.rng_state(), "step": step, "data_position": step,
-                 "extra": extra_state[0]() if extra_state is not None else {}}
-        return checkpoint.save(run.dir, step, model, tokenizer, state, {"stage": run.stage, **(meta or {})}, cfg.keep_last)
+        state = {
+            "trainer": trainer.state_dict(),
+            "rng": runtime.rng_state(),
+            "step": step,
+            "data_position": step,
+            "extra": extra_state[0]() if extra_state is not None else {},
+        }
+        return checkpoint.save(
+            run.dir, step, model, tokenizer, state, {"stage": run.stage, **(meta or {})}, cfg.keep_last
+        )
 
     # SIGINT/SIGTERM finish the current step, save a checkpoint, then stop (never mid-step).
     stop = []
     handlers = {}
     if threading.current_thread() is threading.main_thread():
-        handlers = {sig: signal.signal(sig, lambda signum, frame: stop.append(signum))
-                    for sig in (signal.SIGINT, signal.SIGTERM)}
+        handlers = {
+            sig: signal.signal(sig, lambda signum, frame: stop.append(signum))
+            for sig in (signal.SIGINT, signal.SIGTERM)
+        }
     last, end, reason = {}, cfg.steps, ""
     try:
         for step in range(start + 1, cfg.steps + 1):
@@ -88,7 +117,8 @@ def train_loop(run, model, tokenizer, trainer: Trainer, step_fn, *, evaluate=Non
                 logger.close()
                 raise TrainingHalted(
                     f"{trainer.nonfinite_in_a_row} steps in a row had a non-finite loss or gradient and were "
-                    f"skipped (last checkpoint {path}); lower optim.lr or check the data, then --resume {run.dir}")
+                    f"skipped (last checkpoint {path}); lower optim.lr or check the data, then --resume {run.dir}"
+                )
             if cfg.save_every and step % cfg.save_every == 0 and step < cfg.steps:
                 save(step)
     finally:
@@ -97,15 +127,17 @@ def train_loop(run, model, tokenizer, trainer: Trainer, step_fn, *, evaluate=Non
     if reason:
         meta = {**(meta or {}), "finished_early": reason}
     warning = nonfinite_warning(trainer, model, end)
-    if warning:                                  # marked in meta.json, said on the console and in the summary
+    if warning:  # marked in meta.json, said on the console and in the summary
         meta = {**(meta or {}), "nonfinite_steps": int(trainer.nonfinite_total), "weights_finite": warning[1]}
     path = save(end)
     if warning:
         logger.message(f"warning: {warning[0]} ({path})")
     logger.close()
     if warning and not warning[1]:
-        raise TrainingHalted(f"{warning[0]}; the checkpoint {path} is marked weights_finite=false in meta.json: "
-                             f"lower optim.lr and resume from an earlier checkpoint, or start again")
+        raise TrainingHalted(
+            f"{warning[0]}; the checkpoint {path} is marked weights_finite=false in meta.json: "
+            f"lower optim.lr and resume from an earlier checkpoint, or start again"
+        )
     return {"checkpoint": str(path), **last, **({"warning": warning[0]} if warning else {})}
 
 
@@ -118,6 +150,8 @@ def nonfinite_warning(trainer, model, steps: int) -> tuple[str, bool] | None:
     if not skipped:
         return None
     finite = all(bool(torch.isfinite(p).all()) for p in model.parameters())
-    text = (f"{skipped} of {steps} steps had a non-finite loss or gradient and were skipped; the final weights "
-            f"are {'finite' if finite else 'NOT finite (NaN or inf)'}")
+    text = (
+        f"{skipped} of {steps} steps had a non-finite loss or gradient and were skipped; the final weights "
+        f"are {'finite' if finite else 'NOT finite (NaN or inf)'}"
+    )
     return text, finite

@@ -29,7 +29,7 @@ def score_logprobs(model, batch: Batch, temperature: float = 1.0, micro_batch_to
     for mb in split_micro_batches(batch, micro_batch_tokens):
         m = view(mb)
         lp, _ = sequence_logprobs(model, m["input_ids"], temperature)
-        out[m["row_index"], :lp.shape[1]] = lp * m["loss_mask"]
+        out[m["row_index"], : lp.shape[1]] = lp * m["loss_mask"]
     return out
 
 

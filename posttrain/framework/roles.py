@@ -43,12 +43,20 @@ algorithm. The micro-batch is a RolloutBatch in RL, a dict of tensors in the oth
 class RolloutEngine(Protocol):
     """Role 1: samples n responses per prompt with their behaviour logprobs (docs/architecture.md §4)."""
 
-    policy_version: int      # the weights' version, stamped on every Sample; weight sync bumps it
-    stats: dict              # rollout/* metrics of the last call (tokens/s, cache occupancy, …)
+    policy_version: int  # the weights' version, stamped on every Sample; weight sync bumps it
+    stats: dict  # rollout/* metrics of the last call (tokens/s, cache occupancy, …)
 
-    def generate(self, prompts: list[list[int]], n: int, sampling: SamplingParams, seed: int = 0,
-                 step: int = 0, items: list | None = None, group_offset: int = 0,
-                 keep: int | None = None) -> list[Sample]:
+    def generate(
+        self,
+        prompts: list[list[int]],
+        n: int,
+        sampling: SamplingParams,
+        seed: int = 0,
+        step: int = 0,
+        items: list | None = None,
+        group_offset: int = 0,
+        keep: int | None = None,
+    ) -> list[Sample]:
         """n samples of every prompt, group-major; sample j of prompt g keyed by (seed, step, group_offset + g, j)."""
         ...
 
@@ -84,8 +92,9 @@ class PolicyTrainer(Protocol):
     model: torch.nn.Module
     device: torch.device
 
-    def train(self, batch: Batch, loss_fn: LossFn, epochs: int = 1, minibatches: int = 1,
-              max_len: float | None = None) -> dict: ...
+    def train(
+        self, batch: Batch, loss_fn: LossFn, epochs: int = 1, minibatches: int = 1, max_len: float | None = None
+    ) -> dict: ...
 
 
 @runtime_checkable

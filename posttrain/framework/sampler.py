@@ -16,16 +16,16 @@ import torch
 
 @dataclass
 class SamplingParams:
-    temperature: float = 1.0      # softmax temperature; 0 = greedy (argmax, logprob recorded at T=1)
-    top_k: int = 0                # keep the k most likely tokens; 0 = off (RL: off, see module doc)
-    top_p: float = 1.0            # nucleus: smallest set with mass >= top_p; 1 = off (RL: off)
-    max_new_tokens: int = 64      # length cap of a response, stop token included
+    temperature: float = 1.0  # softmax temperature; 0 = greedy (argmax, logprob recorded at T=1)
+    top_k: int = 0  # keep the k most likely tokens; 0 = off (RL: off, see module doc)
+    top_p: float = 1.0  # nucleus: smallest set with mass >= top_p; 1 = off (RL: off)
+    max_new_tokens: int = 64  # length cap of a response, stop token included
     stop_ids: tuple[int, ...] = ()  # extra stop tokens; the engine always adds the tokenizer's end-of-turn id
-    ignore_eos: bool = False      # never stop on a stop id: every response is max_new_tokens long (benchmarks; vLLM's name)
-
+    ignore_eos: bool = False  # never stop on a stop id: every response is max_new_tokens long (benchmarks; vLLM's name)
 
 
 # ---- temperature and sampling: the one place their semantics live --------------------------
+
 
 def _log_probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """log_softmax(logits / T) in fp32, T = 0 read as 1 (greedy is scored at T = 1)."""
@@ -47,7 +47,7 @@ def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: floa
 # splitmix64 (Steele et al. 2014) on int64 tensors. torch's >> is arithmetic, so logical
 # shifts mask the sign-extended bits; multiplication wraps modulo 2**64 as in C.
 def _i64(x: int) -> int:
-    return (x + 2 ** 63) % 2 ** 64 - 2 ** 63
+    return (x + 2**63) % 2**64 - 2**63
 
 
 _GOLDEN, _MUL1, _MUL2 = _i64(0x9E3779B97F4A7C15), _i64(0xBF58476D1CE4E5B9), _i64(0x94D049BB133111EB)
@@ -80,7 +80,7 @@ def draw_keys(base: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
 
 def _uniform(keys: torch.Tensor) -> torch.Tensor:
     """[B] float64 uniforms in (0, 1]: the top 52 bits of splitmix64(key), offset by half a step."""
-    return (_srl(splitmix64(keys), 12).double() + 0.5) * 2.0 ** -52
+    return (_srl(splitmix64(keys), 12).double() + 0.5) * 2.0**-52
 
 
 def draw_uniforms(base: torch.Tensor, draws: int) -> torch.Tensor:
@@ -91,8 +91,9 @@ def draw_uniforms(base: torch.Tensor, draws: int) -> torch.Tensor:
     return _uniform(draw_keys(base[:, None], torch.arange(draws, device=base.device)))
 
 
-def sample_tokens(logits: torch.Tensor, sampling: SamplingParams,
-                  keys: torch.Tensor | None, u: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def sample_tokens(
+    logits: torch.Tensor, sampling: SamplingParams, keys: torch.Tensor | None, u: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The one sampler. logits [B, V], keys [B] int64 (draw_keys) → tokens [B], logprobs [B].
 
     Inverse-CDF sampling on the (top-k/top-p filtered) probabilities with one uniform per
@@ -100,25 +101,25 @@ def sample_tokens(logits: torch.Tensor, sampling: SamplingParams,
     token_logprobs of the full, untruncated distribution at the sampling temperature.
     `u` [B] float64 passes the uniforms of `keys` already drawn (draw_uniforms); keys is then unused.
     """
-    logp = _log_probs(logits, sampling.temperature)                 # [B, V] fp32
+    logp = _log_probs(logits, sampling.temperature)  # [B, V] fp32
     if sampling.temperature <= 0:
-        tokens = logp.argmax(-1)                                    # greedy; first index on ties
+        tokens = logp.argmax(-1)  # greedy; first index on ties
         return tokens, logp.gather(-1, tokens[:, None]).squeeze(1)
-    probs = logp.exp()                                              # sample from exp(logp) itself
+    probs = logp.exp()  # sample from exp(logp) itself
     V = probs.shape[-1]
     if 0 < sampling.top_k < V:
-        kth = probs.topk(sampling.top_k, dim=-1).values[:, -1:]     # [B, 1]
-        probs = probs.masked_fill(probs < kth, 0.0)                 # ties at the k-th value are kept
+        kth = probs.topk(sampling.top_k, dim=-1).values[:, -1:]  # [B, 1]
+        probs = probs.masked_fill(probs < kth, 0.0)  # ties at the k-th value are kept
     if sampling.top_p < 1.0:
         p_sorted, order = probs.sort(dim=-1, descending=True, stable=True)
-        before = p_sorted.cumsum(-1) - p_sorted                     # mass of the more likely tokens
+        before = p_sorted.cumsum(-1) - p_sorted  # mass of the more likely tokens
         p_sorted = p_sorted.masked_fill(before >= sampling.top_p * p_sorted.sum(-1, keepdim=True), 0.0)
         probs = torch.zeros_like(probs).scatter_(-1, order, p_sorted)
-    cdf = probs.double().cumsum(-1)                                 # [B, V] unnormalised
+    cdf = probs.double().cumsum(-1)  # [B, V] unnormalised
     if u is None:
         assert keys is not None, "sample_tokens draws from keys or from given uniforms u"
         u = _uniform(keys)
-    x = u * cdf[:, -1]                                              # [B] in (0, total]
+    x = u * cdf[:, -1]  # [B] in (0, total]
     # first index with cdf >= x: zero-probability tokens (flat cdf) can never be chosen
     tokens = torch.searchsorted(cdf, x[:, None]).squeeze(1).clamp_(max=V - 1)
     return tokens, logp.gather(-1, tokens[:, None]).squeeze(1)

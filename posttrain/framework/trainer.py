@@ -39,18 +39,19 @@ def policy_loss_fn(algorithm, algo_cfg, temperature: float):
     with_critic = needs_critic(algorithm, algo_cfg)
 
     def loss_fn(model, mb: RolloutBatch, norm: dict):
-        ids = mb.input_ids                                           # [b, w]
+        ids = mb.input_ids  # [b, w]
         if ids is None:
             raise UsageError("the RL loss needs batch.input_ids: build the batch with framework.batch.collate_samples")
-        if with_critic:                                              # ← critic hook (PPO only)
+        if with_critic:  # ← critic hook (PPO only)
             lp, ent, values = logprobs_and_values(model, ids, temperature)
             mb = dataclasses.replace(mb, new_values=values)
         else:
             lp, ent = sequence_logprobs(model, ids, temperature, with_entropy=True)
         loss, metrics = algorithm.loss(lp, mb, algo_cfg, norm, ent)
-        assert mb.old_logprobs is not None                           # the loss above has read it
+        assert mb.old_logprobs is not None  # the loss above has read it
         metrics["mismatch/logprob_abs"] = float(masked_mean((lp.detach() - mb.old_logprobs).abs(), mb.loss_mask))
         return loss, metrics
+
     return loss_fn
 
 
@@ -60,34 +61,33 @@ class Trainer:
         self.device = next(model.parameters()).device
         decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
         no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
-        groups = [{"params": decay, "weight_decay": optim.weight_decay},
-                  {"params": no_decay, "weight_decay": 0.0}]
+        groups = [{"params": decay, "weight_decay": optim.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
         self.optimizer = torch.optim.AdamW(groups, lr=optim.lr, betas=tuple(optim.betas), foreach=True)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: lr_factor(s, optim, total_steps))
         self.nonfinite_in_a_row = 0
         self.nonfinite_total = 0
-        self.dp = None            # a distributed.data_parallel.DataParallel: this rank trains on its rows only
+        self.dp = None  # a distributed.data_parallel.DataParallel: this rank trains on its rows only
 
     def step(self, batch: Batch, loss_fn, max_len: float | None = None, unit: int = 1) -> dict:
         """One optimizer step on `batch` (accumulating over micro-batches of whole `unit`s of
         rows: 2 for preference pairs)."""
         self.model.train()
-        mask = view(batch)["loss_mask"]                              # [B, T]
+        mask = view(batch)["loss_mask"]  # [B, T]
         norm = batch_norm(mask, max_len if max_len is not None else mask.shape[1])
-        if self.dp is not None:                                      # norm stays that of the GLOBAL batch
+        if self.dp is not None:  # norm stays that of the GLOBAL batch
             batch = self.dp.shard(batch, unit)
         self.optimizer.zero_grad(set_to_none=True)
         sums: dict[str, float] = {}
         maxes: dict[str, float] = {}
         total_loss = 0.0
         micro = split_micro_batches(batch, self.cfg.micro_batch_tokens, unit)
-        if self.dp is not None:                                      # FSDP: as many forwards on every rank
+        if self.dp is not None:  # FSDP: as many forwards on every rank
             micro = self.dp.even_out(micro)
         for mb in micro:
             ctx = self.runtime.autocast() if self.runtime else torch.autocast("cpu", enabled=False)
             with ctx:
                 loss, metrics = loss_fn(self.model, mb, norm)
-            loss.backward()                                          # the one backward of the project
+            loss.backward()  # the one backward of the project
             total_loss += float(loss.detach())
             share = float(view(mb)["loss_mask"].sum()) / max(norm["tokens"], 1.0)
             for k, v in metrics.items():
@@ -95,8 +95,8 @@ class Trainer:
                 if k.endswith("/max"):
                     maxes[k] = max(maxes.get(k, -math.inf), v)
                 else:
-                    sums[k] = sums.get(k, 0.0) + share * v          # token-weighted mean over micro-batches
-        if self.dp is not None:                                      # Σ over ranks, once
+                    sums[k] = sums.get(k, 0.0) + share * v  # token-weighted mean over micro-batches
+        if self.dp is not None:  # Σ over ranks, once
             self.dp.reduce_grads([p for p in self.model.parameters() if p.requires_grad])
             total_loss, sums, maxes = self.dp.reduce_metrics(total_loss, sums, maxes)
         params = [p for p in self.model.parameters() if p.grad is not None]
@@ -104,10 +104,17 @@ class Trainer:
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip))
         real = sum(float(view(mb)["attention_mask"].sum()) for mb in micro)  # this rank's tokens
         padded = sum(view(mb)["attention_mask"].numel() for mb in micro)
-        out = {**sums, **maxes, "loss": total_loss, "grad/norm": grad_norm,
-               "lr": self.scheduler.get_last_lr()[0], "train/micro_batches": len(micro),
-               "train/tokens": real, "train/padded_tokens": float(padded),   # real ones; as computed
-               "train/pad_frac": 1.0 - real / max(padded, 1)}
+        out = {
+            **sums,
+            **maxes,
+            "loss": total_loss,
+            "grad/norm": grad_norm,
+            "lr": self.scheduler.get_last_lr()[0],
+            "train/micro_batches": len(micro),
+            "train/tokens": real,
+            "train/padded_tokens": float(padded),  # real ones; as computed
+            "train/pad_frac": 1.0 - real / max(padded, 1),
+        }
         if not (math.isfinite(total_loss) and math.isfinite(grad_norm)):
             # A non-finite step is skipped and counted, never applied (and never silent).
             self.optimizer.zero_grad(set_to_none=True)
@@ -118,14 +125,13 @@ class Trainer:
             self.optimizer.step()
             self.nonfinite_in_a_row = 0
             out["train/nonfinite_skipped"] = 0.0
-        with warnings.catch_warnings():   # a skipped step still advances the schedule
+        with warnings.catch_warnings():  # a skipped step still advances the schedule
             warnings.simplefilter("ignore", UserWarning)
             self.scheduler.step()
         out["train/nonfinite_total"] = float(self.nonfinite_total)
         return out
 
-    def train(self, batch: Batch, loss_fn, epochs: int = 1, minibatches: int = 1,
-              max_len: float | None = None) -> dict:
+    def train(self, batch: Batch, loss_fn, epochs: int = 1, minibatches: int = 1, max_len: float | None = None) -> dict:
         """`epochs` passes over `batch` split into `minibatches` optimizer steps (PPO-style reuse).
 
         Only the first step sees weights equal to the sampler's, so `mismatch/*` is taken from
@@ -143,13 +149,18 @@ class Trainer:
         out = {}
         for k in steps[0]:
             vals = [m[k] for m in steps if k in m]
-            out[k] = max(vals) if k.endswith("/max") else (vals[0] if k.startswith("mismatch/") else sum(vals) / len(vals))
+            out[k] = (
+                max(vals) if k.endswith("/max") else (vals[0] if k.startswith("mismatch/") else sum(vals) / len(vals))
+            )
         out["train/optimizer_steps"] = float(len(steps))
         return out
 
     def state_dict(self) -> dict:
-        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                "nonfinite_total": self.nonfinite_total}
+        return {
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "nonfinite_total": self.nonfinite_total,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.optimizer.load_state_dict(state["optimizer"])

@@ -44,22 +44,27 @@ SWITCHES = ("clip_higher", "dynamic_sampling", "token_mean", "overlong")
 
 def task():
     p = torch.arange(N_PROMPTS)
-    return p % 3, p % 8                                                # gold [P], need [P]
+    return p % 3, p % 8  # gold [P], need [P]
 
 
 def config(clip_higher: bool, dynamic_sampling: bool, token_mean: bool, overlong: bool) -> dapo.Config:
     """dapo.Config with the four switches set; everything else DAPO's defaults (no KL)."""
-    return dapo.Config(eps_high=0.28 if clip_higher else 0.2, dynamic_sampling=dynamic_sampling,
-                       aggregation="token-mean" if token_mean else "seq-mean-token-mean",
-                       overlong_buffer=BUFFER if overlong else 0, max_len=MAX_LEN, std="population")
+    return dapo.Config(
+        eps_high=0.28 if clip_higher else 0.2,
+        dynamic_sampling=dynamic_sampling,
+        aggregation="token-mean" if token_mean else "seq-mean-token-mean",
+        overlong_buffer=BUFFER if overlong else 0,
+        max_len=MAX_LEN,
+        std="population",
+    )
 
 
 def accuracy(theta: torch.Tensor, gold: torch.Tensor, need: torch.Tensor) -> float:
     """Exact P(right) averaged over prompts: Σ_{n ≥ need} P(n THINKs, then g) for n < MAX_LEN."""
-    p = torch.softmax(theta, -1)                                       # [P, L, V]
+    p = torch.softmax(theta, -1)  # [P, L, V]
     alive = torch.cumprod(torch.cat([torch.ones(N_PROMPTS, 1, dtype=p.dtype), p[:, :-1, THINK]], 1), 1)  # [P, L]
-    answer = p[torch.arange(N_PROMPTS), :, 1 + gold]                   # [P, L]  P(answer g at t)
-    ok = torch.arange(MAX_LEN).unsqueeze(0) >= need.unsqueeze(1)       # [P, L]
+    answer = p[torch.arange(N_PROMPTS), :, 1 + gold]  # [P, L]  P(answer g at t)
+    ok = torch.arange(MAX_LEN).unsqueeze(0) >= need.unsqueeze(1)  # [P, L]
     return float((alive * answer * ok).sum(1).mean())
 
 
@@ -74,12 +79,12 @@ def entropy(theta: torch.Tensor) -> float:
 def rollout(theta, prompts, gen):
     """K responses per prompt: tokens [B, L], loss_mask [B, L], behaviour logprobs [B, L]."""
     B = len(prompts) * K
-    pid = prompts.repeat_interleave(K)                                 # [B]
-    logp = torch.log_softmax(theta[pid], -1)                           # [B, L, V]
+    pid = prompts.repeat_interleave(K)  # [B]
+    logp = torch.log_softmax(theta[pid], -1)  # [B, L, V]
     toks = torch.multinomial(logp.exp().view(-1, V), 1, generator=gen).view(B, MAX_LEN)
     stop = (toks != THINK).long()
     first = torch.where(stop.any(1), stop.argmax(1), torch.full((B,), MAX_LEN))  # index of the answer
-    mask = (torch.arange(MAX_LEN).unsqueeze(0) <= first.unsqueeze(1)).double()   # [B, L]
+    mask = (torch.arange(MAX_LEN).unsqueeze(0) <= first.unsqueeze(1)).double()  # [B, L]
     old = logp.gather(-1, toks.unsqueeze(-1)).squeeze(-1) * mask
     return pid, toks, mask, old, first
 
@@ -87,11 +92,19 @@ def rollout(theta, prompts, gen):
 def score(pid, toks, first, gold, need):
     ans = toks.gather(1, first.clamp(max=MAX_LEN - 1).unsqueeze(1)).squeeze(1) - 1
     right = (first < MAX_LEN) & (ans == gold[pid]) & (first >= need[pid])
-    return right.double(), first == MAX_LEN                            # reward [B], truncated [B]
+    return right.double(), first == MAX_LEN  # reward [B], truncated [B]
 
 
-def run(clip_higher: bool, dynamic_sampling: bool, token_mean: bool, overlong: bool, seed: int = 0,
-        steps: int = STEPS, staleness: int = 0, correction: str = "none") -> dict:
+def run(
+    clip_higher: bool,
+    dynamic_sampling: bool,
+    token_mean: bool,
+    overlong: bool,
+    seed: int = 0,
+    steps: int = STEPS,
+    staleness: int = 0,
+    correction: str = "none",
+) -> dict:
     """One training run. staleness Δ > 0 samples every step from the weights of Δ updates ago
     (an async sampler at fixed staleness: distributed/async_rollout's `stale: fixed`); the
     behaviour logprobs are then those of the old weights, and `correction` is the trainer's
@@ -103,20 +116,24 @@ def run(clip_higher: bool, dynamic_sampling: bool, token_mean: bool, overlong: b
     gold, need = task()
     cfg = config(clip_higher, dynamic_sampling, token_mean, overlong)
     theta = torch.zeros(N_PROMPTS, MAX_LEN, V, dtype=torch.float64)
-    theta[..., THINK] = torch.log(torch.tensor(3.0))                   # P(THINK) = ½ at the start
+    theta[..., THINK] = torch.log(torch.tensor(3.0))  # P(THINK) = ½ at the start
     theta.requires_grad_(True)
     opt = torch.optim.Adam([theta], lr=LR)
     out = {k: [] for k in ("step", "acc", "reward", "entropy", "useful", "samples", "length", "truncated", "clip")}
-    samples, history = 0, [theta.detach().clone()]                    # history[-1]: the current weights
+    samples, history = 0, [theta.detach().clone()]  # history[-1]: the current weights
     for step in range(1, steps + 1):
         with torch.no_grad():
-            sampler = history[max(0, len(history) - 1 - staleness)]    # Δ versions behind the trainer
+            sampler = history[max(0, len(history) - 1 - staleness)]  # Δ versions behind the trainer
             prompts = torch.randint(0, N_PROMPTS, (PROMPTS,), generator=gen)
             pid, toks, mask, old, first = rollout(sampler, prompts, gen)
             rew, trunc = score(pid, toks, first, gold, need)
             samples += len(pid)
-            fair_reward, fair_len, fair_trunc = float(rew.mean()), float(mask.sum(1).mean()), float(trunc.double().mean())
-            if dynamic_sampling:                                       # refill with mixed groups only
+            fair_reward, fair_len, fair_trunc = (
+                float(rew.mean()),
+                float(mask.sum(1).mean()),
+                float(trunc.double().mean()),
+            )
+            if dynamic_sampling:  # refill with mixed groups only
                 keep = ~dapo.degenerate(rew, torch.arange(len(pid)) // K)
                 parts = [(t[keep] for t in (pid, toks, mask, old, first, rew))]
                 have = int(keep.sum()) // K
@@ -129,22 +146,22 @@ def run(clip_higher: bool, dynamic_sampling: bool, token_mean: bool, overlong: b
                     samples += len(e_pid)
                     e_keep = ~dapo.degenerate(e_rew, torch.arange(len(e_pid)) // K)
                     take = min(int(e_keep.sum()) // K, PROMPTS - have)
-                    idx = e_keep.nonzero().squeeze(1)[:take * K]
+                    idx = e_keep.nonzero().squeeze(1)[: take * K]
                     parts.append(t[idx] for t in (e_pid, e_toks, e_mask, e_old, e_first, e_rew))
                     have += take
                 cols = list(zip(*[tuple(p) for p in parts]))
                 pid, toks, mask, old, first, rew = (torch.cat(c) for c in cols)
-            group = torch.arange(len(pid)) // K                        # [B] one index per group
-            adv = core.broadcast(dapo.advantages(rew, group, cfg, batch=RolloutBatch(loss_mask=mask)), mask)   # [B, L]
-            useful = float((~dapo.degenerate(rew, group)).sum()) / K / PROMPTS   # signal groups / batch size
-            if correction != "none":                                   # framework/off_policy's correct_off_policy
+            group = torch.arange(len(pid)) // K  # [B] one index per group
+            adv = core.broadcast(dapo.advantages(rew, group, cfg, batch=RolloutBatch(loss_mask=mask)), mask)  # [B, L]
+            useful = float((~dapo.degenerate(rew, group)).sum()) / K / PROMPTS  # signal groups / batch size
+            if correction != "none":  # framework/off_policy's correct_off_policy
                 prox = torch.log_softmax(theta[pid], -1).gather(-1, toks.unsqueeze(-1)).squeeze(-1) * mask
                 w, _ = core.off_policy_weights(prox, old, mask, correction, 2.0)
                 old, adv = prox, adv * w
         clip = []
         order = torch.cat([torch.randperm(len(pid), generator=gen) for _ in range(EPOCHS)])
         for mb in order.chunk(MINIBATCHES * EPOCHS):
-            logp = torch.log_softmax(theta[pid[mb]], -1)               # [b, L, V]
+            logp = torch.log_softmax(theta[pid[mb]], -1)  # [b, L, V]
             lp = logp.gather(-1, toks[mb].unsqueeze(-1)).squeeze(-1) * mask[mb]
             batch = RolloutBatch(loss_mask=mask[mb], old_logprobs=old[mb], advantages=adv[mb])
             loss, m = dapo.loss(lp, batch, cfg, core.batch_norm(mask[mb]))
@@ -153,7 +170,7 @@ def run(clip_higher: bool, dynamic_sampling: bool, token_mean: bool, overlong: b
             opt.step()
             clip.append(float(m["clip/frac"]))
         history.append(theta.detach().clone())
-        del history[:-(staleness + 1)]                                 # keep Δ + 1 versions
+        del history[: -(staleness + 1)]  # keep Δ + 1 versions
         if step % EVERY == 0:
             with torch.no_grad():
                 ent = entropy(theta.detach())
@@ -165,12 +182,14 @@ def run(clip_higher: bool, dynamic_sampling: bool, token_mean: bool, overlong: b
             out["samples"].append(samples)
             out["length"].append(round(fair_len, 3))
             out["truncated"].append(round(fair_trunc, 4))
-            out["clip"].append(round(sum(clip) / len(clip), 4) if clip else 0.0)   # empty: nothing to refill
+            out["clip"].append(round(sum(clip) / len(clip), 4) if clip else 0.0)  # empty: nothing to refill
     return out
 
 
 def key(clip_higher: bool, dynamic_sampling: bool, token_mean: bool, overlong: bool) -> str:
-    return "dapo " + " ".join(f"{n}={int(v)}" for n, v in zip(SWITCHES, (clip_higher, dynamic_sampling, token_mean, overlong)))
+    return "dapo " + " ".join(
+        f"{n}={int(v)}" for n, v in zip(SWITCHES, (clip_higher, dynamic_sampling, token_mean, overlong))
+    )
 
 
 def averaged(switches: tuple, seeds: int = SEEDS, steps: int = STEPS, **kw) -> dict:
@@ -198,5 +217,8 @@ def stale_key(staleness: int, correction: str) -> str:
 def stale_runs() -> dict:
     """All four DAPO switches on, the sampler Δ versions behind, with and without the correction."""
     torch.set_num_threads(1)
-    return {stale_key(d, c): averaged((True, True, True, True), staleness=d, correction=c)
-            for d in STALENESS for c in CORRECTIONS}
+    return {
+        stale_key(d, c): averaged((True, True, True, True), staleness=d, correction=c)
+        for d in STALENESS
+        for c in CORRECTIONS
+    }

@@ -26,17 +26,44 @@ from posttrain import UsageError
 from posttrain.lessons import facts, registry, sources
 
 BLOCK = ("widget", "code", "table")
-COLOURED = {"k", "kn", "kc", "kd", "ow", "s", "s1", "s2", "sa", "se", "si", "sd", "c", "c1", "ch", "cm",
-            "nf", "fm", "nc", "mi", "mf", "mh", "mo", "nb", "bp", "nd"}                # pygments classes style.css colours
+COLOURED = {
+    "k",
+    "kn",
+    "kc",
+    "kd",
+    "ow",
+    "s",
+    "s1",
+    "s2",
+    "sa",
+    "se",
+    "si",
+    "sd",
+    "c",
+    "c1",
+    "ch",
+    "cm",
+    "nf",
+    "fm",
+    "nc",
+    "mi",
+    "mf",
+    "mh",
+    "mo",
+    "nb",
+    "bp",
+    "nd",
+}  # pygments classes style.css colours
 INLINE = ("kpi", "fact")
 
 
 @dataclass
 class Env:
     """What one page's render collects: the widgets placed (in order), its h2 sections, its errors."""
+
     prefix: str = "../"
     widgets: list[str] = field(default_factory=list)
-    sections: list[tuple[str, str]] = field(default_factory=list)   # (anchor, heading text)
+    sections: list[tuple[str, str]] = field(default_factory=list)  # (anchor, heading text)
     errors: list[str] = field(default_factory=list)
 
 
@@ -60,9 +87,9 @@ def js_str(v) -> str:
             return "Infinity" if v > 0 else "-Infinity"
         if v == 0:
             return "0"
-        sign, digits, exp = Decimal(repr(v)).normalize().as_tuple()   # v = digits × 10^exp (shortest digits)
+        sign, digits, exp = Decimal(repr(v)).normalize().as_tuple()  # v = digits × 10^exp (shortest digits)
         s, k = "".join(map(str, digits)), len(digits)
-        n = k + exp                                  # position of the decimal point (ECMA-262 Number::toString)
+        n = k + exp  # position of the decimal point (ECMA-262 Number::toString)
         if k <= n <= 21:
             out = s + "0" * (n - k)
         elif 0 < n <= 21:
@@ -80,10 +107,11 @@ def js_str(v) -> str:
 
 # ---- block directives ------------------------------------------------------------------------------
 
+
 def widget_html(name: str) -> str:
     w = registry.get(name)
     brk = ", ".join(f"{k} = {registry.fmt(v)}" for k, v in w.breaks["knobs"].items())
-    spec = json.dumps(w.spec()).replace("</", "<\\/")          # no "</script>" inside the script tag
+    spec = json.dumps(w.spec()).replace("</", "<\\/")  # no "</script>" inside the script tag
     return f"""<section class="widget" data-widget="{esc(name)}" data-rev="0" data-busy="1">
 <h3>{esc(w.title)}</h3>
 <script type="application/json">{spec}</script>
@@ -117,19 +145,23 @@ def highlight(code: str) -> list[str]:
 def code_excerpt(spec: str, prefix: str) -> str:
     rel, a, b = sources.excerpt_ref(spec)
     module, qual = spec.split(":")[:2]
-    lines = highlight(textwrap.dedent("\n".join((sources.ROOT / rel).read_text().splitlines()[a - 1:b])))
+    lines = highlight(textwrap.dedent("\n".join((sources.ROOT / rel).read_text().splitlines()[a - 1 : b])))
     body = "".join(f'<span class="l" data-n="{a + i}">{t}</span>\n' for i, t in enumerate(lines))
     label = f"{module.rsplit('.', 1)[-1]}.{qual}"
-    return (f'<figure class="excerpt"><figcaption><a class="code" href="{prefix}source/{sources.source_name(rel)}'
-            f'#L{a}-L{b}"><code>{esc(label)}</code></a> <span class="where">{esc(rel)}:{a}–{b}</span></figcaption>'
-            f'<pre><code class="language-python">{body}</code></pre></figure>')
+    return (
+        f'<figure class="excerpt"><figcaption><a class="code" href="{prefix}source/{sources.source_name(rel)}'
+        f'#L{a}-L{b}"><code>{esc(label)}</code></a> <span class="where">{esc(rel)}:{a}–{b}</span></figcaption>'
+        f'<pre><code class="language-python">{body}</code></pre></figure>'
+    )
 
 
 def table_html(name: str) -> str:
     v = facts.value(name)
     if not facts.is_table(v):
-        raise UsageError(f"{{{{table:{name}}}}}: fact {name} returned a {type(v).__name__}, not a "
-                         '{"columns": [...], "rows": [...]} table; quote it inline with {{fact:...}}')
+        raise UsageError(
+            f"{{{{table:{name}}}}}: fact {name} returned a {type(v).__name__}, not a "
+            '{"columns": [...], "rows": [...]} table; quote it inline with {{fact:...}}'
+        )
     head = "".join(f"<th>{esc(c)}</th>" for c in v["columns"])
     rows = "".join("<tr>" + "".join(f"<td>{esc(js_str(c))}</td>" for c in row) + "</tr>" for row in v["rows"])
     return f'<div class="table-wrap"><table class="fact" data-fact="{esc(name)}"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>'
@@ -137,14 +169,17 @@ def table_html(name: str) -> str:
 
 # ---- inline directives -----------------------------------------------------------------------------
 
+
 def kpi_text(arg: str) -> str:
     widget, _, label = arg.partition(":")
     if not label:
         raise UsageError(f"{{{{kpi:{arg}}}}}: write {{{{kpi:WIDGET:LABEL}}}}")
     shown = dict(registry.compute(widget)["kpis"])
     if label not in shown:
-        raise UsageError(f"{{{{kpi:{arg}}}}}: widget {widget} has no KPI {label!r} at its defaults; "
-                         f"its KPIs: {' | '.join(map(str, shown))}")
+        raise UsageError(
+            f"{{{{kpi:{arg}}}}}: widget {widget} has no KPI {label!r} at its defaults; "
+            f"its KPIs: {' | '.join(map(str, shown))}"
+        )
     return js_str(shown[label])
 
 
@@ -152,7 +187,9 @@ def fact_text(arg: str) -> str:
     name, _, spec = arg.partition(":")
     v = facts.value(name)
     if facts.is_table(v):
-        raise UsageError(f"{{{{fact:{arg}}}}}: fact {name} is a table; place it with {{{{table:{name}}}}} on its own line")
+        raise UsageError(
+            f"{{{{fact:{arg}}}}}: fact {name} is a table; place it with {{{{table:{name}}}}} on its own line"
+        )
     if not spec:
         return js_str(v)
     try:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from posttrain import UsageError
 
-MODULES = ("facts_a", "facts_b", "facts_c")          # posttrain/lessons/<name>.py
+MODULES = ("facts_a", "facts_b", "facts_c")  # posttrain/lessons/<name>.py
 
 
 @functools.cache

@@ -18,7 +18,6 @@ import dataclasses
 import torch
 
 from posttrain import algorithms
-from posttrain.sizing import memory
 from posttrain.algorithms import core, dr_grpo, grpo, rloo
 from posttrain.lessons.facts_a_tools import (
     ARMS,
@@ -32,8 +31,10 @@ from posttrain.lessons.facts_a_tools import (
     table,
     tiny_model,
 )
+from posttrain.sizing import memory
 
 # ---- 00 · orientation ---------------------------------------------------------------------------
+
 
 def rl00_n_algorithms() -> int:
     return len(algorithms.ALGORITHMS)
@@ -43,6 +44,7 @@ def rl00_lineage_table() -> dict:
     """Advantages of one group (1, 0, 0, 0) under each algorithm's own defaults, and the extra
     models each one keeps in memory (memory.ROLES)."""
     from posttrain.lessons.widgets_lineage import LINEAGE, lineage_advantages
+
     adv = lineage_advantages(torch.tensor([1.0, 0.0, 0.0, 0.0], dtype=torch.float64))
     rows = []
     for name in LINEAGE:
@@ -55,14 +57,21 @@ def rl00_lineage_table() -> dict:
 def rl00_forces_table() -> dict:
     """The forces_map widget with one force at a time moved to its failing setting."""
     from posttrain.lessons.widgets_lineage import COSTS, ESTIMATORS, SIGNALS
-    cases = [("none (the defaults)", {}), ("signal: a leaky reward model", {"signal": SIGNALS[1]}),
-             ("estimator: one sample, no baseline", {"estimator": ESTIMATORS[1]}),
-             ("cost: PPO on a 70B model", {"cost": COSTS[1]})]
-    return table(["force moved", "SIGNAL", "ESTIMATOR", "COST"],
-                 [[name] + [kpi("forces_map", f, **knobs) for f in ("SIGNAL", "ESTIMATOR", "COST")] for name, knobs in cases])
+
+    cases = [
+        ("none (the defaults)", {}),
+        ("signal: a leaky reward model", {"signal": SIGNALS[1]}),
+        ("estimator: one sample, no baseline", {"estimator": ESTIMATORS[1]}),
+        ("cost: PPO on a 70B model", {"cost": COSTS[1]}),
+    ]
+    return table(
+        ["force moved", "SIGNAL", "ESTIMATOR", "COST"],
+        [[name] + [kpi("forces_map", f, **knobs) for f in ("SIGNAL", "ESTIMATOR", "COST")] for name, knobs in cases],
+    )
 
 
 # ---- 01 · the policy gradient on a bandit -----------------------------------------------------------
+
 
 def rl01_one_step() -> dict:
     """One update from the uniform policy after sampling C (reward 0.9), η = 0.4."""
@@ -77,23 +86,24 @@ def rl01_expected_grad() -> dict:
     """E_a~π[r(a)·∇log π(a)] at the uniform policy, summed exactly over the five arms."""
     theta = torch.zeros(5, dtype=torch.float64)
     pi = torch.softmax(theta, -1)
-    ascent = -sum(float(pi[a]) * bandit_grad(theta, a, BANDIT[a]) for a in range(5))   # −∇loss = ∇J
-    return table(["arm", "reward r", "expected gradient on θ"],
-                 [[ARMS[i], BANDIT[i], f"{float(ascent[i]):+.3f}"] for i in range(5)])
+    ascent = -sum(float(pi[a]) * bandit_grad(theta, a, BANDIT[a]) for a in range(5))  # −∇loss = ∇J
+    return table(
+        ["arm", "reward r", "expected gradient on θ"],
+        [[ARMS[i], BANDIT[i], f"{float(ascent[i]):+.3f}"] for i in range(5)],
+    )
 
 
 def rl01_mean_reward_uniform() -> float:
     return round(sum(BANDIT) / len(BANDIT), 3)
 
 
-
-
-
 # ---- 02 · rollout: behaviour logprobs -------------------------------------------------------------
+
 
 def rl02_parity_max_abs() -> float:
     """max |behaviour logprob − trainer logprob| over the response tokens, same weights, same T."""
     from posttrain.framework.logprobs import sequence_logprobs
+
     model, b = rollout_batch()
     with torch.no_grad():
         lp, _ = sequence_logprobs(model, b.input_ids, 0.7)
@@ -103,6 +113,7 @@ def rl02_parity_max_abs() -> float:
 def rl02_wrong_temperature_gap() -> float:
     """mean |difference| when the trainer scores at T = 1 what was sampled at T = 0.7."""
     from posttrain.framework.logprobs import sequence_logprobs
+
     model, b = rollout_batch()
     with torch.no_grad():
         lp, _ = sequence_logprobs(model, b.input_ids, 1.0)
@@ -117,10 +128,14 @@ def rl02_stale_vs_recomputed() -> dict:
     """After one gradient step (plain SGD, lr 0.1) on a GRPO loss, the ratio against the
     recorded behaviour logprobs vs against logprobs recomputed with the new weights."""
     from posttrain.framework.logprobs import sequence_logprobs
+
     model, b = tiny_model()[0], rollout_batch()[1]
     rewards = torch.tensor([1.0, 0, 0, 1, 0, 1, 1, 0])
-    b = dataclasses.replace(b, rewards=rewards, advantages=core.broadcast(
-        grpo.advantages(rewards, b.group_index, grpo.Config()), b.loss_mask))
+    b = dataclasses.replace(
+        b,
+        rewards=rewards,
+        advantages=core.broadcast(grpo.advantages(rewards, b.group_index, grpo.Config()), b.loss_mask),
+    )
     cfg, norm = grpo.Config(kl_coef=0.0), core.batch_norm(b.loss_mask)
     lp, _ = sequence_logprobs(model, b.input_ids, 0.7)
     loss, _ = grpo.loss(lp, b, cfg, norm)
@@ -132,39 +147,52 @@ def rl02_stale_vs_recomputed() -> dict:
     rows = []
     for name, old in (("recorded at sampling", b.old_logprobs), ("recomputed after the step", new * b.loss_mask)):
         _, m = grpo.loss(new, dataclasses.replace(b, old_logprobs=old), cfg, norm)
-        rows.append([name, f"{float(m['ratio/mean']):.3f}", f"{float(m['ratio/max']):.3f}", f"{float(m['clip/frac']):.3f}"])
+        rows.append(
+            [name, f"{float(m['ratio/mean']):.3f}", f"{float(m['ratio/max']):.3f}", f"{float(m['clip/frac']):.3f}"]
+        )
     return table(["old logprobs", "mean ratio", "max ratio", "clip/frac"], rows)
 
 
 def rl02_degenerate_table() -> dict:
     """P(all K responses get the same reward) in the sampler widget, by temperature and K."""
     Ks = (2, 4, 8)
-    rows = [[T, kpi("sampler", "P(response right) = p²", temperature=T)]
-            + [kpi("sampler", "P(degenerate group), formula", temperature=T, K=k) for k in Ks]
-            for T in (0.25, 0.5, 1.0, 1.5)]
+    rows = [
+        [T, kpi("sampler", "P(response right) = p²", temperature=T)]
+        + [kpi("sampler", "P(degenerate group), formula", temperature=T, K=k) for k in Ks]
+        for T in (0.25, 0.5, 1.0, 1.5)
+    ]
     return table(["temperature", "P(response right)"] + [f"P(degenerate), K = {k}" for k in Ks], rows)
 
 
 def rl02_degenerate_observed() -> dict:
     """claims.json: the SFT(CoT) model on 300 train prompts; observed vs predicted degenerate share."""
     d = load_json("claims.json")["degenerate"]
-    return table(["K", "observed", "Σ per prompt p^K + (1−p)^K", "at the mean p"],
-                 [[r["K"], r["observed"], r["predicted_per_prompt"], r["predicted_mean_p"]] for r in d["rows"]])
+    return table(
+        ["K", "observed", "Σ per prompt p^K + (1−p)^K", "at the mean p"],
+        [[r["K"], r["observed"], r["predicted_per_prompt"], r["predicted_mean_p"]] for r in d["rows"]],
+    )
 
 
 def rl02_mean_p() -> float:
     return load_json("claims.json")["degenerate"]["mean_p"]
 
 
-
 # ---- 03 · reward and reference -------------------------------------------------------------------
 
-PROBES = ["let me think 3+4=7, 7+5=12, so 12#", "12#", "let me think... 12#", "11#", "120#", "no digits here#",
-          "12 is wrong, it is 13#"]
+PROBES = [
+    "let me think 3+4=7, 7+5=12, so 12#",
+    "12#",
+    "let me think... 12#",
+    "11#",
+    "120#",
+    "no digits here#",
+    "12 is wrong, it is 13#",
+]
 
 
 def rl03_probes() -> dict:
     from posttrain.tasks.arithmetic import last_integer, verify
+
     rows = []
     for p in PROBES:
         got = last_integer(p)
@@ -177,8 +205,10 @@ def rl03_k_table() -> dict:
     ds = torch.tensor([-2.0, -0.5, 0.0, 0.5, 2.0], dtype=torch.float64)
     policy = torch.zeros_like(ds)
     est = {k: core.kl(policy, ds, k) for k in core.KL_ESTIMATORS}
-    return table(["d = log π_ref − log π_θ", "k1", "k2", "k3"],
-                 [[f"{float(d):+.1f}"] + [f"{float(est[k][i]):+.3f}" for k in core.KL_ESTIMATORS] for i, d in enumerate(ds)])
+    return table(
+        ["d = log π_ref − log π_θ", "k1", "k2", "k3"],
+        [[f"{float(d):+.1f}"] + [f"{float(est[k][i]):+.3f}" for k in core.KL_ESTIMATORS] for i, d in enumerate(ds)],
+    )
 
 
 def rl03_swap_table() -> dict:
@@ -191,40 +221,53 @@ def rl03_swap_table() -> dict:
 
 
 BETAS = (0.0, 0.001, 0.002, 0.005, 0.05, 0.2, 1.0)
-HACK_THETA = 5.0        # the beta widget's reward function rises through its flaw only past θ = 5
+HACK_THETA = 5.0  # the beta widget's reward function rises through its flaw only past θ = 5
 
 
 def rl03_beta_table() -> dict:
     rows = []
     for b in BETAS:
         theta = kpi("beta", "final θ", beta=b)
-        rows.append([b, theta, kpi("beta", "final reward", beta=b), kpi("beta", "final KL", beta=b),
-                     "yes" if theta > HACK_THETA else "no"])
+        rows.append(
+            [
+                b,
+                theta,
+                kpi("beta", "final reward", beta=b),
+                kpi("beta", "final KL", beta=b),
+                "yes" if theta > HACK_THETA else "no",
+            ]
+        )
     return table(["β", "final θ", "final reward", "final KL = θ²", f"past the flaw (θ > {HACK_THETA:g})?"], rows)
-
-
 
 
 def rl03_reference_frozen() -> dict:
     """Reference(policy) of the tiny model, then the policy's weights move: the policy's own
     logprobs change, the reference's do not (it is a frozen deep copy)."""
     from posttrain.framework.reference import Reference, score_logprobs
+
     _, b = rollout_batch()
-    policy = tiny_model()[0]                                            # same weights as the sampler's
+    policy = tiny_model()[0]  # same weights as the sampler's
     ref = Reference(policy, temperature=0.7)
     pol0, ref0 = score_logprobs(policy, b, 0.7), ref.score(b)
     with torch.no_grad():
         for p in policy.parameters():
-            p.mul_(1.05)                                                 # stands in for an optimizer step
+            p.mul_(1.05)  # stands in for an optimizer step
     pol1, ref1 = score_logprobs(policy, b, 0.7), ref.score(b)
     n_train = sum(p.numel() for p in ref.model.parameters() if p.requires_grad)
     n_all = sum(p.numel() for p in ref.model.parameters())
-    return table(["reference parameters", "of them trainable", "largest change of the policy's logprobs",
-                  "largest change of ref_logprobs"],
-                 [[n_all, n_train, f"{float((pol1 - pol0).abs().max()):.3f}", f"{float((ref1 - ref0).abs().max()):.3f}"]])
+    return table(
+        [
+            "reference parameters",
+            "of them trainable",
+            "largest change of the policy's logprobs",
+            "largest change of ref_logprobs",
+        ],
+        [[n_all, n_train, f"{float((pol1 - pol0).abs().max()):.3f}", f"{float((ref1 - ref0).abs().max()):.3f}"]],
+    )
 
 
 # ---- 04 · the algorithm plug-in -----------------------------------------------------------------
+
 
 def rl04_std_table() -> dict:
     """GRPO advantages of rewards (0, 0, 1) under the two std conventions (grpo.advantages)."""
@@ -243,8 +286,14 @@ def rl04_scale_table() -> dict:
     rows = []
     for rw in ((0.0, 0.0, 1.0), (0.0, 0.0, 0.25)):
         r = torch.tensor(rw, dtype=torch.float64)
-        rows.append([", ".join(f"{x:g}" for x in rw), signed(grpo.advantages(r, g, grpo.Config(std="population"))),
-                     signed(rloo.advantages(r, g, rloo.Config())), signed(dr_grpo.advantages(r, g, dr_grpo.Config()))])
+        rows.append(
+            [
+                ", ".join(f"{x:g}" for x in rw),
+                signed(grpo.advantages(r, g, grpo.Config(std="population"))),
+                signed(rloo.advantages(r, g, rloo.Config())),
+                signed(dr_grpo.advantages(r, g, dr_grpo.Config())),
+            ]
+        )
     return table(["rewards", "GRPO", "RLOO", "Dr. GRPO"], rows)
 
 
@@ -255,9 +304,17 @@ def rl04_defaults_table() -> dict:
         cfg = mod.Config()
         show = lambda x: "none" if x is None else f"{x:g}"
         clip = f"{show(cfg.eps_low)} / {show(cfg.eps_high)}" if hasattr(cfg, "eps_low") else "—"
-        rows.append([name, getattr(cfg, "aggregation", "—"), f"{getattr(cfg, 'kl_coef', 0.0):g}",
-                     "yes" if mod.needs_reference(cfg) else "no", clip])
+        rows.append(
+            [
+                name,
+                getattr(cfg, "aggregation", "—"),
+                f"{getattr(cfg, 'kl_coef', 0.0):g}",
+                "yes" if mod.needs_reference(cfg) else "no",
+                clip,
+            ]
+        )
     return table(["algorithm", "loss aggregation", "KL coefficient β", "reference loaded", "clip ε low / high"], rows)
+
 
 # ---- one KPI of a widget at another setting ------------------------------------------------------
 
@@ -273,8 +330,12 @@ AT = {
 
 def _gather() -> dict:
     from posttrain.lessons import facts_a_algos, facts_a_loop
-    out = {name: fn for name, fn in sorted(globals().items()) if name.startswith("rl") and name[2:4].isdigit()
-           and callable(fn)}
+
+    out = {
+        name: fn
+        for name, fn in sorted(globals().items())
+        if name.startswith("rl") and name[2:4].isdigit() and callable(fn)
+    }
     out.update(AT)
     for mod in (facts_a_loop, facts_a_algos):
         clash = set(out) & set(mod.FACTS)

@@ -6,7 +6,6 @@ import math
 
 import torch
 
-from posttrain.sizing import memory
 from posttrain.algorithms import core, dr_grpo, grpo, ppo, rloo
 from posttrain.lessons.facts_a_tools import (
     BANDIT,
@@ -18,6 +17,7 @@ from posttrain.lessons.facts_a_tools import (
     signed,
     table,
 )
+from posttrain.sizing import memory
 
 # ---- 09 · REINFORCE -----------------------------------------------------------------------------
 
@@ -29,13 +29,25 @@ def rl09_error_table() -> dict:
     base = kpi("snr", SNR_ERR, K=1)
     rows = []
     for k in (1, 4, 16):
-        rows.append([k, kpi("snr", SNR_ERR, K=k, baseline=SNR_NONE), f"{base / k ** 0.5:.3f}",
-                     kpi("snr", "estimates that are exactly 0", K=k, baseline=SNR_NONE),
-                     "— (no others)" if k == 1 else kpi("snr", SNR_ERR, K=k, baseline=SNR_LOO)])
-    return table(["K rollouts", "no baseline: mean |ĝ − E[ĝ]|", "K = 1 error ÷ √K", "no baseline: estimates = 0",
-                  "leave-one-out: mean |ĝ − E[ĝ]|"], rows)
-
-
+        rows.append(
+            [
+                k,
+                kpi("snr", SNR_ERR, K=k, baseline=SNR_NONE),
+                f"{base / k**0.5:.3f}",
+                kpi("snr", "estimates that are exactly 0", K=k, baseline=SNR_NONE),
+                "— (no others)" if k == 1 else kpi("snr", SNR_ERR, K=k, baseline=SNR_LOO),
+            ]
+        )
+    return table(
+        [
+            "K rollouts",
+            "no baseline: mean |ĝ − E[ĝ]|",
+            "K = 1 error ÷ √K",
+            "no baseline: estimates = 0",
+            "leave-one-out: mean |ĝ − E[ĝ]|",
+        ],
+        rows,
+    )
 
 
 def rl09_baseline_table() -> dict:
@@ -46,7 +58,7 @@ def rl09_baseline_table() -> dict:
     mean_r = sum(float(pi[a]) * BANDIT[a] for a in range(5))
     rows = []
     for name, b in (("none (b = 0)", 0.0), (f"expected reward (b = {mean_r:.2f})", mean_r), ("b = 1", 1.0)):
-        gs = torch.stack([-bandit_grad(theta, a, BANDIT[a] - b) for a in range(5)])   # [5 arms, 5 params]
+        gs = torch.stack([-bandit_grad(theta, a, BANDIT[a] - b) for a in range(5)])  # [5 arms, 5 params]
         mean = (pi[:, None] * gs).sum(0)
         var = float((pi[:, None] * (gs - mean) ** 2).sum())
         rows.append([name, signed(mean), f"{var:.4f}"])
@@ -59,14 +71,21 @@ def rl09_variance_ratio() -> float:
     return float(t[0][2]) / float(t[1][2])
 
 
-
 def rl09_reinforce_runs() -> dict:
-    rows = [[r["seed"], f"{r['pass@1_start']:.3f} → {r['pass@1_end']:.3f}", f"{r['reward_first10']:.3f} → {r['reward_last10']:.3f}"]
-            for r in algo_runs() if r["algorithm"] == "reinforce"]
+    rows = [
+        [
+            r["seed"],
+            f"{r['pass@1_start']:.3f} → {r['pass@1_end']:.3f}",
+            f"{r['reward_first10']:.3f} → {r['reward_last10']:.3f}",
+        ]
+        for r in algo_runs()
+        if r["algorithm"] == "reinforce"
+    ]
     return table(["seed", "held-out pass@1 (50 steps)", "train reward, first → last 10 steps"], rows)
 
 
 # ---- 10 · PPO ------------------------------------------------------------------------------------
+
 
 def rl10_clip_table() -> dict:
     """The six cells of the clip, ε = 0.2: core.ppo_clip_loss and its gradient with respect to log π."""
@@ -74,11 +93,20 @@ def rl10_clip_table() -> dict:
     for rho in (0.7, 1.0, 1.4):
         for adv in (1.0, -1.0):
             lp = torch.tensor([math.log(rho)], dtype=torch.float64, requires_grad=True)
-            loss, clipped = core.ppo_clip_loss(lp, torch.zeros(1, dtype=torch.float64),
-                                               torch.tensor([adv], dtype=torch.float64), 0.2, 0.2)
+            loss, clipped = core.ppo_clip_loss(
+                lp, torch.zeros(1, dtype=torch.float64), torch.tensor([adv], dtype=torch.float64), 0.2, 0.2
+            )
             (g,) = torch.autograd.grad(loss.sum(), lp)
-            rows.append([rho, f"{adv:+g}", f"{rho * adv:+.2f}", f"{min(max(rho, 0.8), 1.2) * adv:+.2f}",
-                         f"{float(g[0]):+.2f}", "killed" if bool(clipped) else "flows"])
+            rows.append(
+                [
+                    rho,
+                    f"{adv:+g}",
+                    f"{rho * adv:+.2f}",
+                    f"{min(max(rho, 0.8), 1.2) * adv:+.2f}",
+                    f"{float(g[0]):+.2f}",
+                    "killed" if bool(clipped) else "flows",
+                ]
+            )
     return table(["ρ", "A", "ρA", "clip(ρ)·A", "∂loss/∂log π", "gradient"], rows)
 
 
@@ -99,9 +127,9 @@ def _reuse(eps: float, epochs: int, seeds: int = 1000, n: int = 16, lr: float = 
     rewards with the arms' means), from the uniform policy, for `seeds` batches at once."""
     g = torch.Generator().manual_seed(0)
     old = torch.log_softmax(torch.zeros(seeds, 5, dtype=torch.float64), -1)
-    a = torch.multinomial(old.exp(), n, replacement=True, generator=g)              # [S, n]
+    a = torch.multinomial(old.exp(), n, replacement=True, generator=g)  # [S, n]
     r = (torch.rand(seeds, n, generator=g, dtype=torch.float64) < torch.tensor(BANDIT, dtype=torch.float64)[a]).double()
-    adv = r - r.mean(1, keepdim=True)                                               # [S, n] centred in the batch
+    adv = r - r.mean(1, keepdim=True)  # [S, n] centred in the batch
     theta = torch.zeros(seeds, 5, dtype=torch.float64, requires_grad=True)
     for _ in range(epochs):
         loss, _ = core.ppo_clip_loss(torch.log_softmax(theta, -1).gather(1, a), old.gather(1, a), adv, eps, eps)
@@ -110,8 +138,8 @@ def _reuse(eps: float, epochs: int, seeds: int = 1000, n: int = 16, lr: float = 
             theta -= lr * grad
     with torch.no_grad():
         lp = torch.log_softmax(theta, -1)
-        kl = (lp.exp() * (lp - old)).sum(-1)                                        # KL(π_new ‖ π_old) [S]
-        wrong = (lp.exp()[:, [0, 1, 3, 4]].max(-1).values > 0.5).double()           # > ½ on a wrong arm
+        kl = (lp.exp() * (lp - old)).sum(-1)  # KL(π_new ‖ π_old) [S]
+        wrong = (lp.exp()[:, [0, 1, 3, 4]].max(-1).values > 0.5).double()  # > ½ on a wrong arm
     return float(kl.mean()), float(wrong.mean())
 
 
@@ -120,15 +148,24 @@ def rl10_reuse_table() -> dict:
     for e in (1, 4, 10, 30):
         c, u = _reuse(0.2, e), _reuse(1e9, e)
         rows.append([e, f"{c[0]:.3f}", f"{c[1]:.1%}", f"{u[0]:.3f}", f"{u[1]:.1%}"])
-    return table(["epochs on one batch", "clip ε = 0.2: KL to π_old", "clip: seeds > ½ on a wrong arm",
-                  "no clip: KL to π_old", "no clip: seeds > ½ on a wrong arm"], rows)
+    return table(
+        [
+            "epochs on one batch",
+            "clip ε = 0.2: KL to π_old",
+            "clip: seeds > ½ on a wrong arm",
+            "no clip: KL to π_old",
+            "no clip: seeds > ½ on a wrong arm",
+        ],
+        rows,
+    )
 
 
 def rl10_eps_table() -> dict:
     """The clip widget's 8 epochs over one batch, by ε (its KPIs at each ε)."""
     labels = ("tokens with a gradient, epoch 3", "reward gained over the epochs", "KL(π ‖ π_old) after the epochs")
-    return table(["clip ε"] + list(labels), [[e] + [kpi("clip", lab, eps=e) for lab in labels] for e in (0.05, 0.1, 0.2, 0.3)])
-
+    return table(
+        ["clip ε"] + list(labels), [[e] + [kpi("clip", lab, eps=e) for lab in labels] for e in (0.05, 0.1, 0.2, 0.3)]
+    )
 
 
 def rl10_noclip_wrong() -> str:
@@ -145,9 +182,18 @@ def rl10_memory_table() -> dict:
     for algo in ("grpo", "ppo"):
         p = _plan(algo)
         comp = p["pools"]["colocated"]["components"]
-        rows.append([algo, f"{comp.get('critic', 0.0) / 1e9:.1f}", f"{comp.get('reference', 0.0) / 1e9:.1f}",
-                     f"{p['peak_bytes'] / 1e9:.1f}", "yes" if p["fits"] else "no"])
-    return table(["algorithm", "critic, GB per GPU", "reference, GB per GPU", "peak, GB per GPU", "fits an 80 GB H100?"], rows)
+        rows.append(
+            [
+                algo,
+                f"{comp.get('critic', 0.0) / 1e9:.1f}",
+                f"{comp.get('reference', 0.0) / 1e9:.1f}",
+                f"{p['peak_bytes'] / 1e9:.1f}",
+                "yes" if p["fits"] else "no",
+            ]
+        )
+    return table(
+        ["algorithm", "critic, GB per GPU", "reference, GB per GPU", "peak, GB per GPU", "fits an 80 GB H100?"], rows
+    )
 
 
 def _clip_run() -> dict:
@@ -165,6 +211,7 @@ def rl10_onpolicy_clip_frac() -> float:
 
 # ---- 11 · GRPO ---------------------------------------------------------------------------------
 
+
 def rl11_patterns_table() -> dict:
     """GRPO advantages of a right and of a wrong answer in a group of 4 with c right answers."""
     rows = []
@@ -176,18 +223,37 @@ def rl11_patterns_table() -> dict:
             a = grpo.advantages(rw, g, grpo.Config(std=std))
             row += [f"{float(a[0]):+.3f}" if c else "—", f"{float(a[-1]):+.3f}" if c < 4 else "—"]
         rows.append(row)
-    return table(["right answers of 4", "A right (population)", "A wrong (population)",
-                  "A right (unbiased)", "A wrong (unbiased)"], rows)
+    return table(
+        [
+            "right answers of 4",
+            "A right (population)",
+            "A wrong (population)",
+            "A right (unbiased)",
+            "A wrong (unbiased)",
+        ],
+        rows,
+    )
 
 
 def rl11_group_runs() -> dict:
     rows = []
     for r in load_json("claims.json")["group"]:
         k = int(r["run"].split("_")[1])
-        rows.append([f"{128 // k} × {k}", f"{r['group/degenerate_frac_first10']:.2f} → {r['group/degenerate_frac_last10']:.2f}",
-                     f"{r['pass@1_start']:.3f} → {r['pass@1_end']:.3f}"])
-    return table(["prompts × group size (128 samples a step)", "degenerate groups, first → last 10 steps",
-                  "held-out pass@1 (100 steps)"], rows)
+        rows.append(
+            [
+                f"{128 // k} × {k}",
+                f"{r['group/degenerate_frac_first10']:.2f} → {r['group/degenerate_frac_last10']:.2f}",
+                f"{r['pass@1_start']:.3f} → {r['pass@1_end']:.3f}",
+            ]
+        )
+    return table(
+        [
+            "prompts × group size (128 samples a step)",
+            "degenerate groups, first → last 10 steps",
+            "held-out pass@1 (100 steps)",
+        ],
+        rows,
+    )
 
 
 def rl11_memory_saving() -> str:
@@ -196,6 +262,7 @@ def rl11_memory_saving() -> str:
 
 
 # ---- 12 · RLOO ---------------------------------------------------------------------------------
+
 
 def rl12_scale_table() -> dict:
     rows = []
@@ -215,15 +282,17 @@ def rl12_bias_table() -> dict:
     g = torch.Generator().manual_seed(0)
     pi = torch.full((5,), 0.2, dtype=torch.float64)
     means = torch.tensor(BANDIT, dtype=torch.float64)
-    a = torch.multinomial(pi, N * K, replacement=True, generator=g)                 # [N·K]
+    a = torch.multinomial(pi, N * K, replacement=True, generator=g)  # [N·K]
     r = (torch.rand(N * K, generator=g, dtype=torch.float64) < means[a]).double()
     gi = torch.arange(N).repeat_interleave(K)
-    onehot = torch.nn.functional.one_hot(a, 5).double()                             # ∇_θ log π(a) = e_a − π
+    onehot = torch.nn.functional.one_hot(a, 5).double()  # ∇_θ log π(a) = e_a − π
     score = onehot - pi
     exact = pi * (means - (pi * means).sum())
     rows = [["exact", signed(exact), "1.000"]]
-    for name, adv in (("group mean (r − mean)", dr_grpo.advantages(r, gi, dr_grpo.Config())),
-                      ("leave-one-out (RLOO)", rloo.advantages(r, gi, rloo.Config()))):
+    for name, adv in (
+        ("group mean (r − mean)", dr_grpo.advantages(r, gi, dr_grpo.Config())),
+        ("leave-one-out (RLOO)", rloo.advantages(r, gi, rloo.Config())),
+    ):
         est = (adv[:, None] * score).mean(0)
         rows.append([name, signed(est), f"{float(est @ exact / (exact @ exact)):.3f}"])
     return table(["baseline", "mean gradient (arms A–E)", "size relative to exact"], rows)
@@ -237,6 +306,7 @@ def rl12_runs_table() -> dict:
         rows.append([name, len(gains), f"{sum(gains) / len(gains):+.3f}", f"{min(gains):+.3f} … {max(gains):+.3f}"])
     return table(["algorithm", "seeds", "mean gain in pass@1", "range over seeds"], rows)
 
+
 # ---- one KPI of a widget at another setting ------------------------------------------------------
 
 AT = {
@@ -247,5 +317,6 @@ AT = {
 }
 
 
-FACTS = {name: fn for name, fn in sorted(globals().items()) if name.startswith("rl") and name[2:4].isdigit()
-         and callable(fn)} | AT
+FACTS = {
+    name: fn for name, fn in sorted(globals().items()) if name.startswith("rl") and name[2:4].isdigit() and callable(fn)
+} | AT

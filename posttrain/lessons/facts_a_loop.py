@@ -17,27 +17,32 @@ from posttrain.lessons.facts_a_tools import (
 
 # ---- 05 · the trainer --------------------------------------------------------------------------
 
+
 def rl05_microbatch_table() -> dict:
     """The loss of one batch vs the sum over its micro-batches (trainer.split_micro_batches, 16
     padded tokens each) with the batch's normaliser, vs the mean of micro-batches each normalised
     by its own tokens/sequences."""
     from posttrain.framework.batch import split_micro_batches
+
     b, lp = toy_batch(drift=0.3)
     T = b.loss_mask.shape[1]
     rows = []
     for mode in core.AGGREGATIONS:
         cfg = grpo.Config(kl_coef=0.0, aggregation=mode)
         whole, _ = grpo.loss(lp, b, cfg, core.batch_norm(b.loss_mask))
-        micro = [(m, lp[m.row_index, :m.loss_mask.shape[1]]) for m in split_micro_batches(b, 16)]
+        micro = [(m, lp[m.row_index, : m.loss_mask.shape[1]]) for m in split_micro_batches(b, 16)]
         shared = sum(float(grpo.loss(x, m, cfg, core.batch_norm(b.loss_mask, T))[0]) for m, x in micro)
         alone = sum(float(grpo.loss(x, m, cfg, core.batch_norm(m.loss_mask, T))[0]) for m, x in micro) / len(micro)
         rows.append([mode, f"{float(whole):+.4f}", f"{shared:+.4f}", f"{alone:+.4f}"])
-    return table(["aggregation", "whole batch", "Σ micro-batches, batch normaliser",
-                  "mean of micro-batches, own normaliser"], rows)
+    return table(
+        ["aggregation", "whole batch", "Σ micro-batches, batch normaliser", "mean of micro-batches, own normaliser"],
+        rows,
+    )
 
 
 def rl05_micro_rows() -> str:
     from posttrain.framework.batch import split_micro_batches
+
     return "+".join(str(len(m.loss_mask)) for m in split_micro_batches(toy_batch()[0], 16))
 
 
@@ -46,8 +51,10 @@ def rl05_clip_equals_reinforce() -> float:
     b, trainer_lp = toy_batch()
     norm = core.batch_norm(b.loss_mask)
     grads = []
-    for mod, cfg in ((grpo, grpo.Config(kl_coef=0.0, aggregation="token-mean")),
-                     (reinforce, reinforce.Config(aggregation="token-mean"))):
+    for mod, cfg in (
+        (grpo, grpo.Config(kl_coef=0.0, aggregation="token-mean")),
+        (reinforce, reinforce.Config(aggregation="token-mean")),
+    ):
         lp = trainer_lp.clone().requires_grad_(True)
         loss, _ = mod.loss(lp, b, cfg, norm)
         grads.append(torch.autograd.grad(loss, lp)[0])
@@ -56,67 +63,113 @@ def rl05_clip_equals_reinforce() -> float:
 
 def rl05_optim_table() -> dict:
     from posttrain.config import RLConfig
+
     o = RLConfig().optim
-    return table(["learning rate", "AdamW betas", "weight decay", "gradient-norm clip", "micro-batch (padded tokens)"],
-                 [[f"{o.lr:g}", f"{o.betas[0]:g}, {o.betas[1]:g}", f"{o.weight_decay:g}", f"{o.grad_clip:g}",
-                   o.micro_batch_tokens]])
-
-
+    return table(
+        ["learning rate", "AdamW betas", "weight decay", "gradient-norm clip", "micro-batch (padded tokens)"],
+        [
+            [
+                f"{o.lr:g}",
+                f"{o.betas[0]:g}, {o.betas[1]:g}",
+                f"{o.weight_decay:g}",
+                f"{o.grad_clip:g}",
+                o.micro_batch_tokens,
+            ]
+        ],
+    )
 
 
 # ---- 06 · weight sync --------------------------------------------------------------------------
 
-SYNC_LABELS = ("clip/frac (mean over the run)", "expected reward at step 50", "expected reward at step 100",
-               "sampler versions behind at most")
+SYNC_LABELS = (
+    "clip/frac (mean over the run)",
+    "expected reward at step 50",
+    "expected reward at step 100",
+    "sampler versions behind at most",
+)
 
 
 def rl06_sync_table() -> dict:
     """The sync widget (GRPO on a 16-answer policy sampled from a WeightSync copy) by sync interval."""
     rows = [[n] + [kpi("sync", lab, sync_every=n) for lab in SYNC_LABELS] for n in (1, 2, 3, 5, 8, 10, 20, 40)]
-    return table(["sync every N steps", "clip/frac, mean", "reward at step 50", "reward at step 100",
-                  "sampler behind by at most"], rows)
-
-
-
+    return table(
+        [
+            "sync every N steps",
+            "clip/frac, mean",
+            "reward at step 50",
+            "reward at step 100",
+            "sampler behind by at most",
+        ],
+        rows,
+    )
 
 
 def rl06_separate_sync() -> dict:
     """WeightSync in `separate` mode on the tiny model: the sampler's copy before and after sync()."""
     from posttrain.framework.rollout import Engine
     from posttrain.framework.weight_sync import WeightSync
+
     model, tok = tiny_model()
     engine = Engine(model, tok)
     sync = WeightSync(model, engine, mode="separate")
     with torch.no_grad():
         for p in model.parameters():
-            p.add_(0.01)                                                 # the trainer steps
-    gap = lambda: max(float((a - b).detach().abs().max()) for a, b in zip(model.parameters(), engine.model.parameters()))
+            p.add_(0.01)  # the trainer steps
+    gap = lambda: max(
+        float((a - b).detach().abs().max()) for a, b in zip(model.parameters(), engine.model.parameters())
+    )
     before, v0 = gap(), engine.policy_version
     m = sync.sync()
-    return table(["sampler is a copy", "largest weight gap before sync", "after sync", "bytes copied",
-                  "policy_version before → after"],
-                 [["yes" if engine.model is not model else "no", f"{before:.3f}", f"{gap():.3f}", int(m["sync/bytes"]),
-                   f"{v0} → {engine.policy_version}"]])
+    return table(
+        [
+            "sampler is a copy",
+            "largest weight gap before sync",
+            "after sync",
+            "bytes copied",
+            "policy_version before → after",
+        ],
+        [
+            [
+                "yes" if engine.model is not model else "no",
+                f"{before:.3f}",
+                f"{gap():.3f}",
+                int(m["sync/bytes"]),
+                f"{v0} → {engine.policy_version}",
+            ]
+        ],
+    )
 
 
 def rl06_stale_runs() -> dict:
     """async_vs_sync.json, seed 0: the same GRPO run on fresh samples and on samples exactly 4
     versions old, with and without the importance correction."""
-    names = {"sync": "synchronous (fresh)", "fixed4_none": "4 versions stale, no correction",
-             "fixed4_tis": "4 versions stale, truncated IS"}
-    rows = [[names[r["run"]], f"{r['pass@1_before']:.3f} → {r['pass@1_after']:.3f}", f"{r['mean ratio/max']:.2f}",
-             f"{r['mean clip/frac']:.4f}"]
-            for r in load_json("async_vs_sync.json")["runs"] if r["seed"] == 0 and r["run"] in names]
+    names = {
+        "sync": "synchronous (fresh)",
+        "fixed4_none": "4 versions stale, no correction",
+        "fixed4_tis": "4 versions stale, truncated IS",
+    }
+    rows = [
+        [
+            names[r["run"]],
+            f"{r['pass@1_before']:.3f} → {r['pass@1_after']:.3f}",
+            f"{r['mean ratio/max']:.2f}",
+            f"{r['mean clip/frac']:.4f}",
+        ]
+        for r in load_json("async_vs_sync.json")["runs"]
+        if r["seed"] == 0 and r["run"] in names
+    ]
     return table(["run (60 steps)", "held-out pass@1", "mean of max ratio", "mean clip/frac"], rows)
 
 
 # ---- 07 · the controller -----------------------------------------------------------------------
+
 
 def rl07_group_metrics() -> dict:
     """controller.group_rewards / group_metrics on four groups of three rewards."""
     from types import SimpleNamespace
 
     from posttrain.framework.controller import group_metrics, group_rewards
+
     groups = [[1, 0, 0], [1, 1, 1], [0, 0, 0], [1, 1, 0]]
     samples = [SimpleNamespace(group=g, reward=float(r)) for g, rs in enumerate(groups) for r in rs]
     found = group_rewards(samples)
@@ -130,8 +183,11 @@ def rl07_group_metrics() -> dict:
 def rl07_keep_vs_skip() -> dict:
     """GRPO's gradient on the useful groups' tokens when two degenerate groups are kept in the batch
     (degenerate=keep) vs dropped (skip): kept, they add nothing but still count in the normaliser."""
-    b, b_lp = toy_batch(lengths=(3, 5, 4, 2, 6, 3, 2, 4), rewards=(1, 0, 0, 1, 1, 1, 0, 0),   # groups 2, 3 degenerate
-                   groups=(0, 0, 1, 1, 2, 2, 3, 3))
+    b, b_lp = toy_batch(
+        lengths=(3, 5, 4, 2, 6, 3, 2, 4),
+        rewards=(1, 0, 0, 1, 1, 1, 0, 0),  # groups 2, 3 degenerate
+        groups=(0, 0, 1, 1, 2, 2, 3, 3),
+    )
     useful = slice(0, 4)
     rows = []
     for mode in ("token-mean", "seq-mean-token-mean"):
@@ -154,11 +210,14 @@ def rl07_step_example() -> dict:
     from posttrain.framework.rollout import Sample
     from posttrain.models.tokenizer import CharTokenizer
     from posttrain.tasks.arithmetic import verify
+
     tok = CharTokenizer()
     prompt = tok.encode(tok.chat_prompt("3+4+5"))
     texts = ["12#", "11#", "14#"]
-    samples = [Sample(prompt, tok.encode(t), [0.0] * len(t), [1] * len(t), "stop", 0, 0, i, reward=verify(t, 12))
-               for i, t in enumerate(texts)]
+    samples = [
+        Sample(prompt, tok.encode(t), [0.0] * len(t), [1] * len(t), "stop", 0, 0, i, reward=verify(t, 12))
+        for i, t in enumerate(texts)
+    ]
     b = collate_samples(samples, tok.pad_id)
     adv = grpo.advantages(b.rewards.double(), b.group_index, grpo.Config(std="population"))
     rows = [[t, s.reward, f"{float(a):+.2f}"] for t, s, a in zip(texts, samples, adv)]
@@ -170,8 +229,10 @@ def rl07_widget_step() -> dict:
     """What the controller widget's real step reports once every phase has run, for the default
     answers and for a group of three right answers."""
     labels = ("rewards", "advantages (population std)", "grad norm", "Δ log π(y) of the trainer", "policy_version")
-    rows = [[answers] + [kpi("controller", lab, phase=8, answers=answers) for lab in labels]
-            for answers in ("12, 11, 14", "12, 12, 12")]
+    rows = [
+        [answers] + [kpi("controller", lab, phase=8, answers=answers) for lab in labels]
+        for answers in ("12, 11, 14", "12, 12, 12")
+    ]
     return table(["answers"] + list(labels), rows)
 
 
@@ -189,12 +250,14 @@ def rl07_degenerate_last() -> float:
 
 # ---- 08 · agent episodes -----------------------------------------------------------------------
 
+
 def rl08_mask_table() -> dict:
     """REINFORCE's loss on the lesson's episode (tool output in the middle) when the tool tokens'
     logprobs are changed to garbage, with the tool mask and without it."""
     from posttrain.framework.batch import collate
     from posttrain.lessons.widgets_loop import TURNS
     from posttrain.models.tokenizer import CharTokenizer
+
     tok = CharTokenizer()
     prompt = tok.encode(TURNS[0][1])
     response, is_tool = [], []
@@ -203,10 +266,10 @@ def rl08_mask_table() -> dict:
         response += ids
         is_tool += [role == "tool"] * len(ids)
     tool = torch.zeros(len(prompt) + len(response), dtype=torch.bool)
-    tool[len(prompt):] = torch.tensor(is_tool)
+    tool[len(prompt) :] = torch.tensor(is_tool)
     g = torch.Generator().manual_seed(0)
     lp = -torch.rand(1, tool.numel(), generator=g, dtype=torch.float64)
-    garbage = torch.where(tool, torch.full_like(lp, -50.0), lp)          # the tool tokens scored absurdly
+    garbage = torch.where(tool, torch.full_like(lp, -50.0), lp)  # the tool tokens scored absurdly
     rows = []
     for masked in (True, False):
         rmask = [0 if (t and masked) else 1 for t in is_tool]
@@ -217,17 +280,28 @@ def rl08_mask_table() -> dict:
         losses = [float(reinforce.loss(x, rb, cfg, norm)[0]) for x in (lp, garbage)]
         x = lp.clone().requires_grad_(True)
         (grad,) = torch.autograd.grad(reinforce.loss(x, rb, cfg, norm)[0], x)
-        rows.append(["on" if masked else "off", int(mask.sum()), f"{losses[0]:.3f}", f"{losses[1]:.3f}",
-                     f"{float(grad[0, tool].abs().max()):.1f}"])
-    return table(["tool mask", "tokens in the loss", "loss", "loss, tool tokens rescored",
-                  "largest gradient on a tool token"], rows)
+        rows.append(
+            [
+                "on" if masked else "off",
+                int(mask.sum()),
+                f"{losses[0]:.3f}",
+                f"{losses[1]:.3f}",
+                f"{float(grad[0, tool].abs().max()):.1f}",
+            ]
+        )
+    return table(
+        ["tool mask", "tokens in the loss", "loss", "loss, tool tokens rescored", "largest gradient on a tool token"],
+        rows,
+    )
 
 
 def rl08_observation_text() -> str:
     from posttrain.framework.agent import observation_ids
     from posttrain.models.tokenizer import CharTokenizer
+
     tok = CharTokenizer()
     return tok.decode(observation_ids(tok, "1368"))
+
 
 # ---- one KPI of a widget at another setting ------------------------------------------------------
 
@@ -240,5 +314,6 @@ AT = {
 }
 
 
-FACTS = {name: fn for name, fn in sorted(globals().items()) if name.startswith("rl") and name[2:4].isdigit()
-         and callable(fn)} | AT
+FACTS = {
+    name: fn for name, fn in sorted(globals().items()) if name.startswith("rl") and name[2:4].isdigit() and callable(fn)
+} | AT

@@ -15,7 +15,7 @@ from posttrain.framework.batch import RolloutBatch
 from posttrain.lessons import registry
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
-BANDIT = [0.1, 0.3, 0.9, 0.4, 0.2]          # the course's 5-armed bandit (lesson 01), arms A–E
+BANDIT = [0.1, 0.3, 0.9, 0.4, 0.2]  # the course's 5-armed bandit (lesson 01), arms A–E
 ARMS = "ABCDE"
 
 
@@ -51,6 +51,7 @@ def tiny_model(seed: int = 0):
     sample and score real sequences, small enough for a fact."""
     from posttrain.models.gpt_mini import ModelConfig, build_model
     from posttrain.models.tokenizer import CharTokenizer
+
     torch.manual_seed(seed)
     tok = CharTokenizer()
     model = build_model(ModelConfig(d_model=32, n_layers=2, n_heads=2, d_ff=64, max_seq_len=64), tok.vocab_size)
@@ -60,12 +61,13 @@ def tiny_model(seed: int = 0):
 def bandit_grad(theta: torch.Tensor, arm: int, reward: float) -> torch.Tensor:
     """∂/∂θ of REINFORCE's loss for one sampled arm (reinforce.loss, A = R, no baseline)."""
     theta = theta.clone().requires_grad_(True)
-    lp = torch.log_softmax(theta, -1)[arm].view(1, 1)                    # [1, 1] log π(arm)
+    lp = torch.log_softmax(theta, -1)[arm].view(1, 1)  # [1, 1] log π(arm)
     cfg = reinforce.Config()
     adv = reinforce.advantages(torch.tensor([reward], dtype=torch.float64), torch.zeros(1, dtype=torch.long), cfg)
     mask = torch.ones(1, 1, dtype=torch.float64)
-    loss, _ = reinforce.loss(lp, RolloutBatch(loss_mask=mask, advantages=adv, old_logprobs=lp.detach()), cfg,
-                             core.batch_norm(mask))
+    loss, _ = reinforce.loss(
+        lp, RolloutBatch(loss_mask=mask, advantages=adv, old_logprobs=lp.detach()), cfg, core.batch_norm(mask)
+    )
     (g,) = torch.autograd.grad(loss, theta)
     return g
 
@@ -75,15 +77,22 @@ def rollout_batch(temperature: float = 0.7):
     """8 samples (2 prompts × 4) from the tiny model through Engine.generate, collated."""
     from posttrain.framework.batch import collate_samples
     from posttrain.framework.rollout import Engine, SamplingParams
+
     model, tok = tiny_model()
     prompts = [tok.encode(tok.chat_prompt(q)) for q in ("3+4+5", "7+8")]
     samples = Engine(model, tok, max_slots=16).generate(
-        prompts, 4, SamplingParams(temperature=temperature, max_new_tokens=12), seed=0)
+        prompts, 4, SamplingParams(temperature=temperature, max_new_tokens=12), seed=0
+    )
     return model, collate_samples(samples, tok.pad_id)
 
 
-def toy_batch(lengths=(7, 2, 3, 1, 2, 2), width: int = 8, drift: float = 0.0,
-               rewards=(1, 0, 1, 0, 0, 1), groups=(0, 0, 0, 1, 1, 1)) -> dict:
+def toy_batch(
+    lengths=(7, 2, 3, 1, 2, 2),
+    width: int = 8,
+    drift: float = 0.0,
+    rewards=(1, 0, 1, 0, 0, 1),
+    groups=(0, 0, 0, 1, 1, 1),
+) -> dict:
     """Responses of the given lengths (column 0 stands in for the prompt), random behaviour
     logprobs, GRPO advantages of `rewards` within `groups`; the trainer's logprobs are the
     sampler's + U(−drift, drift) (drift 0: ratio 1). Returns (RolloutBatch, trainer logprobs [B, T])."""
@@ -91,15 +100,21 @@ def toy_batch(lengths=(7, 2, 3, 1, 2, 2), width: int = 8, drift: float = 0.0,
     B = len(lengths)
     mask = torch.zeros(B, width, dtype=torch.float64)
     for i, n in enumerate(lengths):
-        mask[i, 1:1 + n] = 1
+        mask[i, 1 : 1 + n] = 1
     attn = mask.clone()
     attn[:, 0] = 1
     old = -torch.rand(B, width, generator=g, dtype=torch.float64) * 2 * mask
     lp = old + (torch.rand(B, width, generator=g, dtype=torch.float64) * 2 - 1) * drift * mask
     rw, gi = torch.tensor(rewards, dtype=torch.float64), torch.tensor(groups)
-    return RolloutBatch(input_ids=torch.zeros(B, width, dtype=torch.long), attention_mask=attn, loss_mask=mask,
-                        old_logprobs=old, rewards=rw, group_index=gi,
-                        advantages=core.broadcast(grpo.advantages(rw, gi, grpo.Config()), mask)), lp
+    return RolloutBatch(
+        input_ids=torch.zeros(B, width, dtype=torch.long),
+        attention_mask=attn,
+        loss_mask=mask,
+        old_logprobs=old,
+        rewards=rw,
+        group_index=gi,
+        advantages=core.broadcast(grpo.advantages(rw, gi, grpo.Config()), mask),
+    ), lp
 
 
 def algo_runs() -> list[dict]:

@@ -12,14 +12,14 @@ from collections.abc import Callable
 
 import torch
 
-from posttrain.sizing import memory, shapes, throughput
 from posttrain.framework.rollout import Engine, SamplingParams
 from posttrain.lessons.facts_b_data import result
 from posttrain.models.gpt_mini import GPTMini, KVCache, ModelConfig
 from posttrain.models.tokenizer import CharTokenizer
+from posttrain.sizing import memory, shapes, throughput
 
-GIB, TIB = 2 ** 30, 2 ** 40
-HBM_BYTES_PER_S = 3.35e12                     # H100 SXM (course): every decode step streams weights + KV once
+GIB, TIB = 2**30, 2**40
+HBM_BYTES_PER_S = 3.35e12  # H100 SXM (course): every decode step streams weights + KV once
 
 
 def gib(nbytes: float, digits: int = 1) -> str:
@@ -28,24 +28,45 @@ def gib(nbytes: float, digits: int = 1) -> str:
 
 # ---- 19 · topology -----------------------------------------------------------------------------
 
-COURSE_TIMES = {"rollout_s": 20, "train_s": 15, "sync_s": 2}      # lesson 19's widget defaults
+COURSE_TIMES = {"rollout_s": 20, "train_s": 15, "sync_s": 2}  # lesson 19's widget defaults
 
 
 def rl19_topology_table() -> dict:
     runs = throughput.compare_topologies(**COURSE_TIMES)
-    return {"columns": ["placement", "step time (s)", "steps per hour", "trainer idle per step (s)", "× colocated"],
-            "rows": [[t, round(r["step_s"], 1), round(r["steps_per_hour"]), round(r["idle_s"]["trainer"], 1),
-                      round(r["speedup_vs_colocated"], 2)] for t, r in runs.items()]}
+    return {
+        "columns": ["placement", "step time (s)", "steps per hour", "trainer idle per step (s)", "× colocated"],
+        "rows": [
+            [
+                t,
+                round(r["step_s"], 1),
+                round(r["steps_per_hour"]),
+                round(r["idle_s"]["trainer"], 1),
+                round(r["speedup_vs_colocated"], 2),
+            ]
+            for t, r in runs.items()
+        ],
+    }
 
 
 def rl19_scenarios_table() -> dict:
     """Async over colocated for three shapes of step: balanced, rollout-bound, sync-heavy."""
     rows = []
-    for label, (r, t, s) in (("rollout ≈ training", (15, 15, 2)), ("rollout-bound", (40, 5, 2)),
-                             ("heavy sync", (15, 15, 10))):
+    for label, (r, t, s) in (
+        ("rollout ≈ training", (15, 15, 2)),
+        ("rollout-bound", (40, 5, 2)),
+        ("heavy sync", (15, 15, 10)),
+    ):
         out = throughput.compare_topologies(rollout_s=r, train_s=t, sync_s=s)
-        rows.append([label, r, t, s, round(out["disaggregated"]["speedup_vs_colocated"], 2),
-                     round(out["async"]["speedup_vs_colocated"], 2)])
+        rows.append(
+            [
+                label,
+                r,
+                t,
+                s,
+                round(out["disaggregated"]["speedup_vs_colocated"], 2),
+                round(out["async"]["speedup_vs_colocated"], 2),
+            ]
+        )
     return {"columns": ["step shape", "τ_R", "τ_T", "τ_S", "disaggregated ×", "async ×"], "rows": rows}
 
 
@@ -57,8 +78,13 @@ def _measured_sync_times() -> dict:
     """Mean role times of the synchronous CPU runs (all seeds) as step_time arguments."""
     runs = [r for r in _async_bench()["runs"] if r["run"] == "sync"]
     mean = lambda k: sum(r["roles_s"][k] for r in runs) / len(runs)
-    return {"rollout_s": mean("rollout_s"), "reward_s": mean("reward_s"), "reference_s": mean("reference_s"),
-            "train_s": mean("train_s"), "sync_s": mean("sync_s")}
+    return {
+        "rollout_s": mean("rollout_s"),
+        "reward_s": mean("reward_s"),
+        "reference_s": mean("reference_s"),
+        "train_s": mean("train_s"),
+        "sync_s": mean("sync_s"),
+    }
 
 
 def rl19_trainer_bound_idle() -> str:
@@ -74,7 +100,11 @@ def rl19_cpu_train_share() -> str:
 
 def rl19_cpu_predicted() -> float:
     t = _measured_sync_times()
-    return round(throughput.step_time(**t, topology="colocated")["step_s"] / throughput.step_time(**t, topology="async")["step_s"], 2)
+    return round(
+        throughput.step_time(**t, topology="colocated")["step_s"]
+        / throughput.step_time(**t, topology="async")["step_s"],
+        2,
+    )
 
 
 def rl19_cpu_measured() -> float:
@@ -83,6 +113,7 @@ def rl19_cpu_measured() -> float:
 
 
 # ---- 20 · the KV cache -------------------------------------------------------------------------
+
 
 def course_shape(layers: int, d: int, kv_heads: int) -> shapes.ModelShape:
     return shapes.ModelShape("course", d, layers, d // 128, kv_heads, 0, 0)
@@ -107,10 +138,25 @@ def rl20_decode_table() -> dict:
     rows = []
     for label, kv_heads in (("GQA, 8 KV heads", 8), ("MHA, 32 KV heads", 32)):
         kv = kv_total(32, 4096, kv_heads, 32, 2048)
-        rows.append([label, gib(kv), f"{kv / HBM_BYTES_PER_S * 1e3:.1f} ms", f"{w / HBM_BYTES_PER_S * 1e3:.1f} ms",
-                     f"{32 * HBM_BYTES_PER_S / (w + kv):,.0f}"])
-    return {"columns": ["7B, 32 sequences × 2,048 tokens", "KV cache", "read KV", "read weights (13.0 GiB)",
-                        "decode ceiling, tokens/s"], "rows": rows}
+        rows.append(
+            [
+                label,
+                gib(kv),
+                f"{kv / HBM_BYTES_PER_S * 1e3:.1f} ms",
+                f"{w / HBM_BYTES_PER_S * 1e3:.1f} ms",
+                f"{32 * HBM_BYTES_PER_S / (w + kv):,.0f}",
+            ]
+        )
+    return {
+        "columns": [
+            "7B, 32 sequences × 2,048 tokens",
+            "KV cache",
+            "read KV",
+            "read weights (13.0 GiB)",
+            "decode ceiling, tokens/s",
+        ],
+        "rows": rows,
+    }
 
 
 def prefix_tokens(k: int, prompt: int, completion: int) -> tuple[int, int]:
@@ -126,6 +172,7 @@ def nano_kv_bytes() -> int:
 
 
 # ---- 21 · scheduling ---------------------------------------------------------------------------
+
 
 def _tiny_model():
     tok = CharTokenizer()
@@ -143,18 +190,42 @@ def engine_run(slots: int, k: int, max_new: int = 32) -> dict:
     eng = Engine(model, tok, max_slots=slots)
     samples = eng.generate(prompts, k, SamplingParams(max_new_tokens=max_new), seed=0)
     lengths = [len(s.response_ids) for s in samples]
-    return {"lengths": lengths, "engine": eng.stats["rollout/decode_steps"], "static": static_vs_continuous(lengths, slots)[0],
-            "capped": sum(s.finish_reason == "length" for s in samples), "stats": eng.stats}
+    return {
+        "lengths": lengths,
+        "engine": eng.stats["rollout/decode_steps"],
+        "static": static_vs_continuous(lengths, slots)[0],
+        "capped": sum(s.finish_reason == "length" for s in samples),
+        "stats": eng.stats,
+    }
 
 
 def rl21_engine_table() -> dict:
     rows = []
     for slots, k in ((8, 4), (4, 8), (32, 8)):
         r = engine_run(slots, k)
-        rows.append([slots, f"4 × {k}", r["engine"], r["static"], round(r["static"] / r["engine"], 2),
-                     f"{r['capped']} of {len(r['lengths'])}", round(r["stats"]["rollout/slot_occupancy"], 2)])
-    return {"columns": ["slots", "prompts × K", "decode steps (engine)", "static batching", "static / engine",
-                        "hit the 32-token cap", "slot occupancy"], "rows": rows}
+        rows.append(
+            [
+                slots,
+                f"4 × {k}",
+                r["engine"],
+                r["static"],
+                round(r["static"] / r["engine"], 2),
+                f"{r['capped']} of {len(r['lengths'])}",
+                round(r["stats"]["rollout/slot_occupancy"], 2),
+            ]
+        )
+    return {
+        "columns": [
+            "slots",
+            "prompts × K",
+            "decode steps (engine)",
+            "static batching",
+            "static / engine",
+            "hit the 32-token cap",
+            "slot occupancy",
+        ],
+        "rows": rows,
+    }
 
 
 def static_vs_continuous(lengths: list[int], slots: int) -> tuple[int, int]:
@@ -163,7 +234,7 @@ def static_vs_continuous(lengths: list[int], slots: int) -> tuple[int, int]:
     batches of `slots` (each runs until its longest is done) and a perfect refill (the work spread
     evenly over the slots, but never less than the longest response)."""
     work = [n - 1 for n in lengths]
-    static = sum(max(work[i:i + slots]) for i in range(0, len(work), slots))
+    static = sum(max(work[i : i + slots]) for i in range(0, len(work), slots))
     return static, max(max(work), math.ceil(sum(work) / slots))
 
 
@@ -181,37 +252,62 @@ def tail_lengths(n: int = 32) -> list[int]:
 def rl21_tail_table() -> dict:
     lengths = tail_lengths()
     static, cont = static_vs_continuous(lengths, 8)
-    return {"columns": ["32 responses, 8 slots", "decode steps"],
-            "rows": [["static batches (each waits for its longest)", static], ["continuous refill (at best)", cont],
-                     ["static / continuous", round(static / cont, 2)],
-                     ["longest / mean response", round(max(lengths) / (sum(lengths) / len(lengths)), 1)]]}
+    return {
+        "columns": ["32 responses, 8 slots", "decode steps"],
+        "rows": [
+            ["static batches (each waits for its longest)", static],
+            ["continuous refill (at best)", cont],
+            ["static / continuous", round(static / cont, 2)],
+            ["longest / mean response", round(max(lengths) / (sum(lengths) / len(lengths)), 1)],
+        ],
+    }
 
 
 def rl21_batch_longest() -> str:
     lengths = tail_lengths()
     mean = sum(lengths) / len(lengths)
-    ratios = [max(lengths[i:i + 8]) / mean for i in range(0, len(lengths), 8)]
+    ratios = [max(lengths[i : i + 8]) / mean for i in range(0, len(lengths), 8)]
     return f"{min(ratios):.1f} to {max(ratios):.1f}"
 
 
 # ---- 22 · memory math --------------------------------------------------------------------------
 
+
 def rl22_bytes_table() -> dict:
-    names = {"mixed": "bf16 weights + fp32 master + fp32 grads + fp32 Adam", "no-master": "fp32 weights, no master copy",
-             "bf16-adam": "fp32 weights, bf16 Adam moments"}
-    return {"columns": ["recipe", "weights", "master", "grads", "Adam m, v", "bytes per param"],
-            "rows": [[names[k], *memory.PRECISION[k], memory.train_bytes_per_param(k)] for k in memory.PRECISION]}
+    names = {
+        "mixed": "bf16 weights + fp32 master + fp32 grads + fp32 Adam",
+        "no-master": "fp32 weights, no master copy",
+        "bf16-adam": "fp32 weights, bf16 Adam moments",
+    }
+    return {
+        "columns": ["recipe", "weights", "master", "grads", "Adam m, v", "bytes per param"],
+        "rows": [[names[k], *memory.PRECISION[k], memory.train_bytes_per_param(k)] for k in memory.PRECISION],
+    }
 
 
 def rl22_state_table() -> dict:
     rows = []
     for p in (7e9, 70e9, 405e9):
         total = memory.train_bytes_per_param() * p
-        rows.append([f"{p / 1e9:g}B", f"{total / 1e12:.2f} TB" if total >= 1e12 else f"{total / 1e9:.0f} GB",
-                     f"{total / TIB:.2f} TiB" if total >= TIB else gib(total), memory.min_gpus(total),
-                     f"{throughput.train_tokens_per_s(p):,.0f}"])
-    return {"columns": ["model", "training state (18 B/param)", "in binary units", "H100s to hold it",
-                        "train tokens/s per H100 (6P at 800 TFLOP/s)"], "rows": rows}
+        rows.append(
+            [
+                f"{p / 1e9:g}B",
+                f"{total / 1e12:.2f} TB" if total >= 1e12 else f"{total / 1e9:.0f} GB",
+                f"{total / TIB:.2f} TiB" if total >= TIB else gib(total),
+                memory.min_gpus(total),
+                f"{throughput.train_tokens_per_s(p):,.0f}",
+            ]
+        )
+    return {
+        "columns": [
+            "model",
+            "training state (18 B/param)",
+            "in binary units",
+            "H100s to hold it",
+            "train tokens/s per H100 (6P at 800 TFLOP/s)",
+        ],
+        "rows": rows,
+    }
 
 
 def rl22_example_table() -> dict:
@@ -220,9 +316,15 @@ def rl22_example_table() -> dict:
     p = 7e9
     act = shapes.course_activation_bytes(32, 4096, 4096, 8, checkpointing=True)
     kv = shapes.kv_bytes_per_token(course_shape(32, 4096, 8)) * 256 * 4096
-    rows = [["trainer (4 GPUs, FSDP)", "18 B × P / 4 + checkpointed activations (L 4,096, B 8)", gib(memory.train_bytes_per_param() * p / 4 + act)],
-            ["reference (1 GPU)", "2 B × P", gib(2 * p)],
-            ["rollout (3 GPUs, TP 1)", "2 B × P + KV / 3", gib(2 * p + kv / 3)]]
+    rows = [
+        [
+            "trainer (4 GPUs, FSDP)",
+            "18 B × P / 4 + checkpointed activations (L 4,096, B 8)",
+            gib(memory.train_bytes_per_param() * p / 4 + act),
+        ],
+        ["reference (1 GPU)", "2 B × P", gib(2 * p)],
+        ["rollout (3 GPUs, TP 1)", "2 B × P + KV / 3", gib(2 * p + kv / 3)],
+    ]
     return {"columns": ["pool", "what it holds", "per GPU"], "rows": rows}
 
 

@@ -13,11 +13,15 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from posttrain.lessons import (
-                                          facts_c_gpt,
-                                          facts_c_infra,
-                                          facts_c_recipes,
-                                          facts_c_throughput,
+    facts_c_gpt,
+    facts_c_infra,
+    facts_c_recipes,
+    facts_c_throughput,
 )
 
-FACTS: dict[str, Callable[[], object]] = {**facts_c_throughput.FACTS, **facts_c_infra.FACTS, **facts_c_recipes.FACTS,
-                                          **facts_c_gpt.FACTS}
+FACTS: dict[str, Callable[[], object]] = {
+    **facts_c_throughput.FACTS,
+    **facts_c_infra.FACTS,
+    **facts_c_recipes.FACTS,
+    **facts_c_gpt.FACTS,
+}

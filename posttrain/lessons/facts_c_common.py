@@ -8,7 +8,7 @@ from functools import cache
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
-GIB, MIB = 2 ** 30, 2 ** 20
+GIB, MIB = 2**30, 2**20
 
 
 def table(columns: list[str], rows: list[list]) -> dict:
@@ -25,5 +25,6 @@ def kpi(widget: str, label: str, **knobs):
     """A widget's KPI at a setting other than its defaults (the page's {{kpi:…}} reads defaults
     only), computed by the widget itself so the text and the plot cannot disagree."""
     from posttrain.lessons import registry
+
     out = dict(registry.compute(widget, {k: registry.fmt(v) for k, v in knobs.items()})["kpis"])
     return out[label]

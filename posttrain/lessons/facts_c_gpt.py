@@ -12,29 +12,38 @@ from posttrain.lessons.facts_c_throughput import rl22c_gain
 
 # ---- gpt_mini 01 · the model under every stage ----------------------------------------------
 
+
 def _nano():
     from posttrain.models.gpt_mini import ModelConfig
     from posttrain.models.tokenizer import BASE_CHARS
+
     return ModelConfig(preset="nano").resolved(len(BASE_CHARS))
 
 
 def g01_parts_table() -> dict:
     """gpt_mini nano (the arithmetic task's 58-character vocabulary) by part, from its config."""
     from posttrain.models.gpt_mini import count_params
+
     c = _nano()
     d, L, V, hd = c.d_model, c.n_layers, c.vocab_size, c.head_dim
-    parts = {"token embedding (V·d)": V * d,
-             "attention, all blocks (q, k, v, o)": L * (d * (c.n_heads + 2 * c.n_kv_heads) * hd + c.n_heads * hd * d),
-             "SwiGLU MLP, all blocks (3·d·d_ff)": L * 3 * d * c.d_ff,
-             "RMSNorm weights (2 per block + final)": L * 2 * d + d, "output head (V·d, untied)": V * d}
+    parts = {
+        "token embedding (V·d)": V * d,
+        "attention, all blocks (q, k, v, o)": L * (d * (c.n_heads + 2 * c.n_kv_heads) * hd + c.n_heads * hd * d),
+        "SwiGLU MLP, all blocks (3·d·d_ff)": L * 3 * d * c.d_ff,
+        "RMSNorm weights (2 per block + final)": L * 2 * d + d,
+        "output head (V·d, untied)": V * d,
+    }
     total = count_params(c)
-    return table(["part", "parameters", "share"],
-                 [[k, f"{v:,}", f"{100 * v / total:.1f}%"] for k, v in parts.items()] + [["total", f"{total:,}", "100%"]])
+    return table(
+        ["part", "parameters", "share"],
+        [[k, f"{v:,}", f"{100 * v / total:.1f}%"] for k, v in parts.items()] + [["total", f"{total:,}", "100%"]],
+    )
 
 
 def g01_presets_table() -> dict:
     from posttrain.models.gpt_mini import PRESETS, ModelConfig, count_params
     from posttrain.models.tokenizer import BASE_CHARS
+
     rows = []
     for name in PRESETS:
         c = ModelConfig(preset=name).resolved(len(BASE_CHARS))
@@ -45,28 +54,34 @@ def g01_presets_table() -> dict:
 def g01_block_over_d2() -> float:
     """One nano block's parameters (attention 4d², SwiGLU 3·d·d_ff, two norms) in units of d²."""
     c = _nano()
-    return (4 * c.d_model ** 2 + 3 * c.d_model * c.d_ff + 2 * c.d_model) / c.d_model ** 2
+    return (4 * c.d_model**2 + 3 * c.d_model * c.d_ff + 2 * c.d_model) / c.d_model**2
 
 
 def g01_module_count() -> int:
     """Parameters of an instantiated GPTMini nano, counted tensor by tensor."""
     from posttrain.models.gpt_mini import GPTMini
+
     return GPTMini(_nano()).num_params()
 
 
 def g01_softmax_peak(d_head: int, scaled: bool) -> float:
     """Mean largest attention weight over 16 keys for random q, k with unit-variance entries."""
     import torch
+
     g = torch.Generator().manual_seed(0)
     q, k = torch.randn(256, 1, d_head, generator=g), torch.randn(256, 16, d_head, generator=g)
-    scores = (q @ k.transpose(1, 2)).squeeze(1) / (math.sqrt(d_head) if scaled else 1.0)    # [256, 16]
+    scores = (q @ k.transpose(1, 2)).squeeze(1) / (math.sqrt(d_head) if scaled else 1.0)  # [256, 16]
     return float(torch.softmax(scores, -1).max(-1).values.mean())
 
 
 # ---- gpt_mini 02 · pretraining ----------------------------------------------------------------
 
-CONTEXT_NEXT = {"3+4=": "7, the sum", "3+4=7;7+": "any digit: the next term is random",
-                "7+5=1": "2 (7 + 5 = 12)", "9+9=": "1 (9 + 9 = 18)"}
+CONTEXT_NEXT = {
+    "3+4=": "7, the sum",
+    "3+4=7;7+": "any digit: the next term is random",
+    "7+5=1": "2 (7 + 5 = 12)",
+    "9+9=": "1 (9 + 9 = 18)",
+}
 
 
 @lru_cache(maxsize=1)
@@ -79,29 +94,37 @@ def g02_corpus_stats() -> dict:
 
     from posttrain.lessons import runs
     from posttrain.tasks.arithmetic import ArithmeticTask
+
     task = ArithmeticTask(runs.TASK)
     rng = random.Random(0)
     problems = [task.sample_problem(rng, "train") for _ in range(1500)]
     text = "".join(p.trace()[1:-1] + "\n" for p in problems)
     n = len(text)
     unigram = -sum(c / n * math.log(c / n) for c in Counter(text).values())
-    info = sum(p.k * math.log(runs.TASK.max_value + 1) + math.log(runs.TASK.max_terms - runs.TASK.min_terms + 1)
-               for p in problems)
+    info = sum(
+        p.k * math.log(runs.TASK.max_value + 1) + math.log(runs.TASK.max_terms - runs.TASK.min_terms + 1)
+        for p in problems
+    )
     return {"unigram": unigram, "floor": info / n, "symbols": len(set(text))}
 
 
 def g02_loss_table() -> dict:
     from posttrain.lessons import runs
     from posttrain.models.tokenizer import BASE_CHARS
+
     rec = runs.recorded()["pretrain"]
     c = g02_corpus_stats()
-    return table(["predictor", "nats per character"], [
-        [f"uniform over the {len(BASE_CHARS)}-character vocabulary", f"{math.log(len(BASE_CHARS)):.2f}"],
-        [f"uniform over the {c['symbols']} characters the corpus uses", f"{math.log(c['symbols']):.2f}"],
-        ["character frequencies, no context", f"{c['unigram']:.2f}"],
-        [f"gpt_mini, training loss at step {rec['step'][0]}", f"{rec['loss'][0]:.2f}"],
-        [f"gpt_mini, training loss at step {rec['step'][-1]}", f"{rec['loss'][-1]:.2f}"],
-        ["the floor: terms are random, the rest follows", f"{c['floor']:.2f}"]])
+    return table(
+        ["predictor", "nats per character"],
+        [
+            [f"uniform over the {len(BASE_CHARS)}-character vocabulary", f"{math.log(len(BASE_CHARS)):.2f}"],
+            [f"uniform over the {c['symbols']} characters the corpus uses", f"{math.log(c['symbols']):.2f}"],
+            ["character frequencies, no context", f"{c['unigram']:.2f}"],
+            [f"gpt_mini, training loss at step {rec['step'][0]}", f"{rec['loss'][0]:.2f}"],
+            [f"gpt_mini, training loss at step {rec['step'][-1]}", f"{rec['loss'][-1]:.2f}"],
+            ["the floor: terms are random, the rest follows", f"{c['floor']:.2f}"],
+        ],
+    )
 
 
 def g02_context_table() -> dict:
@@ -109,22 +132,39 @@ def g02_context_table() -> dict:
 
     from posttrain.lessons import runs
     from posttrain.models.tokenizer import BASE_CHARS
+
     rec = runs.recorded()["pretrain"]
     rows = []
     for ctx, logits in rec["logits"].items():
         z = torch.tensor(logits, dtype=torch.float64)
         p = torch.softmax(z, -1)
         top = int(p.argmax())
-        rows.append([ctx, CONTEXT_NEXT[ctx], f"{BASE_CHARS[top]!r} ({float(p[top]):.2f})",
-                     *[f"{g02_entropy(ctx, t):.2f}" for t in (0.5, 1.0, 2.0)]])
-    return table(["context", "what follows in the corpus", "model's top choice (probability)", "entropy at T = 0.5",
-                  "T = 1", "T = 2"], rows)
+        rows.append(
+            [
+                ctx,
+                CONTEXT_NEXT[ctx],
+                f"{BASE_CHARS[top]!r} ({float(p[top]):.2f})",
+                *[f"{g02_entropy(ctx, t):.2f}" for t in (0.5, 1.0, 2.0)],
+            ]
+        )
+    return table(
+        [
+            "context",
+            "what follows in the corpus",
+            "model's top choice (probability)",
+            "entropy at T = 0.5",
+            "T = 1",
+            "T = 2",
+        ],
+        rows,
+    )
 
 
 def g02_entropy(ctx: str, t: float) -> float:
     import torch
 
     from posttrain.lessons import runs
+
     z = torch.tensor(runs.recorded()["pretrain"]["logits"][ctx], dtype=torch.float64) / t
     return float(-(torch.softmax(z, -1) * torch.log_softmax(z, -1)).sum())
 
@@ -134,11 +174,13 @@ def g02_prob(ctx: str, char: str) -> float:
 
     from posttrain.lessons import runs
     from posttrain.models.tokenizer import BASE_CHARS
+
     return float(torch.softmax(torch.tensor(runs.recorded()["pretrain"]["logits"][ctx]), -1)[BASE_CHARS.index(char)])
 
 
 def g02_tokens() -> dict:
     from posttrain.config import PretrainConfig
+
     c = PretrainConfig()
     n = __import__("posttrain.models.gpt_mini", fromlist=["x"]).count_params(_nano())
     seen = c.steps * c.batch_size * c.seq_len
@@ -147,18 +189,22 @@ def g02_tokens() -> dict:
 
 # ---- gpt_mini 03 · SFT and the loss mask -------------------------------------------------------
 
+
 def g03_mask_table() -> dict:
     """collate's loss mask for <3+4+5>12#, with the prompt masked and not: column t is trained
     when the loss predicts input_ids[t] from input_ids[:t]."""
     from posttrain.framework.batch import collate
     from posttrain.models.tokenizer import BASE_CHARS, CharTokenizer
+
     tok = CharTokenizer(BASE_CHARS)
     prompt, response = tok.encode(tok.chat_prompt("3+4+5")), tok.encode(tok.chat_response("12"))
     on = collate([prompt], [response], tok.pad_id, True)["loss_mask"][0].tolist()
     off = collate([prompt], [response], tok.pad_id, False)["loss_mask"][0].tolist()
     text = "".join(tok.chars[i] for i in prompt + response)
-    return table(["column t", "token", "predicted from", "trained, prompt masked", "trained, prompt not masked"],
-                 [[t, repr(text[t]), repr(text[:t]) if t else "—", int(a), int(b)] for t, (a, b) in enumerate(zip(on, off))])
+    return table(
+        ["column t", "token", "predicted from", "trained, prompt masked", "trained, prompt not masked"],
+        [[t, repr(text[t]), repr(text[:t]) if t else "—", int(a), int(b)] for t, (a, b) in enumerate(zip(on, off))],
+    )
 
 
 @lru_cache(maxsize=1)
@@ -167,12 +213,13 @@ def g03_prompt_share() -> dict:
     positions that are prompt positions when the prompt is not masked, direct and with CoT."""
     from posttrain.models.tokenizer import BASE_CHARS, CharTokenizer
     from posttrain.tasks.arithmetic import ArithmeticTask
+
     tok, task = CharTokenizer(BASE_CHARS), ArithmeticTask()
     out = {}
     for cot in (False, True):
         pr = rs = 0
         for it in task.items(2000, "train", 0):
-            pr += len(tok.chat_prompt(task.prompt(it))) - 1                    # every prompt token but the first
+            pr += len(tok.chat_prompt(task.prompt(it))) - 1  # every prompt token but the first
             rs += len(tok.chat_response(it.target(cot)))
         out[cot] = pr / (pr + rs)
     return out
@@ -182,16 +229,27 @@ def g03_recorded_table() -> dict:
     """The recorded SFT runs of the widget (runs.mask_runs: a small gpt_mini from scratch on 4–5-term
     sums of digits, direct answers, 3 seeds averaged): held-out accuracy and training loss."""
     from posttrain.lessons import runs
+
     rec = runs.recorded()
     on, off = rec["sft mask=1 seeds"], rec["sft mask=0 seeds"]
-    return table(["SFT step", "held-out accuracy, prompt masked", "prompt trained on", "training loss, masked",
-                  "training loss, trained on"],
-                 [[st, f"{a:.2f}", f"{b:.2f}", f"{la:.2f}", f"{lb:.2f}"]
-                  for st, a, b, la, lb in zip(on["step"], on["acc"], off["acc"], on["loss"], off["loss"])])
+    return table(
+        [
+            "SFT step",
+            "held-out accuracy, prompt masked",
+            "prompt trained on",
+            "training loss, masked",
+            "training loss, trained on",
+        ],
+        [
+            [st, f"{a:.2f}", f"{b:.2f}", f"{la:.2f}", f"{lb:.2f}"]
+            for st, a, b, la, lb in zip(on["step"], on["acc"], off["acc"], on["loss"], off["loss"])
+        ],
+    )
 
 
 def _mask_run(masked: bool) -> dict:
     from posttrain.lessons import runs
+
     return runs.recorded()[f"sft mask={int(masked)} seeds"]
 
 
@@ -200,6 +258,7 @@ def g03_mask_share() -> float:
     from posttrain.lessons import runs
     from posttrain.models.tokenizer import BASE_CHARS, CharTokenizer
     from posttrain.tasks.arithmetic import ArithmeticTask
+
     tok, task = CharTokenizer(BASE_CHARS), ArithmeticTask(runs.MASK_TASK)
     pr = rs = 0
     for it in task.items(1000, "train", 0):
@@ -210,21 +269,34 @@ def g03_mask_share() -> float:
 
 # ---- gpt_mini 04 · chain of thought -----------------------------------------------------------
 
+
 def g04_table() -> dict:
     """benchmarks/results/cot_vs_direct.json: nano pretrained, then 800 SFT steps on direct answers or
     on CoT traces, sums of 2–6 two-digit terms (10–99), held-out greedy accuracy by term count."""
     r = result("cot_vs_direct")
-    return table(["terms K", "additions in the sum", "direct answer", "chain of thought", "distinct problems (90^K)"],
-                 [[k, k - 1, f"{r['direct'][f'eval/greedy_acc_k{k}']:.2f}", f"{r['cot'][f'eval/greedy_acc_k{k}']:.2f}",
-                   f"{90 ** k:.1e}" if k > 3 else f"{90 ** k:,}"] for k in range(2, 7)])
+    return table(
+        ["terms K", "additions in the sum", "direct answer", "chain of thought", "distinct problems (90^K)"],
+        [
+            [
+                k,
+                k - 1,
+                f"{r['direct'][f'eval/greedy_acc_k{k}']:.2f}",
+                f"{r['cot'][f'eval/greedy_acc_k{k}']:.2f}",
+                f"{90**k:.1e}" if k > 3 else f"{90**k:,}",
+            ]
+            for k in range(2, 7)
+        ],
+    )
 
 
 def g04_target(terms: tuple, cot: bool) -> str:
     from posttrain.tasks.arithmetic import Problem
+
     return Problem(terms).target(cot)
 
 
 # ---- gpt_mini 05 · DPO ------------------------------------------------------------------------
+
 
 def g05_first_step(beta: float = 0.1) -> dict:
     """preference_loss on one pair when π_θ = π_ref (every log-ratio 0): the loss and its gradient
@@ -232,6 +304,7 @@ def g05_first_step(beta: float = 0.1) -> dict:
     import torch
 
     from posttrain.preference.dpo import DPOLossConfig, SeqLogps, preference_loss
+
     lp = torch.zeros(2, dtype=torch.float64, requires_grad=True)
     zero, one = torch.zeros(1, dtype=torch.float64), torch.ones(1, dtype=torch.float64)
     loss, _ = preference_loss(DPOLossConfig("dpo", beta), SeqLogps(lp[:1], lp[1:], zero, zero, one, one))
@@ -246,10 +319,18 @@ def g05_family_table() -> dict:
     for r in result("dpo_family"):
         if r["run"] in ("dpo lr 1e-5", "dpo lr 3e-6", "dpo_nll lr 1e-5", "orpo lr 1e-5"):
             ev = {e["step"]: e["eval/pass@1"] for e in r["evals"]}
-            rows.append([r["run"], f"{ev[0]:.3f} → {ev[50]:.3f} → {ev[100]:.3f}", f"{r['final_logps_chosen']:.2f}",
-                         f"{r['final_logps_rejected']:.2f}"])
-    return table(["loss, learning rate", "held-out pass@1 at steps 0 → 50 → 100", "log π(chosen), end",
-                  "log π(rejected), end"], rows)
+            rows.append(
+                [
+                    r["run"],
+                    f"{ev[0]:.3f} → {ev[50]:.3f} → {ev[100]:.3f}",
+                    f"{r['final_logps_chosen']:.2f}",
+                    f"{r['final_logps_rejected']:.2f}",
+                ]
+            )
+    return table(
+        ["loss, learning rate", "held-out pass@1 at steps 0 → 50 → 100", "log π(chosen), end", "log π(rejected), end"],
+        rows,
+    )
 
 
 def g05_run(name: str) -> dict:
@@ -258,18 +339,29 @@ def g05_run(name: str) -> dict:
 
 # ---- gpt_mini 06 · RL with verifiable rewards (GRPO) -----------------------------------------
 
+
 def g06_group_table() -> dict:
     """grpo.advantages for the group r = (1, 1, 0, 0) and (1, 0, 0, 0), both std conventions."""
     import torch
 
     from posttrain.algorithms import grpo
+
     rows = []
     for rewards in ((1.0, 1.0, 0.0, 0.0), (1.0, 0.0, 0.0, 0.0), (1.0, 1.0, 1.0, 1.0)):
         r = torch.tensor(rewards, dtype=torch.float64)
-        adv = {std: grpo.advantages(r, torch.zeros(4, dtype=torch.long), grpo.Config(std=std)) for std in ("population", "unbiased")}
-        rows.append([", ".join(f"{x:g}" for x in rewards),
-                     *[", ".join(f"{float(a):+.3f}" for a in adv[std]) for std in ("population", "unbiased")]])
-    return table(["rewards of the group", "A, population std (the course's tables)", "A, unbiased std (torch, TRL, verl)"], rows)
+        adv = {
+            std: grpo.advantages(r, torch.zeros(4, dtype=torch.long), grpo.Config(std=std))
+            for std in ("population", "unbiased")
+        }
+        rows.append(
+            [
+                ", ".join(f"{x:g}" for x in rewards),
+                *[", ".join(f"{float(a):+.3f}" for a in adv[std]) for std in ("population", "unbiased")],
+            ]
+        )
+    return table(
+        ["rewards of the group", "A, population std (the course's tables)", "A, unbiased std (torch, TRL, verl)"], rows
+    )
 
 
 def g06_degenerate_table() -> dict:
@@ -277,9 +369,13 @@ def g06_degenerate_table() -> dict:
     samples of the SFT model; fresh groups of K: the share with all-equal rewards, against
     p^K + (1 − p)^K per prompt and against the same formula at the mean p."""
     d = result("claims")["degenerate"]
-    return table(["K", "observed", "predicted, per-prompt p", f"predicted from the mean p = {d['mean_p']:.2f}"],
-                 [[r["K"], f"{r['observed']:.2f}", f"{r['predicted_per_prompt']:.2f}", f"{r['predicted_mean_p']:.2f}"]
-                  for r in d["rows"]])
+    return table(
+        ["K", "observed", "predicted, per-prompt p", f"predicted from the mean p = {d['mean_p']:.2f}"],
+        [
+            [r["K"], f"{r['observed']:.2f}", f"{r['predicted_per_prompt']:.2f}", f"{r['predicted_mean_p']:.2f}"]
+            for r in d["rows"]
+        ],
+    )
 
 
 def g06_group_runs() -> dict:
@@ -288,8 +384,14 @@ def g06_group_runs() -> dict:
 
 def g06_config() -> dict:
     from posttrain.config import RLConfig, load_config
+
     c = load_config(RLConfig, "grpo_arith", [])
-    return {"K": c.rollout.samples_per_prompt, "prompts": c.rollout.prompts_per_step, "lr": c.optim.lr, "kl": c.algo.kl_coef}
+    return {
+        "K": c.rollout.samples_per_prompt,
+        "prompts": c.rollout.prompts_per_step,
+        "lr": c.optim.lr,
+        "kl": c.algo.kl_coef,
+    }
 
 
 FACTS: dict[str, Callable[[], object]] = {
@@ -298,7 +400,8 @@ FACTS: dict[str, Callable[[], object]] = {
     "g01_nano_params": lambda: __import__("posttrain.models.gpt_mini", fromlist=["x"]).count_params(_nano()),
     "g01_module_params": g01_module_count,
     "g01_course_params": lambda: __import__("posttrain.sizing.shapes", fromlist=["x"]).count_params(
-        __import__("posttrain.sizing.shapes", fromlist=["x"]).resolve_model("course-minigpt")),
+        __import__("posttrain.sizing.shapes", fromlist=["x"]).resolve_model("course-minigpt")
+    ),
     "g01_block_over_d2": g01_block_over_d2,
     "g01_peak_32_unscaled": lambda: g01_softmax_peak(32, False),
     "g01_peak_32_scaled": lambda: g01_softmax_peak(32, True),
@@ -316,7 +419,9 @@ FACTS: dict[str, Callable[[], object]] = {
     "g02_ln10": lambda: math.log(10),
     "g02_ent_34_t1": lambda: g02_entropy("3+4=", 1.0),
     "g02_ent_34_t2": lambda: g02_entropy("3+4=", 2.0),
-    "g02_recorded_steps": lambda: __import__("posttrain.lessons.runs", fromlist=["x"]).recorded()["pretrain"]["step"][-1],
+    "g02_recorded_steps": lambda: __import__("posttrain.lessons.runs", fromlist=["x"]).recorded()["pretrain"]["step"][
+        -1
+    ],
     "g02_w_trace10": lambda: kpi("next_char", "share of samples that are the right next char", temperature=2.0) ** 10,
     "g02_w_right_t2": lambda: kpi("next_char", "share of samples that are the right next char", temperature=2.0),
     "g03_mask_table": g03_mask_table,
@@ -339,12 +444,16 @@ FACTS: dict[str, Callable[[], object]] = {
     "g04_example_cot": lambda: g04_target((3, 4, 5, 6), True),
     "g04_example_direct": lambda: g04_target((3, 4, 5, 6), False),
     "g04_example_len": lambda: len(g04_target((3, 4, 5, 6), True)),
-    "g04_compound_100": lambda: 0.99 ** 100,
+    "g04_compound_100": lambda: 0.99**100,
     "g04_w_cot_1layer": lambda: kpi("cot", "chain of thought, K = 2 → 6", layers=1),
     "g04_w_direct6": lambda: kpi("cot", "held-out accuracy (this setting)", cot=False, K=6),
     "g04_w_cot6": lambda: kpi("cot", "held-out accuracy (this setting)", cot=True, K=6),
-    "g04_len_ratio": lambda: result("cot_vs_direct")["cot"]["eval/length_mean"] / result("cot_vs_direct")["direct"]["eval/length_mean"],
-    "g04_acc_ratio": lambda: result("cot_vs_direct")["cot"]["eval/greedy_acc"] / result("cot_vs_direct")["direct"]["eval/greedy_acc"],
+    "g04_len_ratio": lambda: (
+        result("cot_vs_direct")["cot"]["eval/length_mean"] / result("cot_vs_direct")["direct"]["eval/length_mean"]
+    ),
+    "g04_acc_ratio": lambda: (
+        result("cot_vs_direct")["cot"]["eval/greedy_acc"] / result("cot_vs_direct")["direct"]["eval/greedy_acc"]
+    ),
     "g05_loss0": lambda: g05_first_step()["loss"],
     "g05_ln2": lambda: math.log(2),
     "g05_grad_chosen": lambda: g05_first_step()["grad_chosen"],

@@ -6,18 +6,23 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import lru_cache
 
-from posttrain.sizing import throughput as tp
 from posttrain.lessons.facts_c_common import GIB, MIB, kpi, table
+from posttrain.sizing import throughput as tp
 
 # ---- 24 · the RL infra engineer -------------------------------------------------------------
 
 SIZING = [  # (model, GPUs, LoRA rank, rollout TP): the whiteboard question and the planner's ways out
-    ("llama3-8b", 8, 0, 1), ("llama-70b", 8, 0, 1), ("llama-70b", 8, 0, 8), ("llama-70b", 8, 16, 4),
-    ("llama-70b", 32, 0, 8)]
+    ("llama3-8b", 8, 0, 1),
+    ("llama-70b", 8, 0, 1),
+    ("llama-70b", 8, 0, 8),
+    ("llama-70b", 8, 16, 4),
+    ("llama-70b", 32, 0, 8),
+]
 
 
 def rl24_plan(model: str, gpus: int, lora: int, rollout_tp: int) -> dict:
     from posttrain.sizing import memory
+
     return memory.plan(model, algo="grpo", gpus=gpus, lora=lora, checkpointing=True, rollout_tp=rollout_tp)
 
 
@@ -26,16 +31,36 @@ def rl24_sizing_table() -> dict:
     for model, gpus, lora, rtp in SIZING:
         p = rl24_plan(model, gpus, lora, rtp)
         ph = p["pools"]["colocated"]["phases"]
-        rows.append([model, gpus, lora or "full", rtp, f"{ph['persistent'] / GIB:.1f}",
-                     f"{p['peak_bytes'] / GIB:.1f}", "yes" if p["fits"] else "no"])
-    return table(["model", "H100s", "LoRA rank", "rollout TP", "persistent state, GiB/GPU", "peak, GiB/GPU",
-                  "fits in 74.5 GiB?"], rows)
+        rows.append(
+            [
+                model,
+                gpus,
+                lora or "full",
+                rtp,
+                f"{ph['persistent'] / GIB:.1f}",
+                f"{p['peak_bytes'] / GIB:.1f}",
+                "yes" if p["fits"] else "no",
+            ]
+        )
+    return table(
+        [
+            "model",
+            "H100s",
+            "LoRA rank",
+            "rollout TP",
+            "persistent state, GiB/GPU",
+            "peak, GiB/GPU",
+            "fits in 74.5 GiB?",
+        ],
+        rows,
+    )
 
 
 def rl24_state_tib() -> float:
     """18 B per parameter for the 70B's full training state, in TiB."""
     from posttrain.sizing import memory, shapes
-    return memory.train_bytes_per_param() * shapes.count_params(shapes.resolve_model("llama-70b")) / 2 ** 40
+
+    return memory.train_bytes_per_param() * shapes.count_params(shapes.resolve_model("llama-70b")) / 2**40
 
 
 @lru_cache(maxsize=1)
@@ -46,42 +71,53 @@ def rl24_traps() -> dict:
     import torch
 
     from posttrain.framework.batch import collate_samples
+    from posttrain.framework.logprobs import sequence_logprobs
     from posttrain.framework.reference import Reference
     from posttrain.framework.rollout import Engine, SamplingParams
-    from posttrain.framework.logprobs import sequence_logprobs
     from posttrain.models.gpt_mini import GPTMini, ModelConfig
     from posttrain.models.tokenizer import BASE_CHARS, CharTokenizer
+
     tok = CharTokenizer(BASE_CHARS)
     torch.manual_seed(0)
     model = GPTMini(ModelConfig(d_model=32, n_layers=2, n_heads=2, d_ff=64, max_seq_len=64).resolved(tok.vocab_size))
     prompts = [tok.encode(tok.chat_prompt(f"{i}+{i + 3}")) for i in range(6)]
     T = 0.8
-    samples = Engine(model, tok, max_slots=64).generate(prompts, 4, SamplingParams(temperature=T, max_new_tokens=24), seed=0)
+    samples = Engine(model, tok, max_slots=64).generate(
+        prompts, 4, SamplingParams(temperature=T, max_new_tokens=24), seed=0
+    )
     for s in samples:
         s.reward = 0.0
     batch = collate_samples(samples, tok.pad_id)
     with torch.no_grad():
-        lp, _ = sequence_logprobs(model.eval(), batch.input_ids, T)                     # [B, T]
+        lp, _ = sequence_logprobs(model.eval(), batch.input_ids, T)  # [B, T]
     mask = batch.loss_mask
     gap = float(((lp - batch.old_logprobs) * mask).abs().max())
     with torch.no_grad():
-        lp_t1, _ = sequence_logprobs(model, batch.input_ids, 1.0)                     # the trainer forgot T
+        lp_t1, _ = sequence_logprobs(model, batch.input_ids, 1.0)  # the trainer forgot T
     wrong_t = float(((lp_t1 - batch.old_logprobs).abs() * mask).sum() / mask.sum())
     ref = Reference(model)
     stopped = [i for i, s in enumerate(samples) if s.finish_reason == "stop"]
     eos_in_loss = sum(int(mask[i, len(samples[i].prompt_ids) + len(samples[i].response_ids) - 1]) for i in stopped)
-    return {"gap": gap, "tokens": int(mask.sum()), "ref_trainable": sum(p.requires_grad for p in ref.model.parameters()),
-            "ref_params": sum(1 for _ in ref.model.parameters()), "stopped": len(stopped), "eos_in_loss": eos_in_loss,
-            "samples": len(samples), "wrong_t": wrong_t, "T": T}
+    return {
+        "gap": gap,
+        "tokens": int(mask.sum()),
+        "ref_trainable": sum(p.requires_grad for p in ref.model.parameters()),
+        "ref_params": sum(1 for _ in ref.model.parameters()),
+        "stopped": len(stopped),
+        "eos_in_loss": eos_in_loss,
+        "samples": len(samples),
+        "wrong_t": wrong_t,
+        "T": T,
+    }
 
 
 # ---- 25 · kernels for RL ---------------------------------------------------------------------
 
 
-
 def rl25_chunk_table() -> dict:
     """Logits held at once for 32,768 tokens × a 131,072-token vocabulary in bf16 (shapes.logits_bytes)."""
     from posttrain.sizing.shapes import logits_bytes
+
     full = logits_bytes(32768, 131072)
     rows = [["none (full logits)", f"{full / GIB:.2f} GiB", "1×"]]
     for c in (16384, 4096, 1024):
@@ -93,9 +129,15 @@ def rl25_chunk_table() -> dict:
 def rl25_prefix_table() -> dict:
     """K samples share one prefill of a prompt of P tokens; each writes G response tokens (G/P = 0.1)."""
     g = 0.1
-    return table(["K", "prompt tokens computed, unshared / shared", "course's ratio K/(1 + K·G/P)",
-                  "all tokens, K(1 + G/P)/(1 + K·G/P)"],
-                 [[k, f"{k}×", f"{k / (1 + k * g):.2f}×", f"{k * (1 + g) / (1 + k * g):.2f}×"] for k in (4, 16, 64)])
+    return table(
+        [
+            "K",
+            "prompt tokens computed, unshared / shared",
+            "course's ratio K/(1 + K·G/P)",
+            "all tokens, K(1 + G/P)/(1 + K·G/P)",
+        ],
+        [[k, f"{k}×", f"{k / (1 + k * g):.2f}×", f"{k * (1 + g) / (1 + k * g):.2f}×"] for k in (4, 16, 64)],
+    )
 
 
 @lru_cache(maxsize=1)
@@ -106,13 +148,18 @@ def rl25_engine_prefix() -> dict:
     from posttrain.framework.rollout import Engine, SamplingParams
     from posttrain.models.gpt_mini import GPTMini, ModelConfig
     from posttrain.models.tokenizer import BASE_CHARS, CharTokenizer
+
     tok = CharTokenizer(BASE_CHARS)
     torch.manual_seed(0)
-    model = GPTMini(ModelConfig(d_model=16, n_layers=1, n_heads=2, d_ff=32, max_seq_len=64).resolved(tok.vocab_size)).eval()
+    model = GPTMini(
+        ModelConfig(d_model=16, n_layers=1, n_heads=2, d_ff=32, max_seq_len=64).resolved(tok.vocab_size)
+    ).eval()
     prompts = [tok.encode(tok.chat_prompt(q)) for q in ("3+4+5", "12+7+9+1", "6+6", "18+2+11")]
     eng = Engine(model, tok, max_slots=16)
     eng.generate(prompts, 16, SamplingParams(max_new_tokens=8), seed=0)
-    return {k.split("/")[1]: eng.stats[k] for k in ("rollout/prompt_tokens", "rollout/prefill_tokens", "rollout/prefills")}
+    return {
+        k.split("/")[1]: eng.stats[k] for k in ("rollout/prompt_tokens", "rollout/prefill_tokens", "rollout/prefills")
+    }
 
 
 def rl25_chunked_exact() -> float:
@@ -121,11 +168,12 @@ def rl25_chunked_exact() -> float:
     import torch
 
     from posttrain.framework.sampler import token_logprobs
+
     g = torch.Generator().manual_seed(0)
-    logits = 4 * torch.randn(64, 4096, generator=g)                                      # [N, V]
+    logits = 4 * torch.randn(64, 4096, generator=g)  # [N, V]
     y = torch.randint(0, 4096, (64,), generator=g)
     lse = torch.full((64,), -float("inf"))
-    for chunk in logits.split(512, dim=-1):                                              # [N, 512] at a time
+    for chunk in logits.split(512, dim=-1):  # [N, 512] at a time
         lse = torch.logaddexp(lse, torch.logsumexp(chunk, -1))
     chunked = logits.gather(-1, y[:, None]).squeeze(1) - lse
     return float((chunked - token_logprobs(logits, y, 1.0)).abs().max())

@@ -7,13 +7,13 @@ import math
 from collections.abc import Callable
 from functools import lru_cache
 
-from posttrain.sizing import throughput as tp
 from posttrain.lessons.facts_c_common import kpi, result, table
+from posttrain.sizing import throughput as tp
 
 # ---- 22a · the throughput equation -------------------------------------------------------------
 
-WORKED = {"rollout_s": 30, "reward_s": 1, "reference_s": 3, "train_s": 8, "sync_s": 1}   # the lesson's example
-WORKED_TOKENS = 64 * 16 * 1024                                                          # B·K·L̄
+WORKED = {"rollout_s": 30, "reward_s": 1, "reference_s": 3, "train_s": 8, "sync_s": 1}  # the lesson's example
+WORKED_TOKENS = 64 * 16 * 1024  # B·K·L̄
 
 
 def rl22a_worked(topology: str = "disaggregated") -> dict:
@@ -24,29 +24,51 @@ def rl22a_worked_table() -> dict:
     rows = []
     for t in tp.TOPOLOGIES:
         r = rl22a_worked(t)
-        rows.append([t, f"{r['step_s']:g} s", r["bottleneck"], f"{r['idle_s']['trainer']:g} s",
-                     f"{tp.useful_tokens_per_s(64, 16, 1024, r['step_s']) / 1000:.1f}k"])
+        rows.append(
+            [
+                t,
+                f"{r['step_s']:g} s",
+                r["bottleneck"],
+                f"{r['idle_s']['trainer']:g} s",
+                f"{tp.useful_tokens_per_s(64, 16, 1024, r['step_s']) / 1000:.1f}k",
+            ]
+        )
     return table(["topology", "τ_step", "bottleneck", "trainer idle per step", "useful tokens/s"], rows)
 
 
-SIDE = {"rollout": "rollout side", "reward": "rollout side", "reference": "trainer side", "train": "trainer side",
-        "sync": "between the two"}
+SIDE = {
+    "rollout": "rollout side",
+    "reward": "rollout side",
+    "reference": "trainer side",
+    "train": "trainer side",
+    "sync": "between the two",
+}
 
 
 def rl22a_role_table() -> dict:
     """The role model at its defaults (7B, K = 16, L = 1024, disaggregated)."""
     m = tp.role_model()
-    return table(["role", "runs on", "seconds"],
-                 [[k, SIDE[k], f"{v:.1f}"] for k, v in m["terms"].items()]
-                 + [["τ_step = max(rollout side, trainer side) + sync", "", f"{m['step_s']:.1f}"]])
+    return table(
+        ["role", "runs on", "seconds"],
+        [[k, SIDE[k], f"{v:.1f}"] for k, v in m["terms"].items()]
+        + [["τ_step = max(rollout side, trainer side) + sync", "", f"{m['step_s']:.1f}"]],
+    )
 
 
 def rl22a_length_table() -> dict:
     rows = []
     for L in (256, 1024, 4096, 8192):
         m = tp.role_model(response_len=L)
-        rows.append([L, f"{1 + 1.8 * math.tanh(L / 2048):.2f}", f"{m['terms']['rollout']:.1f} s", f"{m['step_s']:.1f} s",
-                     f"{100 * m['terms']['rollout'] / m['step_s']:.0f}%", f"{m['idle_s']['trainer']:.1f} s"])
+        rows.append(
+            [
+                L,
+                f"{1 + 1.8 * math.tanh(L / 2048):.2f}",
+                f"{m['terms']['rollout']:.1f} s",
+                f"{m['step_s']:.1f} s",
+                f"{100 * m['terms']['rollout'] / m['step_s']:.0f}%",
+                f"{m['idle_s']['trainer']:.1f} s",
+            ]
+        )
     return table(["response length L", "tail factor", "τ_R", "τ_step", "rollout share", "trainer idle"], rows)
 
 
@@ -75,8 +97,10 @@ def rl22a_cpu_measured_s() -> float:
 
 def rl22a_cpu_table() -> dict:
     r = rl22a_cpu_roles()
-    return table(["role", "seconds per step", "share"],
-                 [[k, f"{v:.3f}", f"{100 * r['shares'][k]:.1f}%"] for k, v in r["terms"].items()])
+    return table(
+        ["role", "seconds per step", "share"],
+        [[k, f"{v:.3f}", f"{100 * r['shares'][k]:.1f}%"] for k, v in r["terms"].items()],
+    )
 
 
 # ---- 22b · long-tail rollouts -------------------------------------------------------------------
@@ -85,8 +109,9 @@ CVS = (0.5, 1.0, 2.0)
 
 
 def rl22b_maxk_table() -> dict:
-    return table(["K", *[f"cv = {c}" for c in CVS]],
-                 [[k, *[f"{tp.max_of_k(k, c):.2f}" for c in CVS]] for k in (4, 16, 64, 256)])
+    return table(
+        ["K", *[f"cv = {c}" for c in CVS]], [[k, *[f"{tp.max_of_k(k, c):.2f}" for c in CVS]] for k in (4, 16, 64, 256)]
+    )
 
 
 def rl22b_k32_pct(cv: float) -> float:
@@ -97,6 +122,7 @@ def rl22b_tail_table() -> dict:
     """Log-normal lengths of mean μ and CV c: σ = √ln(1 + c²); the 95th percentile is
     μ·exp(1.645σ − σ²/2), and the longest 5% hold a share Φ(σ − 1.645) of all decoded tokens."""
     from statistics import NormalDist
+
     z = NormalDist().inv_cdf(0.95)
     rows = []
     for c in CVS:
@@ -115,41 +141,61 @@ def rl22b_cutoff() -> dict:
     from posttrain.framework.rollout import Engine, SamplingParams
     from posttrain.models.gpt_mini import GPTMini, ModelConfig
     from posttrain.models.tokenizer import BASE_CHARS, CharTokenizer
+
     tok = CharTokenizer(BASE_CHARS)
     torch.manual_seed(0)
-    model = GPTMini(ModelConfig(d_model=16, n_layers=1, n_heads=2, d_ff=32, max_seq_len=160).resolved(tok.vocab_size)).eval()
+    model = GPTMini(
+        ModelConfig(d_model=16, n_layers=1, n_heads=2, d_ff=32, max_seq_len=160).resolved(tok.vocab_size)
+    ).eval()
     prompts = [tok.encode(f"<{i}+{2 * i + 1}>") for i in range(8)]
     out = {}
     for name, n, keep in (("all", 8, None), ("cut", 12, 8)):
         eng = Engine(model, tok, max_slots=256)
         samples = eng.generate(prompts, n, SamplingParams(max_new_tokens=128), seed=0, keep=keep)
         lengths = [len(s.response_ids) for s in samples]
-        out[name] = {"steps": eng.stats["rollout/decode_steps"], "tokens": eng.stats["rollout/generated_tokens"],
-                     "kept": len(samples), "mean": sum(lengths) / len(lengths), "longest": max(lengths),
-                     "capped": sum(s.finish_reason == "length" for s in samples),
-                     "cancelled": eng.stats["rollout/cancelled"]}
+        out[name] = {
+            "steps": eng.stats["rollout/decode_steps"],
+            "tokens": eng.stats["rollout/generated_tokens"],
+            "kept": len(samples),
+            "mean": sum(lengths) / len(lengths),
+            "longest": max(lengths),
+            "capped": sum(s.finish_reason == "length" for s in samples),
+            "cancelled": eng.stats["rollout/cancelled"],
+        }
     return out
 
 
 def rl22b_cutoff_table() -> dict:
     c = rl22b_cutoff()
     label = {"all": "start 8 per prompt, keep all", "cut": "start 12 per prompt, keep the first 8"}
-    return table(["rollout", "decode steps (wall)", "tokens decoded", "samples kept", "mean kept length",
-                  "kept samples cut by the cap"],
-                 [[label[k], v["steps"], v["tokens"], v["kept"], f"{v['mean']:.1f}", v["capped"]] for k, v in c.items()])
+    return table(
+        [
+            "rollout",
+            "decode steps (wall)",
+            "tokens decoded",
+            "samples kept",
+            "mean kept length",
+            "kept samples cut by the cap",
+        ],
+        [[label[k], v["steps"], v["tokens"], v["kept"], f"{v['mean']:.1f}", v["capped"]] for k, v in c.items()],
+    )
 
 
 def rl22b_overlong_table() -> dict:
     import torch
 
     from posttrain.algorithms.dapo import overlong_penalty
+
     lengths = torch.tensor([50.0, 80.0, 90.0, 100.0, 110.0])
     pen = overlong_penalty(lengths, max_len=100, buffer=20)
-    return table(["response length", "penalty (L_max = 100, buffer 20)"],
-                 [[int(a), f"{float(b) + 0.0:+.2f}"] for a, b in zip(lengths, pen)])
+    return table(
+        ["response length", "penalty (L_max = 100, buffer 20)"],
+        [[int(a), f"{float(b) + 0.0:+.2f}"] for a, b in zip(lengths, pen)],
+    )
 
 
 # ---- 22c · async pipelining and staleness ---------------------------------------------------
+
 
 def rl22c_topologies() -> dict:
     """The lesson's example: τ_R = 20 s, τ_T = 8 s, τ_S = 3 s."""
@@ -158,9 +204,13 @@ def rl22c_topologies() -> dict:
 
 def rl22c_topology_table() -> dict:
     runs = rl22c_topologies()
-    return table(["placement", "τ_step", "speed-up over colocated", "trainer idle per step"],
-                 [[n, f"{r['step_s']:g} s", f"{r['speedup_vs_colocated']:.2f}×", f"{r['idle_s']['trainer']:g} s"]
-                  for n, r in runs.items()])
+    return table(
+        ["placement", "τ_step", "speed-up over colocated", "trainer idle per step"],
+        [
+            [n, f"{r['step_s']:g} s", f"{r['speedup_vs_colocated']:.2f}×", f"{r['idle_s']['trainer']:g} s"]
+            for n, r in runs.items()
+        ],
+    )
 
 
 def _async_runs(seed: int = 0) -> dict:
@@ -170,17 +220,36 @@ def _async_runs(seed: int = 0) -> dict:
 def rl22c_measured_table() -> dict:
     """benchmarks/async_vs_sync.py, seed 0: GRPO on gpt_mini nano from the SFT(CoT) checkpoint,
     60 steps of 128 samples, lr 3e-5, the same prompts in every run."""
-    label = {"sync": "sync (on-policy)", "async_tis": "async, ≤ 1 version behind, TIS",
-             "fixed4_none": "every batch 4 versions old, no correction",
-             "fixed4_tis": "every batch 4 versions old, TIS"}
+    label = {
+        "sync": "sync (on-policy)",
+        "async_tis": "async, ≤ 1 version behind, TIS",
+        "fixed4_none": "every batch 4 versions old, no correction",
+        "fixed4_tis": "every batch 4 versions old, TIS",
+    }
     rows = []
     for name, r in _async_runs().items():
         lr = r.get("mean offpolicy/log_ratio_abs")
-        rows.append([label[name], f"{r.get('mean staleness/mean', 0.0):.2f}", f"{100 * r['mean clip/frac']:.2f}%",
-                     f"{r['mean ratio/max']:.2f}", "—" if lr is None else f"{lr:.4f}",
-                     f"{r['pass@1_before']:.3f} → {r['pass@1_after']:.3f}"])
-    return table(["run", "mean staleness (versions)", "clip/frac", "largest ratio r", "mean |log π_prox − log μ|",
-                  "held-out pass@1"], rows)
+        rows.append(
+            [
+                label[name],
+                f"{r.get('mean staleness/mean', 0.0):.2f}",
+                f"{100 * r['mean clip/frac']:.2f}%",
+                f"{r['mean ratio/max']:.2f}",
+                "—" if lr is None else f"{lr:.4f}",
+                f"{r['pass@1_before']:.3f} → {r['pass@1_after']:.3f}",
+            ]
+        )
+    return table(
+        [
+            "run",
+            "mean staleness (versions)",
+            "clip/frac",
+            "largest ratio r",
+            "mean |log π_prox − log μ|",
+            "held-out pass@1",
+        ],
+        rows,
+    )
 
 
 def rl22c_gain(run: str, key: str) -> float:
@@ -191,6 +260,7 @@ def rl22c_stale_curves(correction: str) -> dict:
     """The recorded staleness runs behind the async_pipe widget (dapo_toy.stale_runs: the lesson-13
     DAPO toy with all switches on and the sampler Δ versions behind, 3 seeds averaged)."""
     from posttrain.lessons import dapo_toy, runs
+
     rec = runs.recorded()
     return {d: rec[dapo_toy.stale_key(d, correction)] for d in dapo_toy.STALENESS}
 
@@ -209,11 +279,28 @@ def rl22c_stale_table() -> dict:
     for d in none:
         step_s = tp.step_time(rollout_s=20, train_s=8, sync_s=3, topology="async" if d else "disaggregated")["step_s"]
         wall = [f"{_first(c) * step_s / 60:.0f} min" if _first(c) else "not reached" for c in (none[d], tis[d])]
-        rows.append([d, f"{100 * sum(none[d]['clip']) / len(none[d]['clip']):.1f}%",
-                     f"{100 * sum(tis[d]['clip']) / len(tis[d]['clip']):.1f}%",
-                     _first(none[d]) or "—", _first(tis[d]) or "—", *wall])
-    return table(["staleness Δ", "clip fraction, no correction", "with TIS", "steps to accuracy 0.7, no correction",
-                  "with TIS", "wall clock to 0.7, no correction", "with TIS"], rows)
+        rows.append(
+            [
+                d,
+                f"{100 * sum(none[d]['clip']) / len(none[d]['clip']):.1f}%",
+                f"{100 * sum(tis[d]['clip']) / len(tis[d]['clip']):.1f}%",
+                _first(none[d]) or "—",
+                _first(tis[d]) or "—",
+                *wall,
+            ]
+        )
+    return table(
+        [
+            "staleness Δ",
+            "clip fraction, no correction",
+            "with TIS",
+            "steps to accuracy 0.7, no correction",
+            "with TIS",
+            "wall clock to 0.7, no correction",
+            "with TIS",
+        ],
+        rows,
+    )
 
 
 def rl22c_cpu_async_speedup() -> float:
@@ -225,6 +312,7 @@ def rl22c_cpu_async_speedup() -> float:
 
 # ---- 28 · bottlenecks and where to optimise --------------------------------------------------
 
+
 def amdahl(share: float, speedup: float) -> float:
     """Whole-step speed-up when a slice holding `share` of the step gets `speedup`× faster."""
     return 1 / (1 - share + share / speedup)
@@ -232,8 +320,10 @@ def amdahl(share: float, speedup: float) -> float:
 
 def rl28_amdahl_table() -> dict:
     cols = [2, 10, math.inf]
-    return table(["slice's share of the step", *[("∞" if c == math.inf else f"{c}×") + " on that slice" for c in cols]],
-                 [[f"{int(100 * f)}%", *[f"{amdahl(f, c):.2f}×" for c in cols]] for f in (0.1, 0.2, 0.6, 0.8)])
+    return table(
+        ["slice's share of the step", *[("∞" if c == math.inf else f"{c}×") + " on that slice" for c in cols]],
+        [[f"{int(100 * f)}%", *[f"{amdahl(f, c):.2f}×" for c in cols]] for f in (0.1, 0.2, 0.6, 0.8)],
+    )
 
 
 def rl28_cpu_table() -> dict:
@@ -242,8 +332,14 @@ def rl28_cpu_table() -> dict:
     for r in result("async_vs_sync")["runs"]:
         if r["run"] == "sync":
             t = tp.step_time(**r["roles_s"], topology="colocated")
-            rows.append([r["seed"], f"{t['step_s']:.2f} s", *[f"{100 * t['shares'][k]:.0f}%" for k in ("rollout", "reference", "train")],
-                         t["bottleneck"]])
+            rows.append(
+                [
+                    r["seed"],
+                    f"{t['step_s']:.2f} s",
+                    *[f"{100 * t['shares'][k]:.0f}%" for k in ("rollout", "reference", "train")],
+                    t["bottleneck"],
+                ]
+            )
     return table(["seed", "step", "rollout", "reference", "train", "bottleneck"], rows)
 
 
@@ -306,7 +402,7 @@ FACTS: dict[str, Callable[[], object]] = {
     "rl22c_async_gain_sd_pts": lambda: 100 * rl22c_gain("async_tis", "pass@1_gain_sd"),
     "rl22c_cpu_async_speedup": rl22c_cpu_async_speedup,
     "rl22c_stale_table": rl22c_stale_table,
-    "rl22c_w_clip32": lambda: f'{100 * kpi("async_pipe", "clip fraction (mean over the run)", delta=32):.0f}%',
+    "rl22c_w_clip32": lambda: f"{100 * kpi('async_pipe', 'clip fraction (mean over the run)', delta=32):.0f}%",
     "rl22c_w_steps32": lambda: kpi("async_pipe", "steps to accuracy 0.7", delta=32),
     "rl22c_w_wall32": lambda: kpi("async_pipe", "wall clock to accuracy 0.7", delta=32),
     "rl28_amdahl_table": rl28_amdahl_table,
@@ -315,11 +411,30 @@ FACTS: dict[str, Callable[[], object]] = {
     "rl28_train_1gpu_s": lambda: tp.train_time_s(32768, 7e9),
     "rl28_train_8gpu_s": lambda: tp.train_time_s(32768, 7e9, gpus=8),
     "rl28_w_trainonly_speedup": lambda: kpi("budget", "speed-up", prefix=False, cbatch=False, train_opts=True),
-    "rl28_w_trainonly_disagg": lambda: kpi("budget", "speed-up", prefix=False, cbatch=False, train_opts=True,
-                                           placement="disaggregated"),
+    "rl28_w_trainonly_disagg": lambda: kpi(
+        "budget", "speed-up", prefix=False, cbatch=False, train_opts=True, placement="disaggregated"
+    ),
     "rl28_w_prefixonly_speedup": lambda: kpi("budget", "speed-up", prefix=True, cbatch=False, train_opts=False),
-    "rl28_w_all_speedup": lambda: kpi("budget", "speed-up", prefix=True, cbatch=True, spec=True, fp8=True,
-                                       train_opts=True, sync="overlapped", refpool=True),
-    "rl28_w_all_largest": lambda: kpi("budget", "largest remaining slice", prefix=True, cbatch=True, spec=True, fp8=True,
-                                       train_opts=True, sync="overlapped", refpool=True),
+    "rl28_w_all_speedup": lambda: kpi(
+        "budget",
+        "speed-up",
+        prefix=True,
+        cbatch=True,
+        spec=True,
+        fp8=True,
+        train_opts=True,
+        sync="overlapped",
+        refpool=True,
+    ),
+    "rl28_w_all_largest": lambda: kpi(
+        "budget",
+        "largest remaining slice",
+        prefix=True,
+        cbatch=True,
+        spec=True,
+        fp8=True,
+        train_opts=True,
+        sync="overlapped",
+        refpool=True,
+    ),
 }

@@ -14,7 +14,7 @@ ROLES_SVG = """<svg class="diagram" viewBox="0 0 780 215" role="img" aria-label=
 {nodes}
 {edges}
 </svg>"""
-W2 = 62                                              # half the width of a role box
+W2 = 62  # half the width of a role box
 ROLES = [  # (x, y, name, hover, lesson)
     (80, 35, "ROLLOUT", "samples K responses per prompt and records their behaviour logprobs", "rl-02"),
     (285, 35, "REWARD", "the task's verifier (or a reward model) scores each response", "rl-03"),
@@ -30,22 +30,30 @@ EDGES = [(0, 1, "responses"), (1, 2, "+ rewards"), (2, 3, "ref logp"), (3, 4, "l
 def roles_svg(prefix: str) -> str:
     nodes = []
     for x, y, name, hover, lid in ROLES:
-        nodes.append(f'<a href="{prefix}lessons/{lid}.html"><g class="role"><title>{esc(hover)}</title>'
-                     f'<rect x="{x - W2}" y="{y - 22}" width="{2 * W2}" height="44" rx="8"/>'
-                     f'<text x="{x}" y="{y + 5}" text-anchor="middle">{name}</text></g></a>')
+        nodes.append(
+            f'<a href="{prefix}lessons/{lid}.html"><g class="role"><title>{esc(hover)}</title>'
+            f'<rect x="{x - W2}" y="{y - 22}" width="{2 * W2}" height="44" rx="8"/>'
+            f'<text x="{x}" y="{y + 5}" text-anchor="middle">{name}</text></g></a>'
+        )
     edges = []
     for a, b, label in EDGES:
         (x1, y1), (x2, y2) = ROLES[a][:2], ROLES[b][:2]
         if y1 == y2:
             sx, ex = (x1 + W2, x2 - W2) if x2 > x1 else (x1 - W2, x2 + W2)
-            edges.append(f'<line x1="{sx}" y1="{y1}" x2="{ex}" y2="{y2}" marker-end="url(#arr)"/>'
-                         f'<text class="edge" x="{(sx + ex) / 2}" y="{y1 - 8}" text-anchor="middle">{label}</text>')
+            edges.append(
+                f'<line x1="{sx}" y1="{y1}" x2="{ex}" y2="{y2}" marker-end="url(#arr)"/>'
+                f'<text class="edge" x="{(sx + ex) / 2}" y="{y1 - 8}" text-anchor="middle">{label}</text>'
+            )
         else:
-            edges.append(f'<line x1="{x1}" y1="{y1 + 22}" x2="{x2}" y2="{y2 - 22}" marker-end="url(#arr)"/>'
-                         f'<text class="edge" x="{x1 + 6}" y="{(y1 + y2) / 2 + 4}">{label}</text>')
-    edges.append(f'<path d="M{285 - W2},180 Q80,180 80,59" fill="none" marker-end="url(#arr)"/>'
-                 '<text class="edge" x="92" y="150">sync</text>'
-                 '<text class="edge" x="490" y="146" text-anchor="middle">calls every role, in order</text>')
+            edges.append(
+                f'<line x1="{x1}" y1="{y1 + 22}" x2="{x2}" y2="{y2 - 22}" marker-end="url(#arr)"/>'
+                f'<text class="edge" x="{x1 + 6}" y="{(y1 + y2) / 2 + 4}">{label}</text>'
+            )
+    edges.append(
+        f'<path d="M{285 - W2},180 Q80,180 80,59" fill="none" marker-end="url(#arr)"/>'
+        '<text class="edge" x="92" y="150">sync</text>'
+        '<text class="edge" x="490" y="146" text-anchor="middle">calls every role, in order</text>'
+    )
     return ROLES_SVG.format(nodes="\n".join(nodes), edges="\n".join(edges))
 
 
@@ -59,19 +67,33 @@ def lineage_html(prefix: str) -> str:
 def render_index(static: bool = False) -> str:
     parts = []
     for part in content.PARTS + [content.G]:
-        items = "".join(f'<li data-lesson="{ls.id}"><a href="lessons/{ls.id}.html">{esc(ls.number)} · {esc(ls.title)}</a>'
-                        f'<span class="done-mark"></span></li>' for ls in content.LESSONS if ls.part == part)
+        items = "".join(
+            f'<li data-lesson="{ls.id}"><a href="lessons/{ls.id}.html">{esc(ls.number)} · {esc(ls.title)}</a>'
+            f'<span class="done-mark"></span></li>'
+            for ls in content.LESSONS
+            if ls.part == part
+        )
         head = f'<a href="gpt_mini.html">{esc(part)}</a>' if part == content.G else esc(part)
         parts.append(f'<h3 id="{slug(part)}">{head}</h3><ul class="toc">{items}</ul>')
-    paths = "".join(f"<li><b>{esc(goal)}</b>: " + " → ".join(f'<a href="lessons/{i}.html">{esc(content.by_id(i).number)}</a>'
-                                                              for i in ids) + "</li>" for goal, ids in content.PATHS)
+    paths = "".join(
+        f"<li><b>{esc(goal)}</b>: "
+        + " → ".join(f'<a href="lessons/{i}.html">{esc(content.by_id(i).number)}</a>' for i in ids)
+        + "</li>"
+        for goal, ids in content.PATHS
+    )
     rl = [ls for ls in content.LESSONS if ls.track == "rl"]
     linear = " → ".join(f'<a href="lessons/{ls.id}.html">{esc(ls.number)}</a>' for ls in rl)
-    decisions = "".join(f"<tr><td>{esc(where)}</td><td>{esc(bug)}</td><td><b>{esc(choice)}</b> {esc(why)}</td></tr>"
-                        for where, bug, choice, why in content.DECISIONS)
+    decisions = "".join(
+        f"<tr><td>{esc(where)}</td><td>{esc(bug)}</td><td><b>{esc(choice)}</b> {esc(why)}</td></tr>"
+        for where, bug, choice, why in content.DECISIONS
+    )
     missing = "".join(f"<li>{esc(m)}</li>" for m in content.NOT_YET)
-    sections = [("the-six-roles", "The six roles"), ("the-algorithm-lineage", "The algorithm lineage"),
-                ("reading-paths", "Reading paths"), ("all-lessons", "All lessons")]
+    sections = [
+        ("the-six-roles", "The six roles"),
+        ("the-algorithm-lineage", "The algorithm lineage"),
+        ("reading-paths", "Reading paths"),
+        ("all-lessons", "All lessons"),
+    ]
     body = f"""
 <h1>RL post-training, lesson by lesson, on posttrain's own code</h1>
 <p class="lede">{esc(content.INTRO)}</p>

@@ -33,6 +33,7 @@ LINE_DIRECTIVE = re.compile(r"\{\{(\w+):([^{}\n]*)\}\}\s*")
 
 # ---- math ------------------------------------------------------------------------------------------
 
+
 def _closing_dollar(src: str, start: int, end: int) -> int:
     """Index of the `$` closing an inline math span opened just before `start`, or -1."""
     j = start
@@ -43,7 +44,7 @@ def _closing_dollar(src: str, start: int, end: int) -> int:
             continue
         if c == "$":
             if src[j - 1].isspace() or (j + 1 < end and src[j + 1].isdigit()):
-                return -1                            # "$5 and $6" is money, not math
+                return -1  # "$5 and $6" is money, not math
             return j
         j += 1
     return -1
@@ -53,18 +54,18 @@ def math_inline(state, silent: bool) -> bool:
     src, pos, end = state.src, state.pos, state.posMax
     if src[pos] != "$":
         return False
-    if src.startswith("$$", pos):                    # display math inside a paragraph
+    if src.startswith("$$", pos):  # display math inside a paragraph
         close = src.find("$$", pos + 2, end)
         if close < 0 or close == pos + 2:
             return False
-        kind, body, after = "math_display", src[pos + 2:close], close + 2
+        kind, body, after = "math_display", src[pos + 2 : close], close + 2
     else:
         if pos + 1 >= end or src[pos + 1].isspace():
             return False
         close = _closing_dollar(src, pos + 1, end)
         if close < 0:
             return False
-        kind, body, after = "math_inline", src[pos + 1:close], close + 1
+        kind, body, after = "math_inline", src[pos + 1 : close], close + 1
     if not silent:
         state.push(kind, "", 0).content = body
     state.pos = after
@@ -74,23 +75,26 @@ def math_inline(state, silent: bool) -> bool:
 def math_block(state, start: int, end: int, silent: bool) -> bool:
     if state.sCount[start] - state.blkIndent >= 4:
         return False
-    first = state.src[state.bMarks[start] + state.tShift[start]:state.eMarks[start]]
+    first = state.src[state.bMarks[start] + state.tShift[start] : state.eMarks[start]]
     if not first.startswith("$$"):
         return False
     rest = first[2:].rstrip()
-    if rest.endswith("$$") and len(rest) >= 2:       # $$ ... $$ on one line
+    if rest.endswith("$$") and len(rest) >= 2:  # $$ ... $$ on one line
         body, last = rest[:-2], start
     else:
         last = start + 1
         while last < end:
-            line = state.src[state.bMarks[last] + state.tShift[last]:state.eMarks[last]].rstrip()
+            line = state.src[state.bMarks[last] + state.tShift[last] : state.eMarks[last]].rstrip()
             if line.endswith("$$"):
                 break
             last += 1
         else:
-            return False                             # never closed: an ordinary paragraph
-        body = "\n".join([rest] + [state.src[state.bMarks[i] + state.tShift[i]:state.eMarks[i]]
-                                   for i in range(start + 1, last)] + [line[:-2]])
+            return False  # never closed: an ordinary paragraph
+        body = "\n".join(
+            [rest]
+            + [state.src[state.bMarks[i] + state.tShift[i] : state.eMarks[i]] for i in range(start + 1, last)]
+            + [line[:-2]]
+        )
     if silent:
         return True
     tok = state.push("math_block", "div", 0)
@@ -101,12 +105,13 @@ def math_block(state, start: int, end: int, silent: bool) -> bool:
 
 # ---- directives ------------------------------------------------------------------------------------
 
+
 def directive_block(state, start: int, end: int, silent: bool) -> bool:
     if state.sCount[start] - state.blkIndent >= 4:
         return False
-    line = state.src[state.bMarks[start] + state.tShift[start]:state.eMarks[start]]
+    line = state.src[state.bMarks[start] + state.tShift[start] : state.eMarks[start]]
     m = LINE_DIRECTIVE.fullmatch(line)
-    if not m or m[1] in directives.INLINE:           # an inline directive alone is a paragraph
+    if not m or m[1] in directives.INLINE:  # an inline directive alone is a paragraph
         return False
     if silent:
         return True
@@ -133,14 +138,19 @@ def _expand(tokens, idx, env, block: bool) -> str:
     meta = tokens[idx].meta
     try:
         return directives.expand(meta["name"], meta["arg"], e, block)
-    except Exception as err:                        # noqa: BLE001 — a fact's own bug is reported like a typo
-        msg = str(err) if isinstance(err, UsageError) else f"{{{{{meta['name']}:{meta['arg']}}}}}: {type(err).__name__}: {err}"
+    except Exception as err:  # noqa: BLE001 — a fact's own bug is reported like a typo
+        msg = (
+            str(err)
+            if isinstance(err, UsageError)
+            else f"{{{{{meta['name']}:{meta['arg']}}}}}: {type(err).__name__}: {err}"
+        )
         e.errors.append(msg)
         tag = "div" if block else "span"
         return f'<{tag} class="directive-error">{escape(msg)}</{tag}>'
 
 
 # ---- headings get anchors; the h2s are the page's sections -----------------------------------------
+
 
 def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "section"
@@ -175,8 +185,12 @@ def parser() -> MarkdownIt:
     md.block.ruler.before("fence", "math_block", math_block, alt)
     md.block.ruler.before("math_block", "directive_block", directive_block, alt)
     md.add_render_rule("math_inline", lambda s, t, i, o, e: f'<span class="math">\\({escape(t[i].content)}\\)</span>')
-    md.add_render_rule("math_display", lambda s, t, i, o, e: f'<span class="math display">\\[{escape(t[i].content)}\\]</span>')
-    md.add_render_rule("math_block", lambda s, t, i, o, e: f'<div class="math display">\\[{escape(t[i].content)}\\]</div>\n')
+    md.add_render_rule(
+        "math_display", lambda s, t, i, o, e: f'<span class="math display">\\[{escape(t[i].content)}\\]</span>'
+    )
+    md.add_render_rule(
+        "math_block", lambda s, t, i, o, e: f'<div class="math display">\\[{escape(t[i].content)}\\]</div>\n'
+    )
     md.add_render_rule("directive_inline", lambda s, t, i, o, e: _expand(t, i, e, block=False))
     md.add_render_rule("directive_block", lambda s, t, i, o, e: _expand(t, i, e, block=True) + "\n")
     md.add_render_rule("heading_open", heading_open)
@@ -198,6 +212,7 @@ def lesson_text(lesson_id: str) -> str | None:
 
 
 # ---- word count (prose only) -----------------------------------------------------------------------
+
 
 def word_count(text: str) -> int:
     """Words of prose: code blocks, display math, block directives and HTML tags are not prose;

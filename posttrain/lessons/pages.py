@@ -20,12 +20,21 @@ from posttrain.lessons.sources import ROOT, code_ref, source_name  # noqa: F401 
 KATEX = ["static/katex/katex.min.js", "static/katex/auto-render.min.js"]
 
 
-def page(title: str, body: str, prefix: str, static: bool, scripts: list[str] = (), current: str = "",
-         sections: list[tuple[str, str]] = ()) -> str:
+def page(
+    title: str,
+    body: str,
+    prefix: str,
+    static: bool,
+    scripts: list[str] = (),
+    current: str = "",
+    sections: list[tuple[str, str]] = (),
+) -> str:
     """A whole page: `current` is the id of the page the sidebar marks (a lesson id, 'index',
     'gpt-index', 'glossary'); `sections` its h2s, listed under it in the sidebar."""
-    head_js = [f'<script>window.PT = {{data: {{}}, static: {json.dumps(static)}, api: "{prefix}api/", '
-               f'root: "{prefix}"}};</script>']
+    head_js = [
+        f'<script>window.PT = {{data: {{}}, static: {json.dumps(static)}, api: "{prefix}api/", '
+        f'root: "{prefix}"}};</script>'
+    ]
     head_js += [f'<script src="{prefix}{s}" defer></script>' for s in KATEX]
     head_js += [f'<script src="{prefix}{s}"></script>' for s in scripts]
     return f"""<!doctype html>
@@ -54,27 +63,38 @@ def sidebar(prefix: str, current: str, sections: list[tuple[str, str]]) -> str:
 
     def item(ls) -> str:
         here = ls.id == current
-        return (f'<li data-lesson="{ls.id}"{" class=current aria-current=page" if here else ""}>'
-                f'<a href="{prefix}lessons/{ls.id}.html"><span class="num">{esc(ls.number)}</span> {esc(ls.title)}</a>'
-                + (subs if here else "") + "</li>")
+        return (
+            f'<li data-lesson="{ls.id}"{" class=current aria-current=page" if here else ""}>'
+            f'<a href="{prefix}lessons/{ls.id}.html"><span class="num">{esc(ls.number)}</span> {esc(ls.title)}</a>'
+            + (subs if here else "")
+            + "</li>"
+        )
+
     groups = []
     for part in content.PARTS + [content.G]:
         lessons = [ls for ls in content.LESSONS if ls.part == part]
-        head = (f'<a href="{prefix}gpt_mini.html"{" aria-current=page" if current == "gpt-index" else ""}>{esc(part)}</a>'
-                if part == content.G else esc(part))
+        head = (
+            f'<a href="{prefix}gpt_mini.html"{" aria-current=page" if current == "gpt-index" else ""}>{esc(part)}</a>'
+            if part == content.G
+            else esc(part)
+        )
         mine = subs if part == content.G and current == "gpt-index" else ""
         groups.append(f'<h4>{head}</h4>{mine}<ol class="toc">{"".join(item(ls) for ls in lessons)}</ol>')
     home = subs if current == "index" else ""
-    return (f'<nav class="sidebar" aria-label="table of contents"><details class="toc-box"><summary>Contents</summary>'
-            f'<a class="course-home" href="{prefix}index.html">Course home</a>{home}{"".join(groups)}'
-            f'<h4><a href="{prefix}glossary.html">Glossary</a></h4></details></nav>')
+    return (
+        f'<nav class="sidebar" aria-label="table of contents"><details class="toc-box"><summary>Contents</summary>'
+        f'<a class="course-home" href="{prefix}index.html">Course home</a>{home}{"".join(groups)}'
+        f'<h4><a href="{prefix}glossary.html">Glossary</a></h4></details></nav>'
+    )
 
 
 # ---- a lesson -------------------------------------------------------------------------------------
 
+
 @dataclass
 class View:
     """A rendered text page: its body HTML, the widgets on it (in order), its h2 sections."""
+
     html: str
     widgets: list[str]
     sections: list[tuple[str, str]]
@@ -94,8 +114,10 @@ def text_view(page_id: str, widgets: list[str], prefix: str, fallback: str = "",
 
 
 def lesson_view(lesson, prefix: str = "../", strict: bool = True) -> View:
-    fallback = (f'<h2 id="the-idea">The idea</h2><p>{lesson.idea}</p>'
-                f'<h2 id="why-it-exists">Why it exists</h2><p>{lesson.why}</p>')
+    fallback = (
+        f'<h2 id="the-idea">The idea</h2><p>{lesson.idea}</p>'
+        f'<h2 id="why-it-exists">Why it exists</h2><p>{lesson.why}</p>'
+    )
     view = text_view(lesson.id, lesson.widgets, prefix, fallback, strict)
     if markdown.lesson_text(lesson.id) is None:
         view.sections[:0] = [("the-idea", "The idea"), ("why-it-exists", "Why it exists")]
@@ -106,8 +128,10 @@ def code_link(spec: str, prefix: str) -> str:
     rel, a, b = code_ref(spec)
     module, _, qual = spec.partition(":")
     label = f"{module.rsplit('.', 1)[-1]}.{qual}" if qual else rel
-    return (f'<a class="code" href="{prefix}source/{source_name(rel)}#L{a}-L{b}">'
-            f'<code>{esc(label)}</code></a> <span class="where">{esc(rel)}:{a}–{b}</span>')
+    return (
+        f'<a class="code" href="{prefix}source/{source_name(rel)}#L{a}-L{b}">'
+        f'<code>{esc(label)}</code></a> <span class="where">{esc(rel)}:{a}–{b}</span>'
+    )
 
 
 def lesson_nav(lesson) -> str:
@@ -115,10 +139,16 @@ def lesson_nav(lesson) -> str:
     track = content.track(lesson)
     i = track.index(lesson)
     home = f"../{content.TRACKS[lesson.track][1]}"
-    prev_ = (f'<a rel="prev" href="{track[i - 1].id}.html">← {esc(track[i - 1].number)} {esc(track[i - 1].title)}</a>'
-             if i else f'<a rel="prev" href="{home}">← the track\'s index</a>')
-    next_ = (f'<a rel="next" href="{track[i + 1].id}.html">{esc(track[i + 1].number)} {esc(track[i + 1].title)} →</a>'
-             if i + 1 < len(track) else f'<a rel="next" href="{home}">the track\'s index →</a>')
+    prev_ = (
+        f'<a rel="prev" href="{track[i - 1].id}.html">← {esc(track[i - 1].number)} {esc(track[i - 1].title)}</a>'
+        if i
+        else f'<a rel="prev" href="{home}">← the track\'s index</a>'
+    )
+    next_ = (
+        f'<a rel="next" href="{track[i + 1].id}.html">{esc(track[i + 1].number)} {esc(track[i + 1].title)} →</a>'
+        if i + 1 < len(track)
+        else f'<a rel="next" href="{home}">the track\'s index →</a>'
+    )
     return f'<nav class="lesson-nav">{prev_}{next_}</nav>'
 
 
@@ -140,10 +170,14 @@ def render_lesson(lesson, static: bool = False, strict: bool = True) -> str:
 
 # ---- the gpt_mini track's index and the glossary ----------------------------------------------------
 
+
 def gpt_view(strict: bool = True) -> View:
     lessons = [ls for ls in content.LESSONS if ls.track == "gpt"]
-    items = "".join(f'<li data-lesson="{ls.id}"><a href="lessons/{ls.id}.html">{esc(ls.number)} · {esc(ls.title)}</a>'
-                    f'<span class="done-mark"></span><p>{ls.idea.split(". ")[0].rstrip(".")}.</p></li>' for ls in lessons)
+    items = "".join(
+        f'<li data-lesson="{ls.id}"><a href="lessons/{ls.id}.html">{esc(ls.number)} · {esc(ls.title)}</a>'
+        f'<span class="done-mark"></span><p>{ls.idea.split(". ")[0].rstrip(".")}.</p></li>'
+        for ls in lessons
+    )
     view = text_view("gpt-index", [], "", strict=strict)
     view.html += f'<h2 id="the-lessons">The lessons</h2><ol class="toc track-list">{items}</ol>'
     view.sections.append(("the-lessons", "The lessons"))
@@ -152,7 +186,9 @@ def gpt_view(strict: bool = True) -> View:
 
 def render_gpt_index(static: bool = False, strict: bool = True) -> str:
     view = gpt_view(strict)
-    scripts = (["static/plotly.min.js"] if view.widgets else []) + ([f"data/{n}.js" for n in view.widgets] if static else [])
+    scripts = (["static/plotly.min.js"] if view.widgets else []) + (
+        [f"data/{n}.js" for n in view.widgets] if static else []
+    )
     body = f"""<p class="crumbs">{esc(content.G)}</p><h1>{esc(content.TRACKS["gpt"][0])}</h1>
 <p class="lede">The whole pipeline (pretraining, SFT, chain of thought, DPO and RL with a verifier) on posttrain's
 built-in tiny model, small enough to train on a laptop CPU while you read.</p>
@@ -167,6 +203,7 @@ def render_glossary(static: bool = False) -> str:
 
 # ---- source view ----------------------------------------------------------------------------------
 
+
 def source_files() -> list[str]:
     """Every file a lesson, its text or a widget links to."""
     refs = {spec for ls in content.LESSONS for spec in ls.code}
@@ -180,8 +217,10 @@ def render_source(relpath: str, static: bool = False) -> str:
     if relpath not in source_files():
         raise UsageError(f"no source view for {relpath!r}")
     text = (ROOT / relpath).read_text()
-    lines = highlight(text)[:len(text.splitlines())]
-    rows = "".join(f'<tr id="L{i}"><td class="ln"><a href="#L{i}">{i}</a></td><td><pre>{t or " "}</pre></td></tr>'
-                   for i, t in enumerate(lines, 1))
+    lines = highlight(text)[: len(text.splitlines())]
+    rows = "".join(
+        f'<tr id="L{i}"><td class="ln"><a href="#L{i}">{i}</a></td><td><pre>{t or " "}</pre></td></tr>'
+        for i, t in enumerate(lines, 1)
+    )
     body = f'<h1 class="src-title"><code>{esc(relpath)}</code></h1><table class="source">{rows}</table>'
     return page(relpath, body, sources.depth_prefix(relpath), static, current="source")

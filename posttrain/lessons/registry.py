@@ -27,16 +27,29 @@ from typing import Any
 from posttrain import UsageError
 
 MAX_GRID = 600
-WIDGET_MODULES = ("roles", "loop", "algos", "signal", "forces", "systems", "scale", "gpt", "lineage", "practice", "async", "recipes")  # posttrain/lessons/widgets_<name>.py
+WIDGET_MODULES = (
+    "roles",
+    "loop",
+    "algos",
+    "signal",
+    "forces",
+    "systems",
+    "scale",
+    "gpt",
+    "lineage",
+    "practice",
+    "async",
+    "recipes",
+)  # posttrain/lessons/widgets_<name>.py
 
 
 @dataclass
 class Knob:
     name: str
     label: str
-    values: list                  # the grid; a slider moves over its indices
+    values: list  # the grid; a slider moves over its indices
     default: Any
-    kind: str = "range"           # range | select | check (check: values [False, True])
+    kind: str = "range"  # range | select | check (check: values [False, True])
 
     def __post_init__(self):
         if self.default not in self.values:
@@ -47,7 +60,7 @@ class Knob:
         for v in self.values:
             if fmt(v) == text:
                 return v
-        try:                      # a number between grid points snaps to the nearest one
+        try:  # a number between grid points snaps to the nearest one
             x = float(text)
             nums = [v for v in self.values if isinstance(v, (int, float)) and not isinstance(v, bool)]
             if nums and min(nums) <= x <= max(nums):
@@ -58,8 +71,13 @@ class Knob:
         raise UsageError(f"knob {self.name}={text!r} is not one of its values ({shown})")
 
     def spec(self) -> dict:
-        return {"name": self.name, "label": self.label, "kind": self.kind,
-                "values": [fmt(v) for v in self.values], "default": fmt(self.default)}
+        return {
+            "name": self.name,
+            "label": self.label,
+            "kind": self.kind,
+            "values": [fmt(v) for v in self.values],
+            "default": fmt(self.default),
+        }
 
 
 @dataclass
@@ -68,8 +86,8 @@ class Widget:
     title: str
     fn: Callable[..., dict]
     knobs: list[Knob]
-    breaks: dict                  # {"knobs": {name: value}, "what": "what breaks and why"}
-    explain: str = ""             # what the plot shows, one or two sentences
+    breaks: dict  # {"knobs": {name: value}, "what": "what breaks and why"}
+    explain: str = ""  # what the plot shows, one or two sentences
     uses: list[str] = field(default_factory=list)  # posttrain functions it calls ("module:qualname")
 
     def defaults(self) -> dict:
@@ -100,9 +118,12 @@ class Widget:
         return out
 
     def spec(self) -> dict:
-        return {"name": self.name, "title": self.title, "knobs": [k.spec() for k in self.knobs],
-                "breaks": {"knobs": {k: fmt(v) for k, v in self.breaks["knobs"].items()},
-                           "what": self.breaks["what"]}}
+        return {
+            "name": self.name,
+            "title": self.title,
+            "knobs": [k.spec() for k in self.knobs],
+            "breaks": {"knobs": {k: fmt(v) for k, v in self.breaks["knobs"].items()}, "what": self.breaks["what"]},
+        }
 
 
 def fmt(v) -> str:
@@ -154,10 +175,16 @@ def _cached(name: str, knobs: tuple) -> dict:
 
 # ---- small figure helpers (plotly JSON) -------------------------------------------------------
 
+
 def figure(traces: list, title: str = "", x: str = "", y: str = "", **layout) -> dict:
-    lay = {"title": {"text": title, "font": {"size": 14}}, "margin": {"l": 50, "r": 20, "t": 40, "b": 45},
-           "xaxis": {"title": {"text": x}}, "yaxis": {"title": {"text": y}}, "height": 340,
-           "legend": {"orientation": "h", "y": -0.2}}
+    lay = {
+        "title": {"text": title, "font": {"size": 14}},
+        "margin": {"l": 50, "r": 20, "t": 40, "b": 45},
+        "xaxis": {"title": {"text": x}},
+        "yaxis": {"title": {"text": y}},
+        "height": 340,
+        "legend": {"orientation": "h", "y": -0.2},
+    }
     lay.update(layout)
     return {"data": traces, "layout": lay}
 
@@ -167,9 +194,14 @@ def bar(x, y, name="", **kw) -> dict:
 
 
 def line(x, y, name="", **kw) -> dict:
-    return {"type": "scatter", "mode": kw.pop("mode", "lines"), "x": list(x),
-            "y": [None if v is None else float(v) for v in y],                 # None = a gap in the line
-            "name": name, **kw}
+    return {
+        "type": "scatter",
+        "mode": kw.pop("mode", "lines"),
+        "x": list(x),
+        "y": [None if v is None else float(v) for v in y],  # None = a gap in the line
+        "name": name,
+        **kw,
+    }
 
 
 def r(x, nd=4) -> float:

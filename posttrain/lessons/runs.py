@@ -31,17 +31,26 @@ from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
 DATA = Path(__file__).resolve().parent / "data" / "runs.json"
 TASK = ArithmeticConfig(min_terms=2, max_terms=3, max_value=9)
 EVAL_EVERY = 25
-CONTEXTS = ["3+4=", "3+4=7;7+", "7+5=1", "9+9="]      # each read at the start of a line of the corpus
+CONTEXTS = ["3+4=", "3+4=7;7+", "7+5=1", "9+9="]  # each read at the start of a line of the corpus
 
 
 def tiny_model(tok: CharTokenizer, seed: int, layers: int = 2, max_seq_len: int = 64) -> GPTMini:
     torch.manual_seed(seed)
-    return GPTMini(ModelConfig(d_model=64, n_layers=layers, n_heads=4, d_ff=128,
-                               max_seq_len=max_seq_len).resolved(tok.vocab_size))
+    return GPTMini(
+        ModelConfig(d_model=64, n_layers=layers, n_heads=4, d_ff=128, max_seq_len=max_seq_len).resolved(tok.vocab_size)
+    )
 
 
-def sft_run(mask_prompt: bool, cot: bool, steps: int = 300, seed: int = 0, layers: int = 2,
-            task_cfg: ArithmeticConfig = TASK, heldout_n: int = 100, eval_every: int = EVAL_EVERY) -> dict:
+def sft_run(
+    mask_prompt: bool,
+    cot: bool,
+    steps: int = 300,
+    seed: int = 0,
+    layers: int = 2,
+    task_cfg: ArithmeticConfig = TASK,
+    heldout_n: int = 100,
+    eval_every: int = EVAL_EVERY,
+) -> dict:
     """SFT from scratch on the task's sums (default: 2–3 single digits); held-out greedy accuracy
     every `eval_every` steps, overall ("acc") and per number of terms ("acc_k": {K: [...]})."""
     torch.set_num_threads(1)
@@ -74,31 +83,43 @@ def seeds_mean(curves: list[dict]) -> dict:
     out = {"step": curves[0]["step"], "seeds": len(curves)}
     for key in ("loss", "acc"):
         out[key] = [round(sum(c[key][i] for c in curves) / len(curves), 4) for i in range(len(out["step"]))]
-    out["acc_k"] = {k: [round(sum(c["acc_k"][k][i] for c in curves) / len(curves), 4) for i in range(len(out["step"]))]
-                    for k in curves[0]["acc_k"]}
+    out["acc_k"] = {
+        k: [round(sum(c["acc_k"][k][i] for c in curves) / len(curves), 4) for i in range(len(out["step"]))]
+        for k in curves[0]["acc_k"]
+    }
     return out
 
 
 MASK_SEEDS, MASK_STEPS = 3, 400
-MASK_TASK = ArithmeticConfig(min_terms=4, max_terms=5, max_value=9)   # prompts 3× longer than the answers
-COT_TASK = ArithmeticConfig(min_terms=2, max_terms=6, max_value=19)   # the default task: two-digit terms
+MASK_TASK = ArithmeticConfig(min_terms=4, max_terms=5, max_value=9)  # prompts 3× longer than the answers
+COT_TASK = ArithmeticConfig(min_terms=2, max_terms=6, max_value=19)  # the default task: two-digit terms
 COT_LAYERS, COT_STEPS = (1, 2), 1200
 
 
 def mask_runs() -> dict:
     """G03: SFT on 4–5-term sums with the prompt masked or trained on, MASK_SEEDS seeds each, averaged
     (held-out accuracy every 50 steps on 200 problems)."""
-    return {f"sft mask={int(m)} seeds": seeds_mean([sft_run(m, False, steps=MASK_STEPS, seed=s, task_cfg=MASK_TASK,
-                                                             heldout_n=200, eval_every=50) for s in range(MASK_SEEDS)])
-            for m in (True, False)}
+    return {
+        f"sft mask={int(m)} seeds": seeds_mean(
+            [
+                sft_run(m, False, steps=MASK_STEPS, seed=s, task_cfg=MASK_TASK, heldout_n=200, eval_every=50)
+                for s in range(MASK_SEEDS)
+            ]
+        )
+        for m in (True, False)
+    }
 
 
 def cot_runs() -> dict:
     """G04: SFT on 2–6-term sums of 0..19, direct answers vs chain of thought, 1 and 2 layers;
     held-out accuracy per number of terms every 200 steps."""
-    return {f"cot layers={L} cot={int(c)}": sft_run(True, c, steps=COT_STEPS, layers=L, task_cfg=COT_TASK,
-                                                     heldout_n=500, eval_every=200)
-            for L in COT_LAYERS for c in (False, True)}
+    return {
+        f"cot layers={L} cot={int(c)}": sft_run(
+            True, c, steps=COT_STEPS, layers=L, task_cfg=COT_TASK, heldout_n=500, eval_every=200
+        )
+        for L in COT_LAYERS
+        for c in (False, True)
+    }
 
 
 def pretrain_run(steps: int = 1000, seed: int = 0) -> dict:
@@ -114,17 +135,20 @@ def pretrain_run(steps: int = 1000, seed: int = 0) -> dict:
     T, losses = 32, []
     for step in range(1, steps + 1):
         starts = torch.randint(0, len(text) - T - 1, (32,), generator=gen)
-        ids = torch.stack([data[s:s + T] for s in starts.tolist()])          # [32, T]
+        ids = torch.stack([data[s : s + T] for s in starts.tolist()])  # [32, T]
         batch = {"input_ids": ids, "attention_mask": torch.ones(32, T), "loss_mask": torch.ones(32, T)}
-        batch["loss_mask"][:, 0] = 0                                          # position 0 has no prediction
+        batch["loss_mask"][:, 0] = 0  # position 0 has no prediction
         m = trainer.step(batch, lm_loss)
         if step % EVAL_EVERY == 0:
             losses.append(round(float(m["train/nll"]), 4))
     model.eval()
     with torch.no_grad():
         logits = {c: model(torch.tensor([tok.encode("\n" + c)]))[0, -1].tolist() for c in CONTEXTS}
-    return {"step": list(range(EVAL_EVERY, steps + 1, EVAL_EVERY)), "loss": losses,
-            "logits": {c: [round(x, 4) for x in v] for c, v in logits.items()}}
+    return {
+        "step": list(range(EVAL_EVERY, steps + 1, EVAL_EVERY)),
+        "loss": losses,
+        "logits": {c: [round(x, 4) for x in v] for c, v in logits.items()},
+    }
 
 
 def all_runs() -> dict:
@@ -142,6 +166,7 @@ def all_runs() -> dict:
 def recorded() -> dict:
     if not DATA.exists():
         from posttrain import UsageError
+
         raise UsageError(f"{DATA} is missing; regenerate it with: python -m posttrain.lessons.runs")
     return json.loads(DATA.read_text())
 
@@ -154,8 +179,11 @@ def train_sft_model(layers: int, d_model: int, steps: int, seed: int = 0) -> GPT
     torch.set_num_threads(1)
     tok, task = CharTokenizer(BASE_CHARS), ArithmeticTask(COT_TASK)
     torch.manual_seed(seed)
-    model = GPTMini(ModelConfig(d_model=d_model, n_layers=layers, n_heads=4, d_ff=2 * d_model,
-                                max_seq_len=128).resolved(tok.vocab_size))
+    model = GPTMini(
+        ModelConfig(d_model=d_model, n_layers=layers, n_heads=4, d_ff=2 * d_model, max_seq_len=128).resolved(
+            tok.vocab_size
+        )
+    )
     items = task.items(4000, "train", seed)
     prompts = [tok.encode(tok.chat_prompt(task.prompt(it))) for it in items]
     responses = [tok.encode(tok.chat_response(it.target(True))) for it in items]
@@ -171,18 +199,26 @@ def pack_model(model: GPTMini) -> dict:
     """A small model as JSON: its config and its weights in float16, base64."""
     import base64
     from dataclasses import asdict
-    return {"config": asdict(model.config),
-            "weights": {k: [list(v.shape), base64.b64encode(v.detach().half().numpy().tobytes()).decode()]
-                        for k, v in model.state_dict().items()}}
+
+    return {
+        "config": asdict(model.config),
+        "weights": {
+            k: [list(v.shape), base64.b64encode(v.detach().half().numpy().tobytes()).decode()]
+            for k, v in model.state_dict().items()
+        },
+    }
 
 
 def unpack_model(d: dict) -> GPTMini:
     import base64
 
     import numpy as np
+
     model = GPTMini(ModelConfig(**d["config"]))
-    state = {k: torch.from_numpy(np.frombuffer(base64.b64decode(b), dtype=np.float16).reshape(shape).astype(np.float32))
-             for k, (shape, b) in d["weights"].items()}
+    state = {
+        k: torch.from_numpy(np.frombuffer(base64.b64decode(b), dtype=np.float16).reshape(shape).astype(np.float32))
+        for k, (shape, b) in d["weights"].items()
+    }
     model.load_state_dict(state)
     return model.eval()
 
@@ -197,7 +233,7 @@ def spec_acceptance(target: GPTMini, draft: GPTMini, contexts: list[list[int]]) 
         acc = []
         for ids in contexts:
             x = torch.tensor([ids])
-            lp, lq = target(x)[0], draft(x)[0]                               # [L, V]
+            lp, lq = target(x)[0], draft(x)[0]  # [L, V]
             if T == 0:
                 acc.append((lp.argmax(-1) == lq.argmax(-1)).double())
             else:
@@ -210,6 +246,7 @@ def engine_runs() -> dict:
     """The lesson-21 scheduler's model: a 2-layer gpt_mini SFT'd on CoT traces (its response
     lengths vary with the number of terms), and the acceptance rate of a 1-layer draft for it."""
     from posttrain.framework.rollout import Engine, SamplingParams
+
     target = train_sft_model(2, 64, 1500)
     draft = train_sft_model(1, 32, 600)
     tok, task = CharTokenizer(BASE_CHARS), ArithmeticTask(COT_TASK)
@@ -220,13 +257,19 @@ def engine_runs() -> dict:
     return {"engine model": pack_model(target), "spec acceptance": spec_acceptance(target, draft, contexts)}
 
 
-PARTS = {"dapo": lambda: dapo_toy.all_runs(), "stale": lambda: dapo_toy.stale_runs(), "mask": mask_runs,
-         "cot": cot_runs, "pretrain": lambda: {"pretrain": pretrain_run()}, "engine": engine_runs}
+PARTS = {
+    "dapo": lambda: dapo_toy.all_runs(),
+    "stale": lambda: dapo_toy.stale_runs(),
+    "mask": mask_runs,
+    "cot": cot_runs,
+    "pretrain": lambda: {"pretrain": pretrain_run()},
+    "engine": engine_runs,
+}
 
 
-if __name__ == "__main__":                        # python -m posttrain.lessons.runs [PART ...]
+if __name__ == "__main__":  # python -m posttrain.lessons.runs [PART ...]
     runs = json.loads(DATA.read_text()) if DATA.exists() else {}
-    if sys.argv[1:]:                              # re-run only the named parts, keep the rest
+    if sys.argv[1:]:  # re-run only the named parts, keep the rest
         for part in sys.argv[1:]:
             if part not in PARTS:
                 sys.exit(f"unknown part {part!r}; parts: {', '.join(PARTS)}")

@@ -12,10 +12,10 @@ from posttrain.lessons import content, glossary, markdown
 
 def plain(text: str) -> str:
     """Markdown → searchable words: directives dropped, TeX commands and markup stripped."""
-    text = re.sub(r"^(```|~~~).*?^\1[^\n]*$", " ", text, flags=re.S | re.M)     # code blocks
+    text = re.sub(r"^(```|~~~).*?^\1[^\n]*$", " ", text, flags=re.S | re.M)  # code blocks
     text = markdown.DIRECTIVE.sub(" ", text)
     text = re.sub(r"<[^>]+>", " ", text)
-    text = re.sub(r"\\[a-zA-Z]+", " ", text)                                     # \frac, \log …
+    text = re.sub(r"\\[a-zA-Z]+", " ", text)  # \frac, \log …
     text = re.sub(r"[$#*_`>|{}\[\]\\^]", " ", text)
     return re.sub(r"\s+", " ", text).strip()
 

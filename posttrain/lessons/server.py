@@ -60,18 +60,18 @@ def route(path: str, query: str) -> tuple[int, str, bytes]:
     if path == "/search-index.js":
         return 200, "application/javascript", search.script().encode()
     if path.startswith("/lessons/") and path.endswith(".html"):
-        lesson = content.by_id(path[len("/lessons/"):-5])
+        lesson = content.by_id(path[len("/lessons/") : -5])
         return 200, "text/html", pages.render_lesson(lesson).encode()
     if path.startswith("/source/") and path.endswith(".html"):
-        rel = path[len("/source/"):-5]
+        rel = path[len("/source/") : -5]
         return 200, "text/html", pages.render_source(rel).encode()
     if path.startswith("/static/"):
-        f = asset(path[len("/static/"):])
+        f = asset(path[len("/static/") :])
         if f is None:
             return 404, "text/plain", b"not found"
         return 200, TYPES[f.suffix], f.read_bytes()
     if path.startswith("/api/"):
-        out = registry.compute(path[len("/api/"):], dict(parse_qsl(query, keep_blank_values=True)))
+        out = registry.compute(path[len("/api/") :], dict(parse_qsl(query, keep_blank_values=True)))
         return 200, "application/json", json.dumps(out).encode()
     return 404, "text/plain", b"not found"
 
@@ -98,7 +98,7 @@ class Handler(BaseHTTPRequestHandler):
 
 def start(port: int = 0, host: str = "127.0.0.1") -> tuple[ThreadingHTTPServer, str]:
     """A running server in a daemon thread (tests use this) and its address."""
-    plotly_js()                                          # fail early, with the fix, if plotly is missing
+    plotly_js()  # fail early, with the fix, if plotly is missing
     httpd = ThreadingHTTPServer((host, port), Handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     return httpd, f"http://{host}:{httpd.server_address[1]}/"
@@ -123,7 +123,7 @@ def export(out: str | Path, widgets: list[str] | None = None, log=print) -> Path
     """Write the whole site to `out`, every widget's knob grid precomputed as data/<widget>.js
     (script files, not JSON fetches, so the pages work from file:// without a server).
     `widgets` limits the precomputation to those (tests); by default every widget on a page."""
-    bundle = plotly_js()                                 # before writing anything: a missing extra is one line
+    bundle = plotly_js()  # before writing anything: a missing extra is one line
     out = Path(out)
     for sub in ("lessons", "source", "data"):
         (out / sub).mkdir(parents=True, exist_ok=True)
@@ -144,8 +144,9 @@ def export(out: str | Path, widgets: list[str] | None = None, log=print) -> Path
     for name in widgets or sorted(on_pages):
         w = registry.get(name)
         t0 = time.perf_counter()
-        data = {w.key(knobs): registry.compute(name, {k: registry.fmt(v) for k, v in knobs.items()})
-                for knobs in w.grid()}
+        data = {
+            w.key(knobs): registry.compute(name, {k: registry.fmt(v) for k, v in knobs.items()}) for knobs in w.grid()
+        }
         (out / "data" / f"{name}.js").write_text(f"PT.data[{json.dumps(name)}] = {json.dumps(data)};\n")
         log(f"[lessons] {name}: {len(data)} settings ({time.perf_counter() - t0:.1f} s)")
     return out

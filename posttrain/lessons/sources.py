@@ -17,7 +17,7 @@ from pathlib import Path
 
 from posttrain import UsageError
 
-ROOT = Path(__file__).resolve().parents[2]          # the directory holding the posttrain package
+ROOT = Path(__file__).resolve().parents[2]  # the directory holding the posttrain package
 CODE_DIRECTIVE = re.compile(r"\{\{code:([^{}]+)\}\}")
 
 
@@ -32,7 +32,7 @@ def code_ref(spec: str) -> tuple[str, int, int]:
             obj = getattr(obj, part)
     except (ImportError, AttributeError) as e:
         raise UsageError(f"code reference {spec!r} does not resolve ({type(e).__name__}: {e})") from None
-    obj = inspect.unwrap(obj)                        # decorated functions (torch.no_grad) → the real one
+    obj = inspect.unwrap(obj)  # decorated functions (torch.no_grad) → the real one
     try:
         path = Path(inspect.getsourcefile(obj)).resolve()
         if qual:
@@ -40,9 +40,10 @@ def code_ref(spec: str) -> tuple[str, int, int]:
             last = first + len(lines) - 1
         else:
             first, last = 1, len(path.read_text().splitlines())
-    except TypeError:                                # a constant, a builtin: nothing to point at
-        raise UsageError(f"code reference {spec!r} names a {type(obj).__name__}, not a function, "
-                         "class or module") from None
+    except TypeError:  # a constant, a builtin: nothing to point at
+        raise UsageError(
+            f"code reference {spec!r} names a {type(obj).__name__}, not a function, class or module"
+        ) from None
     return path.relative_to(ROOT).as_posix(), first, last
 
 
@@ -56,8 +57,9 @@ def excerpt_ref(spec: str) -> tuple[str, int, int]:
         m = re.fullmatch(r"(\d+)-(\d+)", parts[2])
         n = last - first + 1
         if not m or not 1 <= int(m[1]) <= int(m[2]) <= n:
-            raise UsageError(f"code excerpt {spec!r}: the range must be A-B with 1 <= A <= B <= {n} "
-                             f"(the object's length in lines)")
+            raise UsageError(
+                f"code excerpt {spec!r}: the range must be A-B with 1 <= A <= B <= {n} (the object's length in lines)"
+            )
         first, last = first + int(m[1]) - 1, first + int(m[2]) - 1
     return rel, first, last
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from posttrain.sizing import memory
 
-GIB = 2 ** 30
+GIB = 2**30
 H100_BYTES = memory.GPUS["h100"][1]
 H100_GIB = H100_BYTES / GIB
 
@@ -21,7 +21,7 @@ def gib(nbytes: float) -> float:
 def size(nbytes: float, digits: int = 1) -> str:
     """'8.0 GiB', '64 MiB', '128 KiB', '1.13 TiB': the largest binary unit that keeps the number ≥ 1."""
     for unit, p in (("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if nbytes >= 2 ** p:
-            x = nbytes / 2 ** p
+        if nbytes >= 2**p:
+            x = nbytes / 2**p
             return f"{x:.{digits if unit in ('GiB', 'TiB') else 0}f} {unit}"
     return f"{nbytes:.0f} B"

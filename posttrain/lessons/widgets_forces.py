@@ -47,9 +47,17 @@ def categorical(colors: list[str]) -> list:
     so a legend of coloured squares can name the levels instead of a colorbar."""
     n = len(colors)
     return [pair for i, c in enumerate(colors) for pair in ([i / n, c], [(i + 1) / n, c])]
-POSTTRAIN_ALGO = {"DPO (no rollouts)": "dpo", "PPO": "ppo", "GRPO (mixed reward)": "grpo", "Dr. GRPO": "dr_grpo",
-                  "GRPO": "grpo", "DAPO": "dapo"}
-RUN_STEPS = {1: 50, 8: 100, 16: 100, 32: 200, 64: 200, 512: 500}      # what a bigger cluster buys: more steps
+
+
+POSTTRAIN_ALGO = {
+    "DPO (no rollouts)": "dpo",
+    "PPO": "ppo",
+    "GRPO (mixed reward)": "grpo",
+    "Dr. GRPO": "dr_grpo",
+    "GRPO": "grpo",
+    "DAPO": "dapo",
+}
+RUN_STEPS = {1: 50, 8: 100, 16: 100, 32: 200, 64: 200, 512: 500}  # what a bigger cluster buys: more steps
 
 
 def leak(signal: int) -> float:
@@ -69,51 +77,110 @@ def forces(signal: int, bias: int, cost: int) -> dict:
     rho, steps = leak(signal), RUN_STEPS[cost]
     pi, train, held = _hack_run(rho)[steps]
     plan = memory.plan("llama3-8b", algo=POSTTRAIN_ALGO[algo], gpus=min(cost, 64), checkpointing=True, suggest=False)
-    hacked = float(pi[0]) < 0.5                                        # the policy prefers the leaked phrase
+    hacked = float(pi[0]) < 0.5  # the policy prefers the leaked phrase
     return {
-        "figure": {"data": [{"type": "heatmap", "x": sig, "y": sig, "z": z, "colorscale": categorical(ALGO_COLORS),
-                             "zmin": -0.5, "zmax": len(ALGOS) - 0.5, "showscale": False,
-                             "text": [[ALGOS[v] for v in row] for row in z], "hoverinfo": "text", "name": "algorithm"}]
-                            + [line([None], [None], a, mode="markers", marker={"size": 12, "symbol": "square", "color": c})
-                               for a, c in zip(ALGOS, ALGO_COLORS)]
-                            + [line([signal], [bias], "your setting", mode="markers", marker={"size": 16, "color": "black",
-                                                                                              "symbol": "x"}),
-                            bar(["proxy reward (trained on)", "held-out correctness"], [train, held],
-                                f"after {steps} steps on {cost} GPUs ({topo})", xaxis="x2", yaxis="y2",
-                                marker={"color": ["#1f77b4", "#d62728" if hacked else "#2ca02c"]}, showlegend=False)],
-                   "layout": {"title": {"text": f"algorithm by signal × bias at {cost} GPUs (top); leak ρ = {rho:g}, "
-                                                f"{steps} steps (bottom)", "font": {"size": 14}},
-                              "height": 600, "showlegend": True,
-                              "xaxis": {"title": {"text": "verifier availability (signal, %)"}, "domain": [0, 0.78]},
-                              "yaxis": {"title": {"text": "estimator bias tolerance (%)"}, "domain": [0.5, 1]},
-                              "xaxis2": {"domain": [0, 0.78], "anchor": "y2"},
-                              "yaxis2": {"anchor": "x2", "domain": [0, 0.3], "range": [0, 1.6], "title": {"text": "reward"}},
-                              "margin": {"l": 60, "r": 20, "t": 40, "b": 40}}},
-        "kpis": [["reward source", reward], ["algorithm", algo], ["topology", topo], ["closest named recipe", named],
-                 ["reward leak ρ this signal implies", rho], ["steps the cluster buys", steps],
-                 ["proxy reward after the run", r(train, 3)], ["held-out correctness after the run", r(held, 3)],
-                 ["π(solve) after the run", r(pi[0], 3)],
-                 ["llama3-8b fits on this cluster?", ("yes" if plan["fits"] else "no") + f" (peak {plan['peak_bytes'] / 2 ** 30:.1f} GiB per GPU)"]],
-        "note": (f"{algo} with a {reward} reward on {cost} GPUs ({topo}). "
-                 + (f"With this little verifiable signal the reward leaks (ρ = {rho:g}), and {steps} steps of "
-                    f"optimisation drive the proxy to {train:.2f} while held-out correctness falls to {held:.2f}."
-                    if hacked else
-                    f"After {steps} steps the policy still solves (π(solve) = {float(pi[0]):.2f}); the proxy reward "
-                    f"({train:.2f}) overstates held-out correctness ({held:.2f}) only by what the leak pays.")),
+        "figure": {
+            "data": [
+                {
+                    "type": "heatmap",
+                    "x": sig,
+                    "y": sig,
+                    "z": z,
+                    "colorscale": categorical(ALGO_COLORS),
+                    "zmin": -0.5,
+                    "zmax": len(ALGOS) - 0.5,
+                    "showscale": False,
+                    "text": [[ALGOS[v] for v in row] for row in z],
+                    "hoverinfo": "text",
+                    "name": "algorithm",
+                }
+            ]
+            + [
+                line([None], [None], a, mode="markers", marker={"size": 12, "symbol": "square", "color": c})
+                for a, c in zip(ALGOS, ALGO_COLORS)
+            ]
+            + [
+                line(
+                    [signal],
+                    [bias],
+                    "your setting",
+                    mode="markers",
+                    marker={"size": 16, "color": "black", "symbol": "x"},
+                ),
+                bar(
+                    ["proxy reward (trained on)", "held-out correctness"],
+                    [train, held],
+                    f"after {steps} steps on {cost} GPUs ({topo})",
+                    xaxis="x2",
+                    yaxis="y2",
+                    marker={"color": ["#1f77b4", "#d62728" if hacked else "#2ca02c"]},
+                    showlegend=False,
+                ),
+            ],
+            "layout": {
+                "title": {
+                    "text": f"algorithm by signal × bias at {cost} GPUs (top); leak ρ = {rho:g}, "
+                    f"{steps} steps (bottom)",
+                    "font": {"size": 14},
+                },
+                "height": 600,
+                "showlegend": True,
+                "xaxis": {"title": {"text": "verifier availability (signal, %)"}, "domain": [0, 0.78]},
+                "yaxis": {"title": {"text": "estimator bias tolerance (%)"}, "domain": [0.5, 1]},
+                "xaxis2": {"domain": [0, 0.78], "anchor": "y2"},
+                "yaxis2": {"anchor": "x2", "domain": [0, 0.3], "range": [0, 1.6], "title": {"text": "reward"}},
+                "margin": {"l": 60, "r": 20, "t": 40, "b": 40},
+            },
+        },
+        "kpis": [
+            ["reward source", reward],
+            ["algorithm", algo],
+            ["topology", topo],
+            ["closest named recipe", named],
+            ["reward leak ρ this signal implies", rho],
+            ["steps the cluster buys", steps],
+            ["proxy reward after the run", r(train, 3)],
+            ["held-out correctness after the run", r(held, 3)],
+            ["π(solve) after the run", r(pi[0], 3)],
+            [
+                "llama3-8b fits on this cluster?",
+                ("yes" if plan["fits"] else "no") + f" (peak {plan['peak_bytes'] / 2**30:.1f} GiB per GPU)",
+            ],
+        ],
+        "note": (
+            f"{algo} with a {reward} reward on {cost} GPUs ({topo}). "
+            + (
+                f"With this little verifiable signal the reward leaks (ρ = {rho:g}), and {steps} steps of "
+                f"optimisation drive the proxy to {train:.2f} while held-out correctness falls to {held:.2f}."
+                if hacked
+                else f"After {steps} steps the policy still solves (π(solve) = {float(pi[0]):.2f}); the proxy reward "
+                f"({train:.2f}) overstates held-out correctness ({held:.2f}) only by what the leak pays."
+            )
+        ),
     }
 
 
 _PCT = [0, 20, 30, 40, 60, 70, 80, 100]
 GPUS = [1, 8, 16, 32, 64, 512]
-register(Widget(
-    "forces", "Signal × estimator × cost → a recipe", forces,
-    [Knob("signal", "verifier availability %", _PCT, 60), Knob("bias", "bias tolerance %", [0, 20, 30, 50, 70, 100], 50),
-     Knob("cost", "GPUs", GPUS, 8)],
-    {"knobs": {"signal": 20, "cost": 512},
-     "what": "Little verifiable signal on a huge cluster: the reward model leaks (ρ = 0.48 > 0.3), and the "
-             "500 steps the cluster buys optimise the leak: the proxy reward climbs past 0.8 while held-out "
-             "correctness falls below 0.5. Spend on signal before spending on GPUs."},
-    "Top: which algorithm each (signal, bias) point leads to at this cluster size (the course's rules); "
-    "bottom: the lesson-18 hacking run with the leak this signal implies, for the steps the cluster buys. "
-    "The rules and the leak are a deliberate toy; the training and the memory check are posttrain's.",
-    ["posttrain.algorithms.reinforce:loss", "posttrain.sizing.memory:plan"]))
+register(
+    Widget(
+        "forces",
+        "Signal × estimator × cost → a recipe",
+        forces,
+        [
+            Knob("signal", "verifier availability %", _PCT, 60),
+            Knob("bias", "bias tolerance %", [0, 20, 30, 50, 70, 100], 50),
+            Knob("cost", "GPUs", GPUS, 8),
+        ],
+        {
+            "knobs": {"signal": 20, "cost": 512},
+            "what": "Little verifiable signal on a huge cluster: the reward model leaks (ρ = 0.48 > 0.3), and the "
+            "500 steps the cluster buys optimise the leak: the proxy reward climbs past 0.8 while held-out "
+            "correctness falls below 0.5. Spend on signal before spending on GPUs.",
+        },
+        "Top: which algorithm each (signal, bias) point leads to at this cluster size (the course's rules); "
+        "bottom: the lesson-18 hacking run with the leak this signal implies, for the steps the cluster buys. "
+        "The rules and the leak are a deliberate toy; the training and the memory check are posttrain's.",
+        ["posttrain.algorithms.reinforce:loss", "posttrain.sizing.memory:plan"],
+    )
+)

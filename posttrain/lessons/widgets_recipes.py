@@ -11,11 +11,11 @@ import functools
 import torch
 
 from posttrain import algorithms
-from posttrain.sizing import memory
 from posttrain.algorithms import core, ppo, reinforce
 from posttrain.framework.batch import RolloutBatch
 from posttrain.lessons.registry import Knob, Widget, bar, figure, line, r, register
 from posttrain.lessons.widgets_forces import categorical
+from posttrain.sizing import memory
 
 # ---- 23 · which recipe is this paper? ------------------------------------------------------------
 
@@ -23,17 +23,36 @@ REWARD = ["verifier", "reward model", "preference pairs", "process reward model"
 DATA = ["on-policy (samples its own answers)", "off-policy (a fixed dataset)"]
 BASELINE = ["learned critic", "group mean", "leave-one-out", "none"]
 TURNS = ["single turn", "multi-turn with tools"]
-LABEL = {"verifier": "RLVR", "reward model": "RLHF", "preference pairs": "pure preference", "process reward model": "PRM-guided RL"}
+LABEL = {
+    "verifier": "RLVR",
+    "reward model": "RLHF",
+    "preference pairs": "pure preference",
+    "process reward model": "PRM-guided RL",
+}
 # family → (posttrain algorithm names, the command that runs it)
 FAMILY = {
     "PPO": (["ppo"], "posttrain rl configs/grpo_arith.yaml algorithm=ppo"),
-    "GRPO / DAPO / Dr. GRPO": (["grpo", "dapo", "dr_grpo"], "posttrain rl configs/grpo_arith.yaml algorithm=grpo (or dapo, dr_grpo)"),
+    "GRPO / DAPO / Dr. GRPO": (
+        ["grpo", "dapo", "dr_grpo"],
+        "posttrain rl configs/grpo_arith.yaml algorithm=grpo (or dapo, dr_grpo)",
+    ),
     "RLOO": (["rloo"], "posttrain rl configs/grpo_arith.yaml algorithm=rloo"),
     "REINFORCE": (["reinforce"], "posttrain rl configs/grpo_arith.yaml algorithm=reinforce"),
-    "DPO / IPO / KTO / ORPO / SimPO": (["dpo", "ipo", "kto", "orpo", "simpo"], "posttrain dpo init=RUN loss_type=dpo (ipo, kto, orpo, simpo)"),
-    "offline RL / reward-weighted SFT (RAFT, ReST)": (["sft"], ("posttrain sft data=rejection init=RUN (RFT; posttrain's "
-                                                               "rejection keeps verified samples, RM ranking is not wired)")),
-    "offline: rejection-sampled SFT or DPO": (["sft", "dpo"], "posttrain sft data=rejection init=RUN, or posttrain dpo init=RUN"),
+    "DPO / IPO / KTO / ORPO / SimPO": (
+        ["dpo", "ipo", "kto", "orpo", "simpo"],
+        "posttrain dpo init=RUN loss_type=dpo (ipo, kto, orpo, simpo)",
+    ),
+    "offline RL / reward-weighted SFT (RAFT, ReST)": (
+        ["sft"],
+        (
+            "posttrain sft data=rejection init=RUN (RFT; posttrain's "
+            "rejection keeps verified samples, RM ranking is not wired)"
+        ),
+    ),
+    "offline: rejection-sampled SFT or DPO": (
+        ["sft", "dpo"],
+        "posttrain sft data=rejection init=RUN, or posttrain dpo init=RUN",
+    ),
 }
 
 
@@ -44,14 +63,23 @@ def classify_paper(reward: str, data: str, baseline: str, turns: str) -> tuple[s
     if reward == "preference pairs":
         family = "DPO / IPO / KTO / ORPO / SimPO"
         if on:
-            warn.append("inconsistent: a preference-pair loss trains on a fixed dataset; on-policy preference "
-                        "learning needs a judge or reward model to label fresh samples (online DPO)")
+            warn.append(
+                "inconsistent: a preference-pair loss trains on a fixed dataset; on-policy preference "
+                "learning needs a judge or reward model to label fresh samples (online DPO)"
+            )
     elif not on:
-        family = ("offline RL / reward-weighted SFT (RAFT, ReST)" if reward == "reward model"
-                  else "offline: rejection-sampled SFT or DPO")
+        family = (
+            "offline RL / reward-weighted SFT (RAFT, ReST)"
+            if reward == "reward model"
+            else "offline: rejection-sampled SFT or DPO"
+        )
     else:
-        family = {"learned critic": "PPO", "group mean": "GRPO / DAPO / Dr. GRPO", "leave-one-out": "RLOO",
-                  "none": "REINFORCE"}[baseline]
+        family = {
+            "learned critic": "PPO",
+            "group mean": "GRPO / DAPO / Dr. GRPO",
+            "leave-one-out": "RLOO",
+            "none": "REINFORCE",
+        }[baseline]
     if turns.startswith("multi"):
         warn.append("multi-turn: tool output enters the response with response_mask = 0 (lesson 08)")
     return family, warn
@@ -62,15 +90,22 @@ def classify(reward: str, data: str, baseline: str, turns: str) -> dict:
     names, command = FAMILY[family]
     roles = memory.ROLES[names[0]]
     rl = [n for n in names if n in algorithms.ALGORITHMS]
-    cfg = algorithms.get(rl[0]).Config() if rl else None                # posttrain's defaults for the first one
-    defaults = (f"clip ε {getattr(cfg, 'eps_low', '—')}, KL β {cfg.kl_coef}, aggregation {cfg.aggregation}"
-                if cfg else "— (not an RL algorithm module)")
+    cfg = algorithms.get(rl[0]).Config() if rl else None  # posttrain's defaults for the first one
+    defaults = (
+        f"clip ε {getattr(cfg, 'eps_low', '—')}, KL β {cfg.kl_coef}, aggregation {cfg.aggregation}"
+        if cfg
+        else "— (not an RL algorithm module)"
+    )
     need = [k for k in ("rollout", "reference", "critic", "reward_model") if getattr(roles, k)]
     if reward in ("reward model", "process reward model") and "reward_model" not in need:
         need.append("reward_model")
     # the tree, drawn: one column per question, the chosen answer of each red
-    cols = [("reward source", REWARD, reward), ("data", ["on-policy", "off-policy"], data.split(" ")[0]),
-            ("baseline", BASELINE, baseline), ("turns", TURNS, turns)]
+    cols = [
+        ("reward source", REWARD, reward),
+        ("data", ["on-policy", "off-policy"], data.split(" ")[0]),
+        ("baseline", BASELINE, baseline),
+        ("turns", TURNS, turns),
+    ]
     xs, ys, texts, colors = [], [], [], []
     for i, (_, opts, pick) in enumerate(cols):
         for j, o in enumerate(opts):
@@ -81,35 +116,66 @@ def classify(reward: str, data: str, baseline: str, turns: str) -> dict:
     path_y = [-opts.index(pick) for _, opts, pick in cols]
     consistent = not any(w.startswith("inconsistent") for w in warn)
     return {
-        "figure": figure([line(list(range(4)), path_y, "your path", line={"color": "#d62728", "width": 3}),
-                          line(xs, ys, "answers", mode="markers+text", text=texts, textposition="bottom center",
-                               marker={"size": 16, "color": colors})],
-                         f"{family}  ·  {LABEL[reward]}", "", "", showlegend=False, height=360,
-                         xaxis={"tickvals": list(range(4)), "ticktext": [c[0] for c in cols], "range": [-0.6, 3.6]},
-                         yaxis={"visible": False, "range": [-4.2, 0.6]}),
-        "kpis": [["algorithm family", family], ["reward label", LABEL[reward]],
-                 ["posttrain algorithms", ", ".join(names)], ["roles it needs", ", ".join(need) or "none beyond the policy"],
-                 ["posttrain command", command], ["posttrain defaults of the first algorithm", defaults],
-                 ["consistent?", "yes" if consistent else "no"]]
-                + [[f"note {i + 1}", w] for i, w in enumerate(warn)],
-        "note": (f"In posttrain's terms this paper is {family} ({LABEL[reward]}): roles {', '.join(need) or 'policy only'}."
-                 + (" " + warn[0][0].upper() + warn[0][1:] + "." if warn else "")),
+        "figure": figure(
+            [
+                line(list(range(4)), path_y, "your path", line={"color": "#d62728", "width": 3}),
+                line(
+                    xs,
+                    ys,
+                    "answers",
+                    mode="markers+text",
+                    text=texts,
+                    textposition="bottom center",
+                    marker={"size": 16, "color": colors},
+                ),
+            ],
+            f"{family}  ·  {LABEL[reward]}",
+            "",
+            "",
+            showlegend=False,
+            height=360,
+            xaxis={"tickvals": list(range(4)), "ticktext": [c[0] for c in cols], "range": [-0.6, 3.6]},
+            yaxis={"visible": False, "range": [-4.2, 0.6]},
+        ),
+        "kpis": [
+            ["algorithm family", family],
+            ["reward label", LABEL[reward]],
+            ["posttrain algorithms", ", ".join(names)],
+            ["roles it needs", ", ".join(need) or "none beyond the policy"],
+            ["posttrain command", command],
+            ["posttrain defaults of the first algorithm", defaults],
+            ["consistent?", "yes" if consistent else "no"],
+        ]
+        + [[f"note {i + 1}", w] for i, w in enumerate(warn)],
+        "note": (
+            f"In posttrain's terms this paper is {family} ({LABEL[reward]}): roles {', '.join(need) or 'policy only'}."
+            + (" " + warn[0][0].upper() + warn[0][1:] + "." if warn else "")
+        ),
     }
 
 
-register(Widget(
-    "classify", "Which recipe is this paper?", classify,
-    [Knob("reward", "Q1 · where does the reward come from?", REWARD, "verifier", "select"),
-     Knob("data", "Q2 · whose samples does it train on?", DATA, DATA[0], "select"),
-     Knob("baseline", "Q3 · what is the baseline?", BASELINE, "group mean", "select"),
-     Knob("turns", "Q4 · single or multi-turn?", TURNS, TURNS[0], "select")],
-    {"knobs": {"reward": "preference pairs", "data": DATA[0]},
-     "what": "Preference pairs trained on-policy: a pair loss needs a fixed labelled dataset, so the "
-             "description contradicts itself (consistent? no) unless a judge labels fresh samples, which "
-             "makes it online DPO or RLHF."},
-    "Four questions about a paper, the course's decision tree, and what the answer is in posttrain: the "
-    "algorithm modules, the roles memory.ROLES says they need, and the command that runs them.",
-    ["posttrain.algorithms:get", "posttrain.sizing.memory:Roles"]))
+register(
+    Widget(
+        "classify",
+        "Which recipe is this paper?",
+        classify,
+        [
+            Knob("reward", "Q1 · where does the reward come from?", REWARD, "verifier", "select"),
+            Knob("data", "Q2 · whose samples does it train on?", DATA, DATA[0], "select"),
+            Knob("baseline", "Q3 · what is the baseline?", BASELINE, "group mean", "select"),
+            Knob("turns", "Q4 · single or multi-turn?", TURNS, TURNS[0], "select"),
+        ],
+        {
+            "knobs": {"reward": "preference pairs", "data": DATA[0]},
+            "what": "Preference pairs trained on-policy: a pair loss needs a fixed labelled dataset, so the "
+            "description contradicts itself (consistent? no) unless a judge labels fresh samples, which "
+            "makes it online DPO or RLHF.",
+        },
+        "Four questions about a paper, the course's decision tree, and what the answer is in posttrain: the "
+        "algorithm modules, the roles memory.ROLES says they need, and the command that runs them.",
+        ["posttrain.algorithms:get", "posttrain.sizing.memory:Roles"],
+    )
+)
 
 
 # ---- 27 · the gap explorer --------------------------------------------------------------------------
@@ -117,15 +183,46 @@ register(Widget(
 # name → (label, slots in after, prerequisite, force, effort, posttrain status, where)
 GAPS = {
     "prm": ("PRM training", "L17", "03, 17", "signal", "medium", "closed", "posttrain.preference.prm:mc_labels"),
-    "rm": ("reward-model internals", "L15", "15", "signal", "small", "partly", "posttrain.preference.reward_model:RewardModel"),
-    "curriculum": ("curriculum and data mixing", "18a", "13, 18, 23", "signal", "medium", "closed", "posttrain.data.curate:curate"),
+    "rm": (
+        "reward-model internals",
+        "L15",
+        "15",
+        "signal",
+        "small",
+        "partly",
+        "posttrain.preference.reward_model:RewardModel",
+    ),
+    "curriculum": (
+        "curriculum and data mixing",
+        "18a",
+        "13, 18, 23",
+        "signal",
+        "medium",
+        "closed",
+        "posttrain.data.curate:curate",
+    ),
     "rlaif": ("RLAIF / constitutional AI", "L15", "15", "signal", "medium", "open", ""),
     "gae": ("GAE", "L10", "04, 10", "estimator", "small", "closed", "posttrain.algorithms.ppo:gae"),
     "kl": ("KL estimators k1/k2/k3", "L03", "03", "estimator", "small", "closed", "posttrain.algorithms.core:kl"),
     "entropy": ("entropy bonus", "L13", "13", "estimator", "small", "closed", "posttrain.algorithms.core:finish_loss"),
-    "offpolicy": ("off-policy correction (truncated IS)", "L19", "02, 10", "estimator", "medium", "closed",
-                  "posttrain.algorithms.core:off_policy_weights"),
-    "whiten": ("reward whitening", "L14", "14", "estimator", "small", "closed", "posttrain.algorithms.core:masked_whiten"),
+    "offpolicy": (
+        "off-policy correction (truncated IS)",
+        "L19",
+        "02, 10",
+        "estimator",
+        "medium",
+        "closed",
+        "posttrain.algorithms.core:off_policy_weights",
+    ),
+    "whiten": (
+        "reward whitening",
+        "L14",
+        "14",
+        "estimator",
+        "small",
+        "closed",
+        "posttrain.algorithms.core:masked_whiten",
+    ),
     "fp8": ("FP8 rollouts", "L22", "22", "cost", "medium", "open", ""),
     "moe": ("MoE under RL", "L22", "22, 25", "cost", "large", "open", ""),
     "kvoff": ("KV offload", "L20", "20", "cost", "small", "open", ""),
@@ -177,10 +274,15 @@ def _entropy_demo() -> tuple[str, float, float]:
             logp = torch.log_softmax(theta, -1)
             a = torch.multinomial(logp.exp().detach(), 1, generator=gen)
             lp = logp.gather(1, a)
-            ent = core.entropy_from_logits(theta.unsqueeze(1))                 # [S, 1]
+            ent = core.entropy_from_logits(theta.unsqueeze(1))  # [S, 1]
             adv = reinforce.advantages(rewards[a[:, 0]], torch.zeros(S, dtype=torch.long), cfg)
-            loss, _ = reinforce.loss(lp, RolloutBatch(loss_mask=mask, advantages=adv, old_logprobs=lp.detach()), cfg,
-                                     core.batch_norm(mask), entropy=ent)
+            loss, _ = reinforce.loss(
+                lp,
+                RolloutBatch(loss_mask=mask, advantages=adv, old_logprobs=lp.detach()),
+                cfg,
+                core.batch_norm(mask),
+                entropy=ent,
+            )
             (g,) = torch.autograd.grad(loss, theta)
             with torch.no_grad():
                 theta -= 0.5 * S * g
@@ -190,6 +292,7 @@ def _entropy_demo() -> tuple[str, float, float]:
 
 def _offpolicy_demo() -> tuple[str, float, float]:
     from posttrain.lessons.widgets_practice import stale_estimate
+
     on, off = stale_estimate(16, "tis", 2.0), stale_estimate(16, "none", 2.0)
     return "|bias| of the estimate from 16-version-old samples", abs(float(on[1] - on[0])), abs(float(off[1] - off[0]))
 
@@ -211,24 +314,41 @@ def _lora_demo() -> tuple[str, float, float]:
     """Peak GiB per GPU of GRPO on llama3-8b on one H100 (memory.plan), LoRA rank 16 vs full."""
     on = memory.plan("llama3-8b", algo="grpo", gpus=1, lora=16, checkpointing=True, suggest=False)["peak_bytes"]
     off = memory.plan("llama3-8b", algo="grpo", gpus=1, lora=0, checkpointing=True, suggest=False)["peak_bytes"]
-    return "peak GiB per GPU, llama3-8b GRPO on one H100", on / 2 ** 30, off / 2 ** 30
+    return "peak GiB per GPU, llama3-8b GRPO on one H100", on / 2**30, off / 2**30
 
 
 def _prm_demo() -> tuple[str, float, float]:
     from posttrain.lessons.widgets_signal import prm_search
+
     k = dict(prm_search(0.75, 16, 4, "matched")["kpis"])
-    return "accuracy: PRM beam (on) vs ORM best of 16 (off)", float(k["PRM beam"][:-1]) / 100, float(k["ORM best of N"][:-1]) / 100
+    return (
+        "accuracy: PRM beam (on) vs ORM best of 16 (off)",
+        float(k["PRM beam"][:-1]) / 100,
+        float(k["ORM best of N"][:-1]) / 100,
+    )
 
 
 def _curriculum_demo() -> tuple[str, float, float]:
     from posttrain.lessons.widgets_signal import curation
+
     on, off = (dict(curation(80, c, 8)["kpis"]) for c in (60, 0))
-    return "share of rollouts in groups with no signal", float(on["rollouts in groups with no signal"][:-1]) / 100, \
-        float(off["rollouts in groups with no signal"][:-1]) / 100
+    return (
+        "share of rollouts in groups with no signal",
+        float(on["rollouts in groups with no signal"][:-1]) / 100,
+        float(off["rollouts in groups with no signal"][:-1]) / 100,
+    )
 
 
-DEMOS = {"gae": _gae_demo, "kl": _kl_demo, "entropy": _entropy_demo, "offpolicy": _offpolicy_demo,
-         "whiten": _whiten_demo, "lora": _lora_demo, "prm": _prm_demo, "curriculum": _curriculum_demo}
+DEMOS = {
+    "gae": _gae_demo,
+    "kl": _kl_demo,
+    "entropy": _entropy_demo,
+    "offpolicy": _offpolicy_demo,
+    "whiten": _whiten_demo,
+    "lora": _lora_demo,
+    "prm": _prm_demo,
+    "curriculum": _curriculum_demo,
+}
 
 
 @functools.cache
@@ -241,50 +361,117 @@ def gaps(gap: str, fix: str) -> dict:
     forces = ["signal", "estimator", "cost"]
     cells = {f: [g for g, v in GAPS.items() if v[3] == f] for f in forces}
     rows = max(len(v) for v in cells.values())
-    z = [[(2 if cells[f][i] == gap else 1 if GAPS[cells[f][i]][5] != "open" else 0) if i < len(cells[f]) else None
-          for f in forces] for i in range(rows)]
+    z = [
+        [
+            (2 if cells[f][i] == gap else 1 if GAPS[cells[f][i]][5] != "open" else 0) if i < len(cells[f]) else None
+            for f in forces
+        ]
+        for i in range(rows)
+    ]
     text = [[GAPS[cells[f][i]][0] if i < len(cells[f]) else "" for f in forces] for i in range(rows)]
     status_colors = ["#f4cccc", "#d9ead3", "#f6b26b"]
-    traces = [{"type": "heatmap", "z": z, "x": forces, "y": list(range(rows)), "text": text, "texttemplate": "%{text}",
-               "colorscale": categorical(status_colors), "zmin": -0.5, "zmax": 2.5, "xgap": 3, "ygap": 3,
-               "showscale": False, "hoverinfo": "text", "name": "gaps"}]
-    traces += [line([None], [None], name, mode="markers", marker={"size": 12, "symbol": "square", "color": c})
-               for name, c in zip(["open", "closed in posttrain", "selected"], status_colors)]
-    kpis = [["gap", label], ["slots in after", after], ["prerequisite lessons", prereq], ["force", force],
-            ["effort", effort], ["posttrain", {"closed": "closed in code", "partly": "partly closed", "open": "open"}[status]]]
+    traces = [
+        {
+            "type": "heatmap",
+            "z": z,
+            "x": forces,
+            "y": list(range(rows)),
+            "text": text,
+            "texttemplate": "%{text}",
+            "colorscale": categorical(status_colors),
+            "zmin": -0.5,
+            "zmax": 2.5,
+            "xgap": 3,
+            "ygap": 3,
+            "showscale": False,
+            "hoverinfo": "text",
+            "name": "gaps",
+        }
+    ]
+    traces += [
+        line([None], [None], name, mode="markers", marker={"size": 12, "symbol": "square", "color": c})
+        for name, c in zip(["open", "closed in posttrain", "selected"], status_colors)
+    ]
+    kpis = [
+        ["gap", label],
+        ["slots in after", after],
+        ["prerequisite lessons", prereq],
+        ["force", force],
+        ["effort", effort],
+        ["posttrain", {"closed": "closed in code", "partly": "partly closed", "open": "open"}[status]],
+    ]
     if where:
         kpis.append(["where in posttrain", where])
     note = f"{label}: {'closed in posttrain by ' + where if status != 'open' else 'still open in posttrain'}."
     if gap in DEMOS:
         what, on, off = _demo(gap)
         val = on if fix == "on" else off
-        traces.append(bar(["fix on", "fix off"], [on, off], what, xaxis="x2", yaxis="y2",
-                          marker={"color": ["#2ca02c", "#d62728"], "line": {"width": [3 if fix == "on" else 0,
-                                                                                      3 if fix == "off" else 0]}},
-                          showlegend=False))
-        kpis += [["measured", what], ["with the fix", r(on, 4)], ["without the fix", r(off, 4)], ["this setting", r(val, 4)]]
+        traces.append(
+            bar(
+                ["fix on", "fix off"],
+                [on, off],
+                what,
+                xaxis="x2",
+                yaxis="y2",
+                marker={
+                    "color": ["#2ca02c", "#d62728"],
+                    "line": {"width": [3 if fix == "on" else 0, 3 if fix == "off" else 0]},
+                },
+                showlegend=False,
+            )
+        )
+        kpis += [
+            ["measured", what],
+            ["with the fix", r(on, 4)],
+            ["without the fix", r(off, 4)],
+            ["this setting", r(val, 4)],
+        ]
         note += f" Measured, {what}: {on:.3g} with the fix, {off:.3g} without."
     else:
         kpis.append(["measured", "no demonstration (open, or nothing to switch off)"])
         traces.append(bar(["fix on", "fix off"], [0, 0], "no demonstration", xaxis="x2", yaxis="y2", showlegend=False))
     return {
-        "figure": figure(traces, f"{label} ({force}, {effort}): posttrain {status}", "", "",
-                         grid={"rows": 1, "columns": 2, "pattern": "independent"},
-                         xaxis={"domain": [0, 0.5], "title": {"text": "force"}},
-                         yaxis={"visible": False, "autorange": "reversed"},
-                         xaxis2={"domain": [0.6, 1]}, yaxis2={"title": {"text": "measured value"}, "rangemode": "tozero"}),
-        "kpis": kpis, "note": note,
+        "figure": figure(
+            traces,
+            f"{label} ({force}, {effort}): posttrain {status}",
+            "",
+            "",
+            grid={"rows": 1, "columns": 2, "pattern": "independent"},
+            xaxis={"domain": [0, 0.5], "title": {"text": "force"}},
+            yaxis={"visible": False, "autorange": "reversed"},
+            xaxis2={"domain": [0.6, 1]},
+            yaxis2={"title": {"text": "measured value"}, "rangemode": "tozero"},
+        ),
+        "kpis": kpis,
+        "note": note,
     }
 
 
-register(Widget(
-    "gaps", "The gap explorer: what the course leaves out, and what posttrain closed", gaps,
-    [Knob("gap", "gap", list(GAPS), "gae", "select"), Knob("fix", "posttrain's fix", ["on", "off"], "on", "select")],
-    {"knobs": {"gap": "offpolicy", "fix": "off"},
-     "what": "Off-policy correction switched off: samples 16 versions old estimate the old policy, with a "
-             "bias of about 0.3 on a quantity near 0.9, where truncated importance weights leave about 0.02."},
-    "Left: the gaps by force, coloured by posttrain's status (legend). Right: where a fix can be "
-    "switched off, the measured effect of doing so (computed by the function that closes the gap).",
-    ["posttrain.algorithms.ppo:gae", "posttrain.algorithms.core:kl", "posttrain.algorithms.reinforce:loss",
-     "posttrain.algorithms.core:off_policy_weights", "posttrain.algorithms.core:masked_whiten", "posttrain.sizing.memory:plan",
-     "posttrain.preference.search:sample_table", "posttrain.data.curate:curate"]))
+register(
+    Widget(
+        "gaps",
+        "The gap explorer: what the course leaves out, and what posttrain closed",
+        gaps,
+        [
+            Knob("gap", "gap", list(GAPS), "gae", "select"),
+            Knob("fix", "posttrain's fix", ["on", "off"], "on", "select"),
+        ],
+        {
+            "knobs": {"gap": "offpolicy", "fix": "off"},
+            "what": "Off-policy correction switched off: samples 16 versions old estimate the old policy, with a "
+            "bias of about 0.3 on a quantity near 0.9, where truncated importance weights leave about 0.02.",
+        },
+        "Left: the gaps by force, coloured by posttrain's status (legend). Right: where a fix can be "
+        "switched off, the measured effect of doing so (computed by the function that closes the gap).",
+        [
+            "posttrain.algorithms.ppo:gae",
+            "posttrain.algorithms.core:kl",
+            "posttrain.algorithms.reinforce:loss",
+            "posttrain.algorithms.core:off_policy_weights",
+            "posttrain.algorithms.core:masked_whiten",
+            "posttrain.sizing.memory:plan",
+            "posttrain.preference.search:sample_table",
+            "posttrain.data.curate:curate",
+        ],
+    )
+)

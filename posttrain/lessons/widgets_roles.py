@@ -43,14 +43,14 @@ def _bandit_run(lr: float) -> dict:
     norm = core.batch_norm(mask)
     snaps = {0: torch.softmax(theta.detach(), -1)}
     for t in range(1, max(BANDIT_STEPS) + 1):
-        logp = torch.log_softmax(theta, -1)                               # [S, 5]
-        a = torch.multinomial(logp.exp().detach(), 1, generator=gen)      # [S, 1]
-        lp = logp.gather(1, a)                                            # [S, 1] log π(a)
+        logp = torch.log_softmax(theta, -1)  # [S, 5]
+        a = torch.multinomial(logp.exp().detach(), 1, generator=gen)  # [S, 1]
+        lp = logp.gather(1, a)  # [S, 1] log π(a)
         adv = reinforce.advantages(rewards[a[:, 0]], torch.arange(S), cfg)  # [S] A = R
         batch = RolloutBatch(loss_mask=mask, advantages=adv, old_logprobs=lp.detach())
         loss, _ = reinforce.loss(lp, batch, cfg, norm)
         (g,) = torch.autograd.grad(loss, theta)
-        with torch.no_grad():                                             # the loss averages seeds: × S
+        with torch.no_grad():  # the loss averages seeds: × S
             theta -= lr * S * g
         if t in BANDIT_STEPS:
             snaps[t] = torch.softmax(theta.detach(), -1)
@@ -58,32 +58,52 @@ def _bandit_run(lr: float) -> dict:
 
 
 def bandit(lr: float, steps: int) -> dict:
-    pi = _bandit_run(lr)[steps]                                           # [S, 5]
+    pi = _bandit_run(lr)[steps]  # [S, 5]
     top = pi.argmax(-1)
     share = [float((top == i).double().mean()) for i in range(5)]
     return {
-        "figure": figure([bar(ARMS, pi[0].tolist(), "π after training (seed 0)"),
-                          bar(ARMS, share, "share of 1000 seeds whose argmax is this arm"),
-                          line(ARMS, BANDIT_REWARDS, "true reward", mode="markers", marker={"size": 10})],
-                         f"η = {lr}, {steps} steps", "action", "probability", barmode="group",
-                         yaxis={"range": [0, 1.05]}),
-        "kpis": [["seeds ending on C (best)", r(share[2], 3)], ["seeds ending on a wrong arm", r(1 - share[2], 3)],
-                 ["mean max π", r(pi.max(-1).values.mean(), 3)], ["π(C), seed 0", r(pi[0, 2], 3)]],
+        "figure": figure(
+            [
+                bar(ARMS, pi[0].tolist(), "π after training (seed 0)"),
+                bar(ARMS, share, "share of 1000 seeds whose argmax is this arm"),
+                line(ARMS, BANDIT_REWARDS, "true reward", mode="markers", marker={"size": 10}),
+            ],
+            f"η = {lr}, {steps} steps",
+            "action",
+            "probability",
+            barmode="group",
+            yaxis={"range": [0, 1.05]},
+        ),
+        "kpis": [
+            ["seeds ending on C (best)", r(share[2], 3)],
+            ["seeds ending on a wrong arm", r(1 - share[2], 3)],
+            ["mean max π", r(pi.max(-1).values.mean(), 3)],
+            ["π(C), seed 0", r(pi[0, 2], 3)],
+        ],
         "note": "Every reward is positive, so every sampled arm is pushed up; only the difference in "
-                "how often and how hard separates the best arm.",
+        "how often and how hard separates the best arm.",
     }
 
 
-register(Widget(
-    "bandit", "A 5-armed bandit trained by REINFORCE", bandit,
-    [Knob("lr", "learning rate η", [0.01, 0.05, 0.1, 0.2, 0.4, 0.8, 1.2, 1.6, 2.0], 0.4),
-     Knob("steps", "updates", BANDIT_STEPS, 200)],
-    {"knobs": {"lr": 2.0, "steps": 200},
-     "what": "With η = 2 one lucky early sample of a mediocre arm can push its probability so high that "
-             "the best arm is never tried again: some seeds lock onto a wrong action for good."},
-    "Bars: the policy of one seed, and over 1000 seeds how often each arm ends up the favourite. A five-armed "
-    "bandit is a deliberate toy; the update is reinforce.loss's gradient.",
-    ["posttrain.algorithms.reinforce:advantages", "posttrain.algorithms.reinforce:loss"]))
+register(
+    Widget(
+        "bandit",
+        "A 5-armed bandit trained by REINFORCE",
+        bandit,
+        [
+            Knob("lr", "learning rate η", [0.01, 0.05, 0.1, 0.2, 0.4, 0.8, 1.2, 1.6, 2.0], 0.4),
+            Knob("steps", "updates", BANDIT_STEPS, 200),
+        ],
+        {
+            "knobs": {"lr": 2.0, "steps": 200},
+            "what": "With η = 2 one lucky early sample of a mediocre arm can push its probability so high that "
+            "the best arm is never tried again: some seeds lock onto a wrong action for good.",
+        },
+        "Bars: the policy of one seed, and over 1000 seeds how often each arm ends up the favourite. A five-armed "
+        "bandit is a deliberate toy; the update is reinforce.loss's gradient.",
+        ["posttrain.algorithms.reinforce:advantages", "posttrain.algorithms.reinforce:loss"],
+    )
+)
 
 
 # ---- 02 · the sampler: temperature, top-k, top-p and the degenerate group ------------------------
@@ -98,55 +118,84 @@ def sampler(temperature: float, top_k: int, top_p: float, K: int) -> dict:
     params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)
     N = 4000
     logits = _DIGIT_LOGITS.expand(N, 10)
-    keys = draw_keys(sample_keys(0, 0, torch.zeros(N, dtype=torch.long), torch.arange(N)), torch.zeros(N, dtype=torch.long))
+    keys = draw_keys(
+        sample_keys(0, 0, torch.zeros(N, dtype=torch.long), torch.arange(N)), torch.zeros(N, dtype=torch.long)
+    )
     tok, _lp = sample_tokens(logits, params, keys)
     freq = torch.bincount(tok, minlength=10).double() / N
     full = torch.softmax(_DIGIT_LOGITS / (temperature if temperature > 0 else 1.0), -1)
-    p = float(freq[1])                                 # P(one digit right)
-    q = p * p                                          # P(response right)
-    p_deg = q ** K + (1 - q) ** K
+    p = float(freq[1])  # P(one digit right)
+    q = p * p  # P(response right)
+    p_deg = q**K + (1 - q) ** K
     # measured: groups of K responses (2 digits each) from the same draws
-    right = (tok == 1).view(-1, 2).all(-1).double()    # [N/2]
+    right = (tok == 1).view(-1, 2).all(-1).double()  # [N/2]
     groups = right[: (right.numel() // K) * K].view(-1, K)
     measured = float(((groups.sum(-1) == 0) | (groups.sum(-1) == K)).double().mean())
     ks = list(range(1, 17))
     return {
-        "figure": figure([bar(DIGITS, freq.tolist(), "sampled frequency (4000 draws)"),
-                          bar(DIGITS, full.tolist(), "softmax(logits / T), what the logprob records"),
-                          line(ks, [q ** k + (1 - q) ** k for k in ks], "P(group of K is degenerate)",
-                               xaxis="x2", yaxis="y2"),
-                          line([K], [p_deg], f"K = {K}", mode="markers", marker={"size": 12}, xaxis="x2", yaxis="y2")],
-                         f"T = {temperature}, top-k = {top_k}, top-p = {top_p}", "next digit", "probability",
-                         barmode="group", grid={"rows": 1, "columns": 2, "pattern": "independent"},
-                         xaxis2={"title": {"text": "K samples per prompt"}},
-                         yaxis2={"range": [0, 1.05], "title": {"text": "P(degenerate group)"}}),
-        "kpis": [["P(digit right)", r(p, 3)], ["P(response right) = p²", r(q, 3)],
-                 ["P(degenerate group), formula", r(p_deg, 3)], ["P(degenerate group), measured", r(measured, 3)],
-                 ["recorded log π(right) − log of what was sampled", r(math.log(full[1]) - math.log(max(p, 1e-9)), 3)]],
+        "figure": figure(
+            [
+                bar(DIGITS, freq.tolist(), "sampled frequency (4000 draws)"),
+                bar(DIGITS, full.tolist(), "softmax(logits / T), what the logprob records"),
+                line(ks, [q**k + (1 - q) ** k for k in ks], "P(group of K is degenerate)", xaxis="x2", yaxis="y2"),
+                line([K], [p_deg], f"K = {K}", mode="markers", marker={"size": 12}, xaxis="x2", yaxis="y2"),
+            ],
+            f"T = {temperature}, top-k = {top_k}, top-p = {top_p}",
+            "next digit",
+            "probability",
+            barmode="group",
+            grid={"rows": 1, "columns": 2, "pattern": "independent"},
+            xaxis2={"title": {"text": "K samples per prompt"}},
+            yaxis2={"range": [0, 1.05], "title": {"text": "P(degenerate group)"}},
+        ),
+        "kpis": [
+            ["P(digit right)", r(p, 3)],
+            ["P(response right) = p²", r(q, 3)],
+            ["P(degenerate group), formula", r(p_deg, 3)],
+            ["P(degenerate group), measured", r(measured, 3)],
+            ["recorded log π(right) − log of what was sampled", r(math.log(full[1]) - math.log(max(p, 1e-9)), 3)],
+        ],
         "note": "Temperature reshapes the distribution; top-k/top-p cut its tail, but the logprob the "
-                "engine records is the full distribution's (orange), which the trainer can recompute.",
+        "engine records is the full distribution's (orange), which the trainer can recompute.",
     }
 
 
-register(Widget(
-    "sampler", "One sampler: temperature, top-k, top-p", sampler,
-    [Knob("temperature", "temperature T", [0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0], 1.0),
-     Knob("top_k", "top-k (0 = off)", [0, 2, 5], 0),
-     Knob("top_p", "top-p (1 = off)", [1.0, 0.9, 0.7], 1.0),
-     Knob("K", "samples per prompt K", [2, 4, 8, 16], 4)],
-    {"knobs": {"temperature": 0.25, "K": 2},
-     "what": "At low temperature almost every response is right, so groups of K = 2 are nearly always "
-             "all-right: the group std is 0, every advantage is 0, and the step learns nothing."},
-    "Left: the distribution the sampler draws from and the one its logprob records. Right: the chance "
-    "that all K responses to a prompt get the same reward. The next-digit logits are a fixed toy; the "
-    "sampling is posttrain's sample_tokens.",
-    ["posttrain.framework.rollout:sample_tokens", "posttrain.framework.rollout:token_logprobs"]))
+register(
+    Widget(
+        "sampler",
+        "One sampler: temperature, top-k, top-p",
+        sampler,
+        [
+            Knob("temperature", "temperature T", [0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0], 1.0),
+            Knob("top_k", "top-k (0 = off)", [0, 2, 5], 0),
+            Knob("top_p", "top-p (1 = off)", [1.0, 0.9, 0.7], 1.0),
+            Knob("K", "samples per prompt K", [2, 4, 8, 16], 4),
+        ],
+        {
+            "knobs": {"temperature": 0.25, "K": 2},
+            "what": "At low temperature almost every response is right, so groups of K = 2 are nearly always "
+            "all-right: the group std is 0, every advantage is 0, and the step learns nothing.",
+        },
+        "Left: the distribution the sampler draws from and the one its logprob records. Right: the chance "
+        "that all K responses to a prompt get the same reward. The next-digit logits are a fixed toy; the "
+        "sampling is posttrain's sample_tokens.",
+        ["posttrain.framework.rollout:sample_tokens", "posttrain.framework.rollout:token_logprobs"],
+    )
+)
 
 
 # ---- 03 · verifier, KL estimators, and β ------------------------------------------------------
 
-PROBES = ["let me think 3+4=7, 7+5=12, so 12#", "12#", "let me think... 12#", "11#", "120#", "no digits here#",
-          "42#", "12 is wrong, it is 13#"]
+PROBES = [
+    "let me think 3+4=7, 7+5=12, so 12#",
+    "12#",
+    "let me think... 12#",
+    "11#",
+    "120#",
+    "no digits here#",
+    "42#",
+    "12 is wrong, it is 13#",
+]
 
 
 def verifier(response: str) -> dict:
@@ -154,25 +203,38 @@ def verifier(response: str) -> dict:
     colors = ["#d62728" if p == response else "#1f77b4" for p in PROBES]
     ans = last_integer(response)
     return {
-        "figure": figure([bar(list(range(len(PROBES))), rewards, "reward", marker={"color": colors},
-                              text=PROBES, hovertext=PROBES)],
-                         "reward of each probe (gold = 12); red = selected", "probe", "reward",
-                         yaxis={"range": [0, 1.1]}),
-        "kpis": [["extracted answer", "— (no integer)" if ans is None else ans], ["gold", 12],
-                 ["reward", verify(response, 12)]],
+        "figure": figure(
+            [bar(list(range(len(PROBES))), rewards, "reward", marker={"color": colors}, text=PROBES, hovertext=PROBES)],
+            "reward of each probe (gold = 12); red = selected",
+            "probe",
+            "reward",
+            yaxis={"range": [0, 1.1]},
+        ),
+        "kpis": [
+            ["extracted answer", "— (no integer)" if ans is None else ans],
+            ["gold", 12],
+            ["reward", verify(response, 12)],
+        ],
         "note": "The verifier reads the last integer of the response; anything before it is free text.",
     }
 
 
-register(Widget(
-    "verifier", "The arithmetic verifier", verifier,
-    [Knob("response", "response", PROBES, PROBES[0], kind="select")],
-    {"knobs": {"response": "12 is wrong, it is 13#"},
-     "what": "A verifier that only reads the last integer can be gamed by format: a response that "
-             "states the right answer and then another number scores 0, and '…so 12#' after wrong "
-             "reasoning scores 1. Rewarding the format teaches the format."},
-    "Each bar is one probe response to <3+4+5>.", ["posttrain.tasks.arithmetic:verify",
-                                                   "posttrain.tasks.arithmetic:last_integer"]))
+register(
+    Widget(
+        "verifier",
+        "The arithmetic verifier",
+        verifier,
+        [Knob("response", "response", PROBES, PROBES[0], kind="select")],
+        {
+            "knobs": {"response": "12 is wrong, it is 13#"},
+            "what": "A verifier that only reads the last integer can be gamed by format: a response that "
+            "states the right answer and then another number scores 0, and '…so 12#' after wrong "
+            "reasoning scores 1. Rewarding the format teaches the format.",
+        },
+        "Each bar is one probe response to <3+4+5>.",
+        ["posttrain.tasks.arithmetic:verify", "posttrain.tasks.arithmetic:last_integer"],
+    )
+)
 
 
 def kl_estimators(shift: float, samples: int, order: str) -> dict:
@@ -183,39 +245,54 @@ def kl_estimators(shift: float, samples: int, order: str) -> dict:
     lp_ref = torch.log_softmax(base.flip(0) * shift + base * (1 - shift), -1)
     exact = float((lp_theta.exp() * (lp_theta - lp_ref)).sum())
     gen = torch.Generator().manual_seed(0)
-    y = torch.multinomial(lp_theta.exp(), samples, replacement=True, generator=gen)   # [n] ~ π_θ
+    y = torch.multinomial(lp_theta.exp(), samples, replacement=True, generator=gen)  # [n] ~ π_θ
     a, b = lp_theta[y], lp_ref[y]
-    if order == "ref, policy":                        # the argument-order bug
+    if order == "ref, policy":  # the argument-order bug
         a, b = b, a
-    est = {k: core.kl(a, b, k) for k in ("k1", "k2", "k3")}       # [n] each
+    est = {k: core.kl(a, b, k) for k in ("k1", "k2", "k3")}  # [n] each
     n = torch.arange(1, samples + 1, dtype=torch.float64)
-    keep = torch.unique(torch.logspace(0, math.log10(samples), 120).round().long()) - 1   # ≤ 120 points per curve
+    keep = torch.unique(torch.logspace(0, math.log10(samples), 120).round().long()) - 1  # ≤ 120 points per curve
     traces = [line(n[keep].tolist(), (v.cumsum(0) / n)[keep].tolist(), f"{k}: running mean") for k, v in est.items()]
     traces.append(line([1, samples], [exact, exact], "exact KL(π_θ‖π_ref)", line={"dash": "dash", "color": "black"}))
     return {
-        "figure": figure(traces, f"shift = {shift}, {samples} samples, kl({order})", "samples drawn from π_θ",
-                         "KL estimate", xaxis={"type": "log", "title": {"text": "samples drawn from π_θ"}}),
-        "kpis": [["exact KL", r(exact)]] + [[f"{k} mean", r(v.mean())] for k, v in est.items()]
-                + [["min k3 (never < 0)", r(est["k3"].min())], ["share of k1 < 0", r((est["k1"] < 0).double().mean(), 3)]],
+        "figure": figure(
+            traces,
+            f"shift = {shift}, {samples} samples, kl({order})",
+            "samples drawn from π_θ",
+            "KL estimate",
+            xaxis={"type": "log", "title": {"text": "samples drawn from π_θ"}},
+        ),
+        "kpis": [["exact KL", r(exact)]]
+        + [[f"{k} mean", r(v.mean())] for k, v in est.items()]
+        + [["min k3 (never < 0)", r(est["k3"].min())], ["share of k1 < 0", r((est["k1"] < 0).double().mean(), 3)]],
         "note": "k1 is unbiased but often negative; k2 is always ≥ 0 but biased; k3 is both ≥ 0 and unbiased.",
     }
 
 
-register(Widget(
-    "kl", "Three estimators of KL(π_θ ‖ π_ref)", kl_estimators,
-    [Knob("shift", "how far π_ref is from π_θ", [0.0, 0.1, 0.25, 0.5, 0.75, 1.0], 0.25),
-     Knob("samples", "tokens sampled", [4, 16, 64, 256, 1024, 4096], 256),
-     Knob("order", "arguments", ["policy, ref", "ref, policy"], "policy, ref", kind="select")],
-    {"knobs": {"order": "ref, policy", "shift": 1.0},
-     "what": "Swapping the arguments estimates a different quantity on the wrong samples: the curves "
-             "settle far from the dashed line, and the anchor pulls with the wrong strength."},
-    "Running means of k1, k2, k3 as more tokens are drawn, against the exact KL (dashed). The two "
-    "16-token policies are a deliberate toy; the estimators are core.kl.",
-    ["posttrain.algorithms.core:kl"]))
+register(
+    Widget(
+        "kl",
+        "Three estimators of KL(π_θ ‖ π_ref)",
+        kl_estimators,
+        [
+            Knob("shift", "how far π_ref is from π_θ", [0.0, 0.1, 0.25, 0.5, 0.75, 1.0], 0.25),
+            Knob("samples", "tokens sampled", [4, 16, 64, 256, 1024, 4096], 256),
+            Knob("order", "arguments", ["policy, ref", "ref, policy"], "policy, ref", kind="select"),
+        ],
+        {
+            "knobs": {"order": "ref, policy", "shift": 1.0},
+            "what": "Swapping the arguments estimates a different quantity on the wrong samples: the curves "
+            "settle far from the dashed line, and the anchor pulls with the wrong strength.",
+        },
+        "Running means of k1, k2, k3 as more tokens are drawn, against the exact KL (dashed). The two "
+        "16-token policies are a deliberate toy; the estimators are core.kl.",
+        ["posttrain.algorithms.core:kl"],
+    )
+)
 
 
-HACK_AT = 5.0                     # past this distance from the reference the reward pays for a flaw
-_Z, _W = (torch.tensor(a, dtype=torch.float64) for a in hermegauss(20))   # ∫ f(z) N(z; 0, 1) dz ≈ Σ w f(z) / √(2π)
+HACK_AT = 5.0  # past this distance from the reference the reward pays for a flaw
+_Z, _W = (torch.tensor(a, dtype=torch.float64) for a in hermegauss(20))  # ∫ f(z) N(z; 0, 1) dz ≈ Σ w f(z) / √(2π)
 _W = _W / _W.sum()
 
 
@@ -227,8 +304,8 @@ def anchor_kl(theta: torch.Tensor) -> torch.Tensor:
     """KL(π_θ ‖ π_ref) for π_θ = N(θ, ½) and π_ref = N(0, ½): the mean of core.kl's k1 over
     π_θ's samples, taken exactly by Gauss–Hermite quadrature (20 nodes). It equals θ², and its
     gradient 2θ is the anchor's pull (autograd through core.kl)."""
-    x = theta + math.sqrt(0.5) * _Z                                   # [20] nodes of π_θ
-    lp_theta, lp_ref = -(x - theta) ** 2, -x ** 2                      # log-densities up to the same constant
+    x = theta + math.sqrt(0.5) * _Z  # [20] nodes of π_θ
+    lp_theta, lp_ref = -((x - theta) ** 2), -(x**2)  # log-densities up to the same constant
     return (_W * core.kl(lp_theta, lp_ref, "k1")).sum()
 
 
@@ -251,38 +328,66 @@ def beta_tradeoff(beta: float, schedule: str) -> dict:
         kls.append(float(anchor_kl(torch.tensor(theta, dtype=torch.float64))))
     steps = list(range(1, 201))
     hacked = theta > HACK_AT
-    first = next((i + 1 for i, k in enumerate(kls) if k > HACK_AT ** 2), None)
-    note = (f"θ ends at {theta:.2f}, past θ = {HACK_AT:g} (from step {first}): the last stretch of reward "
-            "comes from the reward function's flaw, not from better answers." if hacked else
-            f"θ ends at {theta:.2f}, short of θ = {HACK_AT:g}: the anchor keeps the policy in the region "
-            "where reward means better answers.")
+    first = next((i + 1 for i, k in enumerate(kls) if k > HACK_AT**2), None)
+    note = (
+        f"θ ends at {theta:.2f}, past θ = {HACK_AT:g} (from step {first}): the last stretch of reward "
+        "comes from the reward function's flaw, not from better answers."
+        if hacked
+        else f"θ ends at {theta:.2f}, short of θ = {HACK_AT:g}: the anchor keeps the policy in the region "
+        "where reward means better answers."
+    )
     return {
-        "figure": figure([line(steps, rs, "reward r(θ)"), line(steps, kls, "KL(π_θ ‖ π_ref) = θ²", yaxis="y2"),
-                          line([1, 200], [HACK_AT ** 2] * 2, "KL where the flaw starts (θ = 5)", yaxis="y2",
-                               line={"dash": "dot", "color": "#d62728"})],
-                         f"β = {beta}, step size η = {lr}", "step", "reward",
-                         yaxis={"range": [0, 1.3], "title": {"text": "reward"}},
-                         yaxis2={"overlaying": "y", "side": "right", "range": [0, 100],
-                                 "title": {"text": "KL (nats)"}}),
-        "kpis": [["final θ", r(theta, 2)], ["final reward", r(rs[-1], 3)], ["final KL", r(kls[-1], 2)],
-                 ["reward-hacked (θ > 5)?", "yes" if hacked else "no"]],
+        "figure": figure(
+            [
+                line(steps, rs, "reward r(θ)"),
+                line(steps, kls, "KL(π_θ ‖ π_ref) = θ²", yaxis="y2"),
+                line(
+                    [1, 200],
+                    [HACK_AT**2] * 2,
+                    "KL where the flaw starts (θ = 5)",
+                    yaxis="y2",
+                    line={"dash": "dot", "color": "#d62728"},
+                ),
+            ],
+            f"β = {beta}, step size η = {lr}",
+            "step",
+            "reward",
+            yaxis={"range": [0, 1.3], "title": {"text": "reward"}},
+            yaxis2={"overlaying": "y", "side": "right", "range": [0, 100], "title": {"text": "KL (nats)"}},
+        ),
+        "kpis": [
+            ["final θ", r(theta, 2)],
+            ["final reward", r(rs[-1], 3)],
+            ["final KL", r(kls[-1], 2)],
+            ["reward-hacked (θ > 5)?", "yes" if hacked else "no"],
+        ],
         "note": note,
     }
 
 
-register(Widget(
-    "beta", "β trades reward against drift from the reference", beta_tradeoff,
-    [Knob("beta", "KL coefficient β", [0.0, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0], 0.05),
-     Knob("schedule", "step size", ["fixed", "course"], "fixed", kind="select")],
-    {"knobs": {"beta": 0.0, "schedule": "fixed"},
-     "what": "With no anchor the policy walks past θ = 5 into the region where reward rises only "
-             "because of a flaw (reward hacking): θ ends at the wall (10) and KL at 100."},
-    "Reward (left axis) and KL (right axis) over 200 steps of gradient ascent on r − β·KL. The reward "
-    "function is a deliberate one-dimensional toy; the KL is core.kl's k1 averaged exactly over π_θ.",
-    ["posttrain.algorithms.core:kl"]))
+register(
+    Widget(
+        "beta",
+        "β trades reward against drift from the reference",
+        beta_tradeoff,
+        [
+            Knob("beta", "KL coefficient β", [0.0, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0], 0.05),
+            Knob("schedule", "step size", ["fixed", "course"], "fixed", kind="select"),
+        ],
+        {
+            "knobs": {"beta": 0.0, "schedule": "fixed"},
+            "what": "With no anchor the policy walks past θ = 5 into the region where reward rises only "
+            "because of a flaw (reward hacking): θ ends at the wall (10) and KL at 100.",
+        },
+        "Reward (left axis) and KL (right axis) over 200 steps of gradient ascent on r − β·KL. The reward "
+        "function is a deliberate one-dimensional toy; the KL is core.kl's k1 averaged exactly over π_θ.",
+        ["posttrain.algorithms.core:kl"],
+    )
+)
 
 
 # ---- 04 · the algorithm plug-in: advantages of one group -----------------------------------------
+
 
 def advantage_table(r0: float, r1: float, r2: float, std: str) -> dict:
     rw = torch.tensor([r0, r1, r2], dtype=torch.float64)
@@ -294,23 +399,45 @@ def advantage_table(r0: float, r1: float, r2: float, std: str) -> dict:
         "RLOO": rloo.advantages(rw, g, rloo.Config()),
         "Dr. GRPO": dr_grpo.advantages(rw, g, dr_grpo.Config(std=std)),
     }
-    traces = [bar(list(rows), [float(v[i]) for v in rows.values()], f"rollout {i} (r = {float(rw[i])})") for i in range(3)]
+    traces = [
+        bar(list(rows), [float(v[i]) for v in rows.values()], f"rollout {i} (r = {float(rw[i])})") for i in range(3)
+    ]
     mean, sd, _ = core.group_stats(rw, g, std)
-    out = [["mean", r(mean[0], 3)], [f"std ({std})", r(sd[0], 3)],
-           ["degenerate (all equal)?", "yes: GRPO gives 0 to all" if float(sd[0]) == 0 else "no"]]
+    out = [
+        ["mean", r(mean[0], 3)],
+        [f"std ({std})", r(sd[0], 3)],
+        ["degenerate (all equal)?", "yes: GRPO gives 0 to all" if float(sd[0]) == 0 else "no"],
+    ]
     out += [[name, ", ".join(f"{float(x):+.2f}" for x in v)] for name, v in rows.items()]
-    return {"figure": figure(traces, "advantage of each rollout", "estimator", "advantage", barmode="group"),
-            "kpis": out, "note": "Same three rewards, five estimators: the baseline and the scale differ."}
+    return {
+        "figure": figure(traces, "advantage of each rollout", "estimator", "advantage", barmode="group"),
+        "kpis": out,
+        "note": "Same three rewards, five estimators: the baseline and the scale differ.",
+    }
 
 
 _R = [0.0, 0.25, 0.5, 0.75, 1.0]
-register(Widget(
-    "advantages", "Advantages of a group of three rollouts", advantage_table,
-    [Knob("r0", "reward r0", _R, 0.0), Knob("r1", "reward r1", _R, 0.0), Knob("r2", "reward r2", _R, 1.0),
-     Knob("std", "group std", ["population", "unbiased"], "population", kind="select")],
-    {"knobs": {"r0": 1.0, "r1": 1.0, "r2": 1.0},
-     "what": "Equal rewards: the group carries no relative signal; GRPO, RLOO and Dr. GRPO give every "
-             "rollout 0 and the step is wasted (REINFORCE without baseline still pushes all three up)."},
-    "One bar per rollout for each estimator.",
-    ["posttrain.algorithms.grpo:advantages", "posttrain.algorithms.rloo:advantages",
-     "posttrain.algorithms.core:group_stats"]))
+register(
+    Widget(
+        "advantages",
+        "Advantages of a group of three rollouts",
+        advantage_table,
+        [
+            Knob("r0", "reward r0", _R, 0.0),
+            Knob("r1", "reward r1", _R, 0.0),
+            Knob("r2", "reward r2", _R, 1.0),
+            Knob("std", "group std", ["population", "unbiased"], "population", kind="select"),
+        ],
+        {
+            "knobs": {"r0": 1.0, "r1": 1.0, "r2": 1.0},
+            "what": "Equal rewards: the group carries no relative signal; GRPO, RLOO and Dr. GRPO give every "
+            "rollout 0 and the step is wasted (REINFORCE without baseline still pushes all three up).",
+        },
+        "One bar per rollout for each estimator.",
+        [
+            "posttrain.algorithms.grpo:advantages",
+            "posttrain.algorithms.rloo:advantages",
+            "posttrain.algorithms.core:group_stats",
+        ],
+    )
+)

@@ -41,11 +41,11 @@ class Decoder:
         self.model, self.c, self.w = model, c, weights
         self.H, self.Hkv, self.hd = c.n_heads, c.n_kv_heads, c.head_dim
         self.rep = self.H // self.Hkv
-        self.scale = self.hd ** -0.5
+        self.scale = self.hd**-0.5
         half = self.hd // 2
-        cos, sin = weights.rope                                       # [Tmax, hd] each
+        cos, sin = weights.rope  # [Tmax, hd] each
         self.cos = cos
-        self.sin_signed = torch.cat((-sin[:, :half], sin[:, half:]), -1)   # rotate_half's sign
+        self.sin_signed = torch.cat((-sin[:, :half], sin[:, half:]), -1)  # rotate_half's sign
         self.eps = weights.eps
 
     @classmethod
@@ -68,20 +68,20 @@ class Decoder:
     def __call__(self, last: torch.Tensor, cache, n: int) -> torch.Tensor:
         H, Hkv, hd, rep = self.H, self.Hkv, self.hd, self.rep
         w = self.w.current()
-        pos = cache.lengths[:n]                                       # [n] position of the new token
-        S = int(pos.max()) + 1                                        # attend over the used span only
+        pos = cache.lengths[:n]  # [n] position of the new token
+        S = int(pos.max()) + 1  # attend over the used span only
         if S > cache.max_len:
             raise RuntimeError(f"KV cache overflow: {S} > {cache.max_len} positions")
         Tmax = cache.max_len
-        cos = self.cos[pos].unsqueeze(1)                              # [n, 1, hd]
+        cos = self.cos[pos].unsqueeze(1)  # [n, 1, hd]
         sin = self.sin_signed[pos].unsqueeze(1)
         rows = torch.arange(n, device=pos.device)
         write = ((rows[:, None] * Hkv + torch.arange(Hkv, device=pos.device)) * Tmax + pos[:, None]).reshape(-1)
         bias = torch.zeros(n, 1, S, device=pos.device, dtype=cos.dtype)
         bias.masked_fill_(torch.arange(S, device=pos.device) > pos[:, None, None], float("-inf"))
-        bias = bias.repeat_interleave(Hkv, dim=0)                     # [n·Hkv, 1, S]
+        bias = bias.repeat_interleave(Hkv, dim=0)  # [n·Hkv, 1, S]
 
-        x = F.embedding(last, w.embed)                                # [n, d]
+        x = F.embedding(last, w.embed)  # [n, d]
         nq = (H + Hkv) * hd
         for i, (attn_norm, qkv_w, o_w, mlp_norm, gate_up_w, down_w) in enumerate(w.layers):
             qkv = F.linear(F.rms_norm(x, x.shape[-1:], attn_norm, self.eps), qkv_w)
@@ -90,11 +90,14 @@ class Decoder:
             kc, vc = cache.k[i].view(-1, hd), cache.v[i].view(-1, hd)  # [R·Hkv·Tmax, hd]
             kc.index_copy_(0, write, qk[:, H:].reshape(-1, hd).to(kc.dtype))
             vc.index_copy_(0, write, qkv[:, nq:].reshape(-1, hd).to(vc.dtype))
-            K = cache.k[i, :n, :, :S].reshape(n * Hkv, S, hd)         # views: rows are contiguous
+            K = cache.k[i, :n, :, :S].reshape(n * Hkv, S, hd)  # views: rows are contiguous
             V = cache.v[i, :n, :, :S].reshape(n * Hkv, S, hd)
             q = qk[:, :H].reshape(n * Hkv, rep, hd)
-            s = torch.baddbmm(bias, q, K.transpose(1, 2), alpha=self.scale) if rep == 1 else \
-                torch.bmm(q, K.transpose(1, 2)).mul_(self.scale).add_(bias)
+            s = (
+                torch.baddbmm(bias, q, K.transpose(1, 2), alpha=self.scale)
+                if rep == 1
+                else torch.bmm(q, K.transpose(1, 2)).mul_(self.scale).add_(bias)
+            )
             y = torch.bmm(s.softmax(-1), V).view(n, H * hd)
             x = x + F.linear(y, o_w)
             gu = F.linear(F.rms_norm(x, x.shape[-1:], mlp_norm, self.eps), gate_up_w)
@@ -107,6 +110,7 @@ class Decoder:
 class _Weights:
     """What the decode step reads: per layer (attn_norm, qkv, o, mlp_norm, gate_up, down),
     then embed, the final norm and the head; `rope` = (cos, sin) tables [Tmax, hd]."""
+
     layers: list
     embed: torch.Tensor
     norm: torch.Tensor
@@ -129,8 +133,14 @@ class _GPTMiniWeights(_Weights):
     @staticmethod
     def plain(model) -> bool:
         from posttrain.models.gpt_mini import GPTMini
-        return type(model) is GPTMini and type(model.head) is nn.Linear and all(
-            type(m) is nn.Linear for b in model.blocks for m in (b.attn.qkv, b.attn.o, b.mlp.gate_up, b.mlp.down))
+
+        return (
+            type(model) is GPTMini
+            and type(model.head) is nn.Linear
+            and all(
+                type(m) is nn.Linear for b in model.blocks for m in (b.attn.qkv, b.attn.o, b.mlp.gate_up, b.mlp.down)
+            )
+        )
 
     @classmethod
     def of(cls, model) -> _GPTMiniWeights | None:
@@ -142,8 +152,17 @@ class _GPTMiniWeights(_Weights):
 
     def refresh(self) -> None:
         m = self.model
-        self.layers = [(b.attn_norm.weight, b.attn.qkv.weight, b.attn.o.weight, b.mlp_norm.weight,
-                        b.mlp.gate_up.weight, b.mlp.down.weight) for b in m.blocks]
+        self.layers = [
+            (
+                b.attn_norm.weight,
+                b.attn.qkv.weight,
+                b.attn.o.weight,
+                b.mlp_norm.weight,
+                b.mlp.gate_up.weight,
+                b.mlp.down.weight,
+            )
+            for b in m.blocks
+        ]
         self.embed, self.norm, self.head = m.embed.weight, m.norm.weight, m.head.weight
 
 
@@ -154,6 +173,7 @@ class _LlamaWeights(_Weights):
     @staticmethod
     def plain(model) -> bool:
         from posttrain.models.hf import HFCausalLM
+
         if not isinstance(model, HFCausalLM) or type(model.hf).__name__ != "LlamaForCausalLM":
             return False
         hf = model.hf
@@ -161,7 +181,7 @@ class _LlamaWeights(_Weights):
         if c.hidden_act != "silu" or getattr(rot, "rope_type", None) != "default" or rot.attention_scaling != 1.0:
             return False
         mods = [m for layer in hf.model.layers for m in (*_attn(layer), *_mlp(layer))] + [hf.lm_head]
-        return all(type(m) is nn.Linear and m.bias is None for m in mods)   # no biases, LoRA or patches
+        return all(type(m) is nn.Linear and m.bias is None for m in mods)  # no biases, LoRA or patches
 
     @classmethod
     def of(cls, model) -> _LlamaWeights | None:
@@ -172,21 +192,27 @@ class _LlamaWeights(_Weights):
         rot, T = hf.model.rotary_emb, hf.config.max_position_embeddings
         inv = rot.inv_freq.float()
         freqs = torch.outer(torch.arange(T, device=inv.device, dtype=torch.float32), inv)
-        emb = torch.cat((freqs, freqs), dim=-1)                      # [Tmax, hd], HF's own table
+        emb = torch.cat((freqs, freqs), dim=-1)  # [Tmax, hd], HF's own table
         self.rope = (emb.cos(), emb.sin())
         self._seen = None
 
     def _sources(self) -> list[torch.Tensor]:
         hf = self.hf
-        return [p for layer in hf.model.layers for p in (
-            layer.input_layernorm.weight, *(m.weight for m in _attn(layer)),
-            layer.post_attention_layernorm.weight, *(m.weight for m in _mlp(layer)))] + [
-            hf.model.embed_tokens.weight, hf.model.norm.weight, hf.lm_head.weight]
+        return [
+            p
+            for layer in hf.model.layers
+            for p in (
+                layer.input_layernorm.weight,
+                *(m.weight for m in _attn(layer)),
+                layer.post_attention_layernorm.weight,
+                *(m.weight for m in _mlp(layer)),
+            )
+        ] + [hf.model.embed_tokens.weight, hf.model.norm.weight, hf.lm_head.weight]
 
     def current(self):
         src = self._sources()
         seen = [(id(t), t._version) for t in src]
-        if seen != self._seen:                                        # changed since the last fusion
+        if seen != self._seen:  # changed since the last fusion
             with torch.no_grad():
                 self._fuse(src)
             self._seen = [(id(t), t._version) for t in src]
@@ -195,9 +221,10 @@ class _LlamaWeights(_Weights):
     def _fuse(self, src) -> None:
         self.layers = []
         for i in range(len(self.hf.model.layers)):
-            an, q, k, v, o, mn, gate, up, down = src[9 * i:9 * i + 9]
-            self.layers.append((an.detach(), torch.cat((q, k, v)), o.detach(), mn.detach(),
-                                torch.cat((gate, up)), down.detach()))
+            an, q, k, v, o, mn, gate, up, down = src[9 * i : 9 * i + 9]
+            self.layers.append(
+                (an.detach(), torch.cat((q, k, v)), o.detach(), mn.detach(), torch.cat((gate, up)), down.detach())
+            )
         self.embed, self.norm, self.head = (t.detach() for t in src[-3:])
 
 

@@ -31,8 +31,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from posttrain import UsageError
-from posttrain.models.gpt_mini import GPTMini, ModelConfig
 from posttrain.chat import ASSISTANT, EOT, PAD, RESULT_CLOSE, RESULT_OPEN, SYSTEM, USER
+from posttrain.models.gpt_mini import GPTMini, ModelConfig
 from posttrain.models.tokenizer import CharTokenizer
 
 # The course's chat format in Jinja. `>` opens the assistant turn, so it is the generation
@@ -40,7 +40,7 @@ from posttrain.models.tokenizer import CharTokenizer
 # appends `>` after a trailing user turn. A finished conversation therefore reads exactly
 # like CharTokenizer.chat_prompt + chat_response, and `[user "3+4"]` with
 # add_generation_prompt=True renders as `<3+4>`, which is CharTokenizer.chat_prompt("3+4").
-CHAT_TEMPLATE = (     # posttrain/chat.py's render_builtin, as jinja: the same text for the same messages
+CHAT_TEMPLATE = (  # posttrain/chat.py's render_builtin, as jinja: the same text for the same messages
     "{%- for message in messages -%}"
     "{%- if message['role'] == 'system' -%}" + SYSTEM + "{{ message['content'] }}"
     "{%- elif message['role'] == 'user' -%}" + USER + "{{ message['content'] }}"
@@ -48,8 +48,11 @@ CHAT_TEMPLATE = (     # posttrain/chat.py's render_builtin, as jinja: the same t
     "{%- if loop.index0 > 0 and messages[loop.index0 - 1]['role'] == 'user' -%}" + ASSISTANT + "{%- endif -%}"
     "{{ message['content'] }}"
     "{%- if loop.last or messages[loop.index0 + 1]['role'] != 'tool' -%}" + EOT + "{%- endif -%}"
-    "{%- elif message['role'] == 'tool' -%}" + RESULT_OPEN + "{{ message['content'] }}" + RESULT_CLOSE +
-    "{%- else -%}{{ raise_exception('unknown role ' + message['role']) }}"
+    "{%- elif message['role'] == 'tool' -%}"
+    + RESULT_OPEN
+    + "{{ message['content'] }}"
+    + RESULT_CLOSE
+    + "{%- else -%}{{ raise_exception('unknown role ' + message['role']) }}"
     "{%- endif -%}"
     "{%- endfor -%}"
     "{%- if add_generation_prompt and messages and messages[-1]['role'] == 'user' -%}" + ASSISTANT + "{%- endif -%}"
@@ -59,6 +62,7 @@ WEIGHTS_FILE = "model.safetensors"
 
 
 # ---- config -------------------------------------------------------------------------------
+
 
 def hf_config_dict(cfg: ModelConfig, tokenizer: CharTokenizer | None = None) -> dict:
     """The config.json of a LlamaForCausalLM equal to `cfg` (a resolved ModelConfig)."""
@@ -94,8 +98,10 @@ def hf_config_dict(cfg: ModelConfig, tokenizer: CharTokenizer | None = None) -> 
 def to_hf_config(cfg: ModelConfig, tokenizer: CharTokenizer | None = None):
     """A `transformers.LlamaConfig` with the same shape as `cfg` (a resolved ModelConfig)."""
     from transformers import LlamaConfig
-    return LlamaConfig(**{k: v for k, v in hf_config_dict(cfg, tokenizer).items()
-                          if k not in ("architectures", "model_type")})
+
+    return LlamaConfig(
+        **{k: v for k, v in hf_config_dict(cfg, tokenizer).items() if k not in ("architectures", "model_type")}
+    )
 
 
 def from_hf_config(d: dict) -> ModelConfig:
@@ -131,6 +137,7 @@ def from_hf_config(d: dict) -> ModelConfig:
 
 # ---- weights ------------------------------------------------------------------------------
 
+
 def _layer_names(i: int) -> tuple[str, str]:
     return f"blocks.{i}.", f"model.layers.{i}."
 
@@ -147,11 +154,11 @@ def to_hf_state_dict(model: GPTMini) -> dict[str, torch.Tensor]:
     for i in range(c.n_layers):
         a, b = _layer_names(i)
         q, k, v = src[a + "attn.qkv.weight"].split([c.n_heads * hd, c.n_kv_heads * hd, c.n_kv_heads * hd])
-        gate, up = src[a + "mlp.gate_up.weight"].chunk(2)            # [d_ff, d] each
+        gate, up = src[a + "mlp.gate_up.weight"].chunk(2)  # [d_ff, d] each
         sd |= {
             b + "input_layernorm.weight": src[a + "attn_norm.weight"],
-            b + "self_attn.q_proj.weight": q,                        # [H·hd, d]
-            b + "self_attn.k_proj.weight": k,                        # [Hkv·hd, d]
+            b + "self_attn.q_proj.weight": q,  # [H·hd, d]
+            b + "self_attn.k_proj.weight": k,  # [Hkv·hd, d]
             b + "self_attn.v_proj.weight": v,
             b + "self_attn.o_proj.weight": src[a + "attn.o.weight"],
             b + "post_attention_layernorm.weight": src[a + "mlp_norm.weight"],
@@ -188,7 +195,7 @@ def from_hf_state_dict(sd: dict[str, torch.Tensor], cfg: ModelConfig) -> GPTMini
             raise KeyError("lm_head.weight")
     except KeyError as e:
         raise UsageError(f"HF weights lack {e.args[0]} for a {cfg.n_layers}-layer gpt_mini") from None
-    left = [k for k in left if "rotary_emb" not in k]                # old checkpoints saved inv_freq
+    left = [k for k in left if "rotary_emb" not in k]  # old checkpoints saved inv_freq
     if left:
         raise UsageError(f"HF weights have {len(left)} tensors gpt_mini does not use, e.g. {left[0]}")
     # A tied model takes the embedding as its head (an explicit lm_head in a tied
@@ -202,6 +209,7 @@ def from_hf_state_dict(sd: dict[str, torch.Tensor], cfg: ModelConfig) -> GPTMini
 def to_hf_model(model: GPTMini, tokenizer: CharTokenizer | None = None):
     """An in-memory `LlamaForCausalLM` (fp32, eval mode) with `model`'s weights."""
     from transformers import LlamaForCausalLM
+
     hf = LlamaForCausalLM(to_hf_config(model.config, tokenizer)).to(torch.float32)
     missing, unexpected = hf.load_state_dict(to_hf_state_dict(model), strict=False)
     tied_head = ["lm_head.weight"] if model.config.tie_embeddings else []
@@ -214,6 +222,7 @@ def to_hf_model(model: GPTMini, tokenizer: CharTokenizer | None = None):
 
 # ---- directories --------------------------------------------------------------------------
 
+
 def _tokenizer_config(tokenizer: CharTokenizer, max_len: int) -> dict:
     return {
         "tokenizer_class": "PreTrainedTokenizerFast",
@@ -221,10 +230,10 @@ def _tokenizer_config(tokenizer: CharTokenizer, max_len: int) -> dict:
         "bos_token": None,
         "eos_token": EOT,
         "pad_token": PAD,
-        "unk_token": PAD,             # tokenizer.json's WordLevel unk; CharTokenizer raises instead
+        "unk_token": PAD,  # tokenizer.json's WordLevel unk; CharTokenizer raises instead
         "model_max_length": max_len,
-        "padding_side": "left",       # what batched HF `generate` needs
-        "clean_up_tokenization_spaces": False,   # characters decode verbatim, spaces included
+        "padding_side": "left",  # what batched HF `generate` needs
+        "clean_up_tokenization_spaces": False,  # characters decode verbatim, spaces included
         "add_bos_token": False,
         "add_eos_token": False,
     }
@@ -248,8 +257,10 @@ def export_hf(model: GPTMini, tokenizer: CharTokenizer, out_dir: str | Path) -> 
         (tmp / name).write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
 
     write_json("config.json", hf_config_dict(c, tokenizer))
-    write_json("generation_config.json", {"bos_token_id": None, "eos_token_id": tokenizer.eot_id,
-                                          "pad_token_id": tokenizer.pad_id})
+    write_json(
+        "generation_config.json",
+        {"bos_token_id": None, "eos_token_id": tokenizer.eot_id, "pad_token_id": tokenizer.pad_id},
+    )
     save_file(to_hf_state_dict(model), tmp / WEIGHTS_FILE, metadata={"format": "pt"})
     write_json("tokenizer.json", tokenizer.to_hf_json())
     write_json("tokenizer_config.json", _tokenizer_config(tokenizer, c.max_seq_len))
@@ -271,7 +282,9 @@ def import_hf(directory: str | Path) -> tuple[GPTMini, CharTokenizer]:
     d = Path(directory)
     for name in ("config.json", WEIGHTS_FILE):
         if not (d / name).exists():
-            raise UsageError(f"{d / name} not found; import_hf needs an HF directory with config.json and {WEIGHTS_FILE}")
+            raise UsageError(
+                f"{d / name} not found; import_hf needs an HF directory with config.json and {WEIGHTS_FILE}"
+            )
     cfg = from_hf_config(json.loads((d / "config.json").read_text()))
     tokenizer = CharTokenizer.load(d)
     if tokenizer.vocab_size != cfg.vocab_size:

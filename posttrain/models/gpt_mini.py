@@ -19,7 +19,7 @@ bring its own (slots, continuous batching) without touching this file:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, asdict
+from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn as nn
@@ -30,24 +30,24 @@ from posttrain import UsageError
 
 # name -> (d_model, n_layers, n_heads, d_ff). Head size 32 throughout.
 PRESETS = {
-    "nano": (128, 4, 4, 344),     # ≈0.80M params: the course's MiniGPT size
-    "micro": (256, 6, 8, 688),    # ≈4.8M params: the size of the 4.5M HF Llama benchmarks
-    "mini": (384, 8, 12, 1024),   # ≈14M params
+    "nano": (128, 4, 4, 344),  # ≈0.80M params: the course's MiniGPT size
+    "micro": (256, 6, 8, 688),  # ≈4.8M params: the size of the 4.5M HF Llama benchmarks
+    "mini": (384, 8, 12, 1024),  # ≈14M params
 }
 
 
 @dataclass
 class ModelConfig:
-    preset: str = "nano"          # named size (nano ≈0.8M, micro ≈4.8M, mini ≈14M); explicit fields below override it when > 0
-    vocab_size: int = 0           # set from the tokenizer when 0
-    d_model: int = 0              # residual width
-    n_layers: int = 0             # transformer blocks
-    n_heads: int = 0              # query heads
-    n_kv_heads: int = 0           # key/value heads (< n_heads = grouped-query attention); 0 = n_heads
-    d_ff: int = 0                 # SwiGLU hidden width
-    max_seq_len: int = 256        # longest sequence (prompt + response) the rotary table covers
-    rope_theta: float = 10000.0   # rotary base frequency
-    norm_eps: float = 1e-5        # RMSNorm epsilon
+    preset: str = "nano"  # named size (nano ≈0.8M, micro ≈4.8M, mini ≈14M); explicit fields below override it when > 0
+    vocab_size: int = 0  # set from the tokenizer when 0
+    d_model: int = 0  # residual width
+    n_layers: int = 0  # transformer blocks
+    n_heads: int = 0  # query heads
+    n_kv_heads: int = 0  # key/value heads (< n_heads = grouped-query attention); 0 = n_heads
+    d_ff: int = 0  # SwiGLU hidden width
+    max_seq_len: int = 256  # longest sequence (prompt + response) the rotary table covers
+    rope_theta: float = 10000.0  # rotary base frequency
+    norm_eps: float = 1e-5  # RMSNorm epsilon
     tie_embeddings: bool = False  # share the input embedding with the output head
 
     def resolved(self, vocab_size: int | None = None) -> ModelConfig:
@@ -75,7 +75,7 @@ def count_params(c: ModelConfig) -> int:
     hd = c.head_dim
     attn = c.d_model * (c.n_heads * hd + 2 * c.n_kv_heads * hd) + c.n_heads * hd * c.d_model
     mlp = 3 * c.d_model * c.d_ff
-    block = attn + mlp + 2 * c.d_model          # two RMSNorm weights
+    block = attn + mlp + 2 * c.d_model  # two RMSNorm weights
     emb = c.vocab_size * c.d_model
     head = 0 if c.tie_embeddings else c.vocab_size * c.d_model
     return emb + c.n_layers * block + c.d_model + head
@@ -96,16 +96,16 @@ class Attention(nn.Module):
     def forward(self, x, cos, sin, cache=None):
         B, T, _ = x.shape
         q, k, v = self.qkv(x).split([self.n_heads * self.hd, self.n_kv * self.hd, self.n_kv * self.hd], -1)
-        q = q.view(B, T, self.n_heads, self.hd).transpose(1, 2)     # [B, H, T, hd]
-        k = k.view(B, T, self.n_kv, self.hd).transpose(1, 2)        # [B, Hkv, T, hd]
+        q = q.view(B, T, self.n_heads, self.hd).transpose(1, 2)  # [B, H, T, hd]
+        k = k.view(B, T, self.n_kv, self.hd).transpose(1, 2)  # [B, Hkv, T, hd]
         v = v.view(B, T, self.n_kv, self.hd).transpose(1, 2)
-        q = q * cos + rotate_half(q) * sin                          # rotary positions (HF convention)
+        q = q * cos + rotate_half(q) * sin  # rotary positions (HF convention)
         k = k * cos + rotate_half(k) * sin
         if cache is None:
             k, v = self._expand(k), self._expand(v)
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
-            k, v, mask = cache.update(self.layer, k, v)             # [B, Hkv, S, hd], mask [B, 1, T, S]
+            k, v, mask = cache.update(self.layer, k, v)  # [B, Hkv, S, hd], mask [B, 1, T, S]
             y = F.scaled_dot_product_attention(q, self._expand(k), self._expand(v), attn_mask=mask)
         return self.o(y.transpose(1, 2).reshape(B, T, self.n_heads * self.hd))
 
@@ -122,7 +122,7 @@ class MLP(nn.Module):
 
     def forward(self, x):
         gate, up = self.gate_up(x).chunk(2, dim=-1)
-        return self.down(F.silu(gate) * up)                         # SwiGLU
+        return self.down(F.silu(gate) * up)  # SwiGLU
 
 
 class Block(nn.Module):
@@ -134,7 +134,7 @@ class Block(nn.Module):
         self.mlp = MLP(c)
 
     def forward(self, x, cos, sin, cache=None):
-        x = x + self.attn(self.attn_norm(x), cos, sin, cache)       # pre-norm residual
+        x = x + self.attn(self.attn_norm(x), cos, sin, cache)  # pre-norm residual
         return x + self.mlp(self.mlp_norm(x))
 
 
@@ -143,7 +143,7 @@ class GPTMini(nn.Module):
         super().__init__()
         assert config.vocab_size > 0 and config.d_model > 0, "pass a resolved ModelConfig"
         self.config = c = config
-        self.grad_checkpointing = False   # recompute block activations in backward (training only)
+        self.grad_checkpointing = False  # recompute block activations in backward (training only)
         self.embed = nn.Embedding(c.vocab_size, c.d_model)
         self.blocks = nn.ModuleList(Block(c, i) for i in range(c.n_layers))
         self.norm = nn.RMSNorm(c.d_model, eps=c.norm_eps)
@@ -152,11 +152,11 @@ class GPTMini(nn.Module):
             self.head.weight = self.embed.weight
         inv_freq = 1.0 / (c.rope_theta ** (torch.arange(0, c.head_dim, 2).float() / c.head_dim))
         freqs = torch.outer(torch.arange(c.max_seq_len).float(), inv_freq)
-        emb = torch.cat((freqs, freqs), dim=-1)                    # [Tmax, hd]
+        emb = torch.cat((freqs, freqs), dim=-1)  # [Tmax, hd]
         self.register_buffer("rope_cos", emb.cos(), persistent=False)
         self.register_buffer("rope_sin", emb.sin(), persistent=False)
         self.apply(self._init)
-        for name, p in self.named_parameters():                    # GPT-2 scaled residual init
+        for name, p in self.named_parameters():  # GPT-2 scaled residual init
             if name.endswith("attn.o.weight") or name.endswith("mlp.down.weight"):
                 nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * c.n_layers))
 
@@ -170,10 +170,12 @@ class GPTMini(nn.Module):
         T = input_ids.shape[1]
         if cache is None:
             if T > self.config.max_seq_len:
-                raise UsageError(f"sequence of {T} tokens exceeds model.max_seq_len={self.config.max_seq_len}; raise it")
-            cos, sin = self.rope_cos[:T], self.rope_sin[:T]          # [T, hd], broadcast over B, H
+                raise UsageError(
+                    f"sequence of {T} tokens exceeds model.max_seq_len={self.config.max_seq_len}; raise it"
+                )
+            cos, sin = self.rope_cos[:T], self.rope_sin[:T]  # [T, hd], broadcast over B, H
         else:
-            pos = cache.positions                                    # [B, T]
+            pos = cache.positions  # [B, T]
             cos, sin = self.rope_cos[pos].unsqueeze(1), self.rope_sin[pos].unsqueeze(1)  # [B, 1, T, hd]
         x = self.embed(input_ids)
         for block in self.blocks:
@@ -206,14 +208,13 @@ class KVCache:
     views of the cache, where an index tensor has to gather (copy) them every layer.
     """
 
-    def __init__(self, config: ModelConfig, rows: int, max_len: int | None = None,
-                 device=None, dtype=torch.float32):
+    def __init__(self, config: ModelConfig, rows: int, max_len: int | None = None, device=None, dtype=torch.float32):
         self.max_len = max_len or config.max_seq_len
         shape = (config.n_layers, rows, config.n_kv_heads, self.max_len, config.head_dim)
         self.k = torch.zeros(shape, device=device, dtype=dtype)
         self.v = torch.zeros(shape, device=device, dtype=dtype)
         self.lengths = torch.zeros(rows, dtype=torch.long, device=device)
-        self.rows = None              # which rows the current forward writes (set by begin)
+        self.rows = None  # which rows the current forward writes (set by begin)
         self.positions = None
 
     def begin(self, n_new: int, rows: torch.Tensor | slice | None = None) -> None:
@@ -221,26 +222,25 @@ class KVCache:
         if rows is None:
             rows = slice(0, self.lengths.shape[0])
         self.rows = rows
-        start = self.lengths[rows]                                   # [B]
-        self.positions = start[:, None] + torch.arange(n_new, device=start.device)   # [B, T]
-        span = int(start.max()) + n_new                              # attend over the used span only
+        start = self.lengths[rows]  # [B]
+        self.positions = start[:, None] + torch.arange(n_new, device=start.device)  # [B, T]
+        span = int(start.max()) + n_new  # attend over the used span only
         if span > self.max_len:
             raise RuntimeError(f"KV cache overflow: {span} > {self.max_len} positions")
         keys = torch.arange(span, device=start.device)
         self._mask = (keys[None, None, :] <= self.positions[:, :, None]).unsqueeze(1)  # [B, 1, T, S]
         self._span = span
         # row index of each written token, computed once here rather than in every layer
-        r = rows if isinstance(rows, torch.Tensor) else torch.arange(
-            rows.start, rows.stop, device=start.device)
-        self._write = (r[:, None].expand_as(self.positions), self.positions)          # [B, T] each
+        r = rows if isinstance(rows, torch.Tensor) else torch.arange(rows.start, rows.stop, device=start.device)
+        self._write = (r[:, None].expand_as(self.positions), self.positions)  # [B, T] each
 
     def update(self, layer, k, v):
         rows, span = self.rows, self._span
-        kc, vc = self.k[layer], self.v[layer]                       # [R, Hkv, Tmax, hd]
+        kc, vc = self.k[layer], self.v[layer]  # [R, Hkv, Tmax, hd]
         r, pos = self._write
-        kc[r, :, pos] = k.transpose(1, 2).to(kc.dtype)              # scatter [B, T, Hkv, hd]
-        vc[r, :, pos] = v.transpose(1, 2).to(vc.dtype)              # (autocast may hand bf16 to an fp32 cache)
-        return kc[rows, :, :span], vc[rows, :, :span], self._mask   # views for a slice, gathers for a tensor
+        kc[r, :, pos] = k.transpose(1, 2).to(kc.dtype)  # scatter [B, T, Hkv, hd]
+        vc[r, :, pos] = v.transpose(1, 2).to(vc.dtype)  # (autocast may hand bf16 to an fp32 cache)
+        return kc[rows, :, :span], vc[rows, :, :span], self._mask  # views for a slice, gathers for a tensor
 
     def advance(self, n_new: int) -> None:
         self.lengths[self.rows] += n_new

@@ -51,13 +51,13 @@ class ValueHead(nn.Module):
         nn.init.zeros_(self.proj.bias)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.proj(hidden).squeeze(-1)                           # [B, T, d] → [B, T]
+        return self.proj(hidden).squeeze(-1)  # [B, T, d] → [B, T]
 
 
 def align_values(v: torch.Tensor) -> torch.Tensor:
     """Per-position values [B, T] (v[:, t] read at position t) → values[:, t] = v[:, t − 1],
     column 0 = 0: aligned with logprobs[:, t] = log π(ids[:, t] | ids[:, :t])."""
-    return F.pad(v[:, :-1], (1, 0))                                    # [B, T]
+    return F.pad(v[:, :-1], (1, 0))  # [B, T]
 
 
 class ActorCritic(nn.Module):
@@ -76,7 +76,7 @@ class ActorCritic(nn.Module):
         # separate: a copy of the STARTING policy (call this before any update), trained alongside
         self.critic_trunk = copy.deepcopy(policy) if critic == "separate" else None
         if self.critic_trunk is not None:
-            self.critic_trunk.head = None          # the critic reads hidden states only: no unused LM head
+            self.critic_trunk.head = None  # the critic reads hidden states only: no unused LM head
         self.value_head = ValueHead(policy.config.d_model).to(device=p.device, dtype=p.dtype)
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
@@ -90,10 +90,10 @@ class ActorCritic(nn.Module):
 
     def logits_and_values(self, input_ids: torch.Tensor):
         """(logits [B, T, V], values [B, T]) in one trunk forward when the critic is shared."""
-        h = self.policy.hidden(input_ids)                              # [B, T, d]
-        logits = self.policy.head(h)                                   # [B, T, V]
+        h = self.policy.hidden(input_ids)  # [B, T, d]
+        logits = self.policy.head(h)  # [B, T, V]
         hc = h if self.critic_trunk is None else self.critic_trunk.hidden(input_ids)
-        return logits, align_values(self.value_head(hc))               # ← V(s_t) beside log π(y_t | s_t)
+        return logits, align_values(self.value_head(hc))  # ← V(s_t) beside log π(y_t | s_t)
 
     def critic_state_dict(self) -> dict:
         """Everything but the policy: the value head, and the critic trunk when separate."""
@@ -103,5 +103,6 @@ class ActorCritic(nn.Module):
         missing, unexpected = self.load_state_dict(state, strict=False)
         bad = [k for k in missing if not k.startswith("policy.")] + list(unexpected)
         if bad:
-            raise RuntimeError(f"critic state does not match this critic (keys {bad[:4]}); "
-                               "was it saved with another `critic` setting?")
+            raise RuntimeError(
+                f"critic state does not match this critic (keys {bad[:4]}); was it saved with another `critic` setting?"
+            )

@@ -45,6 +45,7 @@ from posttrain import UsageError
 @dataclass
 class HFShape:
     """The fields of gpt_mini's ModelConfig that the engine, the KV cache and the heads read."""
+
     vocab_size: int
     d_model: int
     n_layers: int
@@ -58,11 +59,17 @@ class HFShape:
 
 def shape_of(c) -> HFShape:
     heads = c.num_attention_heads
-    return HFShape(vocab_size=c.vocab_size, d_model=c.hidden_size, n_layers=c.num_hidden_layers,
-                   n_heads=heads, n_kv_heads=getattr(c, "num_key_value_heads", None) or heads,
-                   head_dim=getattr(c, "head_dim", None) or c.hidden_size // heads,
-                   d_ff=getattr(c, "intermediate_size", 0), max_seq_len=c.max_position_embeddings,
-                   tie_embeddings=bool(getattr(c, "tie_word_embeddings", False)))
+    return HFShape(
+        vocab_size=c.vocab_size,
+        d_model=c.hidden_size,
+        n_layers=c.num_hidden_layers,
+        n_heads=heads,
+        n_kv_heads=getattr(c, "num_key_value_heads", None) or heads,
+        head_dim=getattr(c, "head_dim", None) or c.hidden_size // heads,
+        d_ff=getattr(c, "intermediate_size", 0),
+        max_seq_len=c.max_position_embeddings,
+        tie_embeddings=bool(getattr(c, "tie_word_embeddings", False)),
+    )
 
 
 def _cache_keyword(hf) -> str:
@@ -77,7 +84,7 @@ class _CacheBridge:
         self.cache = cache
 
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):
-        k, v, _ = self.cache.update(layer_idx, key_states, value_states)   # [B, Hkv, S, hd] each
+        k, v, _ = self.cache.update(layer_idx, key_states, value_states)  # [B, Hkv, S, hd] each
         return k, v
 
 
@@ -88,8 +95,10 @@ class HFCausalLM(nn.Module):
         super().__init__()
         c = hf_model.config
         if "sliding_attention" in (getattr(c, "layer_types", None) or []):
-            raise UsageError(f"{c.model_type}: sliding-window attention layers are not supported by the "
-                             "posttrain engine; set use_sliding_window=false in config.json")
+            raise UsageError(
+                f"{c.model_type}: sliding-window attention layers are not supported by the "
+                "posttrain engine; set use_sliding_window=false in config.json"
+            )
         if c.is_encoder_decoder:
             raise UsageError(f"{c.model_type} is an encoder-decoder; posttrain needs a decoder-only causal LM")
         self.hf = hf_model
@@ -100,7 +109,7 @@ class HFCausalLM(nn.Module):
         if cache is None:
             return self.hf(input_ids=input_ids, use_cache=False).logits
         logits = self.hf(input_ids=input_ids, **self._cache_kwargs(cache)).logits
-        cache.advance(input_ids.shape[1])                               # the new tokens are now history
+        cache.advance(input_ids.shape[1])  # the new tokens are now history
         return logits
 
     def hidden(self, input_ids: torch.Tensor, cache=None) -> torch.Tensor:
@@ -113,11 +122,15 @@ class HFCausalLM(nn.Module):
         return h
 
     def _cache_kwargs(self, cache) -> dict:
-        pos = cache.positions                                           # [B, T] absolute positions
-        keys = torch.arange(int(pos.max()) + 1, device=pos.device)       # [S] the used span
-        mask = (keys[None, None, :] <= pos[:, :, None]).unsqueeze(1)     # [B, 1, T, S] True = attend
-        return {"position_ids": pos, "attention_mask": mask, _cache_keyword(self.hf): _CacheBridge(cache),
-                "use_cache": True}
+        pos = cache.positions  # [B, T] absolute positions
+        keys = torch.arange(int(pos.max()) + 1, device=pos.device)  # [S] the used span
+        mask = (keys[None, None, :] <= pos[:, :, None]).unsqueeze(1)  # [B, 1, T, S] True = attend
+        return {
+            "position_ids": pos,
+            "attention_mask": mask,
+            _cache_keyword(self.hf): _CacheBridge(cache),
+            "use_cache": True,
+        }
 
     @property
     def head(self):
@@ -134,8 +147,8 @@ class HFCausalLM(nn.Module):
 
     @grad_checkpointing.setter
     def grad_checkpointing(self, on: bool) -> None:
-        hf = self.hf    # transformers 5 renamed gradient_ to activation_checkpointing_*
-        if on:   # non-reentrant: gradients reach LoRA adapters even when the inputs are frozen
+        hf = self.hf  # transformers 5 renamed gradient_ to activation_checkpointing_*
+        if on:  # non-reentrant: gradients reach LoRA adapters even when the inputs are frozen
             if hasattr(hf, "activation_checkpointing_enable"):
                 hf.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
             else:
@@ -151,6 +164,7 @@ class HFCausalLM(nn.Module):
         """config.json + model.safetensors that `AutoModelForCausalLM.from_pretrained` opens.
         With LoRA adapters the merged weights W + (α/r)·B·A are written (models/lora.py)."""
         from posttrain.models import lora
+
         self.hf.save_pretrained(directory, state_dict=lora.merged_state_dict(self.hf))
 
 
@@ -164,15 +178,16 @@ class HFTokenizer:
 
     def __init__(self, tok):
         if tok.eos_token_id is None:
-            raise UsageError("the tokenizer has no eos_token; set eos_token (the end-of-turn token) in "
-                             "tokenizer_config.json")
+            raise UsageError(
+                "the tokenizer has no eos_token; set eos_token (the end-of-turn token) in tokenizer_config.json"
+            )
         self.tok = tok
         self.eot_id = tok.eos_token_id
         self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         self.vocab_size = len(tok)
 
     def encode(self, text: str) -> list[int]:
-        return self.tok.encode(text, add_special_tokens=False)   # templates write their own BOS
+        return self.tok.encode(text, add_special_tokens=False)  # templates write their own BOS
 
     def encode_data(self, text: str) -> list[int]:
         """Text that must stay data (tool output): special-token strings in it are split into plain
@@ -187,14 +202,17 @@ class HFTokenizer:
         """The conversation (a question string, or {role, content} messages) and the opened
         assistant turn, through the model's chat template: a response is what follows it."""
         from posttrain.chat import check_messages
+
         messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else check_messages(prompt)
-        if not self.tok.chat_template:                     # no template: the turns' texts, one per line
+        if not self.tok.chat_template:  # no template: the turns' texts, one per line
             return "\n".join(m["content"] for m in messages)
         try:
             return self.tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        except Exception as e:                             # jinja's TemplateError: e.g. no system role
-            raise UsageError(f"the model's chat template cannot render this conversation ({type(e).__name__}: "
-                             f"{str(e).splitlines()[0][:120]}); roles: {[m['role'] for m in messages]}") from None
+        except Exception as e:  # jinja's TemplateError: e.g. no system role
+            raise UsageError(
+                f"the model's chat template cannot render this conversation ({type(e).__name__}: "
+                f"{str(e).splitlines()[0][:120]}); roles: {[m['role'] for m in messages]}"
+            ) from None
 
     def chat_response(self, answer: str) -> str:
         """What the template renders after chat_prompt for an assistant answer, through its
@@ -205,14 +223,15 @@ class HFTokenizer:
         msgs = [{"role": "user", "content": "?"}]
         prompt = self.chat_prompt("?")
         full = self.tok.apply_chat_template(msgs + [{"role": "assistant", "content": answer}], tokenize=False)
-        rest = full[len(prompt):] if full.startswith(prompt) else answer + eos
+        rest = full[len(prompt) :] if full.startswith(prompt) else answer + eos
         end = rest.find(eos, rest.find(answer) + len(answer))
-        return rest[:end + len(eos)] if end >= 0 else rest + eos
+        return rest[: end + len(eos)] if end >= 0 else rest + eos
 
     def chat_continuation(self, prompt, completion) -> str:
         """What follows chat_prompt(prompt) when the reply is `completion`: a response string, or the
         assistant's message(s), as the model's template renders the whole conversation."""
         from posttrain.chat import check_messages
+
         if isinstance(completion, str) or not self.tok.chat_template:
             text = completion if isinstance(completion, str) else "".join(m["content"] for m in completion)
             return self.chat_response(text)
@@ -220,9 +239,11 @@ class HFTokenizer:
         full = self.tok.apply_chat_template(head + check_messages(completion), tokenize=False)
         start = self.chat_prompt(prompt)
         if not full.startswith(start):
-            raise UsageError("the chat template renders the reply differently from the opened assistant turn "
-                             "(a template that rewrites earlier turns); give chosen/rejected as strings")
-        return full[len(start):]
+            raise UsageError(
+                "the chat template renders the reply differently from the opened assistant turn "
+                "(a template that rewrites earlier turns); give chosen/rejected as strings"
+            )
+        return full[len(start) :]
 
     def save(self, directory: str | Path) -> None:
         self.tok.save_pretrained(directory)
@@ -241,16 +262,20 @@ def load_hf(path: str | Path, device="cpu") -> tuple[HFCausalLM, HFTokenizer]:
     except ImportError:
         raise UsageError("loading a Hugging Face model needs transformers: pip install 'posttrain[hf]'") from None
     from transformers.utils import logging as hf_logging
-    hf_logging.disable_progress_bar()                # one line per stage, not a bar per load
+
+    hf_logging.disable_progress_bar()  # one line per stage, not a bar per load
     d = Path(path)
-    try:   # fp32 master weights always; autocast picks the compute dtype (runtime.py)
-        hf = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, attn_implementation="sdpa",
-                                                  local_files_only=True)
+    try:  # fp32 master weights always; autocast picks the compute dtype (runtime.py)
+        hf = AutoModelForCausalLM.from_pretrained(
+            d, dtype=torch.float32, attn_implementation="sdpa", local_files_only=True
+        )
         tok = AutoTokenizer.from_pretrained(d, local_files_only=True)
     except (OSError, ValueError, KeyError) as e:
-        raise UsageError(f"{d} is not a loadable Hugging Face causal-LM directory "
-                         f"({type(e).__name__}: {str(e).splitlines()[0][:160]}); it needs config.json, "
-                         "safetensors weights and a tokenizer") from None
+        raise UsageError(
+            f"{d} is not a loadable Hugging Face causal-LM directory "
+            f"({type(e).__name__}: {str(e).splitlines()[0][:160]}); it needs config.json, "
+            "safetensors weights and a tokenizer"
+        ) from None
     model = HFCausalLM(hf.eval()).to(device)
     check_cache_path(model)
     return model, HFTokenizer(tok)
@@ -261,25 +286,39 @@ def check_cache_path(model: HFCausalLM) -> None:
     """Refuse an architecture whose attention ignores the KV-cache bridge: the last logits of
     a 3-token prefill + 1 decoded token through our cache must equal one plain forward."""
     from posttrain.models.gpt_mini import KVCache
+
     p = next(model.parameters())
-    ids = torch.arange(1, 5, device=p.device)[None] % model.config.vocab_size    # [1, 4]
+    ids = torch.arange(1, 5, device=p.device)[None] % model.config.vocab_size  # [1, 4]
     cache = KVCache(model.config, 1, 4, device=p.device, dtype=p.dtype)
-    full = model(ids)[0, -1].float()                                             # [V]
+    full = model(ids)[0, -1].float()  # [V]
     try:
         cache.begin(3)
         model(ids[:, :3], cache=cache)
         cache.begin(1)
-        step = model(ids[:, 3:], cache=cache)[0, -1].float()                    # [V]
-        why = "decoding differs from a full forward" if (step - full).abs().max() > 1e-3 * (1 + full.abs().max()) else ""
+        step = model(ids[:, 3:], cache=cache)[0, -1].float()  # [V]
+        why = (
+            "decoding differs from a full forward" if (step - full).abs().max() > 1e-3 * (1 + full.abs().max()) else ""
+        )
     except (RuntimeError, TypeError, ValueError, AttributeError) as e:
         why = f"{type(e).__name__}: {str(e).splitlines()[0][:100]}"
     if why:
-        raise UsageError(f"{model.hf.config.model_type}: its attention does not go through the engine's KV "
-                         f"cache ({why}); this architecture is not supported")
+        raise UsageError(
+            f"{model.hf.config.model_type}: its attention does not go through the engine's KV "
+            f"cache ({why}); this architecture is not supported"
+        )
 
 
-def write_tiny(out_dir: str | Path, arch: str = "llama", d_model: int = 64, n_layers: int = 2, n_heads: int = 4,
-               n_kv_heads: int = 2, d_ff: int = 128, max_len: int = 256, seed: int = 0) -> Path:
+def write_tiny(
+    out_dir: str | Path,
+    arch: str = "llama",
+    d_model: int = 64,
+    n_layers: int = 2,
+    n_heads: int = 4,
+    n_kv_heads: int = 2,
+    d_ff: int = 128,
+    max_len: int = 256,
+    seed: int = 0,
+) -> Path:
     """A random-weight HF model directory (LlamaForCausalLM or Qwen2ForCausalLM) with posttrain's
     character vocabulary as a `tokenizers` WordLevel tokenizer and its chat template: tests and
     benchmarks use it instead of a download."""
@@ -287,19 +326,29 @@ def write_tiny(out_dir: str | Path, arch: str = "llama", d_model: int = 64, n_la
 
     from posttrain.models.export import _tokenizer_config
     from posttrain.models.tokenizer import CharTokenizer
+
     archs = {"llama": LlamaConfig, "qwen2": Qwen2Config}
     if arch not in archs:
         raise UsageError(f"arch={arch!r} is unknown; use {' or '.join(archs)}")
     ct = CharTokenizer()
-    cfg = archs[arch](vocab_size=ct.vocab_size, hidden_size=d_model, intermediate_size=d_ff,
-                      num_hidden_layers=n_layers, num_attention_heads=n_heads, num_key_value_heads=n_kv_heads,
-                      max_position_embeddings=max_len, tie_word_embeddings=False, bos_token_id=None,
-                      eos_token_id=ct.eot_id, pad_token_id=ct.pad_id)
+    cfg = archs[arch](
+        vocab_size=ct.vocab_size,
+        hidden_size=d_model,
+        intermediate_size=d_ff,
+        num_hidden_layers=n_layers,
+        num_attention_heads=n_heads,
+        num_key_value_heads=n_kv_heads,
+        max_position_embeddings=max_len,
+        tie_word_embeddings=False,
+        bos_token_id=None,
+        eos_token_id=ct.eot_id,
+        pad_token_id=ct.pad_id,
+    )
     torch.manual_seed(seed)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).save_pretrained(out)
     (out / "tokenizer.json").write_text(json.dumps(ct.to_hf_json()))
     (out / "tokenizer_config.json").write_text(json.dumps(_tokenizer_config(ct, max_len)))
-    AutoTokenizer.from_pretrained(out).save_pretrained(out)     # normalise to the installed version's files
+    AutoTokenizer.from_pretrained(out).save_pretrained(out)  # normalise to the installed version's files
     return out

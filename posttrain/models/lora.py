@@ -32,29 +32,39 @@ ADAPTER = "default"
 
 @dataclass
 class LoraConfig:
-    r: int = 0                    # adapter rank; 0 = off (full fine-tuning). Memory and capacity grow with r
-    alpha: float = 16.0           # scale α: the update is (α / r)·B·A, so α/r acts as an lr multiplier
-    dropout: float = 0.0          # dropout on the adapter input (0 keeps sampler and trainer identical)
-    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj",
-                                                               "gate_proj", "up_proj", "down_proj"])
+    r: int = 0  # adapter rank; 0 = off (full fine-tuning). Memory and capacity grow with r
+    alpha: float = 16.0  # scale α: the update is (α / r)·B·A, so α/r acts as an lr multiplier
+    dropout: float = 0.0  # dropout on the adapter input (0 keeps sampler and trainer identical)
+    target_modules: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    )
     # Linear layer names to adapt (Llama/Qwen names; attention only: q_proj, v_proj)
 
 
 def apply_lora(model, cfg: LoraConfig) -> dict:
     """Inject adapters into `model.hf` and freeze the rest; returns the parameter counts."""
     if not hasattr(model, "hf"):
-        raise UsageError("lora needs a Hugging Face model: export gpt_mini with `posttrain export RUN "
-                         "--format hf DIR` and pass init=DIR")
+        raise UsageError(
+            "lora needs a Hugging Face model: export gpt_mini with `posttrain export RUN "
+            "--format hf DIR` and pass init=DIR"
+        )
     if cfg.dropout > 0:
-        raise UsageError("lora.dropout > 0 makes the trainer's logprobs differ from the sampler's "
-                         "(the on-policy ratio is no longer 1); use lora.dropout=0")
+        raise UsageError(
+            "lora.dropout > 0 makes the trainer's logprobs differ from the sampler's "
+            "(the on-policy ratio is no longer 1); use lora.dropout=0"
+        )
     try:
-        from peft import LoraConfig as PeftLoraConfig, inject_adapter_in_model
+        from peft import LoraConfig as PeftLoraConfig
+        from peft import inject_adapter_in_model
     except ImportError:
         raise UsageError("lora needs peft: pip install 'posttrain[hf]'") from None
     try:
-        inject_adapter_in_model(PeftLoraConfig(r=cfg.r, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout,
-                                               target_modules=list(cfg.target_modules)), model.hf)
+        inject_adapter_in_model(
+            PeftLoraConfig(
+                r=cfg.r, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout, target_modules=list(cfg.target_modules)
+            ),
+            model.hf,
+        )
     except ValueError as e:
         raise UsageError(f"lora.target_modules={list(cfg.target_modules)}: {str(e).splitlines()[0][:160]}") from None
     for name, p in model.named_parameters():
@@ -100,26 +110,32 @@ def save_adapter(model, directory: str | Path, base: str | None) -> None:
     base model's path, adapter_model.safetensors with keys `base_model.model.<module>.lora_A.weight`."""
     from peft import get_peft_model_state_dict
     from safetensors.torch import save_file
+
     cfg = copy.deepcopy(model.hf.peft_config[ADAPTER])
     cfg.base_model_name_or_path, cfg.task_type = base, "CAUSAL_LM"
     Path(directory).mkdir(parents=True, exist_ok=True)
     cfg.save_pretrained(str(directory))
     state = get_peft_model_state_dict(model.hf, adapter_name=ADAPTER)
-    save_file({f"base_model.model.{k}": v.detach().contiguous().cpu() for k, v in state.items()},
-              str(Path(directory, "adapter_model.safetensors")))
+    save_file(
+        {f"base_model.model.{k}": v.detach().contiguous().cpu() for k, v in state.items()},
+        str(Path(directory, "adapter_model.safetensors")),
+    )
 
 
 def load_adapter(model, directory: str | Path) -> None:
     """Adapter weights saved by `save_adapter` into a model that has the same adapters injected."""
     from peft import set_peft_model_state_dict
     from safetensors.torch import load_file
+
     state = load_file(str(Path(directory, "adapter_model.safetensors")))
     state = {k.removeprefix("base_model.model."): v for k, v in state.items()}
     result = set_peft_model_state_dict(model.hf, state, adapter_name=ADAPTER)
     missing = [k for k in getattr(result, "missing_keys", []) if "lora_" in k]
     if missing:
-        raise UsageError(f"{directory}: the saved adapters do not match this run's lora settings "
-                         f"(missing {missing[0]}); resume with the lora.* keys the run was started with")
+        raise UsageError(
+            f"{directory}: the saved adapters do not match this run's lora settings "
+            f"(missing {missing[0]}); resume with the lora.* keys the run was started with"
+        )
 
 
 def unadapted_copy(model):

@@ -25,13 +25,28 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from posttrain import UsageError
-
-from posttrain.chat import (ASSISTANT, BASE_CHARS, CALL_CLOSE, CALL_OPEN, DEFAULT_CHARS, EOT, PAD,  # noqa: F401
-                            RESULT_CLOSE, RESULT_OPEN, SPECIALS, SYSTEM, THINK_CLOSE, THINK_OPEN, TOOL_SPECIALS, USER,
-                            check_messages, render_builtin)
+from posttrain.chat import (  # noqa: F401
+    ASSISTANT,
+    BASE_CHARS,
+    CALL_CLOSE,
+    CALL_OPEN,
+    DEFAULT_CHARS,
+    EOT,
+    PAD,
+    RESULT_CLOSE,
+    RESULT_OPEN,
+    SPECIALS,
+    SYSTEM,
+    THINK_CLOSE,
+    THINK_OPEN,
+    TOOL_SPECIALS,
+    USER,
+    check_messages,
+    render_builtin,
+)
 
 FILE_NAME = "tokenizer.posttrain.json"
-HF_SPECIALS = PAD + EOT + USER + ASSISTANT + SYSTEM   # special in an HF export: what skip_special_tokens drops
+HF_SPECIALS = PAD + EOT + USER + ASSISTANT + SYSTEM  # special in an HF export: what skip_special_tokens drops
 
 
 @dataclass
@@ -50,7 +65,8 @@ class CharTokenizer:
         self.think_close_id = self.stoi[THINK_CLOSE]
         # tool specials exist only in vocabularies that have them (checkpoints older than tool use do not)
         self.call_open_id, self.call_close_id, self.result_open_id, self.result_close_id = (
-            self.stoi.get(c) for c in TOOL_SPECIALS)
+            self.stoi.get(c) for c in TOOL_SPECIALS
+        )
 
     @property
     def vocab_size(self) -> int:
@@ -61,8 +77,7 @@ class CharTokenizer:
             return [self.stoi[c] for c in text]
         except KeyError as e:
             raise UsageError(
-                f"character {e.args[0]!r} is not in the tokenizer vocabulary; "
-                f"use only {self.chars[1:]!r}"
+                f"character {e.args[0]!r} is not in the tokenizer vocabulary; use only {self.chars[1:]!r}"
             ) from None
 
     def decode(self, ids) -> str:
@@ -76,8 +91,10 @@ class CharTokenizer:
             return f"{USER}{prompt}{ASSISTANT}"
         messages = check_messages(prompt)
         if SYSTEM not in self.stoi and any(m["role"] == "system" for m in messages):
-            raise UsageError(f"this vocabulary has no system marker {SYSTEM!r} (the model was trained without system "
-                             "messages); drop the system message, or start from a model built for data that has them")
+            raise UsageError(
+                f"this vocabulary has no system marker {SYSTEM!r} (the model was trained without system "
+                "messages); drop the system message, or start from a model built for data that has them"
+            )
         return render_builtin(messages)
 
     def chat_response(self, answer: str) -> str:
@@ -90,7 +107,7 @@ class CharTokenizer:
             return self.chat_response(completion)
         head = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else check_messages(prompt)
         full = render_builtin(head + check_messages(completion), add_generation_prompt=False)
-        return full[len(self.chat_prompt(prompt)):]
+        return full[len(self.chat_prompt(prompt)) :]
 
     def chat_tool_result(self, text: str) -> str:
         """An observation as the env injects it into the assistant turn (response_mask 0)."""
@@ -140,13 +157,20 @@ class CharTokenizer:
             "truncation": None,
             "padding": None,
             "added_tokens": [
-                {"id": self.stoi[c], "content": c, "single_word": False, "lstrip": False,
-                 "rstrip": False, "normalized": False, "special": c in HF_SPECIALS}
-                for c in SPECIALS if c in self.stoi
+                {
+                    "id": self.stoi[c],
+                    "content": c,
+                    "single_word": False,
+                    "lstrip": False,
+                    "rstrip": False,
+                    "normalized": False,
+                    "special": c in HF_SPECIALS,
+                }
+                for c in SPECIALS
+                if c in self.stoi
             ],
             "normalizer": None,
-            "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "."},
-                              "behavior": "Isolated", "invert": False},
+            "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "."}, "behavior": "Isolated", "invert": False},
             "post_processor": None,
             "decoder": {"type": "Fuse"},
             "model": {"type": "WordLevel", "vocab": dict(self.stoi), "unk_token": PAD},

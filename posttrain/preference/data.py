@@ -43,18 +43,29 @@ from posttrain.tasks.base import score_samples
 
 @dataclass
 class Pair:
-    prompt: str | list            # a question, or {role, content} messages (every turn of the conversation)
-    chosen: str | list            # a response, or the assistant's message(s)
+    prompt: str | list  # a question, or {role, content} messages (every turn of the conversation)
+    chosen: str | list  # a response, or the assistant's message(s)
     rejected: str | list
     margin: float = 0.0
-    item: object = None           # the task item, when the pair came from the task
+    item: object = None  # the task item, when the pair came from the task
 
 
 # ---- from the task ------------------------------------------------------------------------
 
-def pairs_from_policy(model, tok, task, items, samples_per_prompt: int = 8, temperature: float = 1.0,
-                      max_new_tokens: int = 64, seed: int = 0, same_length: bool = False,
-                      engine: Engine | None = None, pairs_per_prompt: int = 1) -> tuple[list[Pair], dict]:
+
+def pairs_from_policy(
+    model,
+    tok,
+    task,
+    items,
+    samples_per_prompt: int = 8,
+    temperature: float = 1.0,
+    max_new_tokens: int = 64,
+    seed: int = 0,
+    same_length: bool = False,
+    engine: Engine | None = None,
+    pairs_per_prompt: int = 1,
+) -> tuple[list[Pair], dict]:
     """Up to `pairs_per_prompt` (correct, wrong) pairs per prompt whose samples are mixed, no
     response in two pairs (so 8 samples give at most 4); stats count the rest."""
     engine = engine or Engine(model, tok)
@@ -66,8 +77,10 @@ def pairs_from_policy(model, tok, task, items, samples_per_prompt: int = 8, temp
     for s in samples:
         groups.setdefault(s.group, []).append(s)
     rng = random.Random(seed)
-    pairs, stats = [], {"prompts": len(items), "all_correct": 0, "all_wrong": 0, "no_equal_length": 0,
-                    "empty_responses": 0}
+    pairs, stats = (
+        [],
+        {"prompts": len(items), "all_correct": 0, "all_wrong": 0, "no_equal_length": 0, "empty_responses": 0},
+    )
     for g in sorted(groups):
         good = [s for s in groups[g] if s.reward > 0.5 and s.finish_reason == "stop"]
         bad = [s for s in groups[g] if s.reward <= 0.5 and _strip(tok, s).strip()]
@@ -129,7 +142,7 @@ def corrupt_trace(terms: tuple[int, ...], rng: random.Random) -> str:
     prompt or its own arithmetic, which is what the reward model should learn to do."""
     kind = rng.choice(CORRUPTIONS if len(terms) > 2 else ("slip", "term", "answer"))
     ts = list(terms)
-    at = rng.randrange(1, len(ts))                         # the step (term index) that goes wrong
+    at = rng.randrange(1, len(ts))  # the step (term index) that goes wrong
     if kind == "skip":
         nonzero = [i for i in range(1, len(ts)) if ts[i]]  # leaving out a 0 would not be a mistake
         if nonzero:
@@ -166,6 +179,7 @@ def corrupted_pairs(task, items, seed: int = 0) -> list[Pair]:
 
 # ---- from a file --------------------------------------------------------------------------
 
+
 def load_jsonl(path: str | Path, on_bad: str = "error", fits=None) -> tuple[list[Pair], int]:
     """(pairs, skipped rows). `on_bad`: "error" raises on the first bad row, "skip" counts it.
     `fits(pair) -> reason | None` refuses rows a model cannot take (fits_context), as bad rows."""
@@ -197,16 +211,18 @@ def fits_context(tok, context: int):
     """`fits` for load_jsonl: a row whose prompt plus its longer response is past the model's
     context (`model.config.max_seq_len`) is refused by name: the checkpoint's context is
     fixed, so the fix is in the data (shorten or drop the row), never "raise it"."""
+
     def fits(p: Pair) -> str | None:
         try:
             n = len(tok.encode(tok.chat_prompt(p.prompt))) + max(
-                len(tok.encode(tok.chat_continuation(p.prompt, r))) for r in (p.chosen, p.rejected))   # as encode_pairs
-        except UsageError:                   # a character the tokenizer lacks: encode_pairs names it
+                len(tok.encode(tok.chat_continuation(p.prompt, r))) for r in (p.chosen, p.rejected)
+            )  # as encode_pairs
+        except UsageError:  # a character the tokenizer lacks: encode_pairs names it
             return None
         if n <= context:
             return None
-        return (f"prompt + response is {n} tokens, past the model's context of {context} tokens; shorten or "
-                "drop the row")
+        return f"prompt + response is {n} tokens, past the model's context of {context} tokens; shorten or drop the row"
+
     return fits
 
 
@@ -271,8 +287,13 @@ def encode_pairs(tok, pairs: list[Pair]) -> list[tuple[list[int], list[int], lis
     out = []
     for i, p in enumerate(pairs):
         try:
-            out.append((tok.encode(tok.chat_prompt(p.prompt)), tok.encode(tok.chat_continuation(p.prompt, p.chosen)),
-                        tok.encode(tok.chat_continuation(p.prompt, p.rejected))))
+            out.append(
+                (
+                    tok.encode(tok.chat_prompt(p.prompt)),
+                    tok.encode(tok.chat_continuation(p.prompt, p.chosen)),
+                    tok.encode(tok.chat_continuation(p.prompt, p.rejected)),
+                )
+            )
         except UsageError as e:
             raise UsageError(f"preference pair {i} (prompt {str(p.prompt)[:40]!r}): {e}") from None
     return out

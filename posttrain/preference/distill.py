@@ -34,23 +34,25 @@ from posttrain.framework.logprobs import logits_logprobs
 LOSSES = ("rkl", "jsd")
 
 
-def reverse_kl_advantages(student_lp: torch.Tensor, teacher_lp: torch.Tensor, mask: torch.Tensor,
-                          coef: float = 1.0) -> torch.Tensor:
+def reverse_kl_advantages(
+    student_lp: torch.Tensor, teacher_lp: torch.Tensor, mask: torch.Tensor, coef: float = 1.0
+) -> torch.Tensor:
     """A [B, T] = −coef·(log π_S − log π_T) on mask, 0 elsewhere; no gradient."""
-    return (-coef * (student_lp.detach() - teacher_lp.detach())) * mask      # [B, T]
+    return (-coef * (student_lp.detach() - teacher_lp.detach())) * mask  # [B, T]
 
 
-def generalized_jsd(student_logits: torch.Tensor, teacher_logits: torch.Tensor, beta: float,
-                    temperature: float = 1.0) -> torch.Tensor:
+def generalized_jsd(
+    student_logits: torch.Tensor, teacher_logits: torch.Tensor, beta: float, temperature: float = 1.0
+) -> torch.Tensor:
     """Per-position divergence [...] of logits [..., V] (TRL's GKD convention, module doc)."""
     if not 0.0 <= beta <= 1.0:
         raise ValueError(f"beta={beta} must be in [0, 1]")
-    s = F.log_softmax(_wide(student_logits) / temperature, dim=-1)           # [..., V]
-    t = F.log_softmax(_wide(teacher_logits) / temperature, dim=-1)           # [..., V]
+    s = F.log_softmax(_wide(student_logits) / temperature, dim=-1)  # [..., V]
+    t = F.log_softmax(_wide(teacher_logits) / temperature, dim=-1)  # [..., V]
     if beta == 0.0:
-        return kl(t, s)                                                      # forward KL(T ‖ S)
+        return kl(t, s)  # forward KL(T ‖ S)
     if beta == 1.0:
-        return kl(s, t)                                                      # reverse KL(S ‖ T)
+        return kl(s, t)  # reverse KL(S ‖ T)
     b = torch.tensor(beta, dtype=s.dtype, device=s.device)
     m = torch.logsumexp(torch.stack([s + torch.log1p(-b), t + torch.log(b)]), dim=0)  # log M  [..., V]
     return beta * kl(t, m) + (1 - beta) * kl(s, m)
@@ -78,30 +80,33 @@ def distill_loss_fn(teacher, loss: str = "rkl", beta: float = 0.5, coef: float =
         raise UsageError(f"loss={loss!r} is unknown; use {' or '.join(LOSSES)}")
 
     def loss_fn(model, mb: RolloutBatch, norm):
-        ids, mask, old = mb.input_ids, mb.loss_mask, mb.old_logprobs        # [B, T] each
+        ids, mask, old = mb.input_ids, mb.loss_mask, mb.old_logprobs  # [B, T] each
         if ids is None or (loss == "rkl" and old is None):
             raise UsageError("distillation needs batch.input_ids (and old_logprobs for rkl): use collate_samples")
-        logits = model(ids)                                                  # [B, T, V]
+        logits = model(ids)  # [B, T, V]
         with torch.no_grad():
-            t_logits = teacher(ids)                                          # [B, T, V]
-        lp, _ = logits_logprobs(logits, ids, temperature)                    # [B, T]
-        t_lp, _ = logits_logprobs(t_logits, ids, temperature)                # [B, T]
+            t_logits = teacher(ids)  # [B, T, V]
+        lp, _ = logits_logprobs(logits, ids, temperature)  # [B, T]
+        t_lp, _ = logits_logprobs(t_logits, ids, temperature)  # [B, T]
         if loss == "rkl":
-            adv = reverse_kl_advantages(lp, t_lp, mask, coef)                # [B, T]
-            ratio = torch.exp(lp - old)                                      # [B, T], 1 on-policy
-            per_token = -ratio * adv                                         # ← the PG loss on −KL
+            adv = reverse_kl_advantages(lp, t_lp, mask, coef)  # [B, T]
+            ratio = torch.exp(lp - old)  # [B, T], 1 on-policy
+            per_token = -ratio * adv  # ← the PG loss on −KL
         else:
             per_token = shifted(generalized_jsd(logits[:, :-1], t_logits[:, :-1], beta, temperature))
         total = (per_token * mask).sum() / max(norm["tokens"], 1.0)
         with torch.no_grad():
             s_all = F.log_softmax(logits[:, :-1].float() / temperature, -1)
             t_all = F.log_softmax(t_logits[:, :-1].float() / temperature, -1)
-            exact = shifted(kl(s_all, t_all))                                # [B, T] reverse KL per token
-            metrics = {"distill/reverse_kl": float(masked_mean(exact, mask)),
-                       "distill/reverse_kl_k1": float(masked_mean(lp.detach() - t_lp, mask)),
-                       "distill/teacher_logprob": float(masked_mean(t_lp, mask)),
-                       "mismatch/logprob_abs": float(masked_mean((lp.detach() - old).abs(), mask))}
+            exact = shifted(kl(s_all, t_all))  # [B, T] reverse KL per token
+            metrics = {
+                "distill/reverse_kl": float(masked_mean(exact, mask)),
+                "distill/reverse_kl_k1": float(masked_mean(lp.detach() - t_lp, mask)),
+                "distill/teacher_logprob": float(masked_mean(t_lp, mask)),
+                "mismatch/logprob_abs": float(masked_mean((lp.detach() - old).abs(), mask)),
+            }
             if loss == "jsd":
                 metrics["distill/jsd"] = float(masked_mean(per_token.detach(), mask))
         return total, metrics
+
     return loss_fn

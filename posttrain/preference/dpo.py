@@ -47,16 +47,17 @@ REFERENCE_FREE = ("simpo", "orpo")
 
 @dataclass
 class DPOLossConfig:
-    loss_type: str = "dpo"        # one of LOSSES
-    beta: float = 0.1             # β (λ for orpo, τ for ipo); simpo's paper default is 2.5
+    loss_type: str = "dpo"  # one of LOSSES
+    beta: float = 0.1  # β (λ for orpo, τ for ipo); simpo's paper default is 2.5
     label_smoothing: float = 0.1  # ε of cdpo / robust
-    simpo_gamma: float = 1.375    # γ: simpo's target margin (γ/β = 0.55 at β = 2.5)
-    nll_alpha: float = 1.0        # α of dpo_nll
+    simpo_gamma: float = 1.375  # γ: simpo's target margin (γ/β = 0.55 at β = 2.5)
+    nll_alpha: float = 1.0  # α of dpo_nll
 
 
 @dataclass
 class SeqLogps:
     """Per-pair tensors [P]: policy and reference log-prob sums, response token counts."""
+
     chosen: torch.Tensor
     rejected: torch.Tensor
     ref_chosen: torch.Tensor | None
@@ -73,7 +74,7 @@ def preference_loss(cfg: DPOLossConfig, s: SeqLogps, kto_z0: torch.Tensor | None
         h = s.chosen - s.rejected
         r_w, r_l = beta * s.chosen.detach(), beta * s.rejected.detach()
     else:
-        rho_w, rho_l = s.chosen - s.ref_chosen, s.rejected - s.ref_rejected   # [P] log-ratios
+        rho_w, rho_l = s.chosen - s.ref_chosen, s.rejected - s.ref_rejected  # [P] log-ratios
         h = rho_w - rho_l
         r_w, r_l = beta * rho_w.detach(), beta * rho_l.detach()
     if kind == "dpo":
@@ -97,7 +98,7 @@ def preference_loss(cfg: DPOLossConfig, s: SeqLogps, kto_z0: torch.Tensor | None
         loss = -avg_w - beta * F.logsigmoid(log_odds)
     elif kind == "kto":
         z0 = kto_z0 if kto_z0 is not None else torch.cat([rho_w, rho_l]).detach().mean().clamp(min=0)
-        loss = (kto_desirable(rho_w, z0, beta) + kto_undesirable(rho_l, z0, beta)) / 2   # mean over examples
+        loss = (kto_desirable(rho_w, z0, beta) + kto_undesirable(rho_l, z0, beta)) / 2  # mean over examples
     elif kind == "dpo_nll":
         loss = -F.logsigmoid(beta * h) - cfg.nll_alpha * s.chosen / s.len_chosen
     else:

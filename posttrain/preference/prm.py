@@ -50,18 +50,28 @@ class PRM(nn.Module):
         self.head = ValueHead(trunk.config.d_model).to(device=p.device, dtype=p.dtype)
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return self.head(self.trunk.hidden(input_ids)).float()         # [B, T] a logit at every position
+        return self.head(self.trunk.hidden(input_ids)).float()  # [B, T] a logit at every position
 
 
 def prm_loss(logits: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor, n_boundaries: float) -> torch.Tensor:
     """Σ over boundary positions of BCE(σ(logit), soft label) / the whole batch's boundaries."""
-    bce = F.binary_cross_entropy_with_logits(logits, labels, reduction="none")   # [B, T]
+    bce = F.binary_cross_entropy_with_logits(logits, labels, reduction="none")  # [B, T]
     return (bce * mask).sum() / max(n_boundaries, 1.0)
 
 
 @torch.no_grad()
-def mc_labels(model, tok, task, items, responses: int = 2, completions: int = 4, temperature: float = 1.0,
-              max_new_tokens: int = 64, seed: int = 0, engine: Engine | None = None) -> tuple[list[dict], dict]:
+def mc_labels(
+    model,
+    tok,
+    task,
+    items,
+    responses: int = 2,
+    completions: int = 4,
+    temperature: float = 1.0,
+    max_new_tokens: int = 64,
+    seed: int = 0,
+    engine: Engine | None = None,
+) -> tuple[list[dict], dict]:
     """Rows {prompt_ids, response_ids, positions, labels}: `responses` policy samples per item,
     each boundary labelled with the success rate of `completions` continuations of its prefix."""
     engine = engine or Engine(model, tok)
@@ -72,24 +82,44 @@ def mc_labels(model, tok, task, items, responses: int = 2, completions: int = 4,
     rows, queries, owners = [], [], []
     for s in samples:
         if s.finish_reason != "stop":
-            continue                                                   # a truncated response has no final step
+            continue  # a truncated response has no final step
         b = boundaries(tok, s.response_ids)
-        rows.append({"prompt_ids": s.prompt_ids, "response_ids": s.response_ids, "positions": b,
-                     "labels": [0.0] * (len(b) - 1) + [s.reward], "item": s.item})
-        for j, pos in enumerate(b[:-1]):                               # the last boundary is the answer itself
-            queries.append(s.prompt_ids + s.response_ids[:pos + 1])
+        rows.append(
+            {
+                "prompt_ids": s.prompt_ids,
+                "response_ids": s.response_ids,
+                "positions": b,
+                "labels": [0.0] * (len(b) - 1) + [s.reward],
+                "item": s.item,
+            }
+        )
+        for j, pos in enumerate(b[:-1]):  # the last boundary is the answer itself
+            queries.append(s.prompt_ids + s.response_ids[: pos + 1])
             owners.append((len(rows) - 1, j))
     if queries:
-        cont = engine.generate(queries, completions, SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens),
-                               seed=seed, step=1, items=[rows[r]["item"] for r, _ in owners])
+        cont = engine.generate(
+            queries,
+            completions,
+            SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens),
+            seed=seed,
+            step=1,
+            items=[rows[r]["item"] for r, _ in owners],
+        )
         for q, (r, j) in enumerate(owners):
-            prefix = tok.decode(rows[r]["response_ids"][:rows[r]["positions"][j] + 1])
-            ok = [safe_reward(task, rows[r]["item"], prefix + c.text).reward >= 1.0
-                  for c in cont[q * completions:(q + 1) * completions]]
+            prefix = tok.decode(rows[r]["response_ids"][: rows[r]["positions"][j] + 1])
+            ok = [
+                safe_reward(task, rows[r]["item"], prefix + c.text).reward >= 1.0
+                for c in cont[q * completions : (q + 1) * completions]
+            ]
             rows[r]["labels"][j] = sum(ok) / completions
     n_b = sum(len(r["positions"]) for r in rows)
-    stats = {"responses": len(samples), "labelled": len(rows), "boundaries": n_b, "completions": len(queries) * completions,
-             "mean_label": sum(sum(r["labels"]) for r in rows) / max(n_b, 1)}
+    stats = {
+        "responses": len(samples),
+        "labelled": len(rows),
+        "boundaries": n_b,
+        "completions": len(queries) * completions,
+        "mean_label": sum(sum(r["labels"]) for r in rows) / max(n_b, 1),
+    }
     return rows, stats
 
 
@@ -106,7 +136,7 @@ def collate_rows(rows: list[dict], pad_id: int) -> dict:
 
 def prm_loss_fn(model, mb, norm):
     """The Trainer's loss: `norm["tokens"]` is the whole batch's boundary count (loss_mask = step_mask)."""
-    logits = model(mb["input_ids"])                                    # [b, T]
+    logits = model(mb["input_ids"])  # [b, T]
     loss = prm_loss(logits, mb["step_labels"], mb["step_mask"], norm["tokens"])
     with torch.no_grad():
         m = mb["step_mask"]
@@ -115,15 +145,17 @@ def prm_loss_fn(model, mb, norm):
 
 
 @torch.no_grad()
-def step_scores(prm: PRM, tok, prompts: list[list[int]], responses: list[list[int]], batch_rows: int = 64) -> list[list[float]]:
+def step_scores(
+    prm: PRM, tok, prompts: list[list[int]], responses: list[list[int]], batch_rows: int = 64
+) -> list[list[float]]:
     """σ(PRM) at every boundary of each response (a response without one is scored at its end)."""
     prm.eval()
     device = next(prm.parameters()).device
     out = []
     for a in range(0, len(prompts), batch_rows):
-        P, R = prompts[a:a + batch_rows], responses[a:a + batch_rows]
+        P, R = prompts[a : a + batch_rows], responses[a : a + batch_rows]
         b = collate(P, R, tok.pad_id)
-        probs = torch.sigmoid(prm(b["input_ids"].to(device))).cpu()    # [b, T]
+        probs = torch.sigmoid(prm(b["input_ids"].to(device))).cpu()  # [b, T]
         for i, (p, r) in enumerate(zip(P, R)):
             pos = boundaries(tok, r) or [len(r) - 1]
             out.append([float(probs[i, len(p) + j]) for j in pos])

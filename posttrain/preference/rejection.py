@@ -17,8 +17,18 @@ from posttrain.progress import generate_with_progress
 from posttrain.tasks.base import score_samples
 
 
-def rejection_sample(model, tok, task, items, n: int = 8, temperature: float = 1.0, max_new_tokens: int = 64,
-                     seed: int = 0, dedupe: bool = True, engine: Engine | None = None):
+def rejection_sample(
+    model,
+    tok,
+    task,
+    items,
+    n: int = 8,
+    temperature: float = 1.0,
+    max_new_tokens: int = 64,
+    seed: int = 0,
+    dedupe: bool = True,
+    engine: Engine | None = None,
+):
     """(prompt ids, response ids, stats): accepted, distinct responses of every prompt."""
     engine = engine or Engine(model, tok)
     prompts = [tok.encode(tok.chat_prompt(task.prompt(it))) for it in items]

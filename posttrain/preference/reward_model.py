@@ -60,29 +60,33 @@ class RewardModel(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Scores [B] of rows [B, T]."""
-        h = self.trunk.hidden(input_ids)                               # [B, T, d]
-        last = last_token_index(attention_mask)                        # [B]
-        h_last = h[torch.arange(h.shape[0], device=h.device), last]    # [B, d]  ← the one position scored
-        return self.head(h_last).squeeze(-1).float()                   # [B]
+        h = self.trunk.hidden(input_ids)  # [B, T, d]
+        last = last_token_index(attention_mask)  # [B]
+        h_last = h[torch.arange(h.shape[0], device=h.device), last]  # [B, d]  ← the one position scored
+        return self.head(h_last).squeeze(-1).float()  # [B]
 
 
 def last_token_index(attention_mask: torch.Tensor) -> torch.Tensor:
     """Index [B] of the last position whose mask is 1 (right or left padding)."""
     T = attention_mask.shape[1]
-    return T - 1 - attention_mask.flip(-1).argmax(-1)                  # first 1 from the right
+    return T - 1 - attention_mask.flip(-1).argmax(-1)  # first 1 from the right
 
 
 # ---- losses and metrics (pure functions of scores) ------------------------------------------
 
-def bradley_terry_loss(r_chosen: torch.Tensor, r_rejected: torch.Tensor, margin: torch.Tensor | None = None,
-                       center_coef: float = 0.0) -> torch.Tensor:
+
+def bradley_terry_loss(
+    r_chosen: torch.Tensor, r_rejected: torch.Tensor, margin: torch.Tensor | None = None, center_coef: float = 0.0
+) -> torch.Tensor:
     """Per-pair losses [P]: −log σ(r_w − r_l − m) + η·(r_w + r_l)². The caller takes the mean."""
-    delta = r_chosen - r_rejected                                      # [P]
+    delta = r_chosen - r_rejected  # [P]
     if margin is not None:
-        delta = delta - margin                                         # Llama 2: a pair rated "much better" must win by m
-    loss = -F.logsigmoid(delta)                                        # stable for large |Δ|
+        delta = delta - margin  # Llama 2: a pair rated "much better" must win by m
+    loss = -F.logsigmoid(delta)  # stable for large |Δ|
     if center_coef:
-        loss = loss + center_coef * (r_chosen + r_rejected) ** 2       # pins the scores' offset near 0 (BT alone is shift-free)
+        loss = (
+            loss + center_coef * (r_chosen + r_rejected) ** 2
+        )  # pins the scores' offset near 0 (BT alone is shift-free)
     return loss
 
 
@@ -98,22 +102,28 @@ def pairwise_accuracy(r_chosen: torch.Tensor, r_rejected: torch.Tensor) -> float
 
 def pair_metrics(r_chosen: torch.Tensor, r_rejected: torch.Tensor, prefix: str = "rm/") -> dict:
     r_w, r_l = r_chosen.detach(), r_rejected.detach()
-    return {f"{prefix}accuracy": pairwise_accuracy(r_w, r_l), f"{prefix}margin": float((r_w - r_l).mean()),
-            f"{prefix}chosen": float(r_w.mean()), f"{prefix}rejected": float(r_l.mean())}
+    return {
+        f"{prefix}accuracy": pairwise_accuracy(r_w, r_l),
+        f"{prefix}margin": float((r_w - r_l).mean()),
+        f"{prefix}chosen": float(r_w.mean()),
+        f"{prefix}rejected": float(r_l.mean()),
+    }
 
 
 # ---- scoring ---------------------------------------------------------------------------------
 
+
 @torch.no_grad()
-def score_batches(rm: RewardModel, prompts: list[list[int]], responses: list[list[int]], pad_id: int,
-                  batch_rows: int = 64) -> torch.Tensor:
+def score_batches(
+    rm: RewardModel, prompts: list[list[int]], responses: list[list[int]], pad_id: int, batch_rows: int = 64
+) -> torch.Tensor:
     """Scores [N] of token rows prompt ⊕ response, `batch_rows` at a time, in eval mode."""
     was_training = rm.training
     rm.eval()
     device = next(rm.parameters()).device
     out = []
     for a in range(0, len(prompts), batch_rows):
-        b = collate(prompts[a:a + batch_rows], responses[a:a + batch_rows], pad_id)
+        b = collate(prompts[a : a + batch_rows], responses[a : a + batch_rows], pad_id)
         out.append(rm(b["input_ids"].to(device), b["attention_mask"].to(device)).cpu())
     rm.train(was_training)
     return torch.cat(out) if out else torch.zeros(0)
@@ -146,7 +156,9 @@ class RewardModelScorer:
 
     def score(self, prompts: list[str], responses: list[str]) -> list[float]:
         if len(prompts) != len(responses):
-            raise UsageError(f"score: {len(prompts)} prompts but {len(responses)} responses; give one prompt per response")
+            raise UsageError(
+                f"score: {len(prompts)} prompts but {len(responses)} responses; give one prompt per response"
+            )
         p = [self.tok.encode(self.tok.chat_prompt(x)) for x in prompts]
         eot = self.tok.decode([self.tok.eot_id])
         r = [self.tok.encode(self.tok.chat_response(y.removesuffix(eot))) for y in responses]
@@ -178,6 +190,7 @@ def load_scorer(spec: str | Path, device="cpu", batch_size: int = 64):
 
 # ---- saving and loading ----------------------------------------------------------------------
 
+
 def head_state(rm: RewardModel) -> dict:
     return {k: v.detach().contiguous().cpu() for k, v in rm.head.state_dict().items()}
 
@@ -199,16 +212,19 @@ def load_reward_model(path: str | Path, device="cpu"):
     rm = RewardModel(trunk)
     if (ckpt / HEAD_FILE).exists():
         state = load_file(str(ckpt / HEAD_FILE))
-    elif (ckpt / "trainer.pt").exists():                               # a checkpoint saved mid-run
+    elif (ckpt / "trainer.pt").exists():  # a checkpoint saved mid-run
         state = checkpoint.load_trainer_state(ckpt).get("extra", {}).get("reward_head")
     else:
         state = None
     if state is None:
-        raise UsageError(f"checkpoint {str(ckpt)!r} holds no reward head ({HEAD_FILE}); "
-                         "point to a run of `posttrain rm`")
+        raise UsageError(
+            f"checkpoint {str(ckpt)!r} holds no reward head ({HEAD_FILE}); point to a run of `posttrain rm`"
+        )
     try:
         rm.head.load_state_dict(state)
     except RuntimeError as e:
-        raise UsageError(f"{ckpt / HEAD_FILE}: reward head does not fit the trunk "
-                         f"({str(e).splitlines()[-1].strip()[:120]}); the checkpoint is damaged or mixed") from None
+        raise UsageError(
+            f"{ckpt / HEAD_FILE}: reward head does not fit the trunk "
+            f"({str(e).splitlines()[-1].strip()[:120]}); the checkpoint is damaged or mixed"
+        ) from None
     return rm.to(device), tok, ckpt

@@ -50,7 +50,7 @@ class RewardModelTask:
 
     def reward_batch(self, items, responses: list[str]) -> list[RewardResult]:
         """One RM pass over the whole batch; the verifier on each sample for `true`."""
-        proxy = self.scorer.score([self.task.prompt(it) for it in items], responses)   # [N] floats
+        proxy = self.scorer.score([self.task.prompt(it) for it in items], responses)  # [N] floats
         out = []
         for it, text, p in zip(items, responses, proxy):
             true = safe_reward(self.task, it, text)
@@ -62,9 +62,17 @@ def curve(metrics: list[dict]) -> list[dict]:
     """(step, kl, proxy, true, seq_kl) rows of the training steps that logged all three; seq_kl is the
     per-token KL times the mean response length, the sequence-level KL whose root Gao et al. plot on x."""
     keys = ("kl/ref", "reward/proxy", "reward/true")
-    return [{"step": m["step"], "kl": m["kl/ref"], "proxy": m["reward/proxy"], "true": m["reward/true"],
-             "seq_kl": m["kl/ref"] * m.get("length/mean", 1.0)}       # per-token mean × tokens ≈ KL of a response
-            for m in metrics if m.get("step", 0) > 0 and all(k in m for k in keys)]
+    return [
+        {
+            "step": m["step"],
+            "kl": m["kl/ref"],
+            "proxy": m["reward/proxy"],
+            "true": m["reward/true"],
+            "seq_kl": m["kl/ref"] * m.get("length/mean", 1.0),
+        }  # per-token mean × tokens ≈ KL of a response
+        for m in metrics
+        if m.get("step", 0) > 0 and all(k in m for k in keys)
+    ]
 
 
 def turn(rows: list[dict], window: int = 5) -> dict:
@@ -72,15 +80,23 @@ def turn(rows: list[dict], window: int = 5) -> dict:
     highest (the raw per-step reward is noisy), and how far the proxy rose after it."""
     if not rows:
         return {}
-    smooth = [sum(r["true"] for r in rows[max(0, i - window + 1):i + 1]) / min(i + 1, window)
-              for i in range(len(rows))]
+    smooth = [
+        sum(r["true"] for r in rows[max(0, i - window + 1) : i + 1]) / min(i + 1, window) for i in range(len(rows))
+    ]
     i = max(range(len(rows)), key=smooth.__getitem__)
     after = rows[i:]
-    return {"peak_step": rows[i]["step"], "peak_kl": rows[i]["kl"], "peak_true_smoothed": smooth[i],
-            "start_true": rows[0]["true"], "final_true_smoothed": smooth[-1],
-            "start_proxy": rows[0]["proxy"], "proxy_at_peak": rows[i]["proxy"],
-            "final_proxy": sum(r["proxy"] for r in after[-window:]) / len(after[-window:]),
-            "final_kl": rows[-1]["kl"], "window": window}
+    return {
+        "peak_step": rows[i]["step"],
+        "peak_kl": rows[i]["kl"],
+        "peak_true_smoothed": smooth[i],
+        "start_true": rows[0]["true"],
+        "final_true_smoothed": smooth[-1],
+        "start_proxy": rows[0]["proxy"],
+        "proxy_at_peak": rows[i]["proxy"],
+        "final_proxy": sum(r["proxy"] for r in after[-window:]) / len(after[-window:]),
+        "final_kl": rows[-1]["kl"],
+        "window": window,
+    }
 
 
 def write_curve(run_dir: str | Path) -> dict:

@@ -37,25 +37,37 @@ def solved(task, item, text: str) -> float:
 def sample_table(task, items, samples, n: int, orm_scores=None, prm_scores=None, **more_scores) -> dict:
     """Accuracy of pass@1, maj@n, and best@n by each given score list (aligned with samples)."""
     acc = {"pass@1": [], f"maj@{n}": []}
-    rankers = {name: sc for name, sc in (("orm", orm_scores), ("prm", prm_scores), *more_scores.items())
-               if sc is not None}
+    rankers = {
+        name: sc for name, sc in (("orm", orm_scores), ("prm", prm_scores), *more_scores.items()) if sc is not None
+    }
     for name in rankers:
         acc[f"{name} best@{n}"] = []
     for i, it in enumerate(items):
-        group = samples[i * n:(i + 1) * n]
+        group = samples[i * n : (i + 1) * n]
         right = [solved(task, it, s.text) for s in group]
         acc["pass@1"].append(float(np.mean(right)))
         votes = Counter(a for a in (last_integer(s.text) for s in group) if a is not None)
         acc[f"maj@{n}"].append(float(bool(votes) and votes.most_common(1)[0][0] == task.gold(it)))
         for name, scores in rankers.items():
-            mine = scores[i * n:(i + 1) * n]
+            mine = scores[i * n : (i + 1) * n]
             acc[f"{name} best@{n}"].append(right[int(np.argmax(mine))])
     return {k: float(np.mean(v)) for k, v in acc.items()}
 
 
 @torch.no_grad()
-def beam_search(policy, prm, tok, task, items, beam: int = 2, expand: int = 4, temperature: float = 1.0,
-                max_len: int = 64, step_tokens: int = 24, seed: int = 0) -> tuple[list[str], int]:
+def beam_search(
+    policy,
+    prm,
+    tok,
+    task,
+    items,
+    beam: int = 2,
+    expand: int = 4,
+    temperature: float = 1.0,
+    max_len: int = 64,
+    step_tokens: int = 24,
+    seed: int = 0,
+) -> tuple[list[str], int]:
     """(final response text per item, tokens generated). All items advance together, one
     step per depth; finished beams (ended by end-of-turn or the length cap) stop expanding
     but keep competing for the top `beam` places. Prefixes are ranked by the PRM score of
@@ -64,14 +76,17 @@ def beam_search(policy, prm, tok, task, items, beam: int = 2, expand: int = 4, t
     stops = (tok.stoi[";"], tok.think_close_id)
     sp = SamplingParams(temperature=temperature, max_new_tokens=step_tokens, stop_ids=stops)
     prompts = [tok.encode(tok.chat_prompt(task.prompt(it))) for it in items]
-    beams = [[([], 1.0, False)] for _ in items]                       # per item: (response ids, score, done)
+    beams = [[([], 1.0, False)] for _ in items]  # per item: (response ids, score, done)
     generated, depth = 0, 0
     while any(not done for b in beams for _, _, done in b) and depth < max_len:
         live = [(i, ids) for i, b in enumerate(beams) for ids, _, done in b if not done]
         out = engine.generate([prompts[i] + ids for i, ids in live], expand, sp, seed=seed, step=depth)
         generated += int(engine.stats["rollout/generated_tokens"])
-        children = [(i, (ids + s.response_ids)[:max_len]) for j, (i, ids) in enumerate(live)
-                    for s in out[j * expand:(j + 1) * expand]]
+        children = [
+            (i, (ids + s.response_ids)[:max_len])
+            for j, (i, ids) in enumerate(live)
+            for s in out[j * expand : (j + 1) * expand]
+        ]
         scores = step_scores(prm, tok, [prompts[i] for i, _ in children], [ids for _, ids in children])
         pool = {i: [c for c in b if c[2]] for i, b in enumerate(beams)}  # finished beams stay in the running
         for (i, ids), sc in zip(children, scores):

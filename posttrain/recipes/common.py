@@ -29,11 +29,13 @@ class Run:
         self.resume_state = None
         if resume:
             self.resume_from = checkpoint.resume_target(self.dir)
-            same_model(self.dir, cfg)                 # before config.yaml is rewritten: a refused resume changes nothing
-            self.resume_state = checkpoint.load_trainer_state(self.resume_from)   # a torn trainer.pt fails now
+            same_model(self.dir, cfg)  # before config.yaml is rewritten: a refused resume changes nothing
+            self.resume_state = checkpoint.load_trainer_state(self.resume_from)  # a torn trainer.pt fails now
         elif checkpoint.latest(self.dir) is not None and not cfg.overwrite:
-            raise UsageError(f"run directory {str(self.dir)!r} already holds checkpoints; "
-                             f"pass --resume {self.dir} to continue, overwrite=true to start over, or out=NEW_DIR")
+            raise UsageError(
+                f"run directory {str(self.dir)!r} already holds checkpoints; "
+                f"pass --resume {self.dir} to continue, overwrite=true to start over, or out=NEW_DIR"
+            )
         write_run_dir(self.dir, cfg)
         self.rt = runtime.resolve(cfg.device, cfg.dtype, cfg.threads)
         runtime.seed_everything(cfg.seed)
@@ -51,15 +53,21 @@ def same_model(run_dir: Path, cfg) -> None:
     for section in ("model", "init"):
         if section not in saved or section not in now or saved[section] == now[section]:
             continue
-        if section == "init" and saved[section] and now[section] and \
-                Path(saved[section]).resolve() == Path(now[section]).resolve():
-            continue                                  # the same directory, written another way
+        if (
+            section == "init"
+            and saved[section]
+            and now[section]
+            and Path(saved[section]).resolve() == Path(now[section]).resolve()
+        ):
+            continue  # the same directory, written another way
         was, new = saved[section], now[section]
         if isinstance(was, dict) and isinstance(new, dict):
             key = next(k for k in {**was, **new} if was.get(k) != new.get(k))
             section, was, new = f"{section}.{key}", was.get(key), new.get(key)
-        raise UsageError(f"--resume {run_dir}: {section}={new!r} but the run was trained with {section}={was!r} "
-                         f"({path}); a run resumes only into its own model: drop the {section} override")
+        raise UsageError(
+            f"--resume {run_dir}: {section}={new!r} but the run was trained with {section}={was!r} "
+            f"({path}); a run resumes only into its own model: drop the {section} override"
+        )
 
 
 def write_run_dir(directory: Path, cfg) -> None:
@@ -69,8 +77,9 @@ def write_run_dir(directory: Path, cfg) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         save_config(cfg, directory / "config.yaml")
     except OSError as e:
-        raise UsageError(f"out={directory}: cannot write the run directory ({e.strerror or e}); "
-                         "set out= to a writable directory") from None
+        raise UsageError(
+            f"out={directory}: cannot write the run directory ({e.strerror or e}); set out= to a writable directory"
+        ) from None
 
 
 def init_model(cfg, init: str, device, task=None) -> tuple[GPTMini, CharTokenizer]:
@@ -79,7 +88,7 @@ def init_model(cfg, init: str, device, task=None) -> tuple[GPTMini, CharTokenize
     switches: gradient checkpointing and LoRA adapters (`cfg.lora.r > 0`)."""
     if init:
         model, tok, path = checkpoint.load_model(init, device)
-        model.lora_base = str(path.resolve())                # a LoRA checkpoint's adapter_config names its base
+        model.lora_base = str(path.resolve())  # a LoRA checkpoint's adapter_config names its base
         print(f"init: {path}")
     else:
         tok = new_tokenizer(cfg, task)
@@ -88,9 +97,12 @@ def init_model(cfg, init: str, device, task=None) -> tuple[GPTMini, CharTokenize
     lora_cfg = getattr(cfg, "lora", None)
     if lora_cfg is not None and lora_cfg.r > 0:
         from posttrain.models.lora import apply_lora
+
         counts = apply_lora(model, lora_cfg)
-        print(f"lora: r={lora_cfg.r} alpha={lora_cfg.alpha} trainable {counts['params/trainable']:,} of "
-              f"{counts['params/total']:,} params ({100 * counts['params/trainable_frac']:.2f}%)")
+        print(
+            f"lora: r={lora_cfg.r} alpha={lora_cfg.alpha} trainable {counts['params/trainable']:,} of "
+            f"{counts['params/total']:,} params ({100 * counts['params/trainable_frac']:.2f}%)"
+        )
     return model, tok
 
 
@@ -114,8 +126,11 @@ def prepare_task(task, tok, model, max_new_tokens: int, run_dir: Path, stage: st
         task.check(tok, getattr(model.config, "max_seq_len", None), max_new_tokens)
     show_first_prompt(tok.chat_prompt(task.prompt(task.items(1, "train", 0)[0])), run_dir, stage)
     if getattr(task, "correctness", "task") is None:
-        print(f"{stage} evaluation: the task has no correctness signal (no task.correct, task.correct_threshold "
-              "or answer column): it reports rewards, not accuracy", flush=True)
+        print(
+            f"{stage} evaluation: the task has no correctness signal (no task.correct, task.correct_threshold "
+            "or answer column): it reports rewards, not accuracy",
+            flush=True,
+        )
 
 
 def show_first_prompt(text: str, run_dir: Path, stage: str) -> None:
@@ -127,15 +142,20 @@ def show_first_prompt(text: str, run_dir: Path, stage: str) -> None:
 def print_plan(stage: str, lines: dict) -> None:
     """The step plan in units, printed at start: what one step means in prompts, samples,
     tokens, micro-batches and optimizer steps (docs/architecture.md §10: never ambiguous batch semantics)."""
-    body = "  ".join(f"{k}: {v:,}" if isinstance(v, int) and not isinstance(v, bool) else f"{k}: {v}" for k, v in lines.items())
+    body = "  ".join(
+        f"{k}: {v:,}" if isinstance(v, int) and not isinstance(v, bool) else f"{k}: {v}" for k, v in lines.items()
+    )
     print(f"[{stage}] {body}", flush=True)
 
 
 def batch_plan(batch: dict, micro_batch_tokens: int, unit: int = 1) -> dict:
     """Token and micro-batch counts of one optimizer step on `batch`, split as the trainer splits it
     (the supervised stages measure step 1's batch; later batches differ only by padding)."""
-    return {"tokens/step": int(batch["attention_mask"].sum()), "loss tokens/step": int(batch["loss_mask"].sum()),
-            "micro-batches/step": len(split_micro_batches(batch, micro_batch_tokens, unit))}
+    return {
+        "tokens/step": int(batch["attention_mask"].sum()),
+        "loss tokens/step": int(batch["loss_mask"].sum()),
+        "micro-batches/step": len(split_micro_batches(batch, micro_batch_tokens, unit)),
+    }
 
 
 def lm_loss(model, mb, norm):
@@ -170,10 +190,12 @@ class EpochIndices:
 
 def supervised_step(trainer, batch_fn, loss_fn, device, unit: int = 1):
     """`step_fn` for the supervised stages: the batch of step s, one optimizer step."""
+
     def step_fn(step: int) -> dict:
         t0 = time.perf_counter()
         batch = {k: v.to(device) for k, v in batch_fn(step).items()}
         metrics = trainer.step(batch, loss_fn, unit=unit)
         metrics["train/tokens_per_s"] = float(batch["attention_mask"].sum()) / (time.perf_counter() - t0)
         return metrics
+
     return step_fn

@@ -33,19 +33,20 @@ from posttrain.tasks.base import score_samples
 class DistillConfig(RunConfig):
     steps: int = 100
     eval_every: int = 25
-    init: str = ""                # the student; "" = the default SFT(CoT) checkpoint (cached)
-    teacher: str = ""             # the teacher checkpoint or run dir (required), e.g. an RL'd model
-    loss: str = "rkl"             # rkl: per-token reverse-KL advantage (policy gradient) | jsd: generalized JSD, backprop
-    beta: float = 0.5             # jsd: 0 = forward KL(T‖S) (mode-covering), 1 = reverse KL(S‖T) (mode-seeking)
-    coef: float = 1.0             # rkl: scale c of the advantage −c·(log π_S − log π_T)
+    init: str = ""  # the student; "" = the default SFT(CoT) checkpoint (cached)
+    teacher: str = ""  # the teacher checkpoint or run dir (required), e.g. an RL'd model
+    loss: str = "rkl"  # rkl: per-token reverse-KL advantage (policy gradient) | jsd: generalized JSD, backprop
+    beta: float = 0.5  # jsd: 0 = forward KL(T‖S) (mode-covering), 1 = reverse KL(S‖T) (mode-seeking)
+    coef: float = 1.0  # rkl: scale c of the advantage −c·(log π_S − log π_T)
     task: ArithmeticConfig = field(default_factory=ArithmeticConfig)
-    optim: OptimConfig = field(default_factory=lambda: OptimConfig(
-        lr=5e-5, weight_decay=0.0, schedule="constant"))  # an RL-sized lr: the teacher's signal is dense but on-policy
-    prompts_per_step: int = 16    # prompts per step
-    samples_per_prompt: int = 4   # student samples per prompt (no group baseline is needed: every token is scored)
-    temperature: float = 1.0      # sampling temperature; both models' distributions are taken at it
-    eval_problems: int = 200      # held-out problems per evaluation
-    eval_samples: int = 8         # samples per held-out problem (pass@1, pass@n)
+    optim: OptimConfig = field(
+        default_factory=lambda: OptimConfig(lr=5e-5, weight_decay=0.0, schedule="constant")
+    )  # an RL-sized lr: the teacher's signal is dense but on-policy
+    prompts_per_step: int = 16  # prompts per step
+    samples_per_prompt: int = 4  # student samples per prompt (no group baseline is needed: every token is scored)
+    temperature: float = 1.0  # sampling temperature; both models' distributions are taken at it
+    eval_problems: int = 200  # held-out problems per evaluation
+    eval_samples: int = 8  # samples per held-out problem (pass@1, pass@n)
 
 
 def check(cfg: DistillConfig) -> None:
@@ -62,13 +63,16 @@ def check(cfg: DistillConfig) -> None:
 def run(cfg: DistillConfig, resume: bool = False) -> dict:
     check(cfg)
     from posttrain.recipes.rl import default_init
-    r = Run(cfg, "distill", resume)                          # a bad --resume or out= fails before the default init
+
+    r = Run(cfg, "distill", resume)  # a bad --resume or out= fails before the default init
     init = cfg.init or default_init()
     student, tok = init_model(cfg, init, r.rt.device)
     teacher, t_tok, t_path = checkpoint.load_model(cfg.teacher, r.rt.device)
     if t_tok.chars != tok.chars:
-        raise UsageError(f"teacher {str(t_path)!r} has another tokenizer than the student; distill needs the same vocabulary")
-    teacher.eval().requires_grad_(False)                                   # frozen by construction
+        raise UsageError(
+            f"teacher {str(t_path)!r} has another tokenizer than the student; distill needs the same vocabulary"
+        )
+    teacher.eval().requires_grad_(False)  # frozen by construction
     task = ArithmeticTask(cfg.task)
     max_new = response_budget(task, task.items(500, "train", cfg.seed))
     engine = Engine(student, tok)
@@ -84,27 +88,47 @@ def run(cfg: DistillConfig, resume: bool = False) -> dict:
         return res
 
     teacher_res = heldout_eval(teacher) if r.resume_from is None else {}
-    print_plan("distill", {"student params": student.num_params(), "teacher params": teacher.num_params(),
-                           "teacher": str(t_path), "loss": cfg.loss, **({"beta": cfg.beta} if cfg.loss == "jsd" else {}),
-                           "prompts/step": cfg.prompts_per_step, "samples/step": cfg.prompts_per_step * cfg.samples_per_prompt,
-                           "steps": cfg.steps, **{f"teacher {k_}": round(v, 3) for k_, v in teacher_res.items()}})
+    print_plan(
+        "distill",
+        {
+            "student params": student.num_params(),
+            "teacher params": teacher.num_params(),
+            "teacher": str(t_path),
+            "loss": cfg.loss,
+            **({"beta": cfg.beta} if cfg.loss == "jsd" else {}),
+            "prompts/step": cfg.prompts_per_step,
+            "samples/step": cfg.prompts_per_step * cfg.samples_per_prompt,
+            "steps": cfg.steps,
+            **{f"teacher {k_}": round(v, 3) for k_, v in teacher_res.items()},
+        },
+    )
 
     def step_fn(step: int) -> dict:
         items = task.items(cfg.prompts_per_step, "train", seed=f"{cfg.seed}/{step}")
         prompts = [tok.encode(tok.chat_prompt(task.prompt(it))) for it in items]
         samples = engine.generate(prompts, cfg.samples_per_prompt, sampling, seed=cfg.seed, step=step, items=items)  # ❶
-        metrics = score_samples(task, samples)                                                                      # ❷
+        metrics = score_samples(task, samples)  # ❷
         batch = collate_samples(samples, tok.pad_id).to(trainer.device)
-        metrics.update(trainer.step(batch, loss_fn))                                                                # ❸
+        metrics.update(trainer.step(batch, loss_fn))  # ❸
         metrics["reward/mean"] = float(batch.rewards.mean())
         metrics["length/mean"] = float(batch.loss_mask.sum(-1).mean())
         return metrics
 
-    summary = train_loop(r, student, tok, trainer, step_fn, evaluate=heldout_eval, eval_at_start=True,
-                         meta={"task": "arithmetic", "teacher": str(t_path), "loss": cfg.loss},
-                         show=("distill/reverse_kl", "reward/mean", "eval/pass@1"))
+    summary = train_loop(
+        r,
+        student,
+        tok,
+        trainer,
+        step_fn,
+        evaluate=heldout_eval,
+        eval_at_start=True,
+        meta={"task": "arithmetic", "teacher": str(t_path), "loss": cfg.loss},
+        show=("distill/reverse_kl", "reward/mean", "eval/pass@1"),
+    )
     if teacher_res:
         (r.dir / "teacher_eval.json").write_text(json.dumps(teacher_res, indent=1))
-        print(f"teacher held-out pass@1 {teacher_res['eval/pass@1']:.3f}; student "
-              f"{summary.get('eval/pass@1', float('nan')):.3f}")
+        print(
+            f"teacher held-out pass@1 {teacher_res['eval/pass@1']:.3f}; student "
+            f"{summary.get('eval/pass@1', float('nan')):.3f}"
+        )
     return summary

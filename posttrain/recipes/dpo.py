@@ -23,21 +23,39 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from posttrain import UsageError
+from posttrain import UsageError, tasks
 from posttrain.config import OptimConfig, RunConfig
-from posttrain.models.lora import LoraConfig
 from posttrain.eval import evaluate, response_budget
 from posttrain.framework.logprobs import sequence_logprobs
+from posttrain.framework.loop import train_loop
 from posttrain.framework.reference import Reference, score_logprobs
 from posttrain.framework.trainer import Trainer
-from posttrain.framework.loop import train_loop
-from posttrain.preference.data import (collate_pairs, encode_pairs, fits_context, load_jsonl, pairs_from_policy,
-                                      seq_logps)
-from posttrain.preference.dpo import (LOSSES, REFERENCE_FREE, DPOLossConfig, SeqLogps, kto_reference_point,
-                                      preference_loss)
-from posttrain.recipes.common import (EpochIndices, Run, batch_plan, init_model, print_plan, show_first_prompt,
-                                      supervised_step)
-from posttrain import tasks
+from posttrain.models.lora import LoraConfig
+from posttrain.preference.data import (
+    collate_pairs,
+    encode_pairs,
+    fits_context,
+    load_jsonl,
+    pairs_from_policy,
+    seq_logps,
+)
+from posttrain.preference.dpo import (
+    LOSSES,
+    REFERENCE_FREE,
+    DPOLossConfig,
+    SeqLogps,
+    kto_reference_point,
+    preference_loss,
+)
+from posttrain.recipes.common import (
+    EpochIndices,
+    Run,
+    batch_plan,
+    init_model,
+    print_plan,
+    show_first_prompt,
+    supervised_step,
+)
 from posttrain.tasks.arithmetic import ArithmeticConfig
 from posttrain.tasks.base import TaskConfig
 
@@ -46,29 +64,30 @@ from posttrain.tasks.base import TaskConfig
 class DPOConfig(RunConfig):
     steps: int = 100
     eval_every: int = 50
-    init: str = ""                # SFT checkpoint or run dir; "" = the default SFT(CoT) checkpoint (cached)
+    init: str = ""  # SFT checkpoint or run dir; "" = the default SFT(CoT) checkpoint (cached)
     task: TaskConfig = field(default_factory=ArithmeticConfig)  # prompts for sampled pairs and evaluation
-    optim: OptimConfig = field(default_factory=lambda: OptimConfig(
-        lr=1e-5, weight_decay=0.0, warmup_steps=10, schedule="constant"))
+    optim: OptimConfig = field(
+        default_factory=lambda: OptimConfig(lr=1e-5, weight_decay=0.0, warmup_steps=10, schedule="constant")
+    )
     lora: LoraConfig = field(default_factory=LoraConfig)  # lora.r > 0: train LoRA adapters only (Hugging Face models)
     # dpo | cdpo | robust | hinge | ipo | simpo | orpo | kto | dpo_nll. The default is DPO + NLL,
     # not TRL's plain "sigmoid": on this task plain DPO at lr 1e-5 pushes the chosen log-probs
     # down with the rejected ones and held-out pass@1 falls (0.567 → 0.371 in 100 steps,
     # benchmarks/dpo_family.py); the NLL term keeps the chosen likelihood (→ 0.621).
     loss_type: str = "dpo_nll"
-    beta: float = 0.1             # β (ORPO's λ, IPO's τ); SimPO's paper uses 2.5
+    beta: float = 0.1  # β (ORPO's λ, IPO's τ); SimPO's paper uses 2.5
     label_smoothing: float = 0.1  # ε of cdpo / robust
-    simpo_gamma: float = 1.375    # SimPO's target margin γ
-    nll_alpha: float = 1.0        # weight of the chosen NLL in dpo_nll
-    batch_size: int = 32          # pairs per step (64 rows)
-    pairs: str = ""               # JSONL file of prompt/chosen/rejected; "" = sample pairs from the init policy
-    on_bad: str = "error"         # a bad JSONL row: error (one line, file:line) | skip (counted)
-    pair_prompts: int = 2000      # train-split prompts sampled for pairs
-    samples_per_prompt: int = 8   # samples per prompt; a prompt with mixed rewards gives one pair
-    same_length: bool = False     # only pairs whose two responses have equal token counts
-    temperature: float = 1.0      # sampling temperature for pairs and evaluation
-    eval_problems: int = 200      # held-out problems per evaluation (0 = no evaluation: pairs from a file, no task)
-    eval_samples: int = 8         # samples per held-out problem: pass@1 and pass@<eval_samples>
+    simpo_gamma: float = 1.375  # SimPO's target margin γ
+    nll_alpha: float = 1.0  # weight of the chosen NLL in dpo_nll
+    batch_size: int = 32  # pairs per step (64 rows)
+    pairs: str = ""  # JSONL file of prompt/chosen/rejected; "" = sample pairs from the init policy
+    on_bad: str = "error"  # a bad JSONL row: error (one line, file:line) | skip (counted)
+    pair_prompts: int = 2000  # train-split prompts sampled for pairs
+    samples_per_prompt: int = 8  # samples per prompt; a prompt with mixed rewards gives one pair
+    same_length: bool = False  # only pairs whose two responses have equal token counts
+    temperature: float = 1.0  # sampling temperature for pairs and evaluation
+    eval_problems: int = 200  # held-out problems per evaluation (0 = no evaluation: pairs from a file, no task)
+    eval_samples: int = 8  # samples per held-out problem: pass@1 and pass@<eval_samples>
 
     def loss_config(self) -> DPOLossConfig:
         return DPOLossConfig(self.loss_type, self.beta, self.label_smoothing, self.simpo_gamma, self.nll_alpha)
@@ -77,6 +96,7 @@ class DPOConfig(RunConfig):
 def build_pairs(cfg: DPOConfig, r: Run, model, tok, task) -> list:
     """The pairs of this run: from the run directory on resume, else from a file or the policy."""
     from posttrain.preference.data import Pair
+
     saved = r.dir / "pairs.jsonl"
     if r.resume_from is not None and saved.exists():
         return [Pair(**json.loads(line)) for line in saved.read_text().splitlines()]
@@ -85,12 +105,23 @@ def build_pairs(cfg: DPOConfig, r: Run, model, tok, task) -> list:
         stats = {"source": cfg.pairs, "pairs": len(pairs), "skipped_rows": skipped}
     else:
         items = task.items(cfg.pair_prompts, "train", cfg.seed)
-        pairs, stats = pairs_from_policy(model, tok, task, items, cfg.samples_per_prompt, cfg.temperature,
-                                         response_budget(task, items), cfg.seed, cfg.same_length)
+        pairs, stats = pairs_from_policy(
+            model,
+            tok,
+            task,
+            items,
+            cfg.samples_per_prompt,
+            cfg.temperature,
+            response_budget(task, items),
+            cfg.seed,
+            cfg.same_length,
+        )
         stats["source"] = "policy"
     if not pairs:
-        raise UsageError(f"no preference pairs ({stats}); raise pair_prompts or samples_per_prompt, "
-                         "or start from a checkpoint that is right on some prompts and wrong on others")
+        raise UsageError(
+            f"no preference pairs ({stats}); raise pair_prompts or samples_per_prompt, "
+            "or start from a checkpoint that is right on some prompts and wrong on others"
+        )
     saved.write_text("".join(json.dumps({k: v for k, v in asdict(p).items() if k != "item"}) + "\n" for p in pairs))
     (r.dir / "pairs_stats.json").write_text(json.dumps(stats, indent=1))
     print(f"[dpo] pairs: {stats}")
@@ -112,20 +143,27 @@ def with_kto_reference_point(model, batch: dict) -> dict:
     the batch (each micro-batch's own mean would make the gradient depend on the micro-batch
     size): batch['kto_z0'] [2B], one value repeated so it survives the split."""
     with torch.no_grad():
-        sums = score_logprobs(model, batch).sum(-1)                   # [2B]
+        sums = score_logprobs(model, batch).sum(-1)  # [2B]
     return {**batch, "kto_z0": kto_reference_point(sums, batch["ref_logps"]).expand(len(sums))}
 
 
 def dpo_loss_fn(loss_cfg: DPOLossConfig):
     def loss_fn(model, mb, norm):
         lp, _ = sequence_logprobs(model, mb["input_ids"])
-        sums, counts = seq_logps(lp, mb["loss_mask"])                 # [2P], [2P]
+        sums, counts = seq_logps(lp, mb["loss_mask"])  # [2P], [2P]
         ref = mb.get("ref_logps")
-        s = SeqLogps(sums[0::2], sums[1::2], None if ref is None else ref[0::2],
-                     None if ref is None else ref[1::2], counts[0::2], counts[1::2])
-        z0 = mb["kto_z0"][0] if "kto_z0" in mb else None             # the whole batch's (batch_fn)
-        losses, metrics = preference_loss(loss_cfg, s, z0)            # [P]
-        return losses.sum() / (norm["seqs"] / 2), metrics            # mean over the WHOLE batch's pairs
+        s = SeqLogps(
+            sums[0::2],
+            sums[1::2],
+            None if ref is None else ref[0::2],
+            None if ref is None else ref[1::2],
+            counts[0::2],
+            counts[1::2],
+        )
+        z0 = mb["kto_z0"][0] if "kto_z0" in mb else None  # the whole batch's (batch_fn)
+        losses, metrics = preference_loss(loss_cfg, s, z0)  # [P]
+        return losses.sum() / (norm["seqs"] / 2), metrics  # mean over the WHOLE batch's pairs
+
     return loss_fn
 
 
@@ -137,15 +175,18 @@ def run(cfg: DPOConfig, resume: bool = False, task=None) -> dict:
     if cfg.loss_type in ("cdpo", "robust") and not 0 <= cfg.label_smoothing < 0.5:
         raise UsageError(f"label_smoothing={cfg.label_smoothing} must be in [0, 0.5)")
     if cfg.pairs:
-        load_jsonl(cfg.pairs, cfg.on_bad)                             # validate before any work
+        load_jsonl(cfg.pairs, cfg.on_bad)  # validate before any work
     task = task if task is not None else tasks.make(cfg.task)
     from posttrain.recipes.rl import default_init
-    r = Run(cfg, "dpo", resume)                          # a bad --resume or out= fails before the default init
+
+    r = Run(cfg, "dpo", resume)  # a bad --resume or out= fails before the default init
     init = cfg.init or default_init()
     model, tok = init_model(cfg, init, r.rt.device)
     pairs = build_pairs(cfg, r, model, tok, task)
     encoded = encode_pairs(tok, pairs)
-    show_first_prompt(tok.chat_prompt(pairs[0].prompt) + tok.chat_continuation(pairs[0].prompt, pairs[0].chosen), r.dir, "dpo")
+    show_first_prompt(
+        tok.chat_prompt(pairs[0].prompt) + tok.chat_continuation(pairs[0].prompt, pairs[0].chosen), r.dir, "dpo"
+    )
     ref = None if cfg.loss_type in REFERENCE_FREE else reference_logps(model, encoded, tok.pad_id)
     trainer = Trainer(model, cfg.optim, cfg.steps, r.rt)
     indices = EpochIndices(len(encoded), cfg.batch_size, cfg.seed)
@@ -155,14 +196,25 @@ def run(cfg: DPOConfig, resume: bool = False, task=None) -> dict:
         batch = collate_pairs(encoded, idx, tok.pad_id)
         if ref is not None:
             rows = torch.tensor([2 * i + j for i in idx for j in (0, 1)])
-            batch["ref_logps"] = ref[rows]                            # [2B]
+            batch["ref_logps"] = ref[rows]  # [2B]
         return with_kto_reference_point(model, batch) if cfg.loss_type == "kto" else batch
 
-    print_plan("dpo", {"params": model.num_params(), "pairs": len(encoded), "prompts/step": cfg.batch_size,
-                       "samples/step": 2 * cfg.batch_size, **batch_plan(batch_fn(1), cfg.optim.micro_batch_tokens, 2),
-                       "optimizer steps/step": 1, "steps": cfg.steps,
-                       "epochs": round(cfg.steps * cfg.batch_size / len(encoded), 2),
-                       "loss": cfg.loss_type, "beta": cfg.beta, "reference": ref is not None})
+    print_plan(
+        "dpo",
+        {
+            "params": model.num_params(),
+            "pairs": len(encoded),
+            "prompts/step": cfg.batch_size,
+            "samples/step": 2 * cfg.batch_size,
+            **batch_plan(batch_fn(1), cfg.optim.micro_batch_tokens, 2),
+            "optimizer steps/step": 1,
+            "steps": cfg.steps,
+            "epochs": round(cfg.steps * cfg.batch_size / len(encoded), 2),
+            "loss": cfg.loss_type,
+            "beta": cfg.beta,
+            "reference": ref is not None,
+        },
+    )
 
     heldout = task.items(cfg.eval_problems, "test", cfg.seed) if cfg.eval_problems else []
     k = cfg.eval_samples
@@ -175,6 +227,14 @@ def run(cfg: DPOConfig, resume: bool = False, task=None) -> dict:
         return res
 
     step_fn = supervised_step(trainer, batch_fn, dpo_loss_fn(cfg.loss_config()), r.rt.device, unit=2)
-    return train_loop(r, model, tok, trainer, step_fn, evaluate=evaluate_fn, eval_at_start=True,
-                      meta={"task": cfg.task.name, "loss_type": cfg.loss_type},
-                      show=("loss", "pref/accuracy", "pref/margin", "eval/pass@1"))
+    return train_loop(
+        r,
+        model,
+        tok,
+        trainer,
+        step_fn,
+        evaluate=evaluate_fn,
+        eval_at_start=True,
+        meta={"task": cfg.task.name, "loss_type": cfg.loss_type},
+        show=("loss", "pref/accuracy", "pref/margin", "eval/pass@1"),
+    )

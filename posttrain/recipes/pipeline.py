@@ -18,25 +18,24 @@ from pathlib import Path
 
 from posttrain import UsageError, checkpoint
 from posttrain.config import PretrainConfig, RLConfig, SFTConfig
+from posttrain.eval import evaluate
 from posttrain.recipes.common import write_run_dir
 from posttrain.recipes.dpo import DPOConfig
-from posttrain.eval import evaluate
 from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
-
 
 ALL_STAGES = ("pretrain", "sft", "dpo", "rl")
 
 
 @dataclass
 class PipelineConfig:
-    out: str = "runs/pipeline"    # run directory; one sub-directory per stage
-    seed: int = 0                 # passed to every stage
-    device: str = "auto"          # passed to every stage
-    dtype: str = "auto"           # passed to every stage
-    threads: int = 0              # torch CPU threads (0 = default)
+    out: str = "runs/pipeline"  # run directory; one sub-directory per stage
+    seed: int = 0  # passed to every stage
+    device: str = "auto"  # passed to every stage
+    dtype: str = "auto"  # passed to every stage
+    threads: int = 0  # torch CPU threads (0 = default)
     task: ArithmeticConfig = field(default_factory=ArithmeticConfig)  # shared by every stage
-    eval_problems: int = 300      # held-out problems in the final table
-    eval_samples: int = 8         # samples per problem for pass@1 / pass@8
+    eval_problems: int = 300  # held-out problems in the final table
+    eval_samples: int = 8  # samples per problem for pass@1 / pass@8
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     stages: str = "pretrain,sft,dpo,rl"  # comma-separated, in this order; dpo may be left out
     # SFT stops once held-out greedy accuracy reaches 0.7 (checked every 25 steps): RL then starts
@@ -44,7 +43,7 @@ class PipelineConfig:
     sft: SFTConfig = field(default_factory=lambda: SFTConfig(target_acc=0.7, eval_every=25))
     dpo: DPOConfig = field(default_factory=DPOConfig)
     rl: RLConfig = field(default_factory=RLConfig)
-    report: bool = True           # end with RUN/<last stage>/report.html (needs plotly: pip install 'posttrain[report]')
+    report: bool = True  # end with RUN/<last stage>/report.html (needs plotly: pip install 'posttrain[report]')
 
 
 def _stage_cfg(cfg: PipelineConfig, stage_cfg, name: str, **extra):
@@ -68,13 +67,14 @@ def train_chain(cfg: PipelineConfig, upto: str | None = None) -> dict[str, float
     """Run (or resume, or skip) each stage in order up to `upto` (default: the last one);
     returns stage -> wall seconds."""
     from posttrain.recipes import dpo, pretrain, rl, sft
+
     root = Path(cfg.out)
     write_run_dir(root, cfg)
     names = stage_names(cfg)
     upto = upto or names[-1]
     modules = {"pretrain": pretrain, "sft": sft, "dpo": dpo, "rl": rl}
     walls, prev = {}, None
-    for name in names[:names.index(upto) + 1]:
+    for name in names[: names.index(upto) + 1]:
         extra = {"init": str(root / prev)} if prev else {}
         walls[name] = _run_stage(modules[name], _stage_cfg(cfg, getattr(cfg, name), name, **extra), root / name)
         prev = name
@@ -85,39 +85,53 @@ def stage_names(cfg: PipelineConfig) -> list[str]:
     names = [n.strip() for n in cfg.stages.split(",") if n.strip()]
     allowed = [n for n in ALL_STAGES if n in names]
     if names != allowed or not {"pretrain", "sft"} <= set(names):
-        raise UsageError(f"stages={cfg.stages!r}: use stages in the order {','.join(ALL_STAGES)}, "
-                         "with pretrain and sft; dpo and rl may be left out")
+        raise UsageError(
+            f"stages={cfg.stages!r}: use stages in the order {','.join(ALL_STAGES)}, "
+            "with pretrain and sft; dpo and rl may be left out"
+        )
     return names
 
 
 def run(cfg: PipelineConfig, resume: bool = False) -> dict:
-    if cfg.report:                                   # what the last line needs, checked before minutes of work
+    if cfg.report:  # what the last line needs, checked before minutes of work
         try:
             import plotly  # noqa: F401
         except ImportError:
-            raise UsageError("the pipeline ends with report.html, which needs plotly: pip install 'posttrain[report]' "
-                             "(or pass report=false)") from None
+            raise UsageError(
+                "the pipeline ends with report.html, which needs plotly: pip install 'posttrain[report]' "
+                "(or pass report=false)"
+            ) from None
     root = Path(cfg.out)
     if resume and not any(checkpoint.latest(root / name) for name in ALL_STAGES):
-        raise UsageError(f"--resume {root}: no stage of a pipeline run has a checkpoint there; "
-                         "give the out= of an earlier pipeline run, or start without --resume")
+        raise UsageError(
+            f"--resume {root}: no stage of a pipeline run has a checkpoint there; "
+            "give the out= of an earlier pipeline run, or start without --resume"
+        )
     walls = train_chain(cfg)
-    walls = {**walls, **{k: v for k, v in _earlier_walls(root).items() if walls.get(k) == 0.0}}   # skipped stages
+    walls = {**walls, **{k: v for k, v in _earlier_walls(root).items() if walls.get(k) == 0.0}}  # skipped stages
     task = ArithmeticTask(cfg.task)
     heldout = task.items(cfg.eval_problems, "test", cfg.seed + 1)
     rows = []
     for name, wall in walls.items():
         model, tok, _ = checkpoint.load_model(root / name)
         res = evaluate(model, tok, task, heldout, n=cfg.eval_samples, ks=(1, cfg.eval_samples), seed=cfg.seed)
-        rows.append({"stage": name, "greedy": res["eval/greedy_acc"], "pass@1": res["eval/pass@1"],
-                     f"pass@{cfg.eval_samples}": res[f"eval/pass@{cfg.eval_samples}"],
-                     "length": res["eval/length_mean"], "wall_s": round(wall, 1)})
+        rows.append(
+            {
+                "stage": name,
+                "greedy": res["eval/greedy_acc"],
+                "pass@1": res["eval/pass@1"],
+                f"pass@{cfg.eval_samples}": res[f"eval/pass@{cfg.eval_samples}"],
+                "length": res["eval/length_mean"],
+                "wall_s": round(wall, 1),
+            }
+        )
     table = format_table(rows)
     print(table)
     (root / "summary.json").write_text(json.dumps(rows, indent=1))
     (root / "summary.txt").write_text(table + "\n")
     if cfg.report:
         from posttrain.report import write_report
+
         print(f"report: {write_report(root / stage_names(cfg)[-1])}")
     return {"rows": rows}
 

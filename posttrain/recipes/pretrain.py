@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import torch
 
+from posttrain import tasks
 from posttrain.config import PretrainConfig
 from posttrain.framework.logprobs import sequence_logprobs
-from posttrain.framework.trainer import Trainer
 from posttrain.framework.loop import train_loop
+from posttrain.framework.trainer import Trainer
 from posttrain.recipes.common import Run, batch_plan, init_model, lm_loss, print_plan, supervised_step
-from posttrain import tasks
 
 
 class CorpusWindows:
@@ -27,9 +27,9 @@ class CorpusWindows:
     def __call__(self, step: int) -> dict:
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
         start = torch.randint(0, len(self.ids) - self.T, (self.B,), generator=g)
-        x = torch.stack([self.ids[s:s + self.T] for s in start.tolist()])     # [B, T]
+        x = torch.stack([self.ids[s : s + self.T] for s in start.tolist()])  # [B, T]
         loss_mask = torch.ones_like(x, dtype=torch.float)
-        loss_mask[:, 0] = 0                                                  # nothing predicts token 0
+        loss_mask[:, 0] = 0  # nothing predicts token 0
         return {"input_ids": x, "attention_mask": torch.ones_like(loss_mask), "loss_mask": loss_mask}
 
 
@@ -42,10 +42,19 @@ def run(cfg: PretrainConfig, resume: bool = False, task=None) -> dict:
     val = CorpusWindows(torch.tensor(tok.encode(val_text)), min(cfg.seq_len, 64), 32, cfg.seed + 1)(0)
     trainer = Trainer(model, cfg.optim, cfg.steps, r.rt)
     windows = CorpusWindows(train_ids, cfg.seq_len, cfg.batch_size, cfg.seed)
-    print_plan("pretrain", {"params": model.num_params(), "corpus tokens": len(train_ids), "prompts/step": 0,
-                            "samples/step": cfg.batch_size, **batch_plan(windows(1), cfg.optim.micro_batch_tokens),
-                            "optimizer steps/step": 1, "steps": cfg.steps,
-                            "total tokens": cfg.batch_size * cfg.seq_len * cfg.steps})
+    print_plan(
+        "pretrain",
+        {
+            "params": model.num_params(),
+            "corpus tokens": len(train_ids),
+            "prompts/step": 0,
+            "samples/step": cfg.batch_size,
+            **batch_plan(windows(1), cfg.optim.micro_batch_tokens),
+            "optimizer steps/step": 1,
+            "steps": cfg.steps,
+            "total tokens": cfg.batch_size * cfg.seq_len * cfg.steps,
+        },
+    )
 
     @torch.no_grad()
     def evaluate(m):
@@ -55,4 +64,6 @@ def run(cfg: PretrainConfig, resume: bool = False, task=None) -> dict:
         return {"eval/val_loss": float(-(lp * mask).sum() / mask.sum())}
 
     step_fn = supervised_step(trainer, windows, lm_loss, r.rt.device)
-    return train_loop(r, model, tok, trainer, step_fn, evaluate=evaluate, meta={"task": cfg.task.name}, show=("loss", "eval/val_loss"))
+    return train_loop(
+        r, model, tok, trainer, step_fn, evaluate=evaluate, meta={"task": cfg.task.name}, show=("loss", "eval/val_loss")
+    )

@@ -24,17 +24,30 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from posttrain import UsageError
+from posttrain import UsageError, tasks
 from posttrain.config import OptimConfig, RunConfig
 from posttrain.eval import response_budget
 from posttrain.framework.loop import train_loop
 from posttrain.framework.trainer import Trainer
-from posttrain.preference.data import (Pair, collate_pairs, corrupted_pairs, encode_pairs, fits_context, load_jsonl,
-                                      pairs_from_policy)
-from posttrain.preference.reward_model import (RewardModel, bradley_terry_loss, head_state, orm_loss,
-                                               pair_metrics, save_head, score_pairs)
+from posttrain.preference.data import (
+    Pair,
+    collate_pairs,
+    corrupted_pairs,
+    encode_pairs,
+    fits_context,
+    load_jsonl,
+    pairs_from_policy,
+)
+from posttrain.preference.reward_model import (
+    RewardModel,
+    bradley_terry_loss,
+    head_state,
+    orm_loss,
+    pair_metrics,
+    save_head,
+    score_pairs,
+)
 from posttrain.recipes.common import EpochIndices, Run, batch_plan, init_model, print_plan, supervised_step
-from posttrain import tasks
 from posttrain.tasks.arithmetic import ArithmeticConfig
 from posttrain.tasks.base import TaskConfig
 
@@ -45,27 +58,28 @@ OBJECTIVES = ("bt", "orm")
 class RMConfig(RunConfig):
     steps: int = 600
     eval_every: int = 100
-    init: str = ""                # SFT checkpoint or run dir for the trunk; "" = the default SFT(CoT) checkpoint (cached)
+    init: str = ""  # SFT checkpoint or run dir for the trunk; "" = the default SFT(CoT) checkpoint (cached)
     task: TaskConfig = field(default_factory=ArithmeticConfig)  # prompts for sampled pairs and evaluation
-    optim: OptimConfig = field(default_factory=lambda: OptimConfig(
-        lr=3e-4, weight_decay=0.0, warmup_steps=10, schedule="cosine"))  # whole trunk trained; 1e-4 barely moves, 1e-3 stalls at ~0.63
-    objective: str = "bt"         # bt: Bradley–Terry on pairs | orm: BCE on each response's verifier label
-    margin_coef: float = 1.0      # bt: subtract margin_coef × the pair's `margin` (JSONL column; 0 for sampled pairs)
-    center_coef: float = 0.01     # bt: η of η·(r_w + r_l)², keeps scores near 0 for use as an RL reward (0 = off)
-    batch_size: int = 64          # pairs per step (2× rows)
-    pairs: str = ""               # JSONL file of prompt/chosen/rejected[/margin]; "" = sample pairs from the init policy
-    on_bad: str = "error"         # a bad JSONL row: error (one line, file:line) | skip (counted)
-    pair_prompts: int = 8000      # train-split prompts sampled for pairs; a prompt with mixed rewards gives one pair.
-                                  # The RM needs thousands of pairs: with ~1.3k it memorises them (held-out ≈ chance)
-    samples_per_prompt: int = 8   # samples per prompt; more finds pairs on easy/hard prompts too, at sampling cost
-    pairs_per_prompt: int = 1     # train pairs per mixed prompt, no response reused (8 samples: at most 4);
-                                  # more pairs from the same samples, free; held-out pairs stay one per prompt
-    same_length: bool = False     # only pairs whose two responses have equal token counts (no length shortcut)
-    temperature: float = 1.0      # sampling temperature for the pairs
-    eval_prompts: int = 500       # test-split prompts sampled for held-out pairs (one per mixed prompt; 0 = no eval)
-    eval_pairs: str = ""          # JSONL file of held-out pairs instead (for `pairs=FILE` data); "" = sample as above
-    synthetic_pairs: int = 0      # extra train pairs: a train problem's gold CoT vs the same trace with one mistake
-                                  # (preference/data.corrupted_pairs); free to build, they teach the RM to check steps
+    optim: OptimConfig = field(
+        default_factory=lambda: OptimConfig(lr=3e-4, weight_decay=0.0, warmup_steps=10, schedule="cosine")
+    )  # whole trunk trained; 1e-4 barely moves, 1e-3 stalls at ~0.63
+    objective: str = "bt"  # bt: Bradley–Terry on pairs | orm: BCE on each response's verifier label
+    margin_coef: float = 1.0  # bt: subtract margin_coef × the pair's `margin` (JSONL column; 0 for sampled pairs)
+    center_coef: float = 0.01  # bt: η of η·(r_w + r_l)², keeps scores near 0 for use as an RL reward (0 = off)
+    batch_size: int = 64  # pairs per step (2× rows)
+    pairs: str = ""  # JSONL file of prompt/chosen/rejected[/margin]; "" = sample pairs from the init policy
+    on_bad: str = "error"  # a bad JSONL row: error (one line, file:line) | skip (counted)
+    pair_prompts: int = 8000  # train-split prompts sampled for pairs; a prompt with mixed rewards gives one pair.
+    # The RM needs thousands of pairs: with ~1.3k it memorises them (held-out ≈ chance)
+    samples_per_prompt: int = 8  # samples per prompt; more finds pairs on easy/hard prompts too, at sampling cost
+    pairs_per_prompt: int = 1  # train pairs per mixed prompt, no response reused (8 samples: at most 4);
+    # more pairs from the same samples, free; held-out pairs stay one per prompt
+    same_length: bool = False  # only pairs whose two responses have equal token counts (no length shortcut)
+    temperature: float = 1.0  # sampling temperature for the pairs
+    eval_prompts: int = 500  # test-split prompts sampled for held-out pairs (one per mixed prompt; 0 = no eval)
+    eval_pairs: str = ""  # JSONL file of held-out pairs instead (for `pairs=FILE` data); "" = sample as above
+    synthetic_pairs: int = 0  # extra train pairs: a train problem's gold CoT vs the same trace with one mistake
+    # (preference/data.corrupted_pairs); free to build, they teach the RM to check steps
 
 
 def check(cfg: RMConfig) -> None:
@@ -85,7 +99,7 @@ def check(cfg: RMConfig) -> None:
         raise UsageError("samples_per_prompt must be >= 2 to find a correct and a wrong response per prompt")
     for path in (cfg.pairs, cfg.eval_pairs):
         if path:
-            load_jsonl(path, cfg.on_bad)                              # a bad row fails before any work
+            load_jsonl(path, cfg.on_bad)  # a bad row fails before any work
 
 
 def cached_pairs(r: Run, name: str, build) -> list[Pair]:
@@ -104,9 +118,18 @@ def cached_pairs(r: Run, name: str, build) -> list[Pair]:
 
 def sample_pairs(cfg: RMConfig, model, tok, task, n: int, split: str):
     items = task.items(n, split, cfg.seed)
-    pairs, stats = pairs_from_policy(model, tok, task, items, cfg.samples_per_prompt, cfg.temperature,
-                                     response_budget(task, items), cfg.seed, cfg.same_length,
-                                     pairs_per_prompt=cfg.pairs_per_prompt if split == "train" else 1)
+    pairs, stats = pairs_from_policy(
+        model,
+        tok,
+        task,
+        items,
+        cfg.samples_per_prompt,
+        cfg.temperature,
+        response_budget(task, items),
+        cfg.seed,
+        cfg.same_length,
+        pairs_per_prompt=cfg.pairs_per_prompt if split == "train" else 1,
+    )
     return pairs, {"source": f"policy, {split} split", **stats}
 
 
@@ -130,14 +153,15 @@ def train_pairs(cfg: RMConfig, model, tok, task):
 
 def rm_loss_fn(objective: str, margin_coef: float, center_coef: float):
     def loss_fn(model, mb, norm):
-        r = model(mb["input_ids"], mb["attention_mask"])             # [2P] rows chosen, rejected, …
-        r_w, r_l = r[0::2], r[1::2]                                    # [P]
+        r = model(mb["input_ids"], mb["attention_mask"])  # [2P] rows chosen, rejected, …
+        r_w, r_l = r[0::2], r[1::2]  # [P]
         if objective == "bt":
             losses = bradley_terry_loss(r_w, r_l, margin_coef * mb["margin"][0::2], center_coef)  # [P]
-            loss = losses.sum() / (norm["seqs"] / 2)                   # ← mean over the WHOLE batch's pairs
+            loss = losses.sum() / (norm["seqs"] / 2)  # ← mean over the WHOLE batch's pairs
         else:
-            loss = orm_loss(r, mb["label"]).sum() / norm["seqs"]       # ← mean over the WHOLE batch's responses
+            loss = orm_loss(r, mb["label"]).sum() / norm["seqs"]  # ← mean over the WHOLE batch's responses
         return loss, pair_metrics(r_w, r_l)
+
     return loss_fn
 
 
@@ -145,19 +169,28 @@ def run(cfg: RMConfig, resume: bool = False, task=None) -> dict:
     check(cfg)
     task = task if task is not None else tasks.make(cfg.task)
     from posttrain.recipes.rl import default_init
-    r = Run(cfg, "rm", resume)                          # a bad --resume or out= fails before the default init
+
+    r = Run(cfg, "rm", resume)  # a bad --resume or out= fails before the default init
     init = cfg.init or default_init()
     trunk, tok = init_model(cfg, init, r.rt.device)
     # Pairs are sampled from the init policy before any update (on resume: re-read from the run dir).
     pairs = cached_pairs(r, "pairs.jsonl", lambda: train_pairs(cfg, trunk, tok, task))
     if not pairs:
-        raise UsageError("no training pairs: every prompt's samples were all right or all wrong "
-                         "(see pairs_stats.json); raise pair_prompts or samples_per_prompt, or start from another init")
-    heldout = cached_pairs(r, "eval_pairs.jsonl", lambda: file_or_sampled(cfg, cfg.eval_pairs, trunk, tok, task,
-                                                                          cfg.eval_prompts, "test")) \
-        if cfg.eval_prompts or cfg.eval_pairs else []
+        raise UsageError(
+            "no training pairs: every prompt's samples were all right or all wrong "
+            "(see pairs_stats.json); raise pair_prompts or samples_per_prompt, or start from another init"
+        )
+    heldout = (
+        cached_pairs(
+            r,
+            "eval_pairs.jsonl",
+            lambda: file_or_sampled(cfg, cfg.eval_pairs, trunk, tok, task, cfg.eval_prompts, "test"),
+        )
+        if cfg.eval_prompts or cfg.eval_pairs
+        else []
+    )
     encoded, eval_encoded = encode_pairs(tok, pairs), encode_pairs(tok, heldout)
-    margins = torch.tensor([p.margin for p in pairs])                  # [N] (0 for sampled pairs)
+    margins = torch.tensor([p.margin for p in pairs])  # [N] (0 for sampled pairs)
 
     rm = RewardModel(trunk)
     trainer = Trainer(rm, cfg.optim, cfg.steps, r.rt)
@@ -166,34 +199,52 @@ def run(cfg: RMConfig, resume: bool = False, task=None) -> dict:
     def batch_fn(step):
         idx = indices(step)
         batch = collate_pairs(encoded, idx, tok.pad_id)
-        batch["margin"] = margins[idx].repeat_interleave(2)            # [2B] per row, read at the chosen rows
-        batch["label"] = torch.tensor([1.0, 0.0]).repeat(len(idx))     # [2B] chosen 1, rejected 0 (orm)
+        batch["margin"] = margins[idx].repeat_interleave(2)  # [2B] per row, read at the chosen rows
+        batch["label"] = torch.tensor([1.0, 0.0]).repeat(len(idx))  # [2B] chosen 1, rejected 0 (orm)
         return batch
 
-    print_plan("rm", {"params": sum(p.numel() for p in rm.parameters()), "pairs": len(encoded),
-                      "prompts/step": cfg.batch_size, "samples/step": 2 * cfg.batch_size,
-                      **batch_plan(batch_fn(1), cfg.optim.micro_batch_tokens, 2), "optimizer steps/step": 1,
-                      "steps": cfg.steps, "epochs": round(cfg.steps * cfg.batch_size / len(encoded), 2),
-                      "objective": cfg.objective, "held-out pairs": len(eval_encoded)})
+    print_plan(
+        "rm",
+        {
+            "params": sum(p.numel() for p in rm.parameters()),
+            "pairs": len(encoded),
+            "prompts/step": cfg.batch_size,
+            "samples/step": 2 * cfg.batch_size,
+            **batch_plan(batch_fn(1), cfg.optim.micro_batch_tokens, 2),
+            "optimizer steps/step": 1,
+            "steps": cfg.steps,
+            "epochs": round(cfg.steps * cfg.batch_size / len(encoded), 2),
+            "objective": cfg.objective,
+            "held-out pairs": len(eval_encoded),
+        },
+    )
 
     def evaluate_fn(_trunk):
         if not eval_encoded:
             return {}
-        r_w, r_l = score_pairs(rm, eval_encoded, tok.pad_id)           # [P], [P]
+        r_w, r_l = score_pairs(rm, eval_encoded, tok.pad_id)  # [P], [P]
         m = pair_metrics(r_w, r_l, prefix="eval/rm_")
         history.append(m["eval/rm_accuracy"])
         return m
 
     history: list[float] = []
-    step_fn = supervised_step(trainer, batch_fn, rm_loss_fn(cfg.objective, cfg.margin_coef, cfg.center_coef),
-                              r.rt.device, unit=2)                     # both rows of a pair in one micro-batch
+    step_fn = supervised_step(
+        trainer, batch_fn, rm_loss_fn(cfg.objective, cfg.margin_coef, cfg.center_coef), r.rt.device, unit=2
+    )  # both rows of a pair in one micro-batch
     # train_loop saves the trunk as the checkpoint's model; the head travels in trainer.pt (resume)
     # and, at the end, as reward_head.safetensors beside model.safetensors.
-    summary = train_loop(r, trunk, tok, trainer, step_fn, evaluate=evaluate_fn, eval_at_start=True,
-                         meta={"task": cfg.task.name, "reward_model": True, "objective": cfg.objective},
-                         show=("loss", "rm/accuracy", "eval/rm_accuracy"),
-                         extra_state=(lambda: {"reward_head": head_state(rm)},
-                                      lambda s: rm.head.load_state_dict(s["reward_head"])))
+    summary = train_loop(
+        r,
+        trunk,
+        tok,
+        trainer,
+        step_fn,
+        evaluate=evaluate_fn,
+        eval_at_start=True,
+        meta={"task": cfg.task.name, "reward_model": True, "objective": cfg.objective},
+        show=("loss", "rm/accuracy", "eval/rm_accuracy"),
+        extra_state=(lambda: {"reward_head": head_state(rm)}, lambda s: rm.head.load_state_dict(s["reward_head"])),
+    )
     save_head(rm, summary["checkpoint"])
     if history:
         start = f", {history[0]:.3f} at step 0" if r.resume_from is None else ""

@@ -11,15 +11,22 @@ the course's lesson 03 ablation. CoT changes the data, not the loss.
 
 from __future__ import annotations
 
-from posttrain import UsageError
+from posttrain import UsageError, tasks
 from posttrain.config import SFTConfig
 from posttrain.eval import evaluate, response_budget
-from posttrain.framework.trainer import Trainer
 from posttrain.framework.batch import collate
 from posttrain.framework.loop import train_loop
-from posttrain.recipes.common import (EpochIndices, Run, batch_plan, init_model, lm_loss, prepare_task, print_plan,
-                                      supervised_step)
-from posttrain import tasks
+from posttrain.framework.trainer import Trainer
+from posttrain.recipes.common import (
+    EpochIndices,
+    Run,
+    batch_plan,
+    init_model,
+    lm_loss,
+    prepare_task,
+    print_plan,
+    supervised_step,
+)
 
 
 class SFTBatches:
@@ -27,14 +34,19 @@ class SFTBatches:
 
     def __init__(self, prompts, responses, batch_size, pad_id, seed, mask_prompt=True, response_masks=None):
         self.prompts, self.responses, self.pad_id, self.mask_prompt = prompts, responses, pad_id, mask_prompt
-        self.response_masks = response_masks      # 0 on injected tool results in demonstrations (agent tasks)
+        self.response_masks = response_masks  # 0 on injected tool results in demonstrations (agent tasks)
         self.indices = EpochIndices(len(prompts), batch_size, seed)
 
     def __call__(self, step: int) -> dict:
         idx = self.indices(step)
         masks = None if self.response_masks is None else [self.response_masks[i] for i in idx]
-        return collate([self.prompts[i] for i in idx], [self.responses[i] for i in idx], self.pad_id, self.mask_prompt,
-                       response_masks=masks)
+        return collate(
+            [self.prompts[i] for i in idx],
+            [self.responses[i] for i in idx],
+            self.pad_id,
+            self.mask_prompt,
+            response_masks=masks,
+        )
 
 
 def examples(task, tok, n: int, seed: int, cot: bool):
@@ -50,15 +62,20 @@ def examples(task, tok, n: int, seed: int, cot: bool):
 def rejection_examples(cfg: SFTConfig, model, tok, task, run_dir):
     """RFT data (preference/rejection.py): the init model's own verified, distinct responses."""
     import json
+
     from posttrain.preference.rejection import rejection_sample
+
     items = task.items(min(cfg.rejection_prompts, cfg.num_problems), "train", cfg.seed)
-    prompts, responses, stats = rejection_sample(model, tok, task, items, cfg.rejection_samples,
-                                                 max_new_tokens=response_budget(task, items), seed=cfg.seed)
+    prompts, responses, stats = rejection_sample(
+        model, tok, task, items, cfg.rejection_samples, max_new_tokens=response_budget(task, items), seed=cfg.seed
+    )
     (run_dir / "rejection_stats.json").write_text(json.dumps(stats, indent=1))
     print(f"[sft] rejection sampling: {stats}")
     if not responses:
-        raise UsageError(f"data=rejection: no sample of the init model was verified correct ({stats}); "
-                         "start from a better checkpoint or raise rejection_samples")
+        raise UsageError(
+            f"data=rejection: no sample of the init model was verified correct ({stats}); "
+            "start from a better checkpoint or raise rejection_samples"
+        )
     return prompts, responses
 
 
@@ -80,32 +97,60 @@ def run(cfg: SFTConfig, resume: bool = False, task=None) -> dict:
     masks = [tok.policy_mask(r) for r in responses] if hasattr(tok, "policy_mask") else []
     masks = masks if any(0 in m for m in masks) else None  # demonstrations with tool results: mask them
     batches = SFTBatches(prompts, responses, cfg.batch_size, tok.pad_id, cfg.seed, cfg.mask_prompt, masks)
-    print_plan("sft", {"params": model.num_params(), "examples": len(prompts), "prompts/step": cfg.batch_size,
-                       "samples/step": cfg.batch_size, **batch_plan(batches(1), cfg.optim.micro_batch_tokens),
-                       "optimizer steps/step": 1, "steps": cfg.steps,
-                       "epochs": round(cfg.steps * cfg.batch_size / len(prompts), 2),
-                       "data": cfg.data, "cot": cfg.cot, "mask_prompt": cfg.mask_prompt})
+    print_plan(
+        "sft",
+        {
+            "params": model.num_params(),
+            "examples": len(prompts),
+            "prompts/step": cfg.batch_size,
+            "samples/step": cfg.batch_size,
+            **batch_plan(batches(1), cfg.optim.micro_batch_tokens),
+            "optimizer steps/step": 1,
+            "steps": cfg.steps,
+            "epochs": round(cfg.steps * cfg.batch_size / len(prompts), 2),
+            "data": cfg.data,
+            "cot": cfg.cot,
+            "mask_prompt": cfg.mask_prompt,
+        },
+    )
 
     def evaluate_fn(m):
-        if hasattr(task, "make_env"):                  # agent tasks: greedy episodes with the tools
+        if hasattr(task, "make_env"):  # agent tasks: greedy episodes with the tools
             from posttrain.framework.agent import evaluate_episodes
             from posttrain.framework.rollout import Engine
-            res = evaluate_episodes(Engine(m, tok), tok, task, heldout, seed=cfg.seed,
-                                    max_new_tokens=response_budget(task, heldout))
+
+            res = evaluate_episodes(
+                Engine(m, tok), tok, task, heldout, seed=cfg.seed, max_new_tokens=response_budget(task, heldout)
+            )
         else:
             res = evaluate(m, tok, task, heldout, seed=cfg.seed)
         per_k = res.pop("per_k")
         return {**res, **{f"eval/greedy_acc_k{k}": row["greedy"] for k, row in per_k.items()}}
 
     step_fn = supervised_step(trainer, batches, lm_loss, r.rt.device)
+
     def reached(metrics) -> str:
         acc = metrics.get("eval/greedy_acc")
-        return f"held-out greedy accuracy {acc:.3f} ≥ target_acc {cfg.target_acc}" if acc is not None \
-            and cfg.target_acc and acc >= cfg.target_acc else ""
+        return (
+            f"held-out greedy accuracy {acc:.3f} ≥ target_acc {cfg.target_acc}"
+            if acc is not None and cfg.target_acc and acc >= cfg.target_acc
+            else ""
+        )
 
-    summary = train_loop(r, model, tok, trainer, step_fn, evaluate=evaluate_fn, until=reached,
-                         meta={"task": cfg.task.name, "cot": cfg.cot}, show=("loss", "eval/greedy_acc"))
+    summary = train_loop(
+        r,
+        model,
+        tok,
+        trainer,
+        step_fn,
+        evaluate=evaluate_fn,
+        until=reached,
+        meta={"task": cfg.task.name, "cot": cfg.cot},
+        show=("loss", "eval/greedy_acc"),
+    )
     table = {k: v for k, v in summary.items() if k.startswith("eval/greedy_acc_k") and k != "eval/greedy_acc_k0"}
     if table:
-        print("held-out greedy accuracy by K: " + "  ".join(f"K={k.rsplit('k', 1)[1]}: {v:.3f}" for k, v in table.items()))
+        print(
+            "held-out greedy accuracy by K: " + "  ".join(f"K={k.rsplit('k', 1)[1]}: {v:.3f}" for k, v in table.items())
+        )
     return summary

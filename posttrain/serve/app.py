@@ -43,28 +43,45 @@ from posttrain.serve.records import Recorder, Turn
 @dataclass
 class RLPolicy:
     """The run's sampling and the episode recorder, for a server inside an RL run."""
+
     temperature: float
     max_new_tokens: int
     recorder: Recorder
-    overridden: int = 0           # requests whose temperature / top-k / top-p the run replaced
+    overridden: int = 0  # requests whose temperature / top-k / top-p the run replaced
 
     def apply(self, req: Request) -> Request:
         if req.episode is None:
-            raise RequestError(400, "inside an RL run every request names its episode: send the header X-Episode-Id "
-                               "(or X-Session-ID) or the 'user' field with the id the run gave the agent", "user")
+            raise RequestError(
+                400,
+                "inside an RL run every request names its episode: send the header X-Episode-Id "
+                "(or X-Session-ID) or the 'user' field with the id the run gave the agent",
+                "user",
+            )
         if not self.recorder.is_open(req.episode):
-            raise RequestError(409, f"episode {req.episode!r} is not open: it was never started by this step or it has "
-                               "already ended (its tokens are no longer trained on)", "user")
+            raise RequestError(
+                409,
+                f"episode {req.episode!r} is not open: it was never started by this step or it has "
+                "already ended (its tokens are no longer trained on)",
+                "user",
+            )
         p = req.params
         if (p.temperature, p.top_k, p.top_p) != (self.temperature, 0, 1.0):
             self.overridden += 1
-        params = dataclasses.replace(p, temperature=self.temperature, top_k=0, top_p=1.0, seed=None, ignore_eos=False,
-                                     max_new_tokens=min(p.max_new_tokens, self.max_new_tokens))
+        params = dataclasses.replace(
+            p,
+            temperature=self.temperature,
+            top_k=0,
+            top_p=1.0,
+            seed=None,
+            ignore_eos=False,
+            max_new_tokens=min(p.max_new_tokens, self.max_new_tokens),
+        )
         return dataclasses.replace(req, params=params)
 
 
-def create_app(batcher, tok, model_name: str, max_len: int, limits: Limits | None = None,
-               policy: RLPolicy | None = None):
+def create_app(
+    batcher, tok, model_name: str, max_len: int, limits: Limits | None = None, policy: RLPolicy | None = None
+):
     limits = limits or Limits()
     app = FastAPI(title="posttrain", docs_url=None, redoc_url=None, openapi_url=None)
     created = int(time.time())
@@ -79,8 +96,18 @@ def create_app(batcher, tok, model_name: str, max_len: int, limits: Limits | Non
 
     @app.get("/v1/models")
     async def models():
-        return {"object": "list", "data": [{"id": model_name, "object": "model", "created": created,
-                                            "owned_by": "posttrain", "max_model_len": max_len}]}
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": model_name,
+                    "object": "model",
+                    "created": created,
+                    "owned_by": "posttrain",
+                    "max_model_len": max_len,
+                }
+            ],
+        }
 
     @app.post("/v1/chat/completions")
     async def chat(request: HTTPRequest):
@@ -109,13 +136,18 @@ def create_app(batcher, tok, model_name: str, max_len: int, limits: Limits | Non
         choices = [choice_of(s, req, tok) for samples in results for s in samples]
         if policy is not None:
             for i, c in enumerate(choices):
-                turn = Turn(req.prompts[i // req.params.n], c.ids, c.logprobs, c.versions, c.policy_version,
-                            c.finish_reason)
+                turn = Turn(
+                    req.prompts[i // req.params.n], c.ids, c.logprobs, c.versions, c.policy_version, c.finish_reason
+                )
                 if not policy.recorder.add(req.episode, turn):
-                    raise RequestError(409, f"episode {req.episode!r} ended while this request was sampled; its "
-                                       "tokens are not trained on", "user")
+                    raise RequestError(
+                        409,
+                        f"episode {req.episode!r} ended while this request was sampled; its tokens are not trained on",
+                        "user",
+                    )
         full = reply(req, req.prompts, choices, model_name, tok)
         if req.stream:
             return StreamingResponse(stream_events(full, req), media_type="text/event-stream")
         return JSONResponse(full)
+
     return app

@@ -38,14 +38,15 @@ from posttrain.framework.rollout import SamplingParams
 @dataclass(frozen=True)
 class Params:
     """What must agree for requests to share one engine call."""
+
     n: int = 1
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 1.0
     max_new_tokens: int = 64
     stop_ids: tuple[int, ...] = ()
-    seed: int | None = None       # a request's own seed: it runs alone, reproducibly
-    ignore_eos: bool = False      # vLLM's switch: never stop, every completion is max_new_tokens long (benchmarks)
+    seed: int | None = None  # a request's own seed: it runs alone, reproducibly
+    ignore_eos: bool = False  # vLLM's switch: never stop, every completion is max_new_tokens long (benchmarks)
 
 
 @dataclass
@@ -60,10 +61,10 @@ class Batcher:
 
     def __init__(self, engine, seed: int = 0, window_s: float = 0.005, max_wait_s: float = 0.5):
         self.engine, self.seed, self.window_s, self.max_wait_s = engine, int(seed), float(window_s), float(max_wait_s)
-        self._expect = 1                                 # requests in play at the last call's end: clients re-send
+        self._expect = 1  # requests in play at the last call's end: clients re-send
         self._last_call_s = 0.0
         self.lock = threading.Lock()
-        self.calls = 0                                   # engine calls made (the draw counter)
+        self.calls = 0  # engine calls made (the draw counter)
         self.stats = {"serve/calls": 0, "serve/requests": 0, "serve/generated_tokens": 0, "serve/engine_s": 0.0}
         self._queue: queue.Queue = queue.Queue()
         self._closed = False
@@ -92,9 +93,9 @@ class Batcher:
                 return
             jobs = [first]
             cap = time.monotonic() + max(self.window_s, min(self.max_wait_s, 0.25 * self._last_call_s))
-            while True:                                  # everything queued since the last call, then more:
-                left = cap - time.monotonic()            # up to as many as the last call had, then while
-                wait = left if len(jobs) < self._expect else min(self.window_s, left)   # they come < window apart
+            while True:  # everything queued since the last call, then more:
+                left = cap - time.monotonic()  # up to as many as the last call had, then while
+                wait = left if len(jobs) < self._expect else min(self.window_s, left)  # they come < window apart
                 try:
                     job = self._queue.get(timeout=wait) if wait > 0 else self._queue.get_nowait()
                 except queue.Empty:
@@ -104,14 +105,14 @@ class Batcher:
                     break
                 jobs.append(job)
             groups: dict = {}
-            for i, job in enumerate(jobs):               # a seeded request is its own group
+            for i, job in enumerate(jobs):  # a seeded request is its own group
                 key = job.params if job.params.seed is None else (job.params, i)
                 groups.setdefault(key, []).append(job)
             t0 = time.monotonic()
             for group in groups.values():
                 self._run(group)
             self._last_call_s = time.monotonic() - t0
-            self._expect = len(jobs) + self._queue.qsize()   # the clients in play: these, and those that queued
+            self._expect = len(jobs) + self._queue.qsize()  # the clients in play: these, and those that queued
             if self._closed:
                 for job in self._drain():
                     _resolve(job.future, error=RuntimeError("the server is shutting down"))
@@ -129,8 +130,14 @@ class Batcher:
 
     def _run(self, jobs: list[_Job]) -> None:
         p = jobs[0].params
-        sampling = SamplingParams(temperature=p.temperature, top_k=p.top_k, top_p=p.top_p,
-                                  max_new_tokens=p.max_new_tokens, stop_ids=p.stop_ids, ignore_eos=p.ignore_eos)
+        sampling = SamplingParams(
+            temperature=p.temperature,
+            top_k=p.top_k,
+            top_p=p.top_p,
+            max_new_tokens=p.max_new_tokens,
+            stop_ids=p.stop_ids,
+            ignore_eos=p.ignore_eos,
+        )
         seed, step = (self.seed, self.calls) if p.seed is None else (p.seed, 0)
         try:
             with self.lock:
@@ -145,8 +152,8 @@ class Batcher:
         self.stats["serve/requests"] += len(jobs)
         self.stats["serve/generated_tokens"] += int(stats.get("rollout/generated_tokens", 0))
         self.stats["serve/engine_s"] += float(stats.get("rollout/time_s", 0.0))
-        for g, j in enumerate(jobs):                     # samples come back group-major
-            _resolve(j.future, samples[g * p.n:(g + 1) * p.n])
+        for g, j in enumerate(jobs):  # samples come back group-major
+            _resolve(j.future, samples[g * p.n : (g + 1) * p.n])
 
 
 def _resolve(fut: Future, result=None, error: BaseException | None = None) -> None:

@@ -30,18 +30,18 @@ class RequestError(Exception):
 
 @dataclass
 class Limits:
-    max_n: int = 64               # samples per request
-    max_prompts: int = 64         # prompts per /v1/completions request
+    max_n: int = 64  # samples per request
+    max_prompts: int = 64  # prompts per /v1/completions request
 
 
 @dataclass
 class Request:
-    kind: str                     # chat | completion
-    prompts: list[list[int]]      # one for chat; one or more for completions
+    kind: str  # chat | completion
+    prompts: list[list[int]]  # one for chat; one or more for completions
     params: Params
-    stop_strings: tuple[str, ...] = ()   # multi-token stops, cut after sampling
+    stop_strings: tuple[str, ...] = ()  # multi-token stops, cut after sampling
     logprobs: bool = False
-    token_ids: bool = False       # return_token_ids
+    token_ids: bool = False  # return_token_ids
     stream: bool = False
     include_usage: bool = False
     episode: str | None = None
@@ -65,12 +65,19 @@ def parse(body, kind: str, tok, model_name: str, max_len: int, limits: Limits, h
         raise RequestError(400, "the request body must be a JSON object")
     model = body.get("model")
     if model is not None and model != model_name:
-        raise RequestError(404, f"The model '{model}' does not exist; this server serves '{model_name}' "
-                           "(GET /v1/models)", "model", "not_found_error")
+        raise RequestError(
+            404,
+            f"The model '{model}' does not exist; this server serves '{model_name}' (GET /v1/models)",
+            "model",
+            "not_found_error",
+        )
     for unsupported in ("tools", "functions", "suffix") + (("echo",) if body.get("echo") else ()):
         if body.get(unsupported):
-            raise RequestError(400, f"'{unsupported}' is not supported by this server (the policy writes tool calls "
-                               "as text); leave it out", unsupported)
+            raise RequestError(
+                400,
+                f"'{unsupported}' is not supported by this server (the policy writes tool calls as text); leave it out",
+                unsupported,
+            )
     if kind == "chat":
         try:
             messages = check_messages(body.get("messages"), "messages")
@@ -87,14 +94,22 @@ def parse(body, kind: str, tok, model_name: str, max_len: int, limits: Limits, h
     longest = max(len(p) for p in prompts)
     room = max_len - longest
     if room < 1:
-        raise RequestError(400, f"This model's maximum context length is {max_len} tokens; the prompt has {longest} "
-                           "tokens, which leaves no room for a completion", "messages" if kind == "chat" else "prompt")
+        raise RequestError(
+            400,
+            f"This model's maximum context length is {max_len} tokens; the prompt has {longest} "
+            "tokens, which leaves no room for a completion",
+            "messages" if kind == "chat" else "prompt",
+        )
     cap_key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
     max_new = _get(body, cap_key, int, room, lambda v: v >= 1, "an integer >= 1")
     if max_new > room:
-        raise RequestError(400, f"This model's maximum context length is {max_len} tokens; the prompt has {longest} "
-                           f"tokens and {cap_key}={max_new} asks for {longest + max_new}; lower {cap_key} to at most "
-                           f"{room}", cap_key)
+        raise RequestError(
+            400,
+            f"This model's maximum context length is {max_len} tokens; the prompt has {longest} "
+            f"tokens and {cap_key}={max_new} asks for {longest + max_new}; lower {cap_key} to at most "
+            f"{room}",
+            cap_key,
+        )
     stop_ids, stop_strings = _stops(body.get("stop"), tok)
     if kind == "chat":
         logprobs = bool(_get(body, "logprobs", bool, False, None, "true or false"))
@@ -103,17 +118,37 @@ def parse(body, kind: str, tok, model_name: str, max_len: int, limits: Limits, h
         lp = _get(body, "logprobs", int, None, lambda v: v >= 0, "an integer >= 0")
         logprobs, top = lp is not None, lp or 0
     if top:
-        raise RequestError(400, f"top_logprobs={top}: the engine records the sampled token's logprob only; ask for "
-                           "logprobs without alternatives (top_logprobs=0)", "top_logprobs" if kind == "chat" else "logprobs")
+        raise RequestError(
+            400,
+            f"top_logprobs={top}: the engine records the sampled token's logprob only; ask for "
+            "logprobs without alternatives (top_logprobs=0)",
+            "top_logprobs" if kind == "chat" else "logprobs",
+        )
     stream = bool(_get(body, "stream", bool, False, None, "true or false"))
     options = _get(body, "stream_options", dict, {}, None, "an object")
-    episode = (headers.get("x-episode-id") or headers.get("x-session-id")
-               or _get(body, "user", str, None, None, "a string"))
-    return Request(kind, prompts, Params(n=n, temperature=temperature, top_k=max(top_k, 0), top_p=top_p,
-                                         max_new_tokens=max_new, stop_ids=stop_ids, seed=seed,
-                                         ignore_eos=bool(_get(body, "ignore_eos", bool, False, None, "true or false"))),
-                   stop_strings, logprobs, bool(_get(body, "return_token_ids", bool, False, None, "true or false")),
-                   stream, bool(options.get("include_usage")), episode)
+    episode = (
+        headers.get("x-episode-id") or headers.get("x-session-id") or _get(body, "user", str, None, None, "a string")
+    )
+    return Request(
+        kind,
+        prompts,
+        Params(
+            n=n,
+            temperature=temperature,
+            top_k=max(top_k, 0),
+            top_p=top_p,
+            max_new_tokens=max_new,
+            stop_ids=stop_ids,
+            seed=seed,
+            ignore_eos=bool(_get(body, "ignore_eos", bool, False, None, "true or false")),
+        ),
+        stop_strings,
+        logprobs,
+        bool(_get(body, "return_token_ids", bool, False, None, "true or false")),
+        stream,
+        bool(options.get("include_usage")),
+        episode,
+    )
 
 
 def _completion_prompts(prompt, tok, limits: Limits) -> list[list[int]]:
@@ -121,9 +156,13 @@ def _completion_prompts(prompt, tok, limits: Limits) -> list[list[int]]:
     if isinstance(prompt, str) or (isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt)):
         prompt = [prompt]
     if not isinstance(prompt, list) or not prompt:
-        raise RequestError(400, "'prompt' must be a string, a list of token ids, or a non-empty list of those", "prompt")
+        raise RequestError(
+            400, "'prompt' must be a string, a list of token ids, or a non-empty list of those", "prompt"
+        )
     if len(prompt) > limits.max_prompts:
-        raise RequestError(400, f"'prompt' holds {len(prompt)} prompts; at most {limits.max_prompts} per request", "prompt")
+        raise RequestError(
+            400, f"'prompt' holds {len(prompt)} prompts; at most {limits.max_prompts} per request", "prompt"
+        )
     out = []
     for i, p in enumerate(prompt):
         if isinstance(p, str):
@@ -162,10 +201,12 @@ def _stops(stop, tok) -> tuple[tuple[int, ...], tuple[str, ...]]:
 
 # ---- replies ---------------------------------------------------------------------------------
 
+
 @dataclass
 class Choice:
     """One served completion: the tokens the reply reports and the policy sampled."""
-    ids: list[int]                 # served completion ids (cut at a stop string)
+
+    ids: list[int]  # served completion ids (cut at a stop string)
     logprobs: list[float]
     versions: list[int]
     text: str
@@ -176,19 +217,20 @@ class Choice:
 def choice_of(sample, req: Request, tok) -> Choice:
     """Cut a sample at its first stop string; the text leaves out the stop (token or string), as vLLM does."""
     ids, stopped = list(sample.response_ids), sample.finish_reason == "stop"
-    text_ids = ids[:-1] if stopped and ids else ids                  # the stop token is not text
+    text_ids = ids[:-1] if stopped and ids else ids  # the stop token is not text
     text = tok.decode(text_ids)
     if req.stop_strings:
         for j in range(1, len(ids) + 1):
             part = tok.decode(ids[:j])
             hits = [part.find(s) for s in req.stop_strings if s in part]
             if hits:
-                ids, text, stopped = ids[:j], part[:min(hits)], True
+                ids, text, stopped = ids[:j], part[: min(hits)], True
                 break
     n = len(ids)
     versions = (sample.token_versions or [sample.policy_version] * len(sample.response_ids))[:n]
-    return Choice(ids, list(sample.response_logprobs[:n]), versions, text, "stop" if stopped else "length",
-                  sample.policy_version)
+    return Choice(
+        ids, list(sample.response_logprobs[:n]), versions, text, "stop" if stopped else "length", sample.policy_version
+    )
 
 
 def _token_logprobs(choice: Choice, tok) -> list[dict]:
@@ -201,24 +243,39 @@ def _token_logprobs(choice: Choice, tok) -> list[dict]:
 
 def reply(req: Request, prompts: list[list[int]], choices: list[Choice], model: str, tok) -> dict:
     """The whole (non-streamed) reply: chat.completion or text_completion."""
-    usage = {"prompt_tokens": sum(len(p) for p in prompts) if req.kind == "completion" else len(prompts[0]),
-             "completion_tokens": sum(len(c.ids) for c in choices)}
+    usage = {
+        "prompt_tokens": sum(len(p) for p in prompts) if req.kind == "completion" else len(prompts[0]),
+        "completion_tokens": sum(len(c.ids) for c in choices),
+    }
     usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
-    body = {"id": ("chatcmpl-" if req.kind == "chat" else "cmpl-") + req.id,
-            "object": "chat.completion" if req.kind == "chat" else "text_completion",
-            "created": int(time.time()), "model": model, "choices": [], "usage": usage,
-            "policy_version": min(c.policy_version for c in choices)}
+    body = {
+        "id": ("chatcmpl-" if req.kind == "chat" else "cmpl-") + req.id,
+        "object": "chat.completion" if req.kind == "chat" else "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [],
+        "usage": usage,
+        "policy_version": min(c.policy_version for c in choices),
+    }
     for i, c in enumerate(choices):
         if req.kind == "chat":
-            ch = {"index": i, "message": {"role": "assistant", "content": c.text},
-                  "logprobs": {"content": _token_logprobs(c, tok)} if req.logprobs else None,
-                  "finish_reason": c.finish_reason}
+            ch = {
+                "index": i,
+                "message": {"role": "assistant", "content": c.text},
+                "logprobs": {"content": _token_logprobs(c, tok)} if req.logprobs else None,
+                "finish_reason": c.finish_reason,
+            }
         else:
             toks = [tok.decode([t]) for t in c.ids]
             offsets = [sum(len(x) for x in toks[:j]) for j in range(len(toks))]
-            ch = {"index": i, "text": c.text, "finish_reason": c.finish_reason,
-                  "logprobs": {"tokens": toks, "token_logprobs": c.logprobs, "top_logprobs": None,
-                               "text_offset": offsets} if req.logprobs else None}
+            ch = {
+                "index": i,
+                "text": c.text,
+                "finish_reason": c.finish_reason,
+                "logprobs": {"tokens": toks, "token_logprobs": c.logprobs, "top_logprobs": None, "text_offset": offsets}
+                if req.logprobs
+                else None,
+            }
             if req.token_ids:
                 ch["prompt_token_ids"] = prompts[i // req.params.n]
         if req.token_ids:
@@ -240,10 +297,19 @@ def stream_events(full: dict, req: Request):
             last = j == len(pieces) - 1
             if req.kind == "chat":
                 delta = {"role": "assistant", "content": piece} if j == 0 else {"content": piece}
-                c = {"index": ch["index"], "delta": delta, "logprobs": None, "finish_reason": ch["finish_reason"] if last else None}
+                c = {
+                    "index": ch["index"],
+                    "delta": delta,
+                    "logprobs": None,
+                    "finish_reason": ch["finish_reason"] if last else None,
+                }
             else:
-                c = {"index": ch["index"], "text": piece, "logprobs": None,
-                     "finish_reason": ch["finish_reason"] if last else None}
+                c = {
+                    "index": ch["index"],
+                    "text": piece,
+                    "logprobs": None,
+                    "finish_reason": ch["finish_reason"] if last else None,
+                }
             if last and req.token_ids:
                 c["token_ids"] = ch["token_ids"]
             yield f"data: {json.dumps({**base, 'object': obj, 'choices': [c]})}\n\n"
@@ -254,5 +320,5 @@ def stream_events(full: dict, req: Request):
 
 def _pieces(ch: dict, req: Request):
     text = ch["message"]["content"] if req.kind == "chat" else ch["text"]
-    chunks = [text[i:i + 4] for i in range(0, len(text), 4)] or [""]
+    chunks = [text[i : i + 4] for i in range(0, len(text), 4)] or [""]
     yield from chunks

@@ -31,10 +31,10 @@ from posttrain.framework.agent import Episode
 class Turn:
     prompt_ids: list[int]
     completion_ids: list[int]
-    logprobs: list[float]          # behaviour logprobs of completion_ids (the served distribution)
-    versions: list[int]            # policy version behind each completion token
+    logprobs: list[float]  # behaviour logprobs of completion_ids (the served distribution)
+    versions: list[int]  # policy version behind each completion token
     policy_version: int
-    finish_reason: str             # stop | length
+    finish_reason: str  # stop | length
 
 
 class Recorder:
@@ -74,12 +74,21 @@ def episode_samples(turns: list[Turn], group: int, index: int, item=None) -> lis
     for t in turns:
         chain = _extended(chains, t.prompt_ids)
         if chain is None:
-            chain = Episode(prompt_ids=list(t.prompt_ids), response_ids=[], response_logprobs=[], response_mask=[],
-                            finish_reason=t.finish_reason, policy_version=t.policy_version, group=group, index=index,
-                            item=item, token_versions=[])
+            chain = Episode(
+                prompt_ids=list(t.prompt_ids),
+                response_ids=[],
+                response_logprobs=[],
+                response_mask=[],
+                finish_reason=t.finish_reason,
+                policy_version=t.policy_version,
+                group=group,
+                index=index,
+                item=item,
+                token_versions=[],
+            )
             chains.append(chain)
         else:
-            obs = t.prompt_ids[len(chain.prompt_ids) + len(chain.response_ids):]   # the env's tokens in between
+            obs = t.prompt_ids[len(chain.prompt_ids) + len(chain.response_ids) :]  # the env's tokens in between
             chain.response_ids += obs
             chain.response_logprobs += [0.0] * len(obs)
             chain.response_mask += [0] * len(obs)
@@ -100,7 +109,11 @@ def _extended(chains: list[Episode], prompt: list[int]) -> Episode | None:
     best, best_len = None, -1
     for c in chains:
         n = len(c.prompt_ids) + len(c.response_ids)
-        if n > best_len and n <= len(prompt) and prompt[:len(c.prompt_ids)] == c.prompt_ids \
-                and prompt[len(c.prompt_ids):n] == c.response_ids:
+        if (
+            n > best_len
+            and n <= len(prompt)
+            and prompt[: len(c.prompt_ids)] == c.prompt_ids
+            and prompt[len(c.prompt_ids) : n] == c.response_ids
+        ):
             best, best_len = c, n
     return best

@@ -27,6 +27,7 @@ def load_engine(run_or_model: str, device: str = "auto", threads: int = 0, max_s
     """(Engine, tokenizer) for a run, a checkpoint or a local Hugging Face model directory."""
     from posttrain import checkpoint, runtime
     from posttrain.framework.rollout import Engine
+
     rt = runtime.resolve(device, "auto", threads)
     model, tok, _ = checkpoint.load_model(run_or_model, rt.device)
     model.eval()
@@ -46,20 +47,22 @@ class Server:
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             self.sock.bind((host, port))
-            self.sock.listen(2048)                       # connections queue from now on, before uvicorn runs
+            self.sock.listen(2048)  # connections queue from now on, before uvicorn runs
         except OSError as e:
             raise UsageError(f"cannot listen on {host}:{port} ({e.strerror}); pick another --port") from None
         self.port = self.sock.getsockname()[1]
         shown = f"[{host}]" if family == socket.AF_INET6 else host
         self.url = f"http://{shown}:{self.port}/v1"
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
-                                                    timeout_graceful_shutdown=5))
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=5)
+        )
         self.thread: threading.Thread | None = None
 
     def start(self, timeout_s: float = 30.0) -> Server:
         """Serve on a background thread; return once it accepts connections."""
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},
-                                       name="posttrain-serve", daemon=True)
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.sock]}, name="posttrain-serve", daemon=True
+        )
         self.thread.start()
         deadline = time.monotonic() + timeout_s
         while not self.server.started:
@@ -80,8 +83,12 @@ class Server:
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(prog="posttrain serve", description="An OpenAI-compatible server on the rollout engine.")
-    p.add_argument("model", metavar="RUN_OR_MODEL", help="a run directory, checkpoints/step_N, or a local HF model directory")
+    p = argparse.ArgumentParser(
+        prog="posttrain serve", description="An OpenAI-compatible server on the rollout engine."
+    )
+    p.add_argument(
+        "model", metavar="RUN_OR_MODEL", help="a run directory, checkpoints/step_N, or a local HF model directory"
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback only)")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--served-model-name", help="the model name clients send (default: RUN_OR_MODEL as given)")
@@ -94,13 +101,16 @@ def main(argv=None) -> None:
     from posttrain.serve.app import create_app
     from posttrain.serve.batcher import Batcher
     from posttrain.serve.protocol import Limits
+
     engine, tok = load_engine(args.model, args.device, args.threads, args.max_slots)
     name = args.served_model_name or args.model
     batcher = Batcher(engine, args.seed)
     server = Server(create_app(batcher, tok, name, engine.max_len, Limits(max_n=args.max_n)), args.host, args.port)
     if args.host not in ("127.0.0.1", "localhost", "::1"):
-        print(f"warning: listening on {args.host}: anyone who can reach this address can sample from the model",
-              file=sys.stderr)
+        print(
+            f"warning: listening on {args.host}: anyone who can reach this address can sample from the model",
+            file=sys.stderr,
+        )
     print(f"serving {args.model} as {name!r} on {server.url} (OpenAI-compatible; Ctrl-C stops)", flush=True)
     try:
         server.run()

@@ -56,17 +56,27 @@ import math
 from dataclasses import asdict, dataclass, replace
 
 from posttrain import UsageError
-from posttrain.sizing.shapes import (ModelShape, activation_bytes, count_params, course_activation_bytes, course_shape,
-                              head_free_params, kv_bytes_per_token, layer_params, logits_bytes, lora_params,
-                              resolve_model)
+from posttrain.sizing.shapes import (
+    ModelShape,
+    activation_bytes,
+    count_params,
+    course_activation_bytes,
+    course_shape,
+    head_free_params,
+    kv_bytes_per_token,
+    layer_params,
+    logits_bytes,
+    lora_params,
+    resolve_model,
+)
 
 GB = 1e9
 GPUS = {"h100": ("H100 80GB", 80e9), "h200": ("H200 141GB", 141e9), "a100": ("A100 80GB", 80e9)}  # bytes as sold
 # bytes per TRAINABLE param: (compute weights, fp32 master, grads, optimizer states). Row 59.
 PRECISION = {
-    "mixed": (2, 4, 4, 8),        # bf16 weights + fp32 master + fp32 grads + fp32 Adam m, v = 18
-    "no-master": (4, 0, 4, 8),    # fp32 weights are the master (bf16 only inside autocast) = 16
-    "bf16-adam": (4, 0, 4, 4),    # as no-master with bf16 Adam m, v = 12
+    "mixed": (2, 4, 4, 8),  # bf16 weights + fp32 master + fp32 grads + fp32 Adam m, v = 18
+    "no-master": (4, 0, 4, 8),  # fp32 weights are the master (bf16 only inside autocast) = 16
+    "bf16-adam": (4, 0, 4, 4),  # as no-master with bf16 Adam m, v = 12
 }
 
 
@@ -91,52 +101,73 @@ def envelope(params_b: float, seq_len: int = 8192, batch: int = 4, gpus: int = 8
     tp, kv_tok = min(gpus, 8), kv_bytes_per_token(s)
     train = train_bytes_per_param() * p / gpus + act
     infer = (2 * p + batch * seq_len * kv_tok) / tp
-    return {"train_gb": train / GB, "infer_gb": infer / GB, "kv_kb_per_token": kv_tok / 1024,
-            "activations_gb": act / GB, "fits_h100": train < 80e9 and infer < 80e9}
+    return {
+        "train_gb": train / GB,
+        "infer_gb": infer / GB,
+        "kv_kb_per_token": kv_tok / 1024,
+        "activations_gb": act / GB,
+        "fits_h100": train < 80e9 and infer < 80e9,
+    }
 
 
 # ---- the planner -------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Roles:
-    rollout: bool                 # generates samples (a KV cache); False for offline losses
-    reference: bool               # its default config has a KL to the reference (needs_reference)
-    critic: bool = False          # a learned value model, trained alongside
-    reward_model: bool = False    # a learned reward model scores samples (RLHF)
+    rollout: bool  # generates samples (a KV cache); False for offline losses
+    reference: bool  # its default config has a KL to the reference (needs_reference)
+    critic: bool = False  # a learned value model, trained alongside
+    reward_model: bool = False  # a learned reward model scores samples (RLHF)
 
 
 _RL, _RL_REF = Roles(True, False), Roles(True, True)
 ROLES = {  # RL algorithms as posttrain.algorithms defaults them; the test pins it to needs_reference
-    "reinforce": _RL, "rloo": _RL, "grpo": _RL_REF, "mgpo": _RL_REF, "dr_grpo": _RL, "dapo": _RL,
-    "gspo": _RL, "cispo": _RL, "maxrl": _RL, "dppo": _RL, "reinforce_pp": _RL_REF,
-    "ppo": Roles(True, True, critic=True), "rlhf": Roles(True, True, critic=True, reward_model=True),
-    "dpo": Roles(False, True), "ipo": Roles(False, True), "kto": Roles(False, True),
-    "simpo": Roles(False, False), "orpo": Roles(False, False), "sft": Roles(False, False), "rm": Roles(False, False),
+    "reinforce": _RL,
+    "rloo": _RL,
+    "grpo": _RL_REF,
+    "mgpo": _RL_REF,
+    "dr_grpo": _RL,
+    "dapo": _RL,
+    "gspo": _RL,
+    "cispo": _RL,
+    "maxrl": _RL,
+    "dppo": _RL,
+    "reinforce_pp": _RL_REF,
+    "ppo": Roles(True, True, critic=True),
+    "rlhf": Roles(True, True, critic=True, reward_model=True),
+    "dpo": Roles(False, True),
+    "ipo": Roles(False, True),
+    "kto": Roles(False, True),
+    "simpo": Roles(False, False),
+    "orpo": Roles(False, False),
+    "sft": Roles(False, False),
+    "rm": Roles(False, False),
 }
 
 
 @dataclass
 class PlanConfig:
-    algo: str = "grpo"            # which roles exist (ROLES)
-    gpu: str = "h100"             # h100 | h200 | a100
-    gpus: int = 1                 # GPUs of the pool (the trainer pool under placement=split)
-    shard: str = "fsdp"           # fsdp: ZeRO-3 shards params, grads, optimizer over data-parallel GPUs | dp
-    tp: int = 1                   # tensor-parallel degree of the trainer (splits weights, activations, logits)
-    rollout_tp: int = 0           # tensor-parallel degree of the sampler; 0 = tp
-    micro_batch: int = 1          # sequences per GPU per forward/backward (DPO: count chosen + rejected)
-    seq_len: int = 4096           # training tokens per sequence (prompt + response)
-    rollout_seqs: int = 64        # sequences decoding at once over the whole rollout pool (prompts × K in flight)
-    rollout_len: int = 0          # tokens per rollout sequence in the KV cache; 0 = seq_len
-    checkpointing: bool = False   # gradient checkpointing: recompute each layer in backward (~33% more compute)
-    lora: int = 0                 # LoRA rank on every linear (0 = full fine-tune); the reference is the base
-    precision: str = "mixed"      # mixed (18 B/param) | no-master (16) | bf16-adam (12)
-    reference: str = "auto"       # auto (as the algorithm needs) | gpu | cpu (offloaded: 0 on GPU) | none
-    reward_model: str = ""        # a learned reward model's shape ("" = none, or the policy's under rlhf)
-    critic: str = "separate"      # PPO's critic: separate (trunk copy + value head) | shared (head on the policy)
-    activations: str = "llama"    # llama (saved tensors + logits + FSDP buffers) | course (lesson 22's formula only)
+    algo: str = "grpo"  # which roles exist (ROLES)
+    gpu: str = "h100"  # h100 | h200 | a100
+    gpus: int = 1  # GPUs of the pool (the trainer pool under placement=split)
+    shard: str = "fsdp"  # fsdp: ZeRO-3 shards params, grads, optimizer over data-parallel GPUs | dp
+    tp: int = 1  # tensor-parallel degree of the trainer (splits weights, activations, logits)
+    rollout_tp: int = 0  # tensor-parallel degree of the sampler; 0 = tp
+    micro_batch: int = 1  # sequences per GPU per forward/backward (DPO: count chosen + rejected)
+    seq_len: int = 4096  # training tokens per sequence (prompt + response)
+    rollout_seqs: int = 64  # sequences decoding at once over the whole rollout pool (prompts × K in flight)
+    rollout_len: int = 0  # tokens per rollout sequence in the KV cache; 0 = seq_len
+    checkpointing: bool = False  # gradient checkpointing: recompute each layer in backward (~33% more compute)
+    lora: int = 0  # LoRA rank on every linear (0 = full fine-tune); the reference is the base
+    precision: str = "mixed"  # mixed (18 B/param) | no-master (16) | bf16-adam (12)
+    reference: str = "auto"  # auto (as the algorithm needs) | gpu | cpu (offloaded: 0 on GPU) | none
+    reward_model: str = ""  # a learned reward model's shape ("" = none, or the policy's under rlhf)
+    critic: str = "separate"  # PPO's critic: separate (trunk copy + value head) | shared (head on the policy)
+    activations: str = "llama"  # llama (saved tensors + logits + FSDP buffers) | course (lesson 22's formula only)
     placement: str = "colocated"  # colocated (all roles share the pool) | split (trainer / reference / rollout pools)
-    ref_gpus: int = 1             # placement=split: GPUs of the reference (+ reward model) pool
-    rollout_gpus: int = 1         # placement=split: GPUs of the rollout pool
+    ref_gpus: int = 1  # placement=split: GPUs of the reference (+ reward model) pool
+    rollout_gpus: int = 1  # placement=split: GPUs of the rollout pool
 
 
 def _gpu(name):
@@ -167,31 +198,38 @@ def plan(model, cfg: PlanConfig | None = None, suggest: bool = True, **overrides
     p = count_params(s)
     pt = lora_params(s, c.lora) if c.lora else p
     rtp = c.rollout_tp or c.tp
-    shard = c.tp * (c.gpus // c.tp if c.shard == "fsdp" else 1)          # how many ways each weight is split
-    train_state = {"policy weights": (2 * p + bw * pt if c.lora else bw * p) / shard,
-                   "master weights": bm * pt / shard, "gradients": bg * pt / shard,
-                   "optimizer (Adam m, v)": bo * pt / shard}
+    shard = c.tp * (c.gpus // c.tp if c.shard == "fsdp" else 1)  # how many ways each weight is split
+    train_state = {
+        "policy weights": (2 * p + bw * pt if c.lora else bw * p) / shard,
+        "master weights": bm * pt / shard,
+        "gradients": bg * pt / shard,
+        "optimizer (Adam m, v)": bo * pt / shard,
+    }
     per_param = bw + bm + bg + bo
-    critic = 0.0                                        # a second training state: trunk + value head (or the head)
+    critic = 0.0  # a second training state: trunk + value head (or the head)
     if roles.critic and c.critic == "shared":
         critic = per_param * (s.hidden + 1) / shard
     elif roles.critic:
         pc = head_free_params(s)
         critic = (2 * pc + per_param * lora_params(s, c.lora) if c.lora else per_param * pc) / shard
     ref_on_gpu = roles.reference and c.reference != "cpu" and not c.lora  # LoRA: base with the adapter off
-    rm = head_free_params(resolve_model(c.reward_model) if c.reward_model else s)   # trunk + scalar head
+    rm = head_free_params(resolve_model(c.reward_model) if c.reward_model else s)  # trunk + scalar head
     frozen = {"reference": 2 * p if ref_on_gpu else 0.0, "reward model": 2 * rm if roles.reward_model else 0.0}
 
     seq, mb, rlen = c.seq_len, c.micro_batch, c.rollout_len or c.seq_len
-    logits = gather = 0.0                               # the course's formula counts neither
+    logits = gather = 0.0  # the course's formula counts neither
     if c.activations == "llama":
         logits = logits_bytes(seq * mb, s.vocab, 6) / c.tp
-        gather = 2 * 2 * layer_params(s) / c.tp if shard > c.tp else 0.0   # this layer's and the prefetched one's bf16
-    train_phase = {"activations": _act(s, c, c.checkpointing), "logits": logits, "FSDP gather buffers": gather,
-                   "critic activations": _act(s, c, c.checkpointing) if roles.critic and c.critic == "separate" else 0}
+        gather = 2 * 2 * layer_params(s) / c.tp if shard > c.tp else 0.0  # this layer's and the prefetched one's bf16
+    train_phase = {
+        "activations": _act(s, c, c.checkpointing),
+        "logits": logits,
+        "FSDP gather buffers": gather,
+        "critic activations": _act(s, c, c.checkpointing) if roles.critic and c.critic == "separate" else 0,
+    }
     kv_total = kv_bytes_per_token(s) * c.rollout_seqs * rlen if roles.rollout else 0.0
 
-    def kv_per_gpu(n):                                  # batch over replicas, heads over TP (replicated past kv_heads)
+    def kv_per_gpu(n):  # batch over replicas, heads over TP (replicated past kv_heads)
         return kv_total / (n // rtp) / min(rtp, s.kv_heads)
 
     pools = {}
@@ -205,16 +243,29 @@ def plan(model, cfg: PlanConfig | None = None, suggest: bool = True, **overrides
         if any(frozen.values()):
             pools["reference"] = _pool(c.ref_gpus, {k: v / c.ref_gpus for k, v in frozen.items()}, {}, {}, capacity)
         if roles.rollout:
-            pools["rollout"] = _pool(c.rollout_gpus, {"rollout weights": 2 * p / rtp},
-                                     {}, {"KV cache": kv_per_gpu(c.rollout_gpus)}, capacity)
-    out = {"model": asdict(s), "params": p, "trainable_params": pt, "roles": asdict(roles), "config": asdict(c),
-           "gpu": label, "capacity_bytes": capacity, "pools": pools,
-           "peak_bytes": max(q["peak_bytes"] for q in pools.values()),
-           "fits": all(q["fits"] for q in pools.values()),
-           "fits_on": {g[0]: all(q["peak_bytes"] <= g[1] for q in pools.values()) for g in GPUS.values()},
-           "notes": {"activations_with_checkpointing": _act(s, c, True), "activations_without_checkpointing":
-                     _act(s, c, False), "kv_bytes_per_token": kv_bytes_per_token(s), "kv_cache_total": kv_total,
-                     "train_bytes_per_param": per_param}}
+            pools["rollout"] = _pool(
+                c.rollout_gpus, {"rollout weights": 2 * p / rtp}, {}, {"KV cache": kv_per_gpu(c.rollout_gpus)}, capacity
+            )
+    out = {
+        "model": asdict(s),
+        "params": p,
+        "trainable_params": pt,
+        "roles": asdict(roles),
+        "config": asdict(c),
+        "gpu": label,
+        "capacity_bytes": capacity,
+        "pools": pools,
+        "peak_bytes": max(q["peak_bytes"] for q in pools.values()),
+        "fits": all(q["fits"] for q in pools.values()),
+        "fits_on": {g[0]: all(q["peak_bytes"] <= g[1] for q in pools.values()) for g in GPUS.values()},
+        "notes": {
+            "activations_with_checkpointing": _act(s, c, True),
+            "activations_without_checkpointing": _act(s, c, False),
+            "kv_bytes_per_token": kv_bytes_per_token(s),
+            "kv_cache_total": kv_total,
+            "train_bytes_per_param": per_param,
+        },
+    }
     out["suggestions"] = suggestions(s, c) if suggest and not out["fits"] else []
     return out
 
@@ -222,8 +273,11 @@ def plan(model, cfg: PlanConfig | None = None, suggest: bool = True, **overrides
 def _roles(c: PlanConfig) -> Roles:
     if c.algo not in ROLES:
         import difflib
-        close = ([a for a in ROLES if sorted(a) == sorted(c.algo)]     # a transposition ("gpro") first
-                 or difflib.get_close_matches(c.algo, list(ROLES), n=1))
+
+        close = (
+            [a for a in ROLES if sorted(a) == sorted(c.algo)]  # a transposition ("gpro") first
+            or difflib.get_close_matches(c.algo, list(ROLES), n=1)
+        )
         hint = f"; did you mean {close[0]!r}?" if close else ""
         raise UsageError(f"--algo {c.algo!r} is unknown{hint} (valid: {', '.join(sorted(ROLES))})")
     r = ROLES[c.algo]
@@ -235,9 +289,16 @@ def _roles(c: PlanConfig) -> Roles:
 
 def _check(c: PlanConfig, s: ModelShape) -> None:
     rtp = c.rollout_tp or c.tp
-    for name, n in [("gpus", c.gpus), ("tp", c.tp), ("micro_batch", c.micro_batch), ("seq_len", c.seq_len),
-                    ("rollout_tp", rtp), ("ref_gpus", c.ref_gpus), ("rollout_gpus", c.rollout_gpus),
-                    ("rollout_seqs", c.rollout_seqs)]:
+    for name, n in [
+        ("gpus", c.gpus),
+        ("tp", c.tp),
+        ("micro_batch", c.micro_batch),
+        ("seq_len", c.seq_len),
+        ("rollout_tp", rtp),
+        ("ref_gpus", c.ref_gpus),
+        ("rollout_gpus", c.rollout_gpus),
+        ("rollout_seqs", c.rollout_seqs),
+    ]:
         if n < 1:
             raise UsageError(f"{name}={n} must be ≥ 1")
     if c.lora < 0 or c.rollout_len < 0:
@@ -247,10 +308,15 @@ def _check(c: PlanConfig, s: ModelShape) -> None:
     rollout_pool = c.rollout_gpus if c.placement == "split" else c.gpus
     if c.gpus % c.tp or rollout_pool % rtp:
         raise UsageError(f"tp={c.tp} / rollout_tp={rtp} must divide the pool's GPUs ({c.gpus} / {rollout_pool})")
-    if c.shard not in ("fsdp", "dp") or c.placement not in ("colocated", "split") \
-            or c.activations not in ("llama", "course") or c.critic not in ("separate", "shared"):
-        raise UsageError("shard is fsdp|dp, placement colocated|split, activations llama|course, "
-                         "critic separate|shared")
+    if (
+        c.shard not in ("fsdp", "dp")
+        or c.placement not in ("colocated", "split")
+        or c.activations not in ("llama", "course")
+        or c.critic not in ("separate", "shared")
+    ):
+        raise UsageError(
+            "shard is fsdp|dp, placement colocated|split, activations llama|course, critic separate|shared"
+        )
 
 
 def _act(s, c, ckpt):
@@ -262,14 +328,20 @@ def _act(s, c, ckpt):
 def _pool(gpus, persistent, train, rollout, capacity) -> dict:
     phases = {k: sum(v.values()) for k, v in [("persistent", persistent), ("train", train), ("rollout", rollout)]}
     peak = phases["persistent"] + max(phases["train"], phases["rollout"])
-    return {"gpus": gpus, "components": {**persistent, **train, **rollout}, "phases": phases,
-            "peak_bytes": peak, "fits": peak <= capacity}
+    return {
+        "gpus": gpus,
+        "components": {**persistent, **train, **rollout},
+        "phases": phases,
+        "peak_bytes": peak,
+        "fits": peak <= capacity,
+    }
 
 
 def suggestions(s: ModelShape, c: PlanConfig) -> list[dict]:
     """What to change when the plan does not fit: each single change that fits on the same
     GPUs (cheapest first), the smallest FSDP scale-out that fits alone, and, when no single
     change fits, the shortest prefix of the cheap changes that fits (on as few GPUs as it takes)."""
+
     def fitting(text, **kw):
         r = plan(s, replace(c, **kw), suggest=False)
         return [{"change": text, "overrides": kw, "peak_gb": round(r["peak_bytes"] / GB, 1)}] if r["fits"] else []
@@ -281,14 +353,18 @@ def suggestions(s: ModelShape, c: PlanConfig) -> list[dict]:
         cheap.append(("micro-batch 1 (more accumulation steps)", {"micro_batch": 1}))
     if _roles(c).reference and c.reference in ("auto", "gpu") and not c.lora:
         cheap.append(("reference offloaded to CPU", {"reference": "cpu"}))
-    if not c.lora:                                     # last: it changes what is trained
+    if not c.lora:  # last: it changes what is trained
         cheap.append(("LoRA rank 16 (the reference is the base with the adapter off)", {"lora": 16}))
     out = [x for text, kw in cheap for x in fitting(text, **kw)]
+
     def capped(extra: dict, label: str) -> list[dict]:  # fewer sequences in flight shrink the KV cache
         n = c.rollout_seqs // 2
         while ROLES[c.algo].rollout and n >= 1:
-            if hit := fitting(", ".join(x for x in [label, f"rollout concurrency capped at {n} sequences"] if x),
-                              **extra, rollout_seqs=n):
+            if hit := fitting(
+                ", ".join(x for x in [label, f"rollout concurrency capped at {n} sequences"] if x),
+                **extra,
+                rollout_seqs=n,
+            ):
                 return hit
             n //= 2
         return []
@@ -297,13 +373,13 @@ def suggestions(s: ModelShape, c: PlanConfig) -> list[dict]:
     rtp0, split = c.rollout_tp or c.tp, c.placement == "split"
     rtps = [r for r in (rtp0, 2 * rtp0, 4 * rtp0, 8 * rtp0) if s.heads % r == 0 and r <= max(8, rtp0)]
 
-    def total(kw):                                     # GPUs over all pools
+    def total(kw):  # GPUs over all pools
         return sum(kw.get(k, getattr(c, k)) for k in (("gpus", "ref_gpus", "rollout_gpus") if split else ("gpus",)))
 
     def grow(kw, knob, pools):
         """The smallest size of `knob` (× a rollout TP where the pool runs the sampler) that fits `pools`."""
         sampler = knob == "rollout_gpus" or not split
-        for n in [getattr(c, knob) * 2 ** i for i in range(11)]:
+        for n in [getattr(c, knob) * 2**i for i in range(11)]:
             for rtp in [r for r in (rtps if sampler else [rtp0]) if not sampler or n % r == 0]:
                 trial = {**kw, knob: n, "rollout_tp": rtp}
                 got = plan(s, replace(c, **trial), suggest=False)["pools"]
@@ -313,22 +389,28 @@ def suggestions(s: ModelShape, c: PlanConfig) -> list[dict]:
 
     def scale_out(extra: dict, label: str) -> list[dict]:
         kw = {**extra, "shard": "fsdp"}
-        for knob, pools in ([("gpus", ["trainer"]), ("ref_gpus", ["reference"]), ("rollout_gpus", ["rollout"])]
-                            if split else [("gpus", ["colocated"])]):
+        for knob, pools in (
+            [("gpus", ["trainer"]), ("ref_gpus", ["reference"]), ("rollout_gpus", ["rollout"])]
+            if split
+            else [("gpus", ["colocated"])]
+        ):
             if (kw := grow(kw, knob, pools)) is None:
                 return []
         parts = [f"FSDP over {kw['gpus']} GPUs" if kw["gpus"] != c.gpus or c.shard != "fsdp" else ""]
-        parts += [f"{pool} over {kw[k]} GPUs" for pool, k in (("reference", "ref_gpus"), ("rollout", "rollout_gpus"))
-                  if kw.get(k, getattr(c, k)) != getattr(c, k)]
+        parts += [
+            f"{pool} over {kw[k]} GPUs"
+            for pool, k in (("reference", "ref_gpus"), ("rollout", "rollout_gpus"))
+            if kw.get(k, getattr(c, k)) != getattr(c, k)
+        ]
         parts += [f"rollout TP={kw['rollout_tp']}" if kw["rollout_tp"] != rtp0 else "", label]
         text = ", ".join(x for x in parts if x)
         return fitting(text, **kw) if text else []
 
     out += scale_out({}, "")
     if not any(total(x["overrides"]) == total({}) for x in out):
-        combos, here = [], []                          # cheap changes together: on as few GPUs as they allow,
-        for k in range(2, len(cheap) + 1):             # and on these GPUs with a rollout concurrency cap
-            lora = any("lora" in kw for _, kw in cheap[:k])     # LoRA already drops the reference copy
+        combos, here = [], []  # cheap changes together: on as few GPUs as they allow,
+        for k in range(2, len(cheap) + 1):  # and on these GPUs with a rollout concurrency cap
+            lora = any("lora" in kw for _, kw in cheap[:k])  # LoRA already drops the reference copy
             picked = [(text, kw) for text, kw in cheap[:k] if not (lora and "reference" in kw)]
             combo = {key: v for _, kw in picked for key, v in kw.items()}
             combos += scale_out(combo, " + ".join(text for text, _ in picked))

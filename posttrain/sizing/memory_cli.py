@@ -17,28 +17,44 @@ def format_plan(r: dict) -> str:
     """The plan as a table: one row per component, GB per GPU, then the verdict."""
     m, c = r["model"], r["config"]
     roles = ["policy"] + [k.replace("_", " ") for k, v in r["roles"].items() if v and k != "rollout"]
-    lines = [f"{m['name']}: {_count(r['params'])} params ({m['layers']} layers, d={m['hidden']}, "
-             f"{m['heads']}/{m['kv_heads']} q/kv heads, vocab {m['vocab']})"
-             + (f", LoRA r={c['lora']}: {_count(r['trainable_params'])} trainable" if c["lora"] else ""),
-             f"{c['algo']}: {', '.join(roles)}{'' if r['roles']['rollout'] else ' (offline: no rollout)'} · "
-             f"{c['precision']} precision, {r['notes']['train_bytes_per_param']} B/trainable param · "
-             f"micro-batch {c['micro_batch']} × {c['seq_len']} tokens, checkpointing "
-             f"{'on' if c['checkpointing'] else 'off'}" + (f" · rollout {c['rollout_seqs']} seqs × "
-             f"{c['rollout_len'] or c['seq_len']} tokens" if r["roles"]["rollout"] else "")]
+    lines = [
+        f"{m['name']}: {_count(r['params'])} params ({m['layers']} layers, d={m['hidden']}, "
+        f"{m['heads']}/{m['kv_heads']} q/kv heads, vocab {m['vocab']})"
+        + (f", LoRA r={c['lora']}: {_count(r['trainable_params'])} trainable" if c["lora"] else ""),
+        f"{c['algo']}: {', '.join(roles)}{'' if r['roles']['rollout'] else ' (offline: no rollout)'} · "
+        f"{c['precision']} precision, {r['notes']['train_bytes_per_param']} B/trainable param · "
+        f"micro-batch {c['micro_batch']} × {c['seq_len']} tokens, checkpointing "
+        f"{'on' if c['checkpointing'] else 'off'}"
+        + (
+            f" · rollout {c['rollout_seqs']} seqs × {c['rollout_len'] or c['seq_len']} tokens"
+            if r["roles"]["rollout"]
+            else ""
+        ),
+    ]
     for name, pool in r["pools"].items():
-        lines += ["", f"{name} pool: {pool['gpus']} × {r['gpu']} ({_layout(name, c, pool['gpus'])})",
-                  f"  {'component':30s} {'GB/GPU':>8s}"]
+        lines += [
+            "",
+            f"{name} pool: {pool['gpus']} × {r['gpu']} ({_layout(name, c, pool['gpus'])})",
+            f"  {'component':30s} {'GB/GPU':>8s}",
+        ]
         lines += [f"  {k:30s} {v / GB:8.2f}" for k, v in pool["components"].items() if v]
         ph = {k: v / GB for k, v in pool["phases"].items()}
-        lines += [f"  {'peak':30s} {pool['peak_bytes'] / GB:8.2f}   = persistent {ph['persistent']:.1f} + "
-                  f"max(train {ph['train']:.1f}, rollout {ph['rollout']:.1f})"]
+        lines += [
+            f"  {'peak':30s} {pool['peak_bytes'] / GB:8.2f}   = persistent {ph['persistent']:.1f} + "
+            f"max(train {ph['train']:.1f}, rollout {ph['rollout']:.1f})"
+        ]
     n = r["notes"]
-    lines += ["", f"activations: {n['activations_without_checkpointing'] / GB:.2f} GB without checkpointing, "
-              f"{n['activations_with_checkpointing'] / GB:.2f} GB with; KV {n['kv_bytes_per_token'] / 1e3:.0f} KB/token"
-              + (f", {n['kv_cache_total'] / GB:.1f} GB for the rollout batch" if n["kv_cache_total"] else ""),
-              f"fits on {r['gpu']} (≤ {r['capacity_bytes'] / GB:.0f} GB per GPU): "
-              + ("yes" if r["fits"] else f"NO (peak {r['peak_bytes'] / GB:.1f} GB)")
-              + "  [" + ", ".join(f"{g}: {'yes' if ok else 'no'}" for g, ok in r["fits_on"].items()) + "]"]
+    lines += [
+        "",
+        f"activations: {n['activations_without_checkpointing'] / GB:.2f} GB without checkpointing, "
+        f"{n['activations_with_checkpointing'] / GB:.2f} GB with; KV {n['kv_bytes_per_token'] / 1e3:.0f} KB/token"
+        + (f", {n['kv_cache_total'] / GB:.1f} GB for the rollout batch" if n["kv_cache_total"] else ""),
+        f"fits on {r['gpu']} (≤ {r['capacity_bytes'] / GB:.0f} GB per GPU): "
+        + ("yes" if r["fits"] else f"NO (peak {r['peak_bytes'] / GB:.1f} GB)")
+        + "  ["
+        + ", ".join(f"{g}: {'yes' if ok else 'no'}" for g, ok in r["fits_on"].items())
+        + "]",
+    ]
     if not r["fits"]:
         lines += ["to fit, change one of:" if r["suggestions"] else "no change tried here makes it fit"]
         lines += [f"  - {s['change']}  → {s['peak_gb']:.1f} GB" for s in r["suggestions"]]
@@ -61,6 +77,7 @@ def _layout(pool: str, c: dict, gpus: int) -> str:
 
 def main(argv=None) -> None:
     import argparse
+
     d = PlanConfig()
     p = argparse.ArgumentParser(prog="posttrain memory", description="What fits on which GPU, per algorithm.")
     p.add_argument("model", help="preset (llama-7b, qwen2.5-7b, nano, ...), a size like 7b, config.json or YAML")
@@ -81,12 +98,35 @@ def main(argv=None) -> None:
     p.add_argument("--reward-model", default="", metavar="MODEL")
     p.add_argument("--critic", default=d.critic, choices=["separate", "shared"])
     p.add_argument("--activations", default=d.activations, choices=["llama", "course"])
-    p.add_argument("--split", nargs=2, type=int, metavar=("REF_GPUS", "ROLLOUT_GPUS"),
-                   help="disaggregated placement: the reference and rollout pools' GPUs (--gpus = trainer pool)")
+    p.add_argument(
+        "--split",
+        nargs=2,
+        type=int,
+        metavar=("REF_GPUS", "ROLLOUT_GPUS"),
+        help="disaggregated placement: the reference and rollout pools' GPUs (--gpus = trainer pool)",
+    )
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     a = p.parse_args(argv)
-    cfg = PlanConfig(a.algo, a.gpu, a.gpus, a.shard, a.tp, a.rollout_tp, a.micro_batch, a.seq_len, a.rollout_seqs,
-                     a.rollout_len, a.checkpointing, a.lora, a.precision, a.reference, a.reward_model, a.critic,
-                     a.activations, "split" if a.split else "colocated", *(a.split or (1, 1)))
+    cfg = PlanConfig(
+        a.algo,
+        a.gpu,
+        a.gpus,
+        a.shard,
+        a.tp,
+        a.rollout_tp,
+        a.micro_batch,
+        a.seq_len,
+        a.rollout_seqs,
+        a.rollout_len,
+        a.checkpointing,
+        a.lora,
+        a.precision,
+        a.reference,
+        a.reward_model,
+        a.critic,
+        a.activations,
+        "split" if a.split else "colocated",
+        *(a.split or (1, 1)),
+    )
     r = plan(a.model, cfg)
     print(json.dumps(r, indent=1) if a.json else format_plan(r))

@@ -34,11 +34,11 @@ class ModelShape:
     intermediate: int
     vocab: int
     tie_embeddings: bool = False
-    head_dim: int = 0             # 0 = hidden // heads
-    qkv_bias: bool = False        # Qwen2 puts biases on q, k, v
-    arch: str = "llama"           # llama | gpt2 (the course's MiniGPT: learned positions, LayerNorm, GELU MLP)
-    positions: int = 0            # gpt2: rows of the learned position table
-    params: float = 0             # fixed parameter count (the course's round sizes); 0 = count from the shape
+    head_dim: int = 0  # 0 = hidden // heads
+    qkv_bias: bool = False  # Qwen2 puts biases on q, k, v
+    arch: str = "llama"  # llama | gpt2 (the course's MiniGPT: learned positions, LayerNorm, GELU MLP)
+    positions: int = 0  # gpt2: rows of the learned position table
+    params: float = 0  # fixed parameter count (the course's round sizes); 0 = count from the shape
 
     @property
     def hd(self) -> int:
@@ -49,30 +49,48 @@ def _llama(name, d, n, h, kv, ff, v, tie=False, **kw):
     return ModelShape(name, d, n, h, kv, ff, v, tie, **kw)
 
 
-PRESETS = {s.name: s for s in [
-    _llama("llama-7b", 4096, 32, 32, 32, 11008, 32000),           # Llama-2: 6,738,415,616 params
-    _llama("llama-13b", 5120, 40, 40, 40, 13824, 32000),
-    _llama("llama-70b", 8192, 80, 64, 8, 28672, 32000),
-    _llama("llama3-8b", 4096, 32, 32, 8, 14336, 128256),
-    _llama("llama3-70b", 8192, 80, 64, 8, 28672, 128256),
-    _llama("llama3-405b", 16384, 126, 128, 8, 53248, 128256),
-    _llama("mistral-7b", 4096, 32, 32, 8, 14336, 32000),
-    _llama("qwen2.5-0.5b", 896, 24, 14, 2, 4864, 151936, True, qkv_bias=True),
-    _llama("qwen2.5-1.5b", 1536, 28, 12, 2, 8960, 151936, True, qkv_bias=True),
-    _llama("qwen2.5-3b", 2048, 36, 16, 2, 11008, 151936, True, qkv_bias=True),
-    _llama("qwen2.5-7b", 3584, 28, 28, 4, 18944, 152064, qkv_bias=True),
-    _llama("qwen2.5-14b", 5120, 48, 40, 8, 13824, 152064, qkv_bias=True),
-    _llama("qwen2.5-32b", 5120, 64, 40, 8, 27648, 152064, qkv_bias=True),
-    _llama("qwen2.5-72b", 8192, 80, 64, 8, 29568, 152064, qkv_bias=True),
-    # the course's MiniGPT (gpt_mini 01): d128, h4, L4, V29, T_max 11
-    ModelShape("course-minigpt", 128, 4, 4, 4, 512, 29, True, arch="gpt2", positions=11),
-]}
-MINI_PRESETS = ("nano", "micro", "mini")   # gpt_mini.PRESETS, named here so the planner needs no torch (test pins it)
-ALIASES = {"llama-2-7b": "llama-7b", "llama-2-13b": "llama-13b", "llama-2-70b": "llama-70b",
-           "llama-3-8b": "llama3-8b", "llama-3-70b": "llama3-70b", "llama-3.1-405b": "llama3-405b"}
+PRESETS = {
+    s.name: s
+    for s in [
+        _llama("llama-7b", 4096, 32, 32, 32, 11008, 32000),  # Llama-2: 6,738,415,616 params
+        _llama("llama-13b", 5120, 40, 40, 40, 13824, 32000),
+        _llama("llama-70b", 8192, 80, 64, 8, 28672, 32000),
+        _llama("llama3-8b", 4096, 32, 32, 8, 14336, 128256),
+        _llama("llama3-70b", 8192, 80, 64, 8, 28672, 128256),
+        _llama("llama3-405b", 16384, 126, 128, 8, 53248, 128256),
+        _llama("mistral-7b", 4096, 32, 32, 8, 14336, 32000),
+        _llama("qwen2.5-0.5b", 896, 24, 14, 2, 4864, 151936, True, qkv_bias=True),
+        _llama("qwen2.5-1.5b", 1536, 28, 12, 2, 8960, 151936, True, qkv_bias=True),
+        _llama("qwen2.5-3b", 2048, 36, 16, 2, 11008, 151936, True, qkv_bias=True),
+        _llama("qwen2.5-7b", 3584, 28, 28, 4, 18944, 152064, qkv_bias=True),
+        _llama("qwen2.5-14b", 5120, 48, 40, 8, 13824, 152064, qkv_bias=True),
+        _llama("qwen2.5-32b", 5120, 64, 40, 8, 27648, 152064, qkv_bias=True),
+        _llama("qwen2.5-72b", 8192, 80, 64, 8, 29568, 152064, qkv_bias=True),
+        # the course's MiniGPT (gpt_mini 01): d128, h4, L4, V29, T_max 11
+        ModelShape("course-minigpt", 128, 4, 4, 4, 512, 29, True, arch="gpt2", positions=11),
+    ]
+}
+MINI_PRESETS = ("nano", "micro", "mini")  # gpt_mini.PRESETS, named here so the planner needs no torch (test pins it)
+ALIASES = {
+    "llama-2-7b": "llama-7b",
+    "llama-2-13b": "llama-13b",
+    "llama-2-70b": "llama-70b",
+    "llama-3-8b": "llama3-8b",
+    "llama-3-70b": "llama3-70b",
+    "llama-3.1-405b": "llama3-405b",
+}
 # lesson 22's memory widget: (params in B, d_model, n_layers); GQA with 8 KV heads of d/max(8, d/128)
-COURSE_SIZES = [(1, 2048, 22), (3, 3200, 26), (7, 4096, 32), (13, 5120, 40), (34, 8192, 48),
-                (70, 8192, 80), (180, 12288, 96), (405, 16384, 126), (700, 20480, 140)]
+COURSE_SIZES = [
+    (1, 2048, 22),
+    (3, 3200, 26),
+    (7, 4096, 32),
+    (13, 5120, 40),
+    (34, 8192, 48),
+    (70, 8192, 80),
+    (180, 12288, 96),
+    (405, 16384, 126),
+    (700, 20480, 140),
+]
 
 
 def course_shape(params_b: float) -> ModelShape:
@@ -86,7 +104,7 @@ def course_shape(params_b: float) -> ModelShape:
     f = 0.0 if hi[0] == lo[0] else (params_b - lo[0]) / (hi[0] - lo[0])
     d = int(round((lo[1] + f * (hi[1] - lo[1])) / 128) * 128)
     n = int(round(lo[2] + f * (hi[2] - lo[2])))
-    ff = -(-8 * d // 3 // 256) * 256                     # Llama's 8d/3 rounded up to 256
+    ff = -(-8 * d // 3 // 256) * 256  # Llama's 8d/3 rounded up to 256
     return ModelShape(f"{params_b:g}b", d, n, max(8, d // 128), 8, ff, 32000, params=params_b * 1e9)
 
 
@@ -130,8 +148,9 @@ def kv_bytes_per_token(s: ModelShape, bytes_per_value: int = 2) -> int:
     return s.layers * 2 * s.kv_heads * s.hd * bytes_per_value
 
 
-def course_activation_bytes(layers: int, hidden: int, seq_len: int, batch: int, checkpointing: bool = False,
-                            bytes_per_value: int = 2) -> float:
+def course_activation_bytes(
+    layers: int, hidden: int, seq_len: int, batch: int, checkpointing: bool = False, bytes_per_value: int = 2
+) -> float:
     """Lesson 22: N·L·B·(12d + 2L)·bytes; checkpointing keeps 1/8 of it (the widget's factor).
     7B (32 layers, d=4096) at L=8192, B=4 → 137.4 GB (row 61)."""
     full = layers * seq_len * batch * (12 * hidden + 2 * seq_len) * bytes_per_value
@@ -147,7 +166,7 @@ def activation_bytes(s: ModelShape, seq_len: int, batch: int, checkpointing: boo
       once: final norm + head input 8d + 4.
     Checkpointing keeps each layer's bf16 input (2d) and, in backward, one layer recomputed."""
     q, kv = s.heads * s.hd, s.kv_heads * s.hd
-    per_layer = 2 * (8 * s.hidden + 4) + 4 * q + 4 * kv + 4 * s.heads + 8 * s.intermediate   # bytes per token
+    per_layer = 2 * (8 * s.hidden + 4) + 4 * q + 4 * kv + 4 * s.heads + 8 * s.intermediate  # bytes per token
     head = 8 * s.hidden + 4
     kept = s.layers * 2 * s.hidden + per_layer if checkpointing else s.layers * per_layer
     return seq_len * batch * (kept + head)
@@ -174,40 +193,57 @@ def resolve_model(name: str | ModelShape) -> ModelShape:
         return course_shape(float(key[:-1]))
     if key in MINI_PRESETS:
         from posttrain.models.gpt_mini import ModelConfig
+
         return _from_mini(ModelConfig(preset=key), key)
-    raise UsageError(f"model {name!r} is unknown; use a preset ({', '.join(sorted(PRESETS))}, "
-                     f"{', '.join(MINI_PRESETS)}), a size like 7b, or a config.json / YAML file")
+    raise UsageError(
+        f"model {name!r} is unknown; use a preset ({', '.join(sorted(PRESETS))}, "
+        f"{', '.join(MINI_PRESETS)}), a size like 7b, or a config.json / YAML file"
+    )
 
 
 def _from_mini(mc, name):
     from posttrain.models.tokenizer import CharTokenizer
+
     c = mc.resolved(CharTokenizer().vocab_size)
     return ModelShape(name, c.d_model, c.n_layers, c.n_heads, c.n_kv_heads, c.d_ff, c.vocab_size, c.tie_embeddings)
 
 
 def _from_file(path: Path) -> ModelShape:
     import yaml
+
     try:
         data = json.loads(path.read_text()) if path.suffix == ".json" else yaml.safe_load(path.read_text())
     except (ValueError, yaml.YAMLError) as e:
-        raise UsageError(f"model file '{path}' is not valid JSON/YAML ({e}); give a config.json or YAML "
-                         "config") from None
+        raise UsageError(
+            f"model file '{path}' is not valid JSON/YAML ({e}); give a config.json or YAML config"
+        ) from None
     if not isinstance(data, dict):
         raise UsageError(f"model file '{path}' holds no mapping; give a config.json or YAML config")
-    if "hidden_size" in data:                                   # Hugging Face config.json
+    if "hidden_size" in data:  # Hugging Face config.json
         try:
             h = data["num_attention_heads"]
-            return ModelShape(path.parent.name or path.stem, data["hidden_size"], data["num_hidden_layers"], h,
-                              data.get("num_key_value_heads") or h, data["intermediate_size"], data["vocab_size"],
-                              bool(data.get("tie_word_embeddings", False)), data.get("head_dim") or 0,
-                              data.get("model_type") == "qwen2" or bool(data.get("attention_bias", False)))
+            return ModelShape(
+                path.parent.name or path.stem,
+                data["hidden_size"],
+                data["num_hidden_layers"],
+                h,
+                data.get("num_key_value_heads") or h,
+                data["intermediate_size"],
+                data["vocab_size"],
+                bool(data.get("tie_word_embeddings", False)),
+                data.get("head_dim") or 0,
+                data.get("model_type") == "qwen2" or bool(data.get("attention_bias", False)),
+            )
         except KeyError as e:
             raise UsageError(f"model file '{path}' lacks {e.args[0]!r}; give a causal-LM config.json") from None
     from dataclasses import fields
 
     from posttrain.config import build
     from posttrain.models.gpt_mini import ModelConfig
+
     if "model" not in data and not set(data) <= {f.name for f in fields(ModelConfig)}:
-        raise UsageError(f"model file '{path}' has no model: section (an RL config starts from a checkpoint); "
-                         "give a pretrain/SFT config, a config.json or a preset name")
+        raise UsageError(
+            f"model file '{path}' has no model: section (an RL config starts from a checkpoint); "
+            "give a pretrain/SFT config, a config.json or a preset name"
+        )
     return _from_mini(build(ModelConfig, data.get("model", data), "model."), path.stem)

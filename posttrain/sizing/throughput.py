@@ -28,8 +28,14 @@ TOPOLOGIES = ("colocated", "disaggregated", "async")
 ROLE_TERMS = ("rollout", "reward", "reference", "train", "sync")
 
 
-def step_time(rollout_s: float, train_s: float, reward_s: float = 0.0, reference_s: float = 0.0,
-              sync_s: float = 0.0, topology: str = "disaggregated") -> dict:
+def step_time(
+    rollout_s: float,
+    train_s: float,
+    reward_s: float = 0.0,
+    reference_s: float = 0.0,
+    sync_s: float = 0.0,
+    topology: str = "disaggregated",
+) -> dict:
     """Step time of one RL step from per-role times (seconds) under `topology`.
 
     Returns {topology, step_s, steps_per_hour, terms, rollout_side_s, trainer_side_s,
@@ -54,10 +60,18 @@ def step_time(rollout_s: float, train_s: float, reward_s: float = 0.0, reference
         bottleneck = max(members, key=terms.get)
         idle = {side: step - sync_s * (topology == "disaggregated") - sides[side] for side in ("rollout", "trainer")}
     busy = step - sync_s if topology == "disaggregated" else step
-    return {"topology": topology, "step_s": step, "steps_per_hour": 3600 / step if step else math.inf,
-            "terms": terms, "rollout_side_s": sides["rollout"], "trainer_side_s": sides["trainer"],
-            "bottleneck": bottleneck, "shares": {k: v / step if step else 0.0 for k, v in terms.items()},
-            "idle_s": idle, "compute_util": (reference_s + train_s) / busy if busy else 0.0}
+    return {
+        "topology": topology,
+        "step_s": step,
+        "steps_per_hour": 3600 / step if step else math.inf,
+        "terms": terms,
+        "rollout_side_s": sides["rollout"],
+        "trainer_side_s": sides["trainer"],
+        "bottleneck": bottleneck,
+        "shares": {k: v / step if step else 0.0 for k, v in terms.items()},
+        "idle_s": idle,
+        "compute_util": (reference_s + train_s) / busy if busy else 0.0,
+    }
 
 
 def compare_topologies(**times) -> dict:
@@ -72,10 +86,17 @@ def from_metrics(metrics: dict) -> dict:
     """Role times from one step of a posttrain run's metrics (the controller's `time/*_s`
     timers): rollout; reward; reference (+ the critic's V_old pass: both are forward-only
     passes over the batch); train (+ collate and advantages); sync. Missing timers are 0."""
+
     def t(*names):
         return sum(float(metrics.get(f"time/{n}_s", 0.0)) for n in names)
-    return {"rollout_s": t("rollout"), "reward_s": t("reward"), "reference_s": t("reference", "critic"),
-            "train_s": t("train", "collate", "algorithm"), "sync_s": t("sync")}
+
+    return {
+        "rollout_s": t("rollout"),
+        "reward_s": t("reward"),
+        "reference_s": t("reference", "critic"),
+        "train_s": t("train", "collate", "algorithm"),
+        "sync_s": t("sync"),
+    }
 
 
 def useful_tokens_per_s(prompts: int, k: int, mean_len: float, step_s: float, keep_rate: float = 1.0) -> float:
@@ -96,8 +117,9 @@ def train_tokens_per_s(params: float, flops_per_s: float = 800e12, recompute: bo
     return flops_per_s / ((8 if recompute else 6) * params)
 
 
-def train_time_s(tokens: float, params: float, gpus: int = 1, flops_per_s: float = 800e12,
-                 recompute: bool = False) -> float:
+def train_time_s(
+    tokens: float, params: float, gpus: int = 1, flops_per_s: float = 800e12, recompute: bool = False
+) -> float:
     """Seconds to train `tokens` on `gpus` GPUs by the 6P rule. 6·7e9·32k on 1 H100 → 1.7 s."""
     return tokens / (gpus * train_tokens_per_s(params, flops_per_s, recompute))
 
@@ -108,8 +130,9 @@ def decode_tokens_per_s(weight_bytes: float, kv_bytes: float, batch: int, hbm_by
     return batch * hbm_bytes_per_s / (weight_bytes + kv_bytes)
 
 
-def role_model(params_b: float = 7, k: int = 16, response_len: int = 1024, topology: str = "disaggregated",
-               prompts: int = 64) -> dict:
+def role_model(
+    params_b: float = 7, k: int = 16, response_len: int = 1024, topology: str = "disaggregated", prompts: int = 64
+) -> dict:
     """Lesson 22a's per-role wall-clock widget, formula as the page computes it (see the
     module docstring): decode 21 s per 1M tokens at 7B with a tail 1 + 1.8·tanh(L/2048) on 4
     GPUs; train 8 s per 1M tokens at 7B on 4 GPUs; reference = train / 3; sync 0.15P + 0.005P².
@@ -117,10 +140,15 @@ def role_model(params_b: float = 7, k: int = 16, response_len: int = 1024, topol
     tokens = prompts * k * response_len
     scale = params_b / 7 * tokens / 1e6
     train = 8 * scale / 4
-    tail = 1 + 1.8 * math.tanh(response_len / 2048)                     # long responses straggle more
-    r = step_time(rollout_s=21 * scale * tail / 4, reward_s=0.5 + 0.5 * prompts / 64,
-                  reference_s=train / 3, train_s=train, sync_s=0.15 * params_b + 0.005 * params_b ** 2,
-                  topology=topology)
+    tail = 1 + 1.8 * math.tanh(response_len / 2048)  # long responses straggle more
+    r = step_time(
+        rollout_s=21 * scale * tail / 4,
+        reward_s=0.5 + 0.5 * prompts / 64,
+        reference_s=train / 3,
+        train_s=train,
+        sync_s=0.15 * params_b + 0.005 * params_b**2,
+        topology=topology,
+    )
     r["tokens"] = tokens
     r["useful_tokens_per_s"] = useful_tokens_per_s(prompts, k, response_len, r["step_s"])
     return r

@@ -32,27 +32,35 @@ TASKS = {
     "openenv": ("posttrain.envs.openenv_env", "OpenEnvTask", "OpenEnvConfig"),
     "search": ("posttrain.tasks.search", "SearchTask", "SearchConfig"),
 }
-VERIFIERS = ("posttrain.envs.verifiers_env", "VerifiersTask", "VerifiersConfig")   # task.name=verifiers:ENV
+VERIFIERS = ("posttrain.envs.verifiers_env", "VerifiersTask", "VerifiersConfig")  # task.name=verifiers:ENV
 GROUP = "posttrain.tasks"
 
 
 def _user_class(name: str):
     """A Task class named FILE.py:Class, module:Class, or by an installed entry point."""
     from posttrain.tasks.rewards import load_callable
+
     if ":" in name:
         cls = load_callable(name, "task.name")
     else:
         found = [ep for ep in entry_points(group=GROUP) if ep.name == name]
         if not found:
             installed = sorted(ep.name for ep in entry_points(group=GROUP))
-            raise UsageError(f"task.name={name!r} is unknown; use one of {', '.join([*TASKS, *installed])}, "
-                             "or your own class as FILE.py:Class or module:Class")
+            raise UsageError(
+                f"task.name={name!r} is unknown; use one of {', '.join([*TASKS, *installed])}, "
+                "or your own class as FILE.py:Class or module:Class"
+            )
         cls = found[0].load()
-    if not isinstance(cls, type) or not any(hasattr(cls, m) for m in ("make_env", "reward", "episode", "group")) or \
-            not (hasattr(cls, "items") and hasattr(cls, "prompt")):
-        raise UsageError(f"task.name={name!r} is not a Task class: it needs items(n, split, seed), prompt(item), and "
-                         "reward(item, response), make_env(item), or an external driver episode()/group() "
-                         "(tasks/base.py, envs/__init__.py)")
+    if (
+        not isinstance(cls, type)
+        or not any(hasattr(cls, m) for m in ("make_env", "reward", "episode", "group"))
+        or not (hasattr(cls, "items") and hasattr(cls, "prompt"))
+    ):
+        raise UsageError(
+            f"task.name={name!r} is not a Task class: it needs items(n, split, seed), prompt(item), and "
+            "reward(item, response), make_env(item), or an external driver episode()/group() "
+            "(tasks/base.py, envs/__init__.py)"
+        )
     return cls
 
 
@@ -64,12 +72,15 @@ def _lookup(name: str, which: int):
     if which == 0:
         return cls
     from posttrain.tasks.base import TaskConfig
+
     cfg = getattr(cls, "Config", None)
-    if cfg is None:                                    # a task without keys of its own
+    if cfg is None:  # a task without keys of its own
         return TaskConfig
     if not (isinstance(cfg, type) and issubclass(cfg, TaskConfig)):
-        raise UsageError(f"task.name={name!r}: {cls.__name__}.Config must be a dataclass deriving from "
-                         "posttrain.tasks.base.TaskConfig")
+        raise UsageError(
+            f"task.name={name!r}: {cls.__name__}.Config must be a dataclass deriving from "
+            "posttrain.tasks.base.TaskConfig"
+        )
     return cfg
 
 
@@ -85,5 +96,6 @@ def make(config, **kw):
     judge = getattr(config, "judge", None)
     if judge is not None and judge.model:
         from posttrain.tasks.judge import JudgeTask
+
         task = JudgeTask(task, judge)
     return task

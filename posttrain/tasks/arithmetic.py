@@ -29,11 +29,11 @@ _INT = re.compile(r"-?\d+")
 @dataclass
 class ArithmeticConfig(TaskConfig):
     name: str = "arithmetic"
-    min_terms: int = 2            # K: fewest numbers in a sum
-    max_terms: int = 6            # K: most numbers in a sum
-    min_value: int = 0            # smallest term
-    max_value: int = 19           # largest term (9 = single digits; 19 makes the default SFT model imperfect: RL has signal)
-    heldout_frac: float = 0.1     # fraction of all problems reserved for evaluation
+    min_terms: int = 2  # K: fewest numbers in a sum
+    max_terms: int = 6  # K: most numbers in a sum
+    min_value: int = 0  # smallest term
+    max_value: int = 19  # largest term (9 = single digits; 19 makes the default SFT model imperfect: RL has signal)
+    heldout_frac: float = 0.1  # fraction of all problems reserved for evaluation
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ class RewardResult:
     reward: float
     components: dict[str, float] = field(default_factory=dict)
     error: str | None = None
-    reason: str | None = None    # why the reward is below 1 (e.g. the sandbox's verdict); not an error
+    reason: str | None = None  # why the reward is below 1 (e.g. the sandbox's verdict); not an error
     correct: float | None = None  # 1/0 when the task knows whether the answer is right (eval), None = it cannot say
 
 
@@ -51,19 +51,22 @@ def correctness(result: RewardResult) -> float | None:
 @dataclass
 class JudgeConfig:
     """A judge model as the reward of any single-turn task (tasks/judge.py); its verifier is logged beside."""
-    model: str = ""               # "" = no judge; a posttrain run/checkpoint or Hugging Face directory (sampled
-                                  # in this process), or an OpenAI-compatible base URL http://HOST:PORT/v1
-    mode: str = "pointwise"       # pointwise (a 0..scale score per response) | pairwise (two responses, shown in random order)
-    template: str = ""            # prompt template file ({question} {response} | {response_a} {response_b}, {reference});
-                                  # "" = the built-in one of the mode. Frozen in RUN_DIR/judge_prompt.txt
-    scale: float = 10.0           # pointwise: the top score; reward = score / scale
-    opponent: str = "group"       # pairwise: group = other responses to the same prompt | reference = the task's answer
-    pairs: int = 2                # pairwise, opponent=group: comparisons per response (reward = its win rate)
-    max_tokens: int = 64          # the judge's reply cap
-    temperature: float = 0.0      # the judge's sampling temperature (0 = greedy)
-    timeout_s: float = 30.0       # deadline of one judge call; a late reply fails (reward/judge_errors), the step goes on
-    concurrency: int = 8          # URL judges: requests in flight
-    api_model: str = ""           # URL judges: the request's `model` ("" = the first one the server's /v1/models lists)
+
+    model: str = ""  # "" = no judge; a posttrain run/checkpoint or Hugging Face directory (sampled
+    # in this process), or an OpenAI-compatible base URL http://HOST:PORT/v1
+    mode: str = (
+        "pointwise"  # pointwise (a 0..scale score per response) | pairwise (two responses, shown in random order)
+    )
+    template: str = ""  # prompt template file ({question} {response} | {response_a} {response_b}, {reference});
+    # "" = the built-in one of the mode. Frozen in RUN_DIR/judge_prompt.txt
+    scale: float = 10.0  # pointwise: the top score; reward = score / scale
+    opponent: str = "group"  # pairwise: group = other responses to the same prompt | reference = the task's answer
+    pairs: int = 2  # pairwise, opponent=group: comparisons per response (reward = its win rate)
+    max_tokens: int = 64  # the judge's reply cap
+    temperature: float = 0.0  # the judge's sampling temperature (0 = greedy)
+    timeout_s: float = 30.0  # deadline of one judge call; a late reply fails (reward/judge_errors), the step goes on
+    concurrency: int = 8  # URL judges: requests in flight
+    api_model: str = ""  # URL judges: the request's `model` ("" = the first one the server's /v1/models lists)
     api_key_env: str = "OPENAI_API_KEY"  # URL judges: the environment variable whose value is sent as a bearer token
 
 
@@ -71,9 +74,14 @@ class JudgeConfig:
 class TaskConfig:
     """The `task:` section of a stage config; `name` picks the task (tasks/__init__.py), the
     other keys are that task's own config dataclass, a subclass of this one."""
-    name: str = "arithmetic"      # arithmetic | countdown | tool_arith | reasoning_gym | leaky_arith | dataset | code | search,
-                                  # or your own class: FILE.py:Class / module:Class (or an installed entry point)
-    judge: JudgeConfig = field(default_factory=JudgeConfig)  # task.judge.model=...: a judge model's verdicts are the reward
+
+    name: str = (
+        "arithmetic"  # arithmetic | countdown | tool_arith | reasoning_gym | leaky_arith | dataset | code | search,
+    )
+    # or your own class: FILE.py:Class / module:Class (or an installed entry point)
+    judge: JudgeConfig = field(
+        default_factory=JudgeConfig
+    )  # task.judge.model=...: a judge model's verdicts are the reward
 
 
 class Task(Protocol):
@@ -155,7 +163,7 @@ class LineCorpus:
     """A task whose pretraining corpus and validation text are `corpus_line(item)` lines of its
     train and test problems (countdown, tool arithmetic, reasoning-gym)."""
 
-    corpus_line: Callable[[Any], str]     # each such task's one line per item
+    corpus_line: Callable[[Any], str]  # each such task's one line per item
 
     def corpus(self, n_chars: int, seed: int) -> str:
         return corpus_lines(self, self.corpus_line, n_chars, "train", seed)
@@ -164,7 +172,7 @@ class LineCorpus:
         return corpus_lines(self, self.corpus_line, 8000, "test", seed)
 
 
-REWARD_BOUND = 1e6   # default |reward| accepted (RLConfig.reward_bound); beyond it a verifier is broken, not generous
+REWARD_BOUND = 1e6  # default |reward| accepted (RLConfig.reward_bound); beyond it a verifier is broken, not generous
 
 
 def validate_reward(value, bound: float = REWARD_BOUND, what: str = "reward") -> tuple[float, str | None]:
@@ -177,7 +185,7 @@ def validate_reward(value, bound: float = REWARD_BOUND, what: str = "reward") ->
     infinite and pass every `reward >= 1` test)."""
     v = value
     if not isinstance(v, numbers.Real) and hasattr(v, "item") and getattr(v, "ndim", 1) == 0:
-        v = v.item()                                   # numpy bool_, a 0-d array or tensor
+        v = v.item()  # numpy bool_, a 0-d array or tensor
     if not isinstance(v, numbers.Real):
         return 0.0, f"{what} {value!r} ({type(value).__name__}), not a number"
     try:
@@ -196,7 +204,7 @@ def safe_reward(task: Task, item: Any, response: str, ids=None) -> RewardResult:
     becomes 0 with the reason. The bound is `task.reward_bound` when the RL recipe set it.
     A task with `wants_ids` also gets the sampled token ids (TRL reward functions read them)."""
     try:
-        reward: Callable[..., RewardResult] = task.reward      # a `wants_ids` task's reward takes the ids too
+        reward: Callable[..., RewardResult] = task.reward  # a `wants_ids` task's reward takes the ids too
         result = reward(item, response, ids) if getattr(task, "wants_ids", False) else reward(item, response)
     except Exception as e:  # a verifier bug must never kill a step; it is counted instead
         return RewardResult(0.0, error=f"{type(e).__name__}: {e}")
@@ -213,7 +221,7 @@ def checked(task: Task, result) -> RewardResult:
     if why is None and not isinstance(result.components, dict):
         why = f"components {type(result.components).__name__}, not a dict"
     components = {}
-    for name, value in (result.components.items() if why is None else ()):
+    for name, value in result.components.items() if why is None else ():
         components[name], why = validate_reward(value, bound, f"component {name!r} =")
         if why is not None:
             break
@@ -236,21 +244,35 @@ def score_results(task: Task, samples, pool=None, step: int | None = None) -> tu
     A task with `reward_batch(items, responses)` (a reward model: one forward for many samples)
     is called once for the batch; if that raises, every sample falls back to `task.reward`.
     """
-    results = [RewardResult(s.reward, s.reward_components, s.reward_error) if getattr(s, "scored", False)
-               else RewardResult(0.0, error="generation failed") for s in samples]    # episodes arrive scored
+    results = [
+        RewardResult(s.reward, s.reward_components, s.reward_error)
+        if getattr(s, "scored", False)
+        else RewardResult(0.0, error="generation failed")
+        for s in samples
+    ]  # episodes arrive scored
     todo = [i for i, s in enumerate(samples) if not getattr(s, "scored", False) and s.finish_reason != "error"]
     metrics = {"reward/timeouts": 0.0}
     if pool is not None:
-        scored, stats = pool.score([(samples[i].item, samples[i].text, samples[i].response_ids)
-                                    if getattr(task, "wants_ids", False) else (samples[i].item, samples[i].text)
-                                    for i in todo])
-        metrics = {"reward/timeouts": float(stats["timeouts"]), "reward/workers_replaced": float(stats["replaced"]),
-                   **{f"reward/{k}": v for k, v in stats.items() if k.startswith("latency")}}
-    else:                # in-process: its time is time/reward_s (latency keys would break the exact-resume test)
+        scored, stats = pool.score(
+            [
+                (samples[i].item, samples[i].text, samples[i].response_ids)
+                if getattr(task, "wants_ids", False)
+                else (samples[i].item, samples[i].text)
+                for i in todo
+            ]
+        )
+        metrics = {
+            "reward/timeouts": float(stats["timeouts"]),
+            "reward/workers_replaced": float(stats["replaced"]),
+            **{f"reward/{k}": v for k, v in stats.items() if k.startswith("latency")},
+        }
+    else:  # in-process: its time is time/reward_s (latency keys would break the exact-resume test)
         scored = _batch_rewards(task, [samples[i] for i in todo], step)
         if scored is None:
-            scored = [safe_reward(task, samples[i].item, samples[i].text, getattr(samples[i], "response_ids", None))
-                      for i in todo]
+            scored = [
+                safe_reward(task, samples[i].item, samples[i].text, getattr(samples[i], "response_ids", None))
+                for i in todo
+            ]
     for i, res in zip(todo, scored):
         results[i] = res
     return results, metrics
@@ -266,11 +288,15 @@ def score_samples(task: Task, samples, pool=None, step: int | None = None) -> di
         errors += res.error is not None
         for k, v in res.components.items():
             comps.setdefault(k, []).append(v)
-    logged = {f"reward/{k}": v for k, v in getattr(task, "logged", {}).items()}   # TRL's log_metric
-    return {"reward/errors": float(errors) - metrics["reward/timeouts"], **metrics, **logged,
-            # a component's mean over the samples it scored (a TRL function's None leaves a sample out),
-            # a failed sample counting 0 in every component
-            **{f"reward/{k}": sum(v) / (len(v) + errors) for k, v in comps.items()}}
+    logged = {f"reward/{k}": v for k, v in getattr(task, "logged", {}).items()}  # TRL's log_metric
+    return {
+        "reward/errors": float(errors) - metrics["reward/timeouts"],
+        **metrics,
+        **logged,
+        # a component's mean over the samples it scored (a TRL function's None leaves a sample out),
+        # a failed sample counting 0 in every component
+        **{f"reward/{k}": sum(v) / (len(v) + errors) for k, v in comps.items()},
+    }
 
 
 def _batch_rewards(task, samples, step=None) -> list | None:

@@ -29,20 +29,20 @@ from posttrain.tasks.tools import ToolError, safe_eval
 @dataclass
 class CountdownConfig(TaskConfig):
     name: str = "countdown"
-    min_numbers: int = 3          # numbers given (TinyZero: 3–4)
+    min_numbers: int = 3  # numbers given (TinyZero: 3–4)
     max_numbers: int = 3
-    max_value: int = 9            # numbers are drawn from 1..max_value
-    max_target: int = 99          # problems whose target falls outside 1..max_target are redrawn
-    heldout_frac: float = 0.1     # share of problems reserved for evaluation
-    format_weight: float = 0.1    # reward for a well-formed expression (TinyZero's format score)
+    max_value: int = 9  # numbers are drawn from 1..max_value
+    max_target: int = 99  # problems whose target falls outside 1..max_target are redrawn
+    heldout_frac: float = 0.1  # share of problems reserved for evaluation
+    format_weight: float = 0.1  # reward for a well-formed expression (TinyZero's format score)
 
 
 @dataclass(frozen=True)
 class CountdownProblem:
     numbers: tuple[int, ...]
-    goal: int                     # the number to reach
-    solution: str                 # one expression that reaches the target
-    steps: tuple[str, ...]        # its pairwise computations: "3+5=8"
+    goal: int  # the number to reach
+    solution: str  # one expression that reaches the target
+    steps: tuple[str, ...]  # its pairwise computations: "3+5=8"
 
     @property
     def question(self) -> str:

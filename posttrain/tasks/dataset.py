@@ -41,37 +41,42 @@ _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 @dataclass
 class DatasetConfig(TaskConfig):
     """Rows from your own files, scored by your own reward functions."""
+
     name: str = "dataset"
-    train: str = ""               # training rows: .jsonl, .json, .csv, .parquet, or a `datasets` save_to_disk folder
-    test: str = ""                # held-out rows (same formats); "" = test_frac of the train rows, by a hash of the prompt
-    test_frac: float = 0.1        # share of train rows held out when `test` is not given
-    prompt_key: str = "prompt"    # column of the prompt (a string or a list of {role, content} messages)
-    answer_key: str = ""          # column of the reference answer; "" = answer, ground_truth or reward_model.ground_truth
+    train: str = ""  # training rows: .jsonl, .json, .csv, .parquet, or a `datasets` save_to_disk folder
+    test: str = ""  # held-out rows (same formats); "" = test_frac of the train rows, by a hash of the prompt
+    test_frac: float = 0.1  # share of train rows held out when `test` is not given
+    prompt_key: str = "prompt"  # column of the prompt (a string or a list of {role, content} messages)
+    answer_key: str = ""  # column of the reference answer; "" = answer, ground_truth or reward_model.ground_truth
     completion_key: str = "completion"  # SFT: the demonstration column (a `messages` column works without it)
-    system: str = ""              # a system message put before every prompt that has none
-    reward: str = ""              # reward functions, comma-separated FILE.py:FUNC or module:FUNC (TRL or verl signature);
-                                  # "" = 1 when the response's last number equals the answer
+    system: str = ""  # a system message put before every prompt that has none
+    reward: str = ""  # reward functions, comma-separated FILE.py:FUNC or module:FUNC (TRL or verl signature);
+    # "" = 1 when the response's last number equals the answer
     reward_weights: list[float] = field(default_factory=list)  # one weight per reward function (default 1 each)
-    correct: str = ""             # FILE.py:FUNC or module:FUNC returning True/1 when a response is correct (eval)
-    correct_threshold: float | None = None  # else: correct = reward ≥ this; else the answer match when rows have answers
+    correct: str = ""  # FILE.py:FUNC or module:FUNC returning True/1 when a response is correct (eval)
+    correct_threshold: float | None = (
+        None  # else: correct = reward ≥ this; else the answer match when rows have answers
+    )
     text_subs: dict = field(default_factory=dict)  # replacements in every text before tokenizing, e.g. {"<": "lt"}
-                                  # (the built-in tokenizer's chat markers < > # _ cannot appear in text)
-    max_rows: int = 0             # read at most this many rows of each file (0 = all)
+    # (the built-in tokenizer's chat markers < > # _ cannot appear in text)
+    max_rows: int = 0  # read at most this many rows of each file (0 = all)
 
 
 @dataclass
 class Row:
-    prompt: Any                   # str | list[{role, content}]
-    answer: Any = None            # the reference answer (any JSON value), or None
+    prompt: Any  # str | list[{role, content}]
+    answer: Any = None  # the reference answer (any JSON value), or None
     completion: str | None = None  # the SFT demonstration, or None
-    columns: dict = field(default_factory=dict)   # every column of the row (for the reward functions)
-    where: str = ""               # FILE:LINE, for errors
+    columns: dict = field(default_factory=dict)  # every column of the row (for the reward functions)
+    where: str = ""  # FILE:LINE, for errors
 
     def target(self, cot: bool = True) -> str:
         """The demonstration (SFT, eval budget); `cot` has no meaning for given data."""
         if self.completion is None:
-            raise UsageError(f"{self.where}: no completion to learn from; give a `completion` column (or "
-                             "task.completion_key) or a `messages` column ending with an assistant message")
+            raise UsageError(
+                f"{self.where}: no completion to learn from; give a `completion` column (or "
+                "task.completion_key) or a `messages` column ending with an assistant message"
+            )
         return self.completion
 
 
@@ -100,13 +105,14 @@ def _answer_number(answer) -> str | None:
 
 class DatasetTask:
     name = "dataset"
-    wants_ids = True              # safe_reward passes the sampled token ids (TRL's completion_ids)
+    wants_ids = True  # safe_reward passes the sampled token ids (TRL's completion_ids)
 
     def __init__(self, config: DatasetConfig | None = None, reward_funcs=None, correct_func=None):
         self.config = c = config or DatasetConfig()
         if not c.train:
-            raise UsageError("task.name=dataset needs task.train=PATH (a .jsonl/.json/.csv/.parquet file or a "
-                             "`datasets` folder)")
+            raise UsageError(
+                "task.name=dataset needs task.train=PATH (a .jsonl/.json/.csv/.parquet file or a `datasets` folder)"
+            )
         if not 0 <= c.test_frac < 1:
             raise UsageError(f"task.test_frac={c.test_frac} must be in [0, 1)")
         rows = [self._row(w, r) for w, r in self._read(c.train, "task.train", "train")]
@@ -118,22 +124,37 @@ class DatasetTask:
             self.test = [r for r, h in zip(rows, held) if h]
         if not self.train:
             raise UsageError(f"task.train={c.train!r}: no training rows left after holding out test_frac={c.test_frac}")
-        self.fns: list[RewardFn] = reward_fns(reward_funcs if reward_funcs is not None else split_specs(c.reward),
-                                              c.reward_weights)
-        self.correct_fn = (reward_fns([correct_func], [], "task.correct")[0] if correct_func is not None else
-                           reward_fns([c.correct], [], "task.correct")[0] if c.correct else None)
+        self.fns: list[RewardFn] = reward_fns(
+            reward_funcs if reward_funcs is not None else split_specs(c.reward), c.reward_weights
+        )
+        self.correct_fn = (
+            reward_fns([correct_func], [], "task.correct")[0]
+            if correct_func is not None
+            else reward_fns([c.correct], [], "task.correct")[0]
+            if c.correct
+            else None
+        )
         has_answers = all(r.answer is not None for r in self.train[:50])
-        if not self.fns and not has_answers and not c.judge.model:     # a judge can score rows without answers
-            raise UsageError(f"task.train={c.train!r}: rows have no answer column (answer, ground_truth or "
-                             "reward_model.ground_truth) and no task.reward is given: nothing can score a response; "
-                             "add an answer column or task.reward=FILE.py:FUNCTION")
-        self.correctness = ("task.correct" if self.correct_fn else "task.correct_threshold"
-                            if c.correct_threshold is not None else "answer" if has_answers else None)
+        if not self.fns and not has_answers and not c.judge.model:  # a judge can score rows without answers
+            raise UsageError(
+                f"task.train={c.train!r}: rows have no answer column (answer, ground_truth or "
+                "reward_model.ground_truth) and no task.reward is given: nothing can score a response; "
+                "add an answer column or task.reward=FILE.py:FUNCTION"
+            )
+        self.correctness = (
+            "task.correct"
+            if self.correct_fn
+            else "task.correct_threshold"
+            if c.correct_threshold is not None
+            else "answer"
+            if has_answers
+            else None
+        )
 
     # ---- rows ------------------------------------------------------------------------------
     def _read(self, path, key, split):
         rows = read_rows(path, key, split)
-        return rows[:self.config.max_rows] if self.config.max_rows else rows
+        return rows[: self.config.max_rows] if self.config.max_rows else rows
 
     def _sub(self, text: str) -> str:
         for a, b in self.config.text_subs.items():
@@ -147,20 +168,26 @@ class DatasetTask:
             prompt = row[c.prompt_key]
             if c.completion_key in row and row[c.completion_key] is not None:
                 completion = row[c.completion_key]
-                if not isinstance(completion, str):               # conversational completion: its assistant text
-                    completion = "".join(m["content"] for m in check_messages(completion, f"{where} {c.completion_key}")
-                                         if m["role"] == "assistant")
+                if not isinstance(completion, str):  # conversational completion: its assistant text
+                    completion = "".join(
+                        m["content"]
+                        for m in check_messages(completion, f"{where} {c.completion_key}")
+                        if m["role"] == "assistant"
+                    )
         elif "messages" in row:
             prompt, completion = split_last_assistant(check_messages(row["messages"], f"{where} messages"), where)
         else:
-            raise UsageError(f"{where}: no {c.prompt_key!r} column (columns: {', '.join(map(str, row))}); "
-                             "set task.prompt_key=COLUMN")
+            raise UsageError(
+                f"{where}: no {c.prompt_key!r} column (columns: {', '.join(map(str, row))}); set task.prompt_key=COLUMN"
+            )
         if isinstance(prompt, str):
             prompt = self._sub(prompt)
             if c.system:
                 prompt = [{"role": "system", "content": c.system}, {"role": "user", "content": prompt}]
         else:
-            prompt = [{**m, "content": self._sub(m["content"])} for m in check_messages(prompt, f"{where} {c.prompt_key}")]
+            prompt = [
+                {**m, "content": self._sub(m["content"])} for m in check_messages(prompt, f"{where} {c.prompt_key}")
+            ]
             if c.system and prompt[0]["role"] != "system":
                 prompt = [{"role": "system", "content": c.system}] + prompt
         if completion is not None:
@@ -186,8 +213,9 @@ class DatasetTask:
         rows = self.train if split == "train" else self.test
         if split != "train" or not rows:
             if not rows:
-                raise UsageError(f"no held-out rows: give task.test=PATH or task.test_frac > 0 "
-                                 f"({len(self.train)} train rows)")
+                raise UsageError(
+                    f"no held-out rows: give task.test=PATH or task.test_frac > 0 ({len(self.train)} train rows)"
+                )
             return rows[:n]
         rng = random.Random(f"dataset/{split}/{seed}")
         out = []
@@ -230,7 +258,7 @@ class DatasetTask:
             if self.fns:
                 reward = sum(fn.weight * values[i][fn.name] for fn in self.fns if fn.name in values[i])
                 comps = dict(values[i])
-            else:                                       # the built-in reward: the answer's number
+            else:  # the built-in reward: the answer's number
                 reward = comps = None
             correct = self._correct(item, text, ids[i], reward, step, errors, i)
             if reward is None:
@@ -246,13 +274,13 @@ class DatasetTask:
         try:
             vals = fn([items[i] for i in todo], [texts[i] for i in todo], [ids[i] for i in todo], step, logged)
             return _scatter(len(items), todo, vals)
-        except Exception:                               # find the sample(s) at fault, one by one
+        except Exception:  # find the sample(s) at fault, one by one
             pass
         out = [None] * len(items)
         for i in todo:
             try:
                 out[i] = fn([items[i]], [texts[i]], [ids[i]], step, logged)[0]
-            except Exception as e:                      # counted in reward/errors; the step goes on
+            except Exception as e:  # counted in reward/errors; the step goes on
                 errors[i] = f"reward function {fn.name}: {type(e).__name__}: {e}"
         return out
 
@@ -268,7 +296,7 @@ class DatasetTask:
             return float(reward >= self.config.correct_threshold)
         if item.answer is not None:
             got, gold = last_number(text), _answer_number(item.answer)
-            if gold is None:                            # a text answer: the final line must match it
+            if gold is None:  # a text answer: the final line must match it
                 return float(text.split(EOT, 1)[0].rsplit(THINK_CLOSE, 1)[-1].strip() == str(item.answer).strip())
             return float(got is not None and got == gold)
         return None
@@ -301,26 +329,30 @@ class DatasetTask:
             except UsageError as e:
                 raise UsageError(f"{r.where}: {e} (task.text_subs can replace characters)") from None
             if max_len and n + max(max_new_tokens, 1) > max_len:
-                raise UsageError(f"{r.where}: the prompt is {n} tokens; with max_new_tokens={max_new_tokens} it "
-                                 f"exceeds the model's context ({max_len}); shorten or drop the row")
+                raise UsageError(
+                    f"{r.where}: the prompt is {n} tokens; with max_new_tokens={max_new_tokens} it "
+                    f"exceeds the model's context ({max_len}); shorten or drop the row"
+                )
         rows = self.train[:2]
-        texts = [r.completion if r.completion is not None else str(r.answer if r.answer is not None else "")
-                 for r in rows]
-        ids = [tok.encode(t) if all(ch in getattr(tok, "stoi", {ch: 0 for ch in t}) for ch in t) else []
-               for t in texts]
+        texts = [
+            r.completion if r.completion is not None else str(r.answer if r.answer is not None else "") for r in rows
+        ]
+        ids = [tok.encode(t) if all(ch in getattr(tok, "stoi", {ch: 0 for ch in t}) for ch in t) else [] for t in texts]
         for fn in self.fns + ([self.correct_fn] if self.correct_fn else []):
             try:
                 fn(rows, texts, ids, 0, {})
             except Exception as e:
-                raise UsageError(f"reward function {fn.name} ({describe(fn.fn)}) failed on a dry call with the "
-                                 f"first training rows ({rows[0].where}): {type(e).__name__}: {e}") from None
+                raise UsageError(
+                    f"reward function {fn.name} ({describe(fn.fn)}) failed on a dry call with the "
+                    f"first training rows ({rows[0].where}): {type(e).__name__}: {e}"
+                ) from None
 
     def vocabulary(self) -> str:
         """Every character of the rows' texts (a character tokenizer trained from scratch needs them)."""
         chars = set()
         for r in self.train + self.test:
             if not isinstance(r.prompt, str) and any(m["role"] == "system" for m in r.prompt):
-                chars.add(SYSTEM)                       # the built-in template's system-turn marker
+                chars.add(SYSTEM)  # the built-in template's system-turn marker
             chars |= set(prompt_text(r.prompt))
             chars |= set(r.completion or "")
             chars |= set(str(r.answer) if r.answer is not None else "")
@@ -332,4 +364,3 @@ def _scatter(n: int, where: list[int], values: list) -> list:
     for i, v in zip(where, values):
         out[i] = v
     return out
-

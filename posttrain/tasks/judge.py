@@ -109,7 +109,7 @@ def parse_score(text: str, scale: float) -> float:
     elif m := _LABELLED.findall(body):
         value = float(m[-1])
         after = _OUT_OF.findall(body)
-        if after and float(after[-1][0]) == value:          # "Score: 7/10": its own scale
+        if after and float(after[-1][0]) == value:  # "Score: 7/10": its own scale
             denominator = float(after[-1][1])
     elif m := _OUT_OF.findall(body):
         value, denominator = float(m[-1][0]), float(m[-1][1])
@@ -129,8 +129,11 @@ def _in_range(value: float, scale: float, text: str) -> float:
 
 
 _CHOICE_BRACKETS = re.compile(r"\[\[\s*(A|B|C|tie)\s*\]\]", re.I)
-_CHOICE_LABELLED = re.compile(r"\b(?:winner|better|verdict|choice|prefer(?:red|ence)?)\W*"
-                              r"(?:(?:response|output|assistant|one|is|was)\W+)*\(?(A|B|tie)\b", re.I)
+_CHOICE_LABELLED = re.compile(
+    r"\b(?:winner|better|verdict|choice|prefer(?:red|ence)?)\W*"
+    r"(?:(?:response|output|assistant|one|is|was)\W+)*\(?(A|B|tie)\b",
+    re.I,
+)
 _CHOICE_NAMED = re.compile(r"\b(?:response|output|assistant)\s*\(?\s*(A|B)\b\)?", re.I)
 _CHOICE_ONLY = re.compile(r"^[\s*\[\]()\"'`]*(A|B|C|tie)[\s*\[\]()\"'`.!]*$", re.I)
 _TIE = re.compile(r"\b(?:tie|equally good|equally bad|both (?:are )?(?:equally|correct|wrong))\b", re.I)
@@ -167,6 +170,7 @@ def _choice(x: str) -> str:
 
 # ---- the template ------------------------------------------------------------------------------
 
+
 def load_template(cfg: JudgeConfig) -> str:
     """The template text of `cfg` (a file, or the built-in one of its mode), checked for the
     fields its mode needs."""
@@ -181,8 +185,10 @@ def load_template(cfg: JudgeConfig) -> str:
     need = ("{question}", "{response}") if cfg.mode == "pointwise" else ("{question}", "{response_a}", "{response_b}")
     missing = [f for f in need if f not in text]
     if missing:
-        raise UsageError(f"task.judge.template={cfg.template}: a {cfg.mode} template needs the fields "
-                         f"{', '.join(missing)} (available: {', '.join('{' + f + '}' for f in FIELDS)})")
+        raise UsageError(
+            f"task.judge.template={cfg.template}: a {cfg.mode} template needs the fields "
+            f"{', '.join(missing)} (available: {', '.join('{' + f + '}' for f in FIELDS)})"
+        )
     return text
 
 
@@ -194,25 +200,28 @@ def render(template: str, **values: str) -> str:
 
 # ---- the task wrapper --------------------------------------------------------------------------
 
+
 class JudgeTask:
     """`task` with its reward replaced by a judge's verdicts (see the module docstring)."""
 
-    wants_ids = True                  # score_samples hands over the step: it seeds the order coin flips
+    wants_ids = True  # score_samples hands over the step: it seeds the order coin flips
 
     def __init__(self, task, cfg: JudgeConfig, backend=None):
         if hasattr(task, "make_env"):
-            raise UsageError(f"task.judge: task {task.name!r} runs multi-turn episodes (make_env); a judge scores "
-                             "single-turn responses only")
+            raise UsageError(
+                f"task.judge: task {task.name!r} runs multi-turn episodes (make_env); a judge scores "
+                "single-turn responses only"
+            )
         if cfg.pairs < 1 or cfg.scale <= 0 or cfg.max_tokens < 1 or cfg.timeout_s <= 0 or cfg.concurrency < 1:
             raise UsageError("task.judge: need pairs >= 1, scale > 0, max_tokens >= 1, timeout_s > 0, concurrency >= 1")
         if cfg.opponent not in ("group", "reference"):
             raise UsageError(f"task.judge.opponent={cfg.opponent!r} is unknown; use group or reference")
         self.task, self.cfg, self.template = task, cfg, load_template(cfg)
         self.name = f"judge/{task.name}"
-        self.heldout_task = task          # evaluation scores with the task's verifier (recipes/rl.py)
+        self.heldout_task = task  # evaluation scores with the task's verifier (recipes/rl.py)
         self._backend, self.logged, self.eot = backend, {}, ""
 
-    def __getattr__(self, name):          # items, prompt, corpus, target, vocabulary…: the task's own
+    def __getattr__(self, name):  # items, prompt, corpus, target, vocabulary…: the task's own
         if name.startswith("__") or name == "task":
             raise AttributeError(name)
         return getattr(self.task, name)
@@ -221,6 +230,7 @@ class JudgeTask:
     def backend(self):
         if self._backend is None:
             from posttrain.tasks.judges import make_backend
+
             self._backend = make_backend(self.cfg)
         return self._backend
 
@@ -235,12 +245,16 @@ class JudgeTask:
         same), check group sizes, and reach the judge (a one-line error here, not at step 1)."""
         path = Path(run_dir, "judge_prompt.txt")
         if resume and path.exists() and path.read_text() != self.template:
-            raise UsageError(f"{path} differs from the template this run is given (task.judge.template); a run keeps "
-                             "its judge: restore the template, or start a new run (out=NEW_DIR)")
+            raise UsageError(
+                f"{path} differs from the template this run is given (task.judge.template); a run keeps "
+                "its judge: restore the template, or start a new run (out=NEW_DIR)"
+            )
         path.write_text(self.template)
         if self.cfg.mode == "pairwise" and self.cfg.opponent == "group" and samples_per_prompt < 2:
-            raise UsageError("task.judge.mode=pairwise compares responses of one prompt: rollout.samples_per_prompt "
-                             "must be >= 2 (or task.judge.opponent=reference)")
+            raise UsageError(
+                "task.judge.mode=pairwise compares responses of one prompt: rollout.samples_per_prompt "
+                "must be >= 2 (or task.judge.opponent=reference)"
+            )
         self.backend.start(self)
 
     # ---- scoring ---------------------------------------------------------------------------
@@ -255,19 +269,26 @@ class JudgeTask:
         judged = self._pointwise if self.cfg.mode == "pointwise" else self._pairwise
         scores, errors, stats = judged(items, texts, right, step or 0)
         self.logged = stats
-        return [RewardResult(0.0 if s is None else s, {"judge": 0.0 if s is None else s, "verifier": float(v.reward)},
-                             error=e, correct=c)
-                for s, e, v, c in zip(scores, errors, truth, right)]
+        return [
+            RewardResult(
+                0.0 if s is None else s,
+                {"judge": 0.0 if s is None else s, "verifier": float(v.reward)},
+                error=e,
+                correct=c,
+            )
+            for s, e, v, c in zip(scores, errors, truth, right)
+        ]
 
     def _question(self, item) -> str:
         from posttrain.chat import prompt_text
+
         return prompt_text(self.task.prompt(item))
 
     def _reference(self, item) -> str:
         for get in (lambda: item.target(True), lambda: self.task.gold(item)):
             try:
                 value = get()
-            except Exception:     # noqa: BLE001 — a task without demonstrations: judged without a reference
+            except Exception:  # noqa: BLE001 — a task without demonstrations: judged without a reference
                 continue
             if value is not None:
                 return str(value)
@@ -275,8 +296,11 @@ class JudgeTask:
 
     def _fields(self, item) -> dict:
         ref = self._reference(item) if "{reference" in self.template else ""
-        return {"question": self._question(item), "reference": ref,
-                "reference_note": f"A reference answer: {ref}" if ref else ""}
+        return {
+            "question": self._question(item),
+            "reference": ref,
+            "reference_note": f"A reference answer: {ref}" if ref else "",
+        }
 
     def _pointwise(self, items, texts, right, step):
         prompts = [render(self.template, response=t, **self._fields(it)) for it, t in zip(items, texts)]
@@ -323,13 +347,13 @@ class JudgeTask:
             if choice != "tie":
                 decisive += 1
                 first_picked += choice == "A"
-            w = 0.5 if choice == "tie" else float((choice == "A") != swap)     # 1 = texts[i] won
+            w = 0.5 if choice == "tie" else float((choice == "A") != swap)  # 1 = texts[i] won
             wins[i].append(w)
             if j >= 0:
                 wins[j].append(1.0 - w)
                 if right[i] is not None and right[j] is not None and right[i] != right[j]:
                     agree.append(w if right[i] > right[j] else 1.0 - w)
-            elif right[i] is not None:                                        # against the reference: a tie = correct
+            elif right[i] is not None:  # against the reference: a tie = correct
                 agree.append(float((w >= 0.5) == (right[i] >= 1.0)))
         scores = [sum(w) / len(w) if w else None for w in wins]
         errors = [None if s is not None else (failed[k] or "judge: no comparison") for k, s in enumerate(scores)]

@@ -37,30 +37,35 @@ class EngineJudge:
 
         from posttrain import checkpoint
         from posttrain.framework.rollout import Engine
+
         self.cfg = cfg
-        self.model, self.tok, path = checkpoint.load_model(cfg.model, device)    # a UsageError names a bad path
+        self.model, self.tok, path = checkpoint.load_model(cfg.model, device)  # a UsageError names a bad path
         self.model.eval()
         for p in self.model.parameters():
-            p.requires_grad_(False)                   # frozen: never in an optimizer
+            p.requires_grad_(False)  # frozen: never in an optimizer
         self.engine, self.name, self._torch = Engine(self.model, self.tok), str(path), torch
 
     def start(self, task) -> None:
         """The template must fit the judge's context with room for its reply (checked on a real item)."""
         from posttrain.tasks.judge import render
+
         item = task.items(1, "train", 0)[0]
         fields = task._fields(item)
         text = render(task.template, response="", response_a="", response_b="", **fields)
         n = len(self._encode(text))
         if n + self.cfg.max_tokens > self.engine.max_len:
-            raise UsageError(f"task.judge.template: the judge prompt is {n} tokens before any response; with "
-                             f"task.judge.max_tokens={self.cfg.max_tokens} it leaves no room in the judge's context "
-                             f"({self.engine.max_len}); shorten the template")
+            raise UsageError(
+                f"task.judge.template: the judge prompt is {n} tokens before any response; with "
+                f"task.judge.max_tokens={self.cfg.max_tokens} it leaves no room in the judge's context "
+                f"({self.engine.max_len}); shorten the template"
+            )
 
     def _encode(self, text: str) -> list[int]:
         return self.tok.encode(self.tok.chat_prompt(text))
 
     def complete(self, prompts: list[str], step: int = 0) -> list:
         from posttrain.framework.rollout import SamplingParams
+
         out: list = [None] * len(prompts)
         todo, ids = [], []
         for k, text in enumerate(prompts):
@@ -92,7 +97,9 @@ class HTTPJudge:
         try:
             import httpx
         except ImportError:
-            raise UsageError("task.judge.model is a URL: the HTTP client needs httpx; pip install 'posttrain[judge]'") from None
+            raise UsageError(
+                "task.judge.model is a URL: the HTTP client needs httpx; pip install 'posttrain[judge]'"
+            ) from None
         self.httpx, self.cfg, self.url = httpx, cfg, cfg.model.rstrip("/")
         self.name = cfg.api_model
 
@@ -107,8 +114,10 @@ class HTTPJudge:
             r.raise_for_status()
             listed = [m["id"] for m in r.json().get("data", [])]
         except Exception as e:  # noqa: BLE001 — one line naming the key, before any step
-            raise UsageError(f"task.judge.model={self.url}: GET {self.url}/models failed ({type(e).__name__}: "
-                             f"{str(e)[:100]}); start the server or fix the URL (it ends in /v1)") from None
+            raise UsageError(
+                f"task.judge.model={self.url}: GET {self.url}/models failed ({type(e).__name__}: "
+                f"{str(e)[:100]}); start the server or fix the URL (it ends in /v1)"
+            ) from None
         if not self.name:
             if not listed:
                 raise UsageError(f"task.judge.model={self.url}: the server lists no model; set task.judge.api_model")
@@ -118,11 +127,13 @@ class HTTPJudge:
         if not self.name:
             self.start()
         from posttrain.tasks.rewards import _await
+
         return _await(self._all(prompts))
 
     async def _all(self, prompts: list[str]) -> list:
         gate = asyncio.Semaphore(self.cfg.concurrency)
         async with self.httpx.AsyncClient(timeout=self.cfg.timeout_s, headers=self._headers()) as client:
+
             async def one(text: str):
                 async with gate:
                     try:
@@ -131,11 +142,17 @@ class HTTPJudge:
                         return TimeoutError(f"no reply within task.judge.timeout_s={self.cfg.timeout_s:g}")
                     except Exception as e:  # noqa: BLE001 — the reply of this call is the error
                         return e
+
             return list(await asyncio.gather(*(one(t) for t in prompts)))
 
     async def _call(self, client, text: str) -> str:
-        body = {"model": self.name, "messages": [{"role": "user", "content": text}],
-                "max_tokens": self.cfg.max_tokens, "temperature": self.cfg.temperature, "n": 1}
+        body = {
+            "model": self.name,
+            "messages": [{"role": "user", "content": text}],
+            "max_tokens": self.cfg.max_tokens,
+            "temperature": self.cfg.temperature,
+            "n": 1,
+        }
         r = await client.post(f"{self.url}/chat/completions", json=body)
         if r.status_code != 200:
             raise RuntimeError(f"HTTP {r.status_code}: {r.text[:100]}")

@@ -32,8 +32,9 @@ from posttrain.tasks.base import RewardResult
 
 try:
     import math_verify
+
     BACKEND = "math-verify"
-except ImportError:                        # optional: `pip install posttrain[math]`
+except ImportError:  # optional: `pip install posttrain[math]`
     math_verify = None
     BACKEND = "builtin"
 
@@ -49,7 +50,7 @@ def _braced(text: str, start: int) -> tuple[str, int] | None:
     for i in range(start, len(text)):
         depth += {"{": 1, "}": -1}.get(text[i], 0)
         if depth == 0:
-            return text[start + 1:i], i + 1
+            return text[start + 1 : i], i + 1
     return None
 
 
@@ -63,7 +64,7 @@ def last_boxed(text: str) -> str | None:
     group = _braced(text, j)
     if group:
         return group[0].strip()
-    m = re.match(r"[^\s$]+", text[j:])     # \boxed 5
+    m = re.match(r"[^\s$]+", text[j:])  # \boxed 5
     return m.group(0) if m else None
 
 
@@ -83,6 +84,7 @@ def extract_answer(text: str) -> str | None:
 
 # --- the builtin backend: LaTeX subset -> Python expression -> whitelist evaluation ---
 
+
 def _replace_command(s: str, cmd: str, arity: int, render) -> str:
     """Rewrite `\\cmd{a}{b}` (also `\\frac34`) with render(*args), innermost last-first."""
     while True:
@@ -97,7 +99,7 @@ def _replace_command(s: str, cmd: str, arity: int, render) -> str:
             if g:
                 args.append(g[0])
                 j = g[1]
-            elif j < len(s):                     # a single character argument: \frac34, \sqrt2
+            elif j < len(s):  # a single character argument: \frac34, \sqrt2
                 args.append(s[j])
                 j += 1
         if len(args) < arity:
@@ -108,7 +110,7 @@ def _replace_command(s: str, cmd: str, arity: int, render) -> str:
 def to_python(latex: str) -> tuple[str, bool]:
     """(python expression, percent?) for the LaTeX subset of final answers."""
     s = latex.strip().strip("$").strip()
-    s = re.sub(r"\\(?:text|mathrm|textbf|mbox)\s*\{[^{}]*\}", "", s)          # units: "10\text{ cm}" -> "10"
+    s = re.sub(r"\\(?:text|mathrm|textbf|mbox)\s*\{[^{}]*\}", "", s)  # units: "10\text{ cm}" -> "10"
     s = re.sub(r"\^\s*\{?\\circ\}?|\\(?:left|right|displaystyle|!|,|;|:| )|\\?\$", "", s)
     percent = bool(re.search(r"\\?%\s*$", s))
     s = re.sub(r"\\?%\s*$", "", s)
@@ -118,13 +120,20 @@ def to_python(latex: str) -> tuple[str, bool]:
     s = _replace_command(s, "\\sqrt", 1, lambda a: f"sqrt({a})")
     s = s.replace("\\cdot", "*").replace("\\times", "*").replace("\\div", "/").replace("\\pi", "pi")
     s = s.replace("{", "(").replace("}", ")").replace("^", "**")
-    s = re.sub(r"(?<=\d),(?=\d{3}\b)", "", s)                                    # 1,000 -> 1000
-    s = re.sub(r"(?<=[\d)])\s*(?=[a-z(])", "*", s)                               # 2sqrt(3), 2(3) -> 2*...
+    s = re.sub(r"(?<=\d),(?=\d{3}\b)", "", s)  # 1,000 -> 1000
+    s = re.sub(r"(?<=[\d)])\s*(?=[a-z(])", "*", s)  # 2sqrt(3), 2(3) -> 2*...
     return s, percent
 
 
-_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-        ast.Pow: operator.pow, ast.USub: operator.neg, ast.UAdd: operator.pos}
+_OPS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.Pow: operator.pow,
+    ast.USub: operator.neg,
+    ast.UAdd: operator.pos,
+}
 
 
 def _eval(node):
@@ -139,7 +148,7 @@ def _eval(node):
         return _OPS[type(node.op)](_eval(node.operand))
     if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "sqrt" and len(node.args) == 1:
         x = _eval(node.args[0])
-        if isinstance(x, Fraction) and x >= 0:                      # sqrt(4/9) stays exact: 2/3
+        if isinstance(x, Fraction) and x >= 0:  # sqrt(4/9) stays exact: 2/3
             root = Fraction(math.isqrt(x.numerator), math.isqrt(x.denominator))
             if root * root == x:
                 return root
@@ -147,7 +156,7 @@ def _eval(node):
     if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
         a, b = _eval(node.left), _eval(node.right)
         if isinstance(node.op, ast.Pow):
-            if abs(b) > 64 or abs(a) > 1e12:         # "9**9**9" must not hang the verifier
+            if abs(b) > 64 or abs(a) > 1e12:  # "9**9**9" must not hang the verifier
                 raise ValueError("power too large")
             if isinstance(b, Fraction) and b.denominator == 1:
                 return a ** int(b)
@@ -186,7 +195,7 @@ def equivalent(gold: str, answer: str, backend: str | None = None) -> bool:
             pg, pa = math_verify.parse(f"${gold}$"), math_verify.parse(f"${answer}$")
             if pg and pa:
                 return bool(math_verify.verify(pg, pa))
-        except Exception:                        # a parser bug is not a wrong answer: try ours
+        except Exception:  # a parser bug is not a wrong answer: try ours
             pass
     return _builtin_equivalent(gold, answer)
 
@@ -197,5 +206,8 @@ def score(response: str, gold: str, backend: str | None = None) -> RewardResult:
     if ans is None:
         return RewardResult(0.0, {"correct": 0.0, "extracted": 0.0}, reason="no answer found")
     ok = equivalent(gold, ans, backend)
-    return RewardResult(float(ok), {"correct": float(ok), "extracted": 1.0},
-                        reason=None if ok else f"answer {ans[:80]!r} is not {gold!r}")
+    return RewardResult(
+        float(ok),
+        {"correct": float(ok), "extracted": 1.0},
+        reason=None if ok else f"answer {ans[:80]!r} is not {gold!r}",
+    )

@@ -50,8 +50,8 @@ from posttrain import UsageError
 from posttrain.tasks.base import RewardResult, safe_reward
 from posttrain.tasks.sandbox import descendants
 
-PR_SET_PDEATHSIG = 1                                   # linux/prctl.h
-OUT_OF_MEMORY = ("MemoryError", f"OSError: [Errno {errno.ENOMEM}]")   # a failed allocation, as safe_reward words it
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+OUT_OF_MEMORY = ("MemoryError", f"OSError: [Errno {errno.ENOMEM}]")  # a failed allocation, as safe_reward words it
 
 
 def _die_with_parent(parent: int) -> None:
@@ -59,36 +59,37 @@ def _die_with_parent(parent: int) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
-    if os.getppid() != parent:                          # the parent died before prctl took effect
+    if os.getppid() != parent:  # the parent died before prctl took effect
         os._exit(1)
 
 
 def _address_space_mb() -> float:
     """This process's virtual size now (what a forked worker inherits), in MiB."""
     with open("/proc/self/statm") as f:
-        return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
+        return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def _serve(task, conn, parent: int, memory_mb: int) -> None:
     """Worker loop: (index, item, response[, ids]) in, (index, RewardResult, retire) out, until EOF.
     `retire` asks the pool to replace this worker (its memory ran out: what leaked stays)."""
     _die_with_parent(parent)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)       # Ctrl-C is the parent's to handle
-    if memory_mb > 0:                                  # on top of the trainer's pages it inherits
-        limit = int((_address_space_mb() + memory_mb) * 2 ** 20)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    if memory_mb > 0:  # on top of the trainer's pages it inherits
+        limit = int((_address_space_mb() + memory_mb) * 2**20)
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     while True:
         try:
-            idx, *job = conn.recv()               # (index, item, response[, token ids])
+            idx, *job = conn.recv()  # (index, item, response[, token ids])
         except (EOFError, OSError):
             return
         res = safe_reward(task, *job)
         retire = (res.error or "").startswith(OUT_OF_MEMORY)
         try:
             conn.send((idx, res, retire))
-        except Exception as e:                          # e.g. components that do not pickle
-            conn.send((idx, RewardResult(0.0, error=f"verifier result cannot be sent back: {type(e).__name__}: {e}"),
-                       retire))
+        except Exception as e:  # e.g. components that do not pickle
+            conn.send(
+                (idx, RewardResult(0.0, error=f"verifier result cannot be sent back: {type(e).__name__}: {e}"), retire)
+            )
 
 
 class _Worker:
@@ -97,8 +98,8 @@ class _Worker:
         self.proc = ctx.Process(target=_serve, args=(task, child, os.getpid(), memory_mb), daemon=True)
         self.proc.start()
         child.close()
-        self.job: tuple[int, float] | None = None       # (sample index, dispatch time)
-        self.calls = 0                                  # answered calls (recycling)
+        self.job: tuple[int, float] | None = None  # (sample index, dispatch time)
+        self.calls = 0  # answered calls (recycling)
 
     def kill(self) -> None:
         """SIGKILL the worker and everything it started (a sandboxed program, say)."""
@@ -121,11 +122,20 @@ class VerifierPool:
     a worker may add to what it inherits (RLIMIT_AS); `max_calls` > 0 replaces a worker after
     that many calls (as `multiprocessing.Pool(maxtasksperchild=...)`)."""
 
-    def __init__(self, task, workers: int, timeout_s: float = 30.0, start_method: str | None = None,
-                 memory_mb: int = 0, max_calls: int = 0):
+    def __init__(
+        self,
+        task,
+        workers: int,
+        timeout_s: float = 30.0,
+        start_method: str | None = None,
+        memory_mb: int = 0,
+        max_calls: int = 0,
+    ):
         if workers < 1 or timeout_s <= 0 or memory_mb < 0 or max_calls < 0:
-            raise UsageError(f"verifier pool: need workers >= 1, timeout_s > 0, memory_mb >= 0 and max_calls >= 0 "
-                             f"(got {workers}, {timeout_s}, {memory_mb}, {max_calls})")
+            raise UsageError(
+                f"verifier pool: need workers >= 1, timeout_s > 0, memory_mb >= 0 and max_calls >= 0 "
+                f"(got {workers}, {timeout_s}, {memory_mb}, {max_calls})"
+            )
         self.task, self.timeout_s, self.memory_mb, self.max_calls = task, timeout_s, memory_mb, max_calls
         self.ctx = mp.get_context(start_method or ("fork" if "fork" in mp.get_all_start_methods() else "spawn"))
         self.workers = [_Worker(self.ctx, task, memory_mb) for _ in range(workers)]
@@ -154,7 +164,7 @@ class VerifierPool:
         replaced_before = self.replaced
         todo = deque(range(len(pairs)))
         while todo or any(w.job for w in self.workers):
-            for k, w in enumerate(self.workers):                    # hand out work to idle workers
+            for k, w in enumerate(self.workers):  # hand out work to idle workers
                 while w.job is None and todo:
                     i = todo.popleft()
                     try:
@@ -163,7 +173,7 @@ class VerifierPool:
                         self._replace(w)
                         w = self.workers[k]
                         w.conn.send((i, *pairs[i]))
-                    except Exception as e:                          # the item does not pickle: that sample only
+                    except Exception as e:  # the item does not pickle: that sample only
                         results[i] = RewardResult(0.0, error=f"cannot send the item to a verifier worker: {e}")
                         errors += 1
                         continue
@@ -172,8 +182,12 @@ class VerifierPool:
                 break
             busy = [w for w in self.workers if w.job]
             first_deadline = min(t for _, t in (w.job for w in busy)) + self.timeout_s
-            ready = set(wait([w.conn for w in busy] + [w.proc.sentinel for w in busy],
-                             timeout=max(0.0, first_deadline - time.monotonic())))
+            ready = set(
+                wait(
+                    [w.conn for w in busy] + [w.proc.sentinel for w in busy],
+                    timeout=max(0.0, first_deadline - time.monotonic()),
+                )
+            )
             now = time.monotonic()
             for w in busy:
                 i, t0 = w.job
@@ -181,7 +195,7 @@ class VerifierPool:
                 if w.conn in ready:
                     try:
                         _, res, retire = w.conn.recv()
-                    except (EOFError, OSError):                     # died while answering
+                    except (EOFError, OSError):  # died while answering
                         pass
                 if res is None and (w.conn in ready or w.proc.sentinel in ready):
                     w.proc.join(1)
@@ -190,7 +204,7 @@ class VerifierPool:
                 elif res is None and now - t0 >= self.timeout_s:
                     res = RewardResult(0.0, error=f"verifier timed out after {self.timeout_s:g}s")
                     timeouts += 1
-                    errors -= 1                                     # counted as a timeout, not an error
+                    errors -= 1  # counted as a timeout, not an error
                     self._replace(w)
                 if res is None:
                     continue
@@ -199,11 +213,12 @@ class VerifierPool:
                 errors += res.error is not None
                 w.calls += 1
                 if retire or (self.max_calls and w.calls >= self.max_calls):
-                    self._replace(w)                                # out of memory, or recycled
+                    self._replace(w)  # out of memory, or recycled
         stats = {"errors": errors, "timeouts": timeouts, "replaced": self.replaced - replaced_before}
         if len(pairs):
-            stats.update(latency_p50_s=float(np.percentile(latency, 50)),
-                         latency_p99_s=float(np.percentile(latency, 99)))
+            stats.update(
+                latency_p50_s=float(np.percentile(latency, 50)), latency_p99_s=float(np.percentile(latency, 99))
+            )
         return results, stats
 
 

@@ -32,12 +32,12 @@ TEXT_CHARS = set(DEFAULT_CHARS) - set(SPECIALS)
 @dataclass
 class ReasoningGymConfig(TaskConfig):
     name: str = "reasoning_gym"
-    dataset: str = "chain_sum"    # a reasoning-gym dataset name (reasoning_gym.factory.DATASETS)
+    dataset: str = "chain_sum"  # a reasoning-gym dataset name (reasoning_gym.factory.DATASETS)
     options: dict = field(default_factory=dict)  # the dataset's own config keys, e.g. {min_digits: 1}
-    heldout_frac: float = 0.1     # share of problems reserved for evaluation
-    max_prompt_chars: int = 160   # longer questions are skipped (the model's context is short)
+    heldout_frac: float = 0.1  # share of problems reserved for evaluation
+    max_prompt_chars: int = 160  # longer questions are skipped (the model's context is short)
     question_subs: dict = field(default_factory=dict)  # text replacements in questions only, to fit the char
-                                  # tokenizer: {"->": "to"} for spell_backward's "(example: sun -> nus)"
+    # tokenizer: {"->": "to"} for spell_backward's "(example: sun -> nus)"
 
 
 @dataclass(frozen=True)
@@ -56,21 +56,25 @@ def answer_of(response: str) -> str:
 
 class ReasoningGymTask(LineCorpus):
     name = "reasoning_gym"
-    CHUNK = 256                   # problems generated per generator seed
+    CHUNK = 256  # problems generated per generator seed
 
     def __init__(self, config: ReasoningGymConfig | None = None):
         try:
             import reasoning_gym
         except ImportError:
-            raise UsageError("task.name=reasoning_gym needs the reasoning-gym package: pip install reasoning-gym") from None
+            raise UsageError(
+                "task.name=reasoning_gym needs the reasoning-gym package: pip install reasoning-gym"
+            ) from None
         self.config = c = config or ReasoningGymConfig()
         self._rg = reasoning_gym
         try:
             self._scorer = reasoning_gym.create_dataset(c.dataset, seed=0, size=1, **c.options)
         except Exception as e:
             names = ", ".join(sorted(reasoning_gym.factory.DATASETS)[:12])
-            raise UsageError(f"task.dataset={c.dataset!r} with options {c.options} failed ({type(e).__name__}: "
-                             f"{str(e)[:100]}); use a reasoning-gym dataset name (e.g. {names}, ...) and its keys") from None
+            raise UsageError(
+                f"task.dataset={c.dataset!r} with options {c.options} failed ({type(e).__name__}: "
+                f"{str(e)[:100]}); use a reasoning-gym dataset name (e.g. {names}, ...) and its keys"
+            ) from None
         self.skipped = 0
 
     def _usable(self, q: str, a: str) -> bool:
@@ -98,14 +102,18 @@ class ReasoningGymTask(LineCorpus):
                 for old, new in c.question_subs.items():
                     text = text.replace(old, new)
                 bad = "".join(sorted(set(text) - TEXT_CHARS))[:30]
-                raise UsageError(f"task.dataset={c.dataset!r}: only {usable} of {self.CHUNK} problems fit the char "
-                                 f"tokenizer (characters {bad!r}, or longer than max_prompt_chars="
-                                 f"{c.max_prompt_chars}); pick another dataset, raise max_prompt_chars, or map the "
-                                 f"characters away with task.question_subs")
+                raise UsageError(
+                    f"task.dataset={c.dataset!r}: only {usable} of {self.CHUNK} problems fit the char "
+                    f"tokenizer (characters {bad!r}, or longer than max_prompt_chars="
+                    f"{c.max_prompt_chars}); pick another dataset, raise max_prompt_chars, or map the "
+                    f"characters away with task.question_subs"
+                )
             chunk += 1
             if chunk > 1000:
-                raise UsageError(f"task.dataset={c.dataset!r}: fewer than {n} usable {split} problems in "
-                                 f"{chunk * self.CHUNK} generated; raise heldout_frac or widen task.options")
+                raise UsageError(
+                    f"task.dataset={c.dataset!r}: fewer than {n} usable {split} problems in "
+                    f"{chunk * self.CHUNK} generated; raise heldout_frac or widen task.options"
+                )
         return out
 
     def prompt(self, item: GymItem) -> str:

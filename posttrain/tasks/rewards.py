@@ -69,8 +69,8 @@ def _import_file(path: Path, key: str):
         return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module              # before running it (dataclasses look their module up), and so
-    sys.path.insert(0, str(path.resolve().parent))   # it pickles by reference; the file may import neighbours
+    sys.modules[name] = module  # before running it (dataclasses look their module up), and so
+    sys.path.insert(0, str(path.resolve().parent))  # it pickles by reference; the file may import neighbours
     try:
         spec.loader.exec_module(module)
     except Exception as e:
@@ -87,19 +87,24 @@ def fn_name(fn) -> str:
 
 
 def style_of(fn, key: str) -> str:
-    """"trl" (batched: prompts, completions, …) or "verl" (per sample: compute_score)."""
+    """ "trl" (batched: prompts, completions, …) or "verl" (per sample: compute_score)."""
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):
         raise UsageError(f"{key}: {fn!r} has no inspectable signature") from None
     if "solution_str" in params or {"data_source", "ground_truth"} <= set(params):
         return "verl"
-    if "completions" in params or "completion_ids" in params or \
-            any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+    if (
+        "completions" in params
+        or "completion_ids" in params
+        or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    ):
         return "trl"
-    raise UsageError(f"{key}: {fn_name(fn)}{inspect.signature(fn)} has neither TRL's reward signature "
-                     "f(prompts, completions, **kwargs) nor verl's compute_score(data_source, solution_str, "
-                     "ground_truth, extra_info=None)")
+    raise UsageError(
+        f"{key}: {fn_name(fn)}{inspect.signature(fn)} has neither TRL's reward signature "
+        "f(prompts, completions, **kwargs) nor verl's compute_score(data_source, solution_str, "
+        "ground_truth, extra_info=None)"
+    )
 
 
 def _await(value):
@@ -107,13 +112,16 @@ def _await(value):
     as in a notebook)."""
     if not inspect.isawaitable(value):
         return value
+
     async def wrap():
         return await value
+
     try:
         asyncio.get_running_loop()
     except RuntimeError:
         return asyncio.run(wrap())
     from concurrent.futures import ThreadPoolExecutor
+
     with ThreadPoolExecutor(1) as ex:
         return ex.submit(asyncio.run, wrap()).result()
 
@@ -124,7 +132,7 @@ def as_number(value, what: str) -> float | None:
     0-d tensor scalars; finite), else ValueError naming `what` (the bound is checked after the sum)."""
     if value is None:
         return None
-    if isinstance(value, dict) and "score" in value:          # verl's {"score": ..., **extra}
+    if isinstance(value, dict) and "score" in value:  # verl's {"score": ..., **extra}
         value = value["score"]
     x, why = validate_reward(value, math.inf, f"{what} returned")
     if why is not None:
@@ -135,6 +143,7 @@ def as_number(value, what: str) -> float | None:
 @dataclass
 class RewardFn:
     """One user function: how to call it on a batch of samples, and its weight."""
+
     fn: Callable
     name: str
     style: str
@@ -142,21 +151,32 @@ class RewardFn:
 
     def __call__(self, rows, texts, ids, step=None, log=None) -> list[float | None]:
         if self.style == "verl":
-            out = [_await(self.fn(data_source=r.columns.get("data_source", ""), solution_str=t,
-                                  ground_truth=r.answer, extra_info=r.columns.get("extra_info")))
-                   for r, t in zip(rows, texts)]
+            out = [
+                _await(
+                    self.fn(
+                        data_source=r.columns.get("data_source", ""),
+                        solution_str=t,
+                        ground_truth=r.answer,
+                        extra_info=r.columns.get("extra_info"),
+                    )
+                )
+                for r, t in zip(rows, texts)
+            ]
         else:
             conversational = [not isinstance(r.prompt, str) for r in rows]
-            kwargs = {"prompts": [r.prompt for r in rows],
-                      "completions": [[{"role": "assistant", "content": t}] if c else t
-                                      for t, c in zip(texts, conversational)],
-                      "completion_ids": [list(i) for i in ids],
-                      **{k: [r.columns.get(k) for r in rows] for k in rows[0].columns if k != "prompt"},
-                      "trainer_state": SimpleNamespace(global_step=step),
-                      "log_metric": (lambda k, v: log.__setitem__(str(k), float(v))) if log is not None else None}
+            kwargs = {
+                "prompts": [r.prompt for r in rows],
+                "completions": [
+                    [{"role": "assistant", "content": t}] if c else t for t, c in zip(texts, conversational)
+                ],
+                "completion_ids": [list(i) for i in ids],
+                **{k: [r.columns.get(k) for r in rows] for k in rows[0].columns if k != "prompt"},
+                "trainer_state": SimpleNamespace(global_step=step),
+                "log_metric": (lambda k, v: log.__setitem__(str(k), float(v))) if log is not None else None,
+            }
             params = inspect.signature(self.fn).parameters
             if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-                kwargs = {k: v for k, v in kwargs.items() if k in params}    # a plain f(prompts, completions)
+                kwargs = {k: v for k, v in kwargs.items() if k in params}  # a plain f(prompts, completions)
             out = _await(self.fn(**kwargs))
         if not isinstance(out, (list, tuple)) and not hasattr(out, "tolist"):
             raise ValueError(f"{self.name} returned {type(out).__name__}, not a list of rewards")
@@ -170,8 +190,10 @@ def reward_fns(specs, weights, key: str = "task.reward") -> list[RewardFn]:
     """RewardFn per spec (a "FILE.py:FUNC" / "module:FUNC" string or a callable), with its weight;
     names made unique (`f`, `f_2`)."""
     if weights and len(weights) != len(specs):
-        raise UsageError(f"task.reward_weights has {len(weights)} weights for {len(specs)} reward functions; "
-                         "give one weight per function")
+        raise UsageError(
+            f"task.reward_weights has {len(weights)} weights for {len(specs)} reward functions; "
+            "give one weight per function"
+        )
     out, seen = [], {}
     for i, spec in enumerate(specs):
         fn = load_callable(spec, key) if isinstance(spec, str) else spec

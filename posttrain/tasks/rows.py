@@ -33,7 +33,7 @@ def read_rows(path: str, key: str = "task.train", split: str = "train") -> list[
         rows = _json(p)
     elif p.suffix == ".csv":
         with open(p, newline="", encoding="utf-8") as f:
-            rows = [(f"{p}:{i + 2}", dict(r)) for i, r in enumerate(csv.DictReader(f))]   # line 1 is the header
+            rows = [(f"{p}:{i + 2}", dict(r)) for i, r in enumerate(csv.DictReader(f))]  # line 1 is the header
     elif p.suffix == ".parquet":
         try:
             import pyarrow.parquet as pq
@@ -41,8 +41,10 @@ def read_rows(path: str, key: str = "task.train", split: str = "train") -> list[
             raise UsageError(f"{key}={path!r}: reading Parquet needs pyarrow: pip install 'posttrain[data]'") from None
         rows = [(f"{p} row {i}", r) for i, r in enumerate(pq.read_table(p).to_pylist())]
     else:
-        raise UsageError(f"{key}={path!r}: unknown format {p.suffix or '(no extension)'!r}; use one of "
-                         f"{', '.join(FORMATS)} or a `datasets` save_to_disk folder")
+        raise UsageError(
+            f"{key}={path!r}: unknown format {p.suffix or '(no extension)'!r}; use one of "
+            f"{', '.join(FORMATS)} or a `datasets` save_to_disk folder"
+        )
     if not rows:
         raise UsageError(f"{key}={path!r} holds no rows")
     return rows
@@ -69,9 +71,9 @@ def _json(p: Path) -> list[tuple[str, dict]]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError:
-        return _jsonl(p)                          # JSON lines under a .json name, as `datasets` writes them
+        return _jsonl(p)  # JSON lines under a .json name, as `datasets` writes them
     if isinstance(data, dict) and len(data) == 1 and isinstance(next(iter(data.values())), list):
-        data = next(iter(data.values()))          # {"data": [...]} / {"train": [...]}
+        data = next(iter(data.values()))  # {"data": [...]} / {"train": [...]}
     if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
         raise UsageError(f"{p}: a JSON dataset is a list of row objects (or JSON lines)")
     return [(f"{p} row {i}", r) for i, r in enumerate(data)]
@@ -79,18 +81,23 @@ def _json(p: Path) -> list[tuple[str, dict]]:
 
 def _saved_dataset(p: Path, key: str, split: str) -> list[tuple[str, dict]]:
     if not ((p / "dataset_info.json").exists() or (p / "dataset_dict.json").exists()):
-        raise UsageError(f"{key}={str(p)!r} is a folder but not a `datasets` save_to_disk folder "
-                         "(no dataset_info.json or dataset_dict.json); give a file or such a folder")
+        raise UsageError(
+            f"{key}={str(p)!r} is a folder but not a `datasets` save_to_disk folder "
+            "(no dataset_info.json or dataset_dict.json); give a file or such a folder"
+        )
     try:
         from datasets import load_from_disk
     except ImportError:
-        raise UsageError(f"{key}={str(p)!r}: reading a saved dataset needs `datasets`: "
-                         "pip install 'posttrain[data]'") from None
+        raise UsageError(
+            f"{key}={str(p)!r}: reading a saved dataset needs `datasets`: pip install 'posttrain[data]'"
+        ) from None
     ds = load_from_disk(str(p))
-    if hasattr(ds, "keys"):                       # a DatasetDict: the split this key reads
+    if hasattr(ds, "keys"):  # a DatasetDict: the split this key reads
         if split not in ds:
-            raise UsageError(f"{key}={str(p)!r} has splits {', '.join(ds.keys())}, not {split!r}; "
-                             f"save the split alone or name its folder")
+            raise UsageError(
+                f"{key}={str(p)!r} has splits {', '.join(ds.keys())}, not {split!r}; "
+                f"save the split alone or name its folder"
+            )
         ds, where = ds[split], f"{p}[{split}]"
     else:
         where = str(p)

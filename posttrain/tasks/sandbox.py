@@ -54,20 +54,22 @@ from dataclasses import dataclass
 from posttrain import UsageError
 from posttrain.tasks import sandbox_bwrap, sandbox_cgroup
 
-UID_RANGE = (1_000_000, 2_000_000_000)                          # fresh uids: no user owns a file there
+UID_RANGE = (1_000_000, 2_000_000_000)  # fresh uids: no user owns a file there
 with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_boot.py")) as _f:
     _BOOT = _f.read()
-NO_BWRAP = ("running untrusted code needs bubblewrap: install the Debian package `bubblewrap` "
-            "(apt-get install bubblewrap), or set task.unsafe_local_sandbox=true to run it unisolated")
+NO_BWRAP = (
+    "running untrusted code needs bubblewrap: install the Debian package `bubblewrap` "
+    "(apt-get install bubblewrap), or set task.unsafe_local_sandbox=true to run it unisolated"
+)
 
 
 @dataclass
 class Limits:
-    timeout_s: float = 5.0          # wall clock for the whole run
-    memory_mb: int = 256            # address space per process (RLIMIT_AS); all processes together (cgroup)
-    max_procs: int = 16             # processes/threads of the sandbox uid (RLIMIT_NPROC)
-    max_open_files: int = 32        # descriptors per process (RLIMIT_NOFILE); bounds socket buffers too
-    max_file_mb: int = 16           # largest file it may write (RLIMIT_FSIZE), and each private tmpfs
+    timeout_s: float = 5.0  # wall clock for the whole run
+    memory_mb: int = 256  # address space per process (RLIMIT_AS); all processes together (cgroup)
+    max_procs: int = 16  # processes/threads of the sandbox uid (RLIMIT_NPROC)
+    max_open_files: int = 32  # descriptors per process (RLIMIT_NOFILE); bounds socket buffers too
+    max_file_mb: int = 16  # largest file it may write (RLIMIT_FSIZE), and each private tmpfs
     max_output_bytes: int = 1 << 16  # stdout + stderr captured; more kills the run
 
 
@@ -75,30 +77,36 @@ class Limits:
 class SandboxResult:
     stdout: str
     stderr: str
-    exit_code: int | None           # negative = killed by that signal
+    exit_code: int | None  # negative = killed by that signal
     timed_out: bool
-    reason: str | None              # None = ran to exit code 0; else why not (one line)
+    reason: str | None  # None = ran to exit code 0; else why not (one line)
     wall_s: float
-    pid: int = 0                    # the first process (bwrap; the program in the unsafe mode), a session leader
-    uid: int | None = None          # the uid it ran as (fresh per run as root)
-    pidns: int | None = None        # inode of its PID namespace, while it ran: every process it started
-    memory_cap: str = ""            # "cgroup v1" | "cgroup v2" | "rlimit only (why no cgroup)"
+    pid: int = 0  # the first process (bwrap; the program in the unsafe mode), a session leader
+    uid: int | None = None  # the uid it ran as (fresh per run as root)
+    pidns: int | None = None  # inode of its PID namespace, while it ran: every process it started
+    memory_cap: str = ""  # "cgroup v1" | "cgroup v2" | "rlimit only (why no cgroup)"
 
     @property
     def ok(self) -> bool:
         return self.reason is None
 
 
-def run_python(code: str, stdin: str = "", timeout_s: float = 5.0, memory_mb: int = 256,
-               files: dict[str, str] | None = None, limits: Limits | None = None,
-               unsafe_local: bool = False) -> SandboxResult:
+def run_python(
+    code: str,
+    stdin: str = "",
+    timeout_s: float = 5.0,
+    memory_mb: int = 256,
+    files: dict[str, str] | None = None,
+    limits: Limits | None = None,
+    unsafe_local: bool = False,
+) -> SandboxResult:
     """Run `code` as a script in a fresh sandbox; `files` are written next to it first."""
     lim = limits or Limits(timeout_s=timeout_s, memory_mb=memory_mb)
     return _run(backend(unsafe_local), code, stdin, files or {}, lim)
 
 
 def backend(unsafe_local: bool = False) -> str:
-    """"bwrap" where bubblewrap works; "unsafe-local" where it does not and the caller opted
+    """ "bwrap" where bubblewrap works; "unsafe-local" where it does not and the caller opted
     in; otherwise a UsageError (one line) that names the package."""
     bwrap = shutil.which("bwrap")
     why = _bwrap_fails(bwrap) if bwrap else NO_BWRAP
@@ -114,11 +122,16 @@ def isolation(unsafe_local: bool = False) -> dict:
     was seen to fail."""
     b = backend(unsafe_local)
     boxed = b == "bwrap"
-    return {"backend": b, "user": "uid" if os.geteuid() == 0 else "same",
-            "network": "netns" if boxed and network_blocked() else "none",
-            "filesystem": "private" if boxed else "none", "pid": "pidns" if boxed else "session",
-            "seccomp": os.uname().machine if boxed and sandbox_bwrap.seccomp_filter() else "none",
-            "memory": _memory_cap(), "python": _python()}
+    return {
+        "backend": b,
+        "user": "uid" if os.geteuid() == 0 else "same",
+        "network": "netns" if boxed and network_blocked() else "none",
+        "filesystem": "private" if boxed else "none",
+        "pid": "pidns" if boxed else "session",
+        "seccomp": os.uname().machine if boxed and sandbox_bwrap.seccomp_filter() else "none",
+        "memory": _memory_cap(),
+        "python": _python(),
+    }
 
 
 @functools.lru_cache(maxsize=1)
@@ -136,6 +149,7 @@ def network_blocked() -> bool:
 
 
 # --- the parent side ---
+
 
 @functools.lru_cache(maxsize=1)
 def _python() -> str:
@@ -156,7 +170,7 @@ def _world_executable(path: str) -> bool:
 
 
 _SIGNALS = {s.value for s in signal.Signals}
-_CGROUP_OFF: dict[str, str] = {}            # why the memory cgroup was given up after a failed start
+_CGROUP_OFF: dict[str, str] = {}  # why the memory cgroup was given up after a failed start
 
 
 def _memory_cap() -> str:
@@ -234,8 +248,11 @@ def _leftovers(session: int, uid: int | None, pidns: int | None) -> list[int]:
         if st is None or st[0] == "Z" or p == os.getpid():
             continue
         try:
-            if st[2] == session or (uid is not None and os.stat(f"/proc/{p}").st_uid == uid) or \
-                    (pidns is not None and _pidns(p) == pidns):
+            if (
+                st[2] == session
+                or (uid is not None and os.stat(f"/proc/{p}").st_uid == uid)
+                or (pidns is not None and _pidns(p) == pidns)
+            ):
                 out.append(p)
         except OSError:
             pass
@@ -259,7 +276,7 @@ def _kill_all(proc: subprocess.Popen, uid: int | None, cg) -> int | None:
 
     def alive() -> list[int]:
         try:
-            os.killpg(proc.pid, signal.SIGKILL)     # bwrap's death kills its namespace (--die-with-parent)
+            os.killpg(proc.pid, signal.SIGKILL)  # bwrap's death kills its namespace (--die-with-parent)
         except (ProcessLookupError, PermissionError):
             pass
         return _leftovers(proc.pid, uid, pidns) + (cg.procs() if cg else [])
@@ -288,8 +305,13 @@ def _run(mode: str, code: str, stdin: str, files: dict, lim: Limits) -> SandboxR
         if mode == "bwrap":
             flt = sandbox_bwrap.seccomp_filter(unix_sockets=cg is not None)
             fds = [_memfd(t) for t in contents.values()] + ([_memfd(flt)] if flt else [])
-            argv = sandbox_bwrap.argv(shutil.which("bwrap") or "bwrap", python, dict(zip(contents, fds)),
-                                      lim.max_file_mb, fds[-1] if flt else None)
+            argv = sandbox_bwrap.argv(
+                shutil.which("bwrap") or "bwrap",
+                python,
+                dict(zip(contents, fds)),
+                lim.max_file_mb,
+                fds[-1] if flt else None,
+            )
             cwd, env = "/", {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
         else:
             workdir = cwd = tempfile.mkdtemp(prefix="posttrain-sbx-")
@@ -304,16 +326,34 @@ def _run(mode: str, code: str, stdin: str, files: dict, lim: Limits) -> SandboxR
             env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": workdir, "TMPDIR": workdir}
         nproc = lim.max_procs if uid is not None else _user_tasks(os.getuid()) + lim.max_procs
         cpu = int(lim.timeout_s) + 2
-        boot = {"cgroup": cg.path if cg else None, "cwd": cwd, "uid": uid, "argv": argv,
-                "rlimits": {"RLIMIT_CPU": (cpu, cpu + 1), "RLIMIT_AS": (lim.memory_mb << 20,) * 2,
-                            "RLIMIT_FSIZE": (lim.max_file_mb << 20,) * 2, "RLIMIT_CORE": (0, 0),
-                            "RLIMIT_NPROC": (nproc, nproc), "RLIMIT_NOFILE": (lim.max_open_files,) * 2}}
+        boot = {
+            "cgroup": cg.path if cg else None,
+            "cwd": cwd,
+            "uid": uid,
+            "argv": argv,
+            "rlimits": {
+                "RLIMIT_CPU": (cpu, cpu + 1),
+                "RLIMIT_AS": (lim.memory_mb << 20,) * 2,
+                "RLIMIT_FSIZE": (lim.max_file_mb << 20,) * 2,
+                "RLIMIT_CORE": (0, 0),
+                "RLIMIT_NPROC": (nproc, nproc),
+                "RLIMIT_NOFILE": (lim.max_open_files,) * 2,
+            },
+        }
         fds.append(_memfd(stdin))
         t0 = time.perf_counter()
-        try:     # stage 1 (sandbox_boot.py) joins the cgroup, sets the limits, drops the uid, execs
-            proc = subprocess.Popen([python, "-I", "-S", "-c", _BOOT, json.dumps(boot)], stdin=fds[-1],
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd="/",
-                                    start_new_session=True, close_fds=True, pass_fds=fds[:-1])
+        try:  # stage 1 (sandbox_boot.py) joins the cgroup, sets the limits, drops the uid, execs
+            proc = subprocess.Popen(
+                [python, "-I", "-S", "-c", _BOOT, json.dumps(boot)],
+                stdin=fds[-1],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+                cwd="/",
+                start_new_session=True,
+                close_fds=True,
+                pass_fds=fds[:-1],
+            )
         except OSError as e:
             return SandboxResult("", "", None, False, f"sandbox failed to start ({mode}): {e}", 0.0)
         for fd in fds:
@@ -332,11 +372,21 @@ def _run(mode: str, code: str, stdin: str, files: dict, lim: Limits) -> SandboxR
             cg.remove()
     rc = proc.returncode
     if mode == "bwrap" and rc is not None and rc - 128 in _SIGNALS:
-        rc = -(rc - 128)          # bwrap reports a signal death as 128 + signal, like a shell
+        rc = -(rc - 128)  # bwrap reports a signal death as 128 + signal, like a shell
     stdout, stderr = out.decode(errors="replace"), err.decode(errors="replace")
     cap = f"cgroup {cg.version}" if cg else _memory_cap()
-    return SandboxResult(stdout, stderr, rc, timed_out, _reason(rc, timed_out, overflow, stderr, lim, oom),
-                         wall, proc.pid, uid, pidns, cap)
+    return SandboxResult(
+        stdout,
+        stderr,
+        rc,
+        timed_out,
+        _reason(rc, timed_out, overflow, stderr, lim, oom),
+        wall,
+        proc.pid,
+        uid,
+        pidns,
+        cap,
+    )
 
 
 def _collect(proc: subprocess.Popen, lim: Limits):
@@ -376,7 +426,7 @@ def _collect(proc: subprocess.Popen, lim: Limits):
 
 def _reason(rc, timed_out: bool, overflow: bool, stderr: str, lim: Limits, oom_kills: int) -> str | None:
     if rc == 125 and stderr.startswith("sandbox setup failed"):
-        return f"sandbox failed to start: {stderr.strip()[len('sandbox setup failed: '):][:200]}"
+        return f"sandbox failed to start: {stderr.strip()[len('sandbox setup failed: ') :][:200]}"
     if rc == 1 and stderr.startswith("bwrap: "):
         return f"sandbox failed to start: {stderr.strip().splitlines()[0][:200]}"
     if timed_out:

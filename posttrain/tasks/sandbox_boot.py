@@ -16,13 +16,13 @@ import sys
 
 
 def boot(cfg: dict) -> None:
-    if cfg["cgroup"]:                             # first, so that every process it starts is in it
+    if cfg["cgroup"]:  # first, so that every process it starts is in it
         with open(os.path.join(cfg["cgroup"], "cgroup.procs"), "w") as f:
             f.write(str(os.getpid()))
     os.chdir(cfg["cwd"])
     for name, value in cfg["rlimits"].items():
         resource.setrlimit(getattr(resource, name), tuple(value))
-    if cfg["uid"] is not None:                    # last: after this no privilege is left
+    if cfg["uid"] is not None:  # last: after this no privilege is left
         os.setgroups([])
         os.setgid(cfg["uid"])
         os.setuid(cfg["uid"])

@@ -52,7 +52,7 @@ def _mounts() -> list[tuple[str, str, str, set]]:
 def _join(mount_root: str, point: str, path: str) -> str | None:
     if not path.startswith(mount_root):
         return None
-    return os.path.join(point, path[len(mount_root):].lstrip("/"))
+    return os.path.join(point, path[len(mount_root) :].lstrip("/"))
 
 
 def _read(path: str) -> str:
@@ -163,7 +163,7 @@ class Cgroup:
 def _try_write(path: str, text: str) -> None:
     try:
         _write(path, text)
-    except OSError:       # an optional knob this kernel lacks (no swap accounting, say)
+    except OSError:  # an optional knob this kernel lacks (no swap accounting, say)
         pass
 
 
@@ -215,7 +215,7 @@ def _remove_stale(parent: str) -> None:
         return
     for name in names:
         try:
-            creator = int(name[len(PREFIX):].split("-")[0])
+            creator = int(name[len(PREFIX) :].split("-")[0])
             os.kill(creator, 0)
         except ProcessLookupError:
             remove(os.path.join(parent, name))

@@ -41,22 +41,52 @@ from posttrain.tasks.base import LineCorpus, RewardResult, TaskConfig, in_heldou
 
 ATTRIBUTES = {"year": (1000, 1999), "size": (10, 99), "code": (100, 999)}
 TAG_OPEN, TAG_CLOSE = "<search>", "</search>"
-_SYLLABLES = ["ba", "ce", "di", "fo", "gu", "ka", "le", "mi", "no", "pu", "ra", "se", "ti", "vo", "zu", "xa",
-              "qe", "ly", "mo", "ne", "ri", "ta", "vel", "dor", "an", "ul", "or", "is"]
+_SYLLABLES = [
+    "ba",
+    "ce",
+    "di",
+    "fo",
+    "gu",
+    "ka",
+    "le",
+    "mi",
+    "no",
+    "pu",
+    "ra",
+    "se",
+    "ti",
+    "vo",
+    "zu",
+    "xa",
+    "qe",
+    "ly",
+    "mo",
+    "ne",
+    "ri",
+    "ta",
+    "vel",
+    "dor",
+    "an",
+    "ul",
+    "or",
+    "is",
+]
 
 
 @dataclass
 class SearchConfig(TaskConfig):
     name: str = "search"
-    entities: int = 3000          # made-up entities in the encyclopedia (one document each); this many facts
-                                  # (3 each) are too many for a small warm-up model to memorise from its
-                                  # demonstrations, so even on training questions a search is the way up
-    heldout_frac: float = 0.2     # share of entities whose questions are held out (their facts are in no training text)
-    top_k: int = 1                # documents a search returns (the built-in tokenizer shows 64 characters of them)
-    max_calls: int = 2            # searches per episode; the turn limit is max_calls + 1
+    entities: int = 3000  # made-up entities in the encyclopedia (one document each); this many facts
+    # (3 each) are too many for a small warm-up model to memorise from its
+    # demonstrations, so even on training questions a search is the way up
+    heldout_frac: float = 0.2  # share of entities whose questions are held out (their facts are in no training text)
+    top_k: int = 1  # documents a search returns (the built-in tokenizer shows 64 characters of them)
+    max_calls: int = 2  # searches per episode; the turn limit is max_calls + 1
     demo_search_frac: float = 0.3  # demonstrations that search (the rest answer from memory)
-    reward: str = "answer"        # answer (exact match) | tool_n1 (binary: well-formed calls and a call that hit the document)
-    corpus_seed: int = 0          # which encyclopedia: names and facts are pure in it
+    reward: str = (
+        "answer"  # answer (exact match) | tool_n1 (binary: well-formed calls and a call that hit the document)
+    )
+    corpus_seed: int = 0  # which encyclopedia: names and facts are pure in it
 
 
 def encyclopedia(n: int, seed: int = 0) -> list[dict]:
@@ -101,12 +131,12 @@ class BM25Index:
 
 @dataclass(frozen=True)
 class Question:
-    name: str                     # the entity asked about
-    attribute: str                # year | size | code
+    name: str  # the entity asked about
+    attribute: str  # year | size | code
     answer: int
-    doc: str                      # the entity's document (what a good search returns)
-    demo_search: bool = False     # whether this question's demonstration searches
-    tags: bool = False            # demonstrations in Search-R1's tags (a Hugging Face tokenizer), else the markers
+    doc: str  # the entity's document (what a good search returns)
+    demo_search: bool = False  # whether this question's demonstration searches
+    tags: bool = False  # demonstrations in Search-R1's tags (a Hugging Face tokenizer), else the markers
 
     @property
     def question(self) -> str:
@@ -124,8 +154,9 @@ class Question:
 
 def calls_in(text: str) -> list[str]:
     """The query of every complete call in a turn: `⟦q⟧` or `<search>q</search>`."""
-    return re.findall(re.escape(CALL_OPEN) + r"(.*?)" + re.escape(CALL_CLOSE), text) + \
-        re.findall(re.escape(TAG_OPEN) + r"(.*?)" + re.escape(TAG_CLOSE), text, re.S)
+    return re.findall(re.escape(CALL_OPEN) + r"(.*?)" + re.escape(CALL_CLOSE), text) + re.findall(
+        re.escape(TAG_OPEN) + r"(.*?)" + re.escape(TAG_CLOSE), text, re.S
+    )
 
 
 def final_answer(text: str) -> int | None:
@@ -171,8 +202,10 @@ class SearchTask(LineCorpus):
         self.max_turns = c.max_calls + 1
         self.entities = encyclopedia(c.entities, c.corpus_seed)
         held = [in_heldout("search/" + e["name"], c.heldout_frac) for e in self.entities]
-        self.split = {"train": [e for e, h in zip(self.entities, held) if not h],
-                      "test": [e for e, h in zip(self.entities, held) if h]}
+        self.split = {
+            "train": [e for e, h in zip(self.entities, held) if not h],
+            "test": [e for e, h in zip(self.entities, held) if h],
+        }
         if not self.split["train"] or not self.split["test"]:
             raise UsageError(f"task.entities={c.entities}: too few for a train and a held-out split; raise it")
         self.stop: tuple[str, ...] = (CALL_CLOSE,)
@@ -184,7 +217,7 @@ class SearchTask(LineCorpus):
     def check(self, tok, max_len=None, max_new_tokens=0) -> None:
         """A Hugging Face tokenizer searches with Search-R1's tags; the built-in one with its call markers."""
         self.stop = (CALL_CLOSE,) if hasattr(tok, "stoi") else (TAG_CLOSE,)
-        _ = self.index                                         # build it (and fail on a missing bm25s) before step 1
+        _ = self.index  # build it (and fail on a missing bm25s) before step 1
 
     @property
     def observation_template(self) -> str:
@@ -212,8 +245,13 @@ class SearchTask(LineCorpus):
         *call_turns, last = turns
         correct = float(final_answer(last) == item.answer)
         well_formed = all(len(calls_in(t)) == 1 and t.rstrip().endswith((CALL_CLOSE, TAG_CLOSE)) for t in call_turns)
-        fmt = float(well_formed and not calls_in(last) and CALL_OPEN not in last and TAG_OPEN not in last
-                    and final_answer(last) is not None)
+        fmt = float(
+            well_formed
+            and not calls_in(last)
+            and CALL_OPEN not in last
+            and TAG_OPEN not in last
+            and final_answer(last) is not None
+        )
         comps = {"correct": correct, "format": fmt, "call_hit": float(hits > 0), "searched": float(calls > 0)}
         reward = correct if self.config.reward == "answer" else float(fmt and hits > 0)
         return RewardResult(reward, comps, correct=correct)

@@ -35,7 +35,7 @@ class ToolError(Exception):
 
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
 MAX_EXPR_CHARS = 200
-MAX_MAGNITUDE = 10 ** 30
+MAX_MAGNITUDE = 10**30
 
 
 def safe_eval(expr: str) -> Fraction:
@@ -81,6 +81,7 @@ def python_tool(code: str) -> str:
     """The Python tool: run `code` in the sandbox (tasks/sandbox.py: fresh temp dir, no network,
     CPU/memory/process limits, 5 s) and return its stdout; a timeout or a failure raises."""
     from posttrain.tasks.sandbox import run_python
+
     res = run_python(code, timeout_s=5.0)
     if res.timed_out:
         raise TimeoutError("after 5s")
@@ -96,7 +97,7 @@ def tool_calls(text: str) -> list[str]:
         end = text.find(CALL_CLOSE, start + 1)
         if end < 0:
             break
-        calls.append(text[start + 1:end])
+        calls.append(text[start + 1 : end])
         start = text.find(CALL_OPEN, end + 1)
     return calls
 
@@ -140,24 +141,26 @@ class ToolEnv:
 
 # ---- the tool-use arithmetic task ----------------------------------------------------------------
 
+
 @dataclass
 class ToolArithmeticConfig(TaskConfig):
     name: str = "tool_arith"
-    min_terms: int = 2            # numbers in a sum
+    min_terms: int = 2  # numbers in a sum
     max_terms: int = 2
-    min_digits: int = 5           # digits of each term: 5–7 are beyond in-head addition for a ~1M model
+    min_digits: int = 5  # digits of each term: 5–7 are beyond in-head addition for a ~1M model
     max_digits: int = 7
-    heldout_frac: float = 0.1     # share of problems reserved for evaluation
-    demo_tool_frac: float = 0.3   # demonstrations that call the tool (the rest answer directly)
-    max_calls: int = 2            # tool calls an episode may make; the agent's turn limit is max_calls + 1
-    tool: str = "calculator"      # calculator (the safe evaluator) | python (code in the sandbox: `print(a+b)`)
+    heldout_frac: float = 0.1  # share of problems reserved for evaluation
+    demo_tool_frac: float = 0.3  # demonstrations that call the tool (the rest answer directly)
+    max_calls: int = 2  # tool calls an episode may make; the agent's turn limit is max_calls + 1
+    tool: str = "calculator"  # calculator (the safe evaluator) | python (code in the sandbox: `print(a+b)`)
 
 
 @dataclass(frozen=True)
 class ToolProblem(Problem):
     """A sum (question, answer as in the built-in task) with how its demonstration answers."""
+
     demo_calls_tool: bool = False
-    tool: str = "calculator"      # what a demonstration's call looks like
+    tool: str = "calculator"  # what a demonstration's call looks like
 
     def target(self, cot: bool = True) -> str:
         """The demonstration response without end-of-turn (tool result included, masked in SFT)."""
@@ -183,8 +186,10 @@ class ToolArithmeticTask(LineCorpus):
 
     def _draw(self, rng) -> ToolProblem:
         c = self.config
-        terms = tuple(rng.randint(10 ** (d - 1), 10 ** d - 1)
-                      for d in (rng.randint(c.min_digits, c.max_digits) for _ in range(rng.randint(c.min_terms, c.max_terms))))
+        terms = tuple(
+            rng.randint(10 ** (d - 1), 10**d - 1)
+            for d in (rng.randint(c.min_digits, c.max_digits) for _ in range(rng.randint(c.min_terms, c.max_terms)))
+        )
         q = "+".join(map(str, terms))
         return ToolProblem(terms, in_heldout("tool/" + q, c.demo_tool_frac), c.tool)
 

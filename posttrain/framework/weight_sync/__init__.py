@@ -17,7 +17,12 @@ weights equal the trainer's for every kind.
 
 from posttrain.framework.weight_sync.local import WeightSync
 from posttrain.framework.weight_sync.lora import LoraSync
-from posttrain.framework.weight_sync.snapshots import (PushSync, WeightPublisher, load_buckets, state_buckets,
-                                                       switch_weights)
+from posttrain.framework.weight_sync.snapshots import (
+    PushSync,
+    WeightPublisher,
+    load_buckets,
+    state_buckets,
+    switch_weights,
+)
 
 __all__ = ["WeightSync", "LoraSync", "PushSync", "WeightPublisher", "load_buckets", "state_buckets", "switch_weights"]

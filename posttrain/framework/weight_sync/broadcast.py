@@ -45,7 +45,7 @@ def pack(bucket: dict[str, torch.Tensor]) -> torch.Tensor:
 def unpack(flat: torch.Tensor, spec: list[tuple[str, torch.dtype, tuple, int]]) -> dict[str, torch.Tensor]:
     out, at = {}, 0
     for name, dtype, shape, nbytes in spec:
-        out[name] = flat[at:at + nbytes].view(dtype).reshape(shape)
+        out[name] = flat[at : at + nbytes].view(dtype).reshape(shape)
         at += nbytes
     return out
 
@@ -60,17 +60,16 @@ class SyncGroup:
     """One member of the weight-sync group. Rank 0 hosts the rendezvous store; constructing
     a member blocks until all `world` members have joined (so the members join concurrently)."""
 
-    def __init__(self, host: str, port: int, rank: int, world: int, generation: int, device: str = "cpu",
-                 store=None):
+    def __init__(self, host: str, port: int, rank: int, world: int, generation: int, device: str = "cpu", store=None):
         self.rank, self.device = rank, torch.device(device)
         backend = BACKENDS[self.device.type]
         self.store = store or dist.TCPStore(host, port, world, rank == 0, timeout=TIMEOUT, wait_for_workers=False)
         prefixed = dist.PrefixStore(f"weights/{generation}", self.store)
-        self.group: Any       # a c10d Backend; torch's stubs lack its `broadcast` and make NCCL's options required
+        self.group: Any  # a c10d Backend; torch's stubs lack its `broadcast` and make NCCL's options required
         if backend == "gloo":
             self.group = dist.ProcessGroupGloo(prefixed, rank, world, TIMEOUT)
         else:
-            self.group = dist.ProcessGroupNCCL(prefixed, rank, world)   # type: ignore[call-arg]
+            self.group = dist.ProcessGroupNCCL(prefixed, rank, world)  # type: ignore[call-arg]
 
     def broadcast(self, flat: torch.Tensor) -> torch.Tensor:
         """Rank 0's `flat` into every member's `flat` (same size), in place."""

@@ -40,5 +40,8 @@ class WeightSync:
                 p.copy_(src[name].detach())
                 copied += p.numel() * p.element_size()
         self.engine.policy_version += 1
-        return {"time/sync_s": time.perf_counter() - t0, "sync/bytes": float(copied),
-                "sync/policy_version": float(self.engine.policy_version)}
+        return {
+            "time/sync_s": time.perf_counter() - t0,
+            "sync/bytes": float(copied),
+            "sync/policy_version": float(self.engine.policy_version),
+        }

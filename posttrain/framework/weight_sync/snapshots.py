@@ -24,7 +24,7 @@ from posttrain.framework.roles import RemoteSampler
 def state_buckets(model: torch.nn.Module, bucket_mb: float = 64.0) -> list[dict[str, torch.Tensor]]:
     """The model's parameters and buffers as CPU copies, grouped in order into buckets of at
     most `bucket_mb` MB (a tensor bigger than a bucket gets a bucket of its own)."""
-    limit = bucket_mb * 2 ** 20
+    limit = bucket_mb * 2**20
     buckets: list[dict[str, torch.Tensor]] = []
     current: dict[str, torch.Tensor] = {}
     size = 0
@@ -62,7 +62,7 @@ class WeightPublisher:
         self.model, self.bucket_mb, self.history = model, bucket_mb, history
         self.version = version
         self.buckets = state_buckets(model, bucket_mb)
-        self.kept = {version: self.buckets}    # the last `history` versions (async reads old ones)
+        self.kept = {version: self.buckets}  # the last `history` versions (async reads old ones)
         self._cond = threading.Condition()
 
     def publish(self) -> dict:
@@ -73,9 +73,12 @@ class WeightPublisher:
             self.buckets = self.kept[self.version] = buckets
             self.kept.pop(self.version - self.history, None)
             self._cond.notify_all()
-        return {"time/sync_s": time.perf_counter() - t0, "sync/buckets": float(len(buckets)),
-                "sync/bytes": float(sum(t.numel() * t.element_size() for b in buckets for t in b.values())),
-                "sync/policy_version": float(self.version)}
+        return {
+            "time/sync_s": time.perf_counter() - t0,
+            "sync/buckets": float(len(buckets)),
+            "sync/bytes": float(sum(t.numel() * t.element_size() for b in buckets for t in b.values())),
+            "sync/policy_version": float(self.version),
+        }
 
     def latest(self, at_most: int | None = None) -> tuple[int, list[dict]]:
         """The newest version, or the newest kept one ≤ `at_most`."""
@@ -123,5 +126,5 @@ class PushSync:
     def sync(self) -> dict:
         metrics = self.publisher.publish()
         version, buckets = self.publisher.latest()
-        metrics.update(self.engine.load_weights(version, buckets))   # sync/... and the full time/sync_s
+        metrics.update(self.engine.load_weights(version, buckets))  # sync/... and the full time/sync_s
         return metrics
