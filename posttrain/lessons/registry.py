@@ -31,6 +31,7 @@ WIDGET_MODULES = (
     "roles",
     "loop",
     "algos",
+    "variants",
     "signal",
     "forces",
     "systems",
