@@ -30,6 +30,7 @@ MAX_GRID = 600
 WIDGET_MODULES = (
     "roles",
     "loop",
+    "step",
     "algos",
     "variants",
     "signal",
