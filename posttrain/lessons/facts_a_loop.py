@@ -255,7 +255,7 @@ def rl08_mask_table() -> dict:
     """REINFORCE's loss on the lesson's episode (tool output in the middle) when the tool tokens'
     logprobs are changed to garbage, with the tool mask and without it."""
     from posttrain.framework.batch import collate
-    from posttrain.lessons.widgets_loop import TURNS
+    from posttrain.lessons.widgets_step import TURNS
     from posttrain.models.tokenizer import CharTokenizer
 
     tok = CharTokenizer()

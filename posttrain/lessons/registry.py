@@ -30,7 +30,9 @@ MAX_GRID = 600
 WIDGET_MODULES = (
     "roles",
     "loop",
+    "step",
     "algos",
+    "variants",
     "signal",
     "forces",
     "systems",
