@@ -36,6 +36,7 @@ WIDGET_MODULES = (
     "systems",
     "scale",
     "gpt",
+    "gpt_train",
     "lineage",
     "practice",
     "async",
