@@ -34,6 +34,7 @@ WIDGET_MODULES = (
     "signal",
     "forces",
     "systems",
+    "sizing",
     "scale",
     "gpt",
     "gpt_train",
