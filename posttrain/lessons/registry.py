@@ -42,6 +42,7 @@ WIDGET_MODULES = (
     "practice",
     "async",
     "recipes",
+    "gaps",
 )  # posttrain/lessons/widgets_<name>.py
 
 
