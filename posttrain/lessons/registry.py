@@ -29,6 +29,7 @@ from posttrain import UsageError
 MAX_GRID = 600
 WIDGET_MODULES = (
     "roles",
+    "reward",
     "loop",
     "algos",
     "signal",
