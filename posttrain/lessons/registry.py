@@ -29,6 +29,7 @@ from posttrain import UsageError
 MAX_GRID = 600
 WIDGET_MODULES = (
     "roles",
+    "reward",
     "loop",
     "step",
     "algos",
@@ -36,12 +37,15 @@ WIDGET_MODULES = (
     "signal",
     "forces",
     "systems",
+    "sizing",
     "scale",
     "gpt",
+    "gpt_train",
     "lineage",
     "practice",
     "async",
     "recipes",
+    "gaps",
 )  # posttrain/lessons/widgets_<name>.py
 
 
