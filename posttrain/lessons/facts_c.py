@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from posttrain.lessons import (
     facts_c_gpt,
+    facts_c_gpt_post,
     facts_c_infra,
     facts_c_recipes,
     facts_c_throughput,
@@ -24,4 +25,5 @@ FACTS: dict[str, Callable[[], object]] = {
     **facts_c_infra.FACTS,
     **facts_c_recipes.FACTS,
     **facts_c_gpt.FACTS,
+    **facts_c_gpt_post.FACTS,
 }
