@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from posttrain.lessons import (
+    facts_c_async,
     facts_c_gpt,
     facts_c_gpt_post,
     facts_c_infra,
@@ -22,6 +23,7 @@ from posttrain.lessons import (
 
 FACTS: dict[str, Callable[[], object]] = {
     **facts_c_throughput.FACTS,
+    **facts_c_async.FACTS,
     **facts_c_infra.FACTS,
     **facts_c_recipes.FACTS,
     **facts_c_gpt.FACTS,

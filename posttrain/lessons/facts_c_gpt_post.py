@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from posttrain.lessons.facts_c_async import rl22c_gain
 from posttrain.lessons.facts_c_common import kpi, result, table
-from posttrain.lessons.facts_c_throughput import rl22c_gain
 
 # ---- gpt_mini 04 · chain of thought -----------------------------------------------------------
 
