@@ -31,6 +31,7 @@ WIDGET_MODULES = (
     "roles",
     "loop",
     "algos",
+    "reward_model",
     "signal",
     "forces",
     "systems",
