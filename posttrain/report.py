@@ -21,6 +21,7 @@ from pathlib import Path
 
 from posttrain import UsageError, checkpoint
 from posttrain.logging import read_jsonl, read_metrics
+from posttrain.report_samples import PAINT, samples_html
 
 DESIGN_GROUPS = (
     "reward",
@@ -321,77 +322,6 @@ def _overoptimization(run_dir: Path) -> str:
     return plot + note
 
 
-def _token_spans(row: dict) -> str:
-    spans = []
-    for j, t in enumerate(row.get("response_tokens") or list(row.get("response", ""))):
-        data = {
-            name: row[key][j]
-            for name, key in (
-                ("adv", "advantages"),
-                ("lp", "behaviour_logprobs"),
-                ("tlp", "trainer_logprobs"),
-                ("ref", "ref_logprobs"),
-            )
-            if row.get(key) is not None and j < len(row[key])
-        }
-        attrs = " ".join(f'data-{k}="{v}"' for k, v in data.items())
-        title = html.escape(" ".join(f"{k}={v}" for k, v in data.items()), quote=True)
-        spans.append(f'<span class="tok" {attrs} title="{title}">{html.escape(t.replace(chr(10), "⏎"))}</span>')
-    return "".join(spans)
-
-
-def _samples(rows: list[dict]) -> str:
-    if not rows:
-        return "<p>No audited samples (samples.jsonl is written by RL runs at each evaluation).</p>"
-    parts = [
-        '<p>Colour tokens by <select id="colour" onchange="paint(this.value)">'
-        '<option value="adv">advantage</option><option value="lp">behaviour logprob</option>'
-        '<option value="mis">trainer − behaviour logprob</option>'
-        '<option value="kl">behaviour − reference logprob</option>'
-        "</select> (green = positive/likely, red = negative/unlikely; hover a token for its numbers)</p>"
-    ]
-    steps = sorted({r.get("step", 0) for r in rows})
-    for step in steps:  # one fold per evaluation, the last one open
-        parts.append(f"<details{' open' if step == steps[-1] else ''}><summary>step {step}</summary>")
-        parts.extend(_sample(r) for r in rows if r.get("step", 0) == step)
-        parts.append("</details>")
-    return "".join(parts)
-
-
-def _sample(r: dict) -> str:
-    comps = html.escape(", ".join(f"{k}={v}" for k, v in (r.get("components") or {}).items()))
-    error = f" · error {html.escape(str(r['error']))}" if r.get("error") else ""
-    return (
-        f'<div class="sample"><div class="meta">step {r.get("step")} · {r.get("selection", "")} · '
-        f"reward {r.get('reward')} ({comps}) · advantage {r.get('advantage')} · policy v{r.get('policy_version')} · "
-        f"finish {r.get('finish_reason')}{error}</div>"
-        f'<code class="prompt">{html.escape(r.get("prompt", ""))}</code> <code>{_token_spans(r)}</code></div>'
-    )
-
-
-_PAINT = """
-function paint(mode) {
-  var toks = document.querySelectorAll('.tok'); var vals = [];
-  toks.forEach(function(t) {
-    var d = t.dataset, v = null;
-    if (mode === 'adv' && d.adv !== undefined) v = +d.adv;
-    if (mode === 'lp' && d.lp !== undefined) v = +d.lp;
-    if (mode === 'mis' && d.tlp !== undefined) v = d.tlp - d.lp;
-    if (mode === 'kl' && d.ref !== undefined) v = d.lp - d.ref;
-    vals.push(v);
-  });
-  var scale = Math.max(1e-9, Math.max.apply(null, vals.map(function(v) { return v === null ? 0 : Math.abs(v); })));
-  toks.forEach(function(t, i) {
-    var v = vals[i];
-    if (v === null) { t.style.background = ''; return; }
-    var a = Math.min(1, Math.abs(v) / scale);
-    t.style.background = v >= 0 ? 'rgba(40,160,60,' + a + ')' : 'rgba(210,50,40,' + a + ')';
-    if (mode === 'lp') t.style.background = 'rgba(210,50,40,' + Math.min(1, -v / 5) + ')';
-  });
-}
-paint('adv');
-"""
-
 _CSS = """body{font-family:sans-serif;margin:20px;max-width:1200px}table{border-collapse:collapse;margin:8px 0}
 td,th{border:1px solid #ccc;padding:2px 8px;font-size:13px;text-align:right}.plot{display:inline-block;width:49%}
 .alarm{background:#fde2e0;border-left:4px solid #c0392b;padding:6px;margin:4px 0}.ok{background:#e3f6e5;padding:6px}
@@ -440,12 +370,12 @@ def render(run_dir: str | Path) -> str:
             else []
         ),
         f'<h2 id="time">Time per role</h2>{_time_breakdown(metrics)}{_throughput(run_dir)}',
-        f'<h2 id="samples">Audited samples</h2>{_samples(read_jsonl(run_dir / "samples.jsonl"))}',
+        f'<h2 id="samples">Audited samples</h2>{samples_html(read_jsonl(run_dir / "samples.jsonl"))}',
         f'<h2 id="config">Config</h2><pre>{html.escape(config)}</pre>',
     ]
     return (
         f'<!doctype html><html><head><meta charset="utf-8"><title>posttrain report</title><style>{_CSS}</style>'
-        f"<script>{get_plotlyjs()}</script></head><body>{''.join(sections)}<script>{_PAINT}</script></body></html>"
+        f"<script>{get_plotlyjs()}</script></head><body>{''.join(sections)}<script>{PAINT}</script></body></html>"
     )
 
 

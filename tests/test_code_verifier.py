@@ -123,8 +123,8 @@ for mod in ("posttrain", "posttrain.tasks", "posttrain.tasks.base", "posttrain.t
     m.RewardResult = m.TaskConfig = object
     m.UsageError = Exception
     m.backend = m.run_python = None
-paths = {paths!r} + glob.glob("/usr/lib/python3*/*-packages/posttrain/tasks/code.py") + \
-    glob.glob("/usr/local/lib/python3*/*-packages/posttrain/tasks/code.py")
+paths = {paths!r} + glob.glob("/usr/lib/python3*/*-packages/posttrain/tasks/code_problems.py") + \
+    glob.glob("/usr/local/lib/python3*/*-packages/posttrain/tasks/code_problems.py")
 src = next(open(p).read() for p in paths if __import__("os").path.exists(p))
 stolen = sys.modules["stolen"] = types.ModuleType("stolen")     # dataclasses look their module up
 exec(src, stolen.__dict__)
@@ -144,9 +144,9 @@ def _readable_by_others(path: Path) -> bool:
 
 
 def test_reading_the_reference_solutions_scores_zero_on_every_problem(task, request):
-    """The hack that scored 1.0 on all problems of a wheel install: read tasks/code.py and run
-    its reference solutions. Unisolated it still does (so the hack is real); in the sandbox, 0."""
-    source = REPO / "posttrain" / "tasks" / "code.py"
+    """The hack that scored 1.0 on all problems of a wheel install: read the reference solutions
+    (tasks/code_problems.py) and run them. Unisolated it still does (so the hack is real); in the sandbox, 0."""
+    source = REPO / "posttrain" / "tasks" / "code_problems.py"
     hack = STEAL.format(paths=[str(source)])
     assert [task.reward(p, hack).reward for p in task.problems] == [0.0] * len(task.problems)
     if _readable_by_others(source):

@@ -1,4 +1,4 @@
-"""The gpt_mini track's facts (posttrain/lessons/facts_c_gpt.py) against hand computations and
+"""The gpt_mini track's facts (posttrain/lessons/facts_c_gpt.py and facts_c_gpt_post.py) against hand computations and
 the course's Part C rows; tests/test_lesson_facts_c.py runs every fact and checks the pages quote them."""
 
 from __future__ import annotations

@@ -13,7 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from posttrain.lessons import (
+    facts_c_async,
     facts_c_gpt,
+    facts_c_gpt_post,
     facts_c_infra,
     facts_c_recipes,
     facts_c_throughput,
@@ -21,7 +23,9 @@ from posttrain.lessons import (
 
 FACTS: dict[str, Callable[[], object]] = {
     **facts_c_throughput.FACTS,
+    **facts_c_async.FACTS,
     **facts_c_infra.FACTS,
     **facts_c_recipes.FACTS,
     **facts_c_gpt.FACTS,
+    **facts_c_gpt_post.FACTS,
 }

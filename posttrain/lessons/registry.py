@@ -34,6 +34,7 @@ WIDGET_MODULES = (
     "step",
     "algos",
     "variants",
+    "reward_model",
     "signal",
     "forces",
     "systems",

@@ -52,7 +52,8 @@ import time
 from dataclasses import dataclass
 
 from posttrain import UsageError
-from posttrain.tasks import sandbox_bwrap, sandbox_cgroup
+from posttrain.tasks import sandbox_bwrap, sandbox_cgroup, sandbox_procs
+from posttrain.tasks.sandbox_procs import descendants as descendants  # re-exported: pool and the tests use it
 
 UID_RANGE = (1_000_000, 2_000_000_000)  # fresh uids: no user owns a file there
 with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_boot.py")) as _f:
@@ -192,98 +193,9 @@ def _bwrap_fails(bwrap: str) -> str | None:
     return f"bubblewrap ({bwrap}) cannot create a sandbox here: {r.reason}"
 
 
-def _user_tasks(uid: int) -> int:
-    """Processes + threads of `uid` now: RLIMIT_NPROC counts them all, ours included."""
-    n = 0
-    for pid in _pids():
-        try:
-            if os.stat(f"/proc/{pid}").st_uid == uid:
-                n += len(os.listdir(f"/proc/{pid}/task"))
-        except OSError:
-            pass
-    return n
-
-
-def _pids() -> list[int]:
-    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
-
-
-def _stat(pid: int) -> tuple[str, int, int] | None:
-    """(state, parent pid, session id) of a process, None if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return fields[0], int(fields[1]), int(fields[3])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def _pidns(pid: int | str) -> int | None:
-    try:
-        return int(os.readlink(f"/proc/{pid}/ns/pid").split("[")[1].rstrip("]"))
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def descendants(pid: int) -> list[int]:
-    """Live (non-zombie) descendants of `pid`, children first."""
-    stats = {p: st for p in _pids() if (st := _stat(p)) is not None}
-    found, frontier = [], {pid}
-    while frontier:
-        kids = [p for p, st in stats.items() if st[1] in frontier]
-        found += kids
-        frontier = set(kids)
-    return [p for p in found if stats[p][0] != "Z"]
-
-
 def leftovers(r: SandboxResult) -> list[int]:
     """Live (non-zombie) processes of a run: in its session, of its uid or in its PID namespace."""
-    return _leftovers(r.pid, r.uid, r.pidns)
-
-
-def _leftovers(session: int, uid: int | None, pidns: int | None) -> list[int]:
-    out = []
-    for p in _pids():
-        st = _stat(p)
-        if st is None or st[0] == "Z" or p == os.getpid():
-            continue
-        try:
-            if (
-                st[2] == session
-                or (uid is not None and os.stat(f"/proc/{p}").st_uid == uid)
-                or (pidns is not None and _pidns(p) == pidns)
-            ):
-                out.append(p)
-        except OSError:
-            pass
-    return out
-
-
-def _run_pidns(pid: int) -> int | None:
-    """The PID namespace bwrap made (its child is that namespace's init), if it is still up."""
-    ours = _pidns("self")
-    for kid in descendants(pid):
-        ns = _pidns(kid)
-        if ns is not None and ns != ours:
-            return ns
-    return None
-
-
-def _kill_all(proc: subprocess.Popen, uid: int | None, cg) -> int | None:
-    """SIGKILL the session, the PID namespace, (as root) every process of the uid and the
-    cgroup, until none is left; returns the namespace's inode."""
-    pidns = _run_pidns(proc.pid)
-
-    def alive() -> list[int]:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # bwrap's death kills its namespace (--die-with-parent)
-        except (ProcessLookupError, PermissionError):
-            pass
-        return _leftovers(proc.pid, uid, pidns) + (cg.procs() if cg else [])
-
-    sandbox_cgroup.kill_until_gone(alive)
-    proc.wait()
-    return pidns
+    return sandbox_procs.leftovers(r.pid, r.uid, r.pidns)
 
 
 def _memfd(data: str | bytes) -> int:
@@ -324,7 +236,7 @@ def _run(mode: str, code: str, stdin: str, files: dict, lim: Limits) -> SandboxR
             os.chmod(workdir, 0o700)
             argv = [python, "-I", "-S", "main.py"]
             env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": workdir, "TMPDIR": workdir}
-        nproc = lim.max_procs if uid is not None else _user_tasks(os.getuid()) + lim.max_procs
+        nproc = lim.max_procs if uid is not None else sandbox_procs.user_tasks(os.getuid()) + lim.max_procs
         cpu = int(lim.timeout_s) + 2
         boot = {
             "cgroup": cg.path if cg else None,
@@ -360,7 +272,7 @@ def _run(mode: str, code: str, stdin: str, files: dict, lim: Limits) -> SandboxR
             os.close(fd)
         fds = []
         out, err, timed_out, overflow = _collect(proc, lim)
-        pidns = _kill_all(proc, uid, cg)
+        pidns = sandbox_procs.kill_all(proc, uid, cg)
         wall = time.perf_counter() - t0
         oom = cg.oom_kills() if cg else 0
     finally:

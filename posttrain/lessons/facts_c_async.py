@@ -1,0 +1,213 @@
+"""Facts of lessons 22c and 28: async pipelining and staleness, and where optimisation pays
+(sizing/throughput.py and the committed async_vs_sync runs). Lessons 22a and 22b are in facts_c_throughput."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from posttrain.lessons.facts_c_common import kpi, result, table
+from posttrain.sizing import throughput as tp
+
+# ---- 22c · async pipelining and staleness ---------------------------------------------------
+
+
+def rl22c_topologies() -> dict:
+    """The lesson's example: τ_R = 20 s, τ_T = 8 s, τ_S = 3 s."""
+    return tp.compare_topologies(rollout_s=20, train_s=8, sync_s=3)
+
+
+def rl22c_topology_table() -> dict:
+    runs = rl22c_topologies()
+    return table(
+        ["placement", "τ_step", "speed-up over colocated", "trainer idle per step"],
+        [
+            [n, f"{r['step_s']:g} s", f"{r['speedup_vs_colocated']:.2f}×", f"{r['idle_s']['trainer']:g} s"]
+            for n, r in runs.items()
+        ],
+    )
+
+
+def _async_runs(seed: int = 0) -> dict:
+    return {r["run"]: r for r in result("async_vs_sync")["runs"] if r["seed"] == seed}
+
+
+def rl22c_measured_table() -> dict:
+    """benchmarks/async_vs_sync.py, seed 0: GRPO on gpt_mini nano from the SFT(CoT) checkpoint,
+    60 steps of 128 samples, lr 3e-5, the same prompts in every run."""
+    label = {
+        "sync": "sync (on-policy)",
+        "async_tis": "async, ≤ 1 version behind, TIS",
+        "fixed4_none": "every batch 4 versions old, no correction",
+        "fixed4_tis": "every batch 4 versions old, TIS",
+    }
+    rows = []
+    for name, r in _async_runs().items():
+        lr = r.get("mean offpolicy/log_ratio_abs")
+        rows.append(
+            [
+                label[name],
+                f"{r.get('mean staleness/mean', 0.0):.2f}",
+                f"{100 * r['mean clip/frac']:.2f}%",
+                f"{r['mean ratio/max']:.2f}",
+                "—" if lr is None else f"{lr:.4f}",
+                f"{r['pass@1_before']:.3f} → {r['pass@1_after']:.3f}",
+            ]
+        )
+    return table(
+        [
+            "run",
+            "mean staleness (versions)",
+            "clip/frac",
+            "largest ratio r",
+            "mean |log π_prox − log μ|",
+            "held-out pass@1",
+        ],
+        rows,
+    )
+
+
+def rl22c_gain(run: str, key: str) -> float:
+    return result("async_vs_sync")["summary"][run][key]
+
+
+def rl22c_stale_curves(correction: str) -> dict:
+    """The recorded staleness runs behind the async_pipe widget (dapo_toy.stale_runs: the lesson-13
+    DAPO toy with all switches on and the sampler Δ versions behind, 3 seeds averaged)."""
+    from posttrain.lessons import dapo_toy, runs
+
+    rec = runs.recorded()
+    return {d: rec[dapo_toy.stale_key(d, correction)] for d in dapo_toy.STALENESS}
+
+
+def _first(curve: dict, target: float = 0.7):
+    """The first recorded step whose accuracy reaches `target` (None if none does)."""
+    return next((st for st, a in zip(curve["step"], curve["acc"]) if a >= target), None)
+
+
+def rl22c_stale_table() -> dict:
+    """Per staleness: mean clip fraction and steps to accuracy 0.7, without and with TIS; and the
+    wall clock to 0.7 at the widget's default role times (τ_R 20, τ_T 8, τ_S 3 s; Δ = 0 is the
+    synchronous disaggregated loop, Δ ≥ 1 async)."""
+    none, tis = rl22c_stale_curves("none"), rl22c_stale_curves("tis")
+    rows = []
+    for d in none:
+        step_s = tp.step_time(rollout_s=20, train_s=8, sync_s=3, topology="async" if d else "disaggregated")["step_s"]
+        wall = [f"{_first(c) * step_s / 60:.0f} min" if _first(c) else "not reached" for c in (none[d], tis[d])]
+        rows.append(
+            [
+                d,
+                f"{100 * sum(none[d]['clip']) / len(none[d]['clip']):.1f}%",
+                f"{100 * sum(tis[d]['clip']) / len(tis[d]['clip']):.1f}%",
+                _first(none[d]) or "—",
+                _first(tis[d]) or "—",
+                *wall,
+            ]
+        )
+    return table(
+        [
+            "staleness Δ",
+            "clip fraction, no correction",
+            "with TIS",
+            "steps to accuracy 0.7, no correction",
+            "with TIS",
+            "wall clock to 0.7, no correction",
+            "with TIS",
+        ],
+        rows,
+    )
+
+
+def rl22c_cpu_async_speedup() -> float:
+    """What the throughput equation predicts async would buy for the sync run's measured role times."""
+    run = _async_runs()["sync"]
+    t = tp.compare_topologies(**run["roles_s"])
+    return t["async"]["speedup_vs_colocated"]
+
+
+# ---- 28 · bottlenecks and where to optimise --------------------------------------------------
+
+
+def amdahl(share: float, speedup: float) -> float:
+    """Whole-step speed-up when a slice holding `share` of the step gets `speedup`× faster."""
+    return 1 / (1 - share + share / speedup)
+
+
+def rl28_amdahl_table() -> dict:
+    cols = [2, 10, math.inf]
+    return table(
+        ["slice's share of the step", *[("∞" if c == math.inf else f"{c}×") + " on that slice" for c in cols]],
+        [[f"{int(100 * f)}%", *[f"{amdahl(f, c):.2f}×" for c in cols]] for f in (0.1, 0.2, 0.6, 0.8)],
+    )
+
+
+def rl28_cpu_table() -> dict:
+    """Per-role shares of the three synchronous seeds of benchmarks/async_vs_sync.py (one CPU thread)."""
+    rows = []
+    for r in result("async_vs_sync")["runs"]:
+        if r["run"] == "sync":
+            t = tp.step_time(**r["roles_s"], topology="colocated")
+            rows.append(
+                [
+                    r["seed"],
+                    f"{t['step_s']:.2f} s",
+                    *[f"{100 * t['shares'][k]:.0f}%" for k in ("rollout", "reference", "train")],
+                    t["bottleneck"],
+                ]
+            )
+    return table(["seed", "step", "rollout", "reference", "train", "bottleneck"], rows)
+
+
+FACTS: dict[str, Callable[[], object]] = {
+    "rl22c_topology_table": rl22c_topology_table,
+    "rl22c_async_speedup": lambda: rl22c_topologies()["async"]["speedup_vs_colocated"],
+    "rl22c_disagg_idle_s": lambda: rl22c_topologies()["disaggregated"]["idle_s"]["trainer"],
+    "rl22c_course_clip_2": lambda: 100 * (1 - math.exp(-2 / 20)),
+    "rl22c_course_clip_8": lambda: 100 * (1 - math.exp(-8 / 20)),
+    "rl22c_measured_table": rl22c_measured_table,
+    "rl22c_fixed4_clip_pct": lambda: 100 * _async_runs()["fixed4_none"]["mean clip/frac"],
+    "rl22c_fixed4_logratio": lambda: _async_runs()["fixed4_tis"]["mean offpolicy/log_ratio_abs"],
+    "rl22c_fixed4_ratio_max": lambda: _async_runs()["fixed4_none"]["mean ratio/max"],
+    "rl22c_async1_logratio": lambda: _async_runs()["async_tis"]["mean offpolicy/log_ratio_abs"],
+    "rl22c_sync_gain_pts": lambda: 100 * rl22c_gain("sync", "pass@1_gain_mean"),
+    "rl22c_sync_gain_sd_pts": lambda: 100 * rl22c_gain("sync", "pass@1_gain_sd"),
+    "rl22c_async_gain_pts": lambda: 100 * rl22c_gain("async_tis", "pass@1_gain_mean"),
+    "rl22c_async_gain_sd_pts": lambda: 100 * rl22c_gain("async_tis", "pass@1_gain_sd"),
+    "rl22c_cpu_async_speedup": rl22c_cpu_async_speedup,
+    "rl22c_stale_table": rl22c_stale_table,
+    "rl22c_w_clip32": lambda: f"{100 * kpi('async_pipe', 'clip fraction (mean over the run)', delta=32):.0f}%",
+    "rl22c_w_steps32": lambda: kpi("async_pipe", "steps to accuracy 0.7", delta=32),
+    "rl22c_w_wall32": lambda: kpi("async_pipe", "wall clock to accuracy 0.7", delta=32),
+    "rl28_amdahl_table": rl28_amdahl_table,
+    "rl28_two_on_ten": lambda: 100 * (amdahl(0.1, 2) - 1),
+    "rl28_cpu_table": rl28_cpu_table,
+    "rl28_train_1gpu_s": lambda: tp.train_time_s(32768, 7e9),
+    "rl28_train_8gpu_s": lambda: tp.train_time_s(32768, 7e9, gpus=8),
+    "rl28_w_trainonly_speedup": lambda: kpi("budget", "speed-up", prefix=False, cbatch=False, train_opts=True),
+    "rl28_w_trainonly_disagg": lambda: kpi(
+        "budget", "speed-up", prefix=False, cbatch=False, train_opts=True, placement="disaggregated"
+    ),
+    "rl28_w_prefixonly_speedup": lambda: kpi("budget", "speed-up", prefix=True, cbatch=False, train_opts=False),
+    "rl28_w_all_speedup": lambda: kpi(
+        "budget",
+        "speed-up",
+        prefix=True,
+        cbatch=True,
+        spec=True,
+        fp8=True,
+        train_opts=True,
+        sync="overlapped",
+        refpool=True,
+    ),
+    "rl28_w_all_largest": lambda: kpi(
+        "budget",
+        "largest remaining slice",
+        prefix=True,
+        cbatch=True,
+        spec=True,
+        fp8=True,
+        train_opts=True,
+        sync="overlapped",
+        refpool=True,
+    ),
+}
