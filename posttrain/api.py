@@ -31,7 +31,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from posttrain import UsageError
+from posttrain import UsageError, tasks
+from posttrain.logging import read_metrics
+from posttrain.tasks import config_class, make
+from posttrain.tasks.rewards import describe
 
 STAGES = {
     "pretrain": ("posttrain.config:PretrainConfig", "posttrain.recipes.pretrain"),
@@ -53,13 +56,11 @@ class Run:
 
     @property
     def metrics(self) -> list[dict]:
-        from posttrain.logging import read_metrics
-
         return read_metrics(self.path)
 
     @cached_property
     def _loaded(self):
-        from posttrain import checkpoint
+        from posttrain import checkpoint  # entry: no torch until called
 
         return checkpoint.load_model(self.path)
 
@@ -85,7 +86,7 @@ class Run:
     ) -> dict:
         """Held-out greedy accuracy, pass@k, maj@k and mean reward of the final checkpoint on this run's
         task (its reward functions included)."""
-        from posttrain.eval import evaluate
+        from posttrain.eval import evaluate  # entry: no torch until called
 
         model, tok, _ = self._loaded
         task = self.task if self.task is not None else _task_of_run(self.path)
@@ -108,8 +109,7 @@ class Run:
 def _task_of_run(path: Path):
     import yaml
 
-    from posttrain.config import build
-    from posttrain.tasks import config_class, make
+    from posttrain.config import build  # entry: no torch until called
 
     cfg = yaml.safe_load(Path(path, "config.yaml").read_text()) or {}
     section = cfg.get("task") or {}
@@ -160,9 +160,7 @@ def run_stage(
     **keys,
 ) -> Run:
     """One stage through the CLI's config path; see the module docstring."""
-    from posttrain import tasks
-    from posttrain.config import load_config
-    from posttrain.tasks.rewards import describe
+    from posttrain.config import load_config  # entry: no torch until called
 
     cls_path, module = STAGES[stage]
     module_name, cls_name = cls_path.split(":")

@@ -21,7 +21,9 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from posttrain import TrainingHalted, UsageError
+from posttrain.models import hf
 from posttrain.models.gpt_mini import GPTMini, ModelConfig
+from posttrain.models.lora import load_adapter, lora_layers, save_adapter
 from posttrain.models.tokenizer import FILE_NAME as TOKENIZER_FILE
 from posttrain.models.tokenizer import CharTokenizer
 
@@ -131,7 +133,6 @@ def _tensor_bytes(obj) -> int:
 def _write(tmp: Path, step: int, model, tokenizer, trainer_state, meta) -> None:
     if hasattr(model, "hf"):  # a Hugging Face model: saved as an HF directory
         model.save(tmp)
-        from posttrain.models.lora import lora_layers, save_adapter
 
         if lora_layers(model.hf):  # + the adapters in PEFT's format, beside the merged weights
             save_adapter(model, tmp / "adapter", getattr(model, "lora_base", None))
@@ -153,7 +154,6 @@ def _write(tmp: Path, step: int, model, tokenizer, trainer_state, meta) -> None:
 
 def load_model(path: str | Path, device="cpu") -> tuple[GPTMini, CharTokenizer, Path]:
     ckpt = resolve(path)
-    from posttrain.models import hf
 
     if hf.is_hf_dir(ckpt):  # any local HF causal LM (models/hf.py)
         model, tokenizer = hf.load_hf(ckpt, device)
@@ -183,8 +183,6 @@ def restore_weights(model, ckpt: str | Path) -> None:
     """Put a checkpoint's weights into the run's model (resume): a LoRA run gets its adapters back
     on the base it was started from; any other model its whole state dict. A checkpoint of another
     model (size, preset, init) is a one-line UsageError naming the first tensor that differs."""
-    from posttrain.models.lora import load_adapter, lora_layers
-
     if hasattr(model, "hf") and lora_layers(model.hf):
         if not Path(ckpt, "adapter", "adapter_model.safetensors").exists():
             raise UsageError(

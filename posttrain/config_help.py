@@ -17,6 +17,7 @@ import re
 from functools import cache
 
 from posttrain import UsageError
+from posttrain.tasks import TASKS, config_class
 
 _FIELD = re.compile(r"^\s+(\w+)\s*:[^#]*?(?:#\s?(.*))?$")
 _CONTINUED = re.compile(r"^\s+#\s?(.*)$")
@@ -112,7 +113,7 @@ def stage_help(stage: str, cfg, topic: str = "") -> str:
 
 
 def algorithms_help() -> str:
-    from posttrain.algorithms import ALGORITHMS
+    from posttrain.algorithms import ALGORITHMS  # entry: no torch until called
 
     lines = ["The algo: section. algo.name picks the algorithm; the other keys are its own (defaults shown):"]
     for name, module in ALGORITHMS.items():
@@ -123,8 +124,6 @@ def algorithms_help() -> str:
 
 
 def tasks_help() -> str:
-    from posttrain.tasks import TASKS, config_class
-
     lines = ["The task: section. task.name picks the task; the other keys are its own (defaults shown):"]
     for name in [*TASKS, "verifiers:ENV"]:
         cls = config_class(name)

@@ -22,8 +22,9 @@ from pathlib import Path
 
 import yaml
 
-from posttrain import UsageError
+from posttrain import UsageError, algorithms
 from posttrain.algorithms.base import AlgoConfig
+from posttrain.tasks import config_class
 from posttrain.tasks.base import TaskConfig
 from posttrain.validate import validate
 
@@ -149,13 +150,10 @@ def _section(tp, value: dict, current):
     its `name` picks (tasks/__init__.py), an `algo:` section the Config of the algorithm its `name`
     picks (algorithms/__init__.py); switching the name starts from that one's defaults."""
     if isinstance(tp, type) and issubclass(tp, AlgoConfig):
-        from posttrain import algorithms
-
         cls = algorithms.get(value.get("name", current.name)).Config
         return cls, current if type(current) is cls else None
     if not (isinstance(tp, type) and issubclass(tp, TaskConfig)):
         return tp, current
-    from posttrain.tasks import config_class
 
     name = value.get("name", current.name)
     cls = config_class(name)

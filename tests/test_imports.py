@@ -36,3 +36,22 @@ def test_the_tool_finds_an_upward_import_and_skips_types_and_functions(tmp_path)
     assert res["counts"]["function_level_own"] == 1 and res["inner"] == [
         "posttrain/models/lora.py:6: posttrain.models.lora → posttrain.framework.sync"
     ]
+
+
+def test_a_reason_on_the_import_line_justifies_a_function_level_import(tmp_path):
+    pkg = tmp_path / "posttrain"
+    (pkg / "models").mkdir(parents=True)
+    for f in ("__init__.py", "models/__init__.py", "models/a.py"):
+        (pkg / f).write_text("")
+    (pkg / "models" / "b.py").write_text(
+        "def f():\n    from posttrain.models import a  # cycle: posttrain.models.a\n    return a\n"
+        "def g():\n    from posttrain.models import (  # entry: no torch until called\n        a,\n    )\n    return a\n"
+        "def h():\n    from posttrain.models import a  # a comment that names no reason\n    return a\n"
+    )
+    res = imports.check(pkg)
+    assert res["inner_reasoned"] == [
+        "posttrain/models/b.py:2: posttrain.models.b → posttrain.models.a",
+        "posttrain/models/b.py:5: posttrain.models.b → posttrain.models.a",
+    ]
+    assert res["inner"] == ["posttrain/models/b.py:10: posttrain.models.b → posttrain.models.a"]
+    assert res["counts"]["function_level_unjustified"] == 1 and res["counts"]["function_level_with_reason"] == 2

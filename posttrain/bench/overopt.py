@@ -31,8 +31,12 @@ import torch
 
 from posttrain import checkpoint
 from posttrain.bench import update_json
+from posttrain.config import RLConfig, load_config
 from posttrain.eval import response_budget
 from posttrain.framework.rollout import Engine, SamplingParams
+from posttrain.logging import read_metrics
+from posttrain.preference.reward_model import load_scorer
+from posttrain.recipes import rl
 from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
 from posttrain.tasks.base import safe_reward
 
@@ -62,15 +66,11 @@ def best_of_n(proxy: np.ndarray, true: np.ndarray, ns: list[int]) -> list[dict]:
 
 def rm_accuracy(rm_dir: str) -> float | None:
     """The RM's last held-out pairwise accuracy from its metrics.jsonl."""
-    from posttrain.logging import read_metrics
-
     vals = [m[k] for m in read_metrics(rm_dir) for k in m if k.startswith("eval/") and "acc" in k]
     return vals[-1] if vals else None
 
 
 def bon(init: str, rms: list[str], seed: int, prompts: int, N: int) -> dict:
-    from posttrain.preference.reward_model import load_scorer
-
     model, tok, _ = checkpoint.load_model(init)
     task = ArithmeticTask(ArithmeticConfig())
     items = task.items(prompts, "test", seed)
@@ -109,9 +109,6 @@ def bon(init: str, rms: list[str], seed: int, prompts: int, N: int) -> dict:
 def rl_run(init: str, rm: str, kl: float, seed: int, steps: int, runs: Path, lr: float | None = None) -> dict:
     """One RLHF run (configs/rlhf.yaml budget at 8 prompts × 8 samples, its lr 1e-4 unless `lr`)
     and its over-optimisation turn."""
-    from posttrain.config import RLConfig, load_config
-    from posttrain.recipes import rl
-
     out = runs / (f"{Path(rm).name}_kl{kl}_s{seed}" + (f"_lr{lr:g}" if lr is not None else ""))
     cfg = load_config(
         RLConfig,
@@ -133,7 +130,6 @@ def rl_run(init: str, rm: str, kl: float, seed: int, steps: int, runs: Path, lr:
     )
     rl.run(cfg)
     data = json.loads((out / "overoptimization.json").read_text())
-    from posttrain.logging import read_metrics
 
     ms = read_metrics(out)
     return {

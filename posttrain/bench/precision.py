@@ -33,11 +33,14 @@ import torch
 from posttrain import checkpoint
 from posttrain.algorithms import core
 from posttrain.bench import update_json
+from posttrain.bench.algorithms import one_run
 from posttrain.eval import response_budget
 from posttrain.framework.batch import collate_samples
 from posttrain.framework.reference import score_logprobs
 from posttrain.framework.rollout import Engine, SamplingParams
+from posttrain.logging import read_metrics
 from posttrain.precision import FORMATS, sampler_runtime
+from posttrain.recipes import rl
 from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
 from posttrain.tasks.base import score_samples
 
@@ -124,8 +127,6 @@ def invariance(model, tok, task, fmt: str, batch_invariant: bool, seed: int = 0,
 
 def learning(init: str, fmt: str, correction: str, seed: int, steps: int, runs: Path) -> dict:
     """One GRPO run (bench/algorithms.one_run budget, 8 prompts × 8 samples) with the sampler in `fmt`."""
-    from posttrain.bench.algorithms import one_run
-
     out = runs / f"{fmt}_{correction}_s{seed}"
     one_run(
         "grpo",
@@ -147,8 +148,6 @@ def learning(init: str, fmt: str, correction: str, seed: int, steps: int, runs: 
 
 def learning_row(run: Path, fmt: str, correction: str, seed: int) -> dict:
     """The table row of a finished learning run, from its metrics.jsonl alone."""
-    from posttrain.logging import read_metrics
-
     ms = read_metrics(run)
     train = [m for m in ms[1:] if "reward/mean" in m]
     mean = lambda k, ms=train: statistics.fmean(m[k] for m in ms) if ms and all(k in m for m in ms) else None
@@ -203,7 +202,6 @@ def main(argv=None) -> None:
     p.add_argument("--rebuild", action="store_true", help="learning: re-read finished runs in --runs, train nothing")
     p.add_argument("--out", default="benchmarks/results/precision.json")
     a = p.parse_args(argv)
-    from posttrain.recipes import rl
 
     torch.set_num_threads(1)
     init, out = a.init or rl.default_init(), Path(a.out)

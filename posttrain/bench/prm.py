@@ -41,7 +41,13 @@ import torch
 from posttrain import checkpoint
 from posttrain.bench import update_json
 from posttrain.bench.search import compare
-from posttrain.preference.prm import collate_rows, mc_labels
+from posttrain.config import OptimConfig
+from posttrain.framework.rollout import Engine, SamplingParams
+from posttrain.framework.trainer import Trainer
+from posttrain.preference.prm import PRM, aggregate, boundaries, collate_rows, mc_labels, prm_loss_fn, step_scores
+from posttrain.preference.reward_model import load_scorer
+from posttrain.preference.search import sample_table, solved
+from posttrain.recipes.common import EpochIndices
 from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
 
 
@@ -76,11 +82,6 @@ def train_until_predictive(
 ) -> tuple:
     """search.train_prm's recipe (a PRM on a copy of the policy's trunk, AdamW, epoch order), with
     the held-out step accuracy every `every` steps; returns the best PRM, its numbers, the curve."""
-    from posttrain.config import OptimConfig
-    from posttrain.framework.trainer import Trainer
-    from posttrain.preference.prm import PRM, prm_loss_fn
-    from posttrain.recipes.common import EpochIndices
-
     prm = PRM(copy.deepcopy(policy))
     trainer = Trainer(prm, OptimConfig(lr=lr, weight_decay=0.0, warmup_steps=10), steps)
     order = EpochIndices(len(rows), batch_size, seed)
@@ -105,9 +106,6 @@ def train_until_predictive(
 def one_seed(a, seed: int) -> dict:
     """Labels, PRM training and the comparison for one seed. The trained PRM is kept in
     `--runs`/prm_s{seed}.pt; `--reuse` reloads it (and its numbers) to rerun only the comparison."""
-    from posttrain.preference.prm import PRM
-    from posttrain.preference.reward_model import load_scorer
-
     torch.manual_seed(seed)
     policy, tok, path = checkpoint.load_model(a.init)
     task = ArithmeticTask(ArithmeticConfig())
@@ -158,10 +156,6 @@ def orm_column(a, seed: int) -> dict:
     """ORM best@N alone, on the very samples compare() drew for this seed (the engine's sampling is
     keyed by (seed, prompt, sample), so the same call draws them again): for a PRM run started
     before its outcome RM had finished training."""
-    from posttrain.framework.rollout import Engine, SamplingParams
-    from posttrain.preference.reward_model import load_scorer
-    from posttrain.preference.search import sample_table
-
     policy, tok, _ = checkpoint.load_model(a.init)
     task = ArithmeticTask(ArithmeticConfig())
     items = task.items(a.problems, "test", seed)
@@ -187,10 +181,6 @@ def auc(scores: np.ndarray, right: np.ndarray) -> dict:
 
 def ranking(a, seed: int) -> dict:
     """Point 4 of the module doc on the samples compare() draws for this seed (keyed sampling)."""
-    from posttrain.framework.rollout import Engine, SamplingParams
-    from posttrain.preference.prm import PRM, aggregate, boundaries, step_scores
-    from posttrain.preference.search import solved
-
     policy, tok, _ = checkpoint.load_model(a.init)
     prm = PRM(copy.deepcopy(policy))
     prm.load_state_dict(torch.load(Path(a.runs, f"prm_s{seed}.pt"), weights_only=False)["prm"])

@@ -26,7 +26,15 @@ import time
 
 import torch
 
+from posttrain import checkpoint
 from posttrain.bench import matmul_peak_gflops, transformers_version, write_json
+from posttrain.eval import response_budget
+from posttrain.framework.rollout import Engine, SamplingParams
+from posttrain.models.export import to_hf_model
+from posttrain.models.gpt_mini import ModelConfig, build_model
+from posttrain.models.tokenizer import BASE_CHARS, CharTokenizer
+from posttrain.recipes import rl
+from posttrain.tasks.arithmetic import ArithmeticTask
 
 
 def _time(fn, *args) -> float:
@@ -45,11 +53,6 @@ def run(
     hf: bool = True,
     seed: int = 0,
 ) -> dict:
-    from posttrain.framework.rollout import Engine, SamplingParams
-    from posttrain.models.gpt_mini import ModelConfig, build_model
-    from posttrain.models.tokenizer import BASE_CHARS, CharTokenizer
-    from posttrain.tasks.arithmetic import ArithmeticTask
-
     torch.set_num_threads(threads)
     tok = CharTokenizer(BASE_CHARS)  # the built-in task's vocabulary (as its checkpoints)
     torch.manual_seed(seed)
@@ -57,8 +60,6 @@ def run(
     params = model.num_params()
     hf_model = None
     if hf:
-        from posttrain.models.export import to_hf_model
-
         hf_model = to_hf_model(model, tok)
     peak = matmul_peak_gflops(threads)
     task = ArithmeticTask()
@@ -148,12 +149,6 @@ def invariance(init: str = "", prompts: int = 128, n: int = 8, seed: int = 0, ou
     every group in one batch (256 slots), 16 slots, and one group at a time. Reports the share
     of samples whose tokens differ from the one-batch run, the share of tokens from the first
     divergence on, and the largest logprob difference over the tokens that agree."""
-    from posttrain import checkpoint
-    from posttrain.eval import response_budget
-    from posttrain.framework.rollout import Engine, SamplingParams
-    from posttrain.recipes import rl
-    from posttrain.tasks.arithmetic import ArithmeticTask
-
     model, tok, path = checkpoint.load_model(init or rl.default_init())
     task = ArithmeticTask()
     items = task.items(prompts, "train", seed)

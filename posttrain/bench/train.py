@@ -28,6 +28,9 @@ import torch
 import torch.nn.functional as F
 
 from posttrain.bench import matmul_peak_gflops, transformers_version, write_json
+from posttrain.models.export import to_hf_model
+from posttrain.models.gpt_mini import ModelConfig, build_model
+from posttrain.models.tokenizer import BASE_CHARS, CharTokenizer
 
 
 def step_flops(params: int, tokens: int, n_layers: int = 0, seq_len: int = 0, d_model: int = 0) -> int:
@@ -58,9 +61,6 @@ def run(
     hf: bool = True,
     seed: int = 0,
 ) -> dict:
-    from posttrain.models.gpt_mini import ModelConfig, build_model
-    from posttrain.models.tokenizer import BASE_CHARS, CharTokenizer
-
     old_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -71,8 +71,6 @@ def run(
         params = model.num_params()
         modules, logits_fns = {"ours": model}, {"ours": model}
         if hf:
-            from posttrain.models.export import to_hf_model
-
             modules["hf"] = hf_model = to_hf_model(model, tok).train()
             logits_fns["hf"] = lambda x: hf_model(input_ids=x, use_cache=False).logits
         optimizers = {

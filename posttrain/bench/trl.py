@@ -35,6 +35,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from posttrain import UsageError
+from posttrain.bench import matmul_peak_gflops, transformers_version, write_json
+from posttrain.config import RLConfig, load_config
+from posttrain.framework.controller import Controller
+from posttrain.models.hf import load_hf, write_tiny
+from posttrain.recipes import rl
+from posttrain.tasks.arithmetic import ArithmeticTask, verify
+
 # ~4.5M parameters: d 256, 6 layers, 8 heads, SwiGLU 640 (gpt_mini's `micro` with a narrower MLP)
 MODEL = dict(arch="llama", d_model=256, n_layers=6, n_heads=8, n_kv_heads=8, d_ff=640, max_len=128)
 GROUP = 8
@@ -42,8 +50,6 @@ TASK = ["task.min_terms=1", "task.max_terms=2", "task.max_value=9"]  # a random 
 
 
 def rl_config(model_dir, out, completions, tokens, steps, lr, threads, seed):
-    from posttrain.config import RLConfig, load_config
-
     return load_config(
         RLConfig,
         None,
@@ -75,9 +81,6 @@ def rl_config(model_dir, out, completions, tokens, steps, lr, threads, seed):
 
 def step_prompts(cfg) -> list[tuple[str, int]]:
     """(prompt text, gold answer) of every group `posttrain rl` samples, step by step, in order."""
-    from posttrain.models.hf import load_hf
-    from posttrain.tasks.arithmetic import ArithmeticTask
-
     _, tok = load_hf(cfg.init)
     task = ArithmeticTask(cfg.task)
     out = []
@@ -88,9 +91,6 @@ def step_prompts(cfg) -> list[tuple[str, int]]:
 
 
 def run_posttrain(cfg) -> list[dict]:
-    from posttrain.framework.controller import Controller
-    from posttrain.recipes import rl
-
     cpu, step = [], Controller.step
 
     def timed_step(self, n):  # CPU seconds of each controller step
@@ -114,8 +114,6 @@ def run_trl(cfg, prompts, out) -> list[dict]:
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
-
-    from posttrain.tasks.arithmetic import verify
 
     def reward(prompts, completions, answer, **kwargs):
         return [verify(c, a) for c, a in zip(completions, answer)]
@@ -214,9 +212,6 @@ def main(argv=None) -> dict:
     torch.set_num_threads(args.threads)
     import trl
 
-    from posttrain.bench import matmul_peak_gflops, transformers_version, write_json
-    from posttrain.models.hf import write_tiny
-
     result = {
         "load_before": os.getloadavg(),
         "threads": args.threads,
@@ -232,14 +227,11 @@ def main(argv=None) -> dict:
     }
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = write_tiny(Path(tmp, "model"), seed=args.seed, **MODEL)
-        from posttrain.models.hf import load_hf
 
         result["params"] = load_hf(model_dir)[0].num_params()
         for shape in args.shapes.split(","):
             completions, tokens = (int(x) for x in shape.lower().split("x"))
             if completions % GROUP:
-                from posttrain import UsageError
-
                 raise UsageError(f"--shapes {shape}: completions must be a multiple of the group size {GROUP}")
             cfg = rl_config(
                 model_dir, Path(tmp, f"ours_{shape}"), completions, tokens, args.steps, args.lr, args.threads, args.seed

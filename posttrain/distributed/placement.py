@@ -16,9 +16,15 @@ import copy
 import dataclasses
 
 from posttrain import UsageError
+from posttrain.algorithms.core import OFF_POLICY_CORRECTIONS
+from posttrain.distributed.async_rollout import AsyncRollout
+from posttrain.distributed.ray_rollout import RayReference, RayRollout
+from posttrain.distributed.trainer_group import check_trainer_config
+from posttrain.framework.reference import Reference
 from posttrain.framework.roles import ReferenceScorer, RolloutEngine, WeightSyncer, close_all
 from posttrain.framework.rollout import Engine
 from posttrain.framework.weight_sync import LoraSync, PushSync, WeightPublisher, WeightSync, switch_weights
+from posttrain.precision import sampler_runtime  # rollout.precision: a bf16/fp16 sampler, emulated
 
 PLACEMENTS = ("in-process", "ray")
 
@@ -54,19 +60,13 @@ class Placement:
     def reference(self, cfg, policy):
         """The frozen reference, placed with the rollout workers' placement."""
         if cfg.scale.placement == "ray":
-            from posttrain.distributed.ray_rollout import RayReference
-
             self.ref = RayReference(policy, cfg.rollout.temperature, max(cfg.threads, 1))
         else:
-            from posttrain.framework.reference import Reference
-
             self.ref = Reference(policy, cfg.rollout.temperature)
         return self.ref
 
     def asynchronous(self, cfg, collect):
         """Turn this placement async: a producer thread runs `collect` ahead of the trainer."""
-        from posttrain.distributed.async_rollout import AsyncRollout
-
         self.sync = AsyncRollout(
             collect,
             self.engine,
@@ -84,8 +84,6 @@ class Placement:
 def place(cfg, model, tokenizer, runtime=None) -> Placement:
     check_scale_config(cfg)
     if cfg.scale.placement == "in-process" and not cfg.scale.async_:
-        from posttrain.precision import sampler_runtime  # rollout.precision: a bf16/fp16 sampler, emulated
-
         engine = Engine(
             model, tokenizer, max_slots=cfg.rollout.max_slots, runtime=sampler_runtime(cfg.rollout.precision, runtime)
         )
@@ -98,8 +96,6 @@ def place(cfg, model, tokenizer, runtime=None) -> Placement:
     keep = cfg.scale.max_staleness + 1 if cfg.scale.async_ and cfg.scale.stale in ("pace", "fixed") else 1
     publisher = WeightPublisher(model, bucket_mb=cfg.scale.sync_bucket_mb, history=keep)
     if cfg.scale.placement == "ray":
-        from posttrain.distributed.ray_rollout import RayRollout
-
         engine = RayRollout(
             model,
             tokenizer,
@@ -116,8 +112,6 @@ def place(cfg, model, tokenizer, runtime=None) -> Placement:
 
 def check_scale_config(cfg) -> None:
     """Reject bad scale-out keys before any work (one line naming the key and the fix)."""
-    from posttrain.algorithms.core import OFF_POLICY_CORRECTIONS
-
     if cfg.scale.placement not in PLACEMENTS:
         raise UsageError(f"scale.placement={cfg.scale.placement!r} is unknown; use {' or '.join(PLACEMENTS)}")
     if cfg.scale.off_policy_correction not in (*OFF_POLICY_CORRECTIONS, "auto"):
@@ -145,7 +139,6 @@ def check_scale_config(cfg) -> None:
             "partial_rollouts needs async=true, placement=in-process and stale=pace or drop (weights "
             "land mid-sample in the producer's engine); drop partial_rollouts or change those keys"
         )
-    from posttrain.distributed.trainer_group import check_trainer_config
 
     check_trainer_config(cfg)
     if cfg.rollout.overprovision < 0:

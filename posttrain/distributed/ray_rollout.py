@@ -34,6 +34,7 @@ import torch
 
 from posttrain import UsageError
 from posttrain.framework.batch import Batch, view
+from posttrain.framework.reference import Reference
 from posttrain.framework.rollout import Engine
 from posttrain.framework.weight_sync.broadcast import SyncGroup, free_port, layout
 from posttrain.framework.weight_sync.snapshots import load_buckets
@@ -254,8 +255,6 @@ class ReferenceWorker:
     """The actor body of the reference: a frozen copy scoring batches in its own process."""
 
     def __init__(self, policy, temperature: float, threads: int):
-        from posttrain.framework.reference import Reference
-
         torch.set_num_threads(max(threads, 1))
         self.reference = Reference(policy, temperature)
 

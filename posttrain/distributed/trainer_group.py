@@ -44,8 +44,12 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from posttrain import UsageError, algorithms, runtime
+from posttrain.distributed import fsdp
 from posttrain.distributed.data_parallel import DataParallel
+from posttrain.distributed.fsdp import full_state, gather_into
 from posttrain.framework.batch import Batch, map_batch
+from posttrain.framework.critic import needs_critic
+from posttrain.framework.trainer import Trainer, policy_loss_fn
 
 TIMEOUT = datetime.timedelta(minutes=30)  # one collective; a step's forward + backward fits in it
 SHARDS = ("replicate", "fsdp")
@@ -62,8 +66,6 @@ def check_trainer_config(cfg) -> None:
             "trainer_ranks > 1 runs the trainer group on CPU (gloo) only; use device=cpu, or trainer_ranks=1 on a GPU"
         )
     if cfg.scale.trainer_shard == "fsdp" and cfg.scale.trainer_ranks > 1:
-        from posttrain.framework.critic import needs_critic
-
         algorithm = algorithms.get(cfg.algo.name)
         if needs_critic(algorithm, cfg.algo):
             raise UsageError(
@@ -108,15 +110,12 @@ class TrainerGroup:
         _send(("train", map_batch(batch, torch.Tensor.cpu), epochs, minibatches, max_len))
         out = self.inner.train(batch, loss_fn, epochs, minibatches, max_len)
         if self.fsdp:
-            from posttrain.distributed.fsdp import gather_into
-
             gather_into(self.inner.model, self.model)  # the sampler and the checkpoint read this one
         return out
 
     def state_dict(self) -> dict:
         if not (self.fsdp and self.started):
             return self.inner.state_dict()
-        from posttrain.distributed.fsdp import full_state
 
         _send(("state",))
         return full_state(self.inner)
@@ -149,9 +148,6 @@ def _recv():
 
 def _follow(rank: int, world: int, init: str, cfg) -> None:
     """Ranks 1 … N−1: wait for a batch, train on this rank's rows, repeat until "stop"."""
-    from posttrain.distributed import fsdp
-    from posttrain.framework.trainer import policy_loss_fn
-
     rt = runtime.resolve(cfg.device, cfg.dtype, cfg.threads)
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world, timeout=TIMEOUT)
     try:
@@ -175,9 +171,6 @@ def _follow(rank: int, world: int, init: str, cfg) -> None:
 
 def _trainer(model, state: dict, cfg, rt):
     """A rank's trainer: on the replica it was sent, or (fsdp) on a sharded copy of it."""
-    from posttrain.distributed import fsdp
-    from posttrain.framework.trainer import Trainer
-
     if cfg.scale.trainer_shard == "fsdp":
         model = fsdp.shard_module(copy.deepcopy(model))  # rank 0 keeps its plain module
     trainer = Trainer(model, cfg.optim, cfg.steps * cfg.optim.epochs * cfg.optim.minibatches, rt)

@@ -39,7 +39,9 @@ import numpy as np
 from posttrain import UsageError
 from posttrain.eval import pass_at_k
 from posttrain.framework.controller import group_metrics, group_rewards, sample_metrics
+from posttrain.serve.batcher import Batcher
 from posttrain.serve.records import Recorder, episode_samples
+from posttrain.serve.server import Server
 from posttrain.tasks.base import RewardResult
 
 
@@ -90,8 +92,6 @@ class ExternalRollouts:
                 "scale.placement=in-process, scale.async=false and rollout.overprovision=0"
             )
         from posttrain.serve.app import RLPolicy, create_app
-        from posttrain.serve.batcher import Batcher
-        from posttrain.serve.server import Server
 
         self.cfg, self.task, self.tok, self.engine = cfg, task, tok, engine
         self.recorder = Recorder()

@@ -234,7 +234,7 @@ def evaluate_episodes(
 ) -> dict:
     """Held-out evaluation of an env task, with the keys of eval.evaluate: greedy accuracy, and
     with n > 0 sampled pass@1 and pass@k; plus the tool-call rate of each."""
-    from posttrain.eval import pass_at_k
+    from posttrain.eval import pass_at_k  # upward: posttrain.eval
 
     engine.model.eval()
     greedy = run_episodes(

@@ -61,6 +61,7 @@ from posttrain.framework.sampler import (  # noqa: F401  (re-exported: callers i
     splitmix64,
     token_logprobs,
 )
+from posttrain.models.decode import Decoder
 from posttrain.models.gpt_mini import KVCache
 
 
@@ -161,8 +162,6 @@ class Engine:
             return None
         d = getattr(self, "_decoder", None)
         if getattr(self, "_decoder_of", None) is not self.model or (d is not None and not d.still_plain()):
-            from posttrain.models.decode import Decoder
-
             self._decoder, self._decoder_of = Decoder.for_model(self.model), self.model
         return self._decoder
 

@@ -32,6 +32,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from posttrain.models.gpt_mini import GPTMini
+from posttrain.models.hf import HFCausalLM
+
 
 class Decoder:
     """Single-token decode over a gpt_mini `KVCache`, rows [0, n), sharing the model's weights."""
@@ -132,8 +135,6 @@ class _GPTMiniWeights(_Weights):
 
     @staticmethod
     def plain(model) -> bool:
-        from posttrain.models.gpt_mini import GPTMini
-
         return (
             type(model) is GPTMini
             and type(model.head) is nn.Linear
@@ -172,8 +173,6 @@ class _LlamaWeights(_Weights):
 
     @staticmethod
     def plain(model) -> bool:
-        from posttrain.models.hf import HFCausalLM
-
         if not isinstance(model, HFCausalLM) or type(model.hf).__name__ != "LlamaForCausalLM":
             return False
         hf = model.hf

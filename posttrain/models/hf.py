@@ -40,6 +40,11 @@ import torch
 import torch.nn as nn
 
 from posttrain import UsageError
+from posttrain.chat import check_messages
+from posttrain.models import lora
+from posttrain.models.export import _tokenizer_config
+from posttrain.models.gpt_mini import KVCache
+from posttrain.models.tokenizer import CharTokenizer
 
 
 @dataclass
@@ -163,8 +168,6 @@ class HFCausalLM(nn.Module):
     def save(self, directory: str | Path) -> None:
         """config.json + model.safetensors that `AutoModelForCausalLM.from_pretrained` opens.
         With LoRA adapters the merged weights W + (α/r)·B·A are written (models/lora.py)."""
-        from posttrain.models import lora
-
         self.hf.save_pretrained(directory, state_dict=lora.merged_state_dict(self.hf))
 
 
@@ -201,8 +204,6 @@ class HFTokenizer:
     def chat_prompt(self, prompt) -> str:
         """The conversation (a question string, or {role, content} messages) and the opened
         assistant turn, through the model's chat template: a response is what follows it."""
-        from posttrain.chat import check_messages
-
         messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else check_messages(prompt)
         if not self.tok.chat_template:  # no template: the turns' texts, one per line
             return "\n".join(m["content"] for m in messages)
@@ -230,8 +231,6 @@ class HFTokenizer:
     def chat_continuation(self, prompt, completion) -> str:
         """What follows chat_prompt(prompt) when the reply is `completion`: a response string, or the
         assistant's message(s), as the model's template renders the whole conversation."""
-        from posttrain.chat import check_messages
-
         if isinstance(completion, str) or not self.tok.chat_template:
             text = completion if isinstance(completion, str) else "".join(m["content"] for m in completion)
             return self.chat_response(text)
@@ -285,8 +284,6 @@ def load_hf(path: str | Path, device="cpu") -> tuple[HFCausalLM, HFTokenizer]:
 def check_cache_path(model: HFCausalLM) -> None:
     """Refuse an architecture whose attention ignores the KV-cache bridge: the last logits of
     a 3-token prefill + 1 decoded token through our cache must equal one plain forward."""
-    from posttrain.models.gpt_mini import KVCache
-
     p = next(model.parameters())
     ids = torch.arange(1, 5, device=p.device)[None] % model.config.vocab_size  # [1, 4]
     cache = KVCache(model.config, 1, 4, device=p.device, dtype=p.dtype)
@@ -323,9 +320,6 @@ def write_tiny(
     character vocabulary as a `tokenizers` WordLevel tokenizer and its chat template: tests and
     benchmarks use it instead of a download."""
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Qwen2Config
-
-    from posttrain.models.export import _tokenizer_config
-    from posttrain.models.tokenizer import CharTokenizer
 
     archs = {"llama": LlamaConfig, "qwen2": Qwen2Config}
     if arch not in archs:

@@ -16,6 +16,7 @@ from posttrain.config import save_config, to_dict
 from posttrain.framework.batch import split_micro_batches
 from posttrain.framework.logprobs import sequence_logprobs
 from posttrain.models.gpt_mini import GPTMini
+from posttrain.models.lora import apply_lora
 from posttrain.models.tokenizer import BASE_CHARS, DEFAULT_CHARS, CharTokenizer
 
 
@@ -96,8 +97,6 @@ def init_model(cfg, init: str, device, task=None) -> tuple[GPTMini, CharTokenize
     model.grad_checkpointing = bool(getattr(cfg, "grad_checkpointing", False))
     lora_cfg = getattr(cfg, "lora", None)
     if lora_cfg is not None and lora_cfg.r > 0:
-        from posttrain.models.lora import apply_lora
-
         counts = apply_lora(model, lora_cfg)
         print(
             f"lora: r={lora_cfg.r} alpha={lora_cfg.alpha} trainable {counts['params/trainable']:,} of "

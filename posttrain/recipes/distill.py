@@ -25,6 +25,7 @@ from posttrain.framework.rollout import Engine, SamplingParams
 from posttrain.framework.trainer import Trainer
 from posttrain.preference.distill import LOSSES, distill_loss_fn
 from posttrain.recipes.common import Run, init_model, print_plan
+from posttrain.recipes.rl import default_init
 from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
 from posttrain.tasks.base import score_samples
 
@@ -62,7 +63,6 @@ def check(cfg: DistillConfig) -> None:
 
 def run(cfg: DistillConfig, resume: bool = False) -> dict:
     check(cfg)
-    from posttrain.recipes.rl import default_init
 
     r = Run(cfg, "distill", resume)  # a bad --resume or out= fails before the default init
     init = cfg.init or default_init()

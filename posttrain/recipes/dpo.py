@@ -32,6 +32,7 @@ from posttrain.framework.reference import Reference, score_logprobs
 from posttrain.framework.trainer import Trainer
 from posttrain.models.lora import LoraConfig
 from posttrain.preference.data import (
+    Pair,
     collate_pairs,
     encode_pairs,
     fits_context,
@@ -56,6 +57,7 @@ from posttrain.recipes.common import (
     show_first_prompt,
     supervised_step,
 )
+from posttrain.recipes.rl import default_init
 from posttrain.tasks.arithmetic import ArithmeticConfig
 from posttrain.tasks.base import TaskConfig
 
@@ -95,8 +97,6 @@ class DPOConfig(RunConfig):
 
 def build_pairs(cfg: DPOConfig, r: Run, model, tok, task) -> list:
     """The pairs of this run: from the run directory on resume, else from a file or the policy."""
-    from posttrain.preference.data import Pair
-
     saved = r.dir / "pairs.jsonl"
     if r.resume_from is not None and saved.exists():
         return [Pair(**json.loads(line)) for line in saved.read_text().splitlines()]
@@ -177,7 +177,6 @@ def run(cfg: DPOConfig, resume: bool = False, task=None) -> dict:
     if cfg.pairs:
         load_jsonl(cfg.pairs, cfg.on_bad)  # validate before any work
     task = task if task is not None else tasks.make(cfg.task)
-    from posttrain.recipes.rl import default_init
 
     r = Run(cfg, "dpo", resume)  # a bad --resume or out= fails before the default init
     init = cfg.init or default_init()

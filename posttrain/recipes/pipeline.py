@@ -19,8 +19,10 @@ from pathlib import Path
 from posttrain import UsageError, checkpoint
 from posttrain.config import PretrainConfig, RLConfig, SFTConfig
 from posttrain.eval import evaluate
+from posttrain.recipes import dpo, pretrain, rl, sft
 from posttrain.recipes.common import write_run_dir
 from posttrain.recipes.dpo import DPOConfig
+from posttrain.report import write_report
 from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
 
 ALL_STAGES = ("pretrain", "sft", "dpo", "rl")
@@ -66,8 +68,6 @@ def _run_stage(module, stage_cfg, run_dir: Path) -> float:
 def train_chain(cfg: PipelineConfig, upto: str | None = None) -> dict[str, float]:
     """Run (or resume, or skip) each stage in order up to `upto` (default: the last one);
     returns stage -> wall seconds."""
-    from posttrain.recipes import dpo, pretrain, rl, sft
-
     root = Path(cfg.out)
     write_run_dir(root, cfg)
     names = stage_names(cfg)
@@ -130,8 +130,6 @@ def run(cfg: PipelineConfig, resume: bool = False) -> dict:
     (root / "summary.json").write_text(json.dumps(rows, indent=1))
     (root / "summary.txt").write_text(table + "\n")
     if cfg.report:
-        from posttrain.report import write_report
-
         print(f"report: {write_report(root / stage_names(cfg)[-1])}")
     return {"rows": rows}
 

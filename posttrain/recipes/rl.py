@@ -17,10 +17,13 @@ from pathlib import Path
 import torch
 
 from posttrain import UsageError, algorithms, checkpoint, tasks
-from posttrain.config import RLConfig, save_config
+from posttrain.config import RLConfig, load_config, save_config
 from posttrain.distributed.placement import check_scale_config, place
 from posttrain.distributed.run_summary import write_summary
+from posttrain.distributed.trainer_group import TrainerGroup
+from posttrain.envs.source import ExternalRollouts
 from posttrain.eval import evaluate, response_budget
+from posttrain.framework.agent import evaluate_episodes
 from posttrain.framework.batch import RolloutBatch
 from posttrain.framework.controller import Controller
 from posttrain.framework.critic import needs_critic
@@ -29,17 +32,20 @@ from posttrain.framework.loop import eval_due, train_loop
 from posttrain.framework.trainer import Trainer
 from posttrain.logging import read_metrics
 from posttrain.models.heads import ActorCritic
+from posttrain.precision import FORMATS
+from posttrain.preference.reward_model import load_scorer
+from posttrain.preference.rlhf import RewardModelTask, write_curve
 from posttrain.recipes.common import Run, init_model, prepare_task, print_plan
 from posttrain.tasks.base import MultiTurnTask
 from posttrain.tasks.judge import JudgeTask
+from posttrain.tasks.leaky import HackingMonitor
 
 CACHE = Path(os.environ.get("POSTTRAIN_CACHE", "runs/cache"))
 
 
 def default_init() -> str:
     """The default SFT(CoT) checkpoint: trained once with the pipeline's defaults, then cached."""
-    from posttrain.config import load_config
-    from posttrain.recipes.pipeline import PipelineConfig, train_chain
+    from posttrain.recipes.pipeline import PipelineConfig, train_chain  # cycle: posttrain.recipes.pipeline
 
     root = CACHE / "sft_cot"
     if checkpoint.latest(root / "sft") is None:
@@ -60,7 +66,6 @@ def check_config(cfg: RLConfig) -> None:
             f"rollout.temperature={cfg.rollout.temperature} samples greedily: RL needs a sampling distribution "
             "(behaviour logprobs, different samples per group); use rollout.temperature > 0, e.g. 1.0"
         )
-    from posttrain.precision import FORMATS
 
     if cfg.rollout.precision not in FORMATS:
         raise UsageError(f"rollout.precision={cfg.rollout.precision!r} is unknown; use {', '.join(FORMATS)}")
@@ -176,8 +181,6 @@ def run(cfg: RLConfig, resume: bool = False, task=None) -> dict:
         r.rt,
     )
     if cfg.scale.trainer_ranks > 1:  # data-parallel over local processes (distributed/)
-        from posttrain.distributed.trainer_group import TrainerGroup
-
         trainer = TrainerGroup(trainer, cfg)
     controller = Controller(
         cfg,
@@ -194,8 +197,6 @@ def run(cfg: RLConfig, resume: bool = False, task=None) -> dict:
         controller.source = controller.sync = placement.asynchronous(cfg, controller.collect)
     external = None
     if getattr(task, "external", False):  # episodes driven from outside through the server
-        from posttrain.envs.source import ExternalRollouts
-
         controller.source = external = ExternalRollouts(cfg, task, tok, engine)
     n = cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt
     print_plan(
@@ -232,8 +233,6 @@ def run(cfg: RLConfig, resume: bool = False, task=None) -> dict:
         if external is not None:  # the environment's own episodes, greedy and sampled
             res = {**external.evaluate(heldout, k), "per_k": {}}
         elif isinstance(task, MultiTurnTask):  # agent tasks: episodes with the tools
-            from posttrain.framework.agent import evaluate_episodes
-
             res = evaluate_episodes(ev, tok, task, heldout, n=k, ks=(1, k), seed=cfg.seed, max_new_tokens=max_new)
         else:
             res = evaluate(
@@ -264,8 +263,6 @@ def run(cfg: RLConfig, resume: bool = False, task=None) -> dict:
     state = (get_state, set_state)
     step_fn = controller.step
     if getattr(task, "proxy_reward", False):  # a leaky verifier: watch proxy vs true reward
-        from posttrain.tasks.leaky import HackingMonitor
-
         step_fn = HackingMonitor(controller.step)
     try:
         summary = train_loop(
@@ -288,8 +285,6 @@ def run(cfg: RLConfig, resume: bool = False, task=None) -> dict:
             trainer.close()
     write_summary(r.dir, read_metrics(r.dir), "async" if cfg.scale.async_ else "colocated", n)  # throughput.json
     if cfg.reward_model:  # RLHF: the proxy-vs-true curve beside the metrics
-        from posttrain.preference.rlhf import write_curve
-
         print(f"over-optimisation curve: {r.dir / 'overoptimization.csv'}  turn: {write_curve(r.dir)}")
     return summary
 
@@ -299,8 +294,6 @@ def rlhf_task(task, reward_model: str, device):
     reward and the verifier is logged beside it (preference/rlhf.py); evaluation keeps the verifier."""
     if not reward_model:
         return task
-    from posttrain.preference.reward_model import load_scorer
-    from posttrain.preference.rlhf import RewardModelTask
 
     return RewardModelTask(task, load_scorer(reward_model, device))
 
@@ -373,8 +366,6 @@ def demo(name: str, steps: int = 30, argv: list[str] | None = None) -> dict:
     """`python -m posttrain.algorithms.<name>`: a short run of one algorithm on the shared task
     from the default SFT(CoT) checkpoint; prints reward and held-out accuracy before/after."""
     import sys
-
-    from posttrain.config import load_config
 
     overrides = [
         f"algo.name={name}",

@@ -14,9 +14,12 @@ from __future__ import annotations
 from posttrain import UsageError, tasks
 from posttrain.config import SFTConfig
 from posttrain.eval import evaluate, response_budget
+from posttrain.framework.agent import evaluate_episodes
 from posttrain.framework.batch import collate
 from posttrain.framework.loop import train_loop
+from posttrain.framework.rollout import Engine
 from posttrain.framework.trainer import Trainer
+from posttrain.preference.rejection import rejection_sample
 from posttrain.recipes.common import (
     EpochIndices,
     Run,
@@ -62,8 +65,6 @@ def examples(task, tok, n: int, seed: int, cot: bool):
 def rejection_examples(cfg: SFTConfig, model, tok, task, run_dir):
     """RFT data (preference/rejection.py): the init model's own verified, distinct responses."""
     import json
-
-    from posttrain.preference.rejection import rejection_sample
 
     items = task.items(min(cfg.rejection_prompts, cfg.num_problems), "train", cfg.seed)
     prompts, responses, stats = rejection_sample(
@@ -116,9 +117,6 @@ def run(cfg: SFTConfig, resume: bool = False, task=None) -> dict:
 
     def evaluate_fn(m):
         if hasattr(task, "make_env"):  # agent tasks: greedy episodes with the tools
-            from posttrain.framework.agent import evaluate_episodes
-            from posttrain.framework.rollout import Engine
-
             res = evaluate_episodes(
                 Engine(m, tok), tok, task, heldout, seed=cfg.seed, max_new_tokens=response_budget(task, heldout)
             )

@@ -25,8 +25,8 @@ from posttrain import UsageError
 
 def load_engine(run_or_model: str, device: str = "auto", threads: int = 0, max_slots: int = 256):
     """(Engine, tokenizer) for a run, a checkpoint or a local Hugging Face model directory."""
-    from posttrain import checkpoint, runtime
-    from posttrain.framework.rollout import Engine
+    from posttrain import checkpoint, runtime  # entry: no torch until called
+    from posttrain.framework.rollout import Engine  # entry: no torch until called
 
     rt = runtime.resolve(device, "auto", threads)
     model, tok, _ = checkpoint.load_model(run_or_model, rt.device)
@@ -99,8 +99,8 @@ def main(argv=None) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of unseeded requests' draws")
     args = p.parse_args(argv)
     from posttrain.serve.app import create_app
-    from posttrain.serve.batcher import Batcher
-    from posttrain.serve.protocol import Limits
+    from posttrain.serve.batcher import Batcher  # entry: no torch until called
+    from posttrain.serve.protocol import Limits  # entry: no torch until called
 
     engine, tok = load_engine(args.model, args.device, args.threads, args.max_slots)
     name = args.served_model_name or args.model

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from posttrain import UsageError
+from posttrain.models.tokenizer import CharTokenizer
 
 
 @dataclass(frozen=True)
@@ -192,7 +193,7 @@ def resolve_model(name: str | ModelShape) -> ModelShape:
     if key.endswith("b") and key[:-1].replace(".", "", 1).isdigit():
         return course_shape(float(key[:-1]))
     if key in MINI_PRESETS:
-        from posttrain.models.gpt_mini import ModelConfig
+        from posttrain.models.gpt_mini import ModelConfig  # entry: no torch until called
 
         return _from_mini(ModelConfig(preset=key), key)
     raise UsageError(
@@ -202,8 +203,6 @@ def resolve_model(name: str | ModelShape) -> ModelShape:
 
 
 def _from_mini(mc, name):
-    from posttrain.models.tokenizer import CharTokenizer
-
     c = mc.resolved(CharTokenizer().vocab_size)
     return ModelShape(name, c.d_model, c.n_layers, c.n_heads, c.n_kv_heads, c.d_ff, c.vocab_size, c.tie_embeddings)
 
@@ -238,8 +237,8 @@ def _from_file(path: Path) -> ModelShape:
             raise UsageError(f"model file '{path}' lacks {e.args[0]!r}; give a causal-LM config.json") from None
     from dataclasses import fields
 
-    from posttrain.config import build
-    from posttrain.models.gpt_mini import ModelConfig
+    from posttrain.config import build  # entry: no torch until called
+    from posttrain.models.gpt_mini import ModelConfig  # entry: no torch until called
 
     if "model" not in data and not set(data) <= {f.name for f in fields(ModelConfig)}:
         raise UsageError(

@@ -19,6 +19,9 @@ import importlib
 from importlib.metadata import entry_points
 
 from posttrain import UsageError
+from posttrain.tasks.base import TaskConfig
+from posttrain.tasks.judge import JudgeTask
+from posttrain.tasks.rewards import load_callable
 
 # name -> (module, task class, config class)
 TASKS = {
@@ -38,8 +41,6 @@ GROUP = "posttrain.tasks"
 
 def _user_class(name: str):
     """A Task class named FILE.py:Class, module:Class, or by an installed entry point."""
-    from posttrain.tasks.rewards import load_callable
-
     if ":" in name:
         cls = load_callable(name, "task.name")
     else:
@@ -71,7 +72,6 @@ def _lookup(name: str, which: int):
     cls = _user_class(name)
     if which == 0:
         return cls
-    from posttrain.tasks.base import TaskConfig
 
     cfg = getattr(cls, "Config", None)
     if cfg is None:  # a task without keys of its own
@@ -95,7 +95,5 @@ def make(config, **kw):
     task = _lookup(config.name, 0)(config, **kw)
     judge = getattr(config, "judge", None)
     if judge is not None and judge.model:
-        from posttrain.tasks.judge import JudgeTask
-
         task = JudgeTask(task, judge)
     return task

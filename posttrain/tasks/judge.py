@@ -35,7 +35,9 @@ import re
 from pathlib import Path
 
 from posttrain import UsageError
+from posttrain.chat import prompt_text
 from posttrain.tasks.base import JudgeConfig, RewardResult, correctness, safe_reward
+from posttrain.tasks.judges import make_backend
 
 POINTWISE = """Please act as an impartial judge and evaluate the response of an AI assistant to the question below.
 Judge correctness first, then helpfulness. {reference_note}
@@ -229,8 +231,6 @@ class JudgeTask:
     @property
     def backend(self):
         if self._backend is None:
-            from posttrain.tasks.judges import make_backend
-
             self._backend = make_backend(self.cfg)
         return self._backend
 
@@ -280,8 +280,6 @@ class JudgeTask:
         ]
 
     def _question(self, item) -> str:
-        from posttrain.chat import prompt_text
-
         return prompt_text(self.task.prompt(item))
 
     def _reference(self, item) -> str:

@@ -19,6 +19,7 @@ import os
 
 from posttrain import UsageError
 from posttrain.tasks.base import JudgeConfig
+from posttrain.tasks.rewards import _await
 
 
 def is_url(spec: str) -> bool:
@@ -35,8 +36,8 @@ class EngineJudge:
     def __init__(self, cfg: JudgeConfig, device="cpu"):
         import torch
 
-        from posttrain import checkpoint
-        from posttrain.framework.rollout import Engine
+        from posttrain import checkpoint  # upward: posttrain.checkpoint
+        from posttrain.framework.rollout import Engine  # upward: posttrain.framework.rollout
 
         self.cfg = cfg
         self.model, self.tok, path = checkpoint.load_model(cfg.model, device)  # a UsageError names a bad path
@@ -47,7 +48,7 @@ class EngineJudge:
 
     def start(self, task) -> None:
         """The template must fit the judge's context with room for its reply (checked on a real item)."""
-        from posttrain.tasks.judge import render
+        from posttrain.tasks.judge import render  # cycle: posttrain.tasks.judge
 
         item = task.items(1, "train", 0)[0]
         fields = task._fields(item)
@@ -64,7 +65,7 @@ class EngineJudge:
         return self.tok.encode(self.tok.chat_prompt(text))
 
     def complete(self, prompts: list[str], step: int = 0) -> list:
-        from posttrain.framework.rollout import SamplingParams
+        from posttrain.framework.rollout import SamplingParams  # upward: posttrain.framework.rollout
 
         out: list = [None] * len(prompts)
         todo, ids = [], []
@@ -126,7 +127,6 @@ class HTTPJudge:
     def complete(self, prompts: list[str], step: int = 0) -> list:
         if not self.name:
             self.start()
-        from posttrain.tasks.rewards import _await
 
         return _await(self._all(prompts))
 

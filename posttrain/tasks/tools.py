@@ -27,6 +27,7 @@ from posttrain import UsageError
 from posttrain.chat import CALL_CLOSE, CALL_OPEN, RESULT_CLOSE, RESULT_OPEN
 from posttrain.tasks.arithmetic import Problem, last_integer
 from posttrain.tasks.base import LineCorpus, RewardResult, TaskConfig, in_heldout, safe_reward, split_draws
+from posttrain.tasks.sandbox import run_python
 
 
 class ToolError(Exception):
@@ -80,8 +81,6 @@ def calculator(text: str) -> str:
 def python_tool(code: str) -> str:
     """The Python tool: run `code` in the sandbox (tasks/sandbox.py: fresh temp dir, no network,
     CPU/memory/process limits, 5 s) and return its stdout; a timeout or a failure raises."""
-    from posttrain.tasks.sandbox import run_python
-
     res = run_python(code, timeout_s=5.0)
     if res.timed_out:
         raise TimeoutError("after 5s")
