@@ -15,6 +15,12 @@ def test_no_module_level_upward_import_and_every_room_ranked():
     assert res["unranked"] == [] and res["upward"] == [], res["unranked"] + res["upward"]
 
 
+def test_every_function_level_import_of_posttrain_is_optional_an_entry_or_says_why():
+    res = imports.check()
+    assert res["inner"] == [], res["inner"]
+    assert imports.main(["--strict"]) == 0
+
+
 def test_the_tool_finds_an_upward_import_and_skips_types_and_functions(tmp_path):
     pkg = tmp_path / "posttrain"
     for room in ("models", "framework"):

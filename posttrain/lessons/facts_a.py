@@ -19,6 +19,9 @@ import torch
 
 from posttrain import algorithms
 from posttrain.algorithms import core, dr_grpo, grpo, rloo
+from posttrain.framework.logprobs import sequence_logprobs
+from posttrain.framework.reference import Reference, score_logprobs
+from posttrain.lessons import facts_a_algos, facts_a_loop
 from posttrain.lessons.facts_a_tools import (
     ARMS,
     BANDIT,
@@ -31,7 +34,9 @@ from posttrain.lessons.facts_a_tools import (
     table,
     tiny_model,
 )
+from posttrain.lessons.widgets_lineage import COSTS, ESTIMATORS, LINEAGE, SIGNALS, lineage_advantages
 from posttrain.sizing import memory
+from posttrain.tasks.arithmetic import last_integer, verify
 
 # ---- 00 · orientation ---------------------------------------------------------------------------
 
@@ -43,7 +48,6 @@ def rl00_n_algorithms() -> int:
 def rl00_lineage_table() -> dict:
     """Advantages of one group (1, 0, 0, 0) under each algorithm's own defaults, and the extra
     models each one keeps in memory (memory.ROLES)."""
-    from posttrain.lessons.widgets_lineage import LINEAGE, lineage_advantages
 
     adv = lineage_advantages(torch.tensor([1.0, 0.0, 0.0, 0.0], dtype=torch.float64))
     rows = []
@@ -56,7 +60,6 @@ def rl00_lineage_table() -> dict:
 
 def rl00_forces_table() -> dict:
     """The forces_map widget with one force at a time moved to its failing setting."""
-    from posttrain.lessons.widgets_lineage import COSTS, ESTIMATORS, SIGNALS
 
     cases = [
         ("none (the defaults)", {}),
@@ -102,7 +105,6 @@ def rl01_mean_reward_uniform() -> float:
 
 def rl02_parity_max_abs() -> float:
     """max |behaviour logprob − trainer logprob| over the response tokens, same weights, same T."""
-    from posttrain.framework.logprobs import sequence_logprobs
 
     model, b = rollout_batch()
     with torch.no_grad():
@@ -112,7 +114,6 @@ def rl02_parity_max_abs() -> float:
 
 def rl02_wrong_temperature_gap() -> float:
     """mean |difference| when the trainer scores at T = 1 what was sampled at T = 0.7."""
-    from posttrain.framework.logprobs import sequence_logprobs
 
     model, b = rollout_batch()
     with torch.no_grad():
@@ -127,7 +128,6 @@ def rl02_response_tokens() -> int:
 def rl02_stale_vs_recomputed() -> dict:
     """After one gradient step (plain SGD, lr 0.1) on a GRPO loss, the ratio against the
     recorded behaviour logprobs vs against logprobs recomputed with the new weights."""
-    from posttrain.framework.logprobs import sequence_logprobs
 
     model, b = tiny_model()[0], rollout_batch()[1]
     rewards = torch.tensor([1.0, 0, 0, 1, 0, 1, 1, 0])
@@ -191,7 +191,6 @@ PROBES = [
 
 
 def rl03_probes() -> dict:
-    from posttrain.tasks.arithmetic import last_integer, verify
 
     rows = []
     for p in PROBES:
@@ -243,7 +242,6 @@ def rl03_beta_table() -> dict:
 def rl03_reference_frozen() -> dict:
     """Reference(policy) of the tiny model, then the policy's weights move: the policy's own
     logprobs change, the reference's do not (it is a frozen deep copy)."""
-    from posttrain.framework.reference import Reference, score_logprobs
 
     _, b = rollout_batch()
     policy = tiny_model()[0]  # same weights as the sampler's
@@ -329,7 +327,6 @@ AT = {
 
 
 def _gather() -> dict:
-    from posttrain.lessons import facts_a_algos, facts_a_loop
 
     out = {
         name: fn

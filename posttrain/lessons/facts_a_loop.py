@@ -5,7 +5,12 @@ from __future__ import annotations
 import torch
 
 from posttrain.algorithms import core, grpo, reinforce
-from posttrain.framework.batch import RolloutBatch
+from posttrain.config import RLConfig
+from posttrain.framework.agent import observation_ids
+from posttrain.framework.batch import RolloutBatch, collate, collate_samples, split_micro_batches
+from posttrain.framework.controller import group_metrics, group_rewards
+from posttrain.framework.rollout import Engine, Sample
+from posttrain.framework.weight_sync import WeightSync
 from posttrain.lessons.facts_a_tools import (
     at,
     kpi,
@@ -14,6 +19,9 @@ from posttrain.lessons.facts_a_tools import (
     tiny_model,
     toy_batch,
 )
+from posttrain.lessons.widgets_step import TURNS
+from posttrain.models.tokenizer import CharTokenizer
+from posttrain.tasks.arithmetic import verify
 
 # ---- 05 · the trainer --------------------------------------------------------------------------
 
@@ -22,7 +30,6 @@ def rl05_microbatch_table() -> dict:
     """The loss of one batch vs the sum over its micro-batches (trainer.split_micro_batches, 16
     padded tokens each) with the batch's normaliser, vs the mean of micro-batches each normalised
     by its own tokens/sequences."""
-    from posttrain.framework.batch import split_micro_batches
 
     b, lp = toy_batch(drift=0.3)
     T = b.loss_mask.shape[1]
@@ -41,7 +48,6 @@ def rl05_microbatch_table() -> dict:
 
 
 def rl05_micro_rows() -> str:
-    from posttrain.framework.batch import split_micro_batches
 
     return "+".join(str(len(m.loss_mask)) for m in split_micro_batches(toy_batch()[0], 16))
 
@@ -62,7 +68,6 @@ def rl05_clip_equals_reinforce() -> float:
 
 
 def rl05_optim_table() -> dict:
-    from posttrain.config import RLConfig
 
     o = RLConfig().optim
     return table(
@@ -106,8 +111,6 @@ def rl06_sync_table() -> dict:
 
 def rl06_separate_sync() -> dict:
     """WeightSync in `separate` mode on the tiny model: the sampler's copy before and after sync()."""
-    from posttrain.framework.rollout import Engine
-    from posttrain.framework.weight_sync import WeightSync
 
     model, tok = tiny_model()
     engine = Engine(model, tok)
@@ -168,8 +171,6 @@ def rl07_group_metrics() -> dict:
     """controller.group_rewards / group_metrics on four groups of three rewards."""
     from types import SimpleNamespace
 
-    from posttrain.framework.controller import group_metrics, group_rewards
-
     groups = [[1, 0, 0], [1, 1, 1], [0, 0, 0], [1, 1, 0]]
     samples = [SimpleNamespace(group=g, reward=float(r)) for g, rs in enumerate(groups) for r in rs]
     found = group_rewards(samples)
@@ -206,10 +207,6 @@ def rl07_keep_vs_skip() -> dict:
 def rl07_step_example() -> dict:
     """Three answers to <3+4+5> through the verifier, grpo.advantages (population std) and
     collate_samples, as one controller step hands them on."""
-    from posttrain.framework.batch import collate_samples
-    from posttrain.framework.rollout import Sample
-    from posttrain.models.tokenizer import CharTokenizer
-    from posttrain.tasks.arithmetic import verify
 
     tok = CharTokenizer()
     prompt = tok.encode(tok.chat_prompt("3+4+5"))
@@ -254,9 +251,6 @@ def rl07_degenerate_last() -> float:
 def rl08_mask_table() -> dict:
     """REINFORCE's loss on the lesson's episode (tool output in the middle) when the tool tokens'
     logprobs are changed to garbage, with the tool mask and without it."""
-    from posttrain.framework.batch import collate
-    from posttrain.lessons.widgets_step import TURNS
-    from posttrain.models.tokenizer import CharTokenizer
 
     tok = CharTokenizer()
     prompt = tok.encode(TURNS[0][1])
@@ -296,8 +290,6 @@ def rl08_mask_table() -> dict:
 
 
 def rl08_observation_text() -> str:
-    from posttrain.framework.agent import observation_ids
-    from posttrain.models.tokenizer import CharTokenizer
 
     tok = CharTokenizer()
     return tok.decode(observation_ids(tok, "1368"))

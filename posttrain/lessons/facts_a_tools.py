@@ -11,8 +11,11 @@ from pathlib import Path
 import torch
 
 from posttrain.algorithms import core, grpo, reinforce
-from posttrain.framework.batch import RolloutBatch
+from posttrain.framework.batch import RolloutBatch, collate_samples
+from posttrain.framework.rollout import Engine, SamplingParams
 from posttrain.lessons import registry
+from posttrain.models.gpt_mini import ModelConfig, build_model
+from posttrain.models.tokenizer import CharTokenizer
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 BANDIT = [0.1, 0.3, 0.9, 0.4, 0.2]  # the course's 5-armed bandit (lesson 01), arms A–E
@@ -49,8 +52,6 @@ def load_json(name: str):
 def tiny_model(seed: int = 0):
     """A randomly initialised 2-layer gpt_mini (d = 32) and the built-in tokenizer: big enough to
     sample and score real sequences, small enough for a fact."""
-    from posttrain.models.gpt_mini import ModelConfig, build_model
-    from posttrain.models.tokenizer import CharTokenizer
 
     torch.manual_seed(seed)
     tok = CharTokenizer()
@@ -75,8 +76,6 @@ def bandit_grad(theta: torch.Tensor, arm: int, reward: float) -> torch.Tensor:
 @functools.cache
 def rollout_batch(temperature: float = 0.7):
     """8 samples (2 prompts × 4) from the tiny model through Engine.generate, collated."""
-    from posttrain.framework.batch import collate_samples
-    from posttrain.framework.rollout import Engine, SamplingParams
 
     model, tok = tiny_model()
     prompts = [tok.encode(tok.chat_prompt(q)) for q in ("3+4+5", "7+8")]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from posttrain.lessons import dapo_toy, runs
 from posttrain.lessons.facts_c_common import kpi, result, table
 from posttrain.sizing import throughput as tp
 
@@ -74,7 +75,6 @@ def rl22c_gain(run: str, key: str) -> float:
 def rl22c_stale_curves(correction: str) -> dict:
     """The recorded staleness runs behind the async_pipe widget (dapo_toy.stale_runs: the lesson-13
     DAPO toy with all switches on and the sampler Δ versions behind, 3 seeds averaged)."""
-    from posttrain.lessons import dapo_toy, runs
 
     rec = runs.recorded()
     return {d: rec[dapo_toy.stale_key(d, correction)] for d in dapo_toy.STALENESS}

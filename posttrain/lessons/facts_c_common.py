@@ -7,6 +7,8 @@ import json
 from functools import cache
 from pathlib import Path
 
+from posttrain.lessons import registry
+
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 GIB, MIB = 2**30, 2**20
 
@@ -24,7 +26,6 @@ def result(name: str):
 def kpi(widget: str, label: str, **knobs):
     """A widget's KPI at a setting other than its defaults (the page's {{kpi:…}} reads defaults
     only), computed by the widget itself so the text and the plot cannot disagree."""
-    from posttrain.lessons import registry
 
     out = dict(registry.compute(widget, {k: registry.fmt(v) for k, v in knobs.items()})["kpis"])
     return out[label]

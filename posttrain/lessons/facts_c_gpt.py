@@ -8,21 +8,24 @@ import math
 from collections.abc import Callable
 from functools import lru_cache
 
+from posttrain.config import PretrainConfig
+from posttrain.framework.batch import collate
+from posttrain.lessons import runs
 from posttrain.lessons.facts_c_common import kpi, table
+from posttrain.models.gpt_mini import PRESETS, GPTMini, ModelConfig, count_params
+from posttrain.models.tokenizer import BASE_CHARS, CharTokenizer
+from posttrain.tasks.arithmetic import ArithmeticTask
 
 # ---- gpt_mini 01 · the model under every stage ----------------------------------------------
 
 
 def _nano():
-    from posttrain.models.gpt_mini import ModelConfig
-    from posttrain.models.tokenizer import BASE_CHARS
 
     return ModelConfig(preset="nano").resolved(len(BASE_CHARS))
 
 
 def g01_parts_table() -> dict:
     """gpt_mini nano (the arithmetic task's 58-character vocabulary) by part, from its config."""
-    from posttrain.models.gpt_mini import count_params
 
     c = _nano()
     d, L, V, hd = c.d_model, c.n_layers, c.vocab_size, c.head_dim
@@ -41,8 +44,6 @@ def g01_parts_table() -> dict:
 
 
 def g01_presets_table() -> dict:
-    from posttrain.models.gpt_mini import PRESETS, ModelConfig, count_params
-    from posttrain.models.tokenizer import BASE_CHARS
 
     rows = []
     for name in PRESETS:
@@ -59,7 +60,6 @@ def g01_block_over_d2() -> float:
 
 def g01_module_count() -> int:
     """Parameters of an instantiated GPTMini nano, counted tensor by tensor."""
-    from posttrain.models.gpt_mini import GPTMini
 
     return GPTMini(_nano()).num_params()
 
@@ -92,9 +92,6 @@ def g02_corpus_stats() -> dict:
     import random
     from collections import Counter
 
-    from posttrain.lessons import runs
-    from posttrain.tasks.arithmetic import ArithmeticTask
-
     task = ArithmeticTask(runs.TASK)
     rng = random.Random(0)
     problems = [task.sample_problem(rng, "train") for _ in range(1500)]
@@ -109,8 +106,6 @@ def g02_corpus_stats() -> dict:
 
 
 def g02_loss_table() -> dict:
-    from posttrain.lessons import runs
-    from posttrain.models.tokenizer import BASE_CHARS
 
     rec = runs.recorded()["pretrain"]
     c = g02_corpus_stats()
@@ -129,9 +124,6 @@ def g02_loss_table() -> dict:
 
 def g02_context_table() -> dict:
     import torch
-
-    from posttrain.lessons import runs
-    from posttrain.models.tokenizer import BASE_CHARS
 
     rec = runs.recorded()["pretrain"]
     rows = []
@@ -163,8 +155,6 @@ def g02_context_table() -> dict:
 def g02_entropy(ctx: str, t: float) -> float:
     import torch
 
-    from posttrain.lessons import runs
-
     z = torch.tensor(runs.recorded()["pretrain"]["logits"][ctx], dtype=torch.float64) / t
     return float(-(torch.softmax(z, -1) * torch.log_softmax(z, -1)).sum())
 
@@ -172,14 +162,10 @@ def g02_entropy(ctx: str, t: float) -> float:
 def g02_prob(ctx: str, char: str) -> float:
     import torch
 
-    from posttrain.lessons import runs
-    from posttrain.models.tokenizer import BASE_CHARS
-
     return float(torch.softmax(torch.tensor(runs.recorded()["pretrain"]["logits"][ctx]), -1)[BASE_CHARS.index(char)])
 
 
 def g02_tokens() -> dict:
-    from posttrain.config import PretrainConfig
 
     c = PretrainConfig()
     n = __import__("posttrain.models.gpt_mini", fromlist=["x"]).count_params(_nano())
@@ -193,8 +179,6 @@ def g02_tokens() -> dict:
 def g03_mask_table() -> dict:
     """collate's loss mask for <3+4+5>12#, with the prompt masked and not: column t is trained
     when the loss predicts input_ids[t] from input_ids[:t]."""
-    from posttrain.framework.batch import collate
-    from posttrain.models.tokenizer import BASE_CHARS, CharTokenizer
 
     tok = CharTokenizer(BASE_CHARS)
     prompt, response = tok.encode(tok.chat_prompt("3+4+5")), tok.encode(tok.chat_response("12"))
@@ -211,8 +195,6 @@ def g03_mask_table() -> dict:
 def g03_prompt_share() -> dict:
     """Over 2,000 training problems of the default task (2–6 terms below 20): the share of trained
     positions that are prompt positions when the prompt is not masked, direct and with CoT."""
-    from posttrain.models.tokenizer import BASE_CHARS, CharTokenizer
-    from posttrain.tasks.arithmetic import ArithmeticTask
 
     tok, task = CharTokenizer(BASE_CHARS), ArithmeticTask()
     out = {}
@@ -228,7 +210,6 @@ def g03_prompt_share() -> dict:
 def g03_recorded_table() -> dict:
     """The recorded SFT runs of the widget (runs.mask_runs: a small gpt_mini from scratch on 4–5-term
     sums of digits, direct answers, 3 seeds averaged): held-out accuracy and training loss."""
-    from posttrain.lessons import runs
 
     rec = runs.recorded()
     on, off = rec["sft mask=1 seeds"], rec["sft mask=0 seeds"]
@@ -248,16 +229,12 @@ def g03_recorded_table() -> dict:
 
 
 def _mask_run(masked: bool) -> dict:
-    from posttrain.lessons import runs
 
     return runs.recorded()[f"sft mask={int(masked)} seeds"]
 
 
 def g03_mask_share() -> float:
     """Share of the trained positions that are prompt characters, unmasked, on the recorded runs' task."""
-    from posttrain.lessons import runs
-    from posttrain.models.tokenizer import BASE_CHARS, CharTokenizer
-    from posttrain.tasks.arithmetic import ArithmeticTask
 
     tok, task = CharTokenizer(BASE_CHARS), ArithmeticTask(runs.MASK_TASK)
     pr = rs = 0

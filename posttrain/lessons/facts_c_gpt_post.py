@@ -6,8 +6,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from posttrain.algorithms import grpo
+from posttrain.config import RLConfig, load_config
 from posttrain.lessons.facts_c_async import rl22c_gain
 from posttrain.lessons.facts_c_common import kpi, result, table
+from posttrain.preference.dpo import DPOLossConfig, SeqLogps, preference_loss
+from posttrain.tasks.arithmetic import Problem
 
 # ---- gpt_mini 04 · chain of thought -----------------------------------------------------------
 
@@ -32,7 +36,6 @@ def g04_table() -> dict:
 
 
 def g04_target(terms: tuple, cot: bool) -> str:
-    from posttrain.tasks.arithmetic import Problem
 
     return Problem(terms).target(cot)
 
@@ -44,8 +47,6 @@ def g05_first_step(beta: float = 0.1) -> dict:
     """preference_loss on one pair when π_θ = π_ref (every log-ratio 0): the loss and its gradient
     with respect to the chosen and rejected log-probs."""
     import torch
-
-    from posttrain.preference.dpo import DPOLossConfig, SeqLogps, preference_loss
 
     lp = torch.zeros(2, dtype=torch.float64, requires_grad=True)
     zero, one = torch.zeros(1, dtype=torch.float64), torch.ones(1, dtype=torch.float64)
@@ -86,8 +87,6 @@ def g06_group_table() -> dict:
     """grpo.advantages for the group r = (1, 1, 0, 0) and (1, 0, 0, 0), both std conventions."""
     import torch
 
-    from posttrain.algorithms import grpo
-
     rows = []
     for rewards in ((1.0, 1.0, 0.0, 0.0), (1.0, 0.0, 0.0, 0.0), (1.0, 1.0, 1.0, 1.0)):
         r = torch.tensor(rewards, dtype=torch.float64)
@@ -125,7 +124,6 @@ def g06_group_runs() -> dict:
 
 
 def g06_config() -> dict:
-    from posttrain.config import RLConfig, load_config
 
     c = load_config(RLConfig, "grpo_arith", [])
     return {

@@ -6,8 +6,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import lru_cache
 
+from posttrain.framework.batch import collate_samples
+from posttrain.framework.logprobs import sequence_logprobs
+from posttrain.framework.reference import Reference
+from posttrain.framework.rollout import Engine, SamplingParams
+from posttrain.framework.sampler import token_logprobs
 from posttrain.lessons.facts_c_common import GIB, MIB, kpi, table
+from posttrain.models.gpt_mini import GPTMini, ModelConfig
+from posttrain.models.tokenizer import BASE_CHARS, CharTokenizer
+from posttrain.sizing import memory, shapes
 from posttrain.sizing import throughput as tp
+from posttrain.sizing.shapes import logits_bytes
 
 # ---- 24 · the RL infra engineer -------------------------------------------------------------
 
@@ -21,7 +30,6 @@ SIZING = [  # (model, GPUs, LoRA rank, rollout TP): the whiteboard question and 
 
 
 def rl24_plan(model: str, gpus: int, lora: int, rollout_tp: int) -> dict:
-    from posttrain.sizing import memory
 
     return memory.plan(model, algo="grpo", gpus=gpus, lora=lora, checkpointing=True, rollout_tp=rollout_tp)
 
@@ -58,7 +66,6 @@ def rl24_sizing_table() -> dict:
 
 def rl24_state_tib() -> float:
     """18 B per parameter for the 70B's full training state, in TiB."""
-    from posttrain.sizing import memory, shapes
 
     return memory.train_bytes_per_param() * shapes.count_params(shapes.resolve_model("llama-70b")) / 2**40
 
@@ -69,13 +76,6 @@ def rl24_traps() -> dict:
     sampler vs trainer log-probs on the same tokens, a reference that cannot be trained, and the
     stop token in the loss of every response that stopped."""
     import torch
-
-    from posttrain.framework.batch import collate_samples
-    from posttrain.framework.logprobs import sequence_logprobs
-    from posttrain.framework.reference import Reference
-    from posttrain.framework.rollout import Engine, SamplingParams
-    from posttrain.models.gpt_mini import GPTMini, ModelConfig
-    from posttrain.models.tokenizer import BASE_CHARS, CharTokenizer
 
     tok = CharTokenizer(BASE_CHARS)
     torch.manual_seed(0)
@@ -116,7 +116,6 @@ def rl24_traps() -> dict:
 
 def rl25_chunk_table() -> dict:
     """Logits held at once for 32,768 tokens × a 131,072-token vocabulary in bf16 (shapes.logits_bytes)."""
-    from posttrain.sizing.shapes import logits_bytes
 
     full = logits_bytes(32768, 131072)
     rows = [["none (full logits)", f"{full / GIB:.2f} GiB", "1×"]]
@@ -145,10 +144,6 @@ def rl25_engine_prefix() -> dict:
     """posttrain's engine: 4 prompts × 16 samples; prompt tokens prefilled vs. as if unshared."""
     import torch
 
-    from posttrain.framework.rollout import Engine, SamplingParams
-    from posttrain.models.gpt_mini import GPTMini, ModelConfig
-    from posttrain.models.tokenizer import BASE_CHARS, CharTokenizer
-
     tok = CharTokenizer(BASE_CHARS)
     torch.manual_seed(0)
     model = GPTMini(
@@ -166,8 +161,6 @@ def rl25_chunked_exact() -> float:
     """A vocabulary-chunked log-softmax (a running logsumexp over 8 chunks) against posttrain's
     token_logprobs on the same logits: the largest difference, in nats (fp32)."""
     import torch
-
-    from posttrain.framework.sampler import token_logprobs
 
     g = torch.Generator().manual_seed(0)
     logits = 4 * torch.randn(64, 4096, generator=g)  # [N, V]

@@ -5,8 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from posttrain import report as rp
+from posttrain.algorithms import core
+from posttrain.algorithms.ppo import gae
 from posttrain.lessons import claims
 from posttrain.lessons.facts_c_common import GIB, kpi, result, table
+from posttrain.lessons.widgets_forces import leak, recipe
+from posttrain.lessons.widgets_practice import MODES
+from posttrain.sizing import memory, shapes
 
 # ---- 23 · recipes and how runs fail -----------------------------------------------------------
 
@@ -19,7 +25,6 @@ def _default(fn, arg: str):
 
 def rl23_alarm_table() -> dict:
     """posttrain.report's alarms with their thresholds, read from the functions themselves."""
-    from posttrain import report as rp
 
     return table(
         ["alarm", "reads", "fires when (the last quarter of the run)"],
@@ -59,7 +64,6 @@ def rl23_alarm_table() -> dict:
 def rl23_real_runs_table() -> dict:
     """report.alarms on posttrain's own 100-step GRPO runs (benchmarks/results/claims.json), each
     summarised by the means of its first and last 10 steps and its held-out pass@1 at both ends."""
-    from posttrain import report as rp
 
     label = {
         "length_grpo": "GRPO",
@@ -99,7 +103,6 @@ def rl23_real_runs_table() -> dict:
 
 def rl23_modes_table() -> dict:
     """The failures widget at severity 1 for each mode: which alarms its metrics fire."""
-    from posttrain.lessons.widgets_practice import MODES
 
     return table(
         ["what goes wrong (severity 1)", "alarms fired"],
@@ -139,7 +142,6 @@ def rl23_classify_table() -> dict:
 
 def rl26_cost_table() -> dict:
     """The cost force in numbers (sizing/memory.py, sizing/shapes.py): training vs serving the course's round sizes."""
-    from posttrain.sizing import memory, shapes
 
     rows = []
     for b in (7, 70, 405):
@@ -172,7 +174,6 @@ FORCE_SETTINGS = [(100, 0, 32), (100, 50, 8), (100, 100, 512), (60, 50, 64), (20
 
 def memory_ratio() -> float:
     """Training state over serving weights, per parameter: 18 B / 2 B."""
-    from posttrain.sizing import memory
 
     return memory.train_bytes_per_param() / 2
 
@@ -180,7 +181,6 @@ def memory_ratio() -> float:
 def rl26_extremes_table() -> dict:
     """The forces widget's rules (widgets_forces.recipe and .leak, the course's decision table) at a
     few corners of its map; the widget's training run behind them is not repeated here."""
-    from posttrain.lessons.widgets_forces import leak, recipe
 
     rows = []
     for sig, bias, cost in FORCE_SETTINGS:
@@ -209,8 +209,6 @@ def rl27_kl_table() -> dict:
     of two 16-token categoricals (π_ref's logits shifted by 0.5 × a ramp)."""
     import torch
 
-    from posttrain.algorithms import core
-
     base = torch.linspace(-1.5, 1.5, 16, dtype=torch.float64)
     lp, lr = (
         torch.log_softmax(base, -1),
@@ -232,8 +230,6 @@ def rl27_gae_table() -> dict:
     values V = (0.2, 0.4, 0.5, 0.7, 0.9), γ = 1, for three λ."""
     import torch
 
-    from posttrain.algorithms.ppo import gae
-
     rewards = torch.tensor([[0.0, 0.0, 0.0, 0.0, 1.0]], dtype=torch.float64)
     values = torch.tensor([[0.2, 0.4, 0.5, 0.7, 0.9]], dtype=torch.float64)
     mask = torch.ones_like(rewards)
@@ -254,7 +250,6 @@ def rl27_gaps_table() -> dict:
 
 
 def rl27_lora() -> dict:
-    from posttrain.sizing import shapes
 
     s = shapes.resolve_model("llama-7b")
     run = result("lora_memory")

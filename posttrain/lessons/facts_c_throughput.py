@@ -8,7 +8,11 @@ import math
 from collections.abc import Callable
 from functools import lru_cache
 
+from posttrain.algorithms.dapo import overlong_penalty
+from posttrain.framework.rollout import Engine, SamplingParams
 from posttrain.lessons.facts_c_common import kpi, result, table
+from posttrain.models.gpt_mini import GPTMini, ModelConfig
+from posttrain.models.tokenizer import BASE_CHARS, CharTokenizer
 from posttrain.sizing import throughput as tp
 
 # ---- 22a · the throughput equation -------------------------------------------------------------
@@ -139,10 +143,6 @@ def rl22b_cutoff() -> dict:
     (Engine.generate(keep=8), the `overprovision` straggler cut-off), cap 128 tokens."""
     import torch
 
-    from posttrain.framework.rollout import Engine, SamplingParams
-    from posttrain.models.gpt_mini import GPTMini, ModelConfig
-    from posttrain.models.tokenizer import BASE_CHARS, CharTokenizer
-
     tok = CharTokenizer(BASE_CHARS)
     torch.manual_seed(0)
     model = GPTMini(
@@ -184,8 +184,6 @@ def rl22b_cutoff_table() -> dict:
 
 def rl22b_overlong_table() -> dict:
     import torch
-
-    from posttrain.algorithms.dapo import overlong_penalty
 
     lengths = torch.tensor([50.0, 80.0, 90.0, 100.0, 110.0])
     pen = overlong_penalty(lengths, max_len=100, buffer=20)

@@ -18,9 +18,11 @@ from pathlib import Path
 
 import torch
 
+from posttrain import UsageError
 from posttrain.config import OptimConfig
 from posttrain.eval import evaluate
 from posttrain.framework.batch import collate
+from posttrain.framework.rollout import Engine, SamplingParams
 from posttrain.framework.trainer import Trainer
 from posttrain.lessons import dapo_toy
 from posttrain.models.gpt_mini import GPTMini, ModelConfig
@@ -165,8 +167,6 @@ def all_runs() -> dict:
 @lru_cache(maxsize=1)
 def recorded() -> dict:
     if not DATA.exists():
-        from posttrain import UsageError
-
         raise UsageError(f"{DATA} is missing; regenerate it with: python -m posttrain.lessons.runs")
     return json.loads(DATA.read_text())
 
@@ -245,7 +245,6 @@ def spec_acceptance(target: GPTMini, draft: GPTMini, contexts: list[list[int]]) 
 def engine_runs() -> dict:
     """The lesson-21 scheduler's model: a 2-layer gpt_mini SFT'd on CoT traces (its response
     lengths vary with the number of terms), and the acceptance rate of a 1-layer draft for it."""
-    from posttrain.framework.rollout import Engine, SamplingParams
 
     target = train_sft_model(2, 64, 1500)
     draft = train_sft_model(1, 32, 600)

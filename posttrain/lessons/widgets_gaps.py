@@ -12,6 +12,8 @@ from posttrain.algorithms import core, ppo, reinforce
 from posttrain.framework.batch import RolloutBatch
 from posttrain.lessons.registry import Knob, Widget, bar, figure, line, r, register
 from posttrain.lessons.widgets_forces import categorical
+from posttrain.lessons.widgets_practice import stale_estimate
+from posttrain.lessons.widgets_signal import curation, prm_search
 from posttrain.sizing import memory
 
 # ---- 27 · the gap explorer --------------------------------------------------------------------------
@@ -127,7 +129,6 @@ def _entropy_demo() -> tuple[str, float, float]:
 
 
 def _offpolicy_demo() -> tuple[str, float, float]:
-    from posttrain.lessons.widgets_practice import stale_estimate
 
     on, off = stale_estimate(16, "tis", 2.0), stale_estimate(16, "none", 2.0)
     return "|bias| of the estimate from 16-version-old samples", abs(float(on[1] - on[0])), abs(float(off[1] - off[0]))
@@ -154,7 +155,6 @@ def _lora_demo() -> tuple[str, float, float]:
 
 
 def _prm_demo() -> tuple[str, float, float]:
-    from posttrain.lessons.widgets_signal import prm_search
 
     k = dict(prm_search(0.75, 16, 4, "matched")["kpis"])
     return (
@@ -165,7 +165,6 @@ def _prm_demo() -> tuple[str, float, float]:
 
 
 def _curriculum_demo() -> tuple[str, float, float]:
-    from posttrain.lessons.widgets_signal import curation
 
     on, off = (dict(curation(80, c, 8)["kpis"]) for c in (60, 0))
     return (

@@ -9,6 +9,8 @@ from posttrain import algorithms
 from posttrain.algorithms import ppo
 from posttrain.lessons import dapo_toy, runs
 from posttrain.lessons.registry import Knob, Widget, bar, figure, line, r, register
+from posttrain.lessons.widgets_algos import BASELINES, _estimates, _expected
+from posttrain.lessons.widgets_signal import _hack_run
 from posttrain.sizing import memory
 
 # ---- 00 · the lineage, applied to one group --------------------------------------------------------
@@ -105,8 +107,6 @@ def forces_map(signal: str, estimator: str, cost: str) -> dict:
     verifier or a reward model that leaks ρ = 0.5, 200 steps; ESTIMATOR, 2000 gradient estimates
     of the lesson-09 toy with rloo.advantages at K = 8 or reinforce.advantages at K = 1 (their
     error against the true gradient); COST, memory.plan of the recipe on 8 H100s."""
-    from posttrain.lessons.widgets_algos import BASELINES, _estimates, _expected
-    from posttrain.lessons.widgets_signal import _hack_run
 
     _pi, train, held = _hack_run(0.0 if signal == SIGNALS[0] else 0.5)[200]
     K, base = (8, BASELINES[1]) if estimator == ESTIMATORS[0] else (1, BASELINES[0])
