@@ -65,33 +65,38 @@ def measure(what: str, src: Path, tmp: Path, threads: int) -> dict:
     return {"wall_s": round(wall, 1), "load_avg_before": load0, "load_avg_after": os.getloadavg(), "result": res}
 
 
+def _pairs(rows: dict, cells, gain) -> list[str]:
+    """One line per key of rows["after"]: `cells(row)` of each side, then `gain(before, after)`."""
+    return [
+        f"  {k:>5}: before {cells(rows['before'][k])}   after {cells(y)}   {gain(rows['before'][k], y)}"
+        for k, y in rows["after"].items()
+    ]
+
+
 def table(result: dict) -> str:
     """The before/after rows of a result, as text."""
     runs, out = result["runs"], []
+    sides = ("before", "after")
     if "rollout" in runs:
-        rows = {s: {r["batch"]: r for r in runs["rollout"][s]["result"]["rows"]} for s in ("before", "after")}
-        out.append("rollout, micro preset, 64 new tokens (tokens/s: ours | HF generate | ratio):")
-        for b in rows["after"]:
-            x, y = rows["before"][b], rows["after"][b]
-            out.append(
-                f"  batch {b:>3}: before {x['ours_tokens_per_s']:7.0f} | {x['hf_tokens_per_s']:7.0f} | {x['ratio']:.2f}x"
-                f"   after {y['ours_tokens_per_s']:7.0f} | {y['hf_tokens_per_s']:7.0f} | {y['ratio']:.2f}x"
-                f"   ours after/before {y['ours_tokens_per_s'] / x['ours_tokens_per_s']:.2f}x"
-                f"  flop frac {x['ours_flop_frac']:.1%} -> {y['ours_flop_frac']:.1%}"
-            )
+        out.append("rollout, micro preset, 64 new tokens, by batch (tokens/s: ours | HF generate | ratio):")
+        out += _pairs(
+            {s: {r["batch"]: r for r in runs["rollout"][s]["result"]["rows"]} for s in sides},
+            lambda r: f"{r['ours_tokens_per_s']:7.0f} | {r['hf_tokens_per_s']:7.0f} | {r['ratio']:.2f}x",
+            lambda x, y: (
+                f"ours {y['ours_tokens_per_s'] / x['ours_tokens_per_s']:.2f}x, "
+                f"FLOP share {x['ours_flop_frac']:.1%} -> {y['ours_flop_frac']:.1%}"
+            ),
+        )
     if "trl" in runs:
         out.append("GRPO step vs TRL GRPOTrainer (s/step: posttrain | TRL | TRL/posttrain):")
-        sh = {s: runs["trl"][s]["result"]["shapes"] for s in ("before", "after")}
-        for k in sh["after"]:
-            x, y = sh["before"][k], sh["after"][k]
-            out.append(
-                f"  {k:>5}: before {x['posttrain']['step_s']:.3f} | {x['trl']['step_s']:.3f} | {x['speedup']:.2f}x"
-                f"   after {y['posttrain']['step_s']:.3f} | {y['trl']['step_s']:.3f} | {y['speedup']:.2f}x"
-                f"   ours after/before {x['posttrain']['step_s'] / y['posttrain']['step_s']:.2f}x"
-            )
+        out += _pairs(
+            {s: runs["trl"][s]["result"]["shapes"] for s in sides},
+            lambda r: f"{r['posttrain']['step_s']:.3f} | {r['trl']['step_s']:.3f} | {r['speedup']:.2f}x",
+            lambda x, y: f"ours {x['posttrain']['step_s'] / y['posttrain']['step_s']:.2f}x",
+        )
     if "pipeline" in runs:
         out.append("posttrain pipeline (stage wall s; greedy, pass@1, pass@8):")
-        for s in ("before", "after"):
+        for s in sides:
             r = runs["pipeline"][s]
             stages = "  ".join(f"{x['stage']} {x['wall_s']:.0f}" for x in r["result"]["summary"])
             last = r["result"]["summary"][-1]

@@ -15,7 +15,6 @@ The profiler adds a few microseconds to every op, so at small batches (many ops 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -23,6 +22,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from posttrain.bench import finish, op_seconds, run_header  # noqa: E402
 
 GROUPS = {
     "linear": ("aten::mm", "aten::addmm"),
@@ -51,11 +52,7 @@ def profile_batch(B: int, new_tokens: int = 64) -> dict:
         t0 = time.perf_counter()
         engine.generate(prompts, 1, sp)
         wall = time.perf_counter() - t0
-    spent = {k: 0.0 for k in (*GROUPS, "other_ops")}
-    for ev in prof.key_averages():
-        group = next((g for g, names in GROUPS.items() if ev.key in names), "other_ops")
-        spent[group] += ev.self_cpu_time_total / 1e6
-    spent["python"] = max(wall - sum(spent.values()), 0.0)
+    spent = op_seconds(prof, GROUPS, wall)
     total = sum(spent.values())
     row = {
         "batch": B,
@@ -76,21 +73,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--out", default="benchmarks/results/rollout_profile.json")
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
-    from posttrain.bench import write_json
-
-    result = {
-        "bench": "rollout_profile",
-        "preset": "micro",
-        "threads": a.threads,
-        "torch": torch.__version__,
-        "cpu_count": os.cpu_count(),
-        "load_avg_before": os.getloadavg(),
-    }
+    result = run_header("rollout_profile", a.threads, preset="micro")
     result["rows"] = [profile_batch(int(b)) for b in a.batches.split(",")]
-    result["load_avg_after"] = os.getloadavg()
-    write_json(a.out, result)
-    print(f"wrote {a.out}")
-    return result
+    return finish(result, a.out)
 
 
 if __name__ == "__main__":

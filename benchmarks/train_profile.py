@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import os
 import sys
 import time
 from pathlib import Path
@@ -42,7 +41,7 @@ GROUPS = {
         "aten::_foreach_addcdiv_",
         "aten::_foreach_sqrt",
         "aten::_foreach_div_",
-        "aten::_fused_adamw_",
+        "aten::_foreach_norm",  # gradient clipping
     ),
 }
 
@@ -83,7 +82,7 @@ def best_of(step, repeats: int) -> float:
 def main(argv=None) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
-    from posttrain.bench import matmul_peak_gflops, write_json
+    from posttrain.bench import finish, matmul_peak_gflops, op_seconds, run_header
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--threads", type=int, default=2)
@@ -92,15 +91,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--out", default="benchmarks/results/train_profile.json")
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
-    result = {
-        "bench": "train_profile",
-        "preset": "nano",
-        "threads": a.threads,
-        "torch": torch.__version__,
-        "cpu_count": os.cpu_count(),
-        "load_avg_before": os.getloadavg(),
-        "matmul_peak_gflops": matmul_peak_gflops(a.threads),
-    }
+    result = run_header("train_profile", a.threads, preset="nano")
+    result["matmul_peak_gflops"] = matmul_peak_gflops(a.threads)
     step, params, real = setup()
     m = step()  # warm-up
     wall = best_of(step, a.repeats)
@@ -108,11 +100,7 @@ def main(argv=None) -> dict:
         t0 = time.perf_counter()
         step()
         prof_wall = time.perf_counter() - t0
-    spent = {k: 0.0 for k in (*GROUPS, "other_ops")}
-    for ev in prof.key_averages():
-        group = next((g for g, names in GROUPS.items() if ev.key in names), "other_ops")
-        spent[group] += ev.self_cpu_time_total / 1e6
-    spent["python"] = max(prof_wall - sum(spent.values()), 0.0)
+    spent = op_seconds(prof, GROUPS, prof_wall)
     total = sum(spent.values())
     peak = result["matmul_peak_gflops"] * 1e9
     flops = 6 * params * real
@@ -148,10 +136,7 @@ def main(argv=None) -> dict:
             f"({wall / cwall:.2f}x); it pays after ~{result['compiled']['break_even_steps']:.0f} steps",
             flush=True,
         )
-    result["load_avg_after"] = os.getloadavg()
-    write_json(a.out, result)
-    print(f"wrote {a.out}")
-    return result
+    return finish(result, a.out)
 
 
 if __name__ == "__main__":

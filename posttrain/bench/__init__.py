@@ -1,7 +1,8 @@
 """Benchmarks that write JSON (`posttrain bench rollout|train --out FILE.json`).
 
-Shared helpers: the measured matmul peak every throughput number is compared against, and
-a JSON writer that never leaves a half-written file.
+Shared helpers: the measured matmul peak every throughput number is compared against, a
+result's header (the machine and its load) and ending, op time grouped from a torch.profiler
+trace, and a JSON writer that never leaves a half-written file.
 """
 
 from __future__ import annotations
@@ -43,6 +44,37 @@ def matmul_peak_gflops(threads: int | None = None, n: int = 1024, dtype=torch.fl
         return 2 * n**3 / best / 1e9
     finally:
         torch.set_num_threads(old)
+
+
+def run_header(bench: str, threads: int, **extra) -> dict:
+    """The first keys of a result: what ran, on how many threads and cores, under what load."""
+    return {
+        "bench": bench,
+        **extra,
+        "threads": threads,
+        "torch": torch.__version__,
+        "cpu_count": os.cpu_count(),
+        "load_avg_before": os.getloadavg(),
+    }
+
+
+def finish(result: dict, out: str | os.PathLike, load_key: str = "load_avg_after") -> dict:
+    """Record the load average at the end, write the result (write_json) and say where."""
+    result[load_key] = os.getloadavg()
+    write_json(out, result)
+    print(f"wrote {out}")
+    return result
+
+
+def op_seconds(prof, groups: dict[str, tuple[str, ...]], wall: float) -> dict[str, float]:
+    """Self CPU seconds of a torch.profiler trace by group ({group: op names}); ops in no group
+    go to "other_ops", and "python" is the profiled `wall` time not inside any op."""
+    spent = {k: 0.0 for k in (*groups, "other_ops")}
+    for ev in prof.key_averages():
+        group = next((g for g, names in groups.items() if ev.key in names), "other_ops")
+        spent[group] += ev.self_cpu_time_total / 1e6
+    spent["python"] = max(wall - sum(spent.values()), 0.0)
+    return spent
 
 
 def write_json(path: str | os.PathLike, obj) -> None:

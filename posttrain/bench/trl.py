@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 from posttrain import UsageError
-from posttrain.bench import matmul_peak_gflops, transformers_version, write_json
+from posttrain.bench import finish, matmul_peak_gflops, transformers_version
 from posttrain.config import RLConfig, load_config
 from posttrain.framework.controller import Controller
 from posttrain.models.hf import load_hf, write_tiny
@@ -260,10 +260,7 @@ def main(argv=None) -> dict:
                 f"TRL at {row['trl']['floor_frac']:.0%} of it, posttrain at {row['posttrain']['floor_frac']:.0%}",
                 flush=True,
             )
-    result["load_after"] = os.getloadavg()
-    write_json(args.out, result)
-    print(f"wrote {args.out}")
-    return result
+    return finish(result, args.out, load_key="load_after")
 
 
 if __name__ == "__main__":
