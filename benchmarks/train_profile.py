@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import importlib.util
 import sys
 import time
 from pathlib import Path
@@ -25,7 +26,6 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 GROUPS = {
     "matmul": ("aten::mm", "aten::addmm", "aten::bmm"),
@@ -46,9 +46,19 @@ GROUPS = {
 }
 
 
-def setup(compiled: bool = False):
-    from ab_refs import rl_batch
+def _ab_refs():
+    """benchmarks/ab_refs.py, loaded by path: this folder is not put on sys.path, where its
+    verifiers.py would shadow the verifiers package."""
+    name = "posttrain_bench_ab_refs"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent / "ab_refs.py")
+        sys.modules[name] = module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    return sys.modules[name]
 
+
+def setup(compiled: bool = False):
+    rl_batch = _ab_refs().rl_batch
     from posttrain import algorithms
     from posttrain.config import OptimConfig
     from posttrain.framework.batch import RolloutBatch

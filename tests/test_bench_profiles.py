@@ -6,12 +6,19 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
 from posttrain.bench import finish, op_seconds, run_header
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _own_sys_path(monkeypatch):
+    """The scripts put the repo root on sys.path; give it back as it was after each test."""
+    monkeypatch.setattr(sys, "path", list(sys.path))
 
 
 def _load(name):
