@@ -30,8 +30,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# benchmarks/verifiers.py (the verifier-pool benchmark) would shadow the verifiers package: drop this folder
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 sys.path.insert(0, str(ROOT))  # this checkout's posttrain
 sys.path.insert(0, str(ROOT / "examples" / "envs"))
 

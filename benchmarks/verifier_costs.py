@@ -1,7 +1,7 @@
 """Verifier costs: one sandbox run, and the code task scored in-process vs through the
 verifier pool. Writes JSON and prints it. Wall times depend on the machine's load.
 
-    python benchmarks/verifiers.py --out benchmarks/results/verifiers.json
+    python benchmarks/verifier_costs.py --out benchmarks/results/verifier_costs.json
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from posttrain.tasks.pool import VerifierPool
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--out", default="benchmarks/results/verifiers.json")
+    p.add_argument("--out", default="benchmarks/results/verifier_costs.json")
     p.add_argument("--runs", type=int, default=30, help="sandbox runs of a trivial program")
     p.add_argument("--workers", default="1,2,4", help="pool sizes to time on the code task")
     args = p.parse_args(argv)
