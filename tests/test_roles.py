@@ -74,3 +74,28 @@ def test_a_critic_algorithm_refuses_the_bare_policy(nano):
     loss_fn = policy_loss_fn(ppo, ppo.Config(), 1.0)
     with pytest.raises(UsageError, match="learns a critic: train a models.heads.ActorCritic"):
         loss_fn(nano, RolloutBatch(input_ids=torch.tensor([[1, 5, 6]]), loss_mask=torch.ones(1, 3)), {})
+
+
+def test_the_reference_is_frozen_and_outside_every_optimizer(nano):
+    """A real trainer step moves the policy; the reference's parameters are in no optimizer,
+    need no gradient, share no storage with the policy, and its scores do not move."""
+    ref = Reference(nano)
+    trainer = Trainer(nano, OptimConfig(lr=1e-2), total_steps=1)
+    in_optimizer = {id(p) for g in trainer.optimizer.param_groups for p in g["params"]}
+    ref_params = list(ref.model.parameters())
+    assert ref_params and not any(p.requires_grad for p in ref_params) and not ref.model.training
+    assert not {id(p) for p in ref_params} & in_optimizer
+    assert not {p.data_ptr() for p in ref_params} & {p.data_ptr() for p in nano.parameters()}
+    ids = torch.tensor([[1, 5, 6, 7, 2], [1, 8, 9, 2, 0]])
+    batch = RolloutBatch(input_ids=ids, loss_mask=(ids > 0).float(), attention_mask=(ids > 0).float())
+    before_ref, before_pol = ref.score(batch), [p.detach().clone() for p in nano.parameters()]
+
+    def nll(model, mb, norm):  # any loss: the trainer does not care which
+        logits = model(mb.input_ids)[:, :-1]
+        lp = torch.log_softmax(logits, -1).gather(-1, mb.input_ids[:, 1:, None]).squeeze(-1)
+        return -(lp * mb.loss_mask[:, 1:]).sum() / norm["tokens"], {}
+
+    trainer.step(batch, nll)
+    assert any(not torch.equal(a, b) for a, b in zip(before_pol, nano.parameters()))  # the policy moved
+    assert all(p.grad is None for p in ref_params)
+    assert torch.equal(ref.score(batch), before_ref)  # the reference did not
