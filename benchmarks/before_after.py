@@ -32,6 +32,9 @@ ROOT = Path(__file__).resolve().parents[1]
 RUN = "import sys; sys.path.insert(0, {src!r}); import posttrain.cli as c; assert c.__file__.startswith({src!r}); sys.exit(c.main())"
 
 
+BENCH_ARGS = {"rollout": ["--batches", "1,8,64,256", "--repeats", "3"], "trl": ["--shapes", "64x16,8x16"]}
+
+
 def cli(src: Path, args: list[str], threads: int) -> tuple[float, str]:
     """Run `posttrain ARGS` from checkout `src`; (wall s, output). Raises on a non-zero exit."""
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONHASHSEED": "0"}
@@ -50,13 +53,8 @@ def cli(src: Path, args: list[str], threads: int) -> tuple[float, str]:
 def measure(what: str, src: Path, tmp: Path, threads: int) -> dict:
     out = tmp / f"{what}-{src.name}.json"
     load0 = os.getloadavg()
-    if what == "rollout":
-        args = ["bench", "rollout", "--batches", "1,8,64,256", "--repeats", "3", "--threads", str(threads)]
-        wall, _ = cli(src, [*args, "--out", str(out)], threads)
-        res = json.loads(out.read_text())
-    elif what == "trl":
-        args = ["bench", "trl", "--shapes", "64x16,8x16", "--threads", str(threads)]
-        wall, _ = cli(src, [*args, "--out", str(out)], threads)
+    if what in BENCH_ARGS:
+        wall, _ = cli(src, ["bench", what, *BENCH_ARGS[what], "--threads", str(threads), "--out", str(out)], threads)
         res = json.loads(out.read_text())
     else:
         run = tmp / f"pipeline-{src.name}"
