@@ -1,11 +1,11 @@
-"""The facts quoted by TEXT C's lesson pages (posttrain/lessons/facts_c.py): every fact runs, is
-quick, and its value agrees with a hand computation or an independent formula."""
+"""The facts quoted by TEXT C's lesson pages (posttrain/lessons/facts_c.py): every fact runs and its
+value agrees with a hand computation or an independent formula. How long each fact takes is
+measured by benchmarks/lessons_facts.py, not here."""
 
 from __future__ import annotations
 
 import math
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -53,10 +53,8 @@ def warm_imports():
 
 
 @pytest.mark.parametrize("name", sorted(FACTS))
-def test_every_fact_runs_fast_and_has_a_quotable_value(name, warm_imports):
-    t0 = time.perf_counter()
+def test_every_fact_runs_and_has_a_quotable_value(name, warm_imports):
     v = FACTS[name]()
-    assert time.perf_counter() - t0 < 5.0  # < 1 s on a quiet core; slack for a loaded machine
     if isinstance(v, dict):
         assert set(v) == {"columns", "rows"} and v["rows"]
         assert all(len(r) == len(v["columns"]) for r in v["rows"])
