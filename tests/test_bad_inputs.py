@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -386,10 +387,9 @@ def bad_input_dir(tmp_path_factory, sft_ckpt):
     return tmp
 
 
-@pytest.mark.parametrize("case", sorted(TABLE))
-def test_bad_input_table_exits_2_with_one_line_before_any_work(bad_input_dir, sft_ckpt, case):
-    tmp = bad_input_dir
-    args, needles = TABLE[case]
+def _run_case(tmp: Path, sft_ckpt, case: str):
+    """One case of the table as a user runs it: `posttrain ...` in its own process."""
+    args, _ = TABLE[case]
     args = [a.format(tmp=tmp) for a in args]
     if args[0] in ("rl", "dpo") and not any(a.startswith(("init=", "--resume")) for a in args):
         args.append(f"init={sft_ckpt}")
@@ -398,9 +398,9 @@ def test_bad_input_table_exits_2_with_one_line_before_any_work(bad_input_dir, sf
     prefix = []
     if case == "out_read_only":  # a real read-only mount, by bubblewrap
         if shutil.which("bwrap") is None:
-            pytest.skip("bubblewrap (bwrap) is not installed")
+            return args, None
         prefix = ["bwrap", "--dev-bind", "/", "/", "--ro-bind", str(tmp / "ro"), str(tmp / "ro")]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "POSTTRAIN_CACHE": str(tmp / "cache")}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "POSTTRAIN_CACHE": str(tmp / "cache"), "OMP_NUM_THREADS": "1"}
     r = subprocess.run(
         [*prefix, sys.executable, "-m", "posttrain.cli", *args],
         capture_output=True,
@@ -410,10 +410,27 @@ def test_bad_input_table_exits_2_with_one_line_before_any_work(bad_input_dir, sf
         timeout=300,
         check=False,
     )
+    return args, r
+
+
+@pytest.fixture(scope="module")
+def table_runs(bad_input_dir, sft_ckpt):
+    """Every case of the table, run side by side (each process mostly imports; one per core)."""
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        futures = {case: pool.submit(_run_case, bad_input_dir, sft_ckpt, case) for case in TABLE}
+        return {case: f.result() for case, f in futures.items()}
+
+
+@pytest.mark.parametrize("case", sorted(TABLE))
+def test_bad_input_table_exits_2_with_one_line_before_any_work(bad_input_dir, table_runs, case):
+    tmp = bad_input_dir
+    args, r = table_runs[case]
+    if r is None:
+        pytest.skip("bubblewrap (bwrap) is not installed")
     assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"posttrain {args[0]}: error: "), r.stderr
-    for needle in needles:
+    for needle in TABLE[case][1]:
         assert needle.format(tmp=tmp) in lines[0], lines[0]
     assert not (tmp / "cache").exists()  # never the default pretrain + SFT build
     assert "preset: nano" in (tmp / "pt" / "config.yaml").read_text()  # a refused resume changes nothing
