@@ -36,15 +36,15 @@ range of each number over them.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from posttrain.bench import best_of, load_script  # noqa: E402
 
 
 def linear_shapes(c, vocab: int) -> list[tuple[int, int]]:
@@ -97,13 +97,7 @@ def run_ops(ops) -> None:
 
 
 def best_time(fn, repeats: int) -> float:
-    fn()  # warm-up: page in, pick kernels
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+    return best_of(fn, repeats, warmup=True)
 
 
 def decode_seconds(c, vocab: int, rows: int, spans: list[int], repeats: int) -> dict:
@@ -127,12 +121,7 @@ def decode_seconds(c, vocab: int, rows: int, spans: list[int], repeats: int) -> 
 
 def _train_profile():
     """benchmarks/train_profile.py, loaded by path (this folder is not put on sys.path)."""
-    name = "posttrain_bench_train_profile"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent / "train_profile.py")
-        sys.modules[name] = module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    return load_script(Path(__file__).resolve().parent / "train_profile.py", "posttrain_bench_train_profile")
 
 
 def train_ceiling(peak: float, repeats: int) -> dict:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import importlib.util
 import sys
 import time
 from pathlib import Path
@@ -47,14 +46,10 @@ GROUPS = {
 
 
 def _ab_refs():
-    """benchmarks/ab_refs.py, loaded by path: this folder is not put on sys.path, where its
-    verifiers.py would shadow the verifiers package."""
-    name = "posttrain_bench_ab_refs"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent / "ab_refs.py")
-        sys.modules[name] = module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    """benchmarks/ab_refs.py, loaded by path (this folder is not put on sys.path)."""
+    from posttrain.bench import load_script
+
+    return load_script(Path(__file__).resolve().parent / "ab_refs.py", "posttrain_bench_ab_refs")
 
 
 def setup(compiled: bool = False):
@@ -80,19 +75,10 @@ def setup(compiled: bool = False):
     return (lambda: trainer.step(copy.copy(batch), loss_fn)), params, real
 
 
-def best_of(step, repeats: int) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        step()
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
 def main(argv=None) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
-    from posttrain.bench import finish, matmul_peak_gflops, op_seconds, run_header
+    from posttrain.bench import best_of, finish, matmul_peak_gflops, op_seconds, run_header
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--threads", type=int, default=2)

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from posttrain.bench import finish, op_seconds, run_header
+from posttrain.bench import best_of, finish, load_script, op_seconds, run_header
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -75,3 +75,16 @@ def test_before_after_table_reads_the_committed_result():
     whole = {s: result["runs"]["pipeline"][s]["wall_s"] for s in ("before", "after")}
     assert any(f"whole {whole['after']:.0f} s" in x for x in lines)
     assert any(f"whole {whole['before']:.0f} s" in x for x in lines)
+
+
+def test_best_of_times_every_call_but_the_warm_up_and_keeps_the_shortest():
+    calls = []
+    assert best_of(lambda: calls.append(1), 3, warmup=True) >= 0.0
+    assert len(calls) == 4  # one untimed, three timed
+    assert best_of(lambda: calls.append(1), 2) >= 0.0 and len(calls) == 6
+
+
+def test_load_script_imports_a_benchmark_once_by_path():
+    a = load_script(ROOT / "benchmarks" / "ab_refs.py", "posttrain_test_ab_refs")
+    assert load_script(ROOT / "benchmarks" / "nowhere.py", "posttrain_test_ab_refs") is a  # cached by name
+    assert callable(a.rl_batch) and sys.modules.pop("posttrain_test_ab_refs") is a

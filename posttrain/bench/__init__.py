@@ -1,14 +1,17 @@
 """Benchmarks that write JSON (`posttrain bench rollout|train --out FILE.json`).
 
 Shared helpers: the measured matmul peak every throughput number is compared against, a
-result's header (the machine and its load) and ending, op time grouped from a torch.profiler
-trace, and a JSON writer that never leaves a half-written file.
+result's header (the machine and its load) and ending, the best of repeated timings, op time
+grouped from a torch.profiler trace, a JSON writer that never leaves a half-written file, and
+the loader the benchmarks/ scripts import each other with.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -56,6 +59,30 @@ def run_header(bench: str, threads: int, **extra) -> dict:
         "cpu_count": os.cpu_count(),
         "load_avg_before": os.getloadavg(),
     }
+
+
+def best_of(fn, repeats: int, warmup: bool = False) -> float:
+    """The shortest wall time of `repeats` calls of `fn`, after one untimed call with `warmup`
+    (pages touched, kernels picked)."""
+    if warmup:
+        fn()
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def load_script(path: str | os.PathLike, name: str):
+    """A benchmark script imported by its path under `name`, once. benchmarks/ is never put on
+    sys.path: a file there named like a package (it had a verifiers.py) would shadow it."""
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
 
 
 def finish(result: dict, out: str | os.PathLike, load_key: str = "load_avg_after") -> dict:
