@@ -44,7 +44,17 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from posttrain.bench import best_of, load_script  # noqa: E402
+from posttrain.bench import best_of, finish, load_script, matmul_peak_gflops, run_header  # noqa: E402
+from posttrain.bench import rollout as bench_rollout  # noqa: E402
+from posttrain.bench.trl import MODEL  # noqa: E402
+from posttrain.config import OptimConfig  # noqa: E402
+from posttrain.framework.batch import RolloutBatch, split_micro_batches  # noqa: E402
+from posttrain.framework.rollout import Engine, SamplingParams  # noqa: E402
+from posttrain.models.gpt_mini import ModelConfig, build_model  # noqa: E402
+from posttrain.models.tokenizer import BASE_CHARS, CharTokenizer  # noqa: E402
+from posttrain.tasks.arithmetic import ArithmeticTask  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
 
 
 def linear_shapes(c, vocab: int) -> list[tuple[int, int]]:
@@ -96,10 +106,6 @@ def run_ops(ops) -> None:
         fn(a, b, out=out)
 
 
-def best_time(fn, repeats: int) -> float:
-    return best_of(fn, repeats, warmup=True)
-
-
 def decode_seconds(c, vocab: int, rows: int, spans: list[int], repeats: int) -> dict:
     """Best time of decoding `rows` rows through `spans` (one step per span): the projections
     at M = rows every step, and attention over each layer's own KV cache of that span."""
@@ -114,37 +120,32 @@ def decode_seconds(c, vocab: int, rows: int, spans: list[int], repeats: int) -> 
                 torch.bmm(torch.bmm(q, K[:, :S].transpose(1, 2)).softmax(-1), V[:, :S], out=y)
 
     return {
-        "projections_s": best_time(lambda: [run_ops(lin) for _ in spans], repeats),
-        "attention_s": best_time(attention, repeats),
+        "projections_s": best_of(lambda: [run_ops(lin) for _ in spans], repeats, warmup=True),
+        "attention_s": best_of(attention, repeats, warmup=True),
     }
 
 
 def _train_profile():
     """benchmarks/train_profile.py, loaded by path (this folder is not put on sys.path)."""
-    return load_script(Path(__file__).resolve().parent / "train_profile.py", "posttrain_bench_train_profile")
+    return load_script(HERE / "train_profile.py", "posttrain_bench_train_profile")
 
 
 def train_ceiling(peak: float, repeats: int) -> dict:
-    from posttrain.config import OptimConfig
-    from posttrain.framework.batch import RolloutBatch, split_micro_batches
-    from posttrain.models.gpt_mini import ModelConfig
-    from posttrain.models.tokenizer import BASE_CHARS, CharTokenizer
-
     tp = _train_profile()
     step, params, real = tp.setup()
-    step_s = best_time(step, repeats)
+    step_s = best_of(step, repeats, warmup=True)
     tok = CharTokenizer(BASE_CHARS)
-    batch = RolloutBatch(**tp._ab_refs().rl_batch(tok))
+    batch = RolloutBatch(**load_script(HERE / "ab_refs.py", "posttrain_bench_ab_refs").rl_batch(tok))
     shapes = [tuple(mb.attention_mask.shape) for mb in split_micro_batches(batch, OptimConfig().micro_batch_tokens)]
     c = ModelConfig(preset="nano").resolved(tok.vocab_size)
     lin = linear_shapes(c, tok.vocab_size)
     computed = sum(b * T for b, T in shapes)
     proj = [projection_ops(lin, b * T, backward=True) for b, T in shapes]
     att = [train_attention_ops(c, b, T) for b, T in shapes]
-    proj_s = best_time(lambda: [run_ops(o) for o in proj], repeats)
-    att_s = best_time(lambda: [run_ops(o) for o in att], repeats) / 2  # causal: half the blocks
+    proj_s = best_of(lambda: [run_ops(o) for o in proj], repeats, warmup=True)
+    att_s = best_of(lambda: [run_ops(o) for o in att], repeats, warmup=True) / 2  # causal: half the blocks
     packed = projection_ops(lin, int(real), backward=True)
-    packed_s = best_time(lambda: run_ops(packed), repeats) + att_s * real / computed
+    packed_s = best_of(lambda: run_ops(packed), repeats, warmup=True) + att_s * real / computed
     flops = 6 * params * real
     return train_result(step_s, proj_s, att_s, packed_s, flops, peak, real=real, computed=computed, shapes=shapes)
 
@@ -164,11 +165,6 @@ def train_result(step_s, proj_s, att_s, packed_s, flops, peak, **info) -> dict:
 
 
 def rollout_ceiling(peak: float, threads: int, repeats: int) -> dict:
-    from posttrain.bench import rollout as bench_rollout
-    from posttrain.models.gpt_mini import ModelConfig
-    from posttrain.models.tokenizer import BASE_CHARS, CharTokenizer
-    from posttrain.tasks.arithmetic import ArithmeticTask
-
     measured = bench_rollout.run(batches=(64, 256), repeats=repeats, threads=threads)
     tok, task = CharTokenizer(BASE_CHARS), ArithmeticTask()
     c = ModelConfig(preset=measured["preset"]).resolved(tok.vocab_size)
@@ -198,10 +194,6 @@ def rollout_row(row: dict, t: dict, params: int, peak: float, **info) -> dict:
 
 
 def grpo_ceiling(peak: float, repeats: int, trl_json: str) -> dict:
-    from posttrain.bench.trl import MODEL
-    from posttrain.models.gpt_mini import ModelConfig
-    from posttrain.models.tokenizer import BASE_CHARS, CharTokenizer
-
     doc = json.loads(Path(trl_json).read_text())
     res = doc["runs"]["trl"]["after"]["result"] if "runs" in doc else doc
     shape = res["shapes"]["64x16"]
@@ -212,7 +204,9 @@ def grpo_ceiling(peak: float, repeats: int, trl_json: str) -> dict:
     T = round(trained / rows)  # prompt + completion
     train = projection_ops(linear_shapes(c, vocab), round(trained), backward=True)
     att = train_attention_ops(c, rows, T)
-    t_train = best_time(lambda: run_ops(train), repeats) + best_time(lambda: run_ops(att), repeats) / 2
+    t_train = (
+        best_of(lambda: run_ops(train), repeats, warmup=True) + best_of(lambda: run_ops(att), repeats, warmup=True) / 2
+    )
     t_decode = decode_seconds(c, vocab, rows, [T - new + i for i in range(1, new + 1)], repeats)
     floor = (6 * trained + 2 * generated) * res["params"] / peak
     total = t_train + t_decode["projections_s"] + t_decode["attention_s"]
@@ -231,18 +225,13 @@ def grpo_ceiling(peak: float, repeats: int, trl_json: str) -> dict:
 
 
 def pipeline_sampling_ceiling(peak: float, repeats: int, rows: int = 256, n: int = 8, new: int = 40) -> dict:
-    from posttrain.framework.rollout import Engine, SamplingParams
-    from posttrain.models.gpt_mini import ModelConfig, build_model
-    from posttrain.models.tokenizer import BASE_CHARS, CharTokenizer
-    from posttrain.tasks.arithmetic import ArithmeticTask
-
     tok, task = CharTokenizer(BASE_CHARS), ArithmeticTask()
     torch.manual_seed(0)
     model = build_model(ModelConfig(preset="nano"), tok.vocab_size).eval()
     prompts = [tok.encode(tok.chat_prompt(task.prompt(i))) for i in task.items(rows // n, seed=0)]
     engine = Engine(model, tok, max_slots=rows)
     sp = SamplingParams(temperature=1.0, max_new_tokens=new, ignore_eos=True)
-    engine_s = best_time(lambda: engine.generate(prompts, n, sp, seed=0), repeats)
+    engine_s = best_of(lambda: engine.generate(prompts, n, sp, seed=0), repeats, warmup=True)
     prompt = sum(map(len, prompts)) // len(prompts)
     t = decode_seconds(model.config, tok.vocab_size, rows, [prompt + i for i in range(1, new + 1)], repeats)
     row = {"batch": rows, "tokens": rows * new, "ours_tokens_per_s": rows * new / engine_s}
@@ -296,7 +285,6 @@ def one_run(threads: int, repeats: int, trl: str) -> dict:
     """Every section once, each against the matmul peak measured (best of three) just before it:
     the machine's speed drifts by ±10% within minutes, and a fraction is only as good as the
     peak beside it."""
-    from posttrain.bench import matmul_peak_gflops
 
     def peak() -> float:
         return max(matmul_peak_gflops(threads) for _ in range(3)) * 1e9
@@ -336,8 +324,6 @@ def one_run(threads: int, repeats: int, trl: str) -> dict:
 
 
 def main(argv=None) -> dict:
-    from posttrain.bench import finish, run_header
-
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=5, help="best of this many timings for every number")
