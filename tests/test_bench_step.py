@@ -220,3 +220,37 @@ def test_tiny_on_cuda_reports_allocator_peaks_at_h100_defaults(tmp_path):
     assert set(mem) == {"peak_allocated_gib", "peak_reserved_gib"}
     assert 0 < mem["peak_allocated_gib"] <= mem["peak_reserved_gib"]
     _check_arithmetic(r)
+
+
+def test_gpu_script_reads_pytest_summaries():
+    from pathlib import Path
+
+    from posttrain.bench import load_script
+
+    gpu = load_script(Path(__file__).parents[1] / "benchmarks" / "gpu_part1.py", "gpu_part1")
+    text = (
+        "....F..E\n"
+        "FAILED tests/test_recipes.py::test_dpo - RuntimeError: Expected all tensors to be on the same device\n"
+        "ERROR tests/test_report.py - posttrain.UsageError: the report needs plotly\n"
+        "ERROR tests/test_sandbox.py::test_escape[fork]\n"
+        "21 failed, 1708 passed, 51 skipped, 20 errors in 70.48s (0:01:10)\n"
+    )
+    s = gpu.pytest_summary(text)
+    assert s["counts"] == {"failed": 21, "passed": 1708, "skipped": 51, "errors": 20}
+    assert s["failed"] == [
+        "tests/test_recipes.py::test_dpo - RuntimeError: Expected all tensors to be on the same device"
+    ]
+    assert s["errors"] == [
+        "tests/test_report.py - posttrain.UsageError: the report needs plotly",
+        "tests/test_sandbox.py::test_escape[fork]",
+    ]
+    assert gpu.pytest_summary("1 passed in 0.01s")["counts"] == {"passed": 1}
+    acc = gpu.acceptance(
+        {
+            "bench_qwen2": {"step_s": 2.2, "memory": {"peak_allocated_gib": 19.0}},
+            "bench_llama": {"step_s": 2.0, "memory": {"peak_allocated_gib": 21.0}},
+        }
+    )
+    assert acc["qwen2_over_llama_step"] == pytest.approx(1.1) and acc["qwen2_within_10pct_of_llama"] is True
+    assert acc["peak_le_20_gib"] == {"qwen2": True, "llama": False}
+    assert acc["pipeline_finished"] is None and acc["quick_lane_failed_or_errors"] is None
