@@ -6,7 +6,7 @@
     posttrain serve RUN_OR_MODEL [--port 8000] [--host 127.0.0.1]
     posttrain export CHECKPOINT --format hf OUT_DIR
     posttrain report RUN_DIR [--out FILE.html]
-    posttrain bench train|rollout|algorithms|claims|trl|search|precision|prm|overopt [--out FILE.json]
+    posttrain bench train|rollout|step|algorithms|claims|trl|search|precision|prm|overopt [--out FILE.json]
     posttrain memory MODEL --algo grpo [--gpu h100] [--gpus N --lora R ...] [--json]
     posttrain lessons [--port N] [--export DIR]
 
@@ -36,6 +36,7 @@ STAGES = {  # name -> (config class path, recipe module)
 BENCHES = {
     "train": "posttrain.bench.train",
     "rollout": "posttrain.bench.rollout",
+    "step": "posttrain.bench.step",
     "algorithms": "posttrain.bench.algorithms",
     "claims": "posttrain.bench.claims",
     "trl": "posttrain.bench.trl",

@@ -136,7 +136,7 @@ class RLOptimConfig(OptimConfig):
 class EvalConfig:
     """The held-out evaluation at step 0, every `eval_every` steps and at the end."""
 
-    problems: int = 200  # held-out problems per evaluation
+    problems: int = 200  # held-out problems per evaluation (0 = no evaluation: `posttrain bench step` times steps only)
     samples: int = 8  # samples per held-out problem: pass@1, pass@<samples> and maj@<samples>
     save_samples: int = 8  # audited samples written to samples.jsonl at each eval (top-reward + random)
 

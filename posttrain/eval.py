@@ -77,6 +77,8 @@ def evaluate(
     sample, never the run. Returns a flat dict of metrics plus `per_k`: {K: {...}} for tasks whose
     items have `k`.
     """
+    if not items:  # eval.problems=0: no evaluation (benchmarks that time steps only)
+        return {"per_k": {}}
     model.eval()
     engine = engine or Engine(model, tokenizer)
     max_new = max_new_tokens or response_budget(task, items)

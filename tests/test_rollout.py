@@ -251,6 +251,18 @@ def test_continuous_batching_refills_slots(model, tok, prompts):
     assert _key(samples) == _key(Engine(model, tok, max_slots=64).generate(prompts, 3, sp, seed=4))
 
 
+@pytest.mark.parametrize("fast", [True, False])
+def test_kv_positions_count_what_each_decode_step_attends(model, tok, fast):
+    # a sample with prompt P and M tokens has M − 1 decode forwards (the first token comes from the
+    # prefill's logits, the last is never fed); the j-th attends over P + j cached positions
+    ps = [[5, 6, 7], [5, 6, 7, 8, 9]]
+    e = Engine(model, tok, max_slots=3)  # 4 samples through 3 slots: a refill on the way
+    e.fast_decode = fast
+    e.generate(ps, 2, SamplingParams(max_new_tokens=4, ignore_eos=True), seed=1)
+    per_sample = {P: sum(P + j for j in range(1, 4)) for P in (3, 5)}  # 3·P + 6: 15 and 21
+    assert e.stats["rollout/kv_positions"] == 2 * per_sample[3] + 2 * per_sample[5] == 72
+
+
 @pytest.mark.parametrize("max_slots", [64, 3])
 def test_shared_prompt_prefilled_once_per_group(model, tok, prompts, max_slots):
     e = Engine(model, tok, max_slots=max_slots)

@@ -1,6 +1,7 @@
-"""Benchmarks that write JSON (`posttrain bench rollout|train --out FILE.json`).
+"""Benchmarks that write JSON (`posttrain bench rollout|train|step --out FILE.json`).
 
-Shared helpers: the measured matmul peak every throughput number is compared against, a
+Shared helpers: the measured matmul peak and copy bandwidth every throughput number is compared
+against (CPU or CUDA), peak memory over a window (CUDA's allocator, or the process's peak RSS), a
 result's header (the machine and its load) and ending, the best of repeated timings, op time
 grouped from a torch.profiler trace, a JSON writer that never leaves a half-written file, and
 the loader the benchmarks/ scripts import each other with.
@@ -18,9 +19,12 @@ from pathlib import Path
 import torch
 
 
-def matmul_peak_gflops(threads: int | None = None, n: int = 1024, dtype=torch.float32, repeats: int = 5) -> float:
+def matmul_peak_gflops(
+    threads: int | None = None, n: int = 1024, dtype=torch.float32, repeats: int = 5, device: str = "cpu"
+) -> float:
     """Measured dense matmul throughput, GFLOP/s: an [n, n] @ [n, n] product (2·n³ FLOPs),
-    best of `repeats` timed runs after a warm-up, on `threads` threads (default: as set).
+    best of `repeats` timed runs after a warm-up, on `threads` threads (default: as set), on
+    `device` (CUDA: synchronised around each timed run; an n of 8192 in bf16 nears the card's peak).
 
     This is the "FLOP limit" of the benchmarks: model FLOPs per second ÷ this number says
     how much of what the BLAS can do on this machine a workload achieves.
@@ -29,24 +33,75 @@ def matmul_peak_gflops(threads: int | None = None, n: int = 1024, dtype=torch.fl
     if threads is not None:
         torch.set_num_threads(threads)
     try:
-        a = torch.randn(n, n, dtype=dtype)
-        b = torch.randn(n, n, dtype=dtype)
-        out = torch.empty(n, n, dtype=dtype)
-        for _ in range(2):  # warm-up: page in, pick kernels
-            torch.mm(a, b, out=out)
-        # each timed run repeats the product enough to last ≳50 ms, so timer noise is small
-        t0 = time.perf_counter()
-        torch.mm(a, b, out=out)
-        reps = max(1, int(0.05 / max(time.perf_counter() - t0, 1e-6)))
-        best = float("inf")
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            for _ in range(reps):
-                torch.mm(a, b, out=out)
-            best = min(best, (time.perf_counter() - t0) / reps)
+        a = torch.randn(n, n, dtype=dtype, device=device)
+        b = torch.randn(n, n, dtype=dtype, device=device)
+        out = torch.empty(n, n, dtype=dtype, device=device)
+        best = _best_rate(lambda: torch.mm(a, b, out=out), repeats, device)
         return 2 * n**3 / best / 1e9
     finally:
         torch.set_num_threads(old)
+
+
+def copy_bandwidth_gbs(mib: int = 128, repeats: int = 5, device: str = "cpu") -> float:
+    """Measured memory bandwidth, GB/s: a copy of `mib` MiB moves 2× that (read + write), best of
+    `repeats`. The "memory-traffic limit" of a decode step, which reads every weight and the KV cache."""
+    a = torch.ones(mib * 2**20 // 4, device=device)
+    b = torch.empty_like(a)
+    best = _best_rate(lambda: b.copy_(a), repeats, device)
+    return 2 * a.numel() * 4 / best / 1e9
+
+
+def _best_rate(op, repeats: int, device: str) -> float:
+    """Seconds per call of `op`: each timed run repeats it to last ≳50 ms (timer noise stays
+    small), the best of `repeats` runs after two warm-up calls (pages touched, kernels picked)."""
+    sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
+    for _ in range(2):
+        op()
+    sync()
+    t0 = time.perf_counter()
+    op()
+    sync()
+    reps = max(1, int(0.05 / max(time.perf_counter() - t0, 1e-6)))
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            op()
+        sync()
+        best = min(best, (time.perf_counter() - t0) / reps)
+    return best
+
+
+def reset_peak_memory(device: str) -> None:
+    """Start a peak-memory window: CUDA's allocator counters (its cache emptied first, so the
+    reserved peak counts only what this window holds), or on CPU the process's peak resident set
+    (VmHWM, reset by writing 5 to /proc/self/clear_refs; Linux ≥ 4.0)."""
+    if str(device).startswith("cuda"):
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        return
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:  # not Linux: the peak then counts from the process's start (ru_maxrss)
+        pass
+
+
+def peak_memory(device: str) -> dict:
+    """The peak since `reset_peak_memory`, GiB: CUDA `max_memory_allocated` and `..._reserved`;
+    on CPU the process's peak RSS (VmHWM, else ru_maxrss: the whole process's life)."""
+    if str(device).startswith("cuda"):
+        return {
+            "peak_allocated_gib": torch.cuda.max_memory_allocated() / 2**30,
+            "peak_reserved_gib": torch.cuda.max_memory_reserved() / 2**30,
+        }
+    try:
+        status = Path("/proc/self/status").read_text()
+        kib = int(next(x for x in status.splitlines() if x.startswith("VmHWM:")).split()[1])
+    except (OSError, StopIteration):
+        import resource
+
+        kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    return {"peak_rss_gib": kib / 2**20}
 
 
 def run_header(bench: str, threads: int, **extra) -> dict:

@@ -43,6 +43,34 @@ def _time(fn, *args) -> float:
     return time.perf_counter() - t0
 
 
+def hf_generate(hf_model, prompts: list[list[int]], new_tokens: int, pad_id: int, eot_id: int) -> torch.Tensor:
+    """transformers `generate` sampling exactly `new_tokens` tokens for every prompt at
+    temperature 1 (no top-k/top-p; end-of-turn suppressed by `min_new_tokens`), the batch
+    left-padded as HF expects. Returns the ids [B, P + new_tokens]."""
+    P = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), P), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, p in enumerate(prompts):  # left padding
+        ids[i, P - len(p) :] = torch.tensor(p)
+        mask[i, P - len(p) :] = 1
+    dev = next(hf_model.parameters()).device
+    with torch.inference_mode():
+        gen = hf_model.generate(
+            ids.to(dev),
+            attention_mask=mask.to(dev),
+            do_sample=True,
+            temperature=1.0,
+            top_k=0,
+            top_p=1.0,
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            pad_token_id=pad_id,
+            eos_token_id=eot_id,
+        )
+    assert gen.shape[1] == P + new_tokens
+    return gen
+
+
 def run(
     out: str | None = None,
     preset: str = "micro",
@@ -71,26 +99,7 @@ def run(
         assert all(len(s.response_ids) == new_tokens for s in samples)
 
     def theirs(prompts):
-        P = max(len(p) for p in prompts)
-        ids = torch.full((len(prompts), P), tok.pad_id, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for i, p in enumerate(prompts):  # left padding
-            ids[i, P - len(p) :] = torch.tensor(p)
-            mask[i, P - len(p) :] = 1
-        with torch.inference_mode():
-            gen = hf_model.generate(
-                ids,
-                attention_mask=mask,
-                do_sample=True,
-                temperature=1.0,
-                top_k=0,
-                top_p=1.0,
-                max_new_tokens=new_tokens,
-                min_new_tokens=new_tokens,
-                pad_token_id=tok.pad_id,
-                eos_token_id=tok.eot_id,
-            )
-        assert gen.shape[1] == P + new_tokens
+        hf_generate(hf_model, prompts, new_tokens, tok.pad_id, tok.eot_id)
 
     warm = [tok.encode(tok.chat_prompt(task.prompt(i))) for i in task.items(2, seed=seed + 1)]
     ours(warm)

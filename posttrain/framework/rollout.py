@@ -294,6 +294,7 @@ class _Run:
             "rollout/slots": self.S,
             "rollout/slot_occupancy": self.active_sum / steps / self.S,  # mean active / slots
             "rollout/cache_occupancy": float(self.cache_used) / steps / cap,  # mean used / allocated positions
+            "rollout/kv_positions": int(self.cache_used),  # Σ over decode steps of positions attended: the KV read
             "rollout/prefills": self.prefills,  # prompts prefilled (= groups)
             "rollout/prefill_tokens": self.prefill_tokens,  # prompt tokens computed
             "rollout/prompt_tokens": int(self.plen.sum()) * self.n,  # ... without sharing
