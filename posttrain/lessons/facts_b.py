@@ -16,7 +16,7 @@ from collections.abc import Callable
 import torch
 
 from posttrain.algorithms import core, dapo, dr_grpo, grpo
-from posttrain.lessons import claims, dapo_toy, facts_b_signal, facts_b_sys, runs
+from posttrain.lessons import claims, dapo_toy, facts_b_pref, facts_b_signal, facts_b_sys, runs
 from posttrain.lessons.facts_b_data import kpi, result, t
 from posttrain.preference.dpo import DPOLossConfig, SeqLogps, preference_loss
 from posttrain.preference.reward_model import bradley_terry_loss
@@ -393,3 +393,4 @@ FACTS: dict[str, Callable[[], object]] = {
 
 FACTS.update(facts_b_signal.FACTS)  # lessons 17–18a
 FACTS.update(facts_b_sys.FACTS)  # lessons 19–22
+FACTS.update(facts_b_pref.FACTS)  # 15–16 against their sources
