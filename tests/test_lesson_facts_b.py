@@ -319,18 +319,3 @@ def test_rl22_activations_and_the_worked_example():
     assert ex["rollout (3 GPUs, TP 1)"] == f"{(14e9 + 2**20 * 131072 / 3) / 2**30:,.1f} GiB"
     assert v("rl22_train_1m_4gpu_s") == pytest.approx(1e6 / (4 * 800e12 / (6 * 7e9)), abs=0.05)  # 13.1 s, not 5
     assert v("rl22_envelope_train") == "30.7 GiB" and v("rl22_envelope_train_gb") == "32.9 GB"  # row 64
-
-
-# ---- 15–16 held to their sources (facts_b_pref) ----------------------------------------------------
-
-
-def test_rl15_calibrated_margins_from_instructgpt_agreement():
-    assert v("rl15_margin_agree_train") == round(math.log(0.726 / 0.274), 2) == 0.97
-    assert v("rl15_margin_agree_heldout") == round(math.log(0.773 / 0.227), 2) == 1.23
-
-
-def test_rl16_dpo_optimum_by_hand_and_the_sgd_widget_stays_near_uniform():
-    z = [math.exp(s / 0.5) for s in (0.0, 1.0, 2.0, 2.5)]
-    assert v("rl16_optimum_d_beta05") == f"{z[3] / sum(z):.2f}" == "0.70"
-    assert float(v("rl16_optimum_d_beta005")) > 0.9999
-    assert all(abs(float(x) - 0.25) < 0.15 for x in v("rl16_dpo4_small_beta_pi").split(","))
