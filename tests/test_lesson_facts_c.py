@@ -275,7 +275,7 @@ def test_rl25_prefix_sharing_course_row_85_and_the_engine():
 def test_rl25_chunked_logsumexp_is_exact_and_a_forgotten_temperature_is_not():
     assert f("rl25_chunked_exact") < 1e-4
     assert f("rl25_wrong_t_gap") > 1e3 * f("rl24_gap")
-    assert f("rl25_cast_ms") == pytest.approx(41.79, abs=0.01)
+    assert f("rl25_cast_ms") == pytest.approx(210e9 / 3.35e12 * 1e3, abs=0.01)  # 62.69: read 140 GB + write 70 GB
 
 
 # ---- 26 --------------------------------------------------------------------------------------

@@ -116,6 +116,27 @@ DECISIONS = [
     ),
     (
         "21",
+        "the speculative-decoding bullet says little of the gain survives at T = 1",
+        "corrected:",
+        "the widget's own measured acceptance falls only from 0.67 to 0.63; the page cites the papers' "
+        "2–2.6× at T = 1 and names batch size as what erodes the gain.",
+    ),
+    (
+        "22",
+        "an H100 is '80 GB' = 74.5 GiB, used as the card's capacity",
+        "kept as a budget:",
+        "the card reports 81,559 MiB = 79.6 GiB; the planner still budgets 80·10⁹ bytes, and every widget "
+        "labels it the planner's budget, the 5.1 GiB left over a margin.",
+    ),
+    (
+        "25",
+        "FP8 cast of 140 GB in 42 ms; K/(1 + K·G/P) labelled a saving",
+        "corrected:",
+        "the cast reads 140 GB and writes 70 GB (63 ms); the ratio is labelled the course's prompt-token "
+        "ratio, next to the all-token ratio K(1 + G/P)/(1 + K·G/P).",
+    ),
+    (
+        "21",
         "the scheduling widget is a formula with made-up constants",
         "replaced:",
         "the widget runs posttrain's Engine on a simulated workload and counts its decode steps.",

@@ -307,6 +307,80 @@ def rl12_runs_table() -> dict:
     return table(["algorithm", "seeds", "mean gain in pass@1", "range over seeds"], rows)
 
 
+# ---- practitioner checks: GAE over a long answer, k3's gradient, AdamW and a reward scale ------------
+
+
+def _first_token_weight(lam: float, length: int) -> float:
+    """ppo.gae on one response of `length` tokens, reward 1 on the last, a critic that predicts
+    0 everywhere, γ = 1: the first token's advantage, i.e. the weight the terminal reward keeps."""
+    r = torch.zeros(1, length, dtype=torch.float64)
+    r[0, -1] = 1.0
+    adv, _ = ppo.gae(r, torch.zeros_like(r), torch.ones_like(r), 1.0, lam)  # [1, T]
+    return float(adv[0, 0])
+
+
+def rl10_lam095_100() -> str:
+    return f"{_first_token_weight(0.95, 101):.3f}"  # 100 tokens before the reward
+
+
+def rl10_lam095_1000() -> str:
+    return f"{_first_token_weight(0.95, 1001):.0e}"  # 1,000 tokens before the reward
+
+
+def _k3_gradients() -> dict:
+    """The expected gradient of β·k3 used as a loss (samples y ~ π_θ not differentiated), computed
+    exactly on a 5-way categorical with core.kl, against the gradients of both KL directions."""
+    g = torch.Generator().manual_seed(0)
+    theta = (0.5 * torch.randn(5, generator=g, dtype=torch.float64)).requires_grad_(True)
+    ref = torch.log_softmax(0.5 * torch.randn(5, generator=g, dtype=torch.float64), -1)  # k3 under its cap
+    logp = torch.log_softmax(theta, -1)
+    p = logp.exp()
+    grads = {}
+    for name, value in (
+        ("k3 in the loss", (p.detach() * core.kl(logp, ref, "k3")).sum()),  # E_{y~π}[k3(y)], y fixed
+        ("reverse KL(π‖π_ref)", (p * (logp - ref)).sum()),
+        ("forward KL(π_ref‖π)", (ref.exp() * (ref - logp)).sum()),
+    ):
+        (grads[name],) = torch.autograd.grad(value, theta, retain_graph=True)
+    return grads
+
+
+def rl11_k3_grad_vs_forward() -> str:
+    g = _k3_gradients()
+    return f"{float((g['k3 in the loss'] - g['forward KL(π_ref‖π)']).abs().max()):.0e}"
+
+
+def rl11_k3_grad_vs_reverse() -> str:
+    g = _k3_gradients()
+    return f"{float((g['k3 in the loss'] - g['reverse KL(π‖π_ref)']).abs().max()):.2f}"
+
+
+def rl11_k3_grad_norm() -> str:
+    return f"{float(_k3_gradients()['k3 in the loss'].norm()):.2f}"
+
+
+def _adamw_displacement(scale: float, sgd: bool = False) -> torch.Tensor:
+    """Ten optimizer steps on 1,000 weights fed the same random gradients times `scale`: AdamW with
+    posttrain's defaults (framework/trainer.py; config.OptimConfig betas) or plain SGD at lr 1e-3."""
+    g = torch.Generator().manual_seed(0)
+    grads = [torch.randn(1000, generator=g) * 1e-2 for _ in range(10)]
+    w = torch.zeros(1000, requires_grad=True)
+    opt = torch.optim.SGD([w], lr=1e-3) if sgd else torch.optim.AdamW([w], lr=1e-3, betas=(0.9, 0.95))
+    for gr in grads:
+        w.grad = gr * scale
+        opt.step()
+    return w.detach().clone()  # [1000]
+
+
+def rl12_adam_scale_ratio() -> str:
+    """|Δw| with the gradient ×10 over |Δw| without: AdamW's update is scale-free up to its ε."""
+    return f"{float(_adamw_displacement(10.0).norm() / _adamw_displacement(1.0).norm()):.4f}"
+
+
+def rl12_sgd_scale_ratio() -> str:
+    return f"{float(_adamw_displacement(10.0, sgd=True).norm() / _adamw_displacement(1.0, sgd=True).norm()):.1f}"
+
+
 # ---- one KPI of a widget at another setting ------------------------------------------------------
 
 AT = {

@@ -3,9 +3,9 @@ functions or read from a committed JSON, so a page cannot drift from the code it
 
 `FACTS = {name: function}`: a function takes no argument and returns a number, a short string, or a
 table {"columns": [...], "rows": [[...], ...]} (lessons/facts.py has the contract). Names start with
-their lesson's number. This module holds lessons 13–16 and merges facts_b_signal (17–18a) and
-facts_b_sys (19–22). Nothing here trains; recorded runs are read from lessons/data/runs.json and
-benchmarks/results/*.json (facts_b_data).
+their lesson's number. This module holds lessons 13–16 and merges facts_b_signal (17–18a),
+facts_b_sys (19–22), facts_b_pref (15–16 held to their papers) and facts_b_hw (20–22 held to the
+H100). Nothing here trains; recorded runs are read from lessons/data/ and benchmarks/results/.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Callable
 import torch
 
 from posttrain.algorithms import core, dapo, dr_grpo, grpo
-from posttrain.lessons import claims, dapo_toy, facts_b_signal, facts_b_sys, runs
+from posttrain.lessons import claims, dapo_toy, facts_b_hw, facts_b_pref, facts_b_signal, facts_b_sys, runs
 from posttrain.lessons.facts_b_data import kpi, result, t
 from posttrain.preference.dpo import DPOLossConfig, SeqLogps, preference_loss
 from posttrain.preference.reward_model import bradley_terry_loss
@@ -393,3 +393,5 @@ FACTS: dict[str, Callable[[], object]] = {
 
 FACTS.update(facts_b_signal.FACTS)  # lessons 17–18a
 FACTS.update(facts_b_sys.FACTS)  # lessons 19–22
+FACTS.update(facts_b_pref.FACTS)  # 15–16 against their sources
+FACTS.update(facts_b_hw.FACTS)  # 20–22 against the hardware

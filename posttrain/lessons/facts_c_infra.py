@@ -11,6 +11,8 @@ from posttrain.framework.logprobs import sequence_logprobs
 from posttrain.framework.reference import Reference
 from posttrain.framework.rollout import Engine, SamplingParams
 from posttrain.framework.sampler import token_logprobs
+from posttrain.lessons import claims, units
+from posttrain.lessons.facts_b_hw import h100_run
 from posttrain.lessons.facts_c_common import GIB, MIB, kpi, table
 from posttrain.models.gpt_mini import GPTMini, ModelConfig
 from posttrain.models.tokenizer import BASE_CHARS, CharTokenizer
@@ -58,7 +60,7 @@ def rl24_sizing_table() -> dict:
             "rollout TP",
             "persistent state, GiB/GPU",
             "peak, GiB/GPU",
-            "fits in 74.5 GiB?",
+            "fits the 74.5 GiB budget?",
         ],
         rows,
     )
@@ -172,14 +174,22 @@ def rl25_chunked_exact() -> float:
     return float((chunked - token_logprobs(logits, y, 1.0)).abs().max())
 
 
+def _lab(fmt: str, key: str) -> float:
+    """The precision lab (lesson 27; claims.json): a sampler in `fmt` against an fp32 trainer."""
+    return claims.recorded()["precision"]["mismatch"][fmt][key]
+
+
+RATIO = "course's prompt-token ratio K/(1 + K·G/P)"  # the kernels widget's KPI
+
 FACTS: dict[str, Callable[[], object]] = {
     "rl24_tokens_per_step": lambda: 1024 * 64 * 16,
     "rl24_decode_tok_s": lambda: tp.decode_tokens_per_s(14e9, 8.6e9, 32),
     "rl24_train_tok_s": lambda: tp.train_tokens_per_s(7e9),
     "rl24_speed_ratio": lambda: tp.train_tokens_per_s(7e9) / tp.decode_tokens_per_s(14e9, 8.6e9, 32),
+    "rl24_speed_ratio_400": lambda: tp.train_tokens_per_s(7e9, 400e12) / tp.decode_tokens_per_s(14e9, 8.6e9, 32),
     "rl24_sizing_table": rl24_sizing_table,
     "rl24_state_tib": rl24_state_tib,
-    "rl24_hbm_gib": lambda: 8 * 80e9 / GIB,
+    "rl24_hbm_gib": lambda: 8 * units.H100_REPORTED_GIB,  # what nvidia-smi reports, 81,559 MiB a card
     "rl24_gap": lambda: rl24_traps()["gap"],
     "rl24_gap_tokens": lambda: rl24_traps()["tokens"],
     "rl24_ref_trainable": lambda: rl24_traps()["ref_trainable"],
@@ -195,7 +205,12 @@ FACTS: dict[str, Callable[[], object]] = {
     "rl25_chunked_exact": rl25_chunked_exact,
     "rl25_wrong_t_gap": lambda: rl24_traps()["wrong_t"],
     "rl25_sampler_t": lambda: rl24_traps()["T"],
-    "rl25_cast_ms": lambda: 140e9 / 3.35e12 * 1000,
-    "rl25_w_gp05": lambda: kpi("kernels", "prefix-sharing saving K/(1 + K·G/P)", gp=0.5),
-    "rl25_w_k64": lambda: kpi("kernels", "prefix-sharing saving K/(1 + K·G/P)", K=64, gp=0.05),
+    "rl25_lab_fp32": lambda: _lab("fp32", "delta_abs_mean"),
+    "rl25_lab_fp16": lambda: _lab("fp16", "delta_abs_mean"),
+    "rl25_lab_bf16": lambda: _lab("bf16", "delta_abs_mean"),
+    "rl25_lab_bf16_max": lambda: _lab("bf16", "delta_abs_max"),
+    "rl25_h100_mismatch": lambda: round(h100_run()["grpo"]["mismatch_logprob_abs"], 4),
+    "rl25_cast_ms": lambda: (140e9 + 70e9) / 3.35e12 * 1000,  # read the bf16, write the FP8
+    "rl25_w_gp05": lambda: kpi("kernels", RATIO, gp=0.5),
+    "rl25_w_k64": lambda: kpi("kernels", RATIO, K=64, gp=0.05),
 }

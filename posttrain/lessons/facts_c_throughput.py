@@ -10,6 +10,7 @@ from functools import lru_cache
 
 from posttrain.algorithms.dapo import overlong_penalty
 from posttrain.framework.rollout import Engine, SamplingParams
+from posttrain.lessons.facts_b_hw import h100_run
 from posttrain.lessons.facts_c_common import kpi, result, table
 from posttrain.models.gpt_mini import GPTMini, ModelConfig
 from posttrain.models.tokenizer import BASE_CHARS, CharTokenizer
@@ -105,6 +106,27 @@ def rl22a_cpu_table() -> dict:
     return table(
         ["role", "seconds per step", "share"],
         [[k, f"{v:.3f}", f"{100 * r['shares'][k]:.1f}%"] for k, v in r["terms"].items()],
+    )
+
+
+def rl22a_h100_roles() -> dict:
+    """The same accounting on one H100 (this project's run; lessons/data/h100_run.json): the last
+    GRPO step's timers through throughput.from_metrics, colocated as it ran and, by the equation,
+    split over two pools."""
+    timers = h100_run()["grpo"]["timers"]
+    roles = tp.from_metrics(timers)
+    return {
+        "colocated": tp.step_time(**roles, topology="colocated"),
+        "disaggregated": tp.step_time(**roles, topology="disaggregated"),
+        "measured_s": timers["time/step_s"],
+    }
+
+
+def rl22a_h100_table() -> dict:
+    r = rl22a_h100_roles()["colocated"]
+    return table(
+        ["role", "seconds per step", "share"],
+        [[k, f"{v:.2f}", f"{100 * r['shares'][k]:.1f}%"] for k, v in r["terms"].items()],
     )
 
 
@@ -214,6 +236,12 @@ FACTS: dict[str, Callable[[], object]] = {
     "rl22a_cpu_rollout_share": lambda: 100 * rl22a_cpu_roles()["shares"]["rollout"],
     "rl22a_cpu_equation_s": lambda: rl22a_cpu_roles()["step_s"],
     "rl22a_cpu_measured_s": rl22a_cpu_measured_s,
+    "rl22a_6p_1m_4gpu_s": lambda: round(tp.train_time_s(1e6, 7e9, gpus=4), 1),  # lesson 22's ceiling
+    "rl22a_h100_table": rl22a_h100_table,
+    "rl22a_h100_equation_s": lambda: rl22a_h100_roles()["colocated"]["step_s"],
+    "rl22a_h100_measured_s": lambda: rl22a_h100_roles()["measured_s"],
+    "rl22a_h100_bottleneck": lambda: rl22a_h100_roles()["colocated"]["bottleneck"],
+    "rl22a_h100_disagg_s": lambda: rl22a_h100_roles()["disaggregated"]["step_s"],
     "rl22a_default_rollout_s": lambda: tp.role_model()["terms"]["rollout"],
     "rl22a_default_step_s": lambda: tp.role_model()["step_s"],
     "rl22b_maxk_table": rl22b_maxk_table,

@@ -155,7 +155,7 @@ def forces_map(signal: str, estimator: str, cost: str) -> dict:
         "kpis": [
             ["SIGNAL", f"{verdict['SIGNAL']}: held-out correctness {held:.2f} (train reward {train:.2f})"],
             ["ESTIMATOR", f"{verdict['ESTIMATOR']}: gradient error {err:.2f}"],
-            ["COST", f"{verdict['COST']}: peak {plan['peak_bytes'] / 2**30:.0f} GiB per GPU of 74.5"],
+            ["COST", f"{verdict['COST']}: peak {plan['peak_bytes'] / 2**30:.0f} GiB per GPU of a 74.5 GiB budget"],
             ["forces that hold", sum(ok.values())],
         ],
         "note": (

@@ -34,7 +34,7 @@ def memory_envelope(P: int, L: int, B: int, G: int, ckpt: bool) -> dict:
                 line(
                     ["trainer / GPU", "inference / GPU"],
                     [units.H100_GIB] * 2,
-                    "one H100 (74.5 GiB)",
+                    f"one H100, planner's budget ({units.H100_GIB:.1f} GiB)",
                     line={"dash": "dash", "color": "black"},
                 ),
             ],
@@ -52,7 +52,7 @@ def memory_envelope(P: int, L: int, B: int, G: int, ckpt: bool) -> dict:
             ["training state, whole model (18 B/param)", units.size(18 * params, 2)],
         ],
         "note": (
-            f"The trainer needs {units.size(train)} per GPU against 74.5 GiB: "
+            f"The trainer needs {units.size(train)} per GPU against the planner's {units.H100_GIB:.1f} GiB per H100: "
             + ("it fits." if fits else "it does not fit.")
             + " In the course's envelope activations are not sharded, and checkpointing keeps 1/8 of them."
         ),
@@ -76,7 +76,8 @@ register(
             "what": "Checkpointing off at 8k tokens: the 7B activations alone are 128 GiB per GPU, and the "
             "trainer runs out of memory at its first step.",
         },
-        "Stacked GiB per GPU for the trainer and the sampler against one H100 (80 GB = 74.5 GiB): the course's "
+        f"Stacked GiB per GPU for the trainer and the sampler against one H100 (the planner's budget, 80·10⁹ B = "
+        f"{units.H100_GIB:.1f} GiB of the {units.H100_REPORTED_GIB:.1f} GiB the card reports): the course's "
         "envelope (memory.envelope), a back-of-envelope model; lesson 22's planner widget counts every tensor.",
         ["posttrain.sizing.memory:envelope"],
     )

@@ -59,7 +59,7 @@ def kv_cache(model: str, B: int, L: int, gqa: bool) -> dict:
         "figure": figure(
             [
                 bar(
-                    ["weights (bf16)", "KV cache", "one H100"],
+                    ["weights (bf16)", "KV cache", "one H100 (planner's budget)"],
                     [units.gib(weights), units.gib(kv), units.H100_GIB],
                     "GiB",
                     marker={"color": ["#1f77b4", "#ff7f0e", "#cccccc"]},
@@ -101,7 +101,8 @@ register(
             "what": "70B with 256 sequences of 8k tokens: 640 GiB of KV cache, more than eight H100s hold; the "
             "engine must cut concurrency or preempt, and the rollout phase stalls.",
         },
-        "Weights, KV cache and the capacity of one H100 (80 GB as sold = 74.5 GiB), all in GiB.",
+        f"Weights, KV cache and one H100, all in GiB; the H100 bar is the planner's budget of 80·10⁹ bytes "
+        f"({units.H100_GIB:.1f} GiB) of the {units.H100_REPORTED_GIB:.1f} GiB the card reports.",
         ["posttrain.sizing.shapes:kv_bytes_per_token", "posttrain.models.gpt_mini:KVCache"],
     )
 )
