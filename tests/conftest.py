@@ -7,6 +7,16 @@ THREADS = int(os.environ.get("POSTTRAIN_TEST_THREADS", "2"))
 torch.set_num_threads(THREADS)
 
 
+def pytest_collection_modifyitems(config, items):
+    """`@pytest.mark.gpu` tests run only where CUDA is: the same suite passes on both machines."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (@pytest.mark.gpu)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(autouse=True)
 def _torch_threads():
     """Every test starts with the suite's thread count: a stage run with `threads=1` (or a

@@ -49,6 +49,7 @@ from posttrain.preference.reward_model import (
 )
 from posttrain.recipes.common import EpochIndices, Run, batch_plan, init_model, print_plan, supervised_step
 from posttrain.recipes.rl import default_init
+from posttrain.sizing.card import phase
 from posttrain.tasks.arithmetic import ArithmeticConfig
 from posttrain.tasks.base import TaskConfig
 
@@ -119,18 +120,19 @@ def cached_pairs(r: Run, name: str, build) -> list[Pair]:
 
 def sample_pairs(cfg: RMConfig, model, tok, task, n: int, split: str):
     items = task.items(n, split, cfg.seed)
-    pairs, stats = pairs_from_policy(
-        model,
-        tok,
-        task,
-        items,
-        cfg.samples_per_prompt,
-        cfg.temperature,
-        response_budget(task, items),
-        cfg.seed,
-        cfg.same_length,
-        pairs_per_prompt=cfg.pairs_per_prompt if split == "train" else 1,
-    )
+    with phase("rollout"):
+        pairs, stats = pairs_from_policy(
+            model,
+            tok,
+            task,
+            items,
+            cfg.samples_per_prompt,
+            cfg.temperature,
+            response_budget(task, items),
+            cfg.seed,
+            cfg.same_length,
+            pairs_per_prompt=cfg.pairs_per_prompt if split == "train" else 1,
+        )
     return pairs, {"source": f"policy, {split} split", **stats}
 
 
@@ -172,7 +174,7 @@ def run(cfg: RMConfig, resume: bool = False, task=None) -> dict:
 
     r = Run(cfg, "rm", resume)  # a bad --resume or out= fails before the default init
     init = cfg.init or default_init()
-    trunk, tok = init_model(cfg, init, r.rt.device)
+    trunk, tok = init_model(cfg, init, r)
     # Pairs are sampled from the init policy before any update (on resume: re-read from the run dir).
     pairs = cached_pairs(r, "pairs.jsonl", lambda: train_pairs(cfg, trunk, tok, task))
     if not pairs:
