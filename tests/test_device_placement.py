@@ -19,6 +19,8 @@ from posttrain.logging import read_metrics
 from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
 from posttrain.tasks.base import RewardResult
 
+from test_recipes import _pairs_file
+
 TINY = ["task.max_terms=3", "threads=1", "tensorboard=false"]
 
 
@@ -35,20 +37,8 @@ def _numbers(run_dir) -> list[dict]:
     ]
 
 
-def _pairs(path, n=16):
-    from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
-
-    task = ArithmeticTask(ArithmeticConfig(max_terms=3))
-    rows = [
-        {
-            "prompt": task.prompt(it),
-            "chosen": it.target(True),
-            "rejected": it.target(True)[: -len(str(it.answer))] + str(it.answer + 1),
-        }
-        for it in task.items(n, "train", 0)
-    ]
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
+def _pairs(path):
+    return _pairs_file(path, 16)  # verifier-style pairs: the rejected answer is one off
 
 
 def _on_both(tmp_path, run, args) -> tuple[list, list]:

@@ -39,7 +39,9 @@ def test_dpo_on_the_card_starts_at_log_2(sft_ckpt, tmp_path, dtype, tol):
     """Issue 31's crash: the reference scored pairs left on the CPU. Policy = reference at step 1."""
     pairs = _pairs(tmp_path / "pairs.jsonl")
     args = [f"init={sft_ckpt}", f"pairs={pairs}", "loss_type=dpo", "batch_size=4", "steps=1", "eval_problems=0"]
-    dpo.run(load_config(dpo.DPOConfig, None, [f"out={tmp_path}/run", "device=cuda", f"dtype={dtype}", *args, *TINY_TASK]))
+    dpo.run(
+        load_config(dpo.DPOConfig, None, [f"out={tmp_path}/run", "device=cuda", f"dtype={dtype}", *args, *TINY_TASK])
+    )
     step = read_metrics(tmp_path / "run")[-1]
     assert step["loss"] == pytest.approx(math.log(2), abs=tol)
 
@@ -47,7 +49,9 @@ def test_dpo_on_the_card_starts_at_log_2(sft_ckpt, tmp_path, dtype, tol):
 @pytest.mark.parametrize("dtype,tol", [("float32", 1e-4), ("auto", 0.05)])
 def test_rl_on_the_card_sampler_and_trainer_agree(sft_ckpt, tmp_path, dtype, tol):
     args = ["prompts_per_step=2", "samples_per_prompt=4", "eval_problems=2", "eval_samples=2", "steps=2", *TINY_TASK]
-    rl.run(load_config(RLConfig, None, [f"out={tmp_path}/run", f"init={sft_ckpt}", "device=cuda", f"dtype={dtype}", *args]))
+    rl.run(
+        load_config(RLConfig, None, [f"out={tmp_path}/run", f"init={sft_ckpt}", "device=cuda", f"dtype={dtype}", *args])
+    )
     for m in read_metrics(tmp_path / "run")[1:]:
         assert m["mismatch/logprob_abs"] < tol and abs(m["ratio/mean"] - 1) < tol
 

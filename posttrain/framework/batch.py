@@ -90,7 +90,7 @@ def to_device(batch: RolloutBatch, device) -> RolloutBatch: ...
 def to_device(batch: dict, device) -> dict: ...
 def to_device(batch: Batch, device) -> Batch:
     """The batch on the model's device: the one move of a stage's batches, made where the
-    stage hands a batch built on the CPU to the model (docs/architecture.md §3, the device
+    stage hands a batch built on the CPU to the model (docs/architecture.md §12, the device
     boundary). A tensor already there is not copied, so on the CPU this changes nothing."""
     return map_batch(batch, lambda v: v.to(device))
 

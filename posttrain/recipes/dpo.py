@@ -107,18 +107,17 @@ def build_pairs(cfg: DPOConfig, r: Run, model, tok, task) -> list:
         stats = {"source": cfg.pairs, "pairs": len(pairs), "skipped_rows": skipped}
     else:
         items = task.items(cfg.pair_prompts, "train", cfg.seed)
-        with phase("rollout"):
-            pairs, stats = pairs_from_policy(
-                model,
-                tok,
-                task,
-                items,
-                cfg.samples_per_prompt,
-                cfg.temperature,
-                response_budget(task, items),
-                cfg.seed,
-                cfg.same_length,
-            )
+        pairs, stats = pairs_from_policy(
+            model,
+            tok,
+            task,
+            items,
+            cfg.samples_per_prompt,
+            cfg.temperature,
+            response_budget(task, items),
+            cfg.seed,
+            cfg.same_length,
+        )
         stats["source"] = "policy"
     if not pairs:
         raise UsageError(
@@ -187,7 +186,8 @@ def run(cfg: DPOConfig, resume: bool = False, task=None) -> dict:
     r = Run(cfg, "dpo", resume)  # a bad --resume or out= fails before the default init
     init = cfg.init or default_init()
     model, tok = init_model(cfg, init, r)
-    pairs = build_pairs(cfg, r, model, tok, task)
+    with phase("rollout"):  # pairs sampled from the policy (or read from a file)
+        pairs = build_pairs(cfg, r, model, tok, task)
     encoded = encode_pairs(tok, pairs)
     show_first_prompt(
         tok.chat_prompt(pairs[0].prompt) + tok.chat_continuation(pairs[0].prompt, pairs[0].chosen), r.dir, "dpo"

@@ -120,19 +120,18 @@ def cached_pairs(r: Run, name: str, build) -> list[Pair]:
 
 def sample_pairs(cfg: RMConfig, model, tok, task, n: int, split: str):
     items = task.items(n, split, cfg.seed)
-    with phase("rollout"):
-        pairs, stats = pairs_from_policy(
-            model,
-            tok,
-            task,
-            items,
-            cfg.samples_per_prompt,
-            cfg.temperature,
-            response_budget(task, items),
-            cfg.seed,
-            cfg.same_length,
-            pairs_per_prompt=cfg.pairs_per_prompt if split == "train" else 1,
-        )
+    pairs, stats = pairs_from_policy(
+        model,
+        tok,
+        task,
+        items,
+        cfg.samples_per_prompt,
+        cfg.temperature,
+        response_budget(task, items),
+        cfg.seed,
+        cfg.same_length,
+        pairs_per_prompt=cfg.pairs_per_prompt if split == "train" else 1,
+    )
     return pairs, {"source": f"policy, {split} split", **stats}
 
 
@@ -141,7 +140,8 @@ def file_or_sampled(cfg: RMConfig, path: str, model, tok, task, n: int, split: s
     if path:
         pairs, skipped = load_jsonl(path, cfg.on_bad, fits_context(tok, model.config.max_seq_len))
         return pairs, {"source": path, "pairs": len(pairs), "skipped_rows": skipped}
-    return sample_pairs(cfg, model, tok, task, n, split)
+    with phase("rollout"):
+        return sample_pairs(cfg, model, tok, task, n, split)
 
 
 def train_pairs(cfg: RMConfig, model, tok, task):

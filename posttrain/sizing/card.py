@@ -1,4 +1,5 @@
-"""The card a run is on: will the run fit it, and what to say when it ran out (issue 31).
+"""The card a run is on: will the run fit it, and what to say when it ran out (issue 31,
+docs/architecture.md §12).
 
 Before any work (recipes/common.init_model, every stage):
 
