@@ -173,6 +173,7 @@ def test_out_of_memory_mid_run_exits_1_in_one_line_and_resume_gives_the_uninterr
         "eval_problems=2",
         "eval_samples=2",
         "threads=1",
+        "device=cpu",  # the resumed weights equal the uninterrupted run's: the CPU's fp32
         *TINY_TASK,
     ]
     cut, full = tmp_path / "cut", tmp_path / "full"

@@ -12,13 +12,13 @@ import json
 
 import pytest
 import torch
-from fakegpu import FakeGPUTensor, install
 
 from posttrain.config import load_config
 from posttrain.logging import read_metrics
 from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
 from posttrain.tasks.base import RewardResult
 
+from fakegpu import FakeGPUTensor, install
 from test_recipes import _pairs_file
 
 TINY = ["task.max_terms=3", "threads=1", "tensorboard=false"]

@@ -17,7 +17,7 @@ from posttrain.recipes import dpo, rl
 from posttrain.sizing.card import OutOfMemory, card_bytes, phase
 
 from conftest import TINY_TASK
-from test_device_placement import _pairs
+from test_recipes import _pairs_file
 
 pytestmark = pytest.mark.gpu
 
@@ -37,7 +37,7 @@ def test_logprobs_on_the_card_match_the_cpu_at_each_dtype(nano):
 @pytest.mark.parametrize("dtype,tol", [("float32", 1e-4), ("auto", 0.05)])
 def test_dpo_on_the_card_starts_at_log_2(sft_ckpt, tmp_path, dtype, tol):
     """Issue 31's crash: the reference scored pairs left on the CPU. Policy = reference at step 1."""
-    pairs = _pairs(tmp_path / "pairs.jsonl")
+    pairs = _pairs_file(tmp_path / "pairs.jsonl", 16)
     args = [f"init={sft_ckpt}", f"pairs={pairs}", "loss_type=dpo", "batch_size=4", "steps=1", "eval_problems=0"]
     dpo.run(
         load_config(dpo.DPOConfig, None, [f"out={tmp_path}/run", "device=cuda", f"dtype={dtype}", *args, *TINY_TASK])
