@@ -158,25 +158,31 @@ def _kernel(op, *args, **kwargs):
     return run_op(op, args, kwargs)
 
 
+def _own_kernels() -> list[str]:
+    """Ops that need a fakegpu kernel of their own rather than the fallback: copy_ (inside
+    torch.tensor(..., device=) it runs with the Python key excluded, where the fallback is not
+    reached), and every op with a CPU kernel and a decomposition (silu_backward), which a backend
+    without its own kernel decomposes: given the CPU's, fakegpu computes the same floats."""
+    names = ["copy_"]
+    for name in torch._C._dispatch_get_all_op_names():
+        if name.startswith("aten::") and all(
+            torch._C._dispatch_has_kernel_for_dispatch_key(name, k) for k in ("CPU", "CompositeImplicitAutograd")
+        ):
+            names.append(name.removeprefix("aten::"))
+    return names
+
+
 def install() -> torch.device:
     """Register fakegpu once per process; returns the device."""
     if not _LIBS:
         torch.utils.backend_registration._setup_privateuseone_for_python_backend(NAME)
         fallback = torch.library.Library("_", "IMPL")  # factories and moves that name device=fakegpu
-        fallback.fallback(lambda op, *args, **kwargs: run_op(op, args, kwargs), dispatch_key="PrivateUse1")
-        # copy_ into a new fakegpu tensor inside torch.tensor(..., device=) does not reach the
-        # fallback (the Python key is excluded there); an explicit kernel does
+        fallback.fallback(_kernel, dispatch_key="PrivateUse1")
         impl = torch.library.Library("aten", "IMPL")
-        impl.impl(
-            "copy_", lambda dst, src, non_blocking=False: run_op(aten.copy_.default, (dst, src), {}), "PrivateUse1"
-        )
-        # an op with a CPU kernel and a decomposition (silu_backward) decomposes on a backend without
-        # its own kernel: give fakegpu the CPU's, so it computes the same floats
-        for name in torch._C._dispatch_get_all_op_names():
-            if name.startswith("aten::") and all(
-                torch._C._dispatch_has_kernel_for_dispatch_key(name, k) for k in ("CPU", "CompositeImplicitAutograd")
-            ):
-                op = getattr(aten, name[6:]).default
-                impl.impl(name[6:], functools.partial(_kernel, op), "PrivateUse1")
+        for name in _own_kernels():
+            base, _, overload = name.partition(".")
+            impl.impl(
+                name, functools.partial(_kernel, getattr(getattr(aten, base), overload or "default")), "PrivateUse1"
+            )
         _LIBS.extend([fallback, impl])
     return torch.device(NAME, 0)
