@@ -34,7 +34,9 @@ def test_logprobs_on_the_card_match_the_cpu_at_each_dtype(nano):
     assert (bf16.float().cpu() - cpu).abs().max() < 0.1
 
 
-@pytest.mark.parametrize("dtype,tol", [("float32", 1e-4), ("auto", 0.05)])
+@pytest.mark.parametrize(
+    "dtype,tol", [("float32", 1e-4), ("auto", 0.1)]
+)  # bf16: the trainer's sums vs an fp32 reference
 def test_dpo_on_the_card_starts_at_log_2(sft_ckpt, tmp_path, dtype, tol):
     """Issue 31's crash: the reference scored pairs left on the CPU. Policy = reference at step 1."""
     pairs = _pairs_file(tmp_path / "pairs.jsonl", 16)
