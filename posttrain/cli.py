@@ -94,6 +94,12 @@ def run_stage(stage: str, args) -> None:
 
             shutil.rmtree(out, ignore_errors=True)
         raise
+    except TrainingHalted as e:
+        from posttrain.sizing.card import OutOfMemory  # entry: the CLI loads torch only when a command runs
+
+        if isinstance(e, OutOfMemory):  # before the step loop too (DPO's reference): say how to go on
+            raise e.in_run(out) from None
+        raise
 
 
 def run_eval(args) -> None:
@@ -101,12 +107,13 @@ def run_eval(args) -> None:
 
     import yaml
 
-    from posttrain import checkpoint
+    from posttrain import checkpoint, runtime
     from posttrain.config import build
     from posttrain.eval import evaluate, format_per_k
     from posttrain.tasks import config_class, make
 
-    model, tok, path = checkpoint.load_model(args.checkpoint)
+    device = runtime.resolve(args.device).device  # device=cuda without a GPU: one line before any work
+    model, tok, path = checkpoint.load_model(args.checkpoint, device)
     task_cfg: dict = {}
     run_cfg = path.parent.parent / "config.yaml"
     if run_cfg.exists():
@@ -128,7 +135,7 @@ def run_eval(args) -> None:
     if args.rm:  # best-of-n reranked by a reward model
         from posttrain.preference.reward_model import load_scorer
 
-        scorer = load_scorer(args.rm)
+        scorer = load_scorer(args.rm, device)
     res = evaluate(
         model, tok, task, items, n=n if n > 1 else 0, ks=ks, temperature=args.temperature, seed=args.seed, scorer=scorer
     )
@@ -184,6 +191,7 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--problems", type=int, default=500)
     e.add_argument("--temperature", type=float, default=1.0)
     e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--device", default="auto", help="auto (cuda if available) | cpu | cuda | cuda:N")
     e.add_argument(
         "--rm",
         metavar="RM_RUN",

@@ -18,6 +18,7 @@ import torch
 
 from posttrain.framework.rollout import Engine, SamplingParams
 from posttrain.progress import generate_with_progress
+from posttrain.sizing.card import phase
 from posttrain.tasks.arithmetic import last_integer
 from posttrain.tasks.base import correctness, score_results
 
@@ -49,6 +50,7 @@ def response_budget(task, items) -> int:
 
 
 @torch.no_grad()
+@phase("eval")
 def evaluate(
     model,
     tokenizer,

@@ -46,7 +46,9 @@ def resolve(device: str = "auto", dtype: str = "auto", threads: int = 0) -> Runt
     except RuntimeError:
         raise UsageError(f"device={device!r} is not a device; use auto, cpu, cuda or cuda:N") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise UsageError("device=cuda but no CUDA GPU is visible; use device=cpu")
+        raise UsageError(f"device={device} but no CUDA GPU is visible; use device=cpu (or auto)")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise UsageError(f"device={device} but only {torch.cuda.device_count()} CUDA GPU(s) are visible; use cuda:0")
     names = {
         "auto": None,
         "float32": torch.float32,

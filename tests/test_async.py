@@ -210,6 +210,7 @@ COMMON = [
     "eval_samples=2",
     "eval_every=0",
     "steps=3",
+    "device=cpu",  # async = sync to the bit, ratios to 1e-4: the CPU's fp32 (a GPU's bf16 and atomics differ)
     "threads=1",
     *TINY_TASK,
 ]
@@ -337,6 +338,7 @@ def test_async_resume_is_exact(sft_ckpt, tmp_path, monkeypatch, stale):
         "steps=4",
         "save_every=2",
         "threads=1",
+        "device=cpu",  # resume = the uninterrupted run, bit for bit
         "scale.async=true",
         "scale.max_staleness=1",
         f"scale.stale={stale}",

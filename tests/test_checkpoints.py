@@ -89,7 +89,7 @@ def test_a_writer_that_fails_otherwise_is_named(tmp_path, monkeypatch, nano, tok
 
 
 def test_resume_tolerates_a_torn_last_metrics_row_and_stays_exact(sft_ckpt, tmp_path, monkeypatch):
-    common = [f"init={sft_ckpt}", "steps=4", "save_every=2", *SFT]
+    common = [f"init={sft_ckpt}", "steps=4", "save_every=2", "device=cpu", *SFT]  # exact: the CPU's fp32
     sft.run(load_config(SFTConfig, None, [f"out={tmp_path}/full", *common]))
     cfg = load_config(SFTConfig, None, [f"out={tmp_path}/half", *common])
     run_killed(monkeypatch, sft, cfg, die_on_step=4)
@@ -118,6 +118,7 @@ def test_rl_resume_with_resampled_groups_is_exact(sft_ckpt, tmp_path, monkeypatc
         "save_every=1",
         "threads=1",
         "tensorboard=false",
+        "device=cpu",  # the same numbers after a resume: the CPU's fp32 (a GPU's bf16 and atomics differ)
         *TINY_TASK,
     ]
     rl.run(load_config(RLConfig, None, [f"out={tmp_path}/full", *common]))

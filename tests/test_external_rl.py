@@ -99,6 +99,7 @@ def rl_cfg(out, init, task: list[str], **kw):
         "eval.save_samples=2",
         "threads=1",
         "verifier.timeout_s=60",
+        "device=cpu",  # trained on what was served, to 1e-4: the CPU's fp32
         *task,
     ]
     return load_config(RLConfig, None, over + [f"{k}={v}" for k, v in kw.items()])

@@ -150,6 +150,7 @@ def test_grpo_end_to_end_and_checkpoint_reloads_in_transformers(dirs, arch, tmp_
             "eval_samples=2",
             "optim.lr=1e-3",
             "log_every=1",
+            "device=cpu",  # sampler = trainer to 1e-5: the CPU's fp32
             *EASY,
         ],
     )
@@ -176,6 +177,7 @@ def test_sft_from_hf_dir_and_resume(dirs, tmp_path):
     from posttrain.recipes import sft
 
     args = [f"init={dirs['llama']}", "batch_size=4", "num_problems=50", "eval_problems=2", "optim.lr=1e-3", *EASY]
+    args.append("device=cpu")  # the resumed weights to 1e-6: the CPU's fp32
     sft.run(load_config(SFTConfig, None, [f"out={tmp_path}/a", "steps=3", *args]))
     sft.run(load_config(SFTConfig, None, [f"out={tmp_path}/b", "steps=2", *args]))
     sft.run(load_config(SFTConfig, None, [f"out={tmp_path}/b", "steps=3", *args]), resume=True)
@@ -212,6 +214,7 @@ def test_bf16_autocast_path_runs_on_cpu(dirs, tmp_path):
             "eval_problems=2",
             "eval_samples=1",
             "dtype=bfloat16",
+            "device=cpu",  # the CUDA precision path, on the CPU (what this test is about)
             "grad_checkpointing=true",
             *EASY,
         ],

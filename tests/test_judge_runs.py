@@ -192,6 +192,7 @@ def test_rl_with_a_judge_resumes_to_the_same_numbers(sft_ckpt, tmp_path, monkeyp
         "eval_every=0",
         "steps=3",
         "threads=1",
+        "device=cpu",  # the same numbers after a resume: the CPU's fp32 (a GPU's bf16 and atomics differ)
         "task.max_terms=3",
         f"task.judge.model={sft_ckpt}",
         "task.judge.mode=pairwise",

@@ -104,6 +104,7 @@ def test_rl_trace_rows_hold_per_token_logprobs_and_advantages(sft_ckpt, tmp_path
             "eval_samples=1",
             "save_samples=4",
             "tensorboard=false",
+            "device=cpu",  # trainer = behaviour logprobs to 1e-4: the CPU's fp32, not a GPU's bf16
             *TINY_TASK,
         ],
     )

@@ -149,6 +149,7 @@ def test_rl_run_ppo_logs_value_metrics_and_resumes_exactly(sft_ckpt, tmp_path):
         "epochs=2",
         "minibatches=2",
         "algo.critic=separate",
+        "device=cpu",  # the same numbers after a resume: the CPU's fp32
         *TINY_TASK,
     ]
     rl.run(load_config(RLConfig, None, [f"out={tmp_path}/full", "steps=2", *common]))

@@ -90,6 +90,7 @@ def test_rl_with_a_bf16_sampler_logs_the_mismatch_and_corrects_it(sft_ckpt, tmp_
         "eval.samples=2",
         "steps=2",
         "task.max_terms=3",
+        "device=cpu",  # an fp32 trainer against an emulated bf16 sampler: the fp32 side is the CPU's
     ]
     runs = {}
     for name, extra in (

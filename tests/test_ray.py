@@ -48,6 +48,7 @@ COMMON = [
     "eval_every=0",
     "steps=2",
     "threads=1",
+    "device=cpu",  # every placement to 1e-6: the CPU's fp32 in the driver and in the workers
     *TINY_TASK,
 ]
 

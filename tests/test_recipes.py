@@ -74,6 +74,7 @@ def test_sft_resume_is_exact(sft_ckpt, tmp_path, monkeypatch):
         "eval_problems=10",
         "save_every=2",
         "steps=5",
+        "device=cpu",  # the same numbers after a resume: the CPU's fp32 (a GPU's bf16 and atomics differ)
         *TINY_TASK,
     ]
     sft.run(load_config(SFTConfig, None, [f"out={tmp_path}/full", *common]))
@@ -97,6 +98,7 @@ def test_rl_runs_and_resumes_exactly(sft_ckpt, tmp_path, monkeypatch):
         "eval_every=0",
         "steps=3",
         "optim.schedule=cosine",
+        "device=cpu",  # the same numbers after a resume: the CPU's fp32 (a GPU's bf16 and atomics differ)
         *TINY_TASK,
     ]
     rl.run(load_config(RLConfig, None, [f"out={tmp_path}/full", *common]))
@@ -144,6 +146,7 @@ def test_dpo_runs_and_resumes_exactly(sft_ckpt, tmp_path, monkeypatch, loss_type
         "eval_problems=4",
         "eval_samples=2",
         "optim.micro_batch_tokens=40",
+        "device=cpu",  # log 2 to 1e-5 and a resume to the bit: the CPU's fp32
         *TINY_TASK,
     ]
     dpo.run(load_config(dpo.DPOConfig, None, [f"out={tmp_path}/full", *common]))
@@ -262,6 +265,7 @@ def test_kill_during_checkpoint_write_keeps_the_previous_one(sft_ckpt, tmp_path,
         "eval_problems=10",
         "save_every=2",
         "steps=6",
+        "device=cpu",  # the same numbers after a resume: the CPU's fp32 (a GPU's bf16 and atomics differ)
         *TINY_TASK,
     ]
     sft.run(load_config(SFTConfig, None, [f"out={tmp_path}/full", *common]))

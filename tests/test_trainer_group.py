@@ -24,6 +24,7 @@ COMMON = [
     "threads=1",
     "optim.lr=3e-4",
     "algo.entropy_coef=0.01",
+    "device=cpu",  # two ranks reproduce one to 1e-5: the CPU's fp32 (the group is gloo)
     *TINY_TASK,
 ]
 

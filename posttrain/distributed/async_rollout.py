@@ -46,6 +46,7 @@ import threading
 import time
 
 from posttrain.framework.weight_sync.snapshots import WeightPublisher, switch_weights
+from posttrain.sizing.card import OutOfMemory
 
 
 class AsyncRollout:
@@ -132,6 +133,8 @@ class AsyncRollout:
 
     def _take(self):
         while True:
+            if isinstance(self.error, OutOfMemory):  # already one line naming its phase (sizing/card.py)
+                raise self.error
             if self.error is not None:
                 raise RuntimeError(f"rollout producer failed: {self.error!r}") from self.error
             try:

@@ -47,7 +47,7 @@ from posttrain import UsageError, algorithms, runtime
 from posttrain.distributed import fsdp
 from posttrain.distributed.data_parallel import DataParallel
 from posttrain.distributed.fsdp import full_state, gather_into
-from posttrain.framework.batch import Batch, map_batch
+from posttrain.framework.batch import Batch, map_batch, to_device
 from posttrain.framework.critic import needs_critic
 from posttrain.framework.trainer import Trainer, policy_loss_fn
 
@@ -162,7 +162,7 @@ def _follow(rank: int, world: int, init: str, cfg) -> None:
                 fsdp.full_state(trainer)
                 continue
             _, batch, epochs, minibatches, max_len = msg
-            trainer.train(map_batch(batch, lambda v: v.to(trainer.device)), loss_fn, epochs, minibatches, max_len)
+            trainer.train(to_device(batch, trainer.device), loss_fn, epochs, minibatches, max_len)
             if cfg.scale.trainer_shard == "fsdp":
                 fsdp.gather_into(trainer.model, None)
     finally:

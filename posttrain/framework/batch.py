@@ -64,9 +64,6 @@ class RolloutBatch:
         """A new batch with `fn` applied to every present field."""
         return dataclasses.replace(self, **{k: fn(v) for k, v in self.tensors().items()})
 
-    def to(self, device) -> RolloutBatch:
-        return self.map(lambda v: v.to(device))
-
 
 Batch = RolloutBatch | dict  # a RolloutBatch, or a dict batch of the other stages
 
@@ -85,6 +82,17 @@ def map_batch(batch: Batch, fn: Callable[[torch.Tensor], torch.Tensor]) -> Batch
     if isinstance(batch, RolloutBatch):
         return batch.map(fn)
     return {k: fn(v) if torch.is_tensor(v) else v for k, v in batch.items()}
+
+
+@overload
+def to_device(batch: RolloutBatch, device) -> RolloutBatch: ...
+@overload
+def to_device(batch: dict, device) -> dict: ...
+def to_device(batch: Batch, device) -> Batch:
+    """The batch on the model's device: the one move of a stage's batches, made where the
+    stage hands a batch built on the CPU to the model (docs/architecture.md §12, the device
+    boundary). A tensor already there is not copied, so on the CPU this changes nothing."""
+    return map_batch(batch, lambda v: v.to(device))
 
 
 def with_fields(batch: Batch, **values: torch.Tensor) -> Batch:

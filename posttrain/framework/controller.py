@@ -29,11 +29,12 @@ import numpy as np
 
 from posttrain.algorithms.core import broadcast
 from posttrain.framework.agent import Episode, episode_metrics, run_episodes
-from posttrain.framework.batch import collate_samples
+from posttrain.framework.batch import collate_samples, to_device
 from posttrain.framework.critic import critic_values, needs_critic
 from posttrain.framework.off_policy import correct_off_policy
 from posttrain.framework.rollout import Sample, SamplingParams
 from posttrain.framework.trainer import policy_loss_fn
+from posttrain.sizing.card import phase
 from posttrain.sizing.throughput import max_of_k
 from posttrain.tasks.base import MultiTurnTask, score_samples
 from posttrain.tasks.pool import make_pool
@@ -73,7 +74,7 @@ class Controller:
         replace = dataclasses.replace
         critic = needs_critic(self.algorithm, self.algo_cfg)
         with self.timer("collate"):
-            batch = collate_samples(samples, self.tok.pad_id).to(self.trainer.device)  # ❹
+            batch = to_device(collate_samples(samples, self.tok.pad_id), self.trainer.device)  # ❹
         if self.reference is not None:
             with self.timer("reference"):
                 batch = replace(batch, ref_logprobs=self.reference.score(batch))  # ❺
@@ -179,8 +180,10 @@ class Controller:
 
 @contextmanager
 def timed(timers: dict, name: str):
+    """Time a role, and name it in a CUDA out-of-memory error raised inside (sizing/card.py)."""
     t0 = time.perf_counter()
-    yield
+    with phase(name):
+        yield
     timers[f"time/{name}_s"] = timers.get(f"time/{name}_s", 0.0) + time.perf_counter() - t0
 
 

@@ -18,6 +18,7 @@ from posttrain import TrainingHalted, checkpoint, runtime
 from posttrain.config import to_dict
 from posttrain.framework.trainer import Trainer
 from posttrain.logging import RunLogger
+from posttrain.sizing.card import OutOfMemory, phase
 
 
 def eval_due(cfg, step: int) -> bool:
@@ -70,7 +71,8 @@ def train_loop(
         config=to_dict(cfg),
     )
     if evaluate is not None and eval_at_start and start == 0:
-        logger.log(0, evaluate(model))
+        with phase("eval"):
+            logger.log(0, evaluate(model))
 
     def save(step):
         state = {
@@ -96,10 +98,12 @@ def train_loop(
     try:
         for step in range(start + 1, cfg.steps + 1):
             t0 = time.perf_counter()
-            metrics = step_fn(step)
+            with phase("step"):  # the step's own phases (rollout, reference, train, …) name it first
+                metrics = step_fn(step)
             metrics["time/step_s"] = time.perf_counter() - t0
             if evaluate is not None and eval_due(cfg, step):
-                metrics.update(evaluate(model))
+                with phase("eval"):
+                    metrics.update(evaluate(model))
             logger.log(step, metrics)
             last = metrics
             reason = until(metrics) if until is not None and eval_due(cfg, step) else ""
@@ -121,6 +125,9 @@ def train_loop(
                 )
             if cfg.save_every and step % cfg.save_every == 0 and step < cfg.steps:
                 save(step)
+    except OutOfMemory as e:  # nothing saved after it: the last checkpoint is the one to resume from
+        logger.close()
+        raise e.in_run(run.dir) from None
     finally:
         for sig, h in handlers.items():
             signal.signal(sig, h)

@@ -11,13 +11,14 @@ from pathlib import Path
 import torch
 import yaml
 
-from posttrain import UsageError, checkpoint, runtime
+from posttrain import UsageError, algorithms, checkpoint, runtime
 from posttrain.config import save_config, to_dict
-from posttrain.framework.batch import split_micro_batches
+from posttrain.framework.batch import split_micro_batches, to_device
 from posttrain.framework.logprobs import sequence_logprobs
 from posttrain.models.gpt_mini import GPTMini
 from posttrain.models.lora import apply_lora
 from posttrain.models.tokenizer import BASE_CHARS, DEFAULT_CHARS, CharTokenizer
+from posttrain.sizing import card
 
 
 class Run:
@@ -25,6 +26,7 @@ class Run:
 
     def __init__(self, cfg, stage: str, resume: bool = False):
         self.cfg, self.stage = cfg, stage
+        self.rt = runtime.resolve(cfg.device, cfg.dtype, cfg.threads)  # a bad device: refused before any write
         self.dir = Path(cfg.out or f"runs/{stage}")
         self.resume_from = None
         self.resume_state = None
@@ -38,7 +40,6 @@ class Run:
                 f"pass --resume {self.dir} to continue, overwrite=true to start over, or out=NEW_DIR"
             )
         write_run_dir(self.dir, cfg)
-        self.rt = runtime.resolve(cfg.device, cfg.dtype, cfg.threads)
         runtime.seed_everything(cfg.seed)
 
 
@@ -83,10 +84,13 @@ def write_run_dir(directory: Path, cfg) -> None:
         ) from None
 
 
-def init_model(cfg, init: str, device, task=None) -> tuple[GPTMini, CharTokenizer]:
+def init_model(cfg, init: str, run: Run, task=None) -> tuple[GPTMini, CharTokenizer]:
     """Start from a checkpoint (`init`: a run, a checkpoint or a Hugging Face directory) or from
     random weights shaped by `cfg.model` (with a vocabulary for `task`); then the training
-    switches: gradient checkpointing and LoRA adapters (`cfg.lora.r > 0`)."""
+    switches: gradient checkpointing and LoRA adapters (`cfg.lora.r > 0`); then the card
+    (sizing/card.py): weights and optimizer state that cannot fit it are refused, a planned peak
+    above it is a warning."""
+    device = run.rt.device
     if init:
         model, tok, path = checkpoint.load_model(init, device)
         model.lora_base = str(path.resolve())  # a LoRA checkpoint's adapter_config names its base
@@ -102,7 +106,55 @@ def init_model(cfg, init: str, device, task=None) -> tuple[GPTMini, CharTokenize
             f"lora: r={lora_cfg.r} alpha={lora_cfg.alpha} trainable {counts['params/trainable']:,} of "
             f"{counts['params/total']:,} params ({100 * counts['params/trainable_frac']:.2f}%)"
         )
+    check_card(run, model)
     return model, tok
+
+
+def check_card(run: Run, model) -> None:
+    """Before any work on a CUDA card: weights + optimizer state must fit it (else a UsageError),
+    and a planned peak above it starts the run with a warning naming the knobs. The planner's
+    peak is remembered for an out-of-memory line (sizing/card.py)."""
+    capacity = card.card_bytes(run.rt.device)
+    card.check_state_fits(model, capacity, run.rt.device)
+    predicted, phase = card.planned_peak(model.config, **plan_keys(run.stage, run.cfg, model.config.max_seq_len))
+    card.expect(predicted)
+    if warning := card.over_card_warning(predicted, capacity, run.rt.device, phase):
+        print(warning, flush=True)
+
+
+DPO_FAMILY = {"ipo": "ipo", "kto": "kto", "simpo": "simpo", "orpo": "orpo"}  # the planner's roles; others: dpo
+
+
+def plan_keys(stage: str, cfg, context: int) -> dict:
+    """This run as the planner's PlanConfig fields (sizing/memory.py): the roles of its algorithm,
+    a micro-batch of `optim.micro_batch_tokens` tokens, the rollout's sequences in flight, each
+    holding a KV cache of prompt + response ≈ max_new_tokens + 512 tokens (512 + 512 when
+    max_new_tokens is left to the task), at most the model's `context`."""
+    max_new = getattr(getattr(cfg, "rollout", None), "max_new_tokens", 0) or 512
+    rollout = {"rollout_len": min(context, max_new + 512)}
+    keys = {
+        "seq_len": cfg.optim.micro_batch_tokens,
+        "checkpointing": bool(cfg.grad_checkpointing),
+        "lora": getattr(getattr(cfg, "lora", None), "r", 0),
+    }
+    if stage == "rl":
+        reference = algorithms.get(cfg.algo.name).needs_reference(cfg.algo)
+        in_flight = cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt
+        extra = {"critic": cfg.algo.critic} if cfg.algo.name == "ppo" else {}
+        return {
+            **keys,
+            **extra,
+            **rollout,
+            "algo": cfg.algo.name,
+            "reference": "gpu" if reference else "none",
+            "rollout_seqs": min(cfg.rollout.max_slots, in_flight),
+        }
+    if stage == "distill":  # the teacher scores like a reference
+        in_flight = cfg.prompts_per_step * cfg.samples_per_prompt
+        return {**keys, **rollout, "algo": "grpo", "reference": "gpu", "rollout_seqs": in_flight}
+    if stage == "dpo":
+        return {**keys, "algo": DPO_FAMILY.get(cfg.loss_type, "dpo")}
+    return {**keys, "algo": "rm" if stage == "rm" else "sft"}
 
 
 def new_tokenizer(cfg, task=None) -> CharTokenizer:
@@ -192,8 +244,9 @@ def supervised_step(trainer, batch_fn, loss_fn, device, unit: int = 1):
 
     def step_fn(step: int) -> dict:
         t0 = time.perf_counter()
-        batch = {k: v.to(device) for k, v in batch_fn(step).items()}
-        metrics = trainer.step(batch, loss_fn, unit=unit)
+        batch = to_device(batch_fn(step), device)  # the stage's device boundary (a no-op if already there)
+        with card.phase("train"):
+            metrics = trainer.step(batch, loss_fn, unit=unit)
         metrics["train/tokens_per_s"] = float(batch["attention_mask"].sum()) / (time.perf_counter() - t0)
         return metrics
 

@@ -19,13 +19,14 @@ from dataclasses import dataclass, field
 from posttrain import UsageError, checkpoint
 from posttrain.config import OptimConfig, RunConfig
 from posttrain.eval import evaluate, response_budget
-from posttrain.framework.batch import collate_samples
+from posttrain.framework.batch import collate_samples, to_device
 from posttrain.framework.loop import train_loop
 from posttrain.framework.rollout import Engine, SamplingParams
 from posttrain.framework.trainer import Trainer
 from posttrain.preference.distill import LOSSES, distill_loss_fn
 from posttrain.recipes.common import Run, init_model, print_plan
 from posttrain.recipes.rl import default_init
+from posttrain.sizing.card import phase
 from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
 from posttrain.tasks.base import score_samples
 
@@ -66,7 +67,7 @@ def run(cfg: DistillConfig, resume: bool = False) -> dict:
 
     r = Run(cfg, "distill", resume)  # a bad --resume or out= fails before the default init
     init = cfg.init or default_init()
-    student, tok = init_model(cfg, init, r.rt.device)
+    student, tok = init_model(cfg, init, r)
     teacher, t_tok, t_path = checkpoint.load_model(cfg.teacher, r.rt.device)
     if t_tok.chars != tok.chars:
         raise UsageError(
@@ -106,10 +107,14 @@ def run(cfg: DistillConfig, resume: bool = False) -> dict:
     def step_fn(step: int) -> dict:
         items = task.items(cfg.prompts_per_step, "train", seed=f"{cfg.seed}/{step}")
         prompts = [tok.encode(tok.chat_prompt(task.prompt(it))) for it in items]
-        samples = engine.generate(prompts, cfg.samples_per_prompt, sampling, seed=cfg.seed, step=step, items=items)  # ❶
+        with phase("rollout"):
+            samples = engine.generate(
+                prompts, cfg.samples_per_prompt, sampling, seed=cfg.seed, step=step, items=items
+            )  # ❶
         metrics = score_samples(task, samples)  # ❷
-        batch = collate_samples(samples, tok.pad_id).to(trainer.device)
-        metrics.update(trainer.step(batch, loss_fn))  # ❸
+        batch = to_device(collate_samples(samples, tok.pad_id), trainer.device)
+        with phase("train"):  # the teacher scores inside the loss
+            metrics.update(trainer.step(batch, loss_fn))  # ❸
         metrics["reward/mean"] = float(batch.rewards.mean())
         metrics["length/mean"] = float(batch.loss_mask.sum(-1).mean())
         return metrics

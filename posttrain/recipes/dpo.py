@@ -26,6 +26,7 @@ import torch
 from posttrain import UsageError, tasks
 from posttrain.config import OptimConfig, RunConfig
 from posttrain.eval import evaluate, response_budget
+from posttrain.framework.batch import to_device
 from posttrain.framework.logprobs import sequence_logprobs
 from posttrain.framework.loop import train_loop
 from posttrain.framework.reference import Reference, score_logprobs
@@ -58,6 +59,7 @@ from posttrain.recipes.common import (
     supervised_step,
 )
 from posttrain.recipes.rl import default_init
+from posttrain.sizing.card import phase
 from posttrain.tasks.arithmetic import ArithmeticConfig
 from posttrain.tasks.base import TaskConfig
 
@@ -129,11 +131,14 @@ def build_pairs(cfg: DPOConfig, r: Run, model, tok, task) -> list:
 
 
 @torch.no_grad()
+@phase("reference")
 def reference_logps(model, encoded, pad_id: int, batch_pairs: int = 64) -> torch.Tensor:
-    """[2·P] log π_ref sums of every row (chosen, rejected interleaved), computed once."""
+    """[2·P] log π_ref sums of every row (chosen, rejected interleaved), computed once, on the
+    model's device (the pairs are collated on the CPU and moved here: issue 31's crash on CUDA)."""
     ref, out = Reference(model), []
+    device = next(model.parameters()).device
     for a in range(0, len(encoded), batch_pairs):
-        batch = collate_pairs(encoded, range(a, min(a + batch_pairs, len(encoded))), pad_id)
+        batch = to_device(collate_pairs(encoded, range(a, min(a + batch_pairs, len(encoded))), pad_id), device)
         out.append(ref.score(batch).sum(-1))
     return torch.cat(out)
 
@@ -180,8 +185,9 @@ def run(cfg: DPOConfig, resume: bool = False, task=None) -> dict:
 
     r = Run(cfg, "dpo", resume)  # a bad --resume or out= fails before the default init
     init = cfg.init or default_init()
-    model, tok = init_model(cfg, init, r.rt.device)
-    pairs = build_pairs(cfg, r, model, tok, task)
+    model, tok = init_model(cfg, init, r)
+    with phase("rollout"):  # pairs sampled from the policy (or read from a file)
+        pairs = build_pairs(cfg, r, model, tok, task)
     encoded = encode_pairs(tok, pairs)
     show_first_prompt(
         tok.chat_prompt(pairs[0].prompt) + tok.chat_continuation(pairs[0].prompt, pairs[0].chosen), r.dir, "dpo"
@@ -190,11 +196,11 @@ def run(cfg: DPOConfig, resume: bool = False, task=None) -> dict:
     trainer = Trainer(model, cfg.optim, cfg.steps, r.rt)
     indices = EpochIndices(len(encoded), cfg.batch_size, cfg.seed)
 
-    def batch_fn(step):
+    def batch_fn(step):  # on the model's device before KTO's reference point scores it
         idx = indices(step)
-        batch = collate_pairs(encoded, idx, tok.pad_id)
+        batch = to_device(collate_pairs(encoded, idx, tok.pad_id), r.rt.device)
         if ref is not None:
-            rows = torch.tensor([2 * i + j for i in idx for j in (0, 1)])
+            rows = torch.tensor([2 * i + j for i in idx for j in (0, 1)], device=ref.device)
             batch["ref_logps"] = ref[rows]  # [2B]
         return with_kto_reference_point(model, batch) if cfg.loss_type == "kto" else batch
 

@@ -36,7 +36,7 @@ class CorpusWindows:
 def run(cfg: PretrainConfig, resume: bool = False, task=None) -> dict:
     task = task if task is not None else tasks.make(cfg.task)
     r = Run(cfg, "pretrain", resume)
-    model, tok = init_model(cfg, "", r.rt.device, task)
+    model, tok = init_model(cfg, "", r, task)
     train_ids = torch.tensor(tok.encode(task.corpus(cfg.corpus_chars, cfg.seed)))
     val_text = task.validation_text(cfg.seed)
     val = CorpusWindows(torch.tensor(tok.encode(val_text)), min(cfg.seq_len, 64), 32, cfg.seed + 1)(0)

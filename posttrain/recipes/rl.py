@@ -151,7 +151,7 @@ def run(cfg: RLConfig, resume: bool = False, task=None) -> dict:
     task = task if task is not None else tasks.make(cfg.task)  # rows and reward functions load here
     r = Run(cfg, "rl", resume)  # a bad --resume or out= fails before the default init
     init = cfg.init or default_init()
-    model, tok = init_model(cfg, init, r.rt.device)
+    model, tok = init_model(cfg, init, r)
     task.reward_bound = cfg.verifier.reward_bound  # safe_reward's bound, in-process and in pool workers
     check_context(cfg, model, tok, task, init)
     max_new = cfg.rollout.max_new_tokens or response_budget(task, task.items(500, "train", cfg.seed))

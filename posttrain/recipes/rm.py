@@ -49,6 +49,7 @@ from posttrain.preference.reward_model import (
 )
 from posttrain.recipes.common import EpochIndices, Run, batch_plan, init_model, print_plan, supervised_step
 from posttrain.recipes.rl import default_init
+from posttrain.sizing.card import phase
 from posttrain.tasks.arithmetic import ArithmeticConfig
 from posttrain.tasks.base import TaskConfig
 
@@ -139,7 +140,8 @@ def file_or_sampled(cfg: RMConfig, path: str, model, tok, task, n: int, split: s
     if path:
         pairs, skipped = load_jsonl(path, cfg.on_bad, fits_context(tok, model.config.max_seq_len))
         return pairs, {"source": path, "pairs": len(pairs), "skipped_rows": skipped}
-    return sample_pairs(cfg, model, tok, task, n, split)
+    with phase("rollout"):
+        return sample_pairs(cfg, model, tok, task, n, split)
 
 
 def train_pairs(cfg: RMConfig, model, tok, task):
@@ -172,7 +174,7 @@ def run(cfg: RMConfig, resume: bool = False, task=None) -> dict:
 
     r = Run(cfg, "rm", resume)  # a bad --resume or out= fails before the default init
     init = cfg.init or default_init()
-    trunk, tok = init_model(cfg, init, r.rt.device)
+    trunk, tok = init_model(cfg, init, r)
     # Pairs are sampled from the init policy before any update (on resume: re-read from the run dir).
     pairs = cached_pairs(r, "pairs.jsonl", lambda: train_pairs(cfg, trunk, tok, task))
     if not pairs:

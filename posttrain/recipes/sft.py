@@ -30,6 +30,7 @@ from posttrain.recipes.common import (
     print_plan,
     supervised_step,
 )
+from posttrain.sizing.card import phase
 
 
 class SFTBatches:
@@ -67,9 +68,10 @@ def rejection_examples(cfg: SFTConfig, model, tok, task, run_dir):
     import json
 
     items = task.items(min(cfg.rejection_prompts, cfg.num_problems), "train", cfg.seed)
-    prompts, responses, stats = rejection_sample(
-        model, tok, task, items, cfg.rejection_samples, max_new_tokens=response_budget(task, items), seed=cfg.seed
-    )
+    with phase("rollout"):
+        prompts, responses, stats = rejection_sample(
+            model, tok, task, items, cfg.rejection_samples, max_new_tokens=response_budget(task, items), seed=cfg.seed
+        )
     (run_dir / "rejection_stats.json").write_text(json.dumps(stats, indent=1))
     print(f"[sft] rejection sampling: {stats}")
     if not responses:
@@ -87,7 +89,7 @@ def run(cfg: SFTConfig, resume: bool = False, task=None) -> dict:
         raise UsageError("data=rejection samples from the model being tuned: give init=RUN_OR_CHECKPOINT")
     task = task if task is not None else tasks.make(cfg.task)
     r = Run(cfg, "sft", resume)
-    model, tok = init_model(cfg, cfg.init, r.rt.device, task)
+    model, tok = init_model(cfg, cfg.init, r, task)
     prepare_task(task, tok, model, response_budget(task, task.items(50, "train", cfg.seed)), r.dir, "sft")
     if cfg.data == "rejection":
         prompts, responses = rejection_examples(cfg, model, tok, task, r.dir)
