@@ -13,9 +13,9 @@ pytest.importorskip("vllm", reason="vLLM is not installed: its tests run in the 
 import torch
 
 from posttrain import UsageError, checkpoint
-from posttrain.config import RLConfig, SamplerConfig, load_config
+from posttrain.config import RLConfig, SamplerConfig, VllmConfig, load_config
 from posttrain.framework.backends import make_engine, make_sync
-from posttrain.framework.backends.vllm_checks import check_policy, cpu_head_sizes
+from posttrain.framework.backends.vllm_checks import check_policy, cpu_head_sizes, sleep_wanted
 from posttrain.framework.backends.vllm_engine import check_whole_groups
 from posttrain.framework.batch import collate_samples
 from posttrain.framework.logprobs import sequence_logprobs
@@ -93,6 +93,28 @@ def test_a_push_makes_the_sampler_the_trainers_new_policy(micro, engine):
     big, mean = _gap(model, tok, fresh)
     assert big <= 1e-5 and mean <= 1e-6  # after it: the trainer's logprobs, to float noise
     assert all(x.policy_version == 1 for x in fresh)
+
+
+def test_the_gpu_sleep_schedule_runs_the_same_code_on_cpu(micro, engine):
+    """On CUDA the engine sleeps after every call and wakes weights-first for a load; vLLM's CPU
+    worker makes sleep and wake no-ops, so here the schedule runs and the samples stay the same."""
+    model, tok = micro
+    prompts = _prompts(tok, n=2, seed=3)
+    before = engine.generate(prompts, 2, SP, seed=0, step=9)
+    engine.sleep = True
+    try:
+        asleep = engine.generate(prompts, 2, SP, seed=0, step=9)
+        assert engine.asleep == {"weights", "kv_cache"}
+        make_sync(model, engine, VLLM).sync()
+        assert engine.asleep == {"kv_cache"}  # the weights were woken for the load only
+        again = engine.generate(prompts, 2, SP, seed=0, step=9)
+        assert engine.asleep == {"weights", "kv_cache"}
+    finally:
+        engine._wake()
+        engine.sleep = False
+    assert [x.response_ids for x in asleep] == [x.response_ids for x in before] == [x.response_ids for x in again]
+    with pytest.raises(UsageError, match="rollout.vllm.sleep=on needs CUDA"):
+        sleep_wanted(VllmConfig(sleep="on"))
 
 
 def test_a_partial_fused_group_is_refused():

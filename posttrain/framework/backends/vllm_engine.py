@@ -36,6 +36,7 @@ import os
 import shutil
 import tempfile
 import time
+import weakref
 from pathlib import Path
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # one engine in this process, no engine-core process
@@ -59,17 +60,18 @@ class VllmEngine:
 
     def __init__(self, model, tokenizer, opts, max_slots: int = 256, max_len: int | None = None):
         check_policy(model)
+        self.sleep = sleep_wanted(opts)
         self.tokenizer, self.policy_version = tokenizer, 0
         self.stats: dict = {}
         self.max_len = int(max_len or model.config.max_seq_len)
         self.gpt_mini = isinstance(model, GPTMini)
         self.config = model.config
-        self.dir = Path(tempfile.mkdtemp(prefix="posttrain-vllm-"))
+        self.dir = Path(tempfile.mkdtemp(prefix="posttrain-vllm-"))  # the HF export vLLM loads
+        weakref.finalize(self, shutil.rmtree, self.dir, True)  # removed even without close()
         if self.gpt_mini:
             export_hf(model, tokenizer, self.dir / "model")
         else:  # an HF policy (models/hf.py): its directory, adapters merged
             model.save(self.dir / "model")
-        self.sleep = sleep_wanted(opts)
         self.asleep: set[str] = set()
         threads, set_threads = torch.get_num_threads(), torch.set_num_threads  # vLLM's CPU worker replaces
         # torch.set_num_threads with a no-op (for its thread binding, which an in-process engine does not do)
@@ -77,7 +79,7 @@ class VllmEngine:
         self.llm = vllm.LLM(
             model=str(self.dir / "model"),
             skip_tokenizer_init=True,
-            dtype="float32" if not cuda else "auto",
+            dtype="bfloat16" if cuda else "float32",  # CUDA: the trainer's autocast precision
             max_model_len=self.max_len,
             max_num_seqs=max_slots,
             logprobs_mode="processed_logprobs",
@@ -111,7 +113,7 @@ class VllmEngine:
         if keep is not None and not 1 <= keep <= n:
             raise ValueError(f"keep must be in [1, n={n}], got {keep}")
         t0 = time.perf_counter()
-        self._wake("weights", "kv_cache")
+        self._wake()
         groups = torch.arange(len(prompts), dtype=torch.long) + group_offset
         keys = sample_keys(seed, step, groups, torch.zeros_like(groups)).tolist()  # one seed per prompt
         stops = [] if sampling.ignore_eos else sorted({self.tokenizer.eot_id, *sampling.stop_ids})
@@ -154,7 +156,7 @@ class VllmEngine:
         layers must come whole (q/k/v, gate/up of a layer together): a partial group is refused."""
         hf = [(k, t.detach()) for k, t in self._hf_names(weights)]
         check_whole_groups([k for k, _ in hf])
-        self._wake("weights")
+        self._wake(weights_only=True)  # vLLM's RLHF order: weights first, the KV cache at the next call
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": hf})
         self.llm.reset_prefix_cache()  # keys/values of the old weights must not be reused
         if version is not None:
@@ -196,14 +198,19 @@ class VllmEngine:
             token_versions=[self.policy_version] * len(ids),
         )
 
-    def _wake(self, *tags: str) -> None:
-        todo = [t for t in tags if t in self.asleep]
-        if todo:
-            self.llm.wake_up(tags=todo)
-            self.asleep -= set(todo)
+    def _wake(self, weights_only: bool = False) -> None:
+        """Undo `_sleep`: the weights alone (before a load), or everything (before sampling; vLLM
+        wants every tag awake before it is used, and waking an awake one is a no-op)."""
+        if weights_only and "weights" in self.asleep:
+            self.llm.wake_up(tags=["weights"])
+            self.asleep.discard("weights")
+        elif not weights_only and self.asleep:
+            self.llm.wake_up()
+            self.asleep = set()
 
     def _sleep(self) -> None:
-        """GPU colocation: level 1 keeps the weights in CPU memory, so any next call is safe."""
+        """GPU colocation: level 1 keeps the weights in CPU memory, so whatever comes next
+        (a weight load, or another generate call such as an evaluation) finds them."""
         if self.sleep:
             self.llm.sleep(level=1)
             self.asleep = {"weights", "kv_cache"}
