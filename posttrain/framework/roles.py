@@ -77,6 +77,14 @@ class RolloutEngine(Protocol):
 
 
 @runtime_checkable
+class CopyingSampler(Protocol):
+    """A sampler that can switch to a private copy of the module it was built on (the built-in
+    engine), so that a `separate` weight sync has somewhere to copy into."""
+
+    def own_copy(self) -> None: ...
+
+
+@runtime_checkable
 class RemoteSampler(Protocol):
     """A sampler whose weights live in other processes: it loads a published version itself
     (every worker switches between two requests) and returns the sync metrics."""

@@ -64,6 +64,7 @@ from posttrain.framework.sampler import (  # noqa: F401  (re-exported: callers i
 )
 from posttrain.models.decode import Decoder
 from posttrain.models.gpt_mini import KVCache
+from posttrain.models.lora import unadapted_copy
 
 
 @dataclass
@@ -112,6 +113,7 @@ class Engine:
         if self.max_len > limit:
             raise ValueError(f"max_len={self.max_len} exceeds the model's max_seq_len={limit} (its rotary table)")
         self.policy_version = 0  # weight sync bumps it; stamped on every Sample
+        self.owns_copy = False  # own_copy(): the model is a private copy, not the trainer's module
         self.on_decode_step = None  # partial rollouts: called before each decode forward (may load new weights)
         self.stats: dict = {}
         self._slots: KVCache | None = None  # reused across calls while big enough
@@ -169,6 +171,12 @@ class Engine:
         if version is not None:
             self.policy_version = version
         return copied
+
+    def own_copy(self) -> None:
+        """Sample from a frozen plain copy of the model (LoRA merged) from now on, for a sync that
+        copies weights in (`separate`); a no-op once the engine holds one."""
+        if not self.owns_copy:
+            self.model, self.owns_copy = unadapted_copy(self.model), True
 
     def close(self) -> None:
         """Nothing to release: the model and its cache are plain tensors of this process."""

