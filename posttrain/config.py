@@ -27,6 +27,8 @@ __all__ = [
     "OptimConfig",
     "PretrainConfig",
     "SFTConfig",
+    "VllmConfig",
+    "SamplerConfig",
     "RolloutConfig",
     "RLOptimConfig",
     "EvalConfig",
@@ -76,6 +78,27 @@ class OptimConfig:
 
 
 @dataclass
+class VllmConfig:
+    """rollout.backend=vllm: the engine's memory and its colocation with the trainer (framework/backends/vllm.py)."""
+
+    gpu_memory_utilization: float = 0.3  # CUDA: fraction of the GPU vLLM takes (weights + KV cache); the trainer
+    # keeps the rest
+    kv_cache_mb: int = 0  # KV cache size; 0 = room for max_slots sequences of the model's context. Explicit on
+    # CPU: vLLM's own default reserves ~90% of the NUMA node
+    sleep: str = "auto"  # auto | on | off: sleep (weights and KV cache off the GPU) while the trainer runs, wake for
+    # the next rollout; auto = on with CUDA (sleep is a CUDA feature of vLLM)
+
+
+@dataclass
+class SamplerConfig:
+    """Which engine samples (framework/backends/): the stage's rollouts and evaluations."""
+
+    backend: str = "posttrain"  # posttrain (the built-in engine, exactly on-policy) | vllm (pip install
+    # 'posttrain[vllm]'; HF-format policies, gpt_mini through its HF export; off-policy correction on)
+    vllm: VllmConfig = field(default_factory=VllmConfig)  # rollout.backend=vllm only
+
+
+@dataclass
 class PretrainConfig(RunConfig):
     steps: int = 300
     eval_every: int = 100
@@ -95,6 +118,7 @@ class SFTConfig(RunConfig):
     task: TaskConfig = field(default_factory=ArithmeticConfig)  # `task.name` picks the task (tasks/__init__.py)
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-3, warmup_steps=30))
     lora: LoraConfig = field(default_factory=LoraConfig)  # lora.r > 0: train LoRA adapters only (HF models)
+    rollout: SamplerConfig = field(default_factory=SamplerConfig)  # the sampler of data=rejection and evaluations
     cot: bool = True  # train on chain-of-thought traces (True) or direct answers (False)
     mask_prompt: bool = True  # loss on response tokens only; False = also learn to predict the prompt
     batch_size: int = 64  # examples per step
@@ -108,7 +132,7 @@ class SFTConfig(RunConfig):
 
 
 @dataclass
-class RolloutConfig:
+class RolloutConfig(SamplerConfig):
     """How each RL step samples."""
 
     prompts_per_step: int = 16  # prompts (groups) per step
@@ -167,9 +191,7 @@ class ScaleConfig:
     # | fixed = every batch exactly max_staleness old (staleness experiments)
     partial_rollouts: bool = False  # async, in-process: an update may land mid-sample (between decode steps);
     # each token records the version that produced it. Fresher tokens, mixed samples
-    off_policy_correction: str = (
-        "auto"  # none | tis | seq_tis | mask (IS weights from behaviour logprobs); auto = tis if async
-    )
+    off_policy_correction: str = "auto"  # none | tis | seq_tis | mask (IS weights from behaviour logprobs); auto = tis if async or rollout.backend=vllm
     off_policy_cap: float = 2.0  # C: truncate weights at C (tis, seq_tis) or zero them outside [1/C, C] (mask)
     sync_bucket_mb: float = 64.0  # weight sync across copies/processes: MB per transfer bucket
     sync_transport: str = "object_store"  # placement=ray: object_store (ray.put per bucket) | broadcast (a process

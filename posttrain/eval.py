@@ -16,7 +16,9 @@ from collections import Counter, defaultdict
 import numpy as np
 import torch
 
-from posttrain.framework.rollout import Engine, SamplingParams
+from posttrain.framework.backends import make_engine
+from posttrain.framework.roles import RolloutEngine
+from posttrain.framework.rollout import SamplingParams
 from posttrain.progress import generate_with_progress
 from posttrain.sizing.card import phase
 from posttrain.tasks.arithmetic import last_integer
@@ -61,7 +63,7 @@ def evaluate(
     temperature: float = 1.0,
     max_new_tokens: int | None = None,
     seed: int = 0,
-    engine: Engine | None = None,
+    engine: RolloutEngine | None = None,
     greedy: bool = True,
     prefix: str = "eval/",
     scorer=None,
@@ -82,7 +84,7 @@ def evaluate(
     if not items:  # eval.problems=0: no evaluation (benchmarks that time steps only)
         return {"per_k": {}}
     model.eval()
-    engine = engine or Engine(model, tokenizer)
+    engine = engine or make_engine(model, tokenizer)
     max_new = max_new_tokens or response_budget(task, items)
     prompts = [tokenizer.encode(tokenizer.chat_prompt(task.prompt(it))) for it in items]
     judged = getattr(task, "correctness", "task") is not None  # False: no way to tell right from wrong

@@ -113,6 +113,8 @@ RULES: dict[str | tuple[str, str], Rule] = {
     "reward_bound": real("the largest |reward| accepted", open_low=True, example="1e6"),
     "target_acc": real("the target accuracy (0 = off)", high=1.0, example="0.7"),
     "sync_bucket_mb": real("the weight-sync bucket size", open_low=True, example="64"),
+    "gpu_memory_utilization": real("vLLM's share of the GPU", high=1.0, open_low=True, example="0.3"),
+    ("VllmConfig", "kv_cache_mb"): count(0, "vLLM's KV cache size (0 = room for max_slots sequences)", "512"),
 }
 
 

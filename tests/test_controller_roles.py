@@ -57,6 +57,14 @@ class FakeEngine:
 
     def __init__(self, log: Log):
         self.log, self.policy_version, self.stats, self.prompts = log, 0, {"tokens_per_s": 1.0}, []
+        self.max_len, self.tokenizer = 64, None
+
+    def update_weights(self, weights, version=None) -> int:
+        self.log.add("engine.update_weights")
+        return 0
+
+    def close(self) -> None:
+        pass
 
     def generate(self, prompts, n, sampling, seed=0, step=0, items=None, group_offset=0, keep=None):
         self.log.add("engine.generate")

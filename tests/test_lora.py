@@ -11,7 +11,7 @@ from transformers import AutoModelForCausalLM  # noqa: E402
 
 from posttrain import checkpoint  # noqa: E402
 from posttrain.config import OptimConfig, RLConfig, load_config  # noqa: E402
-from posttrain.framework.rollout import Engine  # noqa: E402
+from posttrain.framework.backends import make_engine  # noqa: E402
 from posttrain.framework.trainer import Trainer  # noqa: E402
 from posttrain.framework.weight_sync import LoraSync  # noqa: E402
 from posttrain.models.hf import load_hf, write_tiny  # noqa: E402
@@ -64,7 +64,7 @@ def test_trainable_parameters_are_the_adapters_only(hf_dir):
 
 def test_separate_sync_gives_the_sampler_base_plus_scaled_BA(hf_dir):
     model, tok, _ = _lora_model(hf_dir)
-    engine = Engine(model, tok)
+    engine = make_engine(model, tok, copy=True)  # the placement's separate sampler: a plain merged copy
     sync = LoraSync(model, engine, "separate")
     assert engine.model is not model and not lora_layers(engine.model)  # a plain model, no adapter path
     with torch.no_grad():
@@ -78,6 +78,23 @@ def test_separate_sync_gives_the_sampler_base_plus_scaled_BA(hf_dir):
     assert torch.allclose(engine.model.hf.model.layers[1].self_attn.q_proj.weight, want, atol=1e-7)
     assert out["sync/bytes"] == 4 * 2 * (64 * 64 + 2 * 32 * 64 + 64 * 64 + 3 * 64 * 128)
     assert engine.policy_version == 1
+    with torch.no_grad():
+        assert torch.allclose(engine.model(IDS), model(IDS), atol=1e-5)
+
+
+def test_whole_sync_pushes_the_merged_state_under_plain_names(hf_dir):
+    """rollout.backend=vllm's sync (mode "whole"): every weight of the plain model, adapters merged;
+    here into a built-in plain copy, which must then compute the adapted policy."""
+    from posttrain.framework.weight_sync import WeightSync
+
+    model, tok, _ = _lora_model(hf_dir)
+    engine = make_engine(model, tok, copy=True)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_A" in name:
+                p.add_(0.01)
+    out = WeightSync(model, engine, "whole").sync()
+    assert out["sync/bytes"] == 4 * sum(p.numel() for p in engine.model.state_dict().values())
     with torch.no_grad():
         assert torch.allclose(engine.model(IDS), model(IDS), atol=1e-5)
 

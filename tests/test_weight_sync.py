@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from posttrain import UsageError
+from posttrain.framework.backends import make_engine
 from posttrain.framework.roles import RemoteSampler, WeightSyncer
 from posttrain.framework.rollout import Engine
 from posttrain.framework.weight_sync import (
@@ -58,7 +59,7 @@ def test_colocated_shares_the_module_and_bumps_the_version(nano, tok):
 
 
 def test_separate_copies_every_parameter_in_place(nano, tok):
-    engine = Engine(nano, tok)
+    engine = make_engine(nano, tok, copy=True)  # what the placement builds for weight_sync=separate
     sync = WeightSync(nano, engine, "separate")
     assert engine.model is not nano
     held = [p for p in engine.model.parameters()]  # the engine's tensors stay the same objects

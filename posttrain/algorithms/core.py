@@ -386,7 +386,9 @@ def off_policy_weights(
 
     On-policy (π_prox = μ) every mode gives exactly 1. Returns (weights, metrics):
     `offpolicy/weight_mean`, `offpolicy/weight_max`, `offpolicy/capped_frac` (tokens truncated
-    or masked), `offpolicy/log_ratio_abs` (mean |log π_prox − log μ|: how far off-policy).
+    or masked), `offpolicy/log_ratio_abs` (mean |log π_prox − log μ|: how far off-policy) and
+    `mismatch/sampler_max` (the largest: a sync run's sampler/trainer gap; 0 on the built-in engine
+    in fp32, ~1e-5 with vLLM).
     """
     if mode not in OFF_POLICY_CORRECTIONS:
         raise UsageError(f"off_policy_correction={mode!r} is unknown; valid: {', '.join(OFF_POLICY_CORRECTIONS)}")
@@ -409,10 +411,12 @@ def off_policy_weights(
             capped = (raw > cap) | (raw < 1.0 / cap)
             w = torch.where(capped, torch.zeros_like(raw), raw)
         w = w * m  # [B, T]
+        gap = log_w.abs()  # [B, T], 0 off the mask
         metrics = {
             "offpolicy/weight_mean": masked_mean(w, m),
             "offpolicy/weight_max": torch.where(m != 0, w, torch.zeros_like(w)).max() if w.numel() else w.new_zeros(()),
             "offpolicy/capped_frac": masked_mean(capped.to(m.dtype), m),
-            "offpolicy/log_ratio_abs": masked_mean(log_w.abs(), m),
+            "offpolicy/log_ratio_abs": masked_mean(gap, m),
+            "mismatch/sampler_max": gap.max() if gap.numel() else gap.new_zeros(()),
         }
     return w, metrics

@@ -2,6 +2,7 @@
 
     placement   async   sampler                                  weight sync (❽)
     in-process  false   Engine on the trainer's module or a copy   WeightSync (colocated | separate)
+                        rollout.backend=vllm: vLLM's engine         the whole state, pushed
     in-process  true    Engine on its own copy, producer thread    publish → loaded between requests
     ray         false   RayRollout: `rollout_workers` actors       publish → every worker, then go on
     ray         true    RayRollout fed by the producer thread      publish → loaded between requests
@@ -12,7 +13,6 @@ needs one) is an actor of its own (ray_rollout.RayReference), elsewhere a frozen
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 
 from posttrain import UsageError
@@ -20,10 +20,10 @@ from posttrain.algorithms.core import OFF_POLICY_CORRECTIONS
 from posttrain.distributed.async_rollout import AsyncRollout
 from posttrain.distributed.ray_rollout import RayReference, RayRollout
 from posttrain.distributed.trainer_group import check_trainer_config
+from posttrain.framework.backends import backend_of, make_engine, make_sync
 from posttrain.framework.reference import Reference
 from posttrain.framework.roles import ReferenceScorer, RolloutEngine, WeightSyncer, close_all
-from posttrain.framework.rollout import Engine
-from posttrain.framework.weight_sync import LoraSync, PushSync, WeightPublisher, WeightSync, switch_weights
+from posttrain.framework.weight_sync import PushSync, WeightPublisher, WeightSync, switch_weights
 from posttrain.precision import sampler_runtime  # rollout.precision: a bf16/fp16 sampler, emulated
 
 PLACEMENTS = ("in-process", "ray")
@@ -33,7 +33,7 @@ PLACEMENTS = ("in-process", "ray")
 class Placement:
     engine: RolloutEngine  # what Controller.collect generates with
     sync: WeightSyncer | None  # .sync() after every update (async: the producer, set by `asynchronous`)
-    eval_engine: Engine  # held-out evaluation: the trainer's current weights, in the driver
+    eval_engine: RolloutEngine  # held-out evaluation: the trainer's current weights, in the driver
     publisher: WeightPublisher | None = None
     ref: ReferenceScorer | None = None  # the reference, once `reference()` has placed it
 
@@ -44,6 +44,9 @@ class Placement:
     def set_version(self, v: int, older: dict | None = None) -> None:
         """After a resume (weights already loaded): the sampler catches up to version v; `older`
         ({version: buckets}, from `older_versions` at the save) restores what async samples from next."""
+        if isinstance(self.sync, WeightSync):  # a sampler with its own copy (separate, vLLM) reloads the weights
+            self.sync.load(v)
+            return
         if self.publisher is None:
             self.engine.policy_version = v
             return
@@ -84,13 +87,16 @@ class Placement:
 def place(cfg, model, tokenizer, runtime=None) -> Placement:
     check_scale_config(cfg)
     if cfg.scale.placement == "in-process" and not cfg.scale.async_:
-        engine = Engine(
-            model, tokenizer, max_slots=cfg.rollout.max_slots, runtime=sampler_runtime(cfg.rollout.precision, runtime)
-        )
-        if cfg.lora.r > 0:  # the sampler gets merged W + (α/r)·B·A
-            return Placement(engine, LoraSync(model, engine, cfg.scale.weight_sync), engine)
-        return Placement(engine, WeightSync(model, engine, cfg.scale.weight_sync), engine)
-    eval_engine = Engine(model, tokenizer, max_slots=cfg.rollout.max_slots, runtime=runtime)
+        engine = make_engine(
+            model,
+            tokenizer,
+            cfg.rollout,
+            max_slots=cfg.rollout.max_slots,
+            runtime=sampler_runtime(cfg.rollout.precision, runtime),
+            copy=cfg.scale.weight_sync == "separate",
+        )  # LoRA: the sampler gets merged W + (α/r)·B·A
+        return Placement(engine, make_sync(model, engine, cfg.rollout, cfg.scale.weight_sync), engine)
+    eval_engine = make_engine(model, tokenizer, max_slots=cfg.rollout.max_slots, runtime=runtime)
     # async (pace, fixed) keeps the last K + 1 versions: fixed samples from old ones, and a checkpoint
     # carries the K older ones so the batches after a resume come from the same weights as without it
     keep = cfg.scale.max_staleness + 1 if cfg.scale.async_ and cfg.scale.stale in ("pace", "fixed") else 1
@@ -106,7 +112,7 @@ def place(cfg, model, tokenizer, runtime=None) -> Placement:
         )
         return Placement(engine, PushSync(publisher, engine), eval_engine, publisher)
     # in-process async: the sampler needs its own copy (the optimizer writes the trainer's)
-    engine = Engine(copy.deepcopy(model).eval().requires_grad_(False), tokenizer, max_slots=cfg.rollout.max_slots)
+    engine = make_engine(model, tokenizer, max_slots=cfg.rollout.max_slots, copy=True)
     return Placement(engine, None, eval_engine, publisher)
 
 
@@ -114,6 +120,11 @@ def check_scale_config(cfg) -> None:
     """Reject bad scale-out keys before any work (one line naming the key and the fix)."""
     if cfg.scale.placement not in PLACEMENTS:
         raise UsageError(f"scale.placement={cfg.scale.placement!r} is unknown; use {' or '.join(PLACEMENTS)}")
+    if backend_of(cfg.rollout) == "vllm" and (cfg.scale.placement != "in-process" or cfg.scale.async_):
+        raise UsageError(
+            "rollout.backend=vllm runs in-process and synchronous only (one vLLM engine beside the trainer); "
+            "use scale.placement=in-process with async off, or rollout.backend=posttrain"
+        )
     if cfg.scale.off_policy_correction not in (*OFF_POLICY_CORRECTIONS, "auto"):
         raise UsageError(
             f"scale.off_policy_correction={cfg.scale.off_policy_correction!r} is unknown; "

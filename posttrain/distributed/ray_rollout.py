@@ -33,11 +33,10 @@ import time
 import torch
 
 from posttrain import UsageError
+from posttrain.framework.backends import make_engine
 from posttrain.framework.batch import Batch, view
 from posttrain.framework.reference import Reference
-from posttrain.framework.rollout import Engine
 from posttrain.framework.weight_sync.broadcast import SyncGroup, free_port, layout
-from posttrain.framework.weight_sync.snapshots import load_buckets
 
 MAX_TRIES = 3  # attempts per shard before a call gives up
 
@@ -47,11 +46,10 @@ class RolloutWorker:
 
     def __init__(self, model, tokenizer, max_slots: int, threads: int):
         torch.set_num_threads(max(threads, 1))
-        self.engine = Engine(model.eval().requires_grad_(False), tokenizer, max_slots=max_slots)
+        self.engine = make_engine(model.eval().requires_grad_(False), tokenizer, max_slots=max_slots)
 
     def load_weights(self, version: int, *buckets) -> int:
-        load_buckets(self.engine.model, buckets)
-        self.engine.policy_version = version
+        self.engine.update_weights((kv for b in buckets for kv in b.items()), version)
         return version
 
     def join_group(self, host: str, port: int, rank: int, world: int, generation: int) -> int:
@@ -72,7 +70,7 @@ class RolloutWorker:
 
 
 class RayRollout:
-    """The Engine interface (`generate`, `stats`, `policy_version`) over `workers` Ray actors."""
+    """The RolloutEngine interface (framework/roles.py) over `workers` Ray actors."""
 
     def __init__(
         self,
@@ -102,6 +100,7 @@ class RayRollout:
         self.model_ref = ray.put(cpu_model)
         self.args = (tokenizer, max_slots, threads)
         self.policy_version = 0
+        self.max_len = int(model.config.max_seq_len)
         self.bucket_refs: list = []  # the newest version, for restarted workers
         self.restarts = 0
         self.stats: dict = {}
@@ -141,6 +140,12 @@ class RayRollout:
             except RayActorError:
                 self._restart(i)  # the new worker loads this version
         return {"time/sync_s": time.perf_counter() - t0, "sync/buckets": float(len(buckets))}
+
+    def update_weights(self, weights, version: int | None = None) -> int:
+        """The RolloutEngine form of `load_weights`: (name, tensor) pairs as one bucket, to every worker."""
+        bucket = {k: v.detach().to("cpu") for k, v in weights}
+        self.load_weights(self.policy_version if version is None else version, [bucket])
+        return sum(t.numel() * t.element_size() for t in bucket.values())
 
     def _form_group(self) -> None:
         """Driver = rank 0 (hosts the rendezvous store), worker k = rank k + 1; all join at once."""

@@ -236,7 +236,6 @@ def evaluate_episodes(
     with n > 0 sampled pass@1 and pass@k; plus the tool-call rate of each."""
     from posttrain.eval import pass_at_k  # upward: posttrain.eval
 
-    engine.model.eval()
     greedy = run_episodes(
         engine, tok, task, items, 1, SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens), seed=seed
     )

@@ -7,7 +7,7 @@
     ❺ reference   reference.score(batch)                 ref_logprobs (only when needed)
        critic      critic_values(trainer.model, batch)    V_old, before ❻ (only with a critic: PPO)
     ❻ advantages  algorithm.advantages(rewards, groups)  (+ algorithm.value_targets with a critic)
-       correction  correct_off_policy(model, batch)      IS weights π_prox/μ (async: on by default)
+       correction  correct_off_policy(model, batch)      IS weights π_prox/μ (async, vLLM: on by default)
     ❼ train       trainer.step(batch, loss_fn)           epochs × minibatches of optimizer steps
     ❽ sync        weight_sync.sync()                     the sampler gets the new weights
     ❾ metrics     one flat dict, with a timer per role
@@ -49,7 +49,8 @@ class Controller:
         self.loss_fn = policy_loss_fn(algorithm, algo_cfg, cfg.rollout.temperature)
         self.timers: dict[str, float] = {}
         self.source = source  # None: collect inline (sync); else .get(step) -> (samples, metrics)
-        auto = "tis" if cfg.scale.async_ else "none"
+        # auto: on where the sampler is not the trainer's exact policy (stale async samples, vLLM's kernels)
+        auto = "tis" if cfg.scale.async_ or cfg.rollout.backend == "vllm" else "none"
         self.correction = auto if cfg.scale.off_policy_correction == "auto" else cfg.scale.off_policy_correction
         self.last_samples: list = []
         self.on_batch = None  # optional hook(step, samples, batch) before ❼: the audit trace

@@ -8,7 +8,8 @@ methods: an in-process `Engine` or Ray actors behind `RayRollout`, a frozen `Ref
 own, checked with `isinstance`, not a `hasattr` on a method name.
 
     role            protocol           implementations
-    1 rollout       RolloutEngine      framework/rollout.Engine, distributed/ray_rollout.RayRollout
+    1 rollout       RolloutEngine      framework/rollout.Engine, framework/backends/vllm_engine.VllmEngine,
+                                       distributed/ray_rollout.RayRollout; built by framework/backends.make_engine
                     RemoteSampler      RayRollout (loads a published version itself)
                     RolloutSource      distributed/async_rollout.AsyncRollout (samples made ahead)
     2 reference     ReferenceScorer    framework/reference.Reference, distributed/ray_rollout.RayReference
@@ -25,7 +26,7 @@ handed to the controller has the methods the controller calls.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import torch
@@ -41,10 +42,15 @@ algorithm. The micro-batch is a RolloutBatch in RL, a dict of tensors in the oth
 
 @runtime_checkable
 class RolloutEngine(Protocol):
-    """Role 1: samples n responses per prompt with their behaviour logprobs (docs/architecture.md §4)."""
+    """Role 1: samples n responses per prompt with their behaviour logprobs (docs/architecture.md §4).
+
+    Everything a caller may use is declared here; an engine's model stays inside its backend
+    (framework/backends/: the built-in engine or vLLM), built by `make_engine` only."""
 
     policy_version: int  # the weights' version, stamped on every Sample; weight sync bumps it
     stats: dict  # rollout/* metrics of the last call (tokens/s, cache occupancy, …)
+    max_len: int  # longest prompt + response the engine accepts
+    tokenizer: Any  # what decodes `Sample.text`
 
     def generate(
         self,
@@ -59,6 +65,23 @@ class RolloutEngine(Protocol):
     ) -> list[Sample]:
         """n samples of every prompt, group-major; sample j of prompt g keyed by (seed, step, group_offset + g, j)."""
         ...
+
+    def update_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> int:
+        """Load new weights, named as in the policy module (posttrain's names), into the sampler;
+        returns the bytes moved. The caller bumps `policy_version` (framework/weight_sync/)."""
+        ...
+
+    def close(self) -> None:
+        """Release what the engine holds (vLLM's engine and memory; nothing for the built-in one)."""
+        ...
+
+
+@runtime_checkable
+class CopyingSampler(Protocol):
+    """A sampler that can switch to a private copy of the module it was built on (the built-in
+    engine), so that a `separate` weight sync has somewhere to copy into."""
+
+    def own_copy(self) -> None: ...
 
 
 @runtime_checkable

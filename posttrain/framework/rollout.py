@@ -54,6 +54,7 @@ import torch
 
 from posttrain.framework.sampler import (  # noqa: F401  (re-exported: callers import them from here)
     SamplingParams,
+    check_request,
     draw_keys,
     draw_uniforms,
     sample_keys,
@@ -63,6 +64,7 @@ from posttrain.framework.sampler import (  # noqa: F401  (re-exported: callers i
 )
 from posttrain.models.decode import Decoder
 from posttrain.models.gpt_mini import KVCache
+from posttrain.models.lora import unadapted_copy
 
 
 @dataclass
@@ -111,6 +113,7 @@ class Engine:
         if self.max_len > limit:
             raise ValueError(f"max_len={self.max_len} exceeds the model's max_seq_len={limit} (its rotary table)")
         self.policy_version = 0  # weight sync bumps it; stamped on every Sample
+        self.owns_copy = False  # own_copy(): the model is a private copy, not the trainer's module
         self.on_decode_step = None  # partial rollouts: called before each decode forward (may load new weights)
         self.stats: dict = {}
         self._slots: KVCache | None = None  # reused across calls while big enough
@@ -155,6 +158,29 @@ class Engine:
         self.stats = stats
         return samples
 
+    @torch.no_grad()
+    def update_weights(self, weights, version: int | None = None) -> int:
+        """Copy (name, tensor) pairs into the model's parameters, in place; a tensor that already is
+        the parameter (the engine shares the trainer's module) moves nothing. Returns bytes copied."""
+        own, copied = self.model.state_dict(keep_vars=True), 0
+        for name, t in weights:
+            p = own[name]
+            if p.data_ptr() != t.data_ptr():
+                p.copy_(t)  # in place, version counter bumped (the decoder refreshes on it)
+                copied += p.numel() * p.element_size()
+        if version is not None:
+            self.policy_version = version
+        return copied
+
+    def own_copy(self) -> None:
+        """Sample from a frozen plain copy of the model (LoRA merged) from now on, for a sync that
+        copies weights in (`separate`); a no-op once the engine holds one."""
+        if not self.owns_copy:
+            self.model, self.owns_copy = unadapted_copy(self.model), True
+
+    def close(self) -> None:
+        """Nothing to release: the model and its cache are plain tensors of this process."""
+
     def decoder(self):
         """models/decode.Decoder for a plain gpt_mini or HF Llama (None otherwise: decode via
         model.forward). Rebuilt when the model changed or a layer was wrapped since."""
@@ -168,25 +194,7 @@ class Engine:
     # -- helpers ---------------------------------------------------------------------------
 
     def _check(self, prompts, n, sampling, items) -> None:
-        if n < 1:
-            raise ValueError(f"n (samples per prompt) must be >= 1, got {n}")
-        if sampling.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {sampling.max_new_tokens}")
-        if sampling.temperature < 0 or sampling.top_k < 0 or not 0 < sampling.top_p <= 1:
-            raise ValueError(f"need temperature >= 0, top_k >= 0 and 0 < top_p <= 1; got {sampling}")
-        if items is not None and len(items) != len(prompts):
-            raise ValueError(f"items has {len(items)} entries for {len(prompts)} prompts")
-        for g, p in enumerate(prompts):
-            if len(p) == 0:
-                raise ValueError(f"prompt {g} is empty; a prompt needs at least one token")
-            if len(p) > self.max_len:
-                raise ValueError(f"prompt {g} has {len(p)} tokens, more than max_len={self.max_len}")
-            if len(p) + sampling.max_new_tokens > self.max_len:
-                raise ValueError(
-                    f"prompt {g} ({len(p)} tokens) + max_new_tokens ({sampling.max_new_tokens}) = "
-                    f"{len(p) + sampling.max_new_tokens} exceeds max_len={self.max_len}; "
-                    f"lower max_new_tokens or raise max_len"
-                )
+        check_request(prompts, n, sampling, items, self.max_len)
 
     def _slot_cache(self, rows: int, length: int) -> KVCache:
         c = self._slots

@@ -24,6 +24,29 @@ class SamplingParams:
     ignore_eos: bool = False  # never stop on a stop id: every response is max_new_tokens long (benchmarks; vLLM's name)
 
 
+def check_request(prompts, n: int, sampling: SamplingParams, items, max_len: int) -> None:
+    """What every engine refuses (a ValueError naming the request): bad sizes, an empty or too long prompt."""
+    if n < 1:
+        raise ValueError(f"n (samples per prompt) must be >= 1, got {n}")
+    if sampling.max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {sampling.max_new_tokens}")
+    if sampling.temperature < 0 or sampling.top_k < 0 or not 0 < sampling.top_p <= 1:
+        raise ValueError(f"need temperature >= 0, top_k >= 0 and 0 < top_p <= 1; got {sampling}")
+    if items is not None and len(items) != len(prompts):
+        raise ValueError(f"items has {len(items)} entries for {len(prompts)} prompts")
+    for g, p in enumerate(prompts):
+        if len(p) == 0:
+            raise ValueError(f"prompt {g} is empty; a prompt needs at least one token")
+        if len(p) > max_len:
+            raise ValueError(f"prompt {g} has {len(p)} tokens, more than max_len={max_len}")
+        if len(p) + sampling.max_new_tokens > max_len:
+            raise ValueError(
+                f"prompt {g} ({len(p)} tokens) + max_new_tokens ({sampling.max_new_tokens}) = "
+                f"{len(p) + sampling.max_new_tokens} exceeds max_len={max_len}; "
+                f"lower max_new_tokens or raise max_len"
+            )
+
+
 # ---- temperature and sampling: the one place their semantics live --------------------------
 
 

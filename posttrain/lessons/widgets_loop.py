@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 
@@ -113,10 +114,22 @@ class _Policy(torch.nn.Module):
 
 
 class _Sampler:
-    """The sampler side as WeightSync sees an engine: a model and the policy_version it stamps."""
+    """The sampler side as WeightSync sees an engine: the policy_version it stamps, a copy of its
+    own (`own_copy`, asked by a separate sync) and `update_weights`, which copies the trainer's in."""
 
     def __init__(self, model):
         self.model, self.policy_version = model, 0
+
+    def own_copy(self) -> None:
+        self.model = copy.deepcopy(self.model).requires_grad_(False)
+
+    @torch.no_grad()
+    def update_weights(self, weights, version=None) -> int:
+        own = dict(self.model.named_parameters())
+        for name, t in weights:
+            own[name].copy_(t)
+        self.policy_version = self.policy_version if version is None else version
+        return sum(p.numel() * p.element_size() for p in own.values())
 
 
 @functools.lru_cache(maxsize=32)

@@ -142,34 +142,51 @@ def _layer_names(i: int) -> tuple[str, str]:
     return f"blocks.{i}.", f"model.layers.{i}."
 
 
+_HF_NAMES = {  # gpt_mini's per-block names → HF Llama's (the fused ones are split below)
+    "attn_norm.weight": "input_layernorm.weight",
+    "attn.o.weight": "self_attn.o_proj.weight",
+    "mlp_norm.weight": "post_attention_layernorm.weight",
+    "mlp.down.weight": "mlp.down_proj.weight",
+}
+
+
+def to_hf_tensors(named, cfg: ModelConfig):
+    """gpt_mini (name, tensor) pairs → HF Llama (name, tensor) pairs, q/k/v and gate/up split
+    (views, no copies); a tied head is left out, as in an HF checkpoint. A fused tensor yields
+    its whole group, so a partial update never reaches a fused layer (vLLM's q/k/v, gate/up)."""
+    hd = cfg.head_dim
+    for name, t in named:
+        if name == "embed.weight":
+            yield "model.embed_tokens.weight", t
+        elif name == "norm.weight":
+            yield "model.norm.weight", t
+        elif name == "head.weight":
+            if not cfg.tie_embeddings:
+                yield "lm_head.weight", t
+        elif name.startswith("blocks.") and name.count(".") >= 3:
+            _, i, rest = name.split(".", 2)
+            b = f"model.layers.{i}."
+            if rest == "attn.qkv.weight":
+                parts = t.split([cfg.n_heads * hd, cfg.n_kv_heads * hd, cfg.n_kv_heads * hd])  # [H·hd | Hkv·hd ×2, d]
+                yield from ((b + f"self_attn.{p}_proj.weight", x) for p, x in zip("qkv", parts))
+            elif rest == "mlp.gate_up.weight":
+                gate, up = t.chunk(2)  # [d_ff, d] each
+                yield from ((b + "mlp.gate_proj.weight", gate), (b + "mlp.up_proj.weight", up))
+            elif rest in _HF_NAMES:
+                yield b + _HF_NAMES[rest], t
+            else:
+                raise KeyError(f"{name} has no HF Llama name")
+        else:
+            raise KeyError(f"{name} has no HF Llama name")
+
+
 def to_hf_state_dict(model: GPTMini) -> dict[str, torch.Tensor]:
     """HF Llama names → fp32 CPU tensors (fresh copies, so nothing shares memory).
 
     A tied head is left out, as in an HF checkpoint: `lm_head.weight` is the embedding.
     """
-    c = model.config
-    hd = c.head_dim
-    src = {k: v.detach().to("cpu", torch.float32) for k, v in model.state_dict().items()}
-    sd = {"model.embed_tokens.weight": src["embed.weight"]}
-    for i in range(c.n_layers):
-        a, b = _layer_names(i)
-        q, k, v = src[a + "attn.qkv.weight"].split([c.n_heads * hd, c.n_kv_heads * hd, c.n_kv_heads * hd])
-        gate, up = src[a + "mlp.gate_up.weight"].chunk(2)  # [d_ff, d] each
-        sd |= {
-            b + "input_layernorm.weight": src[a + "attn_norm.weight"],
-            b + "self_attn.q_proj.weight": q,  # [H·hd, d]
-            b + "self_attn.k_proj.weight": k,  # [Hkv·hd, d]
-            b + "self_attn.v_proj.weight": v,
-            b + "self_attn.o_proj.weight": src[a + "attn.o.weight"],
-            b + "post_attention_layernorm.weight": src[a + "mlp_norm.weight"],
-            b + "mlp.gate_proj.weight": gate,
-            b + "mlp.up_proj.weight": up,
-            b + "mlp.down_proj.weight": src[a + "mlp.down.weight"],
-        }
-    sd["model.norm.weight"] = src["norm.weight"]
-    if not c.tie_embeddings:
-        sd["lm_head.weight"] = src["head.weight"]
-    return {k: v.contiguous().clone() for k, v in sd.items()}
+    src = ((k, v.detach().to("cpu", torch.float32)) for k, v in model.state_dict().items())
+    return {k: v.contiguous().clone() for k, v in to_hf_tensors(src, model.config)}
 
 
 def from_hf_state_dict(sd: dict[str, torch.Tensor], cfg: ModelConfig) -> GPTMini:

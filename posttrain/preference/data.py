@@ -35,8 +35,10 @@ import torch
 
 from posttrain import UsageError
 from posttrain.chat import check_messages
+from posttrain.framework.backends import make_engine
 from posttrain.framework.batch import collate
-from posttrain.framework.rollout import Engine, SamplingParams
+from posttrain.framework.roles import RolloutEngine
+from posttrain.framework.rollout import SamplingParams
 from posttrain.progress import generate_with_progress
 from posttrain.tasks.base import score_samples
 
@@ -63,12 +65,12 @@ def pairs_from_policy(
     max_new_tokens: int = 64,
     seed: int = 0,
     same_length: bool = False,
-    engine: Engine | None = None,
+    engine: RolloutEngine | None = None,
     pairs_per_prompt: int = 1,
 ) -> tuple[list[Pair], dict]:
     """Up to `pairs_per_prompt` (correct, wrong) pairs per prompt whose samples are mixed, no
     response in two pairs (so 8 samples give at most 4); stats count the rest."""
-    engine = engine or Engine(model, tok)
+    engine = engine or make_engine(model, tok)
     prompts = [tok.encode(tok.chat_prompt(task.prompt(it))) for it in items]
     sp = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, stop_ids=(tok.eot_id,))
     samples = generate_with_progress(engine, prompts, samples_per_prompt, sp, "sampling pairs", seed=seed, items=items)

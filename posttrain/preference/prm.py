@@ -26,8 +26,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from posttrain import UsageError
+from posttrain.framework.backends import make_engine
 from posttrain.framework.batch import collate
-from posttrain.framework.rollout import Engine, SamplingParams
+from posttrain.framework.roles import RolloutEngine
+from posttrain.framework.rollout import SamplingParams
 from posttrain.models.heads import ValueHead
 from posttrain.tasks.base import safe_reward, score_samples
 
@@ -70,11 +72,11 @@ def mc_labels(
     temperature: float = 1.0,
     max_new_tokens: int = 64,
     seed: int = 0,
-    engine: Engine | None = None,
+    engine: RolloutEngine | None = None,
 ) -> tuple[list[dict], dict]:
     """Rows {prompt_ids, response_ids, positions, labels}: `responses` policy samples per item,
     each boundary labelled with the success rate of `completions` continuations of its prefix."""
-    engine = engine or Engine(model, tok)
+    engine = engine or make_engine(model, tok)
     sp = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens)
     prompts = [tok.encode(tok.chat_prompt(task.prompt(it))) for it in items]
     samples = engine.generate(prompts, responses, sp, seed=seed, items=items)

@@ -12,7 +12,9 @@ passed as `accept`); responses are kept only when they ended on their own (`fini
 
 from __future__ import annotations
 
-from posttrain.framework.rollout import Engine, SamplingParams
+from posttrain.framework.backends import make_engine
+from posttrain.framework.roles import RolloutEngine
+from posttrain.framework.rollout import SamplingParams
 from posttrain.progress import generate_with_progress
 from posttrain.tasks.base import score_samples
 
@@ -27,10 +29,10 @@ def rejection_sample(
     max_new_tokens: int = 64,
     seed: int = 0,
     dedupe: bool = True,
-    engine: Engine | None = None,
+    engine: RolloutEngine | None = None,
 ):
     """(prompt ids, response ids, stats): accepted, distinct responses of every prompt."""
-    engine = engine or Engine(model, tok)
+    engine = engine or make_engine(model, tok)
     prompts = [tok.encode(tok.chat_prompt(task.prompt(it))) for it in items]
     sp = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, stop_ids=(tok.eot_id,))
     samples = generate_with_progress(engine, prompts, n, sp, "rejection sampling", seed=seed, items=items)

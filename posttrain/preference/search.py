@@ -23,7 +23,8 @@ from collections import Counter
 import numpy as np
 import torch
 
-from posttrain.framework.rollout import Engine, SamplingParams
+from posttrain.framework.backends import make_engine
+from posttrain.framework.rollout import SamplingParams
 from posttrain.preference.prm import step_scores
 from posttrain.tasks.arithmetic import last_integer
 from posttrain.tasks.base import safe_reward
@@ -72,7 +73,7 @@ def beam_search(
     step per depth; finished beams (ended by end-of-turn or the length cap) stop expanding
     but keep competing for the top `beam` places. Prefixes are ranked by the PRM score of
     their last step (≈ P(success | prefix)); the answer is the best finished beam."""
-    engine = Engine(policy, tok)
+    engine = make_engine(policy, tok)
     stops = (tok.stoi[";"], tok.think_close_id)
     sp = SamplingParams(temperature=temperature, max_new_tokens=step_tokens, stop_ids=stops)
     prompts = [tok.encode(tok.chat_prompt(task.prompt(it))) for it in items]

@@ -17,11 +17,12 @@ import json
 from dataclasses import dataclass, field
 
 from posttrain import UsageError, checkpoint
-from posttrain.config import OptimConfig, RunConfig
+from posttrain.config import OptimConfig, RunConfig, SamplerConfig
 from posttrain.eval import evaluate, response_budget
+from posttrain.framework.backends import make_engine, make_sync
 from posttrain.framework.batch import collate_samples, to_device
 from posttrain.framework.loop import train_loop
-from posttrain.framework.rollout import Engine, SamplingParams
+from posttrain.framework.rollout import SamplingParams
 from posttrain.framework.trainer import Trainer
 from posttrain.preference.distill import LOSSES, distill_loss_fn
 from posttrain.recipes.common import Run, init_model, print_plan
@@ -47,6 +48,7 @@ class DistillConfig(RunConfig):
     prompts_per_step: int = 16  # prompts per step
     samples_per_prompt: int = 4  # student samples per prompt (no group baseline is needed: every token is scored)
     temperature: float = 1.0  # sampling temperature; both models' distributions are taken at it
+    rollout: SamplerConfig = field(default_factory=SamplerConfig)  # the student's sampler (rollout.backend)
     eval_problems: int = 200  # held-out problems per evaluation
     eval_samples: int = 8  # samples per held-out problem (pass@1, pass@n)
 
@@ -76,7 +78,8 @@ def run(cfg: DistillConfig, resume: bool = False) -> dict:
     teacher.eval().requires_grad_(False)  # frozen by construction
     task = ArithmeticTask(cfg.task)
     max_new = response_budget(task, task.items(500, "train", cfg.seed))
-    engine = Engine(student, tok)
+    engine = make_engine(student, tok, cfg.rollout)  # rollout.backend: the student's sampler
+    sync = make_sync(student, engine, cfg.rollout)
     sampling = SamplingParams(temperature=cfg.temperature, max_new_tokens=max_new)
     trainer = Trainer(student, cfg.optim, cfg.steps, r.rt)
     loss_fn = distill_loss_fn(teacher, cfg.loss, cfg.beta, cfg.coef, cfg.temperature)
@@ -84,7 +87,8 @@ def run(cfg: DistillConfig, resume: bool = False) -> dict:
     k = cfg.eval_samples
 
     def heldout_eval(model):
-        res = evaluate(model, tok, task, heldout, n=k, ks=(1, k), seed=cfg.seed, max_new_tokens=max_new)
+        ev = engine if model is student else None  # the teacher: the built-in engine
+        res = evaluate(model, tok, task, heldout, n=k, ks=(1, k), seed=cfg.seed, max_new_tokens=max_new, engine=ev)
         res.pop("per_k")
         return res
 
@@ -115,6 +119,7 @@ def run(cfg: DistillConfig, resume: bool = False) -> dict:
         batch = to_device(collate_samples(samples, tok.pad_id), trainer.device)
         with phase("train"):  # the teacher scores inside the loss
             metrics.update(trainer.step(batch, loss_fn))  # ❸
+        metrics.update(sync.sync())  # ❹ the sampler gets the new weights
         metrics["reward/mean"] = float(batch.rewards.mean())
         metrics["length/mean"] = float(batch.loss_mask.sum(-1).mean())
         return metrics

@@ -69,6 +69,11 @@ def check_config(cfg: RLConfig) -> None:
 
     if cfg.rollout.precision not in FORMATS:
         raise UsageError(f"rollout.precision={cfg.rollout.precision!r} is unknown; use {', '.join(FORMATS)}")
+    if cfg.rollout.precision != "fp32" and cfg.rollout.backend == "vllm":
+        raise UsageError(
+            f"rollout.precision={cfg.rollout.precision} emulates a low-precision sampler in the built-in engine; "
+            "use rollout.backend=posttrain, or rollout.precision=fp32 with vllm"
+        )
     if cfg.rollout.precision != "fp32" and (cfg.scale.async_ or cfg.scale.placement != "in-process"):
         raise UsageError(
             f"rollout.precision={cfg.rollout.precision} emulates the sampler in-process only; "
@@ -199,6 +204,7 @@ def run(cfg: RLConfig, resume: bool = False, task=None) -> dict:
     if getattr(task, "external", False):  # episodes driven from outside through the server
         controller.source = external = ExternalRollouts(cfg, task, tok, engine)
     n = cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt
+    vllm = cfg.rollout.backend == "vllm"  # its logprobs are not the trainer's bit for bit: corrected
     print_plan(
         "rl",
         {
@@ -207,7 +213,8 @@ def run(cfg: RLConfig, resume: bool = False, task=None) -> dict:
             "steps": cfg.steps,
             "algorithm": cfg.algo.name,
             "reference": reference is not None,
-            "weight_sync": cfg.scale.weight_sync,
+            "weight_sync": "whole state, pushed" if vllm else cfg.scale.weight_sync,
+            **({"rollout_backend": "vllm", "off_policy_correction": controller.correction} if vllm else {}),
             "placement": cfg.scale.placement,
             **({"rollout_workers": cfg.scale.rollout_workers} if cfg.scale.placement == "ray" else {}),
             **(
@@ -236,7 +243,7 @@ def run(cfg: RLConfig, resume: bool = False, task=None) -> dict:
             res = evaluate_episodes(ev, tok, task, heldout, n=k, ks=(1, k), seed=cfg.seed, max_new_tokens=max_new)
         else:
             res = evaluate(
-                ev.model,
+                model,
                 tok,
                 getattr(task, "heldout_task", task),
                 heldout,

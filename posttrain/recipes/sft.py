@@ -15,9 +15,9 @@ from posttrain import UsageError, tasks
 from posttrain.config import SFTConfig
 from posttrain.eval import evaluate, response_budget
 from posttrain.framework.agent import evaluate_episodes
+from posttrain.framework.backends import make_engine, make_sync
 from posttrain.framework.batch import collate
 from posttrain.framework.loop import train_loop
-from posttrain.framework.rollout import Engine
 from posttrain.framework.trainer import Trainer
 from posttrain.preference.rejection import rejection_sample
 from posttrain.recipes.common import (
@@ -63,14 +63,21 @@ def examples(task, tok, n: int, seed: int, cot: bool):
     return prompts, responses
 
 
-def rejection_examples(cfg: SFTConfig, model, tok, task, run_dir):
+def rejection_examples(cfg: SFTConfig, model, tok, task, run_dir, engine=None):
     """RFT data (preference/rejection.py): the init model's own verified, distinct responses."""
     import json
 
     items = task.items(min(cfg.rejection_prompts, cfg.num_problems), "train", cfg.seed)
     with phase("rollout"):
         prompts, responses, stats = rejection_sample(
-            model, tok, task, items, cfg.rejection_samples, max_new_tokens=response_budget(task, items), seed=cfg.seed
+            model,
+            tok,
+            task,
+            items,
+            cfg.rejection_samples,
+            max_new_tokens=response_budget(task, items),
+            seed=cfg.seed,
+            engine=engine,
         )
     (run_dir / "rejection_stats.json").write_text(json.dumps(stats, indent=1))
     print(f"[sft] rejection sampling: {stats}")
@@ -91,8 +98,10 @@ def run(cfg: SFTConfig, resume: bool = False, task=None) -> dict:
     r = Run(cfg, "sft", resume)
     model, tok = init_model(cfg, cfg.init, r, task)
     prepare_task(task, tok, model, response_budget(task, task.items(50, "train", cfg.seed)), r.dir, "sft")
+    engine = make_engine(model, tok, cfg.rollout)  # rejection sampling and evaluations (rollout.backend)
+    sync = make_sync(model, engine, cfg.rollout)  # vLLM: the trained weights, pushed before an evaluation
     if cfg.data == "rejection":
-        prompts, responses = rejection_examples(cfg, model, tok, task, r.dir)
+        prompts, responses = rejection_examples(cfg, model, tok, task, r.dir, engine)
     else:
         prompts, responses = examples(task, tok, cfg.num_problems, cfg.seed, cfg.cot)
     heldout = task.items(cfg.eval_problems, "test", cfg.seed)
@@ -118,12 +127,13 @@ def run(cfg: SFTConfig, resume: bool = False, task=None) -> dict:
     )
 
     def evaluate_fn(m):
+        sync.sync()
         if hasattr(task, "make_env"):  # agent tasks: greedy episodes with the tools
             res = evaluate_episodes(
-                Engine(m, tok), tok, task, heldout, seed=cfg.seed, max_new_tokens=response_budget(task, heldout)
+                engine, tok, task, heldout, seed=cfg.seed, max_new_tokens=response_budget(task, heldout)
             )
         else:
-            res = evaluate(m, tok, task, heldout, seed=cfg.seed)
+            res = evaluate(m, tok, task, heldout, seed=cfg.seed, engine=engine)
         per_k = res.pop("per_k")
         return {**res, **{f"eval/greedy_acc_k{k}": row["greedy"] for k, row in per_k.items()}}
 

@@ -24,14 +24,14 @@ from posttrain import UsageError
 
 
 def load_engine(run_or_model: str, device: str = "auto", threads: int = 0, max_slots: int = 256):
-    """(Engine, tokenizer) for a run, a checkpoint or a local Hugging Face model directory."""
+    """(engine, tokenizer) for a run, a checkpoint or a local Hugging Face model directory."""
     from posttrain import checkpoint, runtime  # entry: no torch until called
-    from posttrain.framework.rollout import Engine  # entry: no torch until called
+    from posttrain.framework.backends import make_engine  # entry: no torch until called
 
     rt = runtime.resolve(device, "auto", threads)
     model, tok, _ = checkpoint.load_model(run_or_model, rt.device)
     model.eval()
-    return Engine(model, tok, max_slots=max_slots, runtime=rt), tok
+    return make_engine(model, tok, max_slots=max_slots, runtime=rt), tok
 
 
 class Server:

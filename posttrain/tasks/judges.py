@@ -37,14 +37,14 @@ class EngineJudge:
         import torch
 
         from posttrain import checkpoint  # upward: posttrain.checkpoint
-        from posttrain.framework.rollout import Engine  # upward: posttrain.framework.rollout
+        from posttrain.framework.backends import make_engine  # upward: posttrain.framework.backends
 
         self.cfg = cfg
         self.model, self.tok, path = checkpoint.load_model(cfg.model, device)  # a UsageError names a bad path
         self.model.eval()
         for p in self.model.parameters():
             p.requires_grad_(False)  # frozen: never in an optimizer
-        self.engine, self.name, self._torch = Engine(self.model, self.tok), str(path), torch
+        self.engine, self.name, self._torch = make_engine(self.model, self.tok), str(path), torch
 
     def start(self, task) -> None:
         """The template must fit the judge's context with room for its reply (checked on a real item)."""

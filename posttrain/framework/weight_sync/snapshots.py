@@ -108,13 +108,12 @@ class WeightPublisher:
 
 
 def switch_weights(engine, version: int, buckets: list[dict]) -> None:
-    """Load a published version into a sampler: its own `load_weights` (Ray workers) or an
-    in-place copy into a local Engine's model."""
+    """Load a published version into a sampler: its own `load_weights` (Ray workers) or the
+    engine's `update_weights` (an in-place copy into a local Engine's model)."""
     if isinstance(engine, RemoteSampler):
         engine.load_weights(version, buckets)
     else:
-        load_buckets(engine.model, buckets)
-        engine.policy_version = version
+        engine.update_weights((kv for b in buckets for kv in b.items()), version)
 
 
 class PushSync:

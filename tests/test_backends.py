@@ -1,0 +1,117 @@
+"""The rollout backend seam (framework/backends/): one factory builds every engine, the built-in
+engine samples exactly as before it, and a bad `rollout.backend` is refused before any work.
+vLLM itself is tested in test_vllm.py (its own lane and virtualenv)."""
+
+import ast
+import hashlib
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+
+from posttrain import UsageError
+from posttrain.config import RLConfig, SamplerConfig, load_config
+from posttrain.framework.backends import make_engine, make_sync
+from posttrain.framework.roles import RolloutEngine
+from posttrain.framework.rollout import Engine, SamplingParams
+from posttrain.framework.weight_sync import LoraSync, WeightSync
+from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
+
+PKG = Path(__file__).resolve().parents[1] / "posttrain"
+ENGINES = {"Engine", "VllmEngine", "LLM"}  # the built-in engine, the vLLM backend, vLLM's own
+# lessons/ and bench/ teach and measure the built-in engine itself (its slots, its decode path):
+# they build `Engine` on purpose. Every other module takes its engine from the factory.
+BUILT_IN_ON_PURPOSE = ("lessons", "bench")
+
+
+def _constructions(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text())
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+            if name in ENGINES:
+                out.append(f"{path.relative_to(PKG.parent)}:{node.lineno} {name}(...)")
+    return out
+
+
+def test_the_factory_is_the_only_place_an_engine_is_built():
+    found, scanned = [], 0
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(PKG).parts
+        if rel[0] in BUILT_IN_ON_PURPOSE:
+            continue
+        scanned += 1
+        calls = _constructions(path)
+        if rel[:2] == ("framework", "backends"):
+            continue
+        found += calls
+    assert scanned > 100 and found == []  # e.g. `posttrain/eval.py:81 Engine(...)` before the seam
+    factory = _constructions(PKG / "framework" / "backends" / "__init__.py")
+    assert sorted(c.split()[-1] for c in factory) == ["Engine(...)", "VllmEngine(...)"]
+
+
+def _fingerprint(engine, tok) -> tuple[str, float, int]:
+    task = ArithmeticTask(ArithmeticConfig())
+    prompts = [tok.encode(tok.chat_prompt(task.prompt(it))) for it in task.items(6, "train", 0)]
+    s = engine.generate(prompts, 3, SamplingParams(temperature=1.0, max_new_tokens=24), seed=7, step=2)
+    ids = [x.response_ids for x in s]
+    return hashlib.sha256(repr(ids).encode()).hexdigest()[:16], sum(sum(x.response_logprobs) for x in s), len(s)
+
+
+def test_the_built_in_backend_samples_exactly_as_before_the_seam(nano, tok):
+    """Recorded at 7de35f4 (before the factory) with `Engine(model, tok, max_slots=8)`, one thread:
+    the same token ids (hashed) and the same logprob sum, bit for bit."""
+    torch.set_num_threads(1)
+    engine = make_engine(nano, tok, max_slots=8)
+    assert type(engine) is Engine and isinstance(engine, RolloutEngine)
+    digest, logprob_sum, n = _fingerprint(engine, tok)
+    assert (digest, n) == ("f160b92cbf433f82", 18)
+    assert logprob_sum == -1599.9750690460205
+
+
+def test_a_separate_copy_is_loaded_and_a_shared_module_moves_nothing(nano, tok):
+    copy = make_engine(nano, tok, copy=True)
+    shared = make_engine(nano, tok)
+    with torch.no_grad():
+        for p in nano.parameters():
+            p.add_(0.01)
+    weights = list(nano.named_parameters())
+    assert shared.update_weights(weights, version=3) == 0 and shared.policy_version == 3
+    assert copy.update_weights(weights) == 4 * sum(p.numel() for p in nano.parameters())
+    got = dict(copy.model.named_parameters())  # the test may look inside the built-in backend
+    assert all(torch.equal(got[k], v) for k, v in weights)
+
+
+def test_make_sync_picks_the_kind_from_the_backend_and_the_policy(nano, tok):
+    engine = make_engine(nano, tok)
+    sync = make_sync(nano, engine, SamplerConfig())
+    assert type(sync) is WeightSync and sync.mode == "colocated"
+    assert make_sync(nano, engine, SamplerConfig(), "separate").mode == "separate"
+    assert not isinstance(sync, LoraSync)
+
+
+@pytest.mark.parametrize(
+    "overrides, words",
+    [
+        (["rollout.backend=sglang"], "rollout.backend='sglang' is unknown; use posttrain or vllm"),
+        (["rollout.backend=vllm", "scale.placement=ray"], "rollout.backend=vllm runs in-process and synchronous"),
+        (["rollout.backend=vllm", "scale.async=true"], "use scale.placement=in-process with async off"),
+        (["rollout.backend=vllm", "rollout.precision=bf16"], "rollout.precision=bf16 emulates"),
+    ],
+)
+def test_a_bad_backend_combination_is_one_usage_error_before_any_work(overrides, words, tmp_path):
+    from posttrain.recipes import rl
+
+    cfg = load_config(RLConfig, None, [f"out={tmp_path}/rl", "init=none", *overrides])
+    with pytest.raises(UsageError, match=words.replace("(", r"\(").replace("'", ".")):
+        rl.run(cfg)
+    assert not (tmp_path / "rl" / "metrics.jsonl").exists()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
+def test_vllm_missing_names_the_extra(nano, tok):
+    with pytest.raises(UsageError, match=r"needs vLLM .*pip install 'posttrain\[vllm\]'"):
+        make_engine(nano, tok, SamplerConfig(backend="vllm"))
