@@ -35,7 +35,7 @@ def test_math_word_data_and_rewards(math_data):
     r = rows[0]
     assert r["completion"].endswith(f"the answer is ${r['answer']}$.") and r["solution"] == f"${r['answer']}$"
     rewards = runpy.run_path(str(EX / "math_word/rewards.py"))
-    done = ["3+4=7. the answer is $7$.#", "3+4=8. the answer is $8$.#", "it is 7", "7 or 8#"]
+    done = ["3+4=7. the answer is $7$.", "3+4=8. the answer is $8$.", "it is 7", "7 or 8"]  # as TRL hands them over
     assert rewards["correct"](["p"] * 4, done, answer=[7] * 4) == [1.0, 0.0, 1.0, 0.0]
     assert rewards["fmt"](done) == [1.0, 1.0, 0.0, 0.0]
 

@@ -258,14 +258,26 @@ class JudgeTask:
         self.backend.start(self)
 
     # ---- scoring ---------------------------------------------------------------------------
-    def reward(self, item, response: str, ids=None) -> RewardResult:
-        return self.reward_batch([item], [response], [ids or []])[0]
+    def reward(self, item, response: str, ids=None, completion=None, finish_reason=None) -> RewardResult:
+        return self.reward_batch(
+            [item], [response], [ids or []], completions=[completion], finish_reasons=[finish_reason]
+        )[0]
 
-    def reward_batch(self, items, responses, ids=None, step=None) -> list[RewardResult]:
+    def reward_batch(
+        self, items, responses, ids=None, step=None, completions=None, finish_reasons=None
+    ) -> list[RewardResult]:
+        """The judge reads each completion as TRL would hand it over (no end-of-turn marker or special
+        token: tasks/base.verifier_args); a response given by hand is cut at the policy's end of turn."""
+        n = len(items)
         ids = ids if ids is not None else [[] for _ in items]
-        truth = [safe_reward(self.task, it, t, i) for it, t, i in zip(items, responses, ids)]
+        completions, finish = completions or [None] * n, finish_reasons or [None] * n
+        truth = [
+            safe_reward(self.task, it, t, i, c, f) for it, t, i, c, f in zip(items, responses, ids, completions, finish)
+        ]
         right = [correctness(r) if getattr(self.task, "correctness", "task") is not None else None for r in truth]
-        texts = [t.split(self.eot, 1)[0] if self.eot else t for t in responses]
+        texts = [
+            c if c is not None else t.split(self.eot, 1)[0] if self.eot else t for t, c in zip(responses, completions)
+        ]
         judged = self._pointwise if self.cfg.mode == "pointwise" else self._pairwise
         scores, errors, stats = judged(items, texts, right, step or 0)
         self.logged = stats
