@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from posttrain import UsageError, checkpoint
+from posttrain.eval import SUSPECT
 from posttrain.logging import read_jsonl, read_metrics
 from posttrain.report_samples import PAINT, samples_html
 
@@ -153,6 +154,16 @@ def degenerate_groups(degenerate: list[float], limit: float = 0.6) -> Alarm | No
     return None
 
 
+def heldout_accuracy_suspect(metrics: list[dict]) -> Alarm | None:
+    """An evaluation found every held-out sample right, or every one wrong, while their rewards
+    varied (eval.suspicious_accuracy): its line, from the first evaluation that logged one."""
+    for m in metrics:
+        line = m.get(SUSPECT)
+        if isinstance(line, str):
+            return Alarm("held-out accuracy suspicious", f"step {m.get('step', 0)}: {line}")
+    return None
+
+
 def series(metrics: list[dict], key: str) -> list[float]:
     return [float(m[key]) for m in metrics if isinstance(m.get(key), (int, float))]
 
@@ -170,6 +181,7 @@ def alarms(metrics: list[dict]) -> list[Alarm]:
         length_blowup(series(train, "length/mean"), series(train, "length/truncated_frac")),
         mismatch_high(series(train, "mismatch/logprob_abs")),
         degenerate_groups(degenerate),
+        heldout_accuracy_suspect(metrics),
     ]
     return [a for a in found if a is not None]
 

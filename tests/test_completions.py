@@ -226,3 +226,47 @@ def _args(task, sample):
     from posttrain.tasks.base import verifier_args
 
     return verifier_args(task, sample)
+
+
+def test_a_suspicious_held_out_accuracy_names_its_source_and_a_completion_once(files, capsys):
+    """Correctness 0 on every held-out sample while the rewards vary (a correctness function still
+    waiting for the end-of-turn marker): the first evaluation prints one line naming task.correct and
+    showing a completion exactly as the function received it; every evaluation logs it for the report."""
+    import torch
+
+    from posttrain.eval import SUSPECT, evaluate
+    from posttrain.models.gpt_mini import GPTMini, ModelConfig
+
+    rows, fns = files
+    fns.write_text(
+        "SEEN = []\n"
+        "def marker(completions, **kw):\n    return [c[0]['content'].endswith('#') for c in completions]\n"
+        "def short(completions, **kw):\n    SEEN.extend(c[0]['content'] for c in completions)\n"
+        "    return [-0.01 * len(c[0]['content']) for c in completions]\n"
+    )
+    task = DatasetTask(DatasetConfig(train=str(rows), test=str(rows), reward=f"{fns}:short", correct=f"{fns}:marker"))
+    tok = CharTokenizer(DEFAULT_CHARS + SYSTEM)
+    torch.manual_seed(0)
+    model = GPTMini(ModelConfig(preset="nano").resolved(tok.vocab_size))
+    res = evaluate(model, tok, task, task.test, n=4, ks=(1,), max_new_tokens=6)
+    again = evaluate(model, tok, task, task.test, n=4, ks=(1,), max_new_tokens=6, seed=1)
+    assert res["eval/greedy_acc"] == res["eval/pass@1"] == 0.0 and again[SUSPECT].startswith("held-out accuracy is 0")
+    line = res[SUSPECT]
+    assert line.startswith("held-out accuracy is 0 on all 10 samples while their rewards vary (") and "\n" not in line
+    assert f"correctness comes from task.correct={fns}:marker; the best-rewarded completion, exactly as" in line
+    shown = eval(line.rsplit("exactly as it received it: ", 1)[1])
+    seen = _module(task).SEEN[:10]  # the first evaluation's 10 completions, as the function got them
+    assert shown in seen and len(shown) == min(map(len, seen)) and not any("#" in c for c in seen)
+    assert capsys.readouterr().out.count("held-out accuracy is 0") == 1  # said once, at the first evaluation
+
+
+def test_an_accuracy_that_varies_or_rewards_that_do_not_raise_nothing():
+    from posttrain.eval import suspicious_accuracy
+    from posttrain.tasks.base import RewardResult
+
+    tok = CharTokenizer()
+    s = _sample(tok, None, tok.encode("7#"))
+    same = [(s, RewardResult(0.5, correct=0.0)), (s, RewardResult(0.5, correct=0.0))]
+    mixed = [(s, RewardResult(0.5, correct=1.0)), (s, RewardResult(0.2, correct=0.0))]
+    assert suspicious_accuracy(DatasetTask.__new__(DatasetTask), same) is None
+    assert suspicious_accuracy(DatasetTask.__new__(DatasetTask), mixed) is None

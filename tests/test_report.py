@@ -91,6 +91,13 @@ def test_alarms_read_the_metric_names_and_skip_the_starting_evaluation():
     assert alarms(metrics) == []
 
 
+def test_a_suspicious_heldout_accuracy_is_an_alarm_with_the_evaluations_line():
+    line = "held-out accuracy is 0 on all 10 samples while their rewards vary (0 to 0.1): ... '1 2 3'"
+    metrics = [{"step": 0, "eval/pass@1": 0.0, "alarm/heldout_accuracy": line}, {"step": 1, "reward/mean": 0.1}]
+    assert [(a.name, a.message) for a in alarms(metrics)] == [("held-out accuracy suspicious", f"step 0: {line}")]
+    assert alarms([{"step": 0, "eval/pass@1": 0.0}, {"step": 1, "reward/mean": 0.1}]) == []
+
+
 # ---- the page -----------------------------------------------------------------------------------
 
 

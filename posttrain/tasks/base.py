@@ -219,14 +219,14 @@ def verifier_args(task: Task, sample) -> tuple:
     those ids (no end-of-turn marker: `Sample.completion`), and `stop` or `length` (issue 29)."""
     if not getattr(task, "wants_ids", False):
         return (sample.item, sample.text)
-    return (sample.item, sample.text, list(sample.response_ids), received_text(sample), sample.finish_reason)
+    return (sample.item, sample.text, list(sample.response_ids), received_text(task, sample), sample.finish_reason)
 
 
-def received_text(sample) -> str:
-    """The completion a user's function receives (`Sample.completion`), or the decoded text of a
-    sample no engine decoded."""
+def received_text(task: Task, sample) -> str:
+    """The response text the task's scoring reads: for a `wants_ids` task the completion as TRL gives
+    it (`Sample.completion`; the decoded text of a sample no engine decoded), else the decoded text."""
     completion = getattr(sample, "completion", None)
-    return sample.text if completion is None else completion
+    return sample.text if completion is None or not getattr(task, "wants_ids", False) else completion
 
 
 def checked(task: Task, result) -> RewardResult:
@@ -318,7 +318,7 @@ def _batch_rewards(task, samples, step=None) -> list | None:
         {
             "ids": [list(s.response_ids) for s in samples],
             "step": step,
-            "completions": [received_text(s) for s in samples],
+            "completions": [received_text(task, s) for s in samples],
             "finish_reasons": [s.finish_reason for s in samples],
         }
         if getattr(task, "wants_ids", False)
