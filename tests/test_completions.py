@@ -7,6 +7,7 @@ import json
 import random
 
 import pytest
+from chatml_util import chatml_tokenizer
 
 from posttrain.chat import DEFAULT_CHARS, SYSTEM
 from posttrain.framework.rollout import Engine, Sample, SamplingParams
@@ -14,10 +15,6 @@ from posttrain.models.tokenizer import CharTokenizer
 from posttrain.tasks.base import correctness, score_samples
 from posttrain.tasks.dataset import DatasetConfig, DatasetTask
 
-CHATML = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
 ROWS = [
     {
         "prompt": [
@@ -85,25 +82,10 @@ def _sample(tok, item, response_ids: list[int], finish_reason="stop") -> Sample:
 def chatml(tmp_path_factory):
     """A byte-level BPE tokenizer trained here (no download) with a ChatML template: `<|im_end|>`
     ends a turn and is a special token."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
     from posttrain.models.hf import HFTokenizer
 
-    bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
     corpus = [" ".join(random.Random(i).choices("0123456789", k=6)) + " sort the digits." for i in range(300)]
-    bpe.train_from_iterator(
-        corpus,
-        trainers.BpeTrainer(
-            vocab_size=300,
-            special_tokens=["<|im_start|>", "<|im_end|>", "<|pad|>"],
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        ),
-    )
-    hf = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|pad|>")
-    hf.chat_template = CHATML
+    hf = chatml_tokenizer(corpus, 300)
     return HFTokenizer(hf)
 
 

@@ -222,6 +222,31 @@ def verifier_args(task: Task, sample) -> tuple:
     return (sample.item, sample.text, list(sample.response_ids), received_text(task, sample), sample.finish_reason)
 
 
+class BatchScored:
+    """A `wants_ids` task that scores in batches (your rows' functions, the judge): `reward` is its
+    `reward_batch(items, responses, ids, step, completions, finish_reasons)` on one response."""
+
+    wants_ids = True
+    reward_batch: Callable[..., list[RewardResult]]  # each subclass's own
+
+    def reward(self, item, response: str, ids=None, completion=None, finish_reason=None) -> RewardResult:
+        """One response; called by hand without `completion`, the response is taken as the completion."""
+        one = self.reward_batch(
+            [item], [response], [ids or []], completions=[completion], finish_reasons=[finish_reason]
+        )
+        return one[0]
+
+
+def batch_lists(n: int, ids=None, completions=None, finish_reasons=None) -> tuple[list, list, list]:
+    """A reward_batch's optional per-response lists filled in: no ids, no completion (the response
+    stands for it), finish reason unknown (None)."""
+    return (
+        ids if ids is not None else [[] for _ in range(n)],
+        list(completions) if completions is not None else [None] * n,
+        list(finish_reasons) if finish_reasons is not None else [None] * n,
+    )
+
+
 def received_text(task: Task, sample) -> str:
     """The response text the task's scoring reads: for a `wants_ids` task the completion as TRL gives
     it (`Sample.completion`; the decoded text of a sample no engine decoded), else the decoded text."""

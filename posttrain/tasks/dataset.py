@@ -33,7 +33,7 @@ from typing import Any
 
 from posttrain import UsageError
 from posttrain.chat import EOT, SYSTEM, THINK_CLOSE, check_messages, prompt_text, split_last_assistant
-from posttrain.tasks.base import RewardResult, TaskConfig, in_heldout
+from posttrain.tasks.base import BatchScored, RewardResult, TaskConfig, batch_lists, in_heldout
 from posttrain.tasks.rewards import RewardFn, describe, reward_fns, split_specs
 from posttrain.tasks.rows import read_rows
 
@@ -110,9 +110,8 @@ def _answer_number(answer) -> str | None:
     return _norm(found[-1]) if found else None
 
 
-class DatasetTask:
+class DatasetTask(BatchScored):  # wants_ids: verifier_args passes TRL's completion_ids, completion, finish reason
     name = "dataset"
-    wants_ids = True  # safe_reward passes the sampled token ids (TRL's completion_ids)
 
     def __init__(self, config: DatasetConfig | None = None, reward_funcs=None, correct_func=None):
         self.config = c = config or DatasetConfig()
@@ -243,13 +242,6 @@ class DatasetTask:
         """The extracted answer for majority vote: the last number (only when rows have answers)."""
         return last_number(response) if self.correctness == "answer" else None
 
-    def reward(self, item: Row, response: str, ids=None, completion=None, finish_reason=None) -> RewardResult:
-        """One response scored. The scoring path (tasks/base.verifier_args) passes the completion as
-        TRL gives it and the finish reason; called by hand, `response` is taken as the completion."""
-        return self.reward_batch(
-            [item], [response], [ids or []], completions=[completion], finish_reasons=[finish_reason]
-        )[0]
-
     def reward_batch(
         self, items, responses, ids=None, step=None, completions=None, finish_reasons=None
     ) -> list[RewardResult]:
@@ -257,9 +249,10 @@ class DatasetTask:
         retried sample by sample, so an error costs only the samples it belongs to. Reward and
         correctness functions and the answer match all read `completions` (the text without the
         end-of-turn marker, as TRL hands it over), never the raw `responses` (issue 29)."""
-        n, ids = len(items), ids if ids is not None else [[] for _ in items]
-        texts = [r if c is None else c for r, c in zip(responses, completions or [None] * n)]
-        finish = [f or "stop" for f in finish_reasons or [None] * n]
+        n = len(items)
+        ids, completions, finish_reasons = batch_lists(n, ids, completions, finish_reasons)
+        texts = [r if c is None else c for r, c in zip(responses, completions)]
+        finish = [f or "stop" for f in finish_reasons]
         values: list[dict] = [{} for _ in range(n)]
         errors: list[str | None] = [None] * n
         logged: dict = {}
