@@ -142,7 +142,8 @@ def run_eval(args) -> None:
     per_k = res.pop("per_k")
     print(f"checkpoint: {path}")
     for k, v in res.items():
-        print(f"{k:24s} {v:.4f}")
+        if isinstance(v, float):  # a suspicious accuracy's line (eval.SUSPECT) was printed as it was found
+            print(f"{k:24s} {v:.4f}")
     if set(per_k) != {0}:  # items without a number of terms (other tasks): no table
         print(format_per_k(per_k, "held-out accuracy by number of terms K"))
     if args.out:

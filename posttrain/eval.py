@@ -11,6 +11,7 @@ spend n samples at test time, voting and reranking, next to pass@1 (training it 
 
 from __future__ import annotations
 
+import weakref
 from collections import Counter, defaultdict
 
 import numpy as np
@@ -22,7 +23,10 @@ from posttrain.framework.rollout import SamplingParams
 from posttrain.progress import generate_with_progress
 from posttrain.sizing.card import phase
 from posttrain.tasks.arithmetic import last_integer
-from posttrain.tasks.base import correctness, score_results
+from posttrain.tasks.base import correctness, received_text, score_results
+
+SUSPECT = "alarm/heldout_accuracy"  # the metric that carries suspicious_accuracy's line (report.py reads it)
+_told: weakref.WeakSet = weakref.WeakSet()  # tasks whose suspicious accuracy has been printed once
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -89,6 +93,7 @@ def evaluate(
     prompts = [tokenizer.encode(tokenizer.chat_prompt(task.prompt(it))) for it in items]
     judged = getattr(task, "correctness", "task") is not None  # False: no way to tell right from wrong
     out: dict = {}
+    scored: list = []  # (sample, result) pairs of both passes, for suspicious_accuracy
     rows: dict = defaultdict(lambda: defaultdict(list))
     kof = (lambda it: it.k) if hasattr(items[0], "k") else (lambda it: 0)
     if greedy:
@@ -102,6 +107,7 @@ def evaluate(
             items=items,
         )
         results, _ = score_results(task, samples, pool)
+        scored += zip(samples, results)
         if judged:
             correct = [correctness(r) for r in results]
             out[f"{prefix}greedy_acc"] = float(np.mean(correct))
@@ -120,14 +126,57 @@ def evaluate(
             items=items,
         )
         results, _ = score_results(task, samples, pool)
+        scored += zip(samples, results)
         out[f"{prefix}reward_mean"] = float(np.mean([r.reward for r in results]))
         if judged:
             out.update(_sampled(task, items, samples, results, n, ks, scorer, rows, kof, prefix))
+    line = suspicious_accuracy(task, scored) if judged else None
+    if line is not None:
+        out[SUSPECT] = line
+        _tell_once(task, line)
     out["per_k"] = {
         k: {name: float(np.mean(v)) for name, v in cols.items()} | {"n": len(cols[next(iter(cols))])}
         for k, cols in sorted(rows.items())
     }
     return out
+
+
+def suspicious_accuracy(task, scored: list) -> str | None:
+    """One line when every held-out sample is judged the same (all wrong, or all right) while their
+    rewards differ: the usual sign that correctness reads the response differently from the reward
+    (a marker left on the text, a parse that never matches), not that the policy is that bad or that
+    good (issue 29). It names the correctness source and shows one completion exactly as that source
+    received it (repr), the best-rewarded one; None when accuracy varies or the rewards do not."""
+    if len(scored) < 2:
+        return None
+    correct = {correctness(r) for _, r in scored}
+    rewards = [r.reward for _, r in scored]
+    if len(correct) != 1 or max(rewards) - min(rewards) <= 1e-9:
+        return None
+    source = getattr(task, "correctness", None)
+    cfg = getattr(task, "config", None)
+    named = {
+        "task.correct": f"task.correct={getattr(cfg, 'correct', '') or 'your function'}",
+        "task.correct_threshold": f"task.correct_threshold={getattr(cfg, 'correct_threshold', None)} on the reward",
+        "answer": "the answer match (the completion's last number, or its text, against the answer column)",
+    }.get(source, f"the {getattr(task, 'name', type(task).__name__)} task's verifier")
+    sample, _ = max(scored, key=lambda sr: sr[1].reward)
+    return (
+        f"held-out accuracy is {correct.pop():.0f} on all {len(scored)} samples while their rewards vary "
+        f"({min(rewards):.3g} to {max(rewards):.3g}): correctness comes from {named}; the best-rewarded "
+        f"completion, exactly as it received it: {received_text(task, sample)!r}"
+    )
+
+
+def _tell_once(task, line: str) -> None:
+    """Print the line at a task's first suspicious evaluation only (every evaluation logs it)."""
+    try:
+        if task in _told:
+            return
+        _told.add(task)
+    except TypeError:  # a task object that takes no weak reference: said every time
+        pass
+    print(line, flush=True)
 
 
 def _sampled(task, items, samples, results, n, ks, scorer, rows, kof, prefix) -> dict:

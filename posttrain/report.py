@@ -4,7 +4,8 @@
 
 Sections: health alarms, the evaluation table, curves for every metric group (reward, group,
 kl, entropy, clip, ratio, grad, length, rollout, time, staleness, mismatch, eval, then the
-stage's own groups such as loss, lr, train, pref), the time per role, and the audited samples
+stage's own groups such as loss, lr, train, pref; report_plots.py draws them one scale per panel,
+accuracies on 0–1), the time per role, and the audited samples
 of samples.jsonl with each token coloured by its advantage, logprob or mismatch.
 
 The alarms are pure functions of metric series (`alarms(metrics)`), so they are unit-tested
@@ -20,7 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from posttrain import UsageError, checkpoint
+from posttrain.eval import SUSPECT
 from posttrain.logging import read_jsonl, read_metrics
+from posttrain.report_plots import curves, plot
 from posttrain.report_samples import PAINT, samples_html
 
 DESIGN_GROUPS = (
@@ -153,6 +156,16 @@ def degenerate_groups(degenerate: list[float], limit: float = 0.6) -> Alarm | No
     return None
 
 
+def heldout_accuracy_suspect(metrics: list[dict]) -> Alarm | None:
+    """An evaluation found every held-out sample right, or every one wrong, while their rewards
+    varied (eval.suspicious_accuracy): its line, from the first evaluation that logged one."""
+    for m in metrics:
+        line = m.get(SUSPECT)
+        if isinstance(line, str):
+            return Alarm("held-out accuracy suspicious", f"step {m.get('step', 0)}: {line}")
+    return None
+
+
 def series(metrics: list[dict], key: str) -> list[float]:
     return [float(m[key]) for m in metrics if isinstance(m.get(key), (int, float))]
 
@@ -170,6 +183,7 @@ def alarms(metrics: list[dict]) -> list[Alarm]:
         length_blowup(series(train, "length/mean"), series(train, "length/truncated_frac")),
         mismatch_high(series(train, "mismatch/logprob_abs")),
         degenerate_groups(degenerate),
+        heldout_accuracy_suspect(metrics),
     ]
     return [a for a in found if a is not None]
 
@@ -188,45 +202,6 @@ def metric_groups(metrics: list[dict]) -> dict[str, list[str]]:
                     keys.append(k)
     order = [g for g in DESIGN_GROUPS if g in groups] + sorted(g for g in groups if g not in DESIGN_GROUPS)
     return {g: sorted(groups[g]) for g in order}
-
-
-def _plot(div: str, traces: list[dict], title: str, barmode: str | None = None, axes: dict | None = None) -> str:
-    layout = {
-        "title": {"text": title, "x": 0.02},
-        "height": 300,
-        "margin": {"l": 50, "r": 20, "t": 40, "b": 40},
-        "xaxis": {"title": {"text": "step"}},
-        "legend": {"orientation": "h"},
-        **(axes or {}),
-    }
-    if barmode:
-        layout["barmode"] = barmode
-    spec = json.dumps({"data": traces, "layout": layout}).replace("</", "<\\/")
-    return (
-        f'<div class="plot" id="{div}"></div><script>(function(){{var s={spec};'
-        f'Plotly.newPlot("{div}", s.data, s.layout, {{responsive: true, displayModeBar: false}});}})();</script>'
-    )
-
-
-def _curves(metrics: list[dict], groups: dict[str, list[str]]) -> list[str]:
-    out = []
-    for g, keys in groups.items():
-        traces = []
-        for k in keys:
-            pts = [
-                (m["step"], float(m[k])) for m in metrics if isinstance(m.get(k), (int, float)) and math.isfinite(m[k])
-            ]
-            traces.append(
-                {
-                    "x": [p[0] for p in pts],
-                    "y": [p[1] for p in pts],
-                    "name": k,
-                    "type": "scatter",
-                    "mode": "lines+markers" if len(pts) < 30 else "lines",
-                }
-            )
-        out.append(_plot(f"plot-{g}", traces, g))
-    return out
 
 
 def _table(rows: list[list], head: list[str]) -> str:
@@ -260,7 +235,7 @@ def _time_breakdown(metrics: list[dict]) -> str:
         [[r[5:-2], totals[r], f"{totals[r] / step_total:.1%}"] for r in roles],
         ["role", "total seconds", "share of step time"],
     )
-    return _plot("plot-time-roles", traces, "seconds per step, by role", barmode="stack") + table
+    return plot("plot-time-roles", traces, "seconds per step, by role", barmode="stack") + table
 
 
 def _throughput(run_dir: Path) -> str:
@@ -309,7 +284,7 @@ def _overoptimization(run_dir: Path) -> str:
         "yaxis": {"title": {"text": "proxy"}},
         "yaxis2": {"title": {"text": "true"}, "overlaying": "y", "side": "right"},
     }
-    plot = _plot("plot-overoptimization", traces, "over-optimisation: reward against √KL(π ‖ π_ref)", axes=axes)
+    figure = plot("plot-overoptimization", traces, "over-optimisation: reward against √KL(π ‖ π_ref)", axes=axes)
     note = (
         (
             f"<p>True reward peaked at step {turn['peak_step']} (KL/token {turn['peak_kl']:.3f}, smoothed "
@@ -319,11 +294,11 @@ def _overoptimization(run_dir: Path) -> str:
         if turn
         else ""
     )
-    return plot + note
+    return figure + note
 
 
 _CSS = """body{font-family:sans-serif;margin:20px;max-width:1200px}table{border-collapse:collapse;margin:8px 0}
-td,th{border:1px solid #ccc;padding:2px 8px;font-size:13px;text-align:right}.plot{display:inline-block;width:49%}
+td,th{border:1px solid #ccc;padding:2px 8px;font-size:13px;text-align:right}.plot{display:inline-block;width:49%;vertical-align:top}
 .alarm{background:#fde2e0;border-left:4px solid #c0392b;padding:6px;margin:4px 0}.ok{background:#e3f6e5;padding:6px}
 .sample{margin:8px 0;padding:6px;border:1px solid #ddd}.meta{font-size:12px;color:#555}.tok{white-space:pre}
 pre{background:#f6f6f6;padding:8px;font-size:12px}"""
@@ -363,7 +338,7 @@ def render(run_dir: str | Path) -> str:
         f"<p>{len(metrics)} logged steps (last step {metrics[-1]['step']}) · {html.escape(about)}</p>",
         f'<h2 id="alarms">Health alarms</h2>{alarm_html}',
         f'<h2 id="eval">Evaluation</h2>{_eval_table(metrics)}',
-        f'<h2 id="curves">Metric curves</h2>{"".join(_curves(metrics, groups))}',
+        f'<h2 id="curves">Metric curves</h2>{"".join(curves(metrics, groups))}',
         *(
             [f'<h2 id="overoptimization">Reward-model over-optimisation</h2>{_overoptimization(run_dir)}']
             if (run_dir / "overoptimization.json").exists()

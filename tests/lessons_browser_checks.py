@@ -10,7 +10,7 @@ KaTeX did not typeset.
 
 FIGURE_CHECK = r"""
 (el) => {
-  const plot = el.querySelector('.plot');
+  const plot = el.classList.contains('plot') ? el : el.querySelector('.plot');  // a widget, or a report's plot
   if (!plot.querySelector('svg.main-svg')) return ['no figure drawn'];
   const frame = plot.getBoundingClientRect();
   const box = (n) => { const r = n.getBoundingClientRect();

@@ -5,39 +5,22 @@ import re
 
 import pytest
 import torch
+from chatml_util import chatml_tokenizer
 
 from posttrain.framework.agent import run_episodes
 from posttrain.framework.rollout import Engine, Sample, SamplingParams
 from posttrain.tasks.base import RewardResult
 
-CHATML = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-
 
 @pytest.fixture(scope="module")
 def hf_dir(tmp_path_factory):
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import LlamaConfig, LlamaForCausalLM
 
     out = tmp_path_factory.mktemp("bpe")
-    bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
     corpus = [
         f"<call>{a}+{b}</call> <result>{a + b}</result> the answer is {a + b}" for a in range(50) for b in range(20)
     ]
-    bpe.train_from_iterator(
-        corpus,
-        trainers.BpeTrainer(
-            vocab_size=400,
-            special_tokens=["<|im_start|>", "<|im_end|>", "<|pad|>"],
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        ),
-    )
-    tok = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|pad|>")
-    tok.chat_template = CHATML
+    tok = chatml_tokenizer(corpus, 400)
     tok.save_pretrained(out)
     torch.manual_seed(0)
     LlamaForCausalLM(

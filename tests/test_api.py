@@ -18,7 +18,7 @@ ROWS = [
 
 
 def correct(prompts, completions, answer, **kw):
-    return [1.0 if c.rstrip("#").split("}")[-1] == str(a) else 0.0 for c, a in zip(completions, answer)]
+    return [1.0 if c.split("}")[-1] == str(a) else 0.0 for c, a in zip(completions, answer)]
 
 
 def brevity(completions, **kw):

@@ -105,24 +105,32 @@ def test_rows_the_model_cannot_take_are_named(tmp_path):
         odd.check(TOK, 256, 16)
 
 
+def _rl_cli(*keys: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "posttrain.cli", "rl", *keys], capture_output=True, text=True, timeout=120
+    )
+
+
 def test_the_cli_refuses_bad_data_before_any_work(bad_dir):
     out = bad_dir / "run"
-    p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "posttrain.cli",
-            "rl",
-            "task.name=dataset",
-            f"task.train={bad_dir}/q.jsonl",
-            f"out={out}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    p = _rl_cli("task.name=dataset", f"task.train={bad_dir}/q.jsonl", f"out={out}")
     assert p.returncode == 2 and p.stderr.strip() == (
         f"posttrain rl: error: {bad_dir}/q.jsonl:2: no 'prompt' column (columns: question, answer); "
         "set task.prompt_key=COLUMN"
     )
     assert not out.exists()
+
+
+def test_rl_on_your_rows_without_init_is_refused_before_any_work(bad_dir):
+    """The default checkpoint knows only the built-in sums: RL on your rows without init= is one line
+    naming the commands that warm a model up on them, not minutes spent building the wrong one."""
+    out = bad_dir / "run"
+    p = _rl_cli("task.name=dataset", f"task.train={bad_dir}/ok.jsonl", f"out={out}")
+    keys = f"task.name=dataset task.train={bad_dir}/ok.jsonl"
+    assert p.returncode == 2 and p.stderr.strip() == (
+        "posttrain rl: error: task.name=dataset without init= would start from the default "
+        f"checkpoint, which knows only the built-in sums; warm a model up on your task first (posttrain pretrain "
+        f"{keys} out=runs/my/pt, then posttrain sft {keys} init=runs/my/pt out=runs/my/sft) and give "
+        "init=runs/my/sft, or init= a Hugging Face model directory"
+    )
+    assert not out.exists() and "training the default" not in p.stdout

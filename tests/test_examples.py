@@ -1,11 +1,13 @@
 """examples/: each runs as the README shows it (tiny step counts here), and the countdown written out
 as JSONL scores value for value like the built-in task."""
 
+import dataclasses
 import json
 import runpy
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -35,9 +37,54 @@ def test_math_word_data_and_rewards(math_data):
     r = rows[0]
     assert r["completion"].endswith(f"the answer is ${r['answer']}$.") and r["solution"] == f"${r['answer']}$"
     rewards = runpy.run_path(str(EX / "math_word/rewards.py"))
-    done = ["3+4=7. the answer is $7$.#", "3+4=8. the answer is $8$.#", "it is 7", "7 or 8#"]
+    done = ["3+4=7. the answer is $7$.", "3+4=8. the answer is $8$.", "it is 7", "7 or 8"]  # as TRL hands them over
     assert rewards["correct"](["p"] * 4, done, answer=[7] * 4) == [1.0, 0.0, 1.0, 0.0]
     assert rewards["fmt"](done) == [1.0, 1.0, 0.0, 0.0]
+
+
+def test_sort_digits_rows_and_exact_match_as_trl_hands_completions_over(tmp_path):
+    """(the note of issue 29): chat rows with a system turn, disjoint splits, and the exact-match
+    reward scoring each row's own demonstration 1 through the sampled path (gpt_mini's `#` skipped)."""
+    from posttrain.framework.rollout import Sample
+    from posttrain.recipes.common import new_tokenizer
+    from posttrain.tasks.base import score_samples
+
+    script("sort_digits/make_data.py", "--out", str(tmp_path), "--train", "200", "--test", "20")
+    rows = [json.loads(x) for x in (tmp_path / "train.jsonl").read_text().splitlines()]
+    test = [json.loads(x) for x in (tmp_path / "test.jsonl").read_text().splitlines()]
+    assert len(rows) == 200 and len(test) == 20
+    assert not {json.dumps(r["prompt"]) for r in rows} & {json.dumps(r["prompt"]) for r in test}
+    r = rows[0]
+    assert [m["role"] for m in r["prompt"]] == ["system", "user"] and r["completion"] == r["answer"]
+    digits = r["prompt"][1]["content"].split()
+    assert r["answer"].split() == sorted(digits, reverse=r["order"] == "down") and 3 <= r["n"] == len(digits) <= 8
+    reward = f"{EX}/sort_digits/rewards.py:exact"
+    cfg = DatasetConfig(train=str(tmp_path / "train.jsonl"), test=str(tmp_path / "test.jsonl"), reward=reward)
+    task = DatasetTask(dataclasses.replace(cfg, correct=reward))
+    tok = new_tokenizer(SimpleNamespace(task=cfg), task)
+    task.check(tok, 256, 24)
+
+    def sample(row, text):
+        ids = tok.encode(text)
+        return Sample(
+            [0],
+            ids,
+            [0.0] * len(ids),
+            [1] * len(ids),
+            "stop",
+            0,
+            0,
+            0,
+            row,
+            tok.decode(ids),
+            completion=tok.completion_text(ids),
+        )
+
+    items = task.test[:10]
+    samples = [sample(row, row.completion + "#") for row in items] + [sample(items[0], items[0].completion[::-1] + "#")]
+    score_samples(task, samples)
+    wrong = float(items[0].completion[::-1].split() == items[0].completion.split())  # a palindrome is right
+    assert [s.reward for s in samples] == [1.0] * 10 + [wrong]
 
 
 def test_math_word_chain_runs_on_gpt_mini(math_data, tmp_path):

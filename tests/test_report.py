@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +22,7 @@ from posttrain.report import (
     mismatch_high,
     reward_up_heldout_flat,
 )
+from posttrain.report_plots import panels
 
 # ---- alarms: each fires on its bad curve and stays silent on a healthy one -----------------------
 
@@ -91,6 +93,13 @@ def test_alarms_read_the_metric_names_and_skip_the_starting_evaluation():
     assert alarms(metrics) == []
 
 
+def test_a_suspicious_heldout_accuracy_is_an_alarm_with_the_evaluations_line():
+    line = "held-out accuracy is 0 on all 10 samples while their rewards vary (0 to 0.1): ... '1 2 3'"
+    metrics = [{"step": 0, "eval/pass@1": 0.0, "alarm/heldout_accuracy": line}, {"step": 1, "reward/mean": 0.1}]
+    assert [(a.name, a.message) for a in alarms(metrics)] == [("held-out accuracy suspicious", f"step 0: {line}")]
+    assert alarms([{"step": 0, "eval/pass@1": 0.0}, {"step": 1, "reward/mean": 0.1}]) == []
+
+
 # ---- the page -----------------------------------------------------------------------------------
 
 
@@ -114,7 +123,9 @@ def synthetic_run(root, steps=12):
                 "grad/norm": 0.5,
                 "length/mean": 30.0,
                 "length/truncated_frac": 0.0,
-                "rollout/tokens_per_s": 900.0,
+                "rollout/tokens_per_s": 15000.0 + 100 * s,
+                "rollout/samples": 128.0,
+                "rollout/prefills": 16.0,
                 "time/rollout_s": 1.0,
                 "time/train_s": 0.5,
                 "time/sync_s": 0.01,
@@ -126,7 +137,7 @@ def synthetic_run(root, steps=12):
             }
         )
         if s % 6 == 0:
-            rows[-1].update({"eval/pass@1": 0.3 + 0.02 * s, "eval/pass@8": 0.7})
+            rows[-1].update({"eval/pass@1": 0.3 + 0.02 * s, "eval/pass@8": 0.7, "eval/length_mean": 28.0 - 0.1 * s})
     (root / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     sample = {
         "step": 6,
@@ -167,18 +178,47 @@ DESIGN_GROUPS = [
 ]
 
 
-def test_page_has_every_section_and_a_plot_per_metric_group(tmp_path):
+def test_page_has_every_section_and_a_plot_per_panel_of_each_metric_group(tmp_path):
     run = synthetic_run(tmp_path / "run")
     groups = metric_groups(json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines())
     assert list(groups) == DESIGN_GROUPS + ["loss", "lr"]
-    assert groups["eval"] == ["eval/pass@1", "eval/pass@8"]
+    assert groups["eval"] == ["eval/length_mean", "eval/pass@1", "eval/pass@8"]
     page = report.render(run)
     assert re.findall(r'<h2 id="(\w+)"', page) == ["alarms", "eval", "curves", "time", "samples", "config"]
-    assert re.findall(r'<div class="plot" id="plot-([\w-]+)"', page) == DESIGN_GROUPS + ["loss", "lr", "time-roles"]
+    panels = [*DESIGN_GROUPS[:8], "length-2", "rollout", "rollout-2", "time", "time-2", *DESIGN_GROUPS[10:], "eval-2"]
+    assert re.findall(r'<div class="plot" id="plot-([\w-]+)"', page) == panels + ["loss", "lr", "time-roles"]
     assert "<script src=" not in page and "<link" not in page  # nothing fetched
     assert page.count('class="tok"') == 8 and ">/s&gt;</span>" in page  # escaped tokens
     assert "<td>rollout</td><td>12</td><td>62.5%</td>" in page  # 12 s of 19.2 s
     assert '<div class="ok">No alarm' in page
+
+
+def test_a_group_is_cut_into_panels_of_one_unit_and_scale():
+    """Accuracies and fractions on their own 0–1 axes; the rest by unit, cut where the typical
+    value jumps more than ten times; all-zero series beside values of at most 1, else alone."""
+    values = {
+        "eval/pass@1": [0.3, 0.8],
+        "eval/greedy_acc": [0.5, 0.9],
+        "eval/length_mean": [28.0, 29.0],
+        "eval/reward_mean": [0.4, 0.6],
+        "eval/errors": [0.0, 0.0],
+        "rollout/tokens_per_s": [15000.0, 16000.0],
+        "rollout/samples": [128.0, 128.0],
+        "rollout/prefills": [16.0, 16.0],
+        "rollout/slot_occupancy": [0.7, 0.9],
+        "rollout/cancelled": [0.0, 0.0],
+        "time/rollout_s": [2.0, 3.0],
+    }
+    assert panels(list(values), values) == [
+        (["eval/pass@1", "eval/greedy_acc"], "accuracy"),
+        (["rollout/slot_occupancy"], "fraction"),
+        (["eval/errors", "rollout/cancelled", "eval/reward_mean"], "other"),  # 0 beside 0.5
+        (["rollout/prefills", "eval/length_mean", "rollout/samples"], "other"),  # 16 to 128: within 10×
+        (["rollout/tokens_per_s"], "rate"),
+        (["time/rollout_s"], "seconds"),
+    ]
+    big = {"rollout/samples": [128.0], "rollout/cancelled": [0.0]}
+    assert panels(list(big), big) == [(["rollout/cancelled"], "other"), (["rollout/samples"], "other")]
 
 
 def test_page_shows_the_throughput_equation_when_the_run_wrote_one(tmp_path):
@@ -259,7 +299,7 @@ def test_report_renders_in_headless_chromium_with_every_plot_drawn(tmp_path):
     expected = len(re.findall(r'<div class="plot" id=', page.read_text()))
     dom = _headless(tmp_path, "--dump-dom", page.as_uri()).stdout
     drawn = re.findall(r'<div class="plot js-plotly-plot" id="([\w-]+)"', dom)  # Plotly.newPlot ran
-    assert len(drawn) == expected == 16
+    assert len(drawn) == expected == 20
     assert dom.count('class="main-svg"') >= 2 * expected  # each plot has its SVG layers
     assert len(re.findall(r'class="tok"[^>]*style="background: rgb\(40, 160, 60\)', dom)) == 8  # painted by advantage
     shot = tmp_path / "report.png"
@@ -268,3 +308,39 @@ def test_report_renders_in_headless_chromium_with_every_plot_drawn(tmp_path):
     assert image.size == (1280, 3000)
     colours = image.getcolors(maxcolors=1 << 20)
     assert len(colours) > 50  # not a blank page
+    _figures_read_at_a_glance(page, Path(os.environ.get("POSTTRAIN_SCREENSHOTS", tmp_path)))
+
+
+# What each drawn figure shows, read from plotly's own state: its y range and, per trace, the median |y|.
+FIGURE_STATE = """(el) => ({range: el._fullLayout.yaxis.range,
+  scales: el.data.map(t => { const m = t.y.map(Math.abs).sort((a, b) => a - b); return m[m.length >> 1]; })})"""
+
+
+def _figures_read_at_a_glance(page, shots):
+    """Every figure in the browser (playwright): no legend, title or tick labels over another part
+    or out of the figure (lessons_browser_checks.FIGURE_CHECK), accuracies on 0–1, one scale per
+    axis; the page's screenshot is saved for a look."""
+    from playwright.sync_api import sync_playwright
+
+    from lessons_browser_checks import FIGURE_CHECK
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=_chromium(), args=["--no-sandbox", "--disable-gpu"])
+        tab = browser.new_page(viewport={"width": 1280, "height": 900})
+        tab.goto(page.as_uri())
+        tab.wait_for_function("document.querySelectorAll('.plot .main-svg').length >= 40")
+        problems = {}
+        for el in tab.query_selector_all(".plot"):
+            found = el.evaluate(FIGURE_CHECK)
+            if found:
+                problems[el.get_attribute("id")] = found
+        state = {el.get_attribute("id"): el.evaluate(FIGURE_STATE) for el in tab.query_selector_all(".plot")}
+        tab.screenshot(path=str(shots / "report.png"), full_page=True)
+        browser.close()
+    assert problems == {}
+    assert state["plot-eval"]["range"] == [-0.02, 1.02] and state["plot-group"]["range"] == [-0.02, 1.02]
+    assert state["plot-eval-2"]["scales"] == [pytest.approx(27.4)]  # eval/length_mean (26.8, 27.4), alone
+    del state["plot-time-roles"]  # stacked bars: the parts of one total
+    for div, figure in state.items():  # counts, tokens/s and seconds never share an axis across decades
+        scales = [x for x in figure["scales"] if x > 0]
+        assert not scales or max(scales) <= 10 * min(scales), (div, figure["scales"])

@@ -69,6 +69,7 @@ RANKS = {
     "envs": 6,
     "recipes": 7,
     "report": 7,
+    "report_plots": 7,
     "report_samples": 7,
     "bench": 8,
     "lessons": 8,

@@ -1,4 +1,5 @@
-"""Reward functions for the math word problems, in TRL's signature (posttrain calls them unchanged).
+"""Reward functions for the math word problems, in TRL's signature (posttrain calls them unchanged,
+on the completions as TRL would hand them over: no end-of-turn marker to strip).
 
     posttrain rl ... task.reward=examples/math_word/rewards.py:correct,examples/math_word/rewards.py:fmt \
         task.reward_weights=[1.0,0.1]
@@ -7,7 +8,7 @@
 import re
 
 _NUMBER = re.compile(r"-?\d+")
-_FORMAT = re.compile(r"the answer is \$-?\d+\$\.?#?$")
+_FORMAT = re.compile(r"the answer is \$-?\d+\$\.?$")
 
 
 def correct(prompts, completions, answer, **kwargs):

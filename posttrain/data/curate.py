@@ -30,7 +30,7 @@ import numpy as np
 
 from posttrain import UsageError
 from posttrain.framework.rollout import SamplingParams
-from posttrain.tasks.base import safe_reward
+from posttrain.tasks.base import safe_reward, verifier_args
 
 PRIME = 4_294_967_291  # largest prime < 2**32: (a*x + b) of 32-bit values fits in uint64
 BUCKETS = ("never", "hard", "learnable", "easy", "always")
@@ -54,7 +54,9 @@ def probe(
     )
     rewards = np.zeros((len(items), k))  # [N, K]
     for s in samples:
-        rewards[s.group, s.index] = 0.0 if s.finish_reason == "error" else safe_reward(task, s.item, s.text).reward
+        rewards[s.group, s.index] = (
+            0.0 if s.finish_reason == "error" else safe_reward(task, *verifier_args(task, s)).reward
+        )
     return (rewards >= success).mean(axis=1), rewards.max(axis=1) - rewards.min(axis=1) > 1e-8
 
 

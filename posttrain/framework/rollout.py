@@ -78,7 +78,9 @@ class Sample:
     group: int  # index of the prompt in the generate() call
     index: int  # sample number within its group
     item: Any = None  # task item, passed through
-    text: str = ""  # decoded response
+    text: str = ""  # decoded response, the end-of-turn marker (and any special token) included
+    completion: str | None = None  # the response as TRL and verl hand it to reward functions: special
+    # tokens skipped (tokenizer.completion_text); None when no engine decoded it (then `text` is used)
     reward: float = 0.0
     reward_components: dict = field(default_factory=dict)
     reward_error: str | None = None
@@ -223,6 +225,7 @@ class Engine:
                     index=j,
                     item=None if items is None else items[g],
                     text=self.tokenizer.decode(ids),
+                    completion=self.tokenizer.completion_text(ids),
                     token_versions=vers[s][:L],
                 )
             )

@@ -201,6 +201,12 @@ class HFTokenizer:
         ids = [int(i) for i in ids if int(i) != self.pad_id or self.pad_id == self.eot_id]
         return self.tok.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
+    def completion_text(self, ids) -> str:
+        """The response as TRL's GRPOTrainer (`batch_decode(completion_ids, skip_special_tokens=True)`)
+        and verl's reward managers (`decode(response_ids, skip_special_tokens=True)`) hand it to reward
+        functions: no end-of-turn token, no special token, the tokenizer's own space clean-up."""
+        return self.tok.decode([int(i) for i in ids], skip_special_tokens=True)
+
     def chat_prompt(self, prompt) -> str:
         """The conversation (a question string, or {role, content} messages) and the opened
         assistant turn, through the model's chat template: a response is what follows it."""

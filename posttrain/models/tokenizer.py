@@ -83,6 +83,13 @@ class CharTokenizer:
     def decode(self, ids) -> str:
         return "".join(self.chars[int(i)] for i in ids if int(i) != self.pad_id)
 
+    def completion_text(self, ids) -> str:
+        """The response as TRL's GRPOTrainer and verl's reward managers hand it to reward functions,
+        `decode(completion_ids, skip_special_tokens=True)`: the end of turn `#` and every marker the
+        exported tokenizer calls special (HF_SPECIALS) dropped, the think and tool delimiters kept.
+        The same string the Hugging Face export decodes (tests/test_completions.py)."""
+        return "".join(c for c in (self.chars[int(i)] for i in ids) if c not in HF_SPECIALS)
+
     # The chat template (posttrain/chat.py). `chat_prompt` renders the conversation and opens the
     # assistant turn, so a response is exactly what the model generates after it, end-of-turn included.
     def chat_prompt(self, prompt) -> str:

@@ -104,7 +104,7 @@ def run(cfg: DistillConfig, resume: bool = False) -> dict:
             "prompts/step": cfg.prompts_per_step,
             "samples/step": cfg.prompts_per_step * cfg.samples_per_prompt,
             "steps": cfg.steps,
-            **{f"teacher {k_}": round(v, 3) for k_, v in teacher_res.items()},
+            **{f"teacher {k_}": round(v, 3) for k_, v in teacher_res.items() if isinstance(v, float)},
         },
     )
 

@@ -58,7 +58,7 @@ from posttrain.recipes.common import (
     show_first_prompt,
     supervised_step,
 )
-from posttrain.recipes.rl import default_init
+from posttrain.recipes.rl import default_init, refuse_default_init
 from posttrain.sizing.card import phase
 from posttrain.tasks.arithmetic import ArithmeticConfig
 from posttrain.tasks.base import TaskConfig
@@ -182,6 +182,7 @@ def run(cfg: DPOConfig, resume: bool = False, task=None) -> dict:
     if cfg.pairs:
         load_jsonl(cfg.pairs, cfg.on_bad)  # validate before any work
     task = task if task is not None else tasks.make(cfg.task)
+    refuse_default_init(cfg)
 
     r = Run(cfg, "dpo", resume)  # a bad --resume or out= fails before the default init
     init = cfg.init or default_init()

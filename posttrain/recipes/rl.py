@@ -43,8 +43,28 @@ from posttrain.tasks.leaky import HackingMonitor
 CACHE = Path(os.environ.get("POSTTRAIN_CACHE", "runs/cache"))
 
 
+def refuse_default_init(cfg) -> None:
+    """No init= on your own data (task.name=dataset, your Task class, an environment): refused in one
+    line before any work. The default checkpoint knows only the built-in sums, so RL from it on your
+    rows would spend minutes building it and then learn from a policy that has never seen their format
+    (issue 29); the line names the commands that warm a model up on your data instead."""
+    name = cfg.task.name
+    if cfg.init or (name in tasks.TASKS and name != "dataset"):
+        return
+    keys = f"task.name={name}" + "".join(
+        f" task.{k}={getattr(cfg.task, k)}" for k in ("train", "test") if getattr(cfg.task, k, "")
+    )
+    raise UsageError(
+        f"task.name={name} without init= would start from the default checkpoint, which "
+        f"knows only the built-in sums; warm a model up on your task first (posttrain pretrain {keys} "
+        f"out=runs/my/pt, then posttrain sft {keys} init=runs/my/pt out=runs/my/sft) and give init=runs/my/sft, "
+        "or init= a Hugging Face model directory"
+    )
+
+
 def default_init() -> str:
-    """The default SFT(CoT) checkpoint: trained once with the pipeline's defaults, then cached."""
+    """The default SFT(CoT) checkpoint: trained once with the pipeline's defaults, then cached
+    (built-in tasks only: `refuse_default_init`)."""
     from posttrain.recipes.pipeline import PipelineConfig, train_chain  # cycle: posttrain.recipes.pipeline
 
     root = CACHE / "sft_cot"
@@ -154,6 +174,7 @@ def run(cfg: RLConfig, resume: bool = False, task=None) -> dict:
     check_group_size(cfg, algorithm, algo_cfg)
     check_scale_config(cfg)
     task = task if task is not None else tasks.make(cfg.task)  # rows and reward functions load here
+    refuse_default_init(cfg)
     r = Run(cfg, "rl", resume)  # a bad --resume or out= fails before the default init
     init = cfg.init or default_init()
     model, tok = init_model(cfg, init, r)

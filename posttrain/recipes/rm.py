@@ -48,7 +48,7 @@ from posttrain.preference.reward_model import (
     score_pairs,
 )
 from posttrain.recipes.common import EpochIndices, Run, batch_plan, init_model, print_plan, supervised_step
-from posttrain.recipes.rl import default_init
+from posttrain.recipes.rl import default_init, refuse_default_init
 from posttrain.sizing.card import phase
 from posttrain.tasks.arithmetic import ArithmeticConfig
 from posttrain.tasks.base import TaskConfig
@@ -171,6 +171,7 @@ def rm_loss_fn(objective: str, margin_coef: float, center_coef: float):
 def run(cfg: RMConfig, resume: bool = False, task=None) -> dict:
     check(cfg)
     task = task if task is not None else tasks.make(cfg.task)
+    refuse_default_init(cfg)
 
     r = Run(cfg, "rm", resume)  # a bad --resume or out= fails before the default init
     init = cfg.init or default_init()

@@ -199,16 +199,59 @@ def validate_reward(value, bound: float = REWARD_BOUND, what: str = "reward") ->
     return r, None
 
 
-def safe_reward(task: Task, item: Any, response: str, ids=None) -> RewardResult:
+def safe_reward(task: Task, item: Any, response: str, *sampled) -> RewardResult:
     """Call the verifier; an exception or an unusable reward or component (validate_reward)
     becomes 0 with the reason. The bound is `task.reward_bound` when the RL recipe set it.
-    A task with `wants_ids` also gets the sampled token ids (TRL reward functions read them)."""
+    A task with `wants_ids` also gets what `verifier_args` adds: the sampled token ids, the
+    completion as TRL gives it, the finish reason (the user's reward functions read them)."""
     try:
-        reward: Callable[..., RewardResult] = task.reward  # a `wants_ids` task's reward takes the ids too
-        result = reward(item, response, ids) if getattr(task, "wants_ids", False) else reward(item, response)
+        reward: Callable[..., RewardResult] = task.reward  # a `wants_ids` task's reward takes more
+        result = reward(item, response, *sampled) if getattr(task, "wants_ids", False) else reward(item, response)
     except Exception as e:  # a verifier bug must never kill a step; it is counted instead
         return RewardResult(0.0, error=f"{type(e).__name__}: {e}")
     return checked(task, result)
+
+
+def verifier_args(task: Task, sample) -> tuple:
+    """What the verifier is called with for one sampled response: `(item, text)`, and for a task with
+    `wants_ids` (your rows and reward functions, the judge) also `(completion_ids, completion,
+    finish_reason)`: the ids with the stop token and no padding, the text as TRL and verl decode
+    those ids (no end-of-turn marker: `Sample.completion`), and `stop` or `length` (issue 29)."""
+    if not getattr(task, "wants_ids", False):
+        return (sample.item, sample.text)
+    return (sample.item, sample.text, list(sample.response_ids), received_text(task, sample), sample.finish_reason)
+
+
+class BatchScored:
+    """A `wants_ids` task that scores in batches (your rows' functions, the judge): `reward` is its
+    `reward_batch(items, responses, ids, step, completions, finish_reasons)` on one response."""
+
+    wants_ids = True
+    reward_batch: Callable[..., list[RewardResult]]  # each subclass's own
+
+    def reward(self, item, response: str, ids=None, completion=None, finish_reason=None) -> RewardResult:
+        """One response; called by hand without `completion`, the response is taken as the completion."""
+        one = self.reward_batch(
+            [item], [response], [ids or []], completions=[completion], finish_reasons=[finish_reason]
+        )
+        return one[0]
+
+
+def batch_lists(n: int, ids=None, completions=None, finish_reasons=None) -> tuple[list, list, list]:
+    """A reward_batch's optional per-response lists filled in: no ids, no completion (the response
+    stands for it), finish reason unknown (None)."""
+    return (
+        ids if ids is not None else [[] for _ in range(n)],
+        list(completions) if completions is not None else [None] * n,
+        list(finish_reasons) if finish_reasons is not None else [None] * n,
+    )
+
+
+def received_text(task: Task, sample) -> str:
+    """The response text the task's scoring reads: for a `wants_ids` task the completion as TRL gives
+    it (`Sample.completion`; the decoded text of a sample no engine decoded), else the decoded text."""
+    completion = getattr(sample, "completion", None)
+    return sample.text if completion is None or not getattr(task, "wants_ids", False) else completion
 
 
 def checked(task: Task, result) -> RewardResult:
@@ -253,14 +296,7 @@ def score_results(task: Task, samples, pool=None, step: int | None = None) -> tu
     todo = [i for i, s in enumerate(samples) if not getattr(s, "scored", False) and s.finish_reason != "error"]
     metrics = {"reward/timeouts": 0.0}
     if pool is not None:
-        scored, stats = pool.score(
-            [
-                (samples[i].item, samples[i].text, samples[i].response_ids)
-                if getattr(task, "wants_ids", False)
-                else (samples[i].item, samples[i].text)
-                for i in todo
-            ]
-        )
+        scored, stats = pool.score([verifier_args(task, samples[i]) for i in todo])
         metrics = {
             "reward/timeouts": float(stats["timeouts"]),
             "reward/workers_replaced": float(stats["replaced"]),
@@ -269,10 +305,7 @@ def score_results(task: Task, samples, pool=None, step: int | None = None) -> tu
     else:  # in-process: its time is time/reward_s (latency keys would break the exact-resume test)
         scored = _batch_rewards(task, [samples[i] for i in todo], step)
         if scored is None:
-            scored = [
-                safe_reward(task, samples[i].item, samples[i].text, getattr(samples[i], "response_ids", None))
-                for i in todo
-            ]
+            scored = [safe_reward(task, *verifier_args(task, samples[i])) for i in todo]
     for i, res in zip(todo, scored):
         results[i] = res
     return results, metrics
@@ -306,7 +339,16 @@ def _batch_rewards(task, samples, step=None) -> list | None:
     fn = getattr(task, "reward_batch", None)
     if fn is None:
         return None
-    extra = {"ids": [s.response_ids for s in samples], "step": step} if getattr(task, "wants_ids", False) else {}
+    extra = (
+        {
+            "ids": [list(s.response_ids) for s in samples],
+            "step": step,
+            "completions": [received_text(task, s) for s in samples],
+            "finish_reasons": [s.finish_reason for s in samples],
+        }
+        if getattr(task, "wants_ids", False)
+        else {}
+    )
     try:
         results = fn([s.item for s in samples], [s.text for s in samples], **extra)
     except Exception:  # counted per sample by the one-by-one fallback

@@ -15,7 +15,9 @@ Train and held-out rows: `test` rows when given, else a stable hash of the promp
 `test_frac` of the train rows aside (disjoint by construction, like the built-in tasks).
 
 Reward: the user's functions (tasks/rewards.py), or without any, 1 when the last number of the
-response equals the answer's. Correctness (eval: greedy accuracy, pass@k, maj@k) is its own
+response equals the answer's. Every one of them reads the completion as TRL hands it to reward
+functions (no end-of-turn marker or special token; tasks/base.verifier_args), and TRL functions get
+its `finish_reason` ("stop" | "length") beside it. Correctness (eval: greedy accuracy, pass@k, maj@k) is its own
 signal, not the reward: `correct=FILE.py:FUNC` (True/1 = correct, same signatures as a reward),
 else `correct_threshold` on the reward, else "last number equals the answer" when rows have
 answers; with none of them the evaluation reports rewards only, and says why.
@@ -31,7 +33,7 @@ from typing import Any
 
 from posttrain import UsageError
 from posttrain.chat import EOT, SYSTEM, THINK_CLOSE, check_messages, prompt_text, split_last_assistant
-from posttrain.tasks.base import RewardResult, TaskConfig, in_heldout
+from posttrain.tasks.base import BatchScored, RewardResult, TaskConfig, batch_lists, in_heldout
 from posttrain.tasks.rewards import RewardFn, describe, reward_fns, split_specs
 from posttrain.tasks.rows import read_rows
 
@@ -81,8 +83,13 @@ class Row:
 
 
 def last_number(text: str) -> str | None:
-    """The response's last number, normalised ("1,234.50" → "1234.5"): the built-in answer check."""
-    text = text.split(EOT, 1)[0]
+    """The decoded response's last number before its end of turn (majority vote's answer)."""
+    return final_number(text.split(EOT, 1)[0])
+
+
+def final_number(text: str) -> str | None:
+    """The text's last number, normalised ("1,234.50" → "1234.5"): the built-in answer check, on
+    the completion as TRL gives it (no end-of-turn marker to cut at: a `#` there is the model's)."""
     found = _NUMBER.findall(text)
     return _norm(found[-1]) if found else None
 
@@ -103,9 +110,8 @@ def _answer_number(answer) -> str | None:
     return _norm(found[-1]) if found else None
 
 
-class DatasetTask:
+class DatasetTask(BatchScored):  # wants_ids: verifier_args passes TRL's completion_ids, completion, finish reason
     name = "dataset"
-    wants_ids = True  # safe_reward passes the sampled token ids (TRL's completion_ids)
 
     def __init__(self, config: DatasetConfig | None = None, reward_funcs=None, correct_func=None):
         self.config = c = config or DatasetConfig()
@@ -236,22 +242,26 @@ class DatasetTask:
         """The extracted answer for majority vote: the last number (only when rows have answers)."""
         return last_number(response) if self.correctness == "answer" else None
 
-    def reward(self, item: Row, response: str, ids=None) -> RewardResult:
-        return self.reward_batch([item], [response], [ids or []])[0]
-
-    def reward_batch(self, items, responses, ids=None, step=None) -> list[RewardResult]:
+    def reward_batch(
+        self, items, responses, ids=None, step=None, completions=None, finish_reasons=None
+    ) -> list[RewardResult]:
         """Every function once over the batch (TRL style); a function that fails on the batch is
-        retried sample by sample, so an error costs only the samples it belongs to."""
-        n, ids = len(items), ids if ids is not None else [[] for _ in items]
+        retried sample by sample, so an error costs only the samples it belongs to. Reward and
+        correctness functions and the answer match all read `completions` (the text without the
+        end-of-turn marker, as TRL hands it over), never the raw `responses` (issue 29)."""
+        n = len(items)
+        ids, completions, finish_reasons = batch_lists(n, ids, completions, finish_reasons)
+        texts = [r if c is None else c for r, c in zip(responses, completions)]
+        finish = [f or "stop" for f in finish_reasons]
         values: list[dict] = [{} for _ in range(n)]
         errors: list[str | None] = [None] * n
         logged: dict = {}
         for fn in self.fns:
-            for i, v in enumerate(self._each(fn, items, responses, ids, step, logged, errors)):
+            for i, v in enumerate(self._each(fn, items, texts, ids, finish, step, logged, errors)):
                 if v is not None:
                     values[i][fn.name] = v
         out = []
-        for i, (item, text) in enumerate(zip(items, responses)):
+        for i, (item, text) in enumerate(zip(items, texts)):
             if errors[i] is not None:
                 out.append(RewardResult(0.0, error=errors[i]))
                 continue
@@ -260,34 +270,34 @@ class DatasetTask:
                 comps = dict(values[i])
             else:  # the built-in reward: the answer's number
                 reward = comps = None
-            correct = self._correct(item, text, ids[i], reward, step, errors, i)
+            correct = self._correct(item, text, ids[i], finish[i], reward, step, errors, i)
             if reward is None:
                 reward, comps = float(correct or 0.0), {"correct": float(correct or 0.0)}
             out.append(RewardResult(reward, comps, error=errors[i], correct=correct))
         self.logged = logged
         return out
 
-    def _each(self, fn: RewardFn, items, texts, ids, step, logged, errors) -> list:
+    def _each(self, fn: RewardFn, items, texts, ids, finish, step, logged, errors) -> list:
         todo = [i for i in range(len(items)) if errors[i] is None]
         if not todo:
             return []
         try:
-            vals = fn([items[i] for i in todo], [texts[i] for i in todo], [ids[i] for i in todo], step, logged)
+            vals = fn(*([x[i] for i in todo] for x in (items, texts, ids)), step, logged, [finish[i] for i in todo])
             return _scatter(len(items), todo, vals)
         except Exception:  # find the sample(s) at fault, one by one
             pass
         out = [None] * len(items)
         for i in todo:
             try:
-                out[i] = fn([items[i]], [texts[i]], [ids[i]], step, logged)[0]
+                out[i] = fn([items[i]], [texts[i]], [ids[i]], step, logged, [finish[i]])[0]
             except Exception as e:  # counted in reward/errors; the step goes on
                 errors[i] = f"reward function {fn.name}: {type(e).__name__}: {e}"
         return out
 
-    def _correct(self, item: Row, text: str, ids, reward, step, errors, i) -> float | None:
+    def _correct(self, item: Row, text: str, ids, finish: str, reward, step, errors, i) -> float | None:
         if self.correct_fn is not None:
             try:
-                v = self.correct_fn([item], [text], [ids], step)[0]
+                v = self.correct_fn([item], [text], [ids], step, None, [finish])[0]
             except Exception as e:
                 errors[i] = f"correctness function {self.correct_fn.name}: {type(e).__name__}: {e}"
                 return 0.0
@@ -295,9 +305,9 @@ class DatasetTask:
         if self.config.correct_threshold is not None and reward is not None:
             return float(reward >= self.config.correct_threshold)
         if item.answer is not None:
-            got, gold = last_number(text), _answer_number(item.answer)
-            if gold is None:  # a text answer: the final line must match it
-                return float(text.split(EOT, 1)[0].rsplit(THINK_CLOSE, 1)[-1].strip() == str(item.answer).strip())
+            got, gold = final_number(text), _answer_number(item.answer)
+            if gold is None:  # a text answer: what follows the reasoning must match it
+                return float(text.rsplit(THINK_CLOSE, 1)[-1].strip() == str(item.answer).strip())
             return float(got is not None and got == gold)
         return None
 

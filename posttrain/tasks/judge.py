@@ -36,7 +36,7 @@ from pathlib import Path
 
 from posttrain import UsageError
 from posttrain.chat import prompt_text
-from posttrain.tasks.base import JudgeConfig, RewardResult, correctness, safe_reward
+from posttrain.tasks.base import BatchScored, JudgeConfig, RewardResult, batch_lists, correctness, safe_reward
 from posttrain.tasks.judges import make_backend
 
 POINTWISE = """Please act as an impartial judge and evaluate the response of an AI assistant to the question below.
@@ -203,10 +203,9 @@ def render(template: str, **values: str) -> str:
 # ---- the task wrapper --------------------------------------------------------------------------
 
 
-class JudgeTask:
-    """`task` with its reward replaced by a judge's verdicts (see the module docstring)."""
-
-    wants_ids = True  # score_samples hands over the step: it seeds the order coin flips
+class JudgeTask(BatchScored):
+    """`task` with its reward replaced by a judge's verdicts (see the module docstring); wants_ids:
+    score_samples hands over the step (it seeds the order coin flips) and the completions."""
 
     def __init__(self, task, cfg: JudgeConfig, backend=None):
         if hasattr(task, "make_env"):
@@ -258,14 +257,19 @@ class JudgeTask:
         self.backend.start(self)
 
     # ---- scoring ---------------------------------------------------------------------------
-    def reward(self, item, response: str, ids=None) -> RewardResult:
-        return self.reward_batch([item], [response], [ids or []])[0]
-
-    def reward_batch(self, items, responses, ids=None, step=None) -> list[RewardResult]:
-        ids = ids if ids is not None else [[] for _ in items]
-        truth = [safe_reward(self.task, it, t, i) for it, t, i in zip(items, responses, ids)]
+    def reward_batch(
+        self, items, responses, ids=None, step=None, completions=None, finish_reasons=None
+    ) -> list[RewardResult]:
+        """The judge reads each completion as TRL would hand it over (no end-of-turn marker or special
+        token: tasks/base.verifier_args); a response given by hand is cut at the policy's end of turn."""
+        ids, completions, finish = batch_lists(len(items), ids, completions, finish_reasons)
+        truth = [
+            safe_reward(self.task, it, t, i, c, f) for it, t, i, c, f in zip(items, responses, ids, completions, finish)
+        ]
         right = [correctness(r) if getattr(self.task, "correctness", "task") is not None else None for r in truth]
-        texts = [t.split(self.eot, 1)[0] if self.eot else t for t in responses]
+        texts = [
+            c if c is not None else t.split(self.eot, 1)[0] if self.eot else t for t, c in zip(responses, completions)
+        ]
         judged = self._pointwise if self.cfg.mode == "pointwise" else self._pairwise
         scores, errors, stats = judged(items, texts, right, step or 0)
         self.logged = stats

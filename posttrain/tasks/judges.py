@@ -85,9 +85,7 @@ class EngineJudge:
             with self._torch.no_grad():
                 samples = self.engine.generate(ids, 1, params, seed=0, step=step)
             for k, s in zip(todo, samples):
-                text = self.tok.decode(s.response_ids)
-                eot = getattr(self.tok, "chars", None)
-                out[k] = text.split(eot[self.tok.eot_id], 1)[0] if eot else text
+                out[k] = self.tok.completion_text(s.response_ids)  # the reply without its end of turn
         return out
 
 

@@ -79,7 +79,7 @@ def _serve(task, conn, parent: int, memory_mb: int) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     while True:
         try:
-            idx, *job = conn.recv()  # (index, item, response[, token ids])
+            idx, *job = conn.recv()  # (index, *tasks.base.verifier_args(task, sample))
         except (EOFError, OSError):
             return
         res = safe_reward(task, *job)

@@ -3,12 +3,19 @@
     task.reward=rewards.py:correct,rewards.py:fmt  task.reward_weights=[1.0,0.1]
 
 TRL (batched):  f(prompts, completions, completion_ids=..., **columns) -> list[float | None]
-    `prompts` are the dataset's prompts (strings or message lists), `completions` the response
-    texts (for message prompts: `[{"role": "assistant", "content": text}]`, as TRL gives them),
-    `completion_ids` the sampled token ids, and every other column of the rows by name.
-    None = not applicable: left out of the sum and of that function's mean (as TRL's nansum).
+    `prompts` are the dataset's prompts (strings or message lists), `completions` the responses
+    exactly as TRL's GRPOTrainer decodes them, `batch_decode(completion_ids, skip_special_tokens=True)`:
+    no end-of-turn marker (gpt_mini's `#`, a Hugging Face model's eos such as `<|im_end|>`), no
+    special token (for message prompts: `[{"role": "assistant", "content": text}]`, as TRL gives them);
+    `completion_ids` the sampled token ids (the stop token included, no padding: TRL's), every
+    other column of the rows by name (but `prompt`, `completion` and `completion_ids`, as in TRL),
+    `trainer_state` and `log_metric` (TRL's), and posttrain's own `finish_reason`: "stop" when the
+    response ended with its end-of-turn token, "length" when the token cap cut it (what the marker
+    told). None = not applicable: left out of the sum and of that function's mean (as TRL's nansum).
 verl (per sample):  compute_score(data_source, solution_str, ground_truth, extra_info=None)
-    -> float (or a dict with "score"), from verl's row fields.
+    -> float (or a dict with "score"), from verl's row fields; `solution_str` is the same text,
+    as verl's reward managers decode it (`skip_special_tokens=True`), and `extra_info` the row's
+    dict with `num_turns` and `rollout_reward_scores` added, as verl's naive manager passes it.
 `async def` functions are awaited. A function is named by FILE.py:FUNC (a path) or module:FUNC
 (importable), or handed over as a Python callable by the API (posttrain/api.py).
 
@@ -38,6 +45,7 @@ from typing import Any
 from posttrain import UsageError
 from posttrain.tasks.base import validate_reward
 
+_NOT_COLUMNS = ("prompt", "completion", "completion_ids")  # TRL's GRPOTrainer passes every other column
 RESERVED = {"mean", "std", "errors", "timeouts", "workers_replaced", "latency_p50_s", "latency_p99_s", "proxy", "true"}
 
 
@@ -149,7 +157,9 @@ class RewardFn:
     style: str
     weight: float = 1.0
 
-    def __call__(self, rows, texts, ids, step=None, log=None) -> list[float | None]:
+    def __call__(self, rows, texts, ids, step=None, log=None, finish=None) -> list[float | None]:
+        """One value per row; `texts` are the completions as TRL gives them (tasks/base.verifier_args)
+        and `finish` their finish reasons ("stop" when not known)."""
         if self.style == "verl":
             out = [
                 _await(
@@ -157,7 +167,7 @@ class RewardFn:
                         data_source=r.columns.get("data_source", ""),
                         solution_str=t,
                         ground_truth=r.answer,
-                        extra_info=r.columns.get("extra_info"),
+                        extra_info=_verl_extra_info(r.columns.get("extra_info")),
                     )
                 )
                 for r, t in zip(rows, texts)
@@ -170,7 +180,8 @@ class RewardFn:
                     [{"role": "assistant", "content": t}] if c else t for t, c in zip(texts, conversational)
                 ],
                 "completion_ids": [list(i) for i in ids],
-                **{k: [r.columns.get(k) for r in rows] for k in rows[0].columns if k != "prompt"},
+                **{k: [r.columns.get(k) for r in rows] for k in rows[0].columns if k not in _NOT_COLUMNS},
+                "finish_reason": list(finish) if finish is not None else ["stop"] * len(rows),
                 "trainer_state": SimpleNamespace(global_step=step),
                 "log_metric": (lambda k, v: log.__setitem__(str(k), float(v))) if log is not None else None,
             }
@@ -184,6 +195,14 @@ class RewardFn:
         if len(out) != len(rows):
             raise ValueError(f"{self.name} returned {len(out)} values for {len(rows)} completions (one per completion)")
         return [as_number(v, self.name) for v in out]
+
+
+def _verl_extra_info(value):
+    """The row's extra_info as verl's naive reward manager hands it over: a dict ({} when the row has
+    none) with `num_turns` (None: single-turn) and `rollout_reward_scores` ({}) set; any other value as is."""
+    if value is not None and not isinstance(value, dict):
+        return value
+    return {**(value or {}), "num_turns": None, "rollout_reward_scores": {}}
 
 
 def reward_fns(specs, weights, key: str = "task.reward") -> list[RewardFn]:

@@ -195,6 +195,7 @@ class VllmEngine:
             index=c.index,
             item=None if items is None else items[g],
             text=self.tokenizer.decode(ids),
+            completion=self.tokenizer.completion_text(ids),
             token_versions=[self.policy_version] * len(ids),
         )
 
