@@ -222,6 +222,11 @@ def test_a_binding_sliding_window_is_refused_in_one_line(model_type, fields, cls
     assert f"set {fix} in config.json (the same model for sequences up to 16 tokens)" in msg
 
 
+def test_a_bidirectional_model_is_refused_in_one_line():
+    with pytest.raises(UsageError, match=r"^LlamaForCausalLM: config.json sets is_causal=false \(bidirectional"):
+        build("llama", dict(is_causal=False), seed=0)
+
+
 def test_a_window_as_long_as_the_context_never_binds_and_is_accepted():
     model = build("mistral", dict(sliding_window=128), seed=0)  # = max_position_embeddings
     assert _decode_against_transformers(model, steps=2) < 1e-5
@@ -238,7 +243,7 @@ def test_a_window_as_long_as_the_context_never_binds_and_is_accepted():
         (
             "bert",
             dict(is_decoder=True),
-            ["BertLMHeadModel: the posttrain engine cannot decode it", "use a decoder-only"],
+            ["BertLMHeadModel: the posttrain engine cannot decode it", "use a decoder-only causal LM"],
         ),
     ],
 )

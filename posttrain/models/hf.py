@@ -120,6 +120,11 @@ class HFCausalLM(nn.Module):
             )
         if c.is_encoder_decoder:
             raise UsageError(f"{name} is an encoder-decoder; posttrain needs a decoder-only causal LM")
+        if getattr(c, "is_causal", True) is False:
+            raise UsageError(
+                f"{name}: config.json sets is_causal=false (bidirectional attention); posttrain samples and "
+                "trains causal LMs only: use one, or drop is_causal if this model was trained causal"
+            )
         self.hf = hf_model
         self.config = shape_of(c)
         self._cache_key = _cache_keyword(hf_model)  # inspect.signature took ~1 ms a decode step
@@ -314,9 +319,9 @@ def check_cache_path(model: HFCausalLM) -> None:
         why = f"{type(e).__name__}: {str(e).splitlines()[0][:100]}"
     if why:
         raise UsageError(
-            f"{type(model.hf).__name__}: the posttrain engine cannot decode it, its attention does not go through "
-            f"transformers' KV cache ({why}); use a decoder-only causal LM whose attention does "
-            "(Llama, Mistral, Qwen2/3, Granite, Phi3, SmolLM3, Gemma, OLMo2, ...)"
+            f"{type(model.hf).__name__}: the posttrain engine cannot decode it ({why}): its attention must be "
+            "causal and go through transformers' KV cache; use a decoder-only causal LM such as Llama, "
+            "Mistral, Qwen2/3, Granite, Phi3, SmolLM3, Gemma or OLMo2"
         )
 
 
