@@ -23,10 +23,15 @@ transformers uses as it is. Attention runs through `sdpa` (a boolean mask is wha
 `F.scaled_dot_product_attention` reads). tests/test_hf.py checks that the engine's
 behaviour logprobs equal a plain transformers forward over the finished sequences (≤1e-5, fp32).
 
-Limits, each refused at load with a one-line error rather than sampled wrongly: models with
-sliding-window layers (the mask above is full-causal), encoder–decoders, and any architecture
-whose attention does not go through `past_key_values.update` (`check_cache_path` decodes one
-token through the cache at load and compares it with a plain forward).
+This bridge is the engine's slow path, for any architecture; the Llama-like families decode
+through models/decode.py instead (same logits, fewer ops: benchmarks/decode_paths.py).
+
+Limits, each refused at load with a one-line error naming the class rather than sampled
+wrongly: a sliding window shorter than the context (the mask above is full-causal; a window
+at least as long never binds), bidirectional attention (`is_causal=false`), encoder–decoders,
+and any architecture whose attention does not go through `past_key_values.update`
+(`check_cache_path` decodes one token through the cache at load and compares it with a plain
+forward).
 """
 
 from __future__ import annotations
