@@ -9,7 +9,9 @@ the arithmetic task's character vocabulary), once as a `LlamaForCausalLM` and on
 `Qwen2ForCausalLM` (q/k/v biases). Each batch samples one response per arithmetic prompt,
 exactly `--new-tokens` tokens (ignore_eos), temperature 1, through one Engine; the runs alternate
 fast, slow, fast, slow… (`engine.fast_decode = False` forces the slow path) and each keeps its
-best time, so both see the same machine. `slow_over_fast` is the ratio of the two.
+best time, so both see the same machine. `slow_over_fast` is the ratio of the two. Timings on a
+shared machine move with its load (recorded); `ops_per_decode_step`, the aten ops that compute
+in one decode step of the engine (views excluded: about one kernel launch each on a GPU), does not.
 
 The script uses only APIs that 7de35f4 already had, so `--label before` with PYTHONPATH on a
 checkout of that commit measures the code before this change into the same JSON (under its
@@ -24,6 +26,7 @@ import tempfile
 from pathlib import Path
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from posttrain.bench import best_of, update_json
 from posttrain.framework.rollout import Engine, SamplingParams
@@ -31,6 +34,31 @@ from posttrain.models.hf import load_hf, write_tiny
 from posttrain.tasks.arithmetic import ArithmeticTask
 
 MICRO = dict(d_model=256, n_layers=6, n_heads=8, n_kv_heads=2, d_ff=688, max_len=512)
+
+
+class _CountOps(TorchDispatchMode):
+    """Counts the aten ops that compute (views excluded): on a GPU each is about one kernel launch,
+    the cost that dominates decoding small batches there. Independent of the machine's load."""
+
+    def __init__(self):
+        super().__init__()
+        self.n = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.n += not func.is_view
+        return func(*args, **(kwargs or {}))
+
+
+def ops_per_step(engine: Engine, prompts, fast: bool) -> float:
+    """Ops per decode step of the whole engine (sampling included): generate 17 tokens minus
+    generate 1 (no decode forward), over the 16 decode steps between."""
+    engine.fast_decode = fast
+    counts = []
+    for M in (1, 17):
+        with _CountOps() as c:
+            engine.generate(prompts, 1, SamplingParams(temperature=1.0, max_new_tokens=M, ignore_eos=True))
+        counts.append(c.n)
+    return (counts[1] - counts[0]) / 16
 
 
 def measure(arch: str, batches, new_tokens: int, repeats: int, tmp: Path) -> dict:
@@ -54,7 +82,9 @@ def measure(arch: str, batches, new_tokens: int, repeats: int, tmp: Path) -> dic
             for fast in (True, False):
                 best[fast] = min(best[fast], best_of(lambda f=fast: run(f), 1))
         tokens = B * new_tokens
+        ops = {"fast": ops_per_step(engine, prompts, True), "slow": ops_per_step(engine, prompts, False)}
         row[f"batch_{B}"] = {
+            "ops_per_decode_step": ops,
             "fast_s": best[True],
             "slow_s": best[False],
             "fast_tokens_per_s": tokens / best[True],
@@ -63,7 +93,8 @@ def measure(arch: str, batches, new_tokens: int, repeats: int, tmp: Path) -> dic
         }
         print(
             f"{row['class']} batch {B}: fast {tokens / best[True]:.0f} tok/s, slow {tokens / best[False]:.0f} "
-            f"tok/s, slow/fast {best[False] / best[True]:.2f}" + ("" if row["fast_path"] else " (no fast path)"),
+            f"tok/s, slow/fast {best[False] / best[True]:.2f}; ops a decode step {ops['fast']:.0f} / {ops['slow']:.0f}"
+            + ("" if row["fast_path"] else " (no fast path)"),
             flush=True,
         )
     engine.fast_decode = True
