@@ -11,6 +11,7 @@ import pytest
 import torch
 
 transformers = pytest.importorskip("transformers")
+from hf_util import plain_logprobs  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
 from posttrain import UsageError, checkpoint  # noqa: E402
@@ -30,23 +31,6 @@ def dirs(tmp_path_factory):
     return {a: write_tiny(root / a, a, seed=i) for i, a in enumerate(ARCHS)}
 
 
-def _plain_logprobs(hf, samples, temperature=1.0):
-    """log softmax(logits / T) of each sample's response tokens under one plain transformers
-    forward over the right-padded batch (pads come after every real token: causal attention
-    never sees them)."""
-    seqs = [s.prompt_ids + s.response_ids for s in samples]
-    ids = torch.zeros(len(seqs), max(map(len, seqs)), dtype=torch.long)
-    for i, q in enumerate(seqs):
-        ids[i, : len(q)] = torch.tensor(q)
-    with torch.no_grad():
-        logp = torch.log_softmax(hf(input_ids=ids).logits.float() / temperature, -1)  # [B, T, V]
-    out = []
-    for i, s in enumerate(samples):
-        P, L = len(s.prompt_ids), len(s.response_ids)
-        out.append(logp[i, P - 1 : P + L - 1].gather(-1, ids[i, P : P + L, None])[:, 0])  # [L]
-    return out
-
-
 @pytest.mark.parametrize("arch", ARCHS)
 def test_engine_logprobs_match_transformers(dirs, arch):
     """Shared-prompt prefill, continuous batching (5 slots for 12 samples, GQA) through the KV
@@ -59,18 +43,19 @@ def test_engine_logprobs_match_transformers(dirs, arch):
             prompts, 4, SamplingParams(temperature=temperature, max_new_tokens=12), seed=3
         )
         assert len(samples) == 12 and sum(len(s.response_ids) for s in samples) > 40
-        for s, want in zip(samples, _plain_logprobs(reference, samples, temperature)):
+        for s, want in zip(samples, plain_logprobs(reference, samples, temperature)):
             assert torch.allclose(torch.tensor(s.response_logprobs), want, atol=1e-5, rtol=0)
 
 
-def test_llama_decodes_through_the_fused_fast_path_and_follows_weight_updates(dirs):
-    """A plain Llama takes models/decode.py (q/k/v and gate/up fused into copies); Qwen2 (q/k/v
-    biases) keeps model.forward. Fast and generic paths sample the same tokens, also after an
-    in-place update of the weights (the optimizer's), which the fused copies must follow."""
+@pytest.mark.parametrize("arch", ARCHS)
+def test_hf_decodes_through_the_fused_fast_path_and_follows_weight_updates(dirs, arch):
+    """Llama and Qwen2 take models/decode.py (q/k/v and gate/up fused into copies). Fast and
+    generic paths sample the same tokens, also after an in-place update of the weights (the
+    optimizer's), which the fused copies must follow."""
     from posttrain.models.decode import Decoder
 
-    model, tok = load_hf(dirs["llama"])
-    assert Decoder.for_model(model) is not None and Decoder.for_model(load_hf(dirs["qwen2"])[0]) is None
+    model, tok = load_hf(dirs[arch])
+    assert Decoder.for_model(model) is not None
     prompts = [tok.encode(tok.chat_prompt(q)) for q in ("3+4", "12+5+6")]
     sp = SamplingParams(temperature=1.0, max_new_tokens=12)
     eng = Engine(model, tok, max_slots=3)
@@ -259,5 +244,5 @@ def test_an_architecture_that_bypasses_the_cache_is_refused(dirs):
         layer.self_attn.forward = lambda *a, _f=layer.self_attn.forward, **k: _f(
             *a, **{**k, **dict.fromkeys({"past_key_values", "cache"} & k.keys())}
         )
-    with pytest.raises(UsageError, match="does not go through the engine's KV cache"):
+    with pytest.raises(UsageError, match="LlamaForCausalLM: the posttrain engine cannot decode it"):
         check_cache_path(model)

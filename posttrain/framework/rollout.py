@@ -31,10 +31,11 @@ What the engine does, in the order a reader should study it:
    the group index plus `group_offset`, so a caller can make prompt ids global. A sample's
    uniforms for all its draws are hashed once, when it is admitted (`draw_uniforms`).
 
-5. **A one-token decode path** (models/decode.py) for plain gpt_mini models: attention as
-   two batched matmuls over the used span, per-step index/rotary work done once instead of
-   per layer. Same logits as `model.forward` within float noise; `engine.fast_decode =
-   False` decodes through `model.forward` (HF-adapted and patched models always do).
+5. **A one-token decode path** (models/decode.py) for gpt_mini and the Llama-like HF
+   families (models/decode_weights.py): attention as two batched matmuls over the used span,
+   per-step index/rotary work done once instead of per layer. Same logits as `model.forward`
+   within float noise; `engine.fast_decode = False` decodes through `model.forward`, as any
+   other architecture or a LoRA-wrapped model does (a one-line note says which and why).
 
 All work runs under `torch.inference_mode()`. Per step the Python overhead is constant in
 the batch size: tokens, logprobs and per-slot state live in preallocated tensors and
@@ -62,7 +63,9 @@ from posttrain.framework.sampler import (  # noqa: F401  (re-exported: callers i
     splitmix64,
     token_logprobs,
 )
+from posttrain.logging import note_once
 from posttrain.models.decode import Decoder
+from posttrain.models.decode_weights import class_name
 from posttrain.models.gpt_mini import KVCache
 from posttrain.models.lora import unadapted_copy
 
@@ -184,13 +187,19 @@ class Engine:
         """Nothing to release: the model and its cache are plain tensors of this process."""
 
     def decoder(self):
-        """models/decode.Decoder for a plain gpt_mini or HF Llama (None otherwise: decode via
-        model.forward). Rebuilt when the model changed or a layer was wrapped since."""
+        """models/decode.Decoder for gpt_mini and the Llama-like HF families (None otherwise:
+        decode via model.forward, said once per process and reason). Rebuilt when the model
+        changed or a layer was wrapped since."""
         if not self.fast_decode:
             return None
         d = getattr(self, "_decoder", None)
         if getattr(self, "_decoder_of", None) is not self.model or (d is not None and not d.still_plain()):
             self._decoder, self._decoder_of = Decoder.for_model(self.model), self.model
+            if self._decoder is None:
+                note_once(
+                    f"{class_name(self.model)} decodes through model.forward, the slow path "
+                    f"({Decoder.why_not(self.model)})"
+                )
         return self._decoder
 
     # -- helpers ---------------------------------------------------------------------------

@@ -216,6 +216,7 @@ class KVCache:
         self.lengths = torch.zeros(rows, dtype=torch.long, device=device)
         self.rows = None  # which rows the current forward writes (set by begin)
         self.positions = None
+        self.mask = None  # [B, 1, T, S] True = key s visible to new token t (set by begin)
 
     def begin(self, n_new: int, rows: torch.Tensor | slice | None = None) -> None:
         """Prepare a forward of `n_new` tokens per row for `rows` (default all rows)."""
@@ -228,7 +229,7 @@ class KVCache:
         if span > self.max_len:
             raise RuntimeError(f"KV cache overflow: {span} > {self.max_len} positions")
         keys = torch.arange(span, device=start.device)
-        self._mask = (keys[None, None, :] <= self.positions[:, :, None]).unsqueeze(1)  # [B, 1, T, S]
+        self.mask = (keys[None, None, :] <= self.positions[:, :, None]).unsqueeze(1)  # [B, 1, T, S]
         self._span = span
         # row index of each written token, computed once here rather than in every layer
         r = rows if isinstance(rows, torch.Tensor) else torch.arange(rows.start, rows.stop, device=start.device)
@@ -240,7 +241,7 @@ class KVCache:
         r, pos = self._write
         kc[r, :, pos] = k.transpose(1, 2).to(kc.dtype)  # scatter [B, T, Hkv, hd]
         vc[r, :, pos] = v.transpose(1, 2).to(vc.dtype)  # (autocast may hand bf16 to an fp32 cache)
-        return kc[rows, :, :span], vc[rows, :, :span], self._mask  # views for a slice, gathers for a tensor
+        return kc[rows, :, :span], vc[rows, :, :span], self.mask  # views for a slice, gathers for a tensor
 
     def advance(self, n_new: int) -> None:
         self.lengths[self.rows] += n_new

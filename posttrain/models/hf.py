@@ -23,10 +23,15 @@ transformers uses as it is. Attention runs through `sdpa` (a boolean mask is wha
 `F.scaled_dot_product_attention` reads). tests/test_hf.py checks that the engine's
 behaviour logprobs equal a plain transformers forward over the finished sequences (≤1e-5, fp32).
 
-Limits, each refused at load with a one-line error rather than sampled wrongly: models with
-sliding-window layers (the mask above is full-causal), encoder–decoders, and any architecture
-whose attention does not go through `past_key_values.update` (`check_cache_path` decodes one
-token through the cache at load and compares it with a plain forward).
+This bridge is the engine's slow path, for any architecture; the Llama-like families decode
+through models/decode.py instead (same logits, fewer ops: benchmarks/decode_paths.py).
+
+Limits, each refused at load with a one-line error naming the class rather than sampled
+wrongly: a sliding window shorter than the context (the mask above is full-causal; a window
+at least as long never binds), bidirectional attention (`is_causal=false`), encoder–decoders,
+and any architecture whose attention does not go through `past_key_values.update`
+(`check_cache_path` decodes one token through the cache at load and compares it with a plain
+forward).
 """
 
 from __future__ import annotations
@@ -77,6 +82,17 @@ def shape_of(c) -> HFShape:
     )
 
 
+def sliding_window(c) -> int | None:
+    """The attention window of a config whose attention is windowed somewhere inside its context,
+    else None. HF masks key j for query i when i - j >= window, so a window at least as long as
+    max_position_embeddings never binds (Mistral v0.2+ configs carry one)."""
+    w = getattr(c, "sliding_window", None)
+    types = getattr(c, "layer_types", None)
+    if not w or w >= c.max_position_embeddings or (types is not None and "sliding_attention" not in types):
+        return None
+    return int(w)
+
+
 def _cache_keyword(hf) -> str:
     """The forward's name for the KV cache: `cache` from transformers 5.24, `past_key_values` before."""
     return "cache" if "cache" in inspect.signature(hf.forward).parameters else "past_key_values"
@@ -98,16 +114,25 @@ class HFCausalLM(nn.Module):
 
     def __init__(self, hf_model):
         super().__init__()
-        c = hf_model.config
-        if "sliding_attention" in (getattr(c, "layer_types", None) or []):
+        c, name = hf_model.config, type(hf_model).__name__
+        window = sliding_window(c)
+        if window:
+            fix = "use_sliding_window=false" if hasattr(c, "use_sliding_window") else '"sliding_window": null'
             raise UsageError(
-                f"{c.model_type}: sliding-window attention layers are not supported by the "
-                "posttrain engine; set use_sliding_window=false in config.json"
+                f"{name}: sliding-window attention ({window} tokens, within its {c.max_position_embeddings}-token "
+                f"context) is not supported by the posttrain engine, which attends over the whole sequence; "
+                f"set {fix} in config.json (the same model for sequences up to {window} tokens)"
             )
         if c.is_encoder_decoder:
-            raise UsageError(f"{c.model_type} is an encoder-decoder; posttrain needs a decoder-only causal LM")
+            raise UsageError(f"{name} is an encoder-decoder; posttrain needs a decoder-only causal LM")
+        if getattr(c, "is_causal", True) is False:
+            raise UsageError(
+                f"{name}: config.json sets is_causal=false (bidirectional attention); posttrain samples and "
+                "trains causal LMs only: use one, or drop is_causal if this model was trained causal"
+            )
         self.hf = hf_model
         self.config = shape_of(c)
+        self._cache_key = _cache_keyword(hf_model)  # inspect.signature took ~1 ms a decode step
 
     def forward(self, input_ids: torch.Tensor, cache=None) -> torch.Tensor:
         """Logits [B, T, V]; logits[:, t] predicts input_ids[:, t + 1]."""
@@ -127,13 +152,12 @@ class HFCausalLM(nn.Module):
         return h
 
     def _cache_kwargs(self, cache) -> dict:
-        pos = cache.positions  # [B, T] absolute positions
-        keys = torch.arange(int(pos.max()) + 1, device=pos.device)  # [S] the used span
-        mask = (keys[None, None, :] <= pos[:, :, None]).unsqueeze(1)  # [B, 1, T, S] True = attend
+        """The cache's positions [B, T] and its mask [B, 1, T, S] (True = attend), both made once
+        by `cache.begin`; the forward's keyword for the cache is looked up once, at construction."""
         return {
-            "position_ids": pos,
-            "attention_mask": mask,
-            _cache_keyword(self.hf): _CacheBridge(cache),
+            "position_ids": cache.positions,
+            "attention_mask": cache.mask,
+            self._cache_key: _CacheBridge(cache),
             "use_cache": True,
         }
 
@@ -306,8 +330,9 @@ def check_cache_path(model: HFCausalLM) -> None:
         why = f"{type(e).__name__}: {str(e).splitlines()[0][:100]}"
     if why:
         raise UsageError(
-            f"{model.hf.config.model_type}: its attention does not go through the engine's KV "
-            f"cache ({why}); this architecture is not supported"
+            f"{type(model.hf).__name__}: the posttrain engine cannot decode it ({why}): its attention must be "
+            "causal and go through transformers' KV cache; use a decoder-only causal LM such as Llama, "
+            "Mistral, Qwen2/3, Granite, Phi3, SmolLM3, Gemma or OLMo2"
         )
 
 
@@ -321,17 +346,16 @@ def write_tiny(
     d_ff: int = 128,
     max_len: int = 256,
     seed: int = 0,
+    **config,
 ) -> Path:
-    """A random-weight HF model directory (LlamaForCausalLM or Qwen2ForCausalLM) with posttrain's
-    character vocabulary as a `tokenizers` WordLevel tokenizer and its chat template: tests and
+    """A random-weight HF model directory (`arch` is a transformers model_type: llama, qwen2,
+    qwen3, mistral, …; `config` sets any other field of its config) with posttrain's character
+    vocabulary as a `tokenizers` WordLevel tokenizer and its chat template: tests and
     benchmarks use it instead of a download."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Qwen2Config
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    archs = {"llama": LlamaConfig, "qwen2": Qwen2Config}
-    if arch not in archs:
-        raise UsageError(f"arch={arch!r} is unknown; use {' or '.join(archs)}")
     ct = CharTokenizer()
-    cfg = archs[arch](
+    fields = dict(
         vocab_size=ct.vocab_size,
         hidden_size=d_model,
         intermediate_size=d_ff,
@@ -344,6 +368,10 @@ def write_tiny(
         eos_token_id=ct.eot_id,
         pad_token_id=ct.pad_id,
     )
+    try:
+        cfg = AutoConfig.for_model(arch, **{**fields, **config})
+    except ValueError:
+        raise UsageError(f"arch={arch!r} is not a transformers model_type; use e.g. llama, qwen2, qwen3") from None
     torch.manual_seed(seed)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
