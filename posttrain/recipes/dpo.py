@@ -129,9 +129,10 @@ def build_pairs(cfg: DPOConfig, r: Run, model, tok, task) -> list:
 
 
 @torch.no_grad()
-def reference_logps(model, encoded, pad_id: int, batch_pairs: int = 64) -> torch.Tensor:
-    """[2·P] log π_ref sums of every row (chosen, rejected interleaved), computed once."""
-    ref, out = Reference(model), []
+def reference_logps(model, encoded, pad_id: int, batch_pairs: int = 64, runtime=None) -> torch.Tensor:
+    """[2·P] log π_ref sums of every row (chosen, rejected interleaved), computed once (in the
+    runtime's compute dtype, as the RL reference: framework/reference.py)."""
+    ref, out = Reference(model, runtime=runtime), []
     for a in range(0, len(encoded), batch_pairs):
         batch = collate_pairs(encoded, range(a, min(a + batch_pairs, len(encoded))), pad_id)
         out.append(ref.score(batch).sum(-1))
@@ -186,7 +187,7 @@ def run(cfg: DPOConfig, resume: bool = False, task=None) -> dict:
     show_first_prompt(
         tok.chat_prompt(pairs[0].prompt) + tok.chat_continuation(pairs[0].prompt, pairs[0].chosen), r.dir, "dpo"
     )
-    ref = None if cfg.loss_type in REFERENCE_FREE else reference_logps(model, encoded, tok.pad_id)
+    ref = None if cfg.loss_type in REFERENCE_FREE else reference_logps(model, encoded, tok.pad_id, runtime=r.rt)
     trainer = Trainer(model, cfg.optim, cfg.steps, r.rt)
     indices = EpochIndices(len(encoded), cfg.batch_size, cfg.seed)
 

@@ -169,7 +169,7 @@ def run(cfg: RLConfig, resume: bool = False, task=None) -> dict:
     engine = placement.engine
     # RLHF measures the KL from the start even without a KL term: it is the x-axis of the over-optimisation curve
     measure_kl = bool(cfg.reward_model) and "kl_coef" in {f.name for f in dataclasses.fields(algo_cfg)}
-    reference = placement.reference(cfg, model) if algorithm.needs_reference(algo_cfg) or measure_kl else None
+    reference = placement.reference(cfg, model, r.rt) if algorithm.needs_reference(algo_cfg) or measure_kl else None
     # Critic (PPO): the trainer optimises policy + value head (+ a separate critic trunk) as one
     # module; the sampler, the reference and model.safetensors keep the bare policy, and the
     # critic's weights travel in trainer.pt with the optimizer (extra state below).
