@@ -53,6 +53,7 @@ from posttrain.recipes.common import (
     Run,
     batch_plan,
     init_model,
+    predict_memory,
     print_plan,
     show_first_prompt,
     supervised_step,
@@ -199,6 +200,7 @@ def run(cfg: DPOConfig, resume: bool = False, task=None) -> dict:
             batch["ref_logps"] = ref[rows]  # [2B]
         return with_kto_reference_point(model, batch) if cfg.loss_type == "kto" else batch
 
+    predict_memory(r, "dpo", model, batch_fn(1)["input_ids"].shape[1])
     print_plan(
         "dpo",
         {
