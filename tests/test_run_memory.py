@@ -10,7 +10,7 @@ import torch
 
 from posttrain.config import RLConfig, load_config
 from posttrain.sizing.memory import LOGIT_CHUNK_ELEMENTS
-from posttrain.sizing.run_memory import CHUNK_COPIES, predict_run_peak, saved_bytes_per_token
+from posttrain.sizing.run_memory import CHUNK_BACKWARD, CHUNK_FORWARD, predict_run_peak, saved_bytes_per_token
 from posttrain.sizing.run_memory_cli import format_prediction
 from posttrain.sizing.run_memory_cli import main as cli
 from posttrain.sizing.shapes import ModelShape, count_params, kv_bytes_per_token
@@ -66,24 +66,24 @@ def test_grpo_prediction_by_hand():
     P, V, d = count_params(TINY), 151936, 256
     assert P == 79_373_568
     c = est["components"]
-    assert (
-        c["persistent"]["weights (fp32)"]
-        == c["persistent"]["gradients (fp32)"]
-        == c["persistent"]["reference"]
-        == 4 * P
-    )
+    assert c["persistent"]["weights (fp32)"] == c["persistent"]["reference"] == 4 * P
     assert c["persistent"]["AdamW m, v (fp32)"] == 8 * P
     assert c["persistent"]["decode fused copies"] == 4 * 2 * d * (3 * d + 2 * 688)
     # the slots: min(max_slots 256, the larger call: the evaluation's 200 problems × 8 samples)
     assert c["persistent"]["KV cache (slots)"] == kv_bytes_per_token(TINY, 4) * 256 * (14 + 128)
     assert est["micro_batch_tokens"] == 16 * 142  # all 16 rows fit micro_batch_tokens=8192
     chunk = LOGIT_CHUNK_ELEMENTS * 4  # 16 × 142 × V entries are far more than a chunk
-    assert c["train"]["logit chunks"] == CHUNK_COPIES * chunk + 4 * V * d
+    head_grad = 4 * V * d
+    assert c["train"]["logit chunks"] == max(CHUNK_FORWARD * chunk, CHUNK_BACKWARD * chunk + 2 * head_grad)
     assert c["train"]["activations"] == 16 * 142 * (2 * saved_bytes_per_token(TINY, 4, hf=True) + 12 * d + 4)
     assert c["train"]["autocast weight copies"] == 0  # fp32 on the CPU
+    assert c["step"] == {"gradients (fp32)": 4 * P, "AdamW temporaries": 4 * P}
+    assert c["rollout"]["gradients (fp32)"] == c["reference"]["gradients (fp32)"] == 4 * P  # until zero_grad
     ph = est["phases"]
     assert est["tensor_bytes"] == ph["persistent"] + max(v for k, v in ph.items() if k != "persistent")
     assert est["peak_bytes"] == est["tensor_bytes"] + 1e8
+    loaded = predict_run_peak(cfg, "rl", TINY, seq_len=142, prompt_len=14, peak_so_far=1e12)
+    assert loaded["peak_bytes"] == 1e12  # the process already peaked higher: that is the peak
 
 
 def test_bf16_holds_the_reference_and_kv_in_two_bytes_and_lora_shrinks_the_training_state():

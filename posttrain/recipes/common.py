@@ -155,10 +155,16 @@ def predict_memory(r: Run, stage: str, model, seq_len: int = 0, prompt_len: int 
     RUN_DIR/memory.json and kept on the Run: the step loop logs it as `memory/predicted_gib` beside
     the measured `memory/peak_gib`.
     Call it while the model is the only large thing built: on a CPU the process's own share (the
-    interpreter, torch, transformers) is its resident set now minus the model's tensors."""
+    interpreter, torch, transformers) is its resident set now minus the model's tensors, and the
+    peak so far (loading) is a floor."""
     dev = r.rt.device
-    held = sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
-    baseline = max(0, runtime.current_memory_bytes(dev) - held) if dev.type == "cpu" else 0
+    tensors = (*model.parameters(), *model.buffers())
+    baseline = 0
+    if dev.type == "cpu":
+        with torch.no_grad():  # weights loaded from safetensors are file mappings, resident once read:
+            for t in tensors:  # read them now, so that RSS − their bytes is the process's own share
+                t.sum()
+        baseline = max(0, runtime.current_memory_bytes(dev) - sum(t.numel() * t.element_size() for t in tensors))
     bf16 = r.rt.autocast_on and r.rt.compute_dtype == torch.bfloat16
     est = predict_run_peak(
         cfg if cfg is not None else r.cfg,  # a config resolved since the run began (RL's max_new_tokens)
@@ -170,6 +176,7 @@ def predict_memory(r: Run, stage: str, model, seq_len: int = 0, prompt_len: int 
         prompt_len=prompt_len,
         hf=hasattr(model, "hf"),
         baseline_bytes=baseline,
+        peak_so_far=runtime.peak_memory_bytes(dev),  # loading may already have peaked higher
     )
     r.predicted_peak = est
     tmp = r.dir / "memory.json.tmp"  # `posttrain memory RUN_DIR` holds it against memory/peak_gib
@@ -181,7 +188,9 @@ def predict_memory(r: Run, stage: str, model, seq_len: int = 0, prompt_len: int 
     print(
         f"[{stage} memory] predicted peak {est['peak_gib']:.2f} GiB ({what} on {dev.type}: "
         + (f"process {baseline / 2**30:.2f} + " if baseline else "")
-        + f"persistent {ph['persistent']:.2f} + {top} {ph[top]:.2f}); measured: memory/peak_gib",
+        + f"persistent {ph['persistent']:.2f} + {top} {ph[top]:.2f}"
+        + ("; already reached while loading" if est["peak_so_far"] >= est["peak_bytes"] else "")
+        + "); measured: memory/peak_gib",
         flush=True,
     )
     return est

@@ -9,28 +9,32 @@ memory.py plans any framework's run on GPUs the way the course counts it (bf16 w
 fp32 master, a micro-batch of `seq_len` sequences, the logits whole). This file counts what
 posttrain allocates, role by role, in one process:
 
-  persistent  fp32 weights 4 B/param; once training started, fp32 gradients 4 and AdamW m, v 8 per
-              trainable param; the reference held in the compute dtype (2 B under bf16 autocast, 4
-              on the CPU's fp32); a separate critic's trunk (16 B/param); a sampler copy
-              (weight_sync=separate, async); a Hugging Face model's fused q/k/v and gate/up copies
-              for the one-token decode path; the engine's slot KV cache (kept between calls) in the
-              compute dtype; a distillation teacher.
+  persistent  fp32 weights 4 B/param; once training started, AdamW m, v 8 per trainable param; the
+              reference held in the compute dtype (2 B under bf16 autocast, 4 on the CPU's fp32); a
+              separate critic's trunk (16 B/param); a sampler copy (weight_sync=separate, async); a
+              Hugging Face model's fused q/k/v and gate/up copies for the one-token decode path; the
+              engine's slot KV cache (kept between calls) in the compute dtype; a distillation teacher.
   train       one micro-batch (`optim.micro_batch_tokens` padded tokens, whole rows): the tensors
               autograd saves per token and layer (`saved_bytes_per_token`), the final hidden states,
               and the logits' working set. Logits are made in chunks of `LOGIT_CHUNK_ELEMENTS`
-              (framework/logprobs.py): forward and backward of a chunk hold ~7 copies of it
-              (logits, log-softmax, the entropy's softmax and product, their gradients) plus one
-              transient head gradient. Under autocast, the bf16 copies of the weights autocast caches.
+              (framework/logprobs.py): a chunk's forward holds 6 copies of it (logits, log-softmax,
+              the entropy's softmax, clamp and product), its backward 4 beside the head's gradient
+              (the only gradient while the chunks run) and the next chunk's share of it. Under
+              autocast, the bf16 copies of the weights autocast caches.
+  step        the fp32 gradients (4 B per trainable param, alive until the next step's zero_grad:
+              in the rollout and reference phases too) and AdamW's foreach temporaries (4 B).
   reference   the no-grad forward of a reference micro-batch (16,384 tokens): one layer's
               intermediates, the hidden states and two logit chunks.
   rollout     fp32 next-token logits of every slot and prompt, the sampler's temporaries on them
               (log-softmax, probabilities, an fp64 cumulative sum: 24 B per entry), the prompt
               cache; under autocast, the cached bf16 weights.
-  step        AdamW's foreach temporaries, 8 B per trainable param.
 
 peak = persistent + the largest phase (each phase frees its buffers before the next). On a CPU
-the process itself (interpreter, torch, transformers: its RSS when the run starts) adds to it;
-`baseline_bytes` carries it. Measured against two GRPO runs on a CPU in benchmarks/vocab_memory.py.
+the process itself (interpreter, torch, transformers: its RSS when the run starts, less the
+model) adds to it, `baseline_bytes`; a process that already peaked higher (loading the model)
+keeps that peak, `peak_so_far`. The counts of chunk copies and AdamW temporaries were measured
+phase by phase (peak RSS reset before each) in benchmarks/vocab_memory.py's GRPO run, which also
+holds the whole prediction against the measured peak.
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ GiB = 2**30
 STAGES = ("pretrain", "sft", "rl", "dpo", "rm", "distill")
 REFERENCE_TOKENS = 16384  # Reference.score's micro-batch (framework/reference.py)
 PREFILL_BATCH = 64  # prompts per prefill forward (framework/rollout.Engine.PREFILL_BATCH)
-CHUNK_COPIES = 7  # logit-chunk copies live in a chunk's forward and backward (measured, module doc)
+CHUNK_FORWARD, CHUNK_BACKWARD = 6, 4  # logit-chunk copies live in a chunk's forward / backward (measured)
 
 
 def predict_run_peak(
@@ -63,10 +67,12 @@ def predict_run_peak(
     prompt_len: int = 0,
     hf: bool = False,
     baseline_bytes: float = 0.0,
+    peak_so_far: float = 0.0,
 ) -> dict:
     """Predicted peak memory of one posttrain run: the bytes its tensors hold at the worst moment
     of a step (the module docstring says what is counted), plus `baseline_bytes` (a CPU process's
-    own RSS). The function the out-of-memory message and the "cannot fit the card" check read.
+    own RSS), or `peak_so_far` (what the process already peaked at, loading the model) when that is
+    more. The function the out-of-memory message and the "cannot fit the card" check read.
 
     cfg: the stage's config, a dataclass or its dict (a run's config.yaml); stage: one of STAGES.
     shape: the model's ModelShape (sizing.shapes.resolve_model, or `model_shape(model)` of a live one).
@@ -75,8 +81,8 @@ def predict_run_peak(
     the config's own length or 512. prompt_len: RL/distill prompt tokens (0 = seq_len − max_new).
     hf: a Hugging Face model (the decode path's fused weight copies).
 
-    Returns {"peak_bytes", "peak_gib", "tensor_bytes", "baseline_bytes", "phases", "components",
-    "device", "compute_dtype", "stage"}: components by phase, bytes.
+    Returns {"peak_bytes", "peak_gib", "tensor_bytes", "baseline_bytes", "peak_so_far", "phases",
+    "components", "device", "compute_dtype", "stage", "micro_batch_tokens"}: components by phase, bytes.
     """
     if stage not in STAGES:
         raise ValueError(f"stage {stage!r} is not one of {', '.join(STAGES)}")
@@ -95,11 +101,7 @@ def predict_run_peak(
     rows, unit = _rows(get, stage)
     micro = _micro_tokens(int(get("optim.micro_batch_tokens", 8192)), rows, width, unit)
 
-    persistent = {
-        "weights (fp32)": 4.0 * P + (4.0 * Pt if lora_r else 0.0),
-        "gradients (fp32)": 4.0 * Pt,
-        "AdamW m, v (fp32)": 8.0 * Pt,
-    }
+    persistent = {"weights (fp32)": 4.0 * P + (4.0 * Pt if lora_r else 0.0), "AdamW m, v (fp32)": 8.0 * Pt}
     if stage == "rl" and _has_reference(get):
         persistent["reference"] = float(c * P)
     if stage == "rl" and get("algo.name", "") == "ppo" and get("algo.critic", "shared") == "separate":
@@ -117,29 +119,37 @@ def predict_run_peak(
         persistent["KV cache (slots)"] = float(kv_bytes_per_token(shape, c) * slots * (plen + max_new))
 
     autocast_cache = 2.0 * P if bf16 else 0.0  # bf16 copies of the fp32 weights, cached per autocast region
+    grads = 4.0 * Pt  # fp32, from a backward until the next step's zero_grad(set_to_none)
     chunk = min(micro * V, LOGIT_CHUNK_ELEMENTS) * 4.0
+    head_grad = 4.0 * V * d if stage != "rm" and not lora_r else 0.0  # the only gradient while chunks run
     phases = {
         "train": {
             "activations": float(micro * (shape.layers * saved_bytes_per_token(shape, c, hf) + 12 * d + 4)),
-            "logit chunks": 0.0 if stage == "rm" else CHUNK_COPIES * chunk + 4.0 * V * d,  # + a head gradient
+            # forward: a chunk's logits, log-softmax, the entropy's softmax and product; backward: their
+            # gradients beside the head's gradient and its next chunk's share (measured, module doc)
+            "logit chunks": 0.0
+            if stage == "rm"
+            else max(CHUNK_FORWARD * chunk, CHUNK_BACKWARD * chunk + 2 * head_grad),
             "autocast weight copies": autocast_cache,
         },
-        "step": {"AdamW temporaries": 8.0 * Pt},
+        "step": {"gradients (fp32)": grads, "AdamW temporaries": 4.0 * Pt},
     }
     if stage == "rl" and _has_reference(get) or stage == "dpo":
         ref_tokens = min(REFERENCE_TOKENS, rows * width)
         ref = {
+            "gradients (fp32)": grads if stage == "rl" else 0.0,
             "activations (no grad)": float(ref_tokens * (3 * d + shape.heads * shape.hd + 3 * shape.intermediate) * c),
             "hidden states": ref_tokens * d * 8.0,
             "logit chunks": 2 * min(ref_tokens * V, LOGIT_CHUNK_ELEMENTS) * 4.0,
         }
         if stage == "dpo":  # scored once, before training: a copy beside the policy, no optimizer yet
-            ref["reference copy"] = float(c * P) - 12.0 * Pt
+            ref["reference copy"] = float(c * P) - 8.0 * Pt
         phases["reference"] = ref
     if samples:
         n = min(int(get("rollout.max_slots", 256)), max(samples))
         groups = min(n + PREFILL_BATCH, max(samples))  # prompt rows alive at once (the engine's ring)
         phases["rollout"] = {
+            "gradients (fp32)": grads if stage in ("rl", "distill") else 0.0,
             "next-token logits (fp32)": 4.0 * V * (n + groups),
             "sampler temporaries": 24.0 * V * n + (4.0 * V * n if bf16 else 0.0),
             "prompt cache": float(kv_bytes_per_token(shape, c) * groups * plen),
@@ -147,15 +157,17 @@ def predict_run_peak(
         }
     totals = {k: sum(v.values()) for k, v in phases.items()}
     tensors = sum(persistent.values()) + max(totals.values())
+    peak = max(tensors + baseline_bytes, peak_so_far)
     return {
         "stage": stage,
         "device": device,
         "compute_dtype": "bfloat16" if bf16 else "float32",
         "micro_batch_tokens": micro,
-        "peak_bytes": tensors + baseline_bytes,
-        "peak_gib": (tensors + baseline_bytes) / GiB,
+        "peak_bytes": peak,
+        "peak_gib": peak / GiB,
         "tensor_bytes": tensors,
         "baseline_bytes": float(baseline_bytes),
+        "peak_so_far": float(peak_so_far),
         "components": {"persistent": persistent, **phases},
         "phases": {"persistent": sum(persistent.values()), **totals},
     }

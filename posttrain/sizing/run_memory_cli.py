@@ -110,6 +110,8 @@ def format_prediction(est: dict, measured: float | None = None) -> str:
         lines += [f"    {k:30s} {v / GiB:8.3f}" for k, v in parts.items() if v]
     top = max((k for k in est["phases"] if k != "persistent"), key=est["phases"].__getitem__)
     lines.append(f"  peak = persistent + {top} (the largest phase)")
+    if est.get("peak_so_far", 0) >= est["peak_bytes"]:
+        lines.append(f"  (the process had already peaked at {est['peak_so_far'] / GiB:.2f} GiB loading the model)")
     if measured is not None:
         what = "max_memory_allocated" if est["device"] == "cuda" else "peak RSS"
         lines.append(
