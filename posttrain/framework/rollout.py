@@ -97,10 +97,8 @@ class Engine:
         2 · n_layers · n_kv_heads · head_dim floats.
     max_len: longest prompt + response the engine accepts (default: model.config.max_seq_len).
     runtime: a runtime.Runtime; its autocast (bf16 on CUDA) wraps sampling, as it wraps the
-        trainer's forward, so both score tokens in the same precision. The KV caches are held in
-        the compute dtype (`cache_dtype`: bf16 under bf16 autocast, half the bytes of fp32; the
-        keys and values come out of bf16 matmuls and go into bf16 ones, so nothing is rounded
-        that autocast would not round). None = no autocast, caches in the weights' dtype.
+        trainer's forward, so both score tokens in the same precision; the KV caches hold its
+        compute dtype (`cache_dtype`: every matmul reads them in it anyway). None = no autocast.
     """
 
     PREFILL_BATCH = 64  # prompts per prefill forward
@@ -193,10 +191,9 @@ class Engine:
                 )
 
     def cache_dtype(self) -> torch.dtype:
-        """The KV caches' dtype: the runtime's compute dtype under autocast, else the weights'."""
-        rt = self.runtime
-        on = getattr(rt, "autocast_on", False)  # an emulated-precision SamplerRuntime has none: fp32
-        return rt.compute_dtype if on else next(self.model.parameters()).dtype  # type: ignore[union-attr]
+        """The runtime's compute dtype under autocast (not an emulated SamplerRuntime's), else the weights'."""
+        on = getattr(self.runtime, "autocast_on", False)
+        return self.runtime.compute_dtype if on else next(self.model.parameters()).dtype  # type: ignore[union-attr]
 
     def _slot_cache(self, rows: int, length: int) -> KVCache:
         c = self._slots
@@ -424,11 +421,9 @@ class _Run:
             self.prefilled = b
 
     def _last_logits(self, ids: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
-        """The next-token logits [b, V] after each prompt of a prefill forward. When [b, T, V] would
-        pass the logit chunk (2.5 GB in fp32 for 64 prompts of 64 tokens at 151,936) and the model
-        allows it (models/heads.lm_parts), through the head on the last real positions only; else
-        the whole logits, as before (a product of under 4 rows takes another BLAS path: not
-        bit-identical to the trainer's rows, framework/logprobs.py)."""
+        """Next-token logits [b, V] after each prompt: the head at the last real positions only when
+        [b, T, V] would pass a logit chunk (framework/logprobs.py; 2.5 GB for 64 × 64 tokens at
+        151,936) and the model allows it (lm_parts), else from the whole logits, as before."""
         last = torch.arange(ids.shape[0], device=self.dev), lens - 1
         parts = lm_parts(self.model)
         if parts is None or ids.numel() * self.model.config.vocab_size <= LOGIT_CHUNK_ELEMENTS:
