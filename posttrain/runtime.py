@@ -89,6 +89,34 @@ def busy_machine_hint() -> str:
     return line
 
 
+def peak_memory_bytes(device: torch.device | str = "cpu") -> int:
+    """The peak memory of this process so far, what `memory/peak_gib` logs (issue 31): on CUDA the
+    caching allocator's peak of allocated tensor bytes on `device` (torch.cuda.max_memory_allocated:
+    the CUDA context and the allocator's reserve are not in it), on the CPU the peak resident set size
+    (ru_maxrss: tensors plus the interpreter, torch and everything else the process holds)."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(dev))
+    import resource
+    import sys
+
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(rss if sys.platform == "darwin" else rss * 1024)  # bytes on macOS, KiB on Linux
+
+
+def current_memory_bytes(device: torch.device | str = "cpu") -> int:
+    """What this process holds now: allocated CUDA tensor bytes, or the resident set size on the CPU
+    (the baseline a run's predicted peak adds to its tensors there)."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return int(torch.cuda.memory_allocated(dev))
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:  # no /proc (macOS): the peak so far is the closest bound
+        return peak_memory_bytes(dev)
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)

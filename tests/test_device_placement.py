@@ -30,9 +30,13 @@ def fake():
 
 
 def _numbers(run_dir) -> list[dict]:
-    """metrics.jsonl without the clocks (the only values a device may change)."""
+    """metrics.jsonl without the clocks and the memory gauges (the only values a device may change)."""
     return [
-        {k: v for k, v in m.items() if not k.startswith(("time/", "rollout/", "train/tokens_per_s", "throughput"))}
+        {
+            k: v
+            for k, v in m.items()
+            if not k.startswith(("time/", "rollout/", "train/tokens_per_s", "throughput", "memory/"))
+        }
         for m in read_metrics(run_dir)
     ]
 

@@ -111,8 +111,8 @@ def test_heads_read_hf_hidden_states(dirs):
     with torch.no_grad():
         assert torch.allclose(model.head(model.hidden(ids)), model(ids), atol=1e-6)
         ac = ActorCritic(model, "separate")
-        logits, values = ac.logits_and_values(ids)
-        assert ac.critic_trunk.head is None and torch.equal(logits, model(ids)) and values.shape == (2, 5)
+        h, values = ac.hidden_and_values(ids)
+        assert ac.critic_trunk.head is None and torch.equal(model.head(h), model(ids)) and values.shape == (2, 5)
         assert RewardModel(model)(ids, torch.tensor([[1.0] * 5, [1.0] * 4 + [0.0]])).shape == (2,)
 
 

@@ -25,7 +25,7 @@ def _same_weights(a, b):
 
 def _metrics_without_time(run_dir):
     return [
-        {k: v for k, v in m.items() if not k.startswith(("time/", "rollout/", "train/tokens_per_s"))}
+        {k: v for k, v in m.items() if not k.startswith(("time/", "rollout/", "train/tokens_per_s", "memory/"))}
         for m in read_metrics(run_dir)
     ]
 

@@ -47,8 +47,8 @@ def test_every_in_process_role_satisfies_its_protocol(nano, tok):
 def test_the_critic_is_a_capability_the_bare_policy_lacks(nano):
     assert isinstance(ActorCritic(nano), CriticModel) and not isinstance(nano, CriticModel)
     ac = ActorCritic(nano)
-    logits, values = ac.logits_and_values(torch.tensor([[1, 5, 6]]))
-    assert logits.shape[:2] == values.shape == (1, 3)
+    h, values = ac.hidden_and_values(torch.tensor([[1, 5, 6]]))
+    assert h.shape[:2] == values.shape == (1, 3)
 
 
 def test_tasks_with_environments_run_as_episodes():

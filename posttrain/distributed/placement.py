@@ -60,12 +60,13 @@ class Placement:
             return {}
         return {v: b for v, b in self.publisher.kept.items() if v < self.publisher.version}
 
-    def reference(self, cfg, policy):
-        """The frozen reference, placed with the rollout workers' placement."""
+    def reference(self, cfg, policy, runtime=None):
+        """The frozen reference, placed with the rollout workers' placement (in-process: held and
+        scored in the runtime's compute dtype, framework/reference.py)."""
         if cfg.scale.placement == "ray":
             self.ref = RayReference(policy, cfg.rollout.temperature, max(cfg.threads, 1))
         else:
-            self.ref = Reference(policy, cfg.rollout.temperature)
+            self.ref = Reference(policy, cfg.rollout.temperature, runtime)
         return self.ref
 
     def asynchronous(self, cfg, collect):

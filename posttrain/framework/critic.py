@@ -9,6 +9,7 @@ policy with a value head, one forward for both.
     controller   batch.values  = critic_values(model, batch)              V_old [B, T], before the advantages
                  batch.returns = algorithm.value_targets(rewards, batch)  the value loss's target
     trainer      lp, ent, v    = logprobs_and_values(model, input_ids)    V with gradient, in the loss
+                                   (one trunk forward; logprobs from its hidden states in token chunks)
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ import torch
 
 from posttrain import UsageError
 from posttrain.framework.batch import Batch, split_micro_batches, view
-from posttrain.framework.logprobs import logits_logprobs
+from posttrain.framework.logprobs import hidden_logprobs, logits_logprobs
 from posttrain.framework.roles import CriticModel
+from posttrain.models.heads import lm_parts
 
 
 def needs_critic(algorithm, algo_cfg) -> bool:
@@ -46,6 +48,10 @@ def logprobs_and_values(model, input_ids: torch.Tensor, temperature: float):
             "this algorithm learns a critic: train a models.heads.ActorCritic "
             "(recipes/rl.py builds one), not the bare policy"
         )
-    logits, values = model.logits_and_values(input_ids)
-    lp, ent = logits_logprobs(logits, input_ids, temperature, with_entropy=True)
+    parts = lm_parts(model)
+    if parts is None:  # a head whose forward transforms its output: the policy's whole logits, V apart
+        lp, ent = logits_logprobs(model(input_ids), input_ids, temperature, with_entropy=True)
+        return lp, ent, model.values(input_ids)
+    h, values = model.hidden_and_values(input_ids)  # [B, T, d], [B, T]
+    lp, ent = hidden_logprobs(h, parts[1], input_ids, temperature, with_entropy=True)  # token chunks
     return lp, ent, values

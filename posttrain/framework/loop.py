@@ -95,6 +95,8 @@ def train_loop(
             for sig in (signal.SIGINT, signal.SIGTERM)
         }
     last, end, reason = {}, cfg.steps, ""
+    device = next(model.parameters()).device
+    predicted = getattr(run, "predicted_peak", None)  # recipes/common.show_memory_prediction
     try:
         for step in range(start + 1, cfg.steps + 1):
             t0 = time.perf_counter()
@@ -104,6 +106,9 @@ def train_loop(
             if evaluate is not None and eval_due(cfg, step):
                 with phase("eval"):
                     metrics.update(evaluate(model))
+            metrics["memory/peak_gib"] = runtime.peak_memory_bytes(device) / 2**30  # so far: CUDA tensors, CPU RSS
+            if predicted is not None:
+                metrics["memory/predicted_gib"] = predicted["peak_gib"]
             logger.log(step, metrics)
             last = metrics
             reason = until(metrics) if until is not None and eval_due(cfg, step) else ""

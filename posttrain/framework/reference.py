@@ -12,6 +12,7 @@ trainer's current weights) and DPO (its reference's sequence sums).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 
 import torch
@@ -28,16 +29,25 @@ def score_logprobs(model, batch: Batch, temperature: float = 1.0, micro_batch_to
     out = torch.zeros_like(view(batch)["loss_mask"])
     for mb in split_micro_batches(batch, micro_batch_tokens):
         m = view(mb)
-        lp, _ = sequence_logprobs(model, m["input_ids"], temperature)
+        lp, _ = sequence_logprobs(model, m["input_ids"], temperature)  # [b, w] fp32, logits in token chunks
         out[m["row_index"], : lp.shape[1]] = lp * m["loss_mask"]
     return out
 
 
 class Reference:
-    def __init__(self, policy: torch.nn.Module, temperature: float = 1.0):
+    """The frozen copy. With a runtime whose compute dtype is not the weights' (bf16 autocast, the
+    default on CUDA), the copy is held in the compute dtype: half the bytes of fp32 master weights,
+    and it scores under the same autocast as the trainer and the sampler, so every matmul sees the
+    bf16 weights it would have seen anyway (the norms' weights are rounded too: bf16 noise). On the
+    CPU's fp32 runtime, or without a runtime, the copy stays in fp32 and scores as before."""
+
+    def __init__(self, policy: torch.nn.Module, temperature: float = 1.0, runtime=None):
         self.model = copy.deepcopy(policy).eval().requires_grad_(False)
-        self.temperature = temperature
+        self.temperature, self.runtime = temperature, runtime
+        if runtime is not None and runtime.autocast_on:
+            self.model.to(runtime.compute_dtype)
 
     def score(self, batch: Batch, micro_batch_tokens: int = 16384) -> torch.Tensor:
         """ref_logprobs [B, T], zero where loss_mask is 0 (the same convention as old_logprobs)."""
-        return score_logprobs(self.model, batch, self.temperature, micro_batch_tokens)
+        with self.runtime.autocast() if self.runtime is not None else contextlib.nullcontext():
+            return score_logprobs(self.model, batch, self.temperature, micro_batch_tokens)

@@ -122,11 +122,13 @@ class PolicyTrainer(Protocol):
 
 @runtime_checkable
 class CriticModel(Protocol):
-    """A policy that also predicts values V(s_t) (PPO): one forward gives both."""
+    """A policy that also predicts values V(s_t) (PPO): one trunk forward gives both."""
+
+    def __call__(self, input_ids: torch.Tensor) -> torch.Tensor: ...  # the policy's logits [B, T, V]
 
     def values(self, input_ids: torch.Tensor) -> torch.Tensor: ...
 
-    def logits_and_values(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
+    def hidden_and_values(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 
 @runtime_checkable

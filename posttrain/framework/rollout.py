@@ -67,7 +67,9 @@ from posttrain.logging import note_once
 from posttrain.models.decode import Decoder
 from posttrain.models.decode_weights import class_name
 from posttrain.models.gpt_mini import KVCache
+from posttrain.models.heads import lm_parts
 from posttrain.models.lora import unadapted_copy
+from posttrain.sizing.memory import LOGIT_CHUNK_ELEMENTS
 
 
 @dataclass
@@ -102,8 +104,8 @@ class Engine:
         2 · n_layers · n_kv_heads · head_dim floats.
     max_len: longest prompt + response the engine accepts (default: model.config.max_seq_len).
     runtime: a runtime.Runtime; its autocast (bf16 on CUDA) wraps sampling, as it wraps the
-        trainer's forward, so both score tokens in the same precision (the KV cache stays in the
-        weights' dtype; autocast casts at each matmul). None = no autocast.
+        trainer's forward, so both score tokens in the same precision; the KV caches hold its
+        compute dtype (`cache_dtype`: every matmul reads them in it anyway). None = no autocast.
     """
 
     PREFILL_BATCH = 64  # prompts per prefill forward
@@ -207,11 +209,17 @@ class Engine:
     def _check(self, prompts, n, sampling, items) -> None:
         check_request(prompts, n, sampling, items, self.max_len)
 
+    def cache_dtype(self) -> torch.dtype:
+        """The runtime's compute dtype under autocast (not an emulated SamplerRuntime's), else the weights'."""
+        on = getattr(self.runtime, "autocast_on", False)
+        return self.runtime.compute_dtype if on else next(self.model.parameters()).dtype  # type: ignore[union-attr]
+
     def _slot_cache(self, rows: int, length: int) -> KVCache:
         c = self._slots
-        if c is None or c.lengths.shape[0] < rows or c.max_len < length:
+        dtype = self.cache_dtype()
+        if c is None or c.lengths.shape[0] < rows or c.max_len < length or c.k.dtype != dtype:
             p = next(self.model.parameters())
-            self._slots = c = KVCache(self.model.config, rows, length, device=p.device, dtype=p.dtype)
+            self._slots = c = KVCache(self.model.config, rows, length, device=p.device, dtype=dtype)
         c.reset_rows(slice(None))
         return c
 
@@ -265,7 +273,7 @@ class _Run:
         # prompt ring: group g's prompt cache lives in row g % C until its last sample is admitted.
         # Groups alive at once span at most S (one slot each) plus what is prefilled ahead.
         self.C = min(self.G, S + Engine.PREFILL_BATCH)
-        self.pcache = KVCache(model.config, self.C, P, device=dev, dtype=p.dtype)
+        self.pcache = KVCache(model.config, self.C, P, device=dev, dtype=engine.cache_dtype())
         self.plogits = torch.empty(self.C, V, device=dev)  # last-position logits per prompt
         self.pver = torch.zeros(self.C, dtype=torch.long, device=dev)  # ... and the version behind them
         self.plen = torch.tensor([len(q) for q in prompts], dtype=torch.long, device=dev)
@@ -426,10 +434,20 @@ class _Run:
             rows = torch.arange(a, b, device=self.dev) % self.C  # attention never sees them
             self.pcache.reset_rows(rows)
             self.pcache.begin(T, rows)
-            logits = self.model(ids, cache=self.pcache)  # [b-a, T, V]
+            self.plogits[rows] = self._last_logits(ids, lens).float()  # [b-a, V]
             self.pcache.lengths[rows] = lens  # forget the pad positions
-            self.plogits[rows] = logits[torch.arange(b - a, device=self.dev), lens - 1].float()
             self.pver[rows] = self.engine.policy_version
             self.prefill_tokens += int(lens.sum())
             self.prefills += b - a
             self.prefilled = b
+
+    def _last_logits(self, ids: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
+        """Next-token logits [b, V] after each prompt: the head at the last real positions only when
+        [b, T, V] would pass a logit chunk (framework/logprobs.py; 2.5 GB for 64 × 64 tokens at
+        151,936) and the model allows it (lm_parts), else from the whole logits, as before."""
+        last = torch.arange(ids.shape[0], device=self.dev), lens - 1
+        parts = lm_parts(self.model)
+        if parts is None or ids.numel() * self.model.config.vocab_size <= LOGIT_CHUNK_ELEMENTS:
+            return self.model(ids, cache=self.pcache)[last]  # [b, T, V] → [b, V]
+        trunk, head = parts
+        return head(trunk.hidden(ids, cache=self.pcache)[last])  # [b, d] → [b, V]

@@ -54,6 +54,20 @@ class ValueHead(nn.Module):
         return self.proj(hidden).squeeze(-1)  # [B, T, d] → [B, T]
 
 
+def lm_parts(model):
+    """(trunk, head) when `model(ids)` is exactly `head(trunk.hidden(ids))`, else None: then a
+    reader of logits can make them from the hidden states a few rows at a time (framework/logprobs.py,
+    the rollout's prefill). gpt_mini is; an ActorCritic answers for its policy; a Hugging Face model
+    whose forward transforms the head's output (a logit cap or scale) says `head_exact = False`
+    (models/hf.py); a model without `hidden` and `head` is read through its forward."""
+    if isinstance(model, ActorCritic):
+        model = model.policy
+    head = getattr(model, "head", None)
+    if not callable(getattr(model, "hidden", None)) or head is None or not getattr(model, "head_exact", True):
+        return None
+    return model, head
+
+
 def align_values(v: torch.Tensor) -> torch.Tensor:
     """Per-position values [B, T] (v[:, t] read at position t) → values[:, t] = v[:, t − 1],
     column 0 = 0: aligned with logprobs[:, t] = log π(ids[:, t] | ids[:, :t])."""
@@ -88,12 +102,13 @@ class ActorCritic(nn.Module):
         trunk = self.policy if self.critic_trunk is None else self.critic_trunk
         return align_values(self.value_head(trunk.hidden(input_ids)))
 
-    def logits_and_values(self, input_ids: torch.Tensor):
-        """(logits [B, T, V], values [B, T]) in one trunk forward when the critic is shared."""
+    def hidden_and_values(self, input_ids: torch.Tensor):
+        """(the policy's final hidden states [B, T, d], values [B, T]) in one trunk forward when the
+        critic is shared. The logits are left to the reader: `self.policy.head` on the hidden states,
+        a chunk of tokens at a time (framework/logprobs.py), never [B, T, V] whole."""
         h = self.policy.hidden(input_ids)  # [B, T, d]
-        logits = self.policy.head(h)  # [B, T, V]
         hc = h if self.critic_trunk is None else self.critic_trunk.hidden(input_ids)
-        return logits, align_values(self.value_head(hc))  # ← V(s_t) beside log π(y_t | s_t)
+        return h, align_values(self.value_head(hc))  # ← V(s_t) beside the state that gives log π(y_t | s_t)
 
     def critic_state_dict(self) -> dict:
         """Everything but the policy: the value head, and the critic trunk when separate."""

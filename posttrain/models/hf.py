@@ -109,8 +109,18 @@ class _CacheBridge:
         return k, v
 
 
+# config keys by which a transformers forward changes what the LM head gives (Gemma 2/3's logit
+# cap, Cohere's scale, Granite's divisor); 1 or None leaves it unchanged
+_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
+
+
 class HFCausalLM(nn.Module):
-    """A transformers causal LM behind gpt_mini's interface (see the module docstring)."""
+    """A transformers causal LM behind gpt_mini's interface (see the module docstring).
+
+    `head_exact`: the forward's logits are `head(hidden(ids))`, so they can be made from the hidden
+    states a chunk of tokens at a time (models/heads.lm_parts); False for a model that transforms
+    the head's output (`_LOGIT_TRANSFORMS`, or a probe at load that disagrees: `check_head`).
+    """
 
     def __init__(self, hf_model):
         super().__init__()
@@ -133,6 +143,7 @@ class HFCausalLM(nn.Module):
         self.hf = hf_model
         self.config = shape_of(c)
         self._cache_key = _cache_keyword(hf_model)  # inspect.signature took ~1 ms a decode step
+        self.head_exact = all(getattr(c, k, None) in (None, 1, 1.0) for k in _LOGIT_TRANSFORMS)
 
     def forward(self, input_ids: torch.Tensor, cache=None) -> torch.Tensor:
         """Logits [B, T, V]; logits[:, t] predicts input_ids[:, t + 1]."""
@@ -307,7 +318,21 @@ def load_hf(path: str | Path, device="cpu") -> tuple[HFCausalLM, HFTokenizer]:
         ) from None
     model = HFCausalLM(hf.eval()).to(device)
     check_cache_path(model)
+    check_head(model)
     return model, HFTokenizer(tok)
+
+
+@torch.inference_mode()
+def check_head(model: HFCausalLM) -> None:
+    """Keep `head_exact` only when head(hidden(ids)) equals the forward's logits on a 4-token probe:
+    an architecture that transforms its logits in a way `_LOGIT_TRANSFORMS` does not list is then
+    scored through its whole forward, never through a head that misses the transform."""
+    if not model.head_exact:
+        return
+    p = next(model.parameters())
+    ids = torch.arange(1, 5, device=p.device)[None] % model.config.vocab_size  # [1, 4]
+    full = model(ids).float()  # [1, 4, V]
+    model.head_exact = bool(torch.allclose(model.head(model.hidden(ids)).float(), full, rtol=1e-5, atol=1e-5))
 
 
 @torch.inference_mode()
@@ -346,17 +371,22 @@ def write_tiny(
     d_ff: int = 128,
     max_len: int = 256,
     seed: int = 0,
+    vocab_size: int = 0,
     **config,
 ) -> Path:
     """A random-weight HF model directory (`arch` is a transformers model_type: llama, qwen2,
     qwen3, mistral, …; `config` sets any other field of its config) with posttrain's character
     vocabulary as a `tokenizers` WordLevel tokenizer and its chat template: tests and
-    benchmarks use it instead of a download."""
+    benchmarks use it instead of a download. `vocab_size` > the tokenizer's gives the model a real
+    model's output width (151,936 for Qwen2.5) over the same characters: ids past the tokenizer's
+    decode to nothing, as a real vocabulary's unused rows do."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     ct = CharTokenizer()
+    if vocab_size and vocab_size < ct.vocab_size:
+        raise UsageError(f"vocab_size={vocab_size} is below the tokenizer's {ct.vocab_size} tokens")
     fields = dict(
-        vocab_size=ct.vocab_size,
+        vocab_size=vocab_size or ct.vocab_size,
         hidden_size=d_model,
         intermediate_size=d_ff,
         num_hidden_layers=n_layers,

@@ -29,7 +29,9 @@ import torch.nn.functional as F
 from posttrain import UsageError
 from posttrain.algorithms.core import masked_mean
 from posttrain.framework.batch import RolloutBatch
-from posttrain.framework.logprobs import logits_logprobs
+from posttrain.framework.logprobs import logits_stats, position_stats
+from posttrain.framework.rollout import token_logprobs
+from posttrain.models.heads import lm_parts
 
 LOSSES = ("rkl", "jsd")
 
@@ -68,9 +70,35 @@ def kl(log_p: torch.Tensor, log_q: torch.Tensor) -> torch.Tensor:
     return (log_p.exp() * (log_p - log_q)).sum(-1)
 
 
-def shifted(per_position: torch.Tensor) -> torch.Tensor:
-    """Values [B, T−1] read at logits[:, :-1] → [B, T] aligned with the token they chose."""
-    return F.pad(per_position, (1, 0))
+def _per_token(student, teacher, ids: torch.Tensor, loss: str, beta: float, temperature: float):
+    """(student logprob, teacher logprob, exact reverse KL (no gradient), JSD_β or 0) [B, T] each,
+    aligned with the token each position chose (column 0 holds 0). From both models' hidden
+    states in token chunks when both are head(hidden) (framework/logprobs.position_stats: the two
+    [tokens × vocab] logits are never whole), else from their whole logits."""
+
+    def terms(s_logits, tokens, t_in, t_head):  # [..., V], [...], teacher features → 4 × [...]
+        with torch.no_grad():
+            t_logits = t_head(t_in)  # [..., V]
+            t_all = F.log_softmax(_wide(t_logits) / temperature, -1)
+            exact = kl(F.log_softmax(_wide(s_logits) / temperature, -1), t_all)
+        lp = token_logprobs(s_logits, tokens, temperature)
+        t_lp = token_logprobs(t_logits, tokens, temperature)
+        jsd = generalized_jsd(s_logits, t_logits, beta, temperature) if loss == "jsd" else torch.zeros_like(lp)
+        return lp, t_lp, exact, jsd
+
+    s_parts, t_parts = lm_parts(student), lm_parts(teacher)
+    if s_parts is None or t_parts is None:  # whole logits, the teacher's computed without gradient
+        with torch.no_grad():
+            t_logits = teacher(ids)  # [B, T, V]
+        return logits_stats(student(ids), ids, lambda s, y, t: terms(s, y, t, _same), t_logits)
+    with torch.no_grad():
+        t_hidden = t_parts[0].hidden(ids)  # [B, T, d_teacher]
+    s_trunk, s_head = s_parts
+    return position_stats(s_trunk.hidden(ids), s_head, ids, lambda s, y, t: terms(s, y, t, t_parts[1]), t_hidden)
+
+
+def _same(x: torch.Tensor) -> torch.Tensor:
+    return x
 
 
 def distill_loss_fn(teacher, loss: str = "rkl", beta: float = 0.5, coef: float = 1.0, temperature: float = 1.0):
@@ -83,22 +111,15 @@ def distill_loss_fn(teacher, loss: str = "rkl", beta: float = 0.5, coef: float =
         ids, mask, old = mb.input_ids, mb.loss_mask, mb.old_logprobs  # [B, T] each
         if ids is None or (loss == "rkl" and old is None):
             raise UsageError("distillation needs batch.input_ids (and old_logprobs for rkl): use collate_samples")
-        logits = model(ids)  # [B, T, V]
-        with torch.no_grad():
-            t_logits = teacher(ids)  # [B, T, V]
-        lp, _ = logits_logprobs(logits, ids, temperature)  # [B, T]
-        t_lp, _ = logits_logprobs(t_logits, ids, temperature)  # [B, T]
+        lp, t_lp, exact, jsd = _per_token(model, teacher, ids, loss, beta, temperature)  # [B, T] each
         if loss == "rkl":
             adv = reverse_kl_advantages(lp, t_lp, mask, coef)  # [B, T]
             ratio = torch.exp(lp - old)  # [B, T], 1 on-policy
             per_token = -ratio * adv  # ← the PG loss on −KL
         else:
-            per_token = shifted(generalized_jsd(logits[:, :-1], t_logits[:, :-1], beta, temperature))
+            per_token = jsd
         total = (per_token * mask).sum() / max(norm["tokens"], 1.0)
         with torch.no_grad():
-            s_all = F.log_softmax(logits[:, :-1].float() / temperature, -1)
-            t_all = F.log_softmax(t_logits[:, :-1].float() / temperature, -1)
-            exact = shifted(kl(s_all, t_all))  # [B, T] reverse KL per token
             metrics = {
                 "distill/reverse_kl": float(masked_mean(exact, mask)),
                 "distill/reverse_kl_k1": float(masked_mean(lp.detach() - t_lp, mask)),

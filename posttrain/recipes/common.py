@@ -5,6 +5,7 @@ The step loop itself (resume, signals, checkpoints, evals, logs) is framework/lo
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from posttrain.models.gpt_mini import GPTMini
 from posttrain.models.lora import apply_lora
 from posttrain.models.tokenizer import BASE_CHARS, DEFAULT_CHARS, CharTokenizer
 from posttrain.sizing import card
+from posttrain.sizing.run_memory import model_shape, predict_run_peak
 
 
 class Run:
@@ -41,6 +43,7 @@ class Run:
             )
         write_run_dir(self.dir, cfg)
         runtime.seed_everything(cfg.seed)
+        self.predicted_peak: dict | None = None  # predict_memory
 
 
 def same_model(run_dir: Path, cfg) -> None:
@@ -197,6 +200,52 @@ def print_plan(stage: str, lines: dict) -> None:
         f"{k}: {v:,}" if isinstance(v, int) and not isinstance(v, bool) else f"{k}: {v}" for k, v in lines.items()
     )
     print(f"[{stage}] {body}", flush=True)
+
+
+def predict_memory(r: Run, stage: str, model, seq_len: int = 0, prompt_len: int = 0, cfg=None) -> dict:
+    """The run's predicted peak (sizing/run_memory.predict_run_peak), printed at start, written to
+    RUN_DIR/memory.json and kept on the Run: the step loop logs it as `memory/predicted_gib` beside
+    the measured `memory/peak_gib`.
+    Call it while the model is the only large thing built: on a CPU the process's own share (the
+    interpreter, torch, transformers) is its resident set now minus the model's tensors, and the
+    peak so far (loading) is a floor."""
+    dev = r.rt.device
+    tensors = (*model.parameters(), *model.buffers())
+    baseline = 0
+    if dev.type == "cpu":
+        with torch.no_grad():  # weights loaded from safetensors are file mappings, resident once read:
+            for t in tensors:  # read them now, so that RSS − their bytes is the process's own share
+                t.sum()
+        baseline = max(0, runtime.current_memory_bytes(dev) - sum(t.numel() * t.element_size() for t in tensors))
+    bf16 = r.rt.autocast_on and r.rt.compute_dtype == torch.bfloat16
+    est = predict_run_peak(
+        cfg if cfg is not None else r.cfg,  # a config resolved since the run began (RL's max_new_tokens)
+        stage,
+        model_shape(model),
+        device=dev.type,
+        compute_dtype="bfloat16" if bf16 else "float32",
+        seq_len=seq_len or model.config.max_seq_len,
+        prompt_len=prompt_len,
+        hf=hasattr(model, "hf"),
+        baseline_bytes=baseline,
+        peak_so_far=runtime.peak_memory_bytes(dev),  # loading may already have peaked higher
+    )
+    r.predicted_peak = est
+    tmp = r.dir / "memory.json.tmp"  # `posttrain memory RUN_DIR` holds it against memory/peak_gib
+    tmp.write_text(json.dumps(est, indent=1))
+    tmp.replace(r.dir / "memory.json")  # a temporary name, then renamed (docs/architecture.md §9)
+    ph = {k: v / 2**30 for k, v in est["phases"].items()}
+    top = max((k for k in ph if k != "persistent"), key=ph.__getitem__)
+    what = "tensors allocated" if dev.type == "cuda" else "resident set"
+    print(
+        f"[{stage} memory] predicted peak {est['peak_gib']:.2f} GiB ({what} on {dev.type}: "
+        + (f"process {baseline / 2**30:.2f} + " if baseline else "")
+        + f"persistent {ph['persistent']:.2f} + {top} {ph[top]:.2f}"
+        + ("; already reached while loading" if est["peak_so_far"] >= est["peak_bytes"] else "")
+        + "); measured: memory/peak_gib",
+        flush=True,
+    )
+    return est
 
 
 def batch_plan(batch: dict, micro_batch_tokens: int, unit: int = 1) -> dict:

@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass, field
 
 from posttrain import UsageError, checkpoint
-from posttrain.config import OptimConfig, RunConfig, SamplerConfig
+from posttrain.config import OptimConfig, RunConfig, SamplerConfig, to_dict
 from posttrain.eval import evaluate, response_budget
 from posttrain.framework.backends import make_engine, make_sync
 from posttrain.framework.batch import collate_samples, to_device
@@ -25,8 +25,8 @@ from posttrain.framework.loop import train_loop
 from posttrain.framework.rollout import SamplingParams
 from posttrain.framework.trainer import Trainer
 from posttrain.preference.distill import LOSSES, distill_loss_fn
-from posttrain.recipes.common import Run, init_model, print_plan
-from posttrain.recipes.rl import default_init
+from posttrain.recipes.common import Run, init_model, predict_memory, print_plan
+from posttrain.recipes.rl import default_init, prompt_width
 from posttrain.sizing.card import phase
 from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
 from posttrain.tasks.base import score_samples
@@ -70,14 +70,16 @@ def run(cfg: DistillConfig, resume: bool = False) -> dict:
     r = Run(cfg, "distill", resume)  # a bad --resume or out= fails before the default init
     init = cfg.init or default_init()
     student, tok = init_model(cfg, init, r)
+    task = ArithmeticTask(cfg.task)
+    max_new = response_budget(task, task.items(500, "train", cfg.seed))
+    plen = prompt_width(cfg, tok, task)
+    predict_memory(r, "distill", student, plen + max_new, plen, {**to_dict(cfg), "max_new_tokens": max_new})
     teacher, t_tok, t_path = checkpoint.load_model(cfg.teacher, r.rt.device)
     if t_tok.chars != tok.chars:
         raise UsageError(
             f"teacher {str(t_path)!r} has another tokenizer than the student; distill needs the same vocabulary"
         )
     teacher.eval().requires_grad_(False)  # frozen by construction
-    task = ArithmeticTask(cfg.task)
-    max_new = response_budget(task, task.items(500, "train", cfg.seed))
     engine = make_engine(student, tok, cfg.rollout)  # rollout.backend: the student's sampler
     sync = make_sync(student, engine, cfg.rollout)
     sampling = SamplingParams(temperature=cfg.temperature, max_new_tokens=max_new)

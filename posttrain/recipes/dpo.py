@@ -54,6 +54,7 @@ from posttrain.recipes.common import (
     Run,
     batch_plan,
     init_model,
+    predict_memory,
     print_plan,
     show_first_prompt,
     supervised_step,
@@ -132,10 +133,11 @@ def build_pairs(cfg: DPOConfig, r: Run, model, tok, task) -> list:
 
 @torch.no_grad()
 @phase("reference")
-def reference_logps(model, encoded, pad_id: int, batch_pairs: int = 64) -> torch.Tensor:
+def reference_logps(model, encoded, pad_id: int, batch_pairs: int = 64, runtime=None) -> torch.Tensor:
     """[2·P] log π_ref sums of every row (chosen, rejected interleaved), computed once, on the
-    model's device (the pairs are collated on the CPU and moved here: issue 31's crash on CUDA)."""
-    ref, out = Reference(model), []
+    model's device (the pairs are collated on the CPU and moved here: issue 31's crash on CUDA), in
+    the runtime's compute dtype, as the RL reference (framework/reference.py)."""
+    ref, out = Reference(model, runtime=runtime), []
     device = next(model.parameters()).device
     for a in range(0, len(encoded), batch_pairs):
         batch = to_device(collate_pairs(encoded, range(a, min(a + batch_pairs, len(encoded))), pad_id), device)
@@ -193,7 +195,7 @@ def run(cfg: DPOConfig, resume: bool = False, task=None) -> dict:
     show_first_prompt(
         tok.chat_prompt(pairs[0].prompt) + tok.chat_continuation(pairs[0].prompt, pairs[0].chosen), r.dir, "dpo"
     )
-    ref = None if cfg.loss_type in REFERENCE_FREE else reference_logps(model, encoded, tok.pad_id)
+    ref = None if cfg.loss_type in REFERENCE_FREE else reference_logps(model, encoded, tok.pad_id, runtime=r.rt)
     trainer = Trainer(model, cfg.optim, cfg.steps, r.rt)
     indices = EpochIndices(len(encoded), cfg.batch_size, cfg.seed)
 
@@ -205,6 +207,7 @@ def run(cfg: DPOConfig, resume: bool = False, task=None) -> dict:
             batch["ref_logps"] = ref[rows]  # [2B]
         return with_kto_reference_point(model, batch) if cfg.loss_type == "kto" else batch
 
+    predict_memory(r, "dpo", model, batch_fn(1)["input_ids"].shape[1])
     print_plan(
         "dpo",
         {

@@ -15,7 +15,15 @@ from posttrain.config import PretrainConfig
 from posttrain.framework.logprobs import sequence_logprobs
 from posttrain.framework.loop import train_loop
 from posttrain.framework.trainer import Trainer
-from posttrain.recipes.common import Run, batch_plan, init_model, lm_loss, print_plan, supervised_step
+from posttrain.recipes.common import (
+    Run,
+    batch_plan,
+    init_model,
+    lm_loss,
+    predict_memory,
+    print_plan,
+    supervised_step,
+)
 
 
 class CorpusWindows:
@@ -42,6 +50,7 @@ def run(cfg: PretrainConfig, resume: bool = False, task=None) -> dict:
     val = CorpusWindows(torch.tensor(tok.encode(val_text)), min(cfg.seq_len, 64), 32, cfg.seed + 1)(0)
     trainer = Trainer(model, cfg.optim, cfg.steps, r.rt)
     windows = CorpusWindows(train_ids, cfg.seq_len, cfg.batch_size, cfg.seed)
+    predict_memory(r, "pretrain", model, windows(1)["input_ids"].shape[1])
     print_plan(
         "pretrain",
         {

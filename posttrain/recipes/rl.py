@@ -35,7 +35,7 @@ from posttrain.models.heads import ActorCritic
 from posttrain.precision import FORMATS
 from posttrain.preference.reward_model import load_scorer
 from posttrain.preference.rlhf import RewardModelTask, write_curve
-from posttrain.recipes.common import Run, init_model, prepare_task, print_plan
+from posttrain.recipes.common import Run, init_model, predict_memory, prepare_task, print_plan
 from posttrain.tasks.base import MultiTurnTask
 from posttrain.tasks.judge import JudgeTask
 from posttrain.tasks.leaky import HackingMonitor
@@ -146,12 +146,16 @@ def check_context(cfg: RLConfig, model, tok, task, init: str) -> None:
         )
 
 
+def prompt_width(cfg: RLConfig, tok, task) -> int:
+    """Tokens of the longest of 200 train prompts: a step's rows are at most this + max_new_tokens."""
+    return max(len(tok.encode(tok.chat_prompt(task.prompt(it)))) for it in task.items(200, "train", cfg.seed))
+
+
 def rl_plan(cfg: RLConfig, tok, task) -> dict:
     """One RL step in units. Token and micro-batch counts are upper bounds: every sample padded to
     the longest prompt (of 200 train prompts) plus max_new_tokens; real batches are shorter."""
     n = cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt
-    width = max(len(tok.encode(tok.chat_prompt(task.prompt(it)))) for it in task.items(200, "train", cfg.seed))
-    width += cfg.rollout.max_new_tokens
+    width = prompt_width(cfg, tok, task) + cfg.rollout.max_new_tokens
     rows_per_micro = max(1, cfg.optim.micro_batch_tokens // width)  # how the trainer packs rows
     steps = cfg.optim.epochs * cfg.optim.minibatches  # minibatches divide n (check_config)
     micro = steps * -(-(n // cfg.optim.minibatches) // rows_per_micro)
@@ -184,6 +188,8 @@ def run(cfg: RLConfig, resume: bool = False, task=None) -> dict:
     cfg = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, max_new_tokens=max_new))
     save_config(cfg, r.dir / "config.yaml")  # every value resolved, max_new_tokens included
     prepare_task(task, tok, model, max_new, r.dir, "rl")
+    plen = prompt_width(cfg, tok, task)
+    predict_memory(r, "rl", model, plen + max_new, plen, cfg)  # before anything else is built: the process's share
     if isinstance(task, JudgeTask):  # freeze the template, reach the judge (tasks/judge.py)
         if cfg.verifier.workers:
             raise UsageError(
@@ -195,7 +201,7 @@ def run(cfg: RLConfig, resume: bool = False, task=None) -> dict:
     engine = placement.engine
     # RLHF measures the KL from the start even without a KL term: it is the x-axis of the over-optimisation curve
     measure_kl = bool(cfg.reward_model) and "kl_coef" in {f.name for f in dataclasses.fields(algo_cfg)}
-    reference = placement.reference(cfg, model) if algorithm.needs_reference(algo_cfg) or measure_kl else None
+    reference = placement.reference(cfg, model, r.rt) if algorithm.needs_reference(algo_cfg) or measure_kl else None
     # Critic (PPO): the trainer optimises policy + value head (+ a separate critic trunk) as one
     # module; the sampler, the reference and model.safetensors keep the bare policy, and the
     # critic's weights travel in trainer.pt with the optimizer (extra state below).

@@ -47,7 +47,15 @@ from posttrain.preference.reward_model import (
     save_head,
     score_pairs,
 )
-from posttrain.recipes.common import EpochIndices, Run, batch_plan, init_model, print_plan, supervised_step
+from posttrain.recipes.common import (
+    EpochIndices,
+    Run,
+    batch_plan,
+    init_model,
+    predict_memory,
+    print_plan,
+    supervised_step,
+)
 from posttrain.recipes.rl import default_init, refuse_default_init
 from posttrain.sizing.card import phase
 from posttrain.tasks.arithmetic import ArithmeticConfig
@@ -206,6 +214,7 @@ def run(cfg: RMConfig, resume: bool = False, task=None) -> dict:
         batch["label"] = torch.tensor([1.0, 0.0]).repeat(len(idx))  # [2B] chosen 1, rejected 0 (orm)
         return batch
 
+    predict_memory(r, "rm", trunk, batch_fn(1)["input_ids"].shape[1])
     print_plan(
         "rm",
         {

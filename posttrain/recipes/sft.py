@@ -26,6 +26,7 @@ from posttrain.recipes.common import (
     batch_plan,
     init_model,
     lm_loss,
+    predict_memory,
     prepare_task,
     print_plan,
     supervised_step,
@@ -109,6 +110,7 @@ def run(cfg: SFTConfig, resume: bool = False, task=None) -> dict:
     masks = [tok.policy_mask(r) for r in responses] if hasattr(tok, "policy_mask") else []
     masks = masks if any(0 in m for m in masks) else None  # demonstrations with tool results: mask them
     batches = SFTBatches(prompts, responses, cfg.batch_size, tok.pad_id, cfg.seed, cfg.mask_prompt, masks)
+    predict_memory(r, "sft", model, batches(1)["input_ids"].shape[1])
     print_plan(
         "sft",
         {

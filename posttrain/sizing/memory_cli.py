@@ -3,13 +3,15 @@
     posttrain memory llama-7b --algo grpo --gpu h100 [--gpus 8 --shard fsdp --lora 16 ...] [--json]
 
 `format_plan` turns the dict of `memory.plan` into one row per component in GB per GPU, the
-peak of each pool and the verdict; `main` parses the flags into a `PlanConfig`.
+peak of each pool and the verdict; `main` parses the flags into a `PlanConfig`. A run directory, a
+Hugging Face directory or `--stage` asks about one posttrain run instead: run_memory_cli.py.
 """
 
 from __future__ import annotations
 
 import json
 
+from posttrain.sizing import run_memory_cli
 from posttrain.sizing.memory import GB, GPUS, PRECISION, ROLES, PlanConfig, plan
 
 
@@ -77,10 +79,19 @@ def _layout(pool: str, c: dict, gpus: int) -> str:
 
 def main(argv=None) -> None:
     import argparse
+    import sys
 
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if run_memory_cli.wants_run(argv):  # one posttrain run: a run/model directory, or --stage
+        run_memory_cli.main(argv)
+        return
     d = PlanConfig()
     p = argparse.ArgumentParser(prog="posttrain memory", description="What fits on which GPU, per algorithm.")
-    p.add_argument("model", help="preset (llama-7b, qwen2.5-7b, nano, ...), a size like 7b, config.json or YAML")
+    p.add_argument(
+        "model",
+        help="preset (llama-7b, qwen2.5-7b, nano, ...), a size like 7b, config.json or YAML; a run directory, "
+        "a Hugging Face directory or a stage's YAML with --stage: that posttrain run's peak (run_memory_cli.py)",
+    )
     p.add_argument("--algo", default=d.algo, help=f"one of {', '.join(ROLES)}")
     p.add_argument("--gpu", default=d.gpu, help=", ".join(GPUS))
     p.add_argument("--gpus", type=int, default=d.gpus, help="GPUs in the pool (the trainer pool with --split)")

@@ -195,14 +195,15 @@ def resolve_model(name: str | ModelShape) -> ModelShape:
     if key in MINI_PRESETS:
         from posttrain.models.gpt_mini import ModelConfig  # entry: no torch until called
 
-        return _from_mini(ModelConfig(preset=key), key)
+        return mini_shape(ModelConfig(preset=key), key)
     raise UsageError(
         f"model {name!r} is unknown; use a preset ({', '.join(sorted(PRESETS))}, "
         f"{', '.join(MINI_PRESETS)}), a size like 7b, or a config.json / YAML file"
     )
 
 
-def _from_mini(mc, name):
+def mini_shape(mc, name: str) -> ModelShape:
+    """The shape of a gpt_mini ModelConfig (its vocabulary: the built-in tokenizer's when unset)."""
     c = mc.resolved(CharTokenizer().vocab_size)
     return ModelShape(name, c.d_model, c.n_layers, c.n_heads, c.n_kv_heads, c.d_ff, c.vocab_size, c.tie_embeddings)
 
@@ -245,4 +246,4 @@ def _from_file(path: Path) -> ModelShape:
             f"model file '{path}' has no model: section (an RL config starts from a checkpoint); "
             "give a pretrain/SFT config, a config.json or a preset name"
         )
-    return _from_mini(build(ModelConfig, data.get("model", data), "model."), path.stem)
+    return mini_shape(build(ModelConfig, data.get("model", data), "model."), path.stem)
