@@ -30,7 +30,6 @@ LoRA-wrapped or patched layer, another class or another activation gets None fro
 from __future__ import annotations
 
 import contextlib
-
 from dataclasses import dataclass
 from typing import NamedTuple
 
