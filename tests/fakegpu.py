@@ -172,10 +172,19 @@ def _own_kernels() -> list[str]:
     return names
 
 
+class _Module(torch.utils.backend_registration._DummyBackendModule):
+    """torch.fakegpu: the dummy backend module, plus what `torch.autocast` asks of a backend. No
+    dtype is supported, so autocast on fakegpu is a no-op (a warning when enabled) and the dtype
+    stays float32; `autocast(enabled=False)` (rotary tables, checkpointed recomputation) works."""
+
+    def get_amp_supported_dtype(self) -> list:
+        return []
+
+
 def install() -> torch.device:
     """Register fakegpu once per process; returns the device."""
     if not _LIBS:
-        torch.utils.backend_registration._setup_privateuseone_for_python_backend(NAME)
+        torch.utils.backend_registration._setup_privateuseone_for_python_backend(NAME, _Module())
         fallback = torch.library.Library("_", "IMPL")  # factories and moves that name device=fakegpu
         fallback.fallback(_kernel, dispatch_key="PrivateUse1")
         impl = torch.library.Library("aten", "IMPL")
