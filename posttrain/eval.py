@@ -19,7 +19,7 @@ import torch
 from posttrain.framework.rollout import Engine, SamplingParams
 from posttrain.progress import generate_with_progress
 from posttrain.tasks.arithmetic import last_integer
-from posttrain.tasks.base import correctness, score_results
+from posttrain.tasks.base import correctness, faults, score_results
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -74,8 +74,10 @@ def evaluate(
     functions but no answers) gets the reward metrics only. Majority vote needs an extracted
     answer (`task.final_answer`); without one maj@n is left out, not reported as 0. Scoring goes
     through the verifier `pool` when the run has one, so a crashing or hanging verifier costs a
-    sample, never the run. Returns a flat dict of metrics plus `per_k`: {K: {...}} for tasks whose
-    items have `k`.
+    sample, never the run. Its faults are counted beside the accuracy, over greedy and sampled
+    responses: `errors`, `timeouts`, and with a pool `workers_replaced` (a verifier failure scores
+    0, so a low accuracy must say whether the policy or the verifier failed). Returns a flat dict
+    of metrics plus `per_k`: {K: {...}} for tasks whose items have `k`.
     """
     model.eval()
     engine = engine or Engine(model, tokenizer)
@@ -83,6 +85,7 @@ def evaluate(
     prompts = [tokenizer.encode(tokenizer.chat_prompt(task.prompt(it))) for it in items]
     judged = getattr(task, "correctness", "task") is not None  # False: no way to tell right from wrong
     out: dict = {}
+    counted: Counter = Counter()  # verifier faults, greedy and sampled together
     rows: dict = defaultdict(lambda: defaultdict(list))
     kof = (lambda it: it.k) if hasattr(items[0], "k") else (lambda it: 0)
     if greedy:
@@ -95,7 +98,8 @@ def evaluate(
             seed=seed,
             items=items,
         )
-        results, _ = score_results(task, samples, pool)
+        results, scoring = score_results(task, samples, pool)
+        counted.update(faults(results, scoring, prefix))
         if judged:
             correct = [correctness(r) for r in results]
             out[f"{prefix}greedy_acc"] = float(np.mean(correct))
@@ -113,10 +117,12 @@ def evaluate(
             seed=seed,
             items=items,
         )
-        results, _ = score_results(task, samples, pool)
+        results, scoring = score_results(task, samples, pool)
+        counted.update(faults(results, scoring, prefix))
         out[f"{prefix}reward_mean"] = float(np.mean([r.reward for r in results]))
         if judged:
             out.update(_sampled(task, items, samples, results, n, ks, scorer, rows, kof, prefix))
+    out.update({k: float(v) for k, v in counted.items()})
     out["per_k"] = {
         k: {name: float(np.mean(v)) for name, v in cols.items()} | {"n": len(cols[next(iter(cols))])}
         for k, cols in sorted(rows.items())

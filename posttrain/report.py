@@ -153,6 +153,26 @@ def degenerate_groups(degenerate: list[float], limit: float = 0.6) -> Alarm | No
     return None
 
 
+def verifier_faults(metrics: list[dict]) -> Alarm | None:
+    """Responses the verifier failed to score (raised, returned garbage, timed out, killed its worker):
+    scored 0, so in evaluation they count as wrong answers and in training as bad ones. Any is too many."""
+    said = []
+    for stage, prefix in (("evaluation", "eval/"), ("training", "reward/")):
+        n = {k: sum(series(metrics, f"{prefix}{k}")) for k in ("errors", "timeouts", "workers_replaced")}
+        if any(n.values()):
+            said.append(
+                f"{stage}: {n['errors']:g} errors, {n['timeouts']:g} timeouts, {n['workers_replaced']:g} "
+                f"workers replaced ({prefix}errors, {prefix}timeouts, {prefix}workers_replaced)"
+            )
+    if not said:
+        return None
+    return Alarm(
+        "verifier faults",
+        "; ".join(said) + ". Those responses scored 0: the verifier, not the policy, failed; the samples' "
+        "`error` says why (verifier.workers, verifier.timeout_s, verifier.memory_mb contain them)",
+    )
+
+
 def series(metrics: list[dict], key: str) -> list[float]:
     return [float(m[key]) for m in metrics if isinstance(m.get(key), (int, float))]
 
@@ -170,6 +190,7 @@ def alarms(metrics: list[dict]) -> list[Alarm]:
         length_blowup(series(train, "length/mean"), series(train, "length/truncated_frac")),
         mismatch_high(series(train, "mismatch/logprob_abs")),
         degenerate_groups(degenerate),
+        verifier_faults(metrics),
     ]
     return [a for a in found if a is not None]
 
@@ -355,7 +376,7 @@ def render(run_dir: str | Path) -> str:
         f'<div class="alarm"><b>{html.escape(a.name)}</b>: {html.escape(a.message)}</div>' for a in found
     ) or (
         '<div class="ok">No alarm: reward vs held-out, entropy, clip fraction, '
-        "length, mismatch and degenerate groups look healthy.</div>"
+        "length, mismatch, degenerate groups and verifier faults look healthy.</div>"
     )
     groups = metric_groups(metrics)
     sections = [

@@ -39,6 +39,7 @@ from posttrain.recipes.common import Run, init_model, prepare_task, print_plan
 from posttrain.tasks.base import MultiTurnTask
 from posttrain.tasks.judge import JudgeTask
 from posttrain.tasks.leaky import HackingMonitor
+from posttrain.tasks.pool import make_pool, verifier_args
 
 CACHE = Path(os.environ.get("POSTTRAIN_CACHE", "runs/cache"))
 
@@ -159,7 +160,7 @@ def run(cfg: RLConfig, resume: bool = False, task=None) -> dict:
     save_config(cfg, r.dir / "config.yaml")  # every value resolved, max_new_tokens included
     prepare_task(task, tok, model, max_new, r.dir, "rl")
     if isinstance(task, JudgeTask):  # freeze the template, reach the judge (tasks/judge.py)
-        if cfg.verifier.workers:
+        if cfg.verifier.workers > 0:
             raise UsageError(
                 "task.judge with verifier.workers > 0: the judge has its own deadline and concurrency "
                 "(task.judge.timeout_s, task.judge.concurrency); set verifier.workers=0"
@@ -217,6 +218,7 @@ def run(cfg: RLConfig, resume: bool = False, task=None) -> dict:
             ),
             **({"async": True, "max_staleness": cfg.scale.max_staleness} if cfg.scale.async_ else {}),
             **({"critic": algo_cfg.critic} if actor_critic is not None else {}),
+            **({"verifier_workers": len(controller.pool.workers)} if controller.pool is not None else {}),
         },
     )
     heldout = task.items(cfg.eval.problems, "test", cfg.seed)
@@ -225,8 +227,9 @@ def run(cfg: RLConfig, resume: bool = False, task=None) -> dict:
     controller.on_batch = trace.on_batch
 
     # the held-out scoring goes through the verifier pool too (a crashing verifier costs a sample, not the
-    # run), unless the trained reward is not the task's verifier (an RM, a leaky proxy)
-    eval_pool = controller.pool if controller.task is task and not hasattr(task, "heldout_task") else None
+    # run); when the trained reward is not the task's verifier (an RM, a leaky proxy), through a pool of its own
+    eval_task = getattr(task, "heldout_task", task)
+    eval_pool = controller.pool if controller.task is eval_task else make_pool(eval_task, *verifier_args(cfg))
 
     def evaluate_fn(_model):
         ev = placement.eval_engine
@@ -238,7 +241,7 @@ def run(cfg: RLConfig, resume: bool = False, task=None) -> dict:
             res = evaluate(
                 ev.model,
                 tok,
-                getattr(task, "heldout_task", task),
+                eval_task,
                 heldout,
                 n=k,
                 ks=(1, k),
@@ -278,6 +281,8 @@ def run(cfg: RLConfig, resume: bool = False, task=None) -> dict:
             show=("reward/mean", "eval/pass@1", "kl/ref", "clip/frac"),
         )
     finally:
+        if eval_pool is not None and eval_pool is not controller.pool:
+            eval_pool.close()
         if external is not None:
             external.close()
         placement.close()

@@ -23,6 +23,7 @@ faults into a one-line UsageError, before training.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -148,6 +149,14 @@ class RewardFn:
     name: str
     style: str
     weight: float = 1.0
+
+    @functools.cached_property
+    def where(self) -> str:
+        """FILE:FUNC, as a dying run names it (postmortem.py)."""
+        try:
+            return f"{inspect.getsourcefile(self.fn)}:{self.fn.__qualname__}"
+        except (TypeError, AttributeError):  # a callable object, a builtin
+            return describe(self.fn)
 
     def __call__(self, rows, texts, ids, step=None, log=None) -> list[float | None]:
         if self.style == "verl":
