@@ -87,13 +87,12 @@ class Run:
         """Held-out greedy accuracy, pass@k, maj@k and mean reward of the final checkpoint on this run's
         task (its reward functions included)."""
         from posttrain.eval import evaluate  # entry: no torch until called
-        from posttrain.tasks.pool import make_pool, verifier_args  # entry: no torch until called
+        from posttrain.tasks.pool import pool_for  # entry: no torch until called
 
         model, tok, _ = self._loaded
         task = self.task if self.task is not None else _task_of_run(self.path)
         items = task.items(problems, "test", seed)
-        pool = make_pool(task, *verifier_args(_config_of_run(self.path)))  # as the run scored: workers for your code
-        try:
+        with pool_for(task, _config_of_run(self.path)) as pool:  # as the run scored: workers for your code
             res = evaluate(
                 model,
                 tok,
@@ -106,9 +105,6 @@ class Run:
                 max_new_tokens=max_new_tokens,
                 pool=pool,
             )
-        finally:
-            if pool is not None:
-                pool.close()
         res.pop("per_k")
         return res
 

@@ -104,7 +104,7 @@ def run_eval(args) -> None:
     from posttrain.config import build
     from posttrain.eval import evaluate, format_per_k
     from posttrain.tasks import config_class, make
-    from posttrain.tasks.pool import make_pool, verifier_args
+    from posttrain.tasks.pool import pool_for
 
     model, tok, path = checkpoint.load_model(args.checkpoint)
     run_cfg = path.parent.parent / "config.yaml"
@@ -128,8 +128,7 @@ def run_eval(args) -> None:
         from posttrain.preference.reward_model import load_scorer
 
         scorer = load_scorer(args.rm)
-    pool = make_pool(task, *verifier_args(saved))  # the run's verifier.* keys: your code scores in workers
-    try:
+    with pool_for(task, saved) as pool:  # the run's verifier.* keys: your code scores in workers
         res = evaluate(
             model,
             tok,
@@ -142,9 +141,6 @@ def run_eval(args) -> None:
             scorer=scorer,
             pool=pool,
         )
-    finally:
-        if pool is not None:
-            pool.close()
     per_k = res.pop("per_k")
     print(f"checkpoint: {path}")
     for k, v in res.items():

@@ -51,6 +51,7 @@ import signal
 import time
 import weakref
 from collections import deque
+from contextlib import contextmanager
 from multiprocessing.connection import wait
 
 import numpy as np
@@ -298,6 +299,17 @@ def verifier_args(cfg) -> tuple:
     v = (cfg.get("verifier") or {}) if isinstance(cfg, dict) else vars(cfg.verifier)
     keys = {"workers": -1, "timeout_s": 30.0, "memory_mb": MEMORY_MB, "max_calls": 0}
     return tuple(v.get(k, default) for k, default in keys.items())
+
+
+@contextmanager
+def pool_for(task, cfg):
+    """make_pool(task, *verifier_args(cfg)) for a `with` block (an evaluation outside a run), closed after."""
+    pool = make_pool(task, *verifier_args(cfg))
+    try:
+        yield pool
+    finally:
+        if pool is not None:
+            pool.close()
 
 
 def make_pool(
