@@ -39,7 +39,7 @@ FAULTS = (
     "none",  # returns None, not a RewardResult (a reward function: None is "not applicable", so 1 + None)
     "bad_component",  # a NaN component
     "str_component",  # a string component
-    "leak",  # keeps 1.5 GiB of address space per call (an untouched mapping: no RAM)
+    "leak",  # keeps 5 GiB of address space per call: past verifier.memory_mb (4096) at once (untouched: no RAM)
 )
 FATAL = ("segfault", "exit")  # kill the process they run in
 _kept: list = []
@@ -56,7 +56,7 @@ def misbehave(fault: str):
     if fault == "hang":
         time.sleep(3600)
     if fault == "leak":
-        _kept.append(mmap.mmap(-1, 3 << 29))
+        _kept.append(mmap.mmap(-1, 5 << 30))
     return VALUES.get(fault)
 
 

@@ -27,9 +27,11 @@ same numbers in both places. With `workers=0` nobody uses this file: `score_samp
 the verifier in-process (no timeout possible there, and a crash there ends the run).
 
 `verifier.workers=-1`, the default, gives your code workers and the built-in verifiers none
-(resolve_workers). The price, measured (benchmarks/verifier_workers_cost.py): ~0.05-0.07 s of
-a ~4 s step of 128 samples on 2 CPU cores, 1-2%; what it buys: a segfault, os._exit, hang or
-leak in your code costs the responses it was scoring, not the run.
+(resolve_workers). The price, measured on 2 cores (benchmarks/verifier_workers_cost.py): 128
+responses scored one by one take +0.055 s a step in 2 workers (2.6% of a 2.1 s step), a
+dataset's batch in one worker nothing measurable; what it buys: a segfault, os._exit, hang or
+leak in your code costs the responses it was scoring, not the run (benchmarks/verifier_faults.py:
+46/46 fault cells counted in workers, 30/46 in-process).
 
 Workers never outlive the trainer, as in `multiprocessing.Pool` and bubblewrap's
 `--die-with-parent`: each asks the kernel for SIGKILL when its parent dies
@@ -268,7 +270,7 @@ class VerifierPool:
         return answers, failed, latency
 
 
-AUTO_WORKERS = 2  # verifier.workers=-1 for a task that scores with your code (issue 30: 1-2% of a step)
+AUTO_WORKERS = 2  # verifier.workers=-1 for a task that scores with your code (issue 30: +0.055 s a step of 128)
 MEMORY_MB = 4096  # verifier.memory_mb's default: generous for a scorer, a wall for a leak
 
 
