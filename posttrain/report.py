@@ -154,22 +154,16 @@ def degenerate_groups(degenerate: list[float], limit: float = 0.6) -> Alarm | No
 
 
 def verifier_faults(metrics: list[dict]) -> Alarm | None:
-    """Responses the verifier failed to score (raised, returned garbage, timed out, killed its worker):
-    scored 0, so in evaluation they count as wrong answers and in training as bad ones. Any is too many."""
-    said = []
-    for stage, prefix in (("evaluation", "eval/"), ("training", "reward/")):
-        n = {k: sum(series(metrics, f"{prefix}{k}")) for k in ("errors", "timeouts", "workers_replaced")}
-        if any(n.values()):
-            said.append(
-                f"{stage}: {n['errors']:g} errors, {n['timeouts']:g} timeouts, {n['workers_replaced']:g} "
-                f"workers replaced ({prefix}errors, {prefix}timeouts, {prefix}workers_replaced)"
-            )
-    if not said:
+    """Held-out responses the verifier failed to score (it raised, returned garbage, timed out, killed
+    its worker): scored 0, they count as wrong answers, so the accuracy is too low. Any is too many."""
+    n = {k: sum(series(metrics, f"eval/{k}")) for k in ("errors", "timeouts", "workers_replaced")}
+    if not any(n.values()):
         return None
     return Alarm(
-        "verifier faults",
-        "; ".join(said) + ". Those responses scored 0: the verifier, not the policy, failed; the samples' "
-        "`error` says why (verifier.workers, verifier.timeout_s, verifier.memory_mb contain them)",
+        "verifier faults in evaluation",
+        f"{n['errors']:g} errors, {n['timeouts']:g} timeouts, {n['workers_replaced']:g} workers replaced "
+        "(eval/errors, eval/timeouts, eval/workers_replaced): those responses scored 0, so the verifier, not "
+        "the policy, lowered the accuracy; the samples' `error` says why",
     )
 
 

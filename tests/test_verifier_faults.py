@@ -4,6 +4,7 @@ eval/workers_replaced, for a user Task class (by path) and for a dataset's rewar
 metrics, on the console, in `posttrain eval` and in the report. Your code scores in worker processes
 by default, a batch there exactly as in-process; workers' memory is capped by default."""
 
+import faulthandler
 import json
 import mmap
 import shutil
@@ -50,8 +51,12 @@ def _evaluate(nano, task, pool=None, problems=8, n=2):
 def test_evaluation_counts_raise_hang_and_crash_in_workers(nano, fault, counts):
     """Each faulty call is one response of the greedy pass or of the n=2 sampled ones: 3 per faulty item."""
     task = faulty_task(fault)
-    with VerifierPool(task, workers=2, timeout_s=2.0) as pool:
-        res, fired = _evaluate(nano, task, pool)
+    faulthandler.disable()  # forked with it off: pytest's traceback of each crash is noise here
+    try:
+        with VerifierPool(task, workers=2, timeout_s=2.0) as pool:
+            res, fired = _evaluate(nano, task, pool)
+    finally:
+        faulthandler.enable(file=sys.__stderr__)
     calls = 3 * fired
     assert fired == 3
     errors, timeouts, replaced = (c * calls for c in counts)
@@ -175,15 +180,15 @@ def test_worker_memory_is_capped_by_default():
 
 
 def test_the_report_alarms_on_verifier_faults():
-    clean = [{"step": 0, "eval/errors": 0.0, "eval/timeouts": 0.0}, {"step": 1, "reward/errors": 0.0}]
-    assert verifier_faults(clean) is None
+    clean = [{"step": 0, "eval/errors": 0.0, "eval/timeouts": 0.0}, {"step": 1, "reward/errors": 2.0}]
+    assert verifier_faults(clean) is None  # training's faults have their own curves
     bad = [
         {"step": 0, "eval/errors": 2.0, "eval/timeouts": 1.0, "eval/workers_replaced": 1.0},
         {"step": 1, "reward/errors": 0.0, "eval/errors": 1.0, "eval/timeouts": 0.0},
     ]
     a = verifier_faults(bad)
-    assert a.name == "verifier faults" and a.message.startswith(
-        "evaluation: 3 errors, 1 timeouts, 1 workers replaced (eval/errors, eval/timeouts, eval/workers_replaced). "
+    assert a.name == "verifier faults in evaluation" and a.message.startswith(
+        "3 errors, 1 timeouts, 1 workers replaced (eval/errors, eval/timeouts, eval/workers_replaced): "
     )
 
 
@@ -216,3 +221,23 @@ def test_posttrain_eval_counts_and_warns(sft_ckpt, tmp_path, capsys):
         "9.0000",
     )
     assert "warning: the verifier failed on 9 responses" in captured.err
+
+
+def test_an_rl_run_counts_the_faults_of_its_evaluations(sft_ckpt, tmp_path, capsys):
+    """The issue's case, through the run: a user Task class whose held-out scoring kills its worker.
+    Under the defaults it scores in workers, so the run goes on and each evaluation says how many
+    responses the verifier failed, in the metrics and on the console; training is untouched."""
+    from posttrain.logging import read_metrics
+    from posttrain.recipes import rl
+
+    task = [f"task.name={FAULTY}:Faulty", "task.fault=exit", "task.where=eval", "task.max_terms=3"]
+    keys = ["steps=1", "threads=1", "tensorboard=false", "eval.problems=8", "eval.samples=1", *task]
+    keys += ["rollout.prompts_per_step=2", "rollout.samples_per_prompt=2", "rollout.max_new_tokens=8"]
+    rl.run(load_config(RLConfig, None, [f"init={sft_ckpt}", f"out={tmp_path}/rl", *keys]))
+    evals = [m for m in read_metrics(tmp_path / "rl") if "eval/errors" in m]
+    assert [m["step"] for m in evals] == [0, 1]
+    for m in evals:  # 3 faulty held-out items × (greedy + 1 sample)
+        assert (m["eval/errors"], m["eval/timeouts"], m["eval/workers_replaced"]) == (6.0, 0.0, 6.0)
+    assert (evals[1]["reward/errors"], evals[1]["reward/workers_replaced"]) == (0.0, 0.0)
+    out = capsys.readouterr().out
+    assert "verifier_workers: 2" in out and "rl step 0/1  eval/pass@1" in out and "eval/errors 6.0000" in out

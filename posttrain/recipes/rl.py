@@ -227,9 +227,11 @@ def run(cfg: RLConfig, resume: bool = False, task=None) -> dict:
     controller.on_batch = trace.on_batch
 
     # the held-out scoring goes through the verifier pool too (a crashing verifier costs a sample, not the
-    # run); when the trained reward is not the task's verifier (an RM, a leaky proxy), through a pool of its own
+    # run); through a pool of its own when the trained reward is not the task's verifier (an RM, a leaky
+    # proxy), or when the async producer may be scoring with the controller's at the same time
     eval_task = getattr(task, "heldout_task", task)
-    eval_pool = controller.pool if controller.task is eval_task else make_pool(eval_task, *verifier_args(cfg))
+    shared = controller.task is eval_task and not cfg.scale.async_
+    eval_pool = controller.pool if shared else make_pool(eval_task, *verifier_args(cfg))
 
     def evaluate_fn(_model):
         ev = placement.eval_engine
