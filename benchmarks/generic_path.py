@@ -34,19 +34,20 @@ def main(argv=None) -> dict:
     return run(args, Path(tempfile.mkdtemp(prefix="generic_path_")))
 
 
-def run(args, tmp: Path) -> dict:
+def countdown_arms(tmp: Path, threads: int, steps: int, init: str = "") -> tuple[dict, dict]:
+    """The RL budget both arms share (from `init`, else a fresh gpt_mini with the countdown vocabulary)
+    and the two task sections: the built-in countdown and its rows (examples/countdown_jsonl) in tmp/data."""
     import runpy
 
     runpy.run_path(str(ROOT / "examples/countdown_jsonl/export.py"), run_name="not_main")["main"](
         ["--out", str(tmp / "data"), "--train", "4000", "--test", "50"]
     )
-    init = args.init
     if not init:  # a fresh model, countdown vocabulary
         posttrain.pretrain(
             task={"name": "countdown"},
             steps=1,
             out=str(tmp / "init"),
-            threads=args.threads,
+            threads=threads,
             tensorboard=False,
             corpus_chars=5000,
             batch_size=2,
@@ -55,27 +56,31 @@ def run(args, tmp: Path) -> dict:
     rewards = str(ROOT / "examples/countdown_jsonl/rewards.py")
     common = dict(
         init=init,
-        steps=args.steps,
+        steps=steps,
         eval_every=0,
-        threads=args.threads,
+        threads=threads,
         tensorboard=False,
         rollout={"prompts_per_step": 16, "samples_per_prompt": 8, "max_new_tokens": 24},
         eval={"problems": 1, "samples": 1},
         algo={"name": "grpo", "kl_coef": 0.01},
     )
-    paths = {
-        "builtin": dict(task={"name": "countdown", "min_numbers": 2, "max_numbers": 3}),
-        "dataset": dict(
-            task={
-                "name": "dataset",
-                "train": str(tmp / "data/train.jsonl"),
-                "test": str(tmp / "data/test.jsonl"),
-                "reward": f"{rewards}:correct,{rewards}:fmt",
-                "reward_weights": [1.0, 0.1],
-                "correct": f"{rewards}:correct",
-            }
-        ),
+    tasks = {
+        "builtin": {"name": "countdown", "min_numbers": 2, "max_numbers": 3},
+        "dataset": {
+            "name": "dataset",
+            "train": str(tmp / "data/train.jsonl"),
+            "test": str(tmp / "data/test.jsonl"),
+            "reward": f"{rewards}:correct,{rewards}:fmt",
+            "reward_weights": [1.0, 0.1],
+            "correct": f"{rewards}:correct",
+        },
     }
+    return common, tasks
+
+
+def run(args, tmp: Path) -> dict:
+    common, tasks = countdown_arms(tmp, args.threads, args.steps, args.init)
+    paths = {name: dict(task=section) for name, section in tasks.items()}
     times: dict = {k: [] for k in paths}
     for rep in range(args.reps):
         for name, keys in paths.items():

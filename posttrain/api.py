@@ -87,32 +87,39 @@ class Run:
         """Held-out greedy accuracy, pass@k, maj@k and mean reward of the final checkpoint on this run's
         task (its reward functions included)."""
         from posttrain.eval import evaluate  # entry: no torch until called
+        from posttrain.tasks.pool import pool_for  # entry: no torch until called
 
         model, tok, _ = self._loaded
         task = self.task if self.task is not None else _task_of_run(self.path)
         items = task.items(problems, "test", seed)
-        res = evaluate(
-            model,
-            tok,
-            task,
-            items,
-            n=samples,
-            ks=tuple(x for x in k if x <= samples),
-            temperature=temperature,
-            seed=seed,
-            max_new_tokens=max_new_tokens,
-        )
+        with pool_for(task, _config_of_run(self.path)) as pool:  # as the run scored: workers for your code
+            res = evaluate(
+                model,
+                tok,
+                task,
+                items,
+                n=samples,
+                ks=tuple(x for x in k if x <= samples),
+                temperature=temperature,
+                seed=seed,
+                max_new_tokens=max_new_tokens,
+                pool=pool,
+            )
         res.pop("per_k")
         return res
 
 
-def _task_of_run(path: Path):
+def _config_of_run(path: Path) -> dict:
     import yaml
 
+    file = Path(path, "config.yaml")
+    return (yaml.safe_load(file.read_text()) or {}) if file.exists() else {}
+
+
+def _task_of_run(path: Path):
     from posttrain.config import build  # entry: no torch until called
 
-    cfg = yaml.safe_load(Path(path, "config.yaml").read_text()) or {}
-    section = cfg.get("task") or {}
+    section = _config_of_run(path).get("task") or {}
     return make(build(config_class(section.get("name", "arithmetic")), section, "task."))
 
 

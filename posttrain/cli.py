@@ -111,13 +111,13 @@ def run_eval(args) -> None:
     from posttrain.config import build
     from posttrain.eval import evaluate, format_per_k
     from posttrain.tasks import config_class, make
+    from posttrain.tasks.pool import pool_for
 
     device = runtime.resolve(args.device).device  # device=cuda without a GPU: one line before any work
     model, tok, path = checkpoint.load_model(args.checkpoint, device)
-    task_cfg: dict = {}
     run_cfg = path.parent.parent / "config.yaml"
-    if run_cfg.exists():
-        task_cfg = (yaml.safe_load(run_cfg.read_text()) or {}).get("task", {}) or {}
+    saved = (yaml.safe_load(run_cfg.read_text()) or {}) if run_cfg.exists() else {}
+    task_cfg: dict = saved.get("task", {}) or {}
     for item in args.overrides:
         key, _, value = item.partition("=")
         if not key.startswith("task."):
@@ -136,14 +136,31 @@ def run_eval(args) -> None:
         from posttrain.preference.reward_model import load_scorer
 
         scorer = load_scorer(args.rm, device)
-    res = evaluate(
-        model, tok, task, items, n=n if n > 1 else 0, ks=ks, temperature=args.temperature, seed=args.seed, scorer=scorer
-    )
+    with pool_for(task, saved) as pool:  # the run's verifier.* keys: your code scores in workers
+        res = evaluate(
+            model,
+            tok,
+            task,
+            items,
+            n=n if n > 1 else 0,
+            ks=ks,
+            temperature=args.temperature,
+            seed=args.seed,
+            scorer=scorer,
+            pool=pool,
+        )
     per_k = res.pop("per_k")
     print(f"checkpoint: {path}")
     for k, v in res.items():
         if isinstance(v, float):  # a suspicious accuracy's line (eval.SUSPECT) was printed as it was found
             print(f"{k:24s} {v:.4f}")
+    failed = sum(res.get(f"eval/{k}", 0.0) for k in ("errors", "timeouts"))
+    if failed:
+        print(
+            f"warning: the verifier failed on {failed:g} responses (eval/errors, eval/timeouts): they count as "
+            "wrong, so the accuracy above is a lower bound",
+            file=sys.stderr,
+        )
     if set(per_k) != {0}:  # items without a number of terms (other tasks): no table
         print(format_per_k(per_k, "held-out accuracy by number of terms K"))
     if args.out:

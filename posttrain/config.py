@@ -51,7 +51,9 @@ class RunConfig:
     out: str = ""  # run directory; "" = runs/<stage>
     seed: int = 0  # seeds model init, data order and sampling
     steps: int = 100  # optimizer steps
-    save_every: int = 0  # checkpoint every N steps (0 = only at the end)
+    save_every: int = 0  # checkpoint every N steps (0 = only at the end, and every save_minutes)
+    save_minutes: float = 10.0  # also checkpoint when this many minutes passed since the last one (0 = off);
+    # a killed run loses at most that much. Never more than 5% of the time: the gap grows to 19× a save's duration
     keep_last: int = 2  # checkpoints kept on disk (older ones are deleted)
     eval_every: int = 0  # evaluate every N steps (0 = only at the end)
     log_every: int = 10  # print/log metrics every N steps
@@ -169,10 +171,13 @@ class EvalConfig:
 class VerifierConfig:
     """Where reward functions and verifiers run."""
 
-    workers: int = 0  # verifier processes (tasks/pool.py); 0 = in-process: cheapest, but a hang stalls the step
+    workers: int = -1  # verifier processes (tasks/pool.py); -1 = auto: 2 when scoring runs your code (task.name=
+    # FILE.py:Class, task.reward / task.correct functions), 0 for the built-in tasks; 0 = in-process: cheapest,
+    # but a hang stalls the step and a crash (segfault, os._exit) ends the run (README: what workers=0 risks)
     timeout_s: float = 30.0  # per-call deadline with workers > 0; a late call scores 0 (reward/timeouts)
-    memory_mb: int = 0  # address space a worker may add to what it inherits (0 = no cap); past it an
-    # allocation fails (MemoryError, reward 0) and the worker is replaced
+    memory_mb: int = 4096  # address space a worker may add to what it inherits (0 = no cap); past it an
+    # allocation fails (MemoryError, reward 0) and the worker is replaced. Virtual memory: thread stacks and
+    # malloc arenas count, so raise it for a verifier that starts many threads
     max_calls: int = 0  # replace a worker after this many calls (0 = never): bounds what a leaky verifier keeps
     reward_bound: float = 1e6  # a reward or component beyond ±this (or NaN, inf, not a number) scores 0, counted
     # in reward/errors: a broken verifier, not a generous one

@@ -23,7 +23,7 @@ from posttrain.framework.rollout import SamplingParams
 from posttrain.progress import generate_with_progress
 from posttrain.sizing.card import phase
 from posttrain.tasks.arithmetic import last_integer
-from posttrain.tasks.base import correctness, received_text, score_results
+from posttrain.tasks.base import correctness, faults, received_text, score_results
 
 SUSPECT = "alarm/heldout_accuracy"  # the metric that carries suspicious_accuracy's line (report.py reads it)
 _told: weakref.WeakSet = weakref.WeakSet()  # tasks whose suspicious accuracy has been printed once
@@ -82,8 +82,10 @@ def evaluate(
     functions but no answers) gets the reward metrics only. Majority vote needs an extracted
     answer (`task.final_answer`); without one maj@n is left out, not reported as 0. Scoring goes
     through the verifier `pool` when the run has one, so a crashing or hanging verifier costs a
-    sample, never the run. Returns a flat dict of metrics plus `per_k`: {K: {...}} for tasks whose
-    items have `k`.
+    sample, never the run. Its faults are counted beside the accuracy, over greedy and sampled
+    responses: `errors`, `timeouts`, and with a pool `workers_replaced` (a verifier failure scores
+    0, so a low accuracy must say whether the policy or the verifier failed). Returns a flat dict
+    of metrics plus `per_k`: {K: {...}} for tasks whose items have `k`.
     """
     if not items:  # eval.problems=0: no evaluation (benchmarks that time steps only)
         return {"per_k": {}}
@@ -94,6 +96,7 @@ def evaluate(
     judged = getattr(task, "correctness", "task") is not None  # False: no way to tell right from wrong
     out: dict = {}
     scored: list = []  # (sample, result) pairs of both passes, for suspicious_accuracy
+    counted: Counter = Counter()  # verifier faults, greedy and sampled together
     rows: dict = defaultdict(lambda: defaultdict(list))
     kof = (lambda it: it.k) if hasattr(items[0], "k") else (lambda it: 0)
     if greedy:
@@ -106,7 +109,8 @@ def evaluate(
             seed=seed,
             items=items,
         )
-        results, _ = score_results(task, samples, pool)
+        results, scoring = score_results(task, samples, pool)
+        counted.update(faults(results, scoring, prefix))
         scored += zip(samples, results)
         if judged:
             correct = [correctness(r) for r in results]
@@ -125,11 +129,13 @@ def evaluate(
             seed=seed,
             items=items,
         )
-        results, _ = score_results(task, samples, pool)
+        results, scoring = score_results(task, samples, pool)
+        counted.update(faults(results, scoring, prefix))
         scored += zip(samples, results)
         out[f"{prefix}reward_mean"] = float(np.mean([r.reward for r in results]))
         if judged:
             out.update(_sampled(task, items, samples, results, n, ks, scorer, rows, kof, prefix))
+    out.update({k: float(v) for k, v in counted.items()})
     line = suspicious_accuracy(task, scored) if judged else None
     if line is not None:
         out[SUSPECT] = line

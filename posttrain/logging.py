@@ -23,6 +23,7 @@ from pathlib import Path
 from posttrain import UsageError
 
 RUN_LOGS = ("metrics.jsonl", "samples.jsonl")  # step-keyed jsonl files a resume truncates
+EVAL_FAULTS = ("eval/errors", "eval/timeouts", "eval/workers_replaced")  # shown on the console when not 0
 _notes_shown: set[str] = set()
 
 
@@ -103,12 +104,15 @@ class RunLogger:
                 self.tb.add_scalar(k, v, step)
         if self.wandb is not None:
             self.wandb.log(scalars, step=step)
-        info = "  ".join(f"{k} {_fmt(record[k])}" for k in self.show if k in record)
+        faults = [k for k in EVAL_FAULTS if record.get(k)]  # the verifier, not the policy, failed
+        info = "  ".join(f"{k} {_fmt(record[k])}" for k in (*self.show, *faults) if k in record)
         if self._progress is not None:
             self._progress.update(self._task, completed=step, info=info)
+            if faults:  # the bar's line is overwritten by the next step: these stay
+                self._progress.console.print(f"{self.stage} step {step}: {info}")
         elif step <= self.start_step:  # the starting evaluation: one-off work, no ETA yet
             print(f"{self.stage} step {step}/{self.total}  {info}", flush=True)
-        elif step % self.log_every == 0 or step == self.total:
+        elif step % self.log_every == 0 or step == self.total or faults:
             done = step - self.start_step
             eta = (time.time() - self.t0) / max(done, 1) * (self.total - step)
             print(f"{self.stage} step {step}/{self.total}  {info}  eta {_eta(eta)}", flush=True)

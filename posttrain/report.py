@@ -166,6 +166,20 @@ def heldout_accuracy_suspect(metrics: list[dict]) -> Alarm | None:
     return None
 
 
+def verifier_faults(metrics: list[dict]) -> Alarm | None:
+    """Held-out responses the verifier failed to score (it raised, returned garbage, timed out, killed
+    its worker): scored 0, they count as wrong answers, so the accuracy is too low. Any is too many."""
+    n = {k: sum(series(metrics, f"eval/{k}")) for k in ("errors", "timeouts", "workers_replaced")}
+    if not any(n.values()):
+        return None
+    return Alarm(
+        "verifier faults in evaluation",
+        f"{n['errors']:g} errors, {n['timeouts']:g} timeouts, {n['workers_replaced']:g} workers replaced "
+        "(eval/errors, eval/timeouts, eval/workers_replaced): those responses scored 0, so the verifier, not "
+        "the policy, lowered the accuracy; the samples' `error` says why",
+    )
+
+
 def series(metrics: list[dict], key: str) -> list[float]:
     return [float(m[key]) for m in metrics if isinstance(m.get(key), (int, float))]
 
@@ -184,6 +198,7 @@ def alarms(metrics: list[dict]) -> list[Alarm]:
         mismatch_high(series(train, "mismatch/logprob_abs")),
         degenerate_groups(degenerate),
         heldout_accuracy_suspect(metrics),
+        verifier_faults(metrics),
     ]
     return [a for a in found if a is not None]
 
@@ -330,7 +345,7 @@ def render(run_dir: str | Path) -> str:
         f'<div class="alarm"><b>{html.escape(a.name)}</b>: {html.escape(a.message)}</div>' for a in found
     ) or (
         '<div class="ok">No alarm: reward vs held-out, entropy, clip fraction, '
-        "length, mismatch and degenerate groups look healthy.</div>"
+        "length, mismatch, degenerate groups and verifier faults look healthy.</div>"
     )
     groups = metric_groups(metrics)
     sections = [

@@ -51,6 +51,7 @@ RANKS = {
     "runtime": 0,
     "validate": 0,
     "logging": 0,
+    "postmortem": 0,
     "algorithms": 1,
     "models": 1,
     "tasks": 1,

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from posttrain import UsageError
+from posttrain import UsageError, postmortem
 from posttrain.eval import pass_at_k
 from posttrain.framework.controller import group_metrics, group_rewards, sample_metrics
 from posttrain.serve.batcher import Batcher
@@ -130,7 +130,8 @@ class ExternalRollouts:
         self.recorder.open(flat)
         t0 = time.perf_counter()
         try:
-            results = asyncio.run(self._drive(items, ids))
+            with postmortem.doing(f"while driving {len(flat)} episodes with {type(self.task).__qualname__}"):
+                results = asyncio.run(self._drive(items, ids))
         finally:
             turns = self.recorder.close(flat)
         wall = time.perf_counter() - t0
@@ -233,7 +234,8 @@ class ExternalRollouts:
         saved, self.policy.temperature = self.policy.temperature, temperature
         self.recorder.open(flat)
         try:
-            results = asyncio.run(self._drive(items, ids))
+            with postmortem.doing(f"while driving {len(flat)} evaluation episodes with {type(self.task).__qualname__}"):
+                results = asyncio.run(self._drive(items, ids))
         finally:
             self.recorder.close(flat)
             self.policy.temperature = saved

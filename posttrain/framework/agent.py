@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from posttrain import UsageError
+from posttrain import UsageError, postmortem
 from posttrain.chat import CALL_CLOSE, SPECIALS
 from posttrain.framework.rollout import Sample, SamplingParams
 from posttrain.models.tokenizer import CharTokenizer
@@ -172,7 +172,8 @@ def run_episodes(
             text = token_text(tok, out.response_ids)
             ep.conversation.append(("policy", text))
             ep.turns += 1
-            obs, reward, done, info = envs[e].step(text)
+            with postmortem.doing(f"while calling {type(envs[e]).__qualname__}.step (the task's environment)"):
+                obs, reward, done, info = envs[e].step(text)
             ep.reward += float(reward)
             if done or out.finish_reason == "length":
                 ep.finish_reason = "stop" if done else "length"
@@ -233,7 +234,8 @@ def evaluate_episodes(
     prefix: str = "eval/",
 ) -> dict:
     """Held-out evaluation of an env task, with the keys of eval.evaluate: greedy accuracy, and
-    with n > 0 sampled pass@1 and pass@k; plus the tool-call rate of each."""
+    with n > 0 sampled pass@1 and pass@k; plus the tool-call rate of each, and the episodes whose
+    environment reported an error (`errors`; episodes run without a deadline, so no `timeouts`)."""
     from posttrain.eval import pass_at_k  # upward: posttrain.eval
 
     greedy = run_episodes(
@@ -244,6 +246,7 @@ def evaluate_episodes(
         f"{prefix}length_mean": float(np.mean([len(e.response_ids) for e in greedy])),
         f"{prefix}greedy_tool_call_rate": episode_metrics(greedy, "")["tool_call_rate"],
     }
+    failed = [e.reward_error is not None for e in greedy]
     if n > 0:
         eps = run_episodes(
             engine,
@@ -259,9 +262,11 @@ def evaluate_episodes(
             if k <= n:
                 out[f"{prefix}pass@{k}"] = float(np.mean([pass_at_k(n, c, k) for c in correct]))
         out[f"{prefix}tool_call_rate"] = episode_metrics(eps, "")["tool_call_rate"]
+        failed += [e.reward_error is not None for e in eps]
         for name, used in (("with_tool", True), ("without_tool", False)):  # where the accuracy comes from
             part = [solved(e) for e in eps if (e.tool_calls > 0) == used]
             if part:
                 out[f"{prefix}acc_{name}"] = float(np.mean(part))
+    out[f"{prefix}errors"] = float(sum(failed))
     out["per_k"] = {}
     return out

@@ -37,7 +37,7 @@ from posttrain.framework.trainer import policy_loss_fn
 from posttrain.sizing.card import phase
 from posttrain.sizing.throughput import max_of_k
 from posttrain.tasks.base import MultiTurnTask, score_samples
-from posttrain.tasks.pool import make_pool
+from posttrain.tasks.pool import make_pool, verifier_args
 
 
 class Controller:
@@ -54,13 +54,7 @@ class Controller:
         self.correction = auto if cfg.scale.off_policy_correction == "auto" else cfg.scale.off_policy_correction
         self.last_samples: list = []
         self.on_batch = None  # optional hook(step, samples, batch) before ❼: the audit trace
-        self.pool = make_pool(
-            task,
-            cfg.verifier.workers,
-            cfg.verifier.timeout_s,  # None = in-process
-            cfg.verifier.memory_mb,
-            cfg.verifier.max_calls,
-        )
+        self.pool = make_pool(task, *verifier_args(cfg))  # None = in-process
 
     def timer(self, name: str):
         return timed(self.timers, name)

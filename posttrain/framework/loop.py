@@ -3,7 +3,10 @@
 A stage supplies `step_fn(step) -> metrics`. Everything a step consumes is a pure function
 of (seed, step) — the SFT batch, the RL prompts and the sampling keys — so the data
 position is the step counter and a resumed run sees exactly what it would have seen.
-SIGINT/SIGTERM finish the current step, save a checkpoint, then stop.
+SIGINT/SIGTERM finish the current step, save a checkpoint, then stop. A death no signal
+handler sees (SIGKILL, a segfault, os._exit in a verifier) loses at most `save_minutes` of
+work: a checkpoint is written whenever that much time has passed since the last one, and
+the run's watcher (posttrain/postmortem.py) says where it died.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import time
 
 import torch
 
-from posttrain import TrainingHalted, checkpoint, runtime
+from posttrain import TrainingHalted, checkpoint, postmortem, runtime
 from posttrain.config import to_dict
 from posttrain.framework.trainer import Trainer
 from posttrain.logging import RunLogger
@@ -24,6 +27,18 @@ from posttrain.sizing.card import OutOfMemory, phase
 def eval_due(cfg, step: int) -> bool:
     """Evaluation steps: every `eval_every` steps and the last one."""
     return bool(cfg.eval_every and step % cfg.eval_every == 0) or step == cfg.steps
+
+
+def save_due(cfg, step: int, since_s: float, save_s: float) -> bool:
+    """A checkpoint after this step (before the last, which always gets one)? Every `save_every`
+    steps, and once `save_minutes` have passed since the last checkpoint (or the start): the gap
+    is at least 19 times the last save's duration, so saving never takes more than 5% of the time.
+    Saving reads the run's state and changes none of it: the numbers are the same either way."""
+    if step >= cfg.steps:
+        return False
+    if cfg.save_every and step % cfg.save_every == 0:
+        return True
+    return cfg.save_minutes > 0 and since_s >= max(60 * cfg.save_minutes, 19 * save_s)
 
 
 def train_loop(
@@ -71,10 +86,14 @@ def train_loop(
         config=to_dict(cfg),
     )
     if evaluate is not None and eval_at_start and start == 0:
+        postmortem.step("the evaluation of the starting weights (step 0)")
         with phase("eval"):
             logger.log(0, evaluate(model))
+    clock = {"last": time.monotonic(), "cost": 0.0}  # the last checkpoint's end, and how long it took
 
     def save(step):
+        postmortem.step(f"writing the checkpoint of step {step}")
+        t0 = time.monotonic()
         state = {
             "trainer": trainer.state_dict(),
             "rng": runtime.rng_state(),
@@ -82,9 +101,11 @@ def train_loop(
             "data_position": step,
             "extra": extra_state[0]() if extra_state is not None else {},
         }
-        return checkpoint.save(
+        path = checkpoint.save(
             run.dir, step, model, tokenizer, state, {"stage": run.stage, **(meta or {})}, cfg.keep_last
         )
+        clock.update(last=time.monotonic(), cost=time.monotonic() - t0)
+        return path
 
     # SIGINT/SIGTERM finish the current step, save a checkpoint, then stop (never mid-step).
     stop = []
@@ -99,11 +120,13 @@ def train_loop(
     predicted = getattr(run, "predicted_peak", None)  # recipes/common.show_memory_prediction
     try:
         for step in range(start + 1, cfg.steps + 1):
+            postmortem.step(f"step {step} of {cfg.steps}")
             t0 = time.perf_counter()
             with phase("step"):  # the step's own phases (rollout, reference, train, …) name it first
                 metrics = step_fn(step)
             metrics["time/step_s"] = time.perf_counter() - t0
             if evaluate is not None and eval_due(cfg, step):
+                postmortem.step(f"the evaluation at step {step} of {cfg.steps}")
                 with phase("eval"):
                     metrics.update(evaluate(model))
             metrics["memory/peak_gib"] = runtime.peak_memory_bytes(device) / 2**30  # so far: CUDA tensors, CPU RSS
@@ -128,20 +151,21 @@ def train_loop(
                     f"{trainer.nonfinite_in_a_row} steps in a row had a non-finite loss or gradient and were "
                     f"skipped (last checkpoint {path}); lower optim.lr or check the data, then --resume {run.dir}"
                 )
-            if cfg.save_every and step % cfg.save_every == 0 and step < cfg.steps:
+            if save_due(cfg, step, time.monotonic() - clock["last"], clock["cost"]):
                 save(step)
+        if reason:
+            meta = {**(meta or {}), "finished_early": reason}
+        warning = nonfinite_warning(trainer, model, end)
+        if warning:  # marked in meta.json, said on the console and in the summary
+            meta = {**(meta or {}), "nonfinite_steps": int(trainer.nonfinite_total), "weights_finite": warning[1]}
+        path = save(end)
     except OutOfMemory as e:  # nothing saved after it: the last checkpoint is the one to resume from
         logger.close()
         raise e.in_run(run.dir) from None
     finally:
         for sig, h in handlers.items():
             signal.signal(sig, h)
-    if reason:
-        meta = {**(meta or {}), "finished_early": reason}
-    warning = nonfinite_warning(trainer, model, end)
-    if warning:  # marked in meta.json, said on the console and in the summary
-        meta = {**(meta or {}), "nonfinite_steps": int(trainer.nonfinite_total), "weights_finite": warning[1]}
-    path = save(end)
+        postmortem.done()  # from here on Python reports what happens (an exception, a clean end)
     if warning:
         logger.message(f"warning: {warning[0]} ({path})")
     logger.close()

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 import yaml
 
-from posttrain import UsageError, algorithms, checkpoint, runtime
+from posttrain import UsageError, algorithms, checkpoint, postmortem, runtime
 from posttrain.config import save_config, to_dict
 from posttrain.framework.batch import split_micro_batches, to_device
 from posttrain.framework.logprobs import sequence_logprobs
@@ -42,6 +42,7 @@ class Run:
                 f"pass --resume {self.dir} to continue, overwrite=true to start over, or out=NEW_DIR"
             )
         write_run_dir(self.dir, cfg)
+        postmortem.watch(self.dir, stage)  # a death from here on is named, on stderr and in RUN_DIR/crash.log
         runtime.seed_everything(cfg.seed)
         self.predicted_peak: dict | None = None  # predict_memory
 
@@ -177,6 +178,7 @@ def prepare_task(task, tok, model, max_new_tokens: int, run_dir: Path, stage: st
     and fit the context; reward functions answer a dry call), then the first training prompt as
     the model will see it, printed and saved to RUN_DIR/first_prompt.txt."""
     if hasattr(task, "check"):
+        postmortem.step("the startup checks of the task")
         task.check(tok, getattr(model.config, "max_seq_len", None), max_new_tokens)
     show_first_prompt(tok.chat_prompt(task.prompt(task.items(1, "train", 0)[0])), run_dir, stage)
     if getattr(task, "correctness", "task") is None:

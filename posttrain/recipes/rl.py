@@ -39,6 +39,7 @@ from posttrain.recipes.common import Run, init_model, predict_memory, prepare_ta
 from posttrain.tasks.base import MultiTurnTask
 from posttrain.tasks.judge import JudgeTask
 from posttrain.tasks.leaky import HackingMonitor
+from posttrain.tasks.pool import make_pool, verifier_args
 
 CACHE = Path(os.environ.get("POSTTRAIN_CACHE", "runs/cache"))
 
@@ -191,7 +192,7 @@ def run(cfg: RLConfig, resume: bool = False, task=None) -> dict:
     plen = prompt_width(cfg, tok, task)
     predict_memory(r, "rl", model, plen + max_new, plen, cfg)  # before anything else is built: the process's share
     if isinstance(task, JudgeTask):  # freeze the template, reach the judge (tasks/judge.py)
-        if cfg.verifier.workers:
+        if cfg.verifier.workers > 0:
             raise UsageError(
                 "task.judge with verifier.workers > 0: the judge has its own deadline and concurrency "
                 "(task.judge.timeout_s, task.judge.concurrency); set verifier.workers=0"
@@ -251,6 +252,7 @@ def run(cfg: RLConfig, resume: bool = False, task=None) -> dict:
             ),
             **({"async": True, "max_staleness": cfg.scale.max_staleness} if cfg.scale.async_ else {}),
             **({"critic": algo_cfg.critic} if actor_critic is not None else {}),
+            **({"verifier_workers": len(controller.pool.workers)} if controller.pool is not None else {}),
         },
     )
     heldout = task.items(cfg.eval.problems, "test", cfg.seed)
@@ -259,8 +261,11 @@ def run(cfg: RLConfig, resume: bool = False, task=None) -> dict:
     controller.on_batch = trace.on_batch
 
     # the held-out scoring goes through the verifier pool too (a crashing verifier costs a sample, not the
-    # run), unless the trained reward is not the task's verifier (an RM, a leaky proxy)
-    eval_pool = controller.pool if controller.task is task and not hasattr(task, "heldout_task") else None
+    # run); through a pool of its own when the trained reward is not the task's verifier (an RM, a leaky
+    # proxy), or when the async producer may be scoring with the controller's at the same time
+    eval_task = getattr(task, "heldout_task", task)
+    shared = controller.task is eval_task and not cfg.scale.async_
+    eval_pool = controller.pool if shared else make_pool(eval_task, *verifier_args(cfg))
 
     def evaluate_fn(_model):
         ev = placement.eval_engine
@@ -272,7 +277,7 @@ def run(cfg: RLConfig, resume: bool = False, task=None) -> dict:
             res = evaluate(
                 model,
                 tok,
-                getattr(task, "heldout_task", task),
+                eval_task,
                 heldout,
                 n=k,
                 ks=(1, k),
@@ -312,6 +317,8 @@ def run(cfg: RLConfig, resume: bool = False, task=None) -> dict:
             show=("reward/mean", "eval/pass@1", "kl/ref", "clip/frac"),
         )
     finally:
+        if eval_pool is not None and eval_pool is not controller.pool:
+            eval_pool.close()
         if external is not None:
             external.close()
         placement.close()

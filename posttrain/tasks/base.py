@@ -17,6 +17,7 @@ one kept as a component so it is logged as `reward/<name>`.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 import numbers
 import random
@@ -24,6 +25,8 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
+
+from posttrain import postmortem
 
 
 @dataclass
@@ -284,8 +287,9 @@ def score_results(task: Task, samples, pool=None, step: int | None = None) -> tu
     failed (`finish_reason == "error"`) is scored 0 without calling the verifier. With a
     `pool` (tasks/pool.py) the verifier runs in worker processes under a deadline: hangs
     score 0 and are counted in `reward/timeouts`; in-process, a hang would stall the step.
-    A task with `reward_batch(items, responses)` (a reward model: one forward for many samples)
-    is called once for the batch; if that raises, every sample falls back to `task.reward`.
+    A task with `reward_batch(items, responses)` (a reward model: one forward for many samples;
+    a dataset's reward functions) is called once for the batch, in-process or in one worker
+    (pool.score_batch); if that raises, every sample falls back to `task.reward`.
     """
     results = [
         RewardResult(s.reward, s.reward_components, s.reward_error)
@@ -294,21 +298,54 @@ def score_results(task: Task, samples, pool=None, step: int | None = None) -> tu
         for s in samples
     ]  # episodes arrive scored
     todo = [i for i, s in enumerate(samples) if not getattr(s, "scored", False) and s.finish_reason != "error"]
+    args = [verifier_args(task, samples[i]) for i in todo]
     metrics = {"reward/timeouts": 0.0}
     if pool is not None:
-        scored, stats = pool.score([verifier_args(task, samples[i]) for i in todo])
+        if hasattr(task, "reward_batch"):
+            scored, stats = pool.score_batch(args, step)
+        else:
+            scored, stats = pool.score(args)
         metrics = {
             "reward/timeouts": float(stats["timeouts"]),
             "reward/workers_replaced": float(stats["replaced"]),
             **{f"reward/{k}": v for k, v in stats.items() if k.startswith("latency")},
         }
     else:  # in-process: its time is time/reward_s (latency keys would break the exact-resume test)
-        scored = _batch_rewards(task, [samples[i] for i in todo], step)
-        if scored is None:
-            scored = [safe_reward(task, *verifier_args(task, samples[i])) for i in todo]
+        scored = score_in_process(task, args, step)
     for i, res in zip(todo, scored):
         results[i] = res
     return results, metrics
+
+
+def score_in_process(task: Task, args: list[tuple], step: int | None = None) -> list[RewardResult]:
+    """The verifier called in this process: `reward_batch` once when the task has one, else (or when
+    that fails) `safe_reward` per response. A pool worker runs this same function on a batch
+    (pool.score_batch), so a batch scores alike in both places. A process that dies in here names
+    the verifier (posttrain/postmortem.py)."""
+    with postmortem.doing(f"while scoring {len(args)} responses in-process with {verifier_name(task)}"):
+        scored = _batch_rewards(task, args, step)
+        if scored is None:
+            scored = [safe_reward(task, *a) for a in args]
+    return scored
+
+
+def verifier_name(task) -> str:
+    """The verifier a dying run names: the scoring class's reward method and its file."""
+    cls = type(task)
+    try:
+        return f"{cls.__qualname__}.reward ({inspect.getsourcefile(cls)})"
+    except TypeError:  # a class without a source file
+        return f"{cls.__module__}.{cls.__qualname__}.reward"
+
+
+def faults(results: Sequence[RewardResult], metrics: dict, prefix: str) -> dict:
+    """The verifier faults of one score_results call under `prefix` (reward/ in training, eval/ in
+    evaluation): errors (timeouts apart), timeouts, and workers_replaced when a pool scored."""
+    timeouts = metrics.get("reward/timeouts", 0.0)
+    out = {f"{prefix}errors": sum(r.error is not None for r in results) - timeouts, f"{prefix}timeouts": timeouts}
+    if "reward/workers_replaced" in metrics:
+        out[f"{prefix}workers_replaced"] = metrics["reward/workers_replaced"]
+    return out
 
 
 def score_samples(task: Task, samples, pool=None, step: int | None = None) -> dict:
@@ -323,7 +360,7 @@ def score_samples(task: Task, samples, pool=None, step: int | None = None) -> di
             comps.setdefault(k, []).append(v)
     logged = {f"reward/{k}": v for k, v in getattr(task, "logged", {}).items()}  # TRL's log_metric
     return {
-        "reward/errors": float(errors) - metrics["reward/timeouts"],
+        **faults(results, metrics, "reward/"),
         **metrics,
         **logged,
         # a component's mean over the samples it scored (a TRL function's None leaves a sample out),
@@ -332,27 +369,28 @@ def score_samples(task: Task, samples, pool=None, step: int | None = None) -> di
     }
 
 
-def _batch_rewards(task, samples, step=None) -> list | None:
-    """`task.reward_batch` over the samples (a reward model scores many in one forward; a dataset's
-    reward functions take the whole batch), or None when the task has none or it fails; the caller
-    then scores one by one (errors counted)."""
+def _batch_rewards(task, args: list[tuple], step=None) -> list | None:
+    """`task.reward_batch` over the responses (their `verifier_args`: a reward model scores many in one
+    forward; a dataset's reward functions take the whole batch), or None when the task has none or it
+    fails; the caller then scores one by one (errors counted)."""
     fn = getattr(task, "reward_batch", None)
     if fn is None:
         return None
+    items, texts = [a[0] for a in args], [a[1] for a in args]
     extra = (
         {
-            "ids": [list(s.response_ids) for s in samples],
+            "ids": [a[2] for a in args],
             "step": step,
-            "completions": [received_text(task, s) for s in samples],
-            "finish_reasons": [s.finish_reason for s in samples],
+            "completions": [a[3] for a in args],
+            "finish_reasons": [a[4] for a in args],
         }
         if getattr(task, "wants_ids", False)
         else {}
     )
     try:
-        results = fn([s.item for s in samples], [s.text for s in samples], **extra)
+        results = fn(items, texts, **extra)
     except Exception:  # counted per sample by the one-by-one fallback
         return None
-    if len(results) != len(samples) or not all(isinstance(r, RewardResult) for r in results):
+    if len(results) != len(items) or not all(isinstance(r, RewardResult) for r in results):
         return None
     return [r if r.error is not None else checked(task, r) for r in results]

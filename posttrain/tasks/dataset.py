@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from posttrain import UsageError
+from posttrain import UsageError, postmortem
 from posttrain.chat import EOT, SYSTEM, THINK_CLOSE, check_messages, prompt_text, split_last_assistant
 from posttrain.tasks.base import BatchScored, RewardResult, TaskConfig, batch_lists, in_heldout
 from posttrain.tasks.rewards import RewardFn, describe, reward_fns, split_specs
@@ -140,6 +140,7 @@ class DatasetTask(BatchScored):  # wants_ids: verifier_args passes TRL's complet
             if c.correct
             else None
         )
+        self.user_code = bool(self.fns) or self.correct_fn is not None  # pool.runs_user_code: workers by default
         has_answers = all(r.answer is not None for r in self.train[:50])
         if not self.fns and not has_answers and not c.judge.model:  # a judge can score rows without answers
             raise UsageError(
@@ -281,23 +282,25 @@ class DatasetTask(BatchScored):  # wants_ids: verifier_args passes TRL's complet
         todo = [i for i in range(len(items)) if errors[i] is None]
         if not todo:
             return []
-        try:
-            vals = fn(*([x[i] for i in todo] for x in (items, texts, ids)), step, logged, [finish[i] for i in todo])
-            return _scatter(len(items), todo, vals)
-        except Exception:  # find the sample(s) at fault, one by one
-            pass
-        out = [None] * len(items)
-        for i in todo:
+        with postmortem.doing(f"while calling reward function {fn.where} on {len(todo)} responses"):
             try:
-                out[i] = fn([items[i]], [texts[i]], [ids[i]], step, logged, [finish[i]])[0]
-            except Exception as e:  # counted in reward/errors; the step goes on
-                errors[i] = f"reward function {fn.name}: {type(e).__name__}: {e}"
-        return out
+                vals = fn(*([x[i] for i in todo] for x in (items, texts, ids)), step, logged, [finish[i] for i in todo])
+                return _scatter(len(items), todo, vals)
+            except Exception:  # find the sample(s) at fault, one by one
+                pass
+            out = [None] * len(items)
+            for i in todo:
+                try:
+                    out[i] = fn([items[i]], [texts[i]], [ids[i]], step, logged, [finish[i]])[0]
+                except Exception as e:  # counted in reward/errors; the step goes on
+                    errors[i] = f"reward function {fn.name}: {type(e).__name__}: {e}"
+            return out
 
     def _correct(self, item: Row, text: str, ids, finish: str, reward, step, errors, i) -> float | None:
         if self.correct_fn is not None:
             try:
-                v = self.correct_fn([item], [text], [ids], step, None, [finish])[0]
+                with postmortem.doing(f"while calling correctness function {self.correct_fn.where}"):
+                    v = self.correct_fn([item], [text], [ids], step, None, [finish])[0]
             except Exception as e:
                 errors[i] = f"correctness function {self.correct_fn.name}: {type(e).__name__}: {e}"
                 return 0.0
@@ -350,7 +353,8 @@ class DatasetTask(BatchScored):  # wants_ids: verifier_args passes TRL's complet
         ids = [tok.encode(t) if all(ch in getattr(tok, "stoi", {ch: 0 for ch in t}) for ch in t) else [] for t in texts]
         for fn in self.fns + ([self.correct_fn] if self.correct_fn else []):
             try:
-                fn(rows, texts, ids, 0, {})
+                with postmortem.doing(f"while calling {fn.where} on the first training rows (a dry call)"):
+                    fn(rows, texts, ids, 0, {})
             except Exception as e:
                 raise UsageError(
                     f"reward function {fn.name} ({describe(fn.fn)}) failed on a dry call with the "

@@ -30,6 +30,7 @@ faults into a one-line UsageError, before training.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -156,6 +157,14 @@ class RewardFn:
     name: str
     style: str
     weight: float = 1.0
+
+    @functools.cached_property
+    def where(self) -> str:
+        """FILE:FUNC, as a dying run names it (postmortem.py)."""
+        try:
+            return f"{inspect.getsourcefile(self.fn)}:{self.fn.__qualname__}"
+        except (TypeError, AttributeError):  # a callable object, a builtin
+            return describe(self.fn)
 
     def __call__(self, rows, texts, ids, step=None, log=None, finish=None) -> list[float | None]:
         """One value per row; `texts` are the completions as TRL gives them (tasks/base.verifier_args)
