@@ -7,8 +7,8 @@ Parts, each in its own subprocess with its own timeout (a crash or a timeout los
 DIR/gpu_part1.json is rewritten after every part, its logs are DIR/gpu_part1_<part>.log:
   bench_qwen2  `posttrain bench step --shape qwen2.5-0.5b` (Qwen2ForCausalLM), 32 prompts × 8 samples ×
                256 new tokens, 3 steps (the first a warm-up), rollout vs transformers `generate` at 64 and
-               256 rows: step time and split, peak allocated / reserved, the planner's predicted peak
-               (null until posttrain.sizing predicts from a run's config, said in `predicted_note`), the
+               256 rows: step time and split, peak allocated / reserved, the run's predicted peak
+               (RUN_DIR/memory.json, sizing/run_memory; what it counts in `predicted_note`), the
                floor's fractions; the whole bench JSON beside it (DIR/bench_step_<arch>.json)
   bench_llama  the same dimensions as a LlamaForCausalLM (`--arch llama`), the same measurements
   pipeline     `posttrain pipeline report=false` on the device: its final table (summary.json) and wall time

@@ -1,5 +1,5 @@
 """The card a run is on (posttrain/sizing/card.py): what cannot fit is refused before any work, what
-the planner expects to overflow starts with a warning, and an out-of-memory error is one line naming
+is predicted to overflow starts with a warning, and an out-of-memory error is one line naming
 the phase, the peaks and the knobs, after which --resume continues from the last checkpoint.
 
 Every check takes the card's capacity as a number, so its logic runs here on the CPU; the CUDA
@@ -14,18 +14,18 @@ import torch
 
 from posttrain import TrainingHalted, UsageError, checkpoint
 from posttrain.cli import main
-from posttrain.models.gpt_mini import ModelConfig
-from posttrain.recipes.common import plan_keys
 from posttrain.sizing.card import (
     ANY_PHASE,
     GiB,
     OutOfMemory,
     check_state_fits,
     over_card_warning,
+    peak_phase,
     phase,
-    planned_peak,
     state_bytes,
 )
+from posttrain.sizing.run_memory import predict_run_peak
+from posttrain.sizing.shapes import ModelShape
 
 from conftest import TINY_TASK
 
@@ -48,44 +48,38 @@ def test_weights_and_adam_state_that_cannot_fit_the_card_are_refused_in_one_line
     assert state_bytes(nano) == 16 * (n - frozen) + 4 * frozen
 
 
-def test_the_planner_warning_names_the_knobs_of_the_phase_that_peaks_and_each_one_lowers_it():
+def test_the_card_warning_names_the_knobs_of_the_phase_that_peaks_and_each_one_lowers_it():
     from posttrain.config import RLConfig, load_config
 
     assert over_card_warning(10 * GiB, 8 * GiB, "cuda:0", "rollout") == (
-        "warning: the planner expects this run to peak at 10.0 GiB in its rollout phase, more than cuda:0's "
+        "warning: this run is predicted to peak at 10.0 GiB in its rollout phase, more than cuda:0's "
         "8.0 GiB; lower rollout.max_slots, or set lora.r=16"
     )
     assert over_card_warning(8 * GiB, 8 * GiB) == over_card_warning(None, 8 * GiB) == over_card_warning(1, None) == ""
-    # Qwen2.5-0.5B's dimensions, GRPO with 32 prompts × 8 samples in flight (issue 31's H100 run)
-    config = ModelConfig(
-        d_model=896, n_layers=24, n_heads=14, n_kv_heads=2, d_ff=4864, vocab_size=151936, max_seq_len=32768
-    ).resolved()
+    kv = {"persistent": {"KV cache (slots)": 2}}  # the engine's cache, kept between calls: the rollout's
+    assert peak_phase({"phases": {"persistent": 9, "train": 2, "step": 2, "rollout": 1}, "components": kv}) == "train"
+    assert peak_phase({"phases": {"persistent": 9, "train": 2, "step": 1, "rollout": 2}, "components": kv}) == "rollout"
+    # Qwen2.5-0.5B on a card under bf16, GRPO with 32 prompts × 8 samples in flight (issue 31's H100 run):
+    # the prediction every stage prints at start (recipes/common.predict_memory)
+    qwen = ModelShape("qwen2.5-0.5b", 896, 24, 14, 2, 4864, 151936, True, 64)
 
-    def planned(*over):
+    def predicted(*over):
         cfg = load_config(RLConfig, None, ["rollout.prompts_per_step=32", "rollout.samples_per_prompt=8", *over])
-        return planned_peak(config, **plan_keys("rl", cfg, config.max_seq_len))
+        seq = 50 + cfg.rollout.max_new_tokens  # 50-token prompts
+        est = predict_run_peak(cfg, "rl", qwen, device="cuda", compute_dtype="bfloat16", seq_len=seq, hf=True)
+        return est["peak_bytes"], peak_phase(est)
 
-    cfg = load_config(RLConfig, None, ["rollout.prompts_per_step=32", "rollout.samples_per_prompt=8"])
-    assert plan_keys("rl", cfg, config.max_seq_len) == {
-        "seq_len": 8192,  # one micro-batch of optim.micro_batch_tokens
-        "checkpointing": False,
-        "lora": 0,
-        "rollout_len": 1024,  # the task's response (512 when left to it) + 512 prompt tokens
-        "algo": "grpo",
-        "reference": "gpu",  # GRPO's default KL term
-        "rollout_seqs": 256,  # 32 × 8 in flight, within rollout.max_slots=256
-    }
-    # 8,192-token micro-batches of 151,936-way logits: the train phase sets the peak
-    peak, phase = planned()
+    # 8,192-token micro-batches (26 rows of 50 + 256 tokens): the train phase sets the peak
+    peak, phase = predicted()
     assert phase == "train"
     for knob in ("optim.micro_batch_tokens=2048", "grad_checkpointing=true", "lora.r=16"):
-        assert planned(knob)[0] < peak, knob
-    # 4,096-token responses decoding 256 at a time with small micro-batches: the rollout's KV cache does
+        assert predicted(knob)[0] < peak, knob
+    # 4,096-token responses decoding 256 at a time with small micro-batches: the rollout sets it
     long = ("rollout.max_new_tokens=4096", "optim.micro_batch_tokens=1024")
-    peak, phase = planned(*long)
+    peak, phase = predicted(*long)
     assert phase == "rollout"
     for knob in ("rollout.max_slots=64", "lora.r=16"):
-        assert planned(*long, knob)[0] < peak, knob
+        assert predicted(*long, knob)[0] < peak, knob
 
 
 def test_an_out_of_memory_error_names_its_innermost_phase_and_how_to_go_on(tmp_path):
@@ -102,7 +96,7 @@ def test_an_out_of_memory_error_names_its_innermost_phase_and_how_to_go_on(tmp_p
     fresh = OutOfMemory("train", 3.25 * GiB, "allocated", 2.5 * GiB)
     (run / "checkpoints" / "step_000002").mkdir()
     assert str(fresh.in_run(run)) == (
-        "out of memory in the train phase (measured peak 3.25 GiB allocated, the planner's peak 2.5 GiB); "
+        "out of memory in the train phase (measured peak 3.25 GiB allocated, predicted 2.5 GiB); "
         "lower optim.micro_batch_tokens, or set grad_checkpointing=true or lora.r=16; "
         f"the last checkpoint (step_000002) is intact: continue with --resume {run}"
     )
@@ -185,7 +179,8 @@ def test_out_of_memory_mid_run_exits_1_in_one_line_and_resume_gives_the_uninterr
     assert line.startswith(
         "posttrain rl: stopped: out of memory in the reference phase (measured peak 3.25 GiB allocated, "
     )
-    assert "the planner's peak " in line
+    predicted = json.loads((cut / "memory.json").read_text())["peak_bytes"]  # the one printed at start
+    assert f"allocated, predicted {predicted / GiB:.1f} GiB); " in line
     assert line.endswith(f"{ANY_PHASE}; the last checkpoint (step_000002) is intact: continue with --resume {cut}")
     assert [p.name for p in checkpoint.step_dirs(cut)] == ["step_000002"]  # nothing written after the error
     resumed = subprocess.run(

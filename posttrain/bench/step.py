@@ -48,6 +48,7 @@ structure and the arithmetic on tiny shapes.
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import tempfile
 import time
@@ -148,11 +149,15 @@ def peaks(device: str, threads: int, tflops: float | None, gbs: float | None) ->
     }
 
 
-def predicted_peak(init: Path, keys: dict) -> tuple[float | None, str]:
-    """The planner's peak for this run, GiB, and where it came from. posttrain.sizing predicts
-    from a model shape and a PlanConfig (`posttrain memory`), not yet from a run's config, so
-    this is None until it does (issue 31, item 5)."""
-    return None, "posttrain.sizing has no planner for a run's config yet (plan() takes a shape and a PlanConfig)"
+def predicted_peak(run_dir: Path) -> tuple[float | None, str]:
+    """The run's own predicted peak, GiB (RUN_DIR/memory.json, written at start by every stage:
+    sizing/run_memory.predict_run_peak from the run's config and model shape), and what it counts."""
+    path = run_dir / "memory.json"
+    if not path.exists():
+        return None, "the run wrote no memory.json"
+    est = json.loads(path.read_text())
+    what = "tensors allocated" if est["device"] == "cuda" else "resident set, the process included"
+    return est["peak_gib"], f"sizing/run_memory.predict_run_peak ({what}; RUN_DIR/memory.json)"
 
 
 def grpo_steps(init: Path, rt, work: Path, a) -> dict:
@@ -178,13 +183,13 @@ def grpo_steps(init: Path, rt, work: Path, a) -> dict:
         "rollout.samples_per_prompt": a.samples,
         "rollout.max_new_tokens": a.new_tokens,
     }
-    predicted, note = predicted_peak(init, keys)
     reset_peak_memory(str(rt.device))
     t0 = time.perf_counter()
     run = api.rl(dataset=rows[8:], test_dataset=rows[:8], reward_funcs=[vowel_spread], **keys)
     sync(rt.device)
     wall = time.perf_counter() - t0
     memory = peak_memory(str(rt.device))
+    predicted, note = predicted_peak(work / "run")
     steps = [
         {"step": m["step"], **{k: v for k, v in m.items() if k.startswith(KEEP) and isinstance(v, (int, float))}}
         for m in run.metrics

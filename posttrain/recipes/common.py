@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 import yaml
 
-from posttrain import UsageError, algorithms, checkpoint, postmortem, runtime
+from posttrain import UsageError, checkpoint, postmortem, runtime
 from posttrain.config import save_config, to_dict
 from posttrain.framework.batch import split_micro_batches, to_device
 from posttrain.framework.logprobs import sequence_logprobs
@@ -92,8 +92,8 @@ def init_model(cfg, init: str, run: Run, task=None) -> tuple[GPTMini, CharTokeni
     """Start from a checkpoint (`init`: a run, a checkpoint or a Hugging Face directory) or from
     random weights shaped by `cfg.model` (with a vocabulary for `task`); then the training
     switches: gradient checkpointing and LoRA adapters (`cfg.lora.r > 0`); then the card
-    (sizing/card.py): weights and optimizer state that cannot fit it are refused, a planned peak
-    above it is a warning."""
+    (sizing/card.py): weights and optimizer state that cannot fit it are refused (the whole run's
+    predicted peak above it is predict_memory's warning)."""
     device = run.rt.device
     if init:
         model, tok, path = checkpoint.load_model(init, device)
@@ -115,50 +115,10 @@ def init_model(cfg, init: str, run: Run, task=None) -> tuple[GPTMini, CharTokeni
 
 
 def check_card(run: Run, model) -> None:
-    """Before any work on a CUDA card: weights + optimizer state must fit it (else a UsageError),
-    and a planned peak above it starts the run with a warning naming the knobs. The planner's
-    peak is remembered for an out-of-memory line (sizing/card.py)."""
-    capacity = card.card_bytes(run.rt.device)
-    card.check_state_fits(model, capacity, run.rt.device)
-    predicted, phase = card.planned_peak(model.config, **plan_keys(run.stage, run.cfg, model.config.max_seq_len))
-    card.expect(predicted)
-    if warning := card.over_card_warning(predicted, capacity, run.rt.device, phase):
-        print(warning, flush=True)
-
-
-DPO_FAMILY = {"ipo": "ipo", "kto": "kto", "simpo": "simpo", "orpo": "orpo"}  # the planner's roles; others: dpo
-
-
-def plan_keys(stage: str, cfg, context: int) -> dict:
-    """This run as the planner's PlanConfig fields (sizing/memory.py): the roles of its algorithm,
-    a micro-batch of `optim.micro_batch_tokens` tokens, the rollout's sequences in flight, each
-    holding a KV cache of prompt + response ≈ max_new_tokens + 512 tokens (512 + 512 when
-    max_new_tokens is left to the task), at most the model's `context`."""
-    max_new = getattr(getattr(cfg, "rollout", None), "max_new_tokens", 0) or 512
-    rollout = {"rollout_len": min(context, max_new + 512)}
-    keys = {
-        "seq_len": cfg.optim.micro_batch_tokens,
-        "checkpointing": bool(cfg.grad_checkpointing),
-        "lora": getattr(getattr(cfg, "lora", None), "r", 0),
-    }
-    if stage == "rl":
-        reference = algorithms.get(cfg.algo.name).needs_reference(cfg.algo)
-        in_flight = cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt
-        extra = {"critic": cfg.algo.critic} if cfg.algo.name == "ppo" else {}
-        return {
-            **keys,
-            **extra,
-            **rollout,
-            "algo": cfg.algo.name,
-            "reference": "gpu" if reference else "none",
-            "rollout_seqs": min(cfg.rollout.max_slots, in_flight),
-        }
-    if stage == "distill":  # the teacher scores like a reference
-        in_flight = cfg.prompts_per_step * cfg.samples_per_prompt
-        return {**keys, **rollout, "algo": "grpo", "reference": "gpu", "rollout_seqs": in_flight}
-    if stage == "dpo":
-        return {**keys, "algo": DPO_FAMILY.get(cfg.loss_type, "dpo")}
-    return {**keys, "algo": "rm" if stage == "rm" else "sft"}
+    """Before any work on a CUDA card: weights + optimizer state must fit it, else a UsageError
+    (sizing/card.py). Whether the whole run fits is said once its predicted peak is known
+    (predict_memory)."""
+    card.check_state_fits(model, card.card_bytes(run.rt.device), run.rt.device)
 
 
 def new_tokenizer(cfg, task=None) -> CharTokenizer:
@@ -233,6 +193,10 @@ def predict_memory(r: Run, stage: str, model, seq_len: int = 0, prompt_len: int 
         peak_so_far=runtime.peak_memory_bytes(dev),  # loading may already have peaked higher
     )
     r.predicted_peak = est
+    card.expect(est["peak_bytes"])  # an out-of-memory line quotes it
+    capacity = card.card_bytes(dev)
+    if warning := card.over_card_warning(est["peak_bytes"], capacity, dev, card.peak_phase(est)):
+        print(warning, flush=True)
     tmp = r.dir / "memory.json.tmp"  # `posttrain memory RUN_DIR` holds it against memory/peak_gib
     tmp.write_text(json.dumps(est, indent=1))
     tmp.replace(r.dir / "memory.json")  # a temporary name, then renamed (docs/architecture.md §9)

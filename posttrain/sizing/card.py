@@ -6,12 +6,13 @@ Before any work (recipes/common.init_model, every stage):
     check_state_fits(model, capacity, device)   weights + gradients + Adam state of the trainable
                                                  parameters alone exceed the card: a UsageError
                                                  (exit 2), since no knob but LoRA or a bigger card helps
-    over_card_warning(predicted, capacity, device)   the planner (sizing/memory.plan) expects the run's
-                                                 peak above the card: one warning line naming the knobs
+    over_card_warning(predicted, capacity, device)   the run's predicted peak (sizing/run_memory, printed
+                                                 by every stage at start) is above the card: one
+                                                 warning line naming the knobs of the phase that peaks
 
 During the run, `phase(name)` wraps each phase (rollout, reward, reference, train, eval, …): a
 CUDA out-of-memory error inside becomes `OutOfMemory`, one line naming the phase, the measured
-peak (torch.cuda.max_memory_allocated; the process's peak RSS on a CPU), the planner's peak
+peak (torch.cuda.max_memory_allocated; the process's peak RSS on a CPU), the predicted peak
 when the stage had one, and the knobs that lower it. It is a TrainingHalted (exit 1): nothing
 is saved after it (a step cut in the middle is not a state to keep), so the last checkpoint,
 written atomically, is the one `--resume` continues from; the line says which.
@@ -29,8 +30,7 @@ from pathlib import Path
 import torch
 
 from posttrain import TrainingHalted, UsageError, checkpoint
-from posttrain.sizing.memory import plan, train_bytes_per_param
-from posttrain.sizing.shapes import ModelShape
+from posttrain.sizing.memory import train_bytes_per_param
 
 GiB = 2**30
 # What lowers each phase's memory: the rollout's KV cache grows with the sequences decoding at once,
@@ -40,7 +40,7 @@ KNOBS = {
     "train": "lower optim.micro_batch_tokens, or set grad_checkpointing=true or lora.r=16",
 }
 ANY_PHASE = "lower optim.micro_batch_tokens or rollout.max_slots, or set grad_checkpointing=true or lora.r=16"
-_PREDICTED: list[float | None] = [None]  # the planner's peak of the stage now running (one at a time)
+_PREDICTED: list[float | None] = [None]  # the predicted peak of the stage now running (one at a time)
 
 
 def card_bytes(device) -> int | None:
@@ -81,41 +81,36 @@ def check_state_fits(model: torch.nn.Module, capacity: int | None, device="cuda"
     )
 
 
-def shape_of(name: str, config) -> ModelShape:
-    """The planner's shape of a model from its config (gpt_mini's ModelConfig; a Hugging Face
-    model's adapter exposes the same fields, models/hf.py)."""
-    c = config
-    return ModelShape(name, c.d_model, c.n_layers, c.n_heads, c.n_kv_heads, c.d_ff, c.vocab_size, c.tie_embeddings)
-
-
 def knobs(phase: str) -> str:
     """The config keys that lower a phase's memory (all of them for a phase without its own)."""
     return KNOBS.get(phase, ANY_PHASE)
 
 
-def planned_peak(config, **plan_keys) -> tuple[float, str]:
-    """(the planner's peak bytes on one card, the phase that sets it: train or rollout) for a
-    model of this config (sizing/memory.plan, `plan_keys` its PlanConfig fields; posttrain keeps
-    fp32 master weights, the planner's `no-master`)."""
-    pool = plan(shape_of("this run", config), suggest=False, precision="no-master", **plan_keys)["pools"]["colocated"]
-    phases = pool["phases"]
-    return float(pool["peak_bytes"]), "rollout" if phases["rollout"] > phases["train"] else "train"
+def peak_phase(est: dict) -> str:
+    """The phase a run_memory prediction peaks in, by the name its knobs go by (KNOBS): the trainer's
+    step (its gradients and AdamW temporaries) counts as the train phase's, and the engine's slot KV
+    cache, kept between calls (persistent), as the rollout's."""
+    phases = {k: v for k, v in est["phases"].items() if k != "persistent"}
+    phases["train"] = phases.get("train", 0.0) + phases.pop("step", 0.0)
+    if "rollout" in phases:
+        phases["rollout"] += est["components"]["persistent"].get("KV cache (slots)", 0.0)
+    return max(phases, key=phases.__getitem__)
 
 
 def over_card_warning(predicted: float | None, capacity: int | None, device="cuda", phase: str = "") -> str:
-    """The start-of-run warning when the planner's peak (set by `phase`) exceeds the card ("" when
-    it fits or either number is unknown)."""
+    """The start-of-run warning when the run's predicted peak (set by `phase`) exceeds the card (""
+    when it fits or either number is unknown)."""
     if predicted is None or capacity is None or predicted <= capacity:
         return ""
     at = f" in its {phase} phase" if phase else ""
     return (
-        f"warning: the planner expects this run to peak at {predicted / GiB:.1f} GiB{at}, more than {device}'s "
+        f"warning: this run is predicted to peak at {predicted / GiB:.1f} GiB{at}, more than {device}'s "
         f"{capacity / GiB:.1f} GiB; {knobs(phase)}"
     )
 
 
 def expect(predicted: float | None) -> None:
-    """Remember the planner's peak of the stage starting now, for an out-of-memory line."""
+    """Remember the predicted peak of the stage starting now, for an out-of-memory line."""
     _PREDICTED[0] = predicted
 
 
@@ -127,7 +122,7 @@ class OutOfMemory(TrainingHalted):
         super().__init__(self.line())
 
     def line(self) -> str:
-        planned = f", the planner's peak {self.predicted / GiB:.1f} GiB" if self.predicted is not None else ""
+        planned = f", predicted {self.predicted / GiB:.1f} GiB" if self.predicted is not None else ""
         return (
             f"out of memory in the {self.phase} phase (measured peak {self.peak / GiB:.2f} GiB {self.what}{planned}); "
             f"{knobs(self.phase)}{self._resume()}"

@@ -15,7 +15,8 @@ posttrain allocates, role by role, in one process:
               Hugging Face model's fused q/k/v and gate/up copies for the one-token decode path; the
               engine's slot KV cache (kept between calls) in the compute dtype; a distillation teacher.
   train       one micro-batch (`optim.micro_batch_tokens` padded tokens, whole rows): the tensors
-              autograd saves per token and layer (`saved_bytes_per_token`), the final hidden states,
+              autograd saves per token and layer (`saved_bytes_per_token`; with grad_checkpointing a
+              layer's input each and one layer's recomputed tensors), the final hidden states,
               and the logits' working set. Logits are made in chunks of `LOGIT_CHUNK_ELEMENTS`
               (framework/logprobs.py): a chunk's forward holds 6 copies of it (logits, log-softmax,
               the entropy's softmax, clamp and product), its backward 4 beside the head's gradient
@@ -72,7 +73,7 @@ def predict_run_peak(
     """Predicted peak memory of one posttrain run: the bytes its tensors hold at the worst moment
     of a step (the module docstring says what is counted), plus `baseline_bytes` (a CPU process's
     own RSS), or `peak_so_far` (what the process already peaked at, loading the model) when that is
-    more. The function the out-of-memory message and the "cannot fit the card" check read.
+    more. The peak the start-of-run card warning and the out-of-memory line quote (sizing/card.py).
 
     cfg: the stage's config, a dataclass or its dict (a run's config.yaml); stage: one of STAGES.
     shape: the model's ModelShape (sizing.shapes.resolve_model, or `model_shape(model)` of a live one).
@@ -124,7 +125,9 @@ def predict_run_peak(
     head_grad = 4.0 * V * d if stage != "rm" and not lora_r else 0.0  # the only gradient while chunks run
     phases = {
         "train": {
-            "activations": float(micro * (shape.layers * saved_bytes_per_token(shape, c, hf) + 12 * d + 4)),
+            "activations": float(
+                micro * (_saved_per_token(shape, c, hf, bool(get("grad_checkpointing"))) + 12 * d + 4)
+            ),
             # forward: a chunk's logits, log-softmax, the entropy's softmax and product; backward: their
             # gradients beside the head's gradient and its next chunk's share (measured, module doc)
             "logit chunks": 0.0
@@ -171,6 +174,14 @@ def predict_run_peak(
         "components": {"persistent": persistent, **phases},
         "phases": {"persistent": sum(persistent.values()), **totals},
     }
+
+
+def _saved_per_token(s: ModelShape, c: int, hf: bool, checkpointing: bool) -> float:
+    """Bytes autograd holds per token over all layers during a backward: every layer's saved tensors,
+    or with `grad_checkpointing` each layer's fp32 input (the checkpoint's only saved tensor) plus
+    one layer's saved tensors, recomputed for its backward (models/gpt_mini.py, models/hf.py)."""
+    per_layer = saved_bytes_per_token(s, c, hf)
+    return s.layers * 4.0 * s.hidden + per_layer if checkpointing else s.layers * per_layer
 
 
 def saved_bytes_per_token(s: ModelShape, c: int = 4, hf: bool = False) -> float:
