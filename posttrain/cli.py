@@ -17,6 +17,7 @@ line naming the problem and the fix, and exits with code 2.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import importlib.util
 import sys
@@ -108,12 +109,15 @@ def run_eval(args) -> None:
     import yaml
 
     from posttrain import checkpoint, runtime
-    from posttrain.config import build
+    from posttrain.config import SamplerConfig, build
     from posttrain.eval import evaluate, format_per_k
+    from posttrain.framework.backends import make_engine
     from posttrain.tasks import config_class, make
     from posttrain.tasks.pool import pool_for
 
-    device = runtime.resolve(args.device).device  # device=cuda without a GPU: one line before any work
+    rt = runtime.resolve(args.device)  # device=cuda without a GPU: one line before any work
+    sampler = SamplerConfig(backend=args.backend)
+    device = rt.device
     model, tok, path = checkpoint.load_model(args.checkpoint, device)
     run_cfg = path.parent.parent / "config.yaml"
     saved = (yaml.safe_load(run_cfg.read_text()) or {}) if run_cfg.exists() else {}
@@ -136,7 +140,10 @@ def run_eval(args) -> None:
         from posttrain.preference.reward_model import load_scorer
 
         scorer = load_scorer(args.rm, device)
-    with pool_for(task, saved) as pool:  # the run's verifier.* keys: your code scores in workers
+    engine = make_engine(model, tok, sampler, runtime=rt) if args.backend != "posttrain" else None  # no vLLM: one line
+    with pool_for(task, saved) as pool, contextlib.ExitStack() as stack:  # verifier.*: your code in workers
+        if engine is not None:
+            stack.callback(engine.close)
         res = evaluate(
             model,
             tok,
@@ -148,9 +155,10 @@ def run_eval(args) -> None:
             seed=args.seed,
             scorer=scorer,
             pool=pool,
+            engine=engine,
         )
     per_k = res.pop("per_k")
-    print(f"checkpoint: {path}")
+    print(f"checkpoint: {path}" + (f"  (sampled by {args.backend})" if engine is not None else ""))
     for k, v in res.items():
         if isinstance(v, float):  # a suspicious accuracy's line (eval.SUSPECT) was printed as it was found
             print(f"{k:24s} {v:.4f}")
@@ -214,6 +222,12 @@ def parser() -> argparse.ArgumentParser:
         "--rm",
         metavar="RM_RUN",
         help="a `posttrain rm` run (or RUN_A,RUN_B: an ensemble, the mean score): adds best@n, the sample it scores highest",
+    )
+    e.add_argument(
+        "--backend",
+        default="posttrain",
+        choices=["posttrain", "vllm"],
+        help="the engine that samples: posttrain (built-in, exact) | vllm (pip install 'posttrain[vllm]')",
     )
     e.add_argument("--out", help="write the results as JSON")
     x = sub.add_parser("export", help="export a checkpoint (Hugging Face directory)")
