@@ -93,15 +93,22 @@ def peak_memory_bytes(device: torch.device | str = "cpu") -> int:
     """The peak memory of this process so far, what `memory/peak_gib` logs (issue 31): on CUDA the
     caching allocator's peak of allocated tensor bytes on `device` (torch.cuda.max_memory_allocated:
     the CUDA context and the allocator's reserve are not in it), on the CPU the peak resident set size
-    (ru_maxrss: tensors plus the interpreter, torch and everything else the process holds)."""
+    (tensors plus the interpreter, torch and everything else the process holds): Linux's VmHWM, the
+    peak of this process's own memory. Not ru_maxrss there: a process started by vfork + exec (Python's
+    subprocess) inherits its parent's peak in it, so a run launched from a large process would read
+    its launcher's peak. Elsewhere (macOS) ru_maxrss."""
     dev = torch.device(device)
     if dev.type == "cuda":
         return int(torch.cuda.max_memory_allocated(dev))
-    import resource
-    import sys
+    try:
+        with open("/proc/self/status") as f:
+            return int(next(x for x in f if x.startswith("VmHWM:")).split()[1]) * 1024
+    except (OSError, StopIteration):
+        import resource
+        import sys
 
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(rss if sys.platform == "darwin" else rss * 1024)  # bytes on macOS, KiB on Linux
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return int(rss if sys.platform == "darwin" else rss * 1024)  # bytes on macOS, KiB on Linux
 
 
 def current_memory_bytes(device: torch.device | str = "cpu") -> int:

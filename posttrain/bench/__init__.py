@@ -18,6 +18,8 @@ from pathlib import Path
 
 import torch
 
+from posttrain import runtime
+
 
 def matmul_peak_gflops(
     threads: int | None = None, n: int = 1024, dtype=torch.float32, repeats: int = 5, device: str = "cpu"
@@ -94,14 +96,7 @@ def peak_memory(device: str) -> dict:
             "peak_allocated_gib": torch.cuda.max_memory_allocated() / 2**30,
             "peak_reserved_gib": torch.cuda.max_memory_reserved() / 2**30,
         }
-    try:
-        status = Path("/proc/self/status").read_text()
-        kib = int(next(x for x in status.splitlines() if x.startswith("VmHWM:")).split()[1])
-    except (OSError, StopIteration):
-        import resource
-
-        kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-    return {"peak_rss_gib": kib / 2**20}
+    return {"peak_rss_gib": runtime.peak_memory_bytes("cpu") / 2**30}
 
 
 def run_header(bench: str, threads: int, **extra) -> dict:

@@ -22,14 +22,12 @@ The functions take the capacity as a number, so their logic is tested on the CPU
 
 from __future__ import annotations
 
-import resource
-import sys
 from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 
-from posttrain import TrainingHalted, UsageError, checkpoint
+from posttrain import TrainingHalted, UsageError, checkpoint, runtime
 from posttrain.sizing.memory import train_bytes_per_param
 
 GiB = 2**30
@@ -55,9 +53,8 @@ def peak_bytes() -> tuple[float, str]:
     """The measured peak so far and what it counts: bytes allocated on the current CUDA device
     (torch.cuda.max_memory_allocated), else the process's peak resident set (a CPU run)."""
     if torch.cuda.is_available():
-        return float(torch.cuda.max_memory_allocated()), "allocated"
-    kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return float(kib * (1 if sys.platform == "darwin" else 1024)), "peak RSS"
+        return float(runtime.peak_memory_bytes("cuda")), "allocated"
+    return float(runtime.peak_memory_bytes("cpu")), "peak RSS"
 
 
 def state_bytes(model: torch.nn.Module) -> int:
