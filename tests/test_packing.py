@@ -17,8 +17,8 @@ from posttrain.framework.packing import Packed, computed_tokens, first_fit, pack
 from posttrain.framework.reference import score_logprobs
 from posttrain.framework.trainer import Trainer, policy_loss_fn
 from posttrain.models.gpt_mini import GPTMini, ModelConfig
-from posttrain.recipes.common import lm_loss
 from posttrain.preference.dpo import DPOLossConfig
+from posttrain.recipes.common import lm_loss
 from posttrain.recipes.dpo import dpo_loss_fn
 
 TOL = 1e-5
@@ -59,7 +59,7 @@ def _brute(lengths, max_tokens, cost):
 
 def test_the_plan_is_the_cheapest_and_never_computes_more_than_padding():
     g = torch.Generator().manual_seed(0)
-    for trial in range(20):
+    for _ in range(20):
         lengths = torch.randint(1, 30, (int(torch.randint(1, 12, (1,), generator=g)),), generator=g).tolist()
         budget, cost = int(torch.randint(20, 120, (1,), generator=g)), int(torch.randint(0, 40, (1,), generator=g))
         groups = plan_groups(lengths, budget, cost=cost)

@@ -86,7 +86,7 @@ def plan_groups(lengths: list[int], max_tokens: int, unit: int = 1, cost: int = 
     U = len(rows) // unit
     best, cut = [0.0] + [float("inf")] * U, [0] * (U + 1)
     for a in range(U):  # best[a] is final: every group ending at a starts further left
-        capacity, fill = max(lengths[rows[a * unit]], width), []
+        capacity, fill = max(lengths[rows[a * unit]], width), list[int]()
         for b in range(a + 1, U + 1):  # group [a, b): units a..b-1 placed in order
             for r in rows[(b - 1) * unit : b * unit]:
                 _place(fill, lengths[r], capacity)
