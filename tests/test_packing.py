@@ -13,7 +13,7 @@ from posttrain import UsageError, algorithms
 from posttrain.config import OptimConfig, RLConfig, load_config
 from posttrain.framework.batch import MICRO_BATCH_COST_TOKENS, RolloutBatch, collate, split_micro_batches, view
 from posttrain.framework.logprobs import micro_logprobs, sequence_logprobs
-from posttrain.framework.packing import Packed, computed_tokens, first_fit, pack_index, packed_rows, plan_groups
+from posttrain.framework.packing import Packed, computed_tokens, first_fit, pack_index, plan_groups
 from posttrain.framework.reference import score_logprobs
 from posttrain.framework.trainer import Trainer, policy_loss_fn
 from posttrain.models.gpt_mini import GPTMini, ModelConfig
@@ -43,6 +43,11 @@ def test_first_fit_decreasing_and_the_plan_by_hand():
     assert plan_groups([6, 3, 2, 4], 6, cost=100) == [[0], [3], [1, 2]]
     assert plan_groups([6, 3, 2, 4], 100, cost=100) == [[0, 3, 1, 2]]
     assert plan_groups([6, 3, 2, 4], 12, unit=2, cost=100) == [[0], [1]]  # pairs (6, 3) and (2, 4) stay whole
+
+
+def packed_rows(lengths, width):
+    """The rows first-fit decreasing fills with these lengths at this width."""
+    return len({row for row, _ in first_fit(sorted(lengths, reverse=True), width)})
 
 
 def _brute(lengths, max_tokens, cost):
@@ -195,9 +200,10 @@ def test_wide_packed_rows_give_the_padded_gradients(models, name):
         assert (model.get_parameter(n).grad - g).abs().max() <= TOL, n
 
 
-def test_packing_with_grad_checkpointing_gives_the_same_gradient(models):
+@pytest.mark.parametrize("name", ["gpt_mini", "llama"])
+def test_packing_with_grad_checkpointing_gives_the_same_gradient(models, name):
     batch, fn = _lengths_batch(seed=5), _sft_loss
-    model = copy.deepcopy(models["gpt_mini"])
+    model = copy.deepcopy(models[name])
     _, want = _step(model, batch, fn, True, 60)
     model.grad_checkpointing = True
     _, got = _step(model, batch, fn, True, 60)
@@ -269,3 +275,24 @@ def test_an_rl_run_packed_learns_the_padded_step(sft_ckpt, tmp_path):
     for k in ("loss", "grad/norm", "kl/ref", "mismatch/logprob_abs"):
         assert abs(on[k] - off[k]) <= TOL * max(1.0, abs(off[k])), k
     assert on["train/padded_tokens"] <= off["train/padded_tokens"]
+
+
+@pytest.mark.parametrize("critic", ["shared", "separate"])
+def test_ppo_packed_gives_the_padded_policy_and_value_gradients(critic):
+    """PPO's one forward (logprobs, entropy and values with gradient) on packed rows."""
+    from posttrain.algorithms import ppo
+    from posttrain.models.heads import ActorCritic
+
+    torch.manual_seed(0)
+    ac = ActorCritic(GPTMini(ModelConfig(preset="nano", vocab_size=40).resolved()), critic)
+    torch.nn.init.normal_(ac.value_head.proj.weight, 0.0, 0.1)  # V ≠ 0, so the value loss reaches the trunk
+    b = _grpo_batch()
+    g = torch.Generator().manual_seed(3)
+    values, returns = (torch.randn(b.loss_mask.shape, generator=g) * b.loss_mask for _ in range(2))
+    batch = dataclasses.replace(b, values=values, returns=returns)
+    fn = policy_loss_fn(ppo, ppo.Config(), 1.0)
+    padded, want = _step(ac, batch, fn, False, 100)
+    packed, got = _step(ac, batch, fn, True, 100)
+    assert packed["train/padded_tokens"] < padded["train/padded_tokens"]
+    assert abs(packed["loss"] - padded["loss"]) <= TOL and want.keys() == got.keys()
+    assert any("value_head" in n for n in want) and all((got[n] - g).abs().max() <= TOL for n, g in want.items())

@@ -60,14 +60,6 @@ def first_fit(lengths: list[int], width: int) -> list[tuple[int, int]]:
     return [_place(fill, n, width) for n in lengths]
 
 
-def packed_rows(lengths: list[int], width: int) -> int:
-    """The rows first-fit decreasing needs for these lengths at this width."""
-    fill: list[int] = []
-    for n in sorted(lengths, reverse=True):
-        _place(fill, n, width)
-    return len(fill)
-
-
 def _order(lengths: list[int], unit: int) -> list[int]:
     """Rows in packing order: units (`unit` consecutive rows, kept whole) by decreasing longest
     row, ties in batch order; within a unit, rows by decreasing length."""

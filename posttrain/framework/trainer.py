@@ -46,7 +46,7 @@ def policy_loss_fn(algorithm, algo_cfg, temperature: float):
         if ids is None:
             raise UsageError("the RL loss needs batch.input_ids: build the batch with framework.batch.collate_samples")
         if with_critic:  # ← critic hook (PPO only)
-            lp, ent, values = logprobs_and_values(model, ids, temperature)
+            lp, ent, values = logprobs_and_values(model, ids, temperature, mb.pack_index)
             mb = dataclasses.replace(mb, new_values=values)
         else:
             lp, ent = micro_logprobs(model, mb, temperature, with_entropy=True)  # packed if mb says so
