@@ -296,3 +296,17 @@ def test_ppo_packed_gives_the_padded_policy_and_value_gradients(critic):
     assert packed["train/padded_tokens"] < padded["train/padded_tokens"]
     assert abs(packed["loss"] - padded["loss"]) <= TOL and want.keys() == got.keys()
     assert any("value_head" in n for n in want) and all((got[n] - g).abs().max() <= TOL for n, g in want.items())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["gpt_mini", "llama"])
+def test_packed_logprobs_equal_padded_on_cuda(models, name):
+    """The same comparison on the card, fp32 (SDPA takes its masked kernel there)."""
+    model = copy.deepcopy(models[name]).cuda().eval()
+    batch = {k: v.cuda() for k, v in _lengths_batch().items()}
+    for mb in split_micro_batches(batch, 48, packed=True):
+        real = mb["attention_mask"].bool()
+        with torch.no_grad():
+            lp, _ = micro_logprobs(model, mb)
+            want, _ = sequence_logprobs(model, mb["input_ids"])
+        assert (lp[real] - want[real]).abs().max() <= 1e-4
