@@ -15,8 +15,9 @@ more micro-batch (MICRO_BATCH_COST_TOKENS, 128: many narrow micro-batches, littl
 the fewest micro-batches (a price of 10⁶ tokens: what a GPU, where a token costs ~4 ns at 0.5B and a
 micro-batch's launches ~ms, would choose). No model is needed for that.
 
-The timed part runs the trainer's GRPO step (nano gpt_mini, fp32, lr 0) on 8 of those groups
-(64 sequences) both ways, best of `--repeats`, the same loss and gradients (tests/test_packing.py).
+The timed parts run the trainer's GRPO step (nano gpt_mini, fp32, lr 0) both ways, the same loss
+and gradients (tests/test_packing.py): on 8 of those groups (64 sequences), best of `--repeats`,
+and benchmarks/train_profile.py's step, padded and packed in turns.
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ def batch_of(p_len: list[int], a_len: list[int], vocab: int, seed: int = 0):
 def computed(batch, budget: int, packed: bool, cost: int, width: int = 0) -> dict:
     """The micro-batches `split_micro_batches` plans at this budget and micro-batch price, the
     tokens their forwards compute and the (query, key) pairs their attention computes (a padded
-    row causal, w²/2; a packed row's mask dense, W²), both per real token."""
+    row causal, w²/2; a packed row's mask dense, W²), both per real token. A micro-batch whose
+    sequences share no packed row runs padded (split_micro_batches)."""
     import posttrain.framework.batch as B
     from posttrain.framework.packing import computed_tokens, packed_shape
 
@@ -74,7 +76,7 @@ def computed(batch, budget: int, packed: bool, cost: int, width: int = 0) -> dic
     pairs = 0.0
     for mb in micro:
         f = B.view(mb)
-        if packed:
+        if "pack_index" in f:
             R, W = packed_shape(f["pack_index"])
             pairs += R * W * W
         else:
@@ -153,7 +155,37 @@ def main(argv=None) -> dict:
         f"{timed['packed']['step_s'] * 1000:.0f} ms ({timed['packed']['computed_tokens']:.0f}): {timed['speedup']:.2f}x",
         flush=True,
     )
+    result["train_profile_step"] = profile_step(a.repeats)
     return finish(result, a.out)
+
+
+def profile_step(repeats: int, rounds: int = 3) -> dict:
+    """benchmarks/train_profile.py's GRPO step (nano, 128 rows of 35-85 tokens), padded and packed
+    in turns, `rounds` times best of `repeats`: the lowest of each."""
+    from posttrain.bench import best_of, load_script
+
+    tp = load_script(Path(__file__).resolve().parent / "train_profile.py", "posttrain_bench_train_profile")
+    steps = {mode: tp.setup(packing=mode == "packed")[0] for mode in ("padded", "packed")}
+    metrics = {mode: step() for mode, step in steps.items()}  # warm-up
+    times: dict[str, list[float]] = {mode: [] for mode in steps}
+    for _ in range(rounds):
+        for mode, step in steps.items():
+            times[mode].append(best_of(step, repeats))
+    out = {
+        mode: {
+            "step_s": min(times[mode]),
+            "computed_tokens": m["train/padded_tokens"],
+            "real_tokens": m["train/tokens"],
+        }
+        for mode, m in metrics.items()
+    }
+    out["packed_over_padded"] = out["packed"]["step_s"] / out["padded"]["step_s"]
+    print(
+        f"train_profile's step: padded {out['padded']['step_s'] * 1000:.0f} ms, packed "
+        f"{out['packed']['step_s'] * 1000:.0f} ms ({out['packed_over_padded']:.2f}x the time)",
+        flush=True,
+    )
+    return out
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ from typing import Any, overload
 
 import torch
 
-from posttrain.framework.packing import pack_index, plan_groups
+from posttrain.framework.packing import pack_index, packed_shape, plan_groups
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -180,8 +180,9 @@ def split_micro_batches(
 
     `packed`: the sequences of a micro-batch are laid end to end in rows (framework/packing.py),
     groups chosen as below with the packed rows' tokens as the cost (`plan_groups`), rows of at
-    least `pack_width` tokens; each micro-batch carries its plan, `pack_index` [b, w, 2], and its
-    forwards run packed. Otherwise:
+    least `pack_width` tokens; each micro-batch whose rows share packed rows carries its plan,
+    `pack_index` [b, w, 2], and its forwards run packed (one whose rows do not runs padded: the
+    same tokens, and causal attention without a mask). Otherwise:
 
     Rows go in units of `unit` (2 keeps a preference pair's chosen and rejected together).
     Units are sorted by length, longest first, and cut into consecutive groups minimising
@@ -210,8 +211,9 @@ def split_micro_batches(
         width = int(lengths[units].max())
         mb = map_batch(batch, functools.partial(_take, rows=rows, width=width, T=mask.shape[1]))
         mb = with_fields(mb, row_index=rows.to(mask.device))
-        if packed:
-            mb = with_fields(mb, pack_index=pack_index(view(mb)["attention_mask"], unit, pack_width))
+        index = pack_index(view(mb)["attention_mask"], unit, pack_width) if packed else None
+        if index is not None and packed_shape(index)[0] < len(rows):  # rows shared: else padded is the same
+            mb = with_fields(mb, pack_index=index)
         out.append(mb)
     return out
 
