@@ -1,6 +1,6 @@
 """Where a GRPO trainer step's time goes: torch.profiler over one `Trainer.step`, op time grouped.
 
-    python benchmarks/train_profile.py [--threads 2] [--compile] [--out benchmarks/results/train_profile.json]
+    python benchmarks/train_profile.py [--threads 2] [--compile] [--packing] [--out benchmarks/results/train_profile.json]
 
 The RL stage's shape (benchmarks/ab_refs.py `rl_batch`: nano, 128 rows, the task's prompts plus
 responses of 8-54 tokens, GRPO with kl 0.01, the trainer's micro-batches). Each op's self CPU
@@ -12,6 +12,8 @@ in the same run, and so is the matmuls' own rate.
 
 --compile also times the step with the policy under `torch.compile(dynamic=True)`: the compile
 time (the first steps) and the step time after it, over the same micro-batch shapes.
+
+--packing: the trainer packs its micro-batches (optim.packing, framework/packing.py).
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ def _ab_refs():
     return load_script(Path(__file__).resolve().parent / "ab_refs.py", "posttrain_bench_ab_refs")
 
 
-def setup(compiled: bool = False):
+def setup(compiled: bool = False, packing: bool = False):
     rl_batch = _ab_refs().rl_batch
     from posttrain import algorithms
     from posttrain.config import OptimConfig
@@ -70,7 +72,7 @@ def setup(compiled: bool = False):
         model = torch.compile(model, dynamic=True)
     algo = algorithms.get("grpo")
     loss_fn = policy_loss_fn(algo, algo.Config(kl_coef=0.01), 1.0)
-    trainer = Trainer(model, OptimConfig(lr=0.0), 10)  # lr 0: every step the same
+    trainer = Trainer(model, OptimConfig(lr=0.0, packing=packing), 10)  # lr 0: every step the same
     real = float(batch.attention_mask.sum())
     return (lambda: trainer.step(copy.copy(batch), loss_fn)), params, real
 
@@ -84,12 +86,13 @@ def main(argv=None) -> dict:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--packing", action="store_true")
     ap.add_argument("--out", default="benchmarks/results/train_profile.json")
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
-    result = run_header("train_profile", a.threads, preset="nano")
+    result = run_header("train_profile", a.threads, preset="nano", packing=a.packing)
     result["matmul_peak_gflops"] = matmul_peak_gflops(a.threads)
-    step, params, real = setup()
+    step, params, real = setup(packing=a.packing)
     m = step()  # warm-up
     wall = best_of(step, a.repeats)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -119,7 +122,7 @@ def main(argv=None) -> dict:
     )
     print("  " + "  ".join(f"{k} {100 * v:4.1f}%" for k, v in result["share"].items()), flush=True)
     if a.compile:
-        cstep, _, _ = setup(compiled=True)
+        cstep, _, _ = setup(compiled=True, packing=a.packing)
         t0 = time.perf_counter()
         cstep()
         cstep()

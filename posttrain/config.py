@@ -76,7 +76,11 @@ class OptimConfig:
     warmup_steps: int = 0  # linear warm-up from 0 to lr
     schedule: str = "cosine"  # constant | cosine | linear ; decay after warm-up, to min_lr_frac·lr
     min_lr_frac: float = 0.1  # floor of the decay as a fraction of lr
-    micro_batch_tokens: int = 8192  # largest micro-batch (padded tokens); bigger batches accumulate gradients
+    micro_batch_tokens: int = 8192  # largest micro-batch (computed tokens); bigger batches accumulate gradients
+    packing: bool = False  # lay a micro-batch's sequences end to end in rows (attention kept within each): the
+    # trainer's and the reference's forwards compute no padding but the rows' tails (framework/packing.py)
+    packing_width: int = 0  # packed rows of at least this many tokens (0 = the micro-batch's longest sequence):
+    # wider rows fill up, but their (dense) attention costs more
 
 
 @dataclass

@@ -84,6 +84,7 @@ RULES: dict[str | tuple[str, str], Rule] = {
     "max_slots": count(1, "the rollout engine's decode slots", "256"),
     "max_resample_attempts": count(1, "the rollout rounds per step", "3"),
     "micro_batch_tokens": count(1, "the micro-batch token budget", "8192"),
+    "packing_width": count(0, "the packed rows' least width (0 = the longest sequence)", "0"),
     "rollout_workers": count(1, "the rollout workers", "2"),
     "trainer_ranks": count(1, "the trainer processes", "1"),
     # schedules and sizes where 0 means "off" or "the default": never negative

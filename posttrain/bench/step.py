@@ -1,7 +1,8 @@
 """GRPO steps at a real model's shape, against the hardware's floor; the rollout against `generate`.
 
     posttrain bench step [--shape qwen2.5-0.5b] [--arch native|llama] [--prompts 32] [--samples 8]
-                         [--new-tokens 256] [--steps 3] [--rows 64,256] [--device auto] [--out FILE.json]
+                         [--new-tokens 256] [--steps 3] [--rows 64,256] [--device auto] [--packing]
+                         [--out FILE.json]
 
 A randomly initialised model of a named shape (bench/hf_shapes.py: qwen2.5-0.5b, qwen3-0.6b,
 llama-3.2-1b and tiny-* for tests; `--arch llama` = the same dimensions as a LlamaForCausalLM)
@@ -182,6 +183,7 @@ def grpo_steps(init: Path, rt, work: Path, a) -> dict:
         "rollout.prompts_per_step": a.prompts,
         "rollout.samples_per_prompt": a.samples,
         "rollout.max_new_tokens": a.new_tokens,
+        "optim.packing": a.packing,
     }
     reset_peak_memory(str(rt.device))
     t0 = time.perf_counter()
@@ -286,7 +288,9 @@ def run(a) -> dict:
         init = write_shape(Path(tmp, "model"), shape, a.arch, a.seed)
         result["model"] = model = model_record(init, rt.compute_dtype)
         result["model_write_s"] = time.perf_counter() - t0
-        result["run"] = {k: getattr(a, k) for k in ("prompts", "samples", "new_tokens", "prompt_len", "steps")}
+        result["run"] = {
+            k: getattr(a, k) for k in ("prompts", "samples", "new_tokens", "prompt_len", "steps", "packing")
+        }
         result["peak"] = peak = peaks(dev, torch.get_num_threads(), a.peak_tflops, a.peak_gbs)
         print(
             f"[bench step] {shape.name} as {model['class']}: {model['params']:,} params on {dev} "
@@ -335,6 +339,7 @@ def main(argv=None) -> dict:
     )
     p.add_argument("--peak-gbs", type=float, help="the memory bandwidth of the floor, GB/s (same defaults)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--packing", action="store_true", help="packed micro-batches for the trainer and the reference")
     p.add_argument("--work", default="", help="where the temporary model and run go (default: the system's temp)")
     p.add_argument("--out", help="write the results as JSON")
     a = p.parse_args(argv)

@@ -66,7 +66,7 @@ class Placement:
         if cfg.scale.placement == "ray":
             self.ref = RayReference(policy, cfg.rollout.temperature, max(cfg.threads, 1))
         else:
-            self.ref = Reference(policy, cfg.rollout.temperature, runtime)
+            self.ref = Reference(policy, cfg.rollout.temperature, runtime, cfg.optim.packing, cfg.optim.packing_width)
         return self.ref
 
     def asynchronous(self, cfg, collect):

@@ -32,6 +32,8 @@ from typing import Any, overload
 
 import torch
 
+from posttrain.framework.packing import pack_index, packed_shape, plan_groups
+
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class RolloutBatch:
@@ -55,6 +57,7 @@ class RolloutBatch:
     behaviour_logprobs: torch.Tensor | None = None  # [B, T] the sampler's, once the correction moved them
     new_values: torch.Tensor | None = None  # [b, w] V with gradient: the trainer's forward (PPO)
     row_index: torch.Tensor | None = None  # [b] a micro-batch's rows in the batch it came from
+    pack_index: torch.Tensor | None = None  # [b, w, 2] long: a packed micro-batch's plan (framework/packing.py)
 
     def tensors(self) -> dict[str, torch.Tensor]:
         """The fields that are present, by name."""
@@ -162,12 +165,24 @@ MICRO_BATCH_COST_TOKENS = 128
 
 
 @overload
-def split_micro_batches(batch: RolloutBatch, max_tokens: int, unit: int = 1) -> list[RolloutBatch]: ...
+def split_micro_batches(
+    batch: RolloutBatch, max_tokens: int, unit: int = 1, packed: bool = False, pack_width: int = 0
+) -> list[RolloutBatch]: ...
 @overload
-def split_micro_batches(batch: dict, max_tokens: int, unit: int = 1) -> list[dict]: ...
-def split_micro_batches(batch: Batch, max_tokens: int, unit: int = 1) -> list[Any]:
-    """Micro-batches of at most `max_tokens` padded tokens (at least one unit), rows grouped by
+def split_micro_batches(
+    batch: dict, max_tokens: int, unit: int = 1, packed: bool = False, pack_width: int = 0
+) -> list[dict]: ...
+def split_micro_batches(
+    batch: Batch, max_tokens: int, unit: int = 1, packed: bool = False, pack_width: int = 0
+) -> list[Any]:
+    """Micro-batches of at most `max_tokens` computed tokens (at least one unit), rows grouped by
     length so that little padding is computed.
+
+    `packed`: the sequences of a micro-batch are laid end to end in rows (framework/packing.py),
+    groups chosen as below with the packed rows' tokens as the cost (`plan_groups`), rows of at
+    least `pack_width` tokens; each micro-batch whose rows share packed rows carries its plan,
+    `pack_index` [b, w, 2], and its forwards run packed (one whose rows do not runs padded: the
+    same tokens, and causal attention without a mask). Otherwise:
 
     Rows go in units of `unit` (2 keeps a preference pair's chosen and rejected together).
     Units are sorted by length, longest first, and cut into consecutive groups minimising
@@ -184,13 +199,22 @@ def split_micro_batches(batch: Batch, max_tokens: int, unit: int = 1) -> list[An
         raise ValueError(f"batch of {B} rows does not split into units of {unit}")
     lengths = mask.sum(1).view(-1, unit).amax(1).long().cpu()  # [B / unit]; the plan lives on the CPU
     order = torch.sort(lengths, descending=True, stable=True).indices  # longest unit first
+    if packed:
+        plan = plan_groups(mask.sum(1).long().tolist(), max_tokens, unit, MICRO_BATCH_COST_TOKENS, pack_width)
+        groups = [torch.tensor(g) for g in plan]
+    else:
+        groups = [order[a:b] for a, b in _length_groups(lengths[order].tolist(), max_tokens, unit)]
     out: list[Any] = []
-    for a, b in _length_groups(lengths[order].tolist(), max_tokens, unit):
-        units = order[a:b].sort().values  # batch order within the group
+    for group in groups:
+        units = group.sort().values  # batch order within the group
         rows = (units[:, None] * unit + torch.arange(unit)).flatten()  # [b]
-        width = int(lengths[order[a]])
+        width = int(lengths[units].max())
         mb = map_batch(batch, functools.partial(_take, rows=rows, width=width, T=mask.shape[1]))
-        out.append(with_fields(mb, row_index=rows.to(mask.device)))
+        mb = with_fields(mb, row_index=rows.to(mask.device))
+        index = pack_index(view(mb)["attention_mask"], unit, pack_width) if packed else None
+        if index is not None and packed_shape(index)[0] < len(rows):  # rows shared: else padded is the same
+            mb = with_fields(mb, pack_index=index)
+        out.append(mb)
     return out
 
 

@@ -95,6 +95,7 @@ class Controller:
                     cfg.scale.off_policy_cap,
                     cfg.rollout.temperature,
                     self.trainer.cfg.micro_batch_tokens,
+                    self.trainer.cfg.packing,
                 )
                 metrics.update(corrected)
         with self.timer("train"):

@@ -19,6 +19,7 @@ import torch
 from posttrain import UsageError
 from posttrain.framework.batch import Batch, split_micro_batches, view
 from posttrain.framework.logprobs import hidden_logprobs, logits_logprobs
+from posttrain.framework.packing import Packed
 from posttrain.framework.roles import CriticModel
 from posttrain.models.heads import lm_parts
 
@@ -41,8 +42,9 @@ def critic_values(model: CriticModel, batch: Batch, micro_batch_tokens: int = 16
     return out
 
 
-def logprobs_and_values(model, input_ids: torch.Tensor, temperature: float):
-    """One forward of an ActorCritic: (logprobs [B, T], entropy [B, T], values [B, T] with gradient)."""
+def logprobs_and_values(model, input_ids: torch.Tensor, temperature: float, pack_index: torch.Tensor | None = None):
+    """One forward of an ActorCritic: (logprobs [B, T], entropy [B, T], values [B, T] with gradient);
+    on packed rows when given the micro-batch's `pack_index` (framework/packing.py), unpacked."""
     if not isinstance(model, CriticModel):
         raise UsageError(
             "this algorithm learns a critic: train a models.heads.ActorCritic "
@@ -52,6 +54,12 @@ def logprobs_and_values(model, input_ids: torch.Tensor, temperature: float):
     if parts is None:  # a head whose forward transforms its output: the policy's whole logits, V apart
         lp, ent = logits_logprobs(model(input_ids), input_ids, temperature, with_entropy=True)
         return lp, ent, model.values(input_ids)
-    h, values = model.hidden_and_values(input_ids)  # [B, T, d], [B, T]
-    lp, ent = hidden_logprobs(h, parts[1], input_ids, temperature, with_entropy=True)  # token chunks
-    return lp, ent, values
+    if pack_index is None:
+        h, values = model.hidden_and_values(input_ids)  # [B, T, d], [B, T]
+        lp, ent = hidden_logprobs(h, parts[1], input_ids, temperature, with_entropy=True)  # token chunks
+        return lp, ent, values
+    p = Packed.build(input_ids, pack_index)
+    h, values = model.hidden_and_values(p.ids, positions=p.positions, attn_mask=p.mask)  # [R, W, d], [R, W]
+    lp, ent = hidden_logprobs(h, parts[1], p.ids, temperature, with_entropy=True)
+    assert ent is not None
+    return p.unpack(lp), p.unpack(ent), p.unpack(values)  # [B, T] each, as padded

@@ -38,6 +38,8 @@ import torch.nn.functional as F
 import torch.utils.checkpoint
 
 from posttrain.algorithms.core import entropy_from_logits
+from posttrain.framework.batch import view
+from posttrain.framework.packing import Packed
 from posttrain.framework.rollout import token_logprobs
 from posttrain.models.heads import lm_parts
 from posttrain.sizing.memory import LOGIT_CHUNK_ELEMENTS
@@ -54,6 +56,21 @@ def sequence_logprobs(model, input_ids: torch.Tensor, temperature: float = 1.0, 
         return logits_logprobs(model(input_ids), input_ids, temperature, with_entropy)
     trunk, head = parts
     return hidden_logprobs(trunk.hidden(input_ids), head, input_ids, temperature, with_entropy)
+
+
+def micro_logprobs(model, mb, temperature: float = 1.0, with_entropy: bool = False):
+    """sequence_logprobs of a micro-batch (a RolloutBatch or a dict with `input_ids`): packed when
+    it carries a `pack_index` and the model exposes its hidden states (framework/packing.py), the
+    result in the micro-batch's padded layout [b, w] either way (0 on padding when packed)."""
+    fields = view(mb)
+    ids, index = fields["input_ids"], fields.get("pack_index")
+    parts = lm_parts(model)
+    if index is None or parts is None:
+        return sequence_logprobs(model, ids, temperature, with_entropy)
+    p = Packed.build(ids, index)
+    h = parts[0].hidden(p.ids, positions=p.positions, attn_mask=p.mask)  # [R, w, d]
+    lp, ent = hidden_logprobs(h, parts[1], p.ids, temperature, with_entropy)  # [R, w] each
+    return p.unpack(lp), None if ent is None else p.unpack(ent)
 
 
 def hidden_logprobs(

@@ -17,7 +17,13 @@ from posttrain.framework.reference import score_logprobs
 
 
 def correct_off_policy(
-    model, batch: RolloutBatch, mode: str, cap: float, temperature: float, micro_batch_tokens: int = 16384
+    model,
+    batch: RolloutBatch,
+    mode: str,
+    cap: float,
+    temperature: float,
+    micro_batch_tokens: int = 16384,
+    packed: bool = False,
 ) -> tuple[RolloutBatch, dict]:
     """Decoupled off-policy correction (verl's 3-policy form): a new batch, and its metrics.
 
@@ -31,7 +37,7 @@ def correct_off_policy(
     """
     if batch.old_logprobs is None or batch.advantages is None:
         raise UsageError("the off-policy correction needs a batch with old_logprobs and advantages")
-    prox = score_logprobs(model, batch, temperature, micro_batch_tokens)  # [B, T]
+    prox = score_logprobs(model, batch, temperature, micro_batch_tokens, packed)  # [B, T]
     w, metrics = off_policy_weights(prox, batch.old_logprobs, batch.loss_mask, mode, cap)
     corrected = dataclasses.replace(
         batch, behaviour_logprobs=batch.old_logprobs, old_logprobs=prox, advantages=batch.advantages * w

@@ -5,7 +5,8 @@ to an optimizer. It is built only when an algorithm needs it (a KL coefficient >
 metric such as `kl/ref` that was asked for); otherwise the controller passes None.
 
 `score_logprobs` is how a model that is not being trained scores a batch: no gradient,
-micro-batched by padded tokens as the trainer splits its batches, zero off the loss mask. The
+micro-batched by computed tokens as the trainer splits its batches (packed with `packed`:
+framework/packing.py), zero off the loss mask. The
 reference scores with it; so do the off-policy correction (framework/off_policy.py, with the
 trainer's current weights) and DPO (its reference's sequence sums).
 """
@@ -18,18 +19,25 @@ import copy
 import torch
 
 from posttrain.framework.batch import Batch, split_micro_batches, view
-from posttrain.framework.logprobs import sequence_logprobs
+from posttrain.framework.logprobs import micro_logprobs
 
 
 @torch.no_grad()
-def score_logprobs(model, batch: Batch, temperature: float = 1.0, micro_batch_tokens: int = 16384) -> torch.Tensor:
+def score_logprobs(
+    model,
+    batch: Batch,
+    temperature: float = 1.0,
+    micro_batch_tokens: int = 16384,
+    packed: bool = False,
+    pack_width: int = 0,
+) -> torch.Tensor:
     """logprobs [B, T] of a batch under `model` (no gradient), zero where loss_mask is 0 (the
-    convention of old_logprobs), micro-batched by padded tokens: the reference's scores and the
-    proximal logprobs of the off-policy correction."""
+    convention of old_logprobs), micro-batched by computed tokens (sequences end to end in rows
+    when `packed`): the reference's scores and the proximal logprobs of the off-policy correction."""
     out = torch.zeros_like(view(batch)["loss_mask"])
-    for mb in split_micro_batches(batch, micro_batch_tokens):
+    for mb in split_micro_batches(batch, micro_batch_tokens, 1, packed, pack_width):
         m = view(mb)
-        lp, _ = sequence_logprobs(model, m["input_ids"], temperature)  # [b, w] fp32, logits in token chunks
+        lp, _ = micro_logprobs(model, mb, temperature)  # [b, w] fp32, logits in token chunks
         out[m["row_index"], : lp.shape[1]] = lp * m["loss_mask"]
     return out
 
@@ -39,15 +47,19 @@ class Reference:
     default on CUDA), the copy is held in the compute dtype: half the bytes of fp32 master weights,
     and it scores under the same autocast as the trainer and the sampler, so every matmul sees the
     bf16 weights it would have seen anyway (the norms' weights are rounded too: bf16 noise). On the
-    CPU's fp32 runtime, or without a runtime, the copy stays in fp32 and scores as before."""
+    CPU's fp32 runtime, or without a runtime, the copy stays in fp32 and scores as before.
+    `packing`, `packing_width`: score packed micro-batches (optim.packing, as the trainer)."""
 
-    def __init__(self, policy: torch.nn.Module, temperature: float = 1.0, runtime=None):
+    def __init__(self, policy: torch.nn.Module, temperature: float = 1.0, runtime=None, packing=False, packing_width=0):
         self.model = copy.deepcopy(policy).eval().requires_grad_(False)
         self.temperature, self.runtime = temperature, runtime
+        self.packing, self.packing_width = packing, packing_width
         if runtime is not None and runtime.autocast_on:
             self.model.to(runtime.compute_dtype)
 
     def score(self, batch: Batch, micro_batch_tokens: int = 16384) -> torch.Tensor:
         """ref_logprobs [B, T], zero where loss_mask is 0 (the same convention as old_logprobs)."""
         with self.runtime.autocast() if self.runtime is not None else contextlib.nullcontext():
-            return score_logprobs(self.model, batch, self.temperature, micro_batch_tokens)
+            return score_logprobs(
+                self.model, batch, self.temperature, micro_batch_tokens, self.packing, self.packing_width
+            )

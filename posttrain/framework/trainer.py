@@ -5,9 +5,11 @@ The trainer takes the loss as a function; it knows nothing about any algorithm:
     metrics = trainer.step(batch, loss_fn)      # loss_fn(model, micro_batch, norm) -> (loss, metrics)
 
 `batch` is a `RolloutBatch` (framework/batch.py, docs/architecture.md §3) or, for the other
-stages, a dict of tensors with `[B, T]` or `[B]` leading dims; it is split into micro-batches of at most `micro_batch_tokens` padded tokens, rows of similar lengths
-together (`split_micro_batches`), so the padding computed stays small: `train/tokens` counts
-the real tokens of a step, `train/padded_tokens` what the forwards computed. Every loss is normalised
+stages, a dict of tensors with `[B, T]` or `[B]` leading dims; it is split into micro-batches of at
+most `micro_batch_tokens` computed tokens, rows of similar lengths together (`split_micro_batches`),
+so the padding computed stays small, or none but the rows' tails with `optim.packing`
+(framework/packing.py): `train/tokens` counts the real tokens of a step, `train/padded_tokens`
+what the forwards computed. Every loss is normalised
 by `norm`, the token and sequence counts of the WHOLE batch (algorithms/core.batch_norm),
 so summing micro-batch gradients gives exactly the gradient of one big batch, for every
 aggregation mode (tests/test_trainer.py). `.backward()` is called here and nowhere else.
@@ -26,7 +28,8 @@ from posttrain import UsageError
 from posttrain.algorithms.core import batch_norm, masked_mean
 from posttrain.framework.batch import Batch, RolloutBatch, map_batch, split_micro_batches, view
 from posttrain.framework.critic import logprobs_and_values, needs_critic
-from posttrain.framework.logprobs import sequence_logprobs
+from posttrain.framework.logprobs import micro_logprobs
+from posttrain.framework.packing import computed_tokens
 
 
 def policy_loss_fn(algorithm, algo_cfg, temperature: float):
@@ -43,10 +46,10 @@ def policy_loss_fn(algorithm, algo_cfg, temperature: float):
         if ids is None:
             raise UsageError("the RL loss needs batch.input_ids: build the batch with framework.batch.collate_samples")
         if with_critic:  # ← critic hook (PPO only)
-            lp, ent, values = logprobs_and_values(model, ids, temperature)
+            lp, ent, values = logprobs_and_values(model, ids, temperature, mb.pack_index)
             mb = dataclasses.replace(mb, new_values=values)
         else:
-            lp, ent = sequence_logprobs(model, ids, temperature, with_entropy=True)
+            lp, ent = micro_logprobs(model, mb, temperature, with_entropy=True)  # packed if mb says so
         loss, metrics = algorithm.loss(lp, mb, algo_cfg, norm, ent)
         assert mb.old_logprobs is not None  # the loss above has read it
         metrics["mismatch/logprob_abs"] = float(masked_mean((lp.detach() - mb.old_logprobs).abs(), mb.loss_mask))
@@ -80,7 +83,7 @@ class Trainer:
         sums: dict[str, float] = {}
         maxes: dict[str, float] = {}
         total_loss = 0.0
-        micro = split_micro_batches(batch, self.cfg.micro_batch_tokens, unit)
+        micro = split_micro_batches(batch, self.cfg.micro_batch_tokens, unit, self.cfg.packing, self.cfg.packing_width)
         if self.dp is not None:  # FSDP: as many forwards on every rank
             micro = self.dp.even_out(micro)
         for mb in micro:
@@ -103,7 +106,7 @@ class Trainer:
         clip = self.cfg.grad_clip if self.cfg.grad_clip > 0 else math.inf
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip))
         real = sum(float(view(mb)["attention_mask"].sum()) for mb in micro)  # this rank's tokens
-        padded = sum(view(mb)["attention_mask"].numel() for mb in micro)
+        padded = sum(computed_tokens(view(mb)) for mb in micro)
         out = {
             **sums,
             **maxes,

@@ -93,7 +93,7 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(c.d_model, (c.n_heads + 2 * c.n_kv_heads) * self.hd, bias=False)
         self.o = nn.Linear(c.n_heads * self.hd, c.d_model, bias=False)
 
-    def forward(self, x, cos, sin, cache=None):
+    def forward(self, x, cos, sin, cache=None, mask=None):
         B, T, _ = x.shape
         q, k, v = self.qkv(x).split([self.n_heads * self.hd, self.n_kv * self.hd, self.n_kv * self.hd], -1)
         q = q.view(B, T, self.n_heads, self.hd).transpose(1, 2)  # [B, H, T, hd]
@@ -101,9 +101,9 @@ class Attention(nn.Module):
         v = v.view(B, T, self.n_kv, self.hd).transpose(1, 2)
         q = q * cos + rotate_half(q) * sin  # rotary positions (HF convention)
         k = k * cos + rotate_half(k) * sin
-        if cache is None:
+        if cache is None:  # causal, or the packed rows' block-diagonal mask [B, 1, T, T]
             k, v = self._expand(k), self._expand(v)
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None)
         else:
             k, v, mask = cache.update(self.layer, k, v)  # [B, Hkv, S, hd], mask [B, 1, T, S]
             y = F.scaled_dot_product_attention(q, self._expand(k), self._expand(v), attn_mask=mask)
@@ -133,8 +133,8 @@ class Block(nn.Module):
         self.mlp_norm = nn.RMSNorm(c.d_model, eps=c.norm_eps)
         self.mlp = MLP(c)
 
-    def forward(self, x, cos, sin, cache=None):
-        x = x + self.attn(self.attn_norm(x), cos, sin, cache)  # pre-norm residual
+    def forward(self, x, cos, sin, cache=None, mask=None):
+        x = x + self.attn(self.attn_norm(x), cos, sin, cache, mask)  # pre-norm residual
         return x + self.mlp(self.mlp_norm(x))
 
 
@@ -165,24 +165,24 @@ class GPTMini(nn.Module):
         if isinstance(m, (nn.Linear, nn.Embedding)):
             nn.init.normal_(m.weight, 0.0, 0.02)
 
-    def hidden(self, input_ids: torch.Tensor, cache=None) -> torch.Tensor:
-        """Final normed hidden states [B, T, d]; value and reward heads read these."""
+    def hidden(self, input_ids: torch.Tensor, cache=None, positions=None, attn_mask=None) -> torch.Tensor:
+        """Final normed hidden states [B, T, d]; value and reward heads read these. `positions`
+        [B, T] and `attn_mask` [B, 1, T, T] (True = attend) run packed rows, several sequences
+        end to end (framework/packing.py); without them every row is one causal sequence."""
         T = input_ids.shape[1]
-        if cache is None:
-            if T > self.config.max_seq_len:
-                raise UsageError(
-                    f"sequence of {T} tokens exceeds model.max_seq_len={self.config.max_seq_len}; raise it"
-                )
+        if cache is None and T > self.config.max_seq_len:
+            raise UsageError(f"sequence of {T} tokens exceeds model.max_seq_len={self.config.max_seq_len}; raise it")
+        if cache is None and positions is None:
             cos, sin = self.rope_cos[:T], self.rope_sin[:T]  # [T, hd], broadcast over B, H
         else:
-            pos = cache.positions  # [B, T]
+            pos = cache.positions if positions is None else positions  # [B, T]
             cos, sin = self.rope_cos[pos].unsqueeze(1), self.rope_sin[pos].unsqueeze(1)  # [B, 1, T, hd]
         x = self.embed(input_ids)
         for block in self.blocks:
             if self.grad_checkpointing and self.training and cache is None and torch.is_grad_enabled():
-                x = torch.utils.checkpoint.checkpoint(block, x, cos, sin, use_reentrant=False)
+                x = torch.utils.checkpoint.checkpoint(block, x, cos, sin, None, attn_mask, use_reentrant=False)
             else:
-                x = block(x, cos, sin, cache)
+                x = block(x, cos, sin, cache, attn_mask)
         if cache is not None:
             cache.advance(T)
         return self.norm(x)

@@ -102,12 +102,13 @@ class ActorCritic(nn.Module):
         trunk = self.policy if self.critic_trunk is None else self.critic_trunk
         return align_values(self.value_head(trunk.hidden(input_ids)))
 
-    def hidden_and_values(self, input_ids: torch.Tensor):
+    def hidden_and_values(self, input_ids: torch.Tensor, **packed):
         """(the policy's final hidden states [B, T, d], values [B, T]) in one trunk forward when the
         critic is shared. The logits are left to the reader: `self.policy.head` on the hidden states,
-        a chunk of tokens at a time (framework/logprobs.py), never [B, T, V] whole."""
-        h = self.policy.hidden(input_ids)  # [B, T, d]
-        hc = h if self.critic_trunk is None else self.critic_trunk.hidden(input_ids)
+        a chunk of tokens at a time (framework/logprobs.py), never [B, T, V] whole. `packed`: the
+        packed rows' `positions` and `attn_mask` (framework/packing.py), handed to both trunks."""
+        h = self.policy.hidden(input_ids, **packed)  # [B, T, d]
+        hc = h if self.critic_trunk is None else self.critic_trunk.hidden(input_ids, **packed)
         return h, align_values(self.value_head(hc))  # ← V(s_t) beside the state that gives log π(y_t | s_t)
 
     def critic_state_dict(self) -> dict:

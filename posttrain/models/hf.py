@@ -153,11 +153,14 @@ class HFCausalLM(nn.Module):
         cache.advance(input_ids.shape[1])  # the new tokens are now history
         return logits
 
-    def hidden(self, input_ids: torch.Tensor, cache=None) -> torch.Tensor:
-        """Final normed hidden states [B, T, d]; value and reward heads read these."""
+    def hidden(self, input_ids: torch.Tensor, cache=None, positions=None, attn_mask=None) -> torch.Tensor:
+        """Final normed hidden states [B, T, d]; value and reward heads read these. `positions` [B, T]
+        and `attn_mask` [B, 1, T, T] (True = attend) run packed rows (framework/packing.py):
+        transformers takes a 4-D boolean mask as it is and rotates by `position_ids`."""
         body = self.hf.base_model
         if cache is None:
-            return body(input_ids=input_ids, use_cache=False).last_hidden_state
+            packed = {} if positions is None else {"position_ids": positions, "attention_mask": attn_mask}
+            return body(input_ids=input_ids, use_cache=False, **packed).last_hidden_state
         h = body(input_ids=input_ids, **self._cache_kwargs(cache)).last_hidden_state
         cache.advance(input_ids.shape[1])
         return h

@@ -15,7 +15,7 @@ import yaml
 from posttrain import UsageError, checkpoint, postmortem, runtime
 from posttrain.config import save_config, to_dict
 from posttrain.framework.batch import split_micro_batches, to_device
-from posttrain.framework.logprobs import sequence_logprobs
+from posttrain.framework.logprobs import micro_logprobs
 from posttrain.models.gpt_mini import GPTMini
 from posttrain.models.lora import apply_lora
 from posttrain.models.tokenizer import BASE_CHARS, DEFAULT_CHARS, CharTokenizer
@@ -226,7 +226,7 @@ def batch_plan(batch: dict, micro_batch_tokens: int, unit: int = 1) -> dict:
 
 def lm_loss(model, mb, norm):
     """Next-token cross-entropy on `loss_mask` positions, normalised by the whole batch's tokens."""
-    lp, _ = sequence_logprobs(model, mb["input_ids"])
+    lp, _ = micro_logprobs(model, mb)  # packed when the trainer packed mb (optim.packing)
     mask = mb["loss_mask"]
     loss = -(lp * mask).sum() / max(norm["tokens"], 1.0)
     return loss, {"train/nll": float(-(lp.detach() * mask).sum() / mask.sum().clamp(min=1))}

@@ -27,7 +27,7 @@ from posttrain import UsageError, tasks
 from posttrain.config import OptimConfig, RunConfig
 from posttrain.eval import evaluate, response_budget
 from posttrain.framework.batch import to_device
-from posttrain.framework.logprobs import sequence_logprobs
+from posttrain.framework.logprobs import micro_logprobs
 from posttrain.framework.loop import train_loop
 from posttrain.framework.reference import Reference, score_logprobs
 from posttrain.framework.trainer import Trainer
@@ -133,11 +133,13 @@ def build_pairs(cfg: DPOConfig, r: Run, model, tok, task) -> list:
 
 @torch.no_grad()
 @phase("reference")
-def reference_logps(model, encoded, pad_id: int, batch_pairs: int = 64, runtime=None) -> torch.Tensor:
+def reference_logps(
+    model, encoded, pad_id: int, batch_pairs: int = 64, runtime=None, packing: bool = False
+) -> torch.Tensor:
     """[2·P] log π_ref sums of every row (chosen, rejected interleaved), computed once, on the
     model's device (the pairs are collated on the CPU and moved here: issue 31's crash on CUDA), in
     the runtime's compute dtype, as the RL reference (framework/reference.py)."""
-    ref, out = Reference(model, runtime=runtime), []
+    ref, out = Reference(model, runtime=runtime, packing=packing), []
     device = next(model.parameters()).device
     for a in range(0, len(encoded), batch_pairs):
         batch = to_device(collate_pairs(encoded, range(a, min(a + batch_pairs, len(encoded))), pad_id), device)
@@ -156,7 +158,7 @@ def with_kto_reference_point(model, batch: dict) -> dict:
 
 def dpo_loss_fn(loss_cfg: DPOLossConfig):
     def loss_fn(model, mb, norm):
-        lp, _ = sequence_logprobs(model, mb["input_ids"])
+        lp, _ = micro_logprobs(model, mb)  # packed when the trainer packed mb (optim.packing)
         sums, counts = seq_logps(lp, mb["loss_mask"])  # [2P], [2P]
         ref = mb.get("ref_logps")
         s = SeqLogps(
@@ -195,7 +197,11 @@ def run(cfg: DPOConfig, resume: bool = False, task=None) -> dict:
     show_first_prompt(
         tok.chat_prompt(pairs[0].prompt) + tok.chat_continuation(pairs[0].prompt, pairs[0].chosen), r.dir, "dpo"
     )
-    ref = None if cfg.loss_type in REFERENCE_FREE else reference_logps(model, encoded, tok.pad_id, runtime=r.rt)
+    ref = (
+        None
+        if cfg.loss_type in REFERENCE_FREE
+        else reference_logps(model, encoded, tok.pad_id, runtime=r.rt, packing=cfg.optim.packing)
+    )
     trainer = Trainer(model, cfg.optim, cfg.steps, r.rt)
     indices = EpochIndices(len(encoded), cfg.batch_size, cfg.seed)
 
