@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from posttrain.framework.decode_graphs import SPAN_BUCKET, StepGraphs
 from posttrain.framework.sampler import SamplingParams, draw_uniforms, sample_keys, sample_tokens
 from posttrain.models.gpt_mini import KVCache
 from posttrain.models.heads import lm_parts
@@ -51,15 +52,29 @@ class DecodeLoop:
         # slot pool: per-slot state in tensors, rows [0, n_active) are the active slots
         self.cache = engine._slot_cache(S, P + M)
         self.logits = torch.empty(S, V, device=dev)  # next-token logits per slot
-        self.tok_buf = torch.zeros(S, M, dtype=torch.long, device=dev)
-        self.lp_buf = torch.zeros(S, M, device=dev)
-        self.ver_buf = torch.zeros(S, M, dtype=torch.long, device=dev)  # version behind each token
+        # a slot's draw t goes to column t; column M takes the draws of a row frozen at the cap
+        self.tok_buf = torch.zeros(S, M + 1, dtype=torch.long, device=dev)
+        self.lp_buf = torch.zeros(S, M + 1, device=dev)
+        self.ver_buf = torch.zeros(S, M + 1, dtype=torch.long, device=dev)  # version behind each token
         self.lver = torch.zeros(S, dtype=torch.long, device=dev)  # version behind each slot's logits
         self.t = torch.zeros(S, dtype=torch.long, device=dev)  # tokens generated so far
-        self.u = torch.zeros(S, M, dtype=torch.float64, device=dev)  # the uniform of each draw of the slot's sample
+        self.u = torch.zeros(S, M + 1, dtype=torch.float64, device=dev)  # the uniform of each draw of the slot's sample
         self.sid = torch.zeros(S, dtype=torch.long, device=dev)  # sample id = group * n + index
         self.last = torch.zeros(S, dtype=torch.long, device=dev)  # last token: next forward's input
+        self.live = torch.zeros(S, dtype=torch.bool, device=dev)  # the row's sequence is still running
         self.ar = torch.arange(S, device=dev)
+        self.slot_state = [self.tok_buf, self.lp_buf, self.ver_buf, self.lver, self.t, self.u, self.sid, self.last]
+        self.slot_state += [self.live]  # what moves with a slot when holes are filled
+        # k decode steps between two read-backs (admission, retirement). Read back every step where
+        # the host acts on a step's outcome: the straggler cut-off keeps the first `keep` to finish
+        # (an order a window would blur), partial rollouts load weights between two given tokens
+        cut_off = keep is not None and keep < n
+        self.k = 1 if cut_off or engine.on_decode_step is not None else engine.window(dev)
+        self.bucket = engine.row_bucket(dev)
+        self.decode_step, self.graphs = self._step_eager, None
+        if dev.type == "cuda" and engine.capture_decode and self.decoder is not None and self.k > 1:
+            self.decode_step = self.graphs = StepGraphs(self._step_eager)  # decode_graphs.py
+        self.span_bucket = engine.decode_span_bucket or (SPAN_BUCKET if self.graphs else 1)
 
         # results per sample, filled as sequences finish
         self.res_tok = torch.zeros(self.N, M, dtype=torch.long, device=dev)
@@ -74,84 +89,138 @@ class DecodeLoop:
         self.group_full = torch.zeros(self.G, dtype=torch.bool, device=dev)
         self.waiting = 0  # next sample id to admit
         self.prefill_tokens = self.prefills = self.decode_steps = 0
-        self.active_sum = 0
-        self.cache_used = torch.zeros((), dtype=torch.long, device=dev)
+        self.rows_forwarded = 0  # Σ rows computed by the decode forwards (live or not)
+        self.admitted_top = 0  # the longest prompt of the last admission (host side)
 
     def run(self):
         n = self._admit(0, self.S)
+        top = self.admitted_top  # bounds every live row's position (host side)
         while n:
-            n = self._step(n)
+            n, top = self._window(n, top)
         cap = self.cache.lengths.shape[0] * self.cache.max_len
         steps = max(self.decode_steps, 1)
         generated = int(self.res_len.sum())
+        # a sample of L tokens was fed L - 1 times (its last token never is), at positions P + 1 … P + L - 1
+        L, P = self.res_len, self.plen.repeat_interleave(self.n)  # [N] each
+        fed, kv = int(L.sum()) - self.N, int(((L - 1) * P + L * (L - 1) // 2).sum())
         stats = {
             "rollout/samples": self.N,
             "rollout/generated_tokens": generated,
             "rollout/decode_steps": self.decode_steps,
             "rollout/slots": self.S,
-            "rollout/slot_occupancy": self.active_sum / steps / self.S,  # mean active / slots
-            "rollout/cache_occupancy": float(self.cache_used) / steps / cap,  # mean used / allocated positions
-            "rollout/kv_positions": int(self.cache_used),  # Σ over decode steps of positions attended: the KV read
+            "rollout/slot_occupancy": fed / steps / self.S,  # mean active / slots
+            "rollout/row_use": fed / max(self.rows_forwarded, 1),  # live ÷ forwarded rows (window, bucket)
+            "rollout/cache_occupancy": kv / steps / cap,  # mean used / allocated positions
+            "rollout/kv_positions": kv,  # Σ over decode steps of positions attended by live rows: the KV read
             "rollout/prefills": self.prefills,  # prompts prefilled (= groups)
             "rollout/prefill_tokens": self.prefill_tokens,  # prompt tokens computed
             "rollout/prompt_tokens": int(self.plen.sum()) * self.n,  # ... without sharing
             "rollout/prefix_reuse": int(self.plen.sum()) * self.n / max(self.prefill_tokens, 1),
             "rollout/cancelled": self.N - int(self.res_kept.sum()),  # straggler cut-off
+            "rollout/graph_replays": self.graphs.replays if self.graphs else 0,  # steps served by a CUDA graph
         }
         return self.res_tok, self.res_lp, self.res_len, self.res_stop, self.res_kept, self.res_ver, stats
 
-    def _step(self, n: int) -> int:
-        """Sample one token for the n active slots, retire finished ones, decode, refill."""
-        t, M = self.t[:n], self.M
-        tok, lp = sample_tokens(self.logits[:n], self.sampling, None, self.u[self.ar[:n], t])  # [n]
-        self.tok_buf[self.ar[:n], t] = tok
-        self.lp_buf[self.ar[:n], t] = lp
-        self.ver_buf[self.ar[:n], t] = self.lver[:n]
-        t += 1
-        self.last[:n] = tok
-        is_stop = torch.isin(tok, self.stop_ids)  # [n]
-        done = is_stop | (t >= M)
-        if self.keep < self.n:  # its group already has `keep`: cancel
-            done = done | self.group_full[self.sid[:n] // self.n]
-        if bool(done.any()):
-            n = self._retire(n, done, is_stop)
+    def _window(self, n: int, top: int) -> tuple[int, int]:
+        """Up to k decode steps over the rows [0, R) of n sequences without reading anything back
+        from the device, then retire the finished ones, decode the rest, refill. `top` bounds every
+        row's position (rows advance by at most one a step), so each forward's span is known on
+        the host. A row that finishes inside the window is frozen (`live` False: its tokens are
+        not recorded, its position does not advance) until the window ends."""
+        R = self._rows(n)
+        self._sample(R)
+        for _ in range(self.k - 1):  # in-window steps: decode every row in [0, R), then sample
+            self._count(R)
+            self.decode_step(R, self._span(top + 1))
+            top += 1
+        n = self._retire(n)  # the one read-back of the window
         if n:
-            if self.engine.on_decode_step is not None:  # partial rollouts: newer weights may load
-                self.engine.on_decode_step()  # here, between two tokens (KV cache kept)
-                if self.decoder is not None:
-                    self.decoder.refresh()
-            self.lver[:n] = self.engine.policy_version
-            # one forward, one token per active slot; rows [0, n) are a view of the cache
-            if self.decoder is not None:  # gpt_mini's one-token path
-                self.logits[:n] = self.decoder(self.last[:n], self.cache, n)
-            else:
-                self.cache.begin(1, slice(0, n))
-                self.logits[:n] = self.model(self.last[:n, None], cache=self.cache)[:, 0]
-            self.decode_steps += 1
-            self.active_sum += n
-            self.cache_used += self.cache.lengths[:n].sum()
+            R = self._rows(n)
+            span = int(self.cache.lengths[:R].max()) + 1
+            self._count(R)
+            self._forward(R, span)
+            top = span
         if self.waiting < self.N and n < self.S:  # refill freed slots
             n = self._admit(n, self.S - n)
-        return n
+            top = max(top, self.admitted_top)
+        return n, top
 
-    def _retire(self, n: int, done: torch.Tensor, is_stop: torch.Tensor) -> int:
-        fin = done.nonzero().squeeze(1)  # [f] finished slots
-        s = self.sid[fin]
+    def _span(self, need: int) -> int:
+        """Positions an in-window forward attends: `need` rounded up to the span bucket (CUDA graphs)."""
+        return min(-(-need // self.span_bucket) * self.span_bucket, self.cache.max_len)
+
+    def _rows(self, n: int) -> int:
+        """Rows a step computes for n sequences: n rounded up to the slot-count bucket (static shapes)."""
+        b = self.bucket
+        return min(self.S, -(-n // b) * b)
+
+    def _sample(self, R: int) -> None:
+        """Sample one token for rows [0, R) and record it (a frozen row's lands past its length); a
+        live row that stops, reaches the cap or (straggler cut-off) whose group is full stops being live."""
+        ar, live, t, M = self.ar[:R], self.live[:R], self.t[:R], self.M
+        tok, lp = sample_tokens(self.logits[:R], self.sampling, None, self.u[ar, t])  # [R]
+        self.tok_buf[ar, t] = tok  # a frozen row writes past its length (or into column M): never read
+        self.lp_buf[ar, t] = lp
+        self.ver_buf[ar, t] = self.lver[:R]
+        t += live
+        self.last[:R] = tok
+        is_stop = (tok[:, None] == self.stop_ids).any(-1)  # [R] (isin may read back; this never)
+        done = is_stop | (t >= M)
+        if self.keep < self.n:  # its group already has `keep`: cancel
+            done = done | self.group_full[self.sid[:R] // self.n]
+        live &= ~done
+
+    def _count(self, R: int) -> None:
+        """The host side of a decode forward over R rows, before it: partial rollouts may load
+        newer weights here, between two tokens (KV cache kept); the step counters."""
+        if self.engine.on_decode_step is not None:
+            self.engine.on_decode_step()
+            if self.decoder is not None:
+                self.decoder.refresh()
+        self.decode_steps += 1
+        self.rows_forwarded += R
+
+    def _step_eager(self, R: int, span: int) -> None:
+        """An in-window step, device work only (what decode_graphs captures): decode, then sample."""
+        self._forward(R, span)
+        self._sample(R)
+
+    def _forward(self, R: int, span: int) -> None:
+        """One decode forward of one token per row in [0, R), attending over `span` positions
+        (at least the longest live row's); rows [0, R) are a view of the cache."""
+        live = self.live[:R]
+        self.lver[:R] = self.engine.policy_version
+        if self.decoder is not None:  # the one-token path: positions of frozen rows stay
+            self.logits[:R] = self.decoder(self.last[:R], self.cache, R, span, live)
+        else:
+            self.cache.begin(1, slice(0, R))
+            self.logits[:R] = self.model(self.last[:R, None], cache=self.cache)[:, 0]
+            self.cache.lengths[:R] -= (~live).long()  # frozen rows stay where they are
+
+    def _retire(self, n: int) -> int:
+        """Move the finished sequences among rows [0, n) to the results; return the new count."""
+        done = ~self.live[:n]
+        fin = done.nonzero().squeeze(1)  # [f] finished slots: the one read-back of a window
+        if not fin.numel():
+            return n
+        s, t = self.sid[fin], self.t[fin]
+        is_stop = (self.tok_buf[fin, t - 1, None] == self.stop_ids).any(-1)  # [f] its last token
         if self.keep < self.n:
-            self._count_finished(s, (is_stop[fin] | (self.t[fin] >= self.M)).tolist())
-        self.res_tok[s] = self.tok_buf[fin]
-        self.res_lp[s] = self.lp_buf[fin]
-        self.res_ver[s] = self.ver_buf[fin]
-        self.res_len[s] = self.t[fin]
-        self.res_stop[s] = is_stop[fin]
+            self._count_finished(s, (is_stop | (t >= self.M)).tolist())
+        self.res_tok[s] = self.tok_buf[fin, : self.M]
+        self.res_lp[s] = self.lp_buf[fin, : self.M]
+        self.res_ver[s] = self.ver_buf[fin, : self.M]
+        self.res_len[s] = t
+        self.res_stop[s] = is_stop
         # keep the active slots packed in [0, n'): move the last active rows into the holes
         n_new = n - fin.numel()
         holes = fin[fin < n_new]
         if holes.numel():
             movers = (~done[n_new:]).nonzero().squeeze(1) + n_new  # same count as holes
             self.cache.copy_row(movers, holes)
-            for buf in (self.tok_buf, self.lp_buf, self.ver_buf, self.lver, self.t, self.u, self.sid, self.last):
+            for buf in self.slot_state:
                 buf[holes] = buf[movers]
+        self.live[n_new:n] = False  # the movers' old rows
         return n_new
 
     def _count_finished(self, sids: torch.Tensor, natural: list[bool]) -> None:
@@ -183,9 +252,12 @@ class DecodeLoop:
         self.lver[lo : lo + k] = self.pver[rows]
         self.t[lo : lo + k] = 0
         self.sid[lo : lo + k] = sids
+        self.live[lo : lo + k] = True
+        first, last = (self.waiting - k) // self.n, (self.waiting - 1) // self.n
+        self.admitted_top = max(len(q) for q in self.prompts[first : last + 1])
         if self.sampling.temperature > 0:  # greedy draws nothing
             base = sample_keys(self.seed, self.step, groups + self.group_offset, sids % self.n)
-            self.u[lo : lo + k] = draw_uniforms(base, self.M)  # [k, M]: every draw, hashed once
+            self.u[lo : lo + k, : self.M] = draw_uniforms(base, self.M)  # [k, M]: every draw, hashed once
         return lo + k
 
     def _prefill(self, head: int, need: int) -> None:

@@ -12,10 +12,15 @@ What the engine does, in the order a reader should study it:
 2. **Continuous batching.** A fixed pool of slots (rows of one contiguous KV cache). Each
    step decodes every active slot in ONE forward of one token per slot, through the
    incremental KV cache (the prefix is never re-encoded). A slot whose sequence ends (stop
-   id or length cap) is refilled with the next waiting sample at the next step. Active
+   id or length cap) is refilled with the next waiting sample at the next read-back. Active
    slots are kept packed in rows [0, n): when the queue is empty a finished hole is filled
    by moving the last active row into it, so the forward reads a view of the cache, never
    a gathered copy, and attends over the used span only.
+   The loop (framework/decode_loop.py) reads the device back once every k steps
+   (`decode_window`: 1 on CPU, 8 on CUDA): in between, a step's shapes are static (rows
+   rounded up to `decode_bucket`, the span known on the host) and a finished row is frozen
+   and masked, so on CUDA those steps replay as CUDA graphs (framework/decode_graphs.py).
+   Every k samples the same tokens; k = 1 is the step-by-step loop, logprobs bit for bit.
 3. **Behaviour logprobs at sampling time** (`sample_tokens`): the log-probability of the
    sampled token under the FULL temperature-scaled distribution, `token_logprobs` — the
    same function the trainer imports, so sampler and trainer apply temperature in exactly
@@ -124,6 +129,12 @@ class Engine:
         self.stats: dict = {}
         self._slots: KVCache | None = None  # reused across calls while big enough
         self.fast_decode = True  # False: decode through model.forward (the reference path)
+        self.decode_window: int | None = None  # decode steps between read-backs (None: 1 on CPU, 8 on CUDA)
+        self.decode_bucket: int | None = None  # rows computed per step round up to this (None: 1 on CPU, 16 on CUDA)
+        self.capture_decode = True  # on CUDA, replay in-window decode steps as CUDA graphs (decode_graphs.py)
+        self.decode_span_bucket: int | None = (
+            None  # in-window attended span rounds up to this (None: 64 captured, else 1)
+        )
 
     # -- public ----------------------------------------------------------------------------
 
@@ -202,6 +213,14 @@ class Engine:
                     f"({Decoder.why_not(self.model)})"
                 )
         return self._decoder
+
+    def window(self, device: torch.device) -> int:
+        """k: decode steps between two read-backs of the device (admission and retirement)."""
+        return max(1, self.decode_window or (8 if device.type == "cuda" else 1))
+
+    def row_bucket(self, device: torch.device) -> int:
+        """Rows per decode step round up to a multiple of this: few shapes, one captured graph each."""
+        return max(1, self.decode_bucket or (16 if device.type == "cuda" else 1))
 
     # -- helpers ---------------------------------------------------------------------------
 

@@ -115,7 +115,7 @@ PRODUCTION = [
         "slots idle. Refilling keeps the forward full.",
         [
             "posttrain.framework.rollout:Engine",
-            "posttrain.framework.decode_loop:DecodeLoop._step",
+            "posttrain.framework.decode_loop:DecodeLoop._window",
             "posttrain.framework.decode_loop:DecodeLoop._admit",
         ],
         ["scheduler"],

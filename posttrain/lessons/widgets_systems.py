@@ -284,7 +284,7 @@ register(
         "time is modelled with the course's 7B-on-H100 constants.",
         [
             "posttrain.framework.rollout:Engine.generate",
-            "posttrain.framework.decode_loop:DecodeLoop._step",
+            "posttrain.framework.decode_loop:DecodeLoop._window",
             "posttrain.framework.decode_loop:DecodeLoop._admit",
             "posttrain.framework.decode_loop:DecodeLoop._prefill",
             "posttrain.tasks.base:safe_reward",
