@@ -132,18 +132,21 @@ def test_hf_families_sample_what_main_sampled(setup, name):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_captured_steps_sample_exactly_what_eager_steps_sample(setup, dtype):
+def test_captured_steps_sample_what_eager_steps_sample(setup, dtype):
     """On CUDA the in-window steps replay as CUDA graphs: the same kernels on the same buffers, so
-    the same tokens and logprobs bit for bit as the uncaptured loop of the same shapes."""
+    the same tokens as the uncaptured loop of the same shapes, and its logprobs (1e-5: cuBLAS may
+    pick another algorithm inside a capture)."""
     tok, nano, prompts, sp = setup
     model = nano.to("cuda")
     runs = {}
     for capture in (True, False):
         e = Engine(model, tok, max_slots=4)
-        e.capture_decode = capture
+        e.capture_decode, e.decode_span_bucket = capture, 64  # the same shapes, captured or not
         with torch.autocast("cuda", dtype=dtype, enabled=dtype != torch.float32):
             samples = e.generate(prompts * 4, 3, sp, seed=4)  # 60 samples through 4 slots: shapes recur
         runs[capture] = ([(s.response_ids, s.response_logprobs) for s in samples], e.stats)
-    assert runs[True][0] == runs[False][0]
+    (got, _), (want, _) = runs[True], runs[False]
+    assert [ids for ids, _ in got] == [ids for ids, _ in want]
+    assert max(abs(x - y) for (_, a), (_, b) in zip(got, want) for x, y in zip(a, b)) < 1e-5
     assert runs[True][1]["rollout/graph_replays"] > 0 and runs[False][1]["rollout/graph_replays"] == 0
     nano.to("cpu")
