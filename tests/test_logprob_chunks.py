@@ -214,7 +214,7 @@ def test_prefill_reads_the_last_positions_through_the_head(monkeypatch):
     """A prefill whose [b, T, V] logits pass a chunk makes logits at the last real positions only:
     the same next-token logits, so the same samples and behaviour logprobs."""
     torch.set_num_threads(1)  # bit for bit (module docstring)
-    import posttrain.framework.rollout as R
+    import posttrain.framework.decode_loop as R
     from posttrain.models.tokenizer import CharTokenizer
 
     tok = CharTokenizer()

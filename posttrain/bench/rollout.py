@@ -2,6 +2,7 @@
 
     posttrain bench rollout [--preset micro] [--batches 1,8,64,256] [--threads 2] [--out FILE.json]
     posttrain bench rollout --invariance [--init RUN] [--out FILE.json]   (batch invariance, below)
+    ... [--decode-window K]   k decode steps between read-backs (framework/decode_loop.py)
 
 A randomly initialised (seeded) gpt_mini is exported in memory to a `LlamaForCausalLM`
 with the same weights (models/export.py). Both sample at temperature 1 from the same
@@ -80,6 +81,7 @@ def run(
     repeats: int = 2,
     hf: bool = True,
     seed: int = 0,
+    window: int | None = None,
 ) -> dict:
     torch.set_num_threads(threads)
     tok = CharTokenizer(BASE_CHARS)  # the built-in task's vocabulary (as its checkpoints)
@@ -93,6 +95,7 @@ def run(
     task = ArithmeticTask()
     sampling = SamplingParams(temperature=1.0, max_new_tokens=new_tokens, ignore_eos=True)
     engine = Engine(model, tok, max_slots=max(batches))
+    engine.decode_window = window
 
     def ours(prompts):
         samples = engine.generate(prompts, 1, sampling, seed=seed)
@@ -153,7 +156,15 @@ def run(
     return result
 
 
-def invariance(init: str = "", prompts: int = 128, n: int = 8, seed: int = 0, out: str | None = None) -> dict:
+def _engine(model, tok, slots: int, window: int | None) -> Engine:
+    e = Engine(model, tok, max_slots=slots)
+    e.decode_window = window  # None: the device's default (framework/decode_loop.py)
+    return e
+
+
+def invariance(
+    init: str = "", prompts: int = 128, n: int = 8, seed: int = 0, out: str | None = None, window: int | None = None
+) -> dict:
     """Batch invariance on a trained checkpoint: the same (seed, prompt, sample) keys run with
     every group in one batch (256 slots), 16 slots, and one group at a time. Reports the share
     of samples whose tokens differ from the one-batch run, the share of tokens from the first
@@ -163,13 +174,13 @@ def invariance(init: str = "", prompts: int = 128, n: int = 8, seed: int = 0, ou
     items = task.items(prompts, "train", seed)
     ids = [tok.encode(tok.chat_prompt(task.prompt(it))) for it in items]
     sp = SamplingParams(temperature=1.0, max_new_tokens=response_budget(task, items))
-    base = Engine(model.eval(), tok, max_slots=256).generate(ids, n, sp, seed=seed)
+    base = _engine(model.eval(), tok, 256, window).generate(ids, n, sp, seed=seed)
     runs = {
-        "slots_16": Engine(model, tok, max_slots=16).generate(ids, n, sp, seed=seed),
+        "slots_16": _engine(model, tok, 16, window).generate(ids, n, sp, seed=seed),
         "one_group_at_a_time": [
             s
             for g, p in enumerate(ids)
-            for s in Engine(model, tok, max_slots=n).generate([p], n, sp, seed=seed, group_offset=g)
+            for s in _engine(model, tok, n, window).generate([p], n, sp, seed=seed, group_offset=g)
         ],
     }
     result = {
@@ -178,6 +189,7 @@ def invariance(init: str = "", prompts: int = 128, n: int = 8, seed: int = 0, ou
         "prompts": prompts,
         "samples_per_prompt": n,
         "tokens": sum(len(s.response_ids) for s in base),
+        "decode_window": window,
     }
     for name, other in runs.items():
         diff_samples = diff_tokens = 0
@@ -229,13 +241,16 @@ def main(argv=None) -> dict:
         action="store_true",
         help="instead of timing: batch invariance of a trained checkpoint (--init) across batch shapes",
     )
+    p.add_argument(
+        "--decode-window", type=int, default=None, help="decode steps between read-backs (default: 1 on CPU, 8 on CUDA)"
+    )
     p.add_argument("--init", default="", help="with --invariance: checkpoint or run dir (default: the cached SFT(CoT))")
     a = p.parse_args(argv)
     if a.invariance:
         torch.set_num_threads(a.threads)
-        return invariance(a.init, out=a.out)
+        return invariance(a.init, out=a.out, window=a.decode_window)
     batches = tuple(int(b) for b in a.batches.split(","))
-    return run(a.out, a.preset, batches, a.new_tokens, a.threads, a.repeats, hf=not a.no_hf)
+    return run(a.out, a.preset, batches, a.new_tokens, a.threads, a.repeats, hf=not a.no_hf, window=a.decode_window)
 
 
 if __name__ == "__main__":

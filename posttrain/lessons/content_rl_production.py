@@ -115,8 +115,8 @@ PRODUCTION = [
         "slots idle. Refilling keeps the forward full.",
         [
             "posttrain.framework.rollout:Engine",
-            "posttrain.framework.rollout:_Run._step",
-            "posttrain.framework.rollout:_Run._admit",
+            "posttrain.framework.decode_loop:DecodeLoop._window",
+            "posttrain.framework.decode_loop:DecodeLoop._admit",
         ],
         ["scheduler"],
     ),
@@ -164,7 +164,7 @@ PRODUCTION = [
         "its B·K responses, whose expected length grows with K and with the spread of the distribution.",
         "The tail, not the mean, sets the rollout time. A length cap near the 95th percentile, dynamic K "
         "(stop a group once it has both a right and a wrong answer) and packing attack it directly.",
-        [f"{ALG}.dapo:overlong_penalty", "posttrain.framework.rollout:_Run._retire"],
+        [f"{ALG}.dapo:overlong_penalty", "posttrain.framework.decode_loop:DecodeLoop._retire"],
         ["stragglers"],
     ),
     Lesson(
@@ -235,7 +235,7 @@ PRODUCTION = [
         "vocabulary chunks instead of materialising every logit.",
         "At long contexts the logits tensor alone is larger than the model's activations; at large K "
         "the repeated prompt is most of the prefill.",
-        ["posttrain.framework.rollout:_Run._prefill", "posttrain.framework.logprobs:sequence_logprobs"],
+        ["posttrain.framework.decode_loop:DecodeLoop._prefill", "posttrain.framework.logprobs:sequence_logprobs"],
         ["kernels"],
     ),
     Lesson(

@@ -284,9 +284,9 @@ register(
         "time is modelled with the course's 7B-on-H100 constants.",
         [
             "posttrain.framework.rollout:Engine.generate",
-            "posttrain.framework.rollout:_Run._step",
-            "posttrain.framework.rollout:_Run._admit",
-            "posttrain.framework.rollout:_Run._prefill",
+            "posttrain.framework.decode_loop:DecodeLoop._window",
+            "posttrain.framework.decode_loop:DecodeLoop._admit",
+            "posttrain.framework.decode_loop:DecodeLoop._prefill",
             "posttrain.tasks.base:safe_reward",
             "posttrain.lessons.runs:spec_acceptance",
         ],

@@ -71,11 +71,16 @@ class Decoder:
         the engine checks it at every generate() and falls back to model.forward."""
         return not self.why_not(self.model)
 
-    def __call__(self, last: torch.Tensor, cache, n: int) -> torch.Tensor:
+    def __call__(
+        self, last: torch.Tensor, cache, n: int, span: int | None = None, advance: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Logits [n, V] of one new token per row. `span` (positions attended, at least the longest
+        row's new length; default: read back from the cache) and `advance` ([n] bool: rows whose
+        length moves on; default all) let a caller run it with no read-back, as a captured graph does."""
         H, Hkv, hd, rep = self.H, self.Hkv, self.hd, self.rep
         w = self.w.current()
         pos = cache.lengths[:n]  # [n] position of the new token
-        S = int(pos.max()) + 1  # attend over the used span only
+        S = int(pos.max()) + 1 if span is None else span  # attend over the used span only
         if S > cache.max_len:
             raise RuntimeError(f"KV cache overflow: {S} > {cache.max_len} positions")
         Tmax = cache.max_len
@@ -119,6 +124,6 @@ class Decoder:
             gate, up = gu.chunk(2, dim=-1)
             m = F.linear(F.silu(gate).mul_(up), down_w, down_b)  # [n, d]
             x = x + (m if rs is None else m * rs)
-        cache.lengths[:n] += 1
+        cache.lengths[:n] += 1 if advance is None else advance
         logits = F.linear(F.rms_norm(x, x.shape[-1:], w.norm, self.eps), w.head)  # [n, V]
         return logits if w.logit_divisor is None else logits / w.logit_divisor

@@ -53,7 +53,7 @@ from posttrain.sizing.shapes import (
 GiB = 2**30
 STAGES = ("pretrain", "sft", "rl", "dpo", "rm", "distill")
 REFERENCE_TOKENS = 16384  # Reference.score's micro-batch (framework/reference.py)
-PREFILL_BATCH = 64  # prompts per prefill forward (framework/rollout.Engine.PREFILL_BATCH)
+PREFILL_BATCH = 64  # prompts per prefill forward (framework/decode_loop.PREFILL_BATCH)
 CHUNK_FORWARD, CHUNK_BACKWARD = 6, 4  # logit-chunk copies live in a chunk's forward / backward (measured)
 
 
