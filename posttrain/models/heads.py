@@ -60,12 +60,24 @@ def lm_parts(model):
     the rollout's prefill). gpt_mini is; an ActorCritic answers for its policy; a Hugging Face model
     whose forward transforms the head's output (a logit cap or scale) says `head_exact = False`
     (models/hf.py); a model without `hidden` and `head` is read through its forward."""
+    if _sharded(model):
+        return None
     if isinstance(model, ActorCritic):
         model = model.policy
     head = getattr(model, "head", None)
     if not callable(getattr(model, "hidden", None)) or head is None or not getattr(model, "head_exact", True):
         return None
     return model, head
+
+
+def _sharded(model) -> bool:
+    """An FSDP2 module (`fully_shard`, distributed/fsdp.py): only its forward gathers the sharded
+    parameters, so it is read through its forward (whole logits), never through `hidden`."""
+    if not torch.distributed.is_available():
+        return False
+    from torch.distributed.fsdp import FSDPModule  # only where torch has its distributed package
+
+    return isinstance(model, FSDPModule)
 
 
 def align_values(v: torch.Tensor) -> torch.Tensor:
