@@ -30,14 +30,21 @@ from posttrain.framework.batch import Batch, map_batch, view, with_fields
 
 
 def shard_module(module: torch.nn.Module) -> torch.nn.Module:
-    """fully_shard every element of the module's ModuleLists (the transformer blocks), then the root."""
+    """fully_shard every element of the module's ModuleLists (the transformer blocks), then the root.
+
+    The mesh is named: a CPU mesh over the gloo group. Left to its default, FSDP picks the
+    process's accelerator, whatever registered one (a PrivateUse1 backend such as the tests'
+    fakegpu included), and moves the parameters there.
+    """
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
     for sub in list(module.modules()):
         if isinstance(sub, torch.nn.ModuleList):
             for block in sub:
-                fully_shard(block)
-    fully_shard(module)
+                fully_shard(block, mesh=mesh)
+    fully_shard(module, mesh=mesh)
     for sub in module.modules():  # SUM over ranks, not FSDP's default mean
         if hasattr(sub, "set_gradient_divide_factor"):
             sub.set_gradient_divide_factor(1.0)
