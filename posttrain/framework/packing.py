@@ -41,6 +41,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from torch.nn.attention.flex_attention import BlockMask
+
+from posttrain.models.attention import document_mask, kernel
 
 
 def _place(fill: list[int], n: int, width: int) -> tuple[int, int]:
@@ -129,12 +132,14 @@ class Packed:
 
     ids: torch.Tensor  # [R, W] the sequences end to end, 0 in the row tails
     positions: torch.Tensor  # [R, W] long, restarting at 0 per sequence (and in the tail)
-    mask: torch.Tensor  # [R, 1, W, W] bool: key s visible to query t (same sequence, s ≤ t)
+    mask: torch.Tensor | BlockMask  # key s visible to query t (same sequence, s ≤ t): [R, 1, W, W] bool or flex's
+    seq_id: torch.Tensor  # [R, W] long: each token's row in the micro-batch, -1 in the row tails
     gather: torch.Tensor  # [b, w] long: where token (i, t)'s output sits in [R·W] (0 on padding)
     first: torch.Tensor  # [b, w] bool: column 0 of each row and its padding, where outputs are 0
 
     @classmethod
-    def build(cls, input_ids: torch.Tensor, index: torch.Tensor) -> Packed:
+    def build(cls, input_ids: torch.Tensor, index: torch.Tensor, attention: str = "dense") -> Packed:
+        """`attention`: the mask's kernel, dense or flex (models/attention.py; "auto" by device)."""
         b, w = input_ids.shape
         R, W = packed_shape(index)
         real = index[..., 0] >= 0  # [b, w]
@@ -149,10 +154,9 @@ class Packed:
         positions = (torch.arange(W, device=dev) - tail).clamp(min=0).view(-1)  # the tail from 0
         positions[flat] = pos[real]
         seq_id, positions = seq_id.view(R, W), positions.view(R, W)
-        causal = torch.ones(W, W, dtype=torch.bool, device=dev).tril()  # [W, W]
-        mask = (seq_id[:, :, None] == seq_id[:, None, :]) & causal  # [R, W, W]
+        mask = document_mask(seq_id, kernel(attention, dev))  # [R, 1, W, W] or its BlockMask
         gather = (index[..., 0] * W + index[..., 1]).clamp(min=0)  # [b, w]
-        return cls(ids.view(R, W), positions, mask.unsqueeze(1), gather, ~real | (pos == 0))
+        return cls(ids.view(R, W), positions, mask, seq_id, gather, ~real | (pos == 0))
 
     def unpack(self, x: torch.Tensor) -> torch.Tensor:
         """Per-position outputs [R, W] aligned as logprobs (column c: the prediction of the packed
