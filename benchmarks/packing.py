@@ -29,6 +29,7 @@ times the attention alone on one packed trainer micro-batch of this step: padded
 to skip the CPU timings): forward and backward at Qwen2.5-0.5B's attention shape (14 heads, 2 kv
 heads, 64 wide, bf16), micro_batch_tokens 32768 in rows of 4096, flex compiled; on the CPU: forward
 only (torch's flex has no backward there) at nano's shape, rows of 1024, flex eager and compiled.
+`first_call_s` holds a compile (less when inductor's on-disk cache already has it).
 """
 
 from __future__ import annotations

@@ -15,15 +15,18 @@ ways to hand it to the attention kernel, chosen by `optim.packing_attention`:
 dense. On CUDA the kernel is `torch.compile(flex_attention)`, compiled once per process at its
 first use (the Triton template; eager flex would materialise the scores).
 
-The interface, used by gpt_mini (models/gpt_mini.py Attention) and by transformers models
-(models/hf.py registers `attend` as the attention function "posttrain"):
+The interface: framework/packing.py makes the mask, gpt_mini's Attention calls `attend`, and
+transformers models call `hf_attention` (models/hf.py installs it as their attention function
+"posttrain": transformers' own sdpa function for every other mask):
 
     chosen(model)                   -> "auto" | "dense" | "flex"  (the model's packing_attention)
     kernel(choice, device)          -> "dense" | "flex"       ("auto" resolved for a device)
+    check(choice, device)           -> choice, or UsageError for flex off CUDA (recipes/common.Run)
     document_mask(seq_id, kernel)   -> bool [R, 1, W, W] | BlockMask   (seq_id [R, W]: one id
                                        per sequence; a row's tail is one more sequence of its own)
     attend(q, k, v, mask)           -> [B, H, T, hd]         (mask None: causal; GQA: k, v have
                                        Hkv heads, H a multiple of them)
+    use_in_hf(hf_model)             installs `hf_attention` in a transformers model loaded with sdpa
 """
 
 from __future__ import annotations
@@ -97,11 +100,12 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask=None, scale: 
 def flex(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: BlockMask, scale: float | None = None
 ) -> torch.Tensor:
-    """flex_attention of q [B, H, T, hd] over k, v [B, Hkv, T, hd] under `mask`: compiled on CUDA,
-    torch's eager reference elsewhere (forward only: it has no backward on the CPU)."""
+    """flex_attention of q [B, H, T, hd] over k, v [B, Hkv, T, hd] under `mask`: compiled on CUDA
+    (compiled with the model's forward when that is), torch's eager reference elsewhere (forward
+    only: it has no backward on the CPU)."""
     global _compiled
     gqa = q.shape[1] != k.shape[1]
-    if q.device.type != "cuda":
+    if q.device.type != "cuda" or torch.compiler.is_compiling():  # inside a compiled forward: traced with it
         return flex_attention(q, k, v, block_mask=mask, scale=scale, enable_gqa=gqa)  # type: ignore[return-value]
     if _compiled is None:
         _compiled = torch.compile(flex_attention)  # shapes vary per micro-batch: dynamic after the second
