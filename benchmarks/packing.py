@@ -45,7 +45,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from posttrain.framework.packing import Packed, sequence_ids  # noqa: E402  (after the path: the repository's posttrain)
-from posttrain.models.attention import BLOCK  # noqa: E402
+from posttrain.models.attention import BLOCK, document_tiles  # noqa: E402
 
 
 def lengths(prompts: int, samples: int, cap: int = 256, seed: int = 0) -> tuple[list[int], list[int]]:
@@ -95,7 +95,8 @@ def computed(batch, budget: int, packed: bool, cost: int, width: int = 0) -> dic
         if "pack_index" in f:
             R, W = packed_shape(f["pack_index"])
             pairs += R * W * W
-            flex += flex_tiles(sequence_ids(f["pack_index"])) * BLOCK**2
+            tiles = document_tiles(sequence_ids(f["pack_index"]))  # the BlockMask's (partial, full)
+            flex += int(tiles[0].sum() + tiles[1].sum()) * BLOCK**2
         else:
             pairs += f["attention_mask"].numel() * f["attention_mask"].shape[1] / 2
             flex += f["attention_mask"].numel() * f["attention_mask"].shape[1] / 2
@@ -107,39 +108,6 @@ def computed(batch, budget: int, packed: bool, cost: int, width: int = 0) -> dic
         "attention_pairs_per_real": pairs / real,
         "attention_pairs_flex_per_real": flex / real,
     }
-
-
-def flex_tiles(seq_id: torch.Tensor, block: int = BLOCK) -> int:
-    """The tiles a flex BlockMask of document-causal rows seq_id [R, W] keeps, counted from the
-    sequences' spans (each contiguous): for one spanning tiles a..b, the pairs a ≤ k ≤ q ≤ b; their
-    union per row (create_block_mask would evaluate all R·W² pairs; `check_flex_tiles` compares)."""
-    total = 0
-    for row in seq_id.tolist():
-        tiles: set[tuple[int, int]] = set()
-        start = 0
-        for i in range(1, len(row) + 1):
-            if i == len(row) or row[i] != row[start]:
-                a, b = start // block, (i - 1) // block
-                tiles.update((q, k) for q in range(a, b + 1) for k in range(a, q + 1))
-                start = i
-        total += len(tiles)
-    return total
-
-
-def check_flex_tiles(batch, budget: int, width: int) -> int:
-    """flex_tiles against the BlockMask itself, on the step's packed micro-batches at this budget
-    and width: the tiles counted (an AssertionError where they differ)."""
-    from posttrain.framework.batch import split_micro_batches, view
-
-    n = 0
-    for mb in split_micro_batches(batch, budget, 1, True, width):
-        f = view(mb)
-        if "pack_index" in f:
-            p = Packed.build(f["input_ids"], f["pack_index"], "flex")
-            kept = int(p.mask.kv_num_blocks.sum() + p.mask.full_kv_num_blocks.sum())
-            assert kept == flex_tiles(p.seq_id), (kept, flex_tiles(p.seq_id))
-            n += kept
-    return n
 
 
 def kernel_times(batch, device: torch.device, repeats: int) -> dict:
@@ -244,7 +212,6 @@ def main(argv=None) -> dict:
                 flush=True,
             )
     result["computed_per_real"] = plans
-    result["flex_tiles_checked"] = check_flex_tiles(batch, 4096, 1024)  # the count above = the BlockMask's
     result[f"attention_kernels_{torch.device(a.device).type}"] = kernel_times(batch, torch.device(a.device), a.repeats)
     if a.kernels_only:
         return finish(result, a.out)

@@ -9,7 +9,7 @@ import warnings
 
 import pytest
 import torch
-from torch.nn.attention.flex_attention import BlockMask
+from torch.nn.attention.flex_attention import BlockMask, create_block_mask
 
 from posttrain import UsageError, algorithms
 from posttrain.config import OptimConfig, RLConfig, SFTConfig, load_config
@@ -44,6 +44,24 @@ def test_the_block_mask_skips_the_tiles_no_query_sees():
     dense = document_mask(seq_id, "dense")  # [1, 1, 8, 8]
     tiles = dense.view(1, 1, 4, 2, 4, 2).any(-1).any(-2)  # [1, 1, 4, 4]: a tile with any visible key
     assert torch.equal(m.to_dense().bool(), tiles)
+
+
+def test_the_tiles_from_the_spans_are_create_block_masks():
+    """document_tiles reads the sequences' spans; create_block_mask evaluates every (query, key) pair."""
+    g = torch.Generator().manual_seed(0)
+    for W, block in ((37, 4), (64, 16), (300, 128), (260, 8)):
+        seq_id = torch.repeat_interleave(torch.randperm(W, generator=g), torch.randint(1, 30, (W,), generator=g))
+        seq_id = seq_id[: 2 * W].view(2, W).clone()
+        seq_id[1, W - 5 :] = -1  # a row's tail
+
+        def same_sequence_causal(b, h, q, kv, seq_id=seq_id):
+            return (seq_id[b, q] == seq_id[b, kv]) & (kv <= q)
+
+        want = create_block_mask(same_sequence_causal, 2, None, W, W, device="cpu", BLOCK_SIZE=block)
+        got = document_mask(seq_id, "flex", block)
+        assert torch.equal(got.to_dense(), want.to_dense())
+        assert torch.equal(got.full_kv_num_blocks, want.full_kv_num_blocks)
+        assert torch.equal(got.kv_num_blocks, want.kv_num_blocks)
 
 
 def test_a_packed_batch_skips_blocks_at_the_default_tile():

@@ -23,7 +23,8 @@ transformers models call `hf_attention` (models/hf.py installs it as their atten
     kernel(choice, device)          -> "dense" | "flex"       ("auto" resolved for a device)
     check(choice, device)           -> choice, or UsageError for flex off CUDA (recipes/common.Run)
     document_mask(seq_id, kernel)   -> bool [R, 1, W, W] | BlockMask   (seq_id [R, W]: one id
-                                       per sequence; a row's tail is one more sequence of its own)
+                                       per sequence; a row's tail is one more sequence of its own;
+                                       the BlockMask's tiles from `document_tiles`, O(R·(W/128)²))
     attend(q, k, v, mask)           -> [B, H, T, hd]         (mask None: causal; GQA: k, v have
                                        Hkv heads, H a multiple of them)
     use_in_hf(hf_model)             installs `hf_attention` in a transformers model loaded with sdpa
@@ -33,7 +34,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
+from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
 from posttrain import UsageError
 
@@ -77,7 +78,42 @@ def document_mask(seq_id: torch.Tensor, kernel: str = "dense", block: int = BLOC
     def same_sequence_causal(b, h, q, kv):
         return (seq_id[b, q] == seq_id[b, kv]) & (kv <= q)
 
-    return create_block_mask(same_sequence_causal, R, None, W, W, device=seq_id.device, BLOCK_SIZE=block)
+    partial, full = document_tiles(seq_id, block)  # [R, n, n] each
+    kv_num, kv_index = _ordered(partial)
+    full_num, full_index = _ordered(full)
+    return BlockMask.from_kv_blocks(
+        kv_num, kv_index, full_num, full_index, block, same_sequence_causal, seq_lengths=(W, W)
+    )
+
+
+def document_tiles(seq_id: torch.Tensor, block: int = BLOCK) -> tuple[torch.Tensor, torch.Tensor]:
+    """The tiles of document-causal rows seq_id [R, W] (each sequence contiguous), from the
+    sequences' spans alone, never the [R, W, W] mask (create_block_mask evaluates every pair:
+    gigabytes at rows of 32k tokens): (partial, full) bool [R, n, n], query tile × key tile, n = ⌈W /
+    block⌉. With doc [R, W] the row's sequences numbered in order, key tile j < query tile i shows a
+    key iff j's last doc is i's first; it is full iff j's first doc is i's last and both tiles are
+    whole; a diagonal tile is always partial (causal inside it)."""
+    R, W = seq_id.shape
+    dev = seq_id.device
+    doc = F.pad((seq_id[:, 1:] != seq_id[:, :-1]).long().cumsum(1), (1, 0))  # [R, W] non-decreasing
+    n = -(-W // block)
+    starts = torch.arange(n, device=dev) * block  # [n]
+    ends = (starts + block).clamp(max=W) - 1
+    lo, hi = doc[:, starts], doc[:, ends]  # [R, n] first and last doc of each tile
+    i, j = torch.arange(n, device=dev)[:, None], torch.arange(n, device=dev)[None, :]  # query, key tile
+    whole = (ends - starts + 1 == block)[:, None] & (ends - starts + 1 == block)[None, :]  # [n, n]
+    below = j < i
+    full = below & whole & (lo[:, None, :] == hi[:, :, None])  # [R, n, n]
+    seen = (below & (hi[:, None, :] == lo[:, :, None])) | (i == j)
+    return seen & ~full, full
+
+
+def _ordered(tiles: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A BlockMask's (num_blocks [R, 1, n], indices [R, 1, n, n]) of tile bools [R, n, n]: per query
+    tile, how many key tiles, and which, those first."""
+    num = tiles.sum(-1, dtype=torch.int32)  # [R, n]
+    index = torch.argsort(tiles.to(torch.int8), dim=-1, descending=True, stable=True).to(torch.int32)
+    return num.unsqueeze(1), index.unsqueeze(1)
 
 
 def repeat_kv(kv: torch.Tensor, heads: int) -> torch.Tensor:
