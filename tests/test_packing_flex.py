@@ -138,11 +138,19 @@ def test_hf_models_keep_sdpa_and_save_without_the_switch(models, tmp_path):  # n
     assert AutoConfig.from_pretrained(tmp_path)._attn_implementation in (None, "sdpa", "eager")
 
 
+def test_a_model_without_the_posttrain_attention_refuses_a_flex_mask(models):  # noqa: F811
+    hf = copy.deepcopy(models["llama"]).eval()
+    hf.hf.config._attn_implementation, hf.packing_attention = "eager", "flex"
+    mb = next(mb for mb in split_micro_batches(_lengths_batch(16), 80, packed=True) if "pack_index" in mb)
+    with pytest.raises(UsageError, match="attn_implementation='eager'.*optim.packing_attention=dense"):
+        micro_logprobs(hf, mb)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["gpt_mini", "llama"])
 def test_compiled_flex_trains_as_padded_on_cuda(models, name):  # noqa: F811
     """A GRPO step on packed rows through compiled flex attention (auto on CUDA), fp32: the padded
-    loss and gradients; and its logprobs equal the dense mask's."""
+    loss and gradients, and the dense mask's loss."""
     algo = algorithms.get("grpo")
     batch = to_device(_grpo_batch(), "cuda")
     fn = policy_loss_fn(algo, algo.Config(kl_coef=0.0), 1.0)

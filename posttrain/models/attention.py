@@ -28,6 +28,7 @@ transformers models call `hf_attention` (models/hf.py installs it as their atten
     attend(q, k, v, mask)           -> [B, H, T, hd]         (mask None: causal; GQA: k, v have
                                        Hkv heads, H a multiple of them)
     use_in_hf(hf_model)             installs `hf_attention` in a transformers model loaded with sdpa
+    hf_mask(hf_model, mask)         -> mask, or UsageError for a BlockMask its attention cannot read
 """
 
 from __future__ import annotations
@@ -165,6 +166,17 @@ def hf_attention(module, query, key, value, attention_mask, dropout: float = 0.0
             f"{type(module).__name__}: packed flex attention does not apply {what}; set optim.packing_attention=dense"
         )
     return flex(query, key, value, attention_mask, scaling).transpose(1, 2).contiguous(), None  # [B, T, H, hd]
+
+
+def hf_mask(hf_model, mask):
+    """`mask` as a transformers model's forward takes it: a BlockMask only where `hf_attention` reads it."""
+    impl = hf_model.config._attn_implementation
+    if isinstance(mask, BlockMask) and impl != HF_NAME:
+        raise UsageError(
+            f"{type(hf_model).__name__} runs attn_implementation={impl!r}, which cannot read flex masks: load it "
+            "with sdpa, or set optim.packing_attention=dense"
+        )
+    return mask
 
 
 def use_in_hf(hf_model) -> None:

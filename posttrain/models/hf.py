@@ -48,7 +48,7 @@ import torch.nn as nn
 from posttrain import UsageError
 from posttrain.chat import check_messages
 from posttrain.models import lora
-from posttrain.models.attention import use_in_hf
+from posttrain.models.attention import hf_mask, use_in_hf
 from posttrain.models.export import _tokenizer_config
 from posttrain.models.gpt_mini import KVCache
 from posttrain.models.tokenizer import CharTokenizer
@@ -162,7 +162,9 @@ class HFCausalLM(nn.Module):
         (framework/packing.py): transformers takes a 4-D mask as it is and rotates by `position_ids`."""
         body = self.hf.base_model
         if cache is None:
-            packed = {} if positions is None else {"position_ids": positions, "attention_mask": attn_mask}
+            packed = (
+                {} if positions is None else {"position_ids": positions, "attention_mask": hf_mask(self.hf, attn_mask)}
+            )
             return body(input_ids=input_ids, use_cache=False, **packed).last_hidden_state
         h = body(input_ids=input_ids, **self._cache_kwargs(cache)).last_hidden_state
         cache.advance(input_ids.shape[1])
