@@ -3,6 +3,8 @@ CPU time of the trainer's step both ways.
 
     python benchmarks/packing.py [--threads 1] [--repeats 3] [--out benchmarks/results/packing.json]
 
+    python benchmarks/packing.py --device cuda --kernels-only --out benchmarks/results/packing_cuda.json
+
 The step of `posttrain bench step` (issue 33's benchmark: 32 prompts × 8 samples, answers capped
 at 256 tokens, prompts of ~64) with a realistic spread of answer lengths instead of a random
 model's (which never stops, so every answer sits at the cap): prompts of 40-90 tokens; each group's
@@ -18,6 +20,16 @@ micro-batch's launches ~ms, would choose). No model is needed for that.
 The timed parts run the trainer's GRPO step (nano gpt_mini, fp32, lr 0) both ways, the same loss
 and gradients (tests/test_packing.py): on 8 of those groups (64 sequences), best of `--repeats`,
 and benchmarks/train_profile.py's step, padded and packed in turns.
+
+The packed rows' attention, dense mask against flex (optim.packing_attention, models/attention.py):
+`attention_pairs_flex_per_real` counts the (query, key) pairs flex computes (the tiles its BlockMask
+keeps × 128², a row's last partial tile counted whole) where `attention_pairs_per_real` counts the dense mask's W²; and `attention_kernels`
+times the attention alone on one packed trainer micro-batch of this step: padded (causal sdpa over
+[b, w]), packed with the dense mask, packed through flex. On CUDA (`--device cuda`, `--kernels-only`
+to skip the CPU timings): forward and backward at Qwen2.5-0.5B's attention shape (14 heads, 2 kv
+heads, 64 wide, bf16), micro_batch_tokens 32768 in rows of 4096, flex compiled; on the CPU: forward
+only (torch's flex has no backward there) at nano's shape, rows of 1024, flex eager and compiled.
+`first_call_s` holds a compile (less when inductor's on-disk cache already has it).
 """
 
 from __future__ import annotations
@@ -25,11 +37,15 @@ from __future__ import annotations
 import argparse
 import copy
 import sys
+import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from posttrain.framework.packing import Packed, sequence_ids  # noqa: E402  (after the path: the repository's posttrain)
+from posttrain.models.attention import BLOCK, document_tiles  # noqa: E402
 
 
 def lengths(prompts: int, samples: int, cap: int = 256, seed: int = 0) -> tuple[list[int], list[int]]:
@@ -73,21 +89,83 @@ def computed(batch, budget: int, packed: bool, cost: int, width: int = 0) -> dic
     finally:
         B.MICRO_BATCH_COST_TOKENS = kept
     tokens = sum(computed_tokens(B.view(mb)) for mb in micro)
-    pairs = 0.0
+    pairs, flex = 0.0, 0.0
     for mb in micro:
         f = B.view(mb)
         if "pack_index" in f:
             R, W = packed_shape(f["pack_index"])
             pairs += R * W * W
+            tiles = document_tiles(sequence_ids(f["pack_index"]))  # the BlockMask's (partial, full)
+            flex += int(tiles[0].sum() + tiles[1].sum()) * BLOCK**2
         else:
             pairs += f["attention_mask"].numel() * f["attention_mask"].shape[1] / 2
+            flex += f["attention_mask"].numel() * f["attention_mask"].shape[1] / 2
     real = float(batch.attention_mask.sum())
     return {
         "micro_batches": len(micro),
         "computed_tokens": tokens,
         "computed_per_real": tokens / real,
         "attention_pairs_per_real": pairs / real,
+        "attention_pairs_flex_per_real": flex / real,
     }
+
+
+def kernel_times(batch, device: torch.device, repeats: int) -> dict:
+    """The attention alone on the first packed trainer micro-batch of the step (module docstring):
+    seconds per call, best of `repeats`, and on CUDA the peak memory of each."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    from posttrain.bench import best_of
+    from posttrain.framework.batch import split_micro_batches, view
+    from posttrain.models.attention import attend
+
+    cuda = device.type == "cuda"
+    budget, width, heads, kv, hd = (32768, 4096, 14, 2, 64) if cuda else (4096, 1024, 4, 2, 32)
+    dtype = torch.bfloat16 if cuda else torch.float32
+    f = next(f for f in map(view, split_micro_batches(batch, budget, 1, True, width)) if "pack_index" in f)
+    ids, index = f["input_ids"].to(device), f["pack_index"].to(device)
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+
+    def timed(fn):
+        fn()  # warm-up (and compile)
+        sync()
+        return best_of(lambda: (fn(), sync()), repeats)
+
+    masks = {kind: Packed.build(ids, index, kind).mask for kind in ("dense", "flex")}
+    out: dict = {"device": str(device), "heads": heads, "kv_heads": kv, "head_dim": hd, "dtype": str(dtype)}
+    R, W = masks["dense"].shape[0], masks["dense"].shape[-1]
+    out["rows_padded"], out["rows_packed"] = list(ids.shape), [R, W]
+    out["mask_build_s"] = {k: timed(lambda k=k: Packed.build(ids, index, k)) for k in masks}
+    cases = {"padded": (ids.shape, None, attend), "packed_dense": (None, masks["dense"], attend)}
+    cases["packed_flex"] = (None, masks["flex"], attend)
+    if not cuda:  # the CPU's compiled flex, forward only: does it pay against the dense mask?
+        compiled = torch.compile(flex_attention)
+        cases["packed_flex_compiled"] = (
+            None,
+            masks["flex"],
+            lambda q, k, v, m: compiled(q, k, v, block_mask=m, enable_gqa=True),
+        )
+    for name, (shape, mask, fn) in cases.items():
+        B, T = shape if shape is not None else (R, W)
+        q = torch.randn(B, heads, T, hd, device=device, dtype=dtype, requires_grad=cuda)
+        k, v = (torch.randn(B, kv, T, hd, device=device, dtype=dtype, requires_grad=cuda) for _ in range(2))
+
+        def call(q=q, k=k, v=v, mask=mask, fn=fn):
+            y = fn(q, k, v, mask)
+            if cuda:
+                y.sum().backward()
+
+        t0 = time.perf_counter()
+        call()
+        sync()
+        first = time.perf_counter() - t0
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+        out[name] = {"s": timed(call), "first_call_s": first}
+        if cuda:
+            out[name]["peak_mb"] = torch.cuda.max_memory_allocated() / 2**20
+        print(f"attention {name} on {device}: {out[name]['s'] * 1000:.2f} ms (first call {first:.1f} s)", flush=True)
+    return out
 
 
 def main(argv=None) -> dict:
@@ -102,6 +180,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", default="benchmarks/results/packing.json")
+    ap.add_argument("--device", default="cpu", help="where the attention kernels are timed: cpu | cuda")
+    ap.add_argument("--kernels-only", action="store_true", help="the plans and the attention kernels, no CPU steps")
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
     result = run_header("packing", a.threads)
@@ -125,12 +205,16 @@ def main(argv=None) -> dict:
             print(
                 f"{role} micro_batch_tokens={budget}, a micro-batch costs {cost} tokens: computed ÷ real "
                 + ", ".join(
-                    f"{m} {r['computed_per_real']:.3f} ({r['micro_batches']}; attention {r['attention_pairs_per_real']:.0f})"
+                    f"{m} {r['computed_per_real']:.3f} ({r['micro_batches']}; attention {r['attention_pairs_per_real']:.0f}"
+                    f", flex {r['attention_pairs_flex_per_real']:.0f})"
                     for m, r in row.items()
                 ),
                 flush=True,
             )
     result["computed_per_real"] = plans
+    result[f"attention_kernels_{torch.device(a.device).type}"] = kernel_times(batch, torch.device(a.device), a.repeats)
+    if a.kernels_only:
+        return finish(result, a.out)
 
     small = batch_of(p_len[:64], a_len[:64], 90, seed=1)  # 8 groups
     torch.manual_seed(0)

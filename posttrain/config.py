@@ -81,6 +81,8 @@ class OptimConfig:
     # trainer's and the reference's forwards compute no padding but the rows' tails (framework/packing.py)
     packing_width: int = 0  # packed rows of at least this many tokens (0 = the micro-batch's longest sequence):
     # wider rows fill up, but their (dense) attention costs more
+    packing_attention: str = "auto"  # auto | dense | flex: the packed rows' attention (models/attention.py): a dense
+    # mask through sdpa, or flex attention skipping masked tiles (CUDA only); auto = flex on CUDA, dense on CPU
 
 
 @dataclass

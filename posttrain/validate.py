@@ -51,6 +51,15 @@ def real(what: str, low: float = 0.0, high: float = math.inf, *, open_low: bool 
     return rule
 
 
+def one_of(*choices: str) -> Rule:
+    """A string among `choices`."""
+
+    def rule(v):
+        return None if v in choices else f"use one of {list(choices)}; e.g. {{key}}={choices[0]}"
+
+    return rule
+
+
 def _betas(v) -> str | None:
     if all(math.isfinite(b) and 0.0 <= b < 1.0 for b in v):
         return None
@@ -85,6 +94,7 @@ RULES: dict[str | tuple[str, str], Rule] = {
     "max_resample_attempts": count(1, "the rollout rounds per step", "3"),
     "micro_batch_tokens": count(1, "the micro-batch token budget", "8192"),
     "packing_width": count(0, "the packed rows' least width (0 = the longest sequence)", "0"),
+    "packing_attention": one_of("auto", "dense", "flex"),  # models/attention.py KERNELS
     "rollout_workers": count(1, "the rollout workers", "2"),
     "trainer_ranks": count(1, "the trainer processes", "1"),
     # schedules and sizes where 0 means "off" or "the default": never negative

@@ -21,6 +21,7 @@ from posttrain.framework.batch import Batch, split_micro_batches, view
 from posttrain.framework.logprobs import hidden_logprobs, logits_logprobs
 from posttrain.framework.packing import Packed
 from posttrain.framework.roles import CriticModel
+from posttrain.models.attention import chosen
 from posttrain.models.heads import lm_parts
 
 
@@ -58,7 +59,7 @@ def logprobs_and_values(model, input_ids: torch.Tensor, temperature: float, pack
         h, values = model.hidden_and_values(input_ids)  # [B, T, d], [B, T]
         lp, ent = hidden_logprobs(h, parts[1], input_ids, temperature, with_entropy=True)  # token chunks
         return lp, ent, values
-    p = Packed.build(input_ids, pack_index)
+    p = Packed.build(input_ids, pack_index, chosen(parts[0]))
     h, values = model.hidden_and_values(p.ids, positions=p.positions, attn_mask=p.mask)  # [R, W, d], [R, W]
     lp, ent = hidden_logprobs(h, parts[1], p.ids, temperature, with_entropy=True)
     assert ent is not None

@@ -41,6 +41,7 @@ from posttrain.algorithms.core import entropy_from_logits
 from posttrain.framework.batch import view
 from posttrain.framework.packing import Packed
 from posttrain.framework.rollout import token_logprobs
+from posttrain.models.attention import chosen
 from posttrain.models.heads import lm_parts
 from posttrain.sizing.memory import LOGIT_CHUNK_ELEMENTS
 
@@ -67,7 +68,7 @@ def micro_logprobs(model, mb, temperature: float = 1.0, with_entropy: bool = Fal
     parts = lm_parts(model)
     if index is None or parts is None:
         return sequence_logprobs(model, ids, temperature, with_entropy)
-    p = Packed.build(ids, index)
+    p = Packed.build(ids, index, chosen(parts[0]))  # the mask for the trunk's kernel (dense or flex)
     h = parts[0].hidden(p.ids, positions=p.positions, attn_mask=p.mask)  # [R, w, d]
     lp, ent = hidden_logprobs(h, parts[1], p.ids, temperature, with_entropy)  # [R, w] each
     return p.unpack(lp), None if ent is None else p.unpack(ent)

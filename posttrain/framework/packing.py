@@ -11,9 +11,10 @@ is padding:
     c c . . . . . .
     d d d d . . . .
 
-Attention stays inside a sequence (a block-diagonal causal mask [R, 1, W, W], built from
-sequence ids) and rotary positions restart at 0 for each sequence, so every token sees what
-it saw padded; the row tail is its own block (a fully masked query row would give NaN). The
+Attention stays inside a sequence (a block-diagonal causal mask built from sequence ids,
+`seq_id` [R, W]: dense [R, 1, W, W] or flex's BlockMask, models/attention.py) and rotary positions
+restart at 0 for each sequence, so every token sees what it saw padded; the row tail is its own
+block (a fully masked query row would give NaN). The
 model runs on the packed rows (`model.hidden(ids, positions=, attn_mask=)`), and its per-token
 outputs are gathered back into the micro-batch's padded [b, w] layout (`Packed.unpack`), so
 the losses, the masks and everything downstream read the batch as before. Per token the same
@@ -29,9 +30,12 @@ What it buys. The padded split already groups rows of similar lengths (framework
 a realistic GRPO batch it computes only ~3% padding at the CPU's many narrow micro-batches, and
 packed rows as wide as the longest sequence barely improve on that: two sequences longer than
 half the row never share it (benchmarks/results/packing.json). Rows wider than the longest
-sequence (`optim.packing_width`) fill up, at an attention cost: the mask is dense, so each row
-attends over W² where a padded causal row costs w²/2. On CUDA flex-attention document masks or
-varlen kernels would skip the masked blocks; that is not done here.
+sequence (`optim.packing_width`) fill up, at an attention cost with the dense mask: each row
+attends over W² where a padded causal row costs w²/2. Flex attention (`optim.packing_attention`,
+auto on CUDA) skips the 128 × 128 tiles the mask hides, so a row of short sequences costs about
+what they cost padded plus the tiles their diagonals cross (benchmarks/packing.py counts both);
+torch has no flex backward on the CPU, where training stays dense. Varlen kernels (flash-attn's
+cu_seqlens) would skip the tiles too; they are not used here.
 Others: TRL's `padding_free` and verl's `use_remove_padding` pack a micro-batch into one row
 (flash varlen on CUDA); prime-rl packs samples into fixed-length rows.
 """
@@ -41,6 +45,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from torch.nn.attention.flex_attention import BlockMask
+
+from posttrain.models.attention import document_mask, kernel
 
 
 def _place(fill: list[int], n: int, width: int) -> tuple[int, int]:
@@ -123,18 +130,31 @@ def computed_tokens(fields: dict) -> int:
     return R * W
 
 
+def sequence_ids(index: torch.Tensor) -> torch.Tensor:
+    """seq_id [R, W] of a pack_index [b, w, 2]: the micro-batch row each packed token comes from,
+    -1 in the rows' tails (each tail its own sequence: a fully masked query row would give NaN)."""
+    R, W = packed_shape(index)
+    real = index[..., 0] >= 0  # [b, w]
+    seq_id = torch.full((R, W), -1, dtype=torch.long, device=index.device)
+    rows = torch.arange(index.shape[0], device=index.device)[:, None].expand(index.shape[:2])  # [b, w]
+    seq_id[index[..., 0][real], index[..., 1][real]] = rows[real]
+    return seq_id
+
+
 @dataclass(frozen=True)
 class Packed:
     """The packed forward's inputs, made from a micro-batch's ids [b, w] and pack_index [b, w, 2]."""
 
     ids: torch.Tensor  # [R, W] the sequences end to end, 0 in the row tails
     positions: torch.Tensor  # [R, W] long, restarting at 0 per sequence (and in the tail)
-    mask: torch.Tensor  # [R, 1, W, W] bool: key s visible to query t (same sequence, s ≤ t)
+    mask: torch.Tensor | BlockMask  # key s visible to query t (same sequence, s ≤ t): [R, 1, W, W] bool or flex's
+    seq_id: torch.Tensor  # [R, W] long: each token's row in the micro-batch, -1 in the row tails
     gather: torch.Tensor  # [b, w] long: where token (i, t)'s output sits in [R·W] (0 on padding)
     first: torch.Tensor  # [b, w] bool: column 0 of each row and its padding, where outputs are 0
 
     @classmethod
-    def build(cls, input_ids: torch.Tensor, index: torch.Tensor) -> Packed:
+    def build(cls, input_ids: torch.Tensor, index: torch.Tensor, attention: str = "dense") -> Packed:
+        """`attention`: the mask's kernel, dense or flex (models/attention.py; "auto" by device)."""
         b, w = input_ids.shape
         R, W = packed_shape(index)
         real = index[..., 0] >= 0  # [b, w]
@@ -143,16 +163,14 @@ class Packed:
         ids = torch.zeros(R * W, dtype=input_ids.dtype, device=dev)
         ids[flat] = input_ids[real]
         pos = torch.arange(w, device=dev).expand(b, w)  # [b, w] position within the sequence
-        seq_id = torch.full((R * W,), -1, dtype=torch.long, device=dev)  # -1: a row's tail, its own block
-        seq_id[flat] = torch.arange(b, device=dev)[:, None].expand(b, w)[real]
-        tail = (seq_id.view(R, W) >= 0).sum(1, keepdim=True)  # [R, 1] where each row's tail starts
+        seq_id = sequence_ids(index)  # [R, W]
+        tail = (seq_id >= 0).sum(1, keepdim=True)  # [R, 1] where each row's tail starts
         positions = (torch.arange(W, device=dev) - tail).clamp(min=0).view(-1)  # the tail from 0
         positions[flat] = pos[real]
-        seq_id, positions = seq_id.view(R, W), positions.view(R, W)
-        causal = torch.ones(W, W, dtype=torch.bool, device=dev).tril()  # [W, W]
-        mask = (seq_id[:, :, None] == seq_id[:, None, :]) & causal  # [R, W, W]
+        positions = positions.view(R, W)
+        mask = document_mask(seq_id, kernel(attention, dev))  # [R, 1, W, W] or its BlockMask
         gather = (index[..., 0] * W + index[..., 1]).clamp(min=0)  # [b, w]
-        return cls(ids.view(R, W), positions, mask.unsqueeze(1), gather, ~real | (pos == 0))
+        return cls(ids.view(R, W), positions, mask, seq_id, gather, ~real | (pos == 0))
 
     def unpack(self, x: torch.Tensor) -> torch.Tensor:
         """Per-position outputs [R, W] aligned as logprobs (column c: the prediction of the packed

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 import torch.utils.checkpoint
 
 from posttrain import UsageError
+from posttrain.models.attention import attend
 
 # name -> (d_model, n_layers, n_heads, d_ff). Head size 32 throughout.
 PRESETS = {
@@ -101,17 +102,11 @@ class Attention(nn.Module):
         v = v.view(B, T, self.n_kv, self.hd).transpose(1, 2)
         q = q * cos + rotate_half(q) * sin  # rotary positions (HF convention)
         k = k * cos + rotate_half(k) * sin
-        if cache is None:  # causal, or the packed rows' block-diagonal mask [B, 1, T, T]
-            k, v = self._expand(k), self._expand(v)
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None)
-        else:
+        if cache is not None:
             k, v, mask = cache.update(self.layer, k, v)  # [B, Hkv, S, hd], mask [B, 1, T, S]
-            y = F.scaled_dot_product_attention(q, self._expand(k), self._expand(v), attn_mask=mask)
+        # causal (mask None), a bool mask, or the packed rows' document mask (dense or flex)
+        y = attend(q, k, v, mask)  # [B, H, T, hd]
         return self.o(y.transpose(1, 2).reshape(B, T, self.n_heads * self.hd))
-
-    def _expand(self, kv):
-        rep = self.n_heads // self.n_kv
-        return kv if rep == 1 else kv.repeat_interleave(rep, dim=1)
 
 
 class MLP(nn.Module):
@@ -167,8 +162,9 @@ class GPTMini(nn.Module):
 
     def hidden(self, input_ids: torch.Tensor, cache=None, positions=None, attn_mask=None) -> torch.Tensor:
         """Final normed hidden states [B, T, d]; value and reward heads read these. `positions`
-        [B, T] and `attn_mask` [B, 1, T, T] (True = attend) run packed rows, several sequences
-        end to end (framework/packing.py); without them every row is one causal sequence."""
+        [B, T] and `attn_mask` (bool [B, 1, T, T], True = attend, or a flex BlockMask: models/attention.py)
+        run packed rows, several sequences end to end (framework/packing.py); without them every
+        row is one causal sequence."""
         T = input_ids.shape[1]
         if cache is None and T > self.config.max_seq_len:
             raise UsageError(f"sequence of {T} tokens exceeds model.max_seq_len={self.config.max_seq_len}; raise it")

@@ -20,7 +20,8 @@ bridge object (`_CacheBridge`) is all the model sees; rotary positions come from
 `position_ids = cache.positions`, and the attention mask is passed ready-made as a 4-D
 boolean tensor [B, 1, T, S] (key s visible to query t iff s ≤ its position), which
 transformers uses as it is. Attention runs through `sdpa` (a boolean mask is what
-`F.scaled_dot_product_attention` reads). tests/test_hf.py checks that the engine's
+`F.scaled_dot_product_attention` reads), installed as "posttrain" (models/attention.py: packed
+rows' flex BlockMasks go to flex attention). tests/test_hf.py checks that the engine's
 behaviour logprobs equal a plain transformers forward over the finished sequences (≤1e-5, fp32).
 
 This bridge is the engine's slow path, for any architecture; the Llama-like families decode
@@ -47,6 +48,7 @@ import torch.nn as nn
 from posttrain import UsageError
 from posttrain.chat import check_messages
 from posttrain.models import lora
+from posttrain.models.attention import hf_mask, use_in_hf
 from posttrain.models.export import _tokenizer_config
 from posttrain.models.gpt_mini import KVCache
 from posttrain.models.tokenizer import CharTokenizer
@@ -140,6 +142,7 @@ class HFCausalLM(nn.Module):
                 f"{name}: config.json sets is_causal=false (bidirectional attention); posttrain samples and "
                 "trains causal LMs only: use one, or drop is_causal if this model was trained causal"
             )
+        use_in_hf(hf_model)  # sdpa, and flex for packed rows' BlockMasks (models/attention.py)
         self.hf = hf_model
         self.config = shape_of(c)
         self._cache_key = _cache_keyword(hf_model)  # inspect.signature took ~1 ms a decode step
@@ -155,11 +158,13 @@ class HFCausalLM(nn.Module):
 
     def hidden(self, input_ids: torch.Tensor, cache=None, positions=None, attn_mask=None) -> torch.Tensor:
         """Final normed hidden states [B, T, d]; value and reward heads read these. `positions` [B, T]
-        and `attn_mask` [B, 1, T, T] (True = attend) run packed rows (framework/packing.py):
-        transformers takes a 4-D boolean mask as it is and rotates by `position_ids`."""
+        and `attn_mask` (bool [B, 1, T, T], True = attend, or a flex BlockMask) run packed rows
+        (framework/packing.py): transformers takes a 4-D mask as it is and rotates by `position_ids`."""
         body = self.hf.base_model
         if cache is None:
-            packed = {} if positions is None else {"position_ids": positions, "attention_mask": attn_mask}
+            packed = (
+                {} if positions is None else {"position_ids": positions, "attention_mask": hf_mask(self.hf, attn_mask)}
+            )
             return body(input_ids=input_ids, use_cache=False, **packed).last_hidden_state
         h = body(input_ids=input_ids, **self._cache_kwargs(cache)).last_hidden_state
         cache.advance(input_ids.shape[1])

@@ -16,6 +16,7 @@ from posttrain import UsageError, checkpoint, postmortem, runtime
 from posttrain.config import save_config, to_dict
 from posttrain.framework.batch import split_micro_batches, to_device
 from posttrain.framework.logprobs import micro_logprobs
+from posttrain.models import attention
 from posttrain.models.gpt_mini import GPTMini
 from posttrain.models.lora import apply_lora
 from posttrain.models.tokenizer import BASE_CHARS, DEFAULT_CHARS, CharTokenizer
@@ -29,6 +30,7 @@ class Run:
     def __init__(self, cfg, stage: str, resume: bool = False):
         self.cfg, self.stage = cfg, stage
         self.rt = runtime.resolve(cfg.device, cfg.dtype, cfg.threads)  # a bad device: refused before any write
+        attention.check(packing_attention(cfg), self.rt.device)  # flex on a CPU: refused too
         self.dir = Path(cfg.out or f"runs/{stage}")
         self.resume_from = None
         self.resume_state = None
@@ -45,6 +47,11 @@ class Run:
         postmortem.watch(self.dir, stage)  # a death from here on is named, on stderr and in RUN_DIR/crash.log
         runtime.seed_everything(cfg.seed)
         self.predicted_peak: dict | None = None  # predict_memory
+
+
+def packing_attention(cfg) -> str:
+    """optim.packing_attention, auto for a stage without an optimizer section."""
+    return getattr(getattr(cfg, "optim", None), "packing_attention", "auto")
 
 
 def same_model(run_dir: Path, cfg) -> None:
@@ -103,6 +110,7 @@ def init_model(cfg, init: str, run: Run, task=None) -> tuple[GPTMini, CharTokeni
         tok = new_tokenizer(cfg, task)
         model = GPTMini(cfg.model.resolved(tok.vocab_size)).to(device)
     model.grad_checkpointing = bool(getattr(cfg, "grad_checkpointing", False))
+    model.packing_attention = packing_attention(cfg)  # the packed rows' kernel (models/attention.py)
     lora_cfg = getattr(cfg, "lora", None)
     if lora_cfg is not None and lora_cfg.r > 0:
         counts = apply_lora(model, lora_cfg)
