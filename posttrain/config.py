@@ -81,6 +81,8 @@ class OptimConfig:
     # trainer's and the reference's forwards compute no padding but the rows' tails (framework/packing.py)
     packing_width: int = 0  # packed rows of at least this many tokens (0 = the micro-batch's longest sequence):
     # wider rows fill up, but their (dense) attention costs more
+    compile: bool | str = "auto"  # auto | true | false: torch.compile the trainer's and the reference's forward
+    # (the trunk to the final hidden states; framework/compiled.py); auto = on with CUDA only
 
 
 @dataclass

@@ -51,6 +51,11 @@ def real(what: str, low: float = 0.0, high: float = math.inf, *, open_low: bool 
     return rule
 
 
+def _compile(v) -> str | None:
+    """optim.compile: true, false or auto (a bool is always fine; framework/compiled.py)."""
+    return None if v == "auto" else "torch.compile of the forward is auto, true or false; e.g. {key}=auto"
+
+
 def _betas(v) -> str | None:
     if all(math.isfinite(b) and 0.0 <= b < 1.0 for b in v):
         return None
@@ -85,6 +90,7 @@ RULES: dict[str | tuple[str, str], Rule] = {
     "max_resample_attempts": count(1, "the rollout rounds per step", "3"),
     "micro_batch_tokens": count(1, "the micro-batch token budget", "8192"),
     "packing_width": count(0, "the packed rows' least width (0 = the longest sequence)", "0"),
+    ("OptimConfig", "compile"): _compile,
     "rollout_workers": count(1, "the rollout workers", "2"),
     "trainer_ranks": count(1, "the trainer processes", "1"),
     # schedules and sizes where 0 means "off" or "the default": never negative

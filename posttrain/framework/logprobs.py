@@ -39,6 +39,7 @@ import torch.utils.checkpoint
 
 from posttrain.algorithms.core import entropy_from_logits
 from posttrain.framework.batch import view
+from posttrain.framework.compiled import trunk_hidden
 from posttrain.framework.packing import Packed
 from posttrain.framework.rollout import token_logprobs
 from posttrain.models.heads import lm_parts
@@ -55,7 +56,7 @@ def sequence_logprobs(model, input_ids: torch.Tensor, temperature: float = 1.0, 
     if parts is None:
         return logits_logprobs(model(input_ids), input_ids, temperature, with_entropy)
     trunk, head = parts
-    return hidden_logprobs(trunk.hidden(input_ids), head, input_ids, temperature, with_entropy)
+    return hidden_logprobs(trunk_hidden(trunk, input_ids), head, input_ids, temperature, with_entropy)
 
 
 def micro_logprobs(model, mb, temperature: float = 1.0, with_entropy: bool = False):
@@ -68,7 +69,7 @@ def micro_logprobs(model, mb, temperature: float = 1.0, with_entropy: bool = Fal
     if index is None or parts is None:
         return sequence_logprobs(model, ids, temperature, with_entropy)
     p = Packed.build(ids, index)
-    h = parts[0].hidden(p.ids, positions=p.positions, attn_mask=p.mask)  # [R, w, d]
+    h = trunk_hidden(parts[0], p.ids, p.positions, p.mask)  # [R, w, d]
     lp, ent = hidden_logprobs(h, parts[1], p.ids, temperature, with_entropy)  # [R, w] each
     return p.unpack(lp), None if ent is None else p.unpack(ent)
 

@@ -1,0 +1,89 @@
+"""torch.compile of the trainer's and the reference's forward (`optim.compile`, issue 33 part 2).
+
+    optim.compile = auto | true | false      auto: on with CUDA, off on the CPU
+
+What is compiled: the trunk that makes the final hidden states, `trunk.hidden(ids, positions=,
+attn_mask=)` of a model that `models/heads.lm_parts` splits into trunk and head (gpt_mini, a
+Hugging Face model, LoRA adapters and gradient checkpointing inside it), when it is called from
+logprob scoring (framework/logprobs.py) inside `compiling(True)`: the Trainer's step and the
+Reference's scores. The head and the chunked logprobs stay eager: they are a few matmuls and a
+log-softmax per chunk, already at the BLAS, and their chunks are checkpoints that backward remakes.
+Everything else that calls `hidden` (the rollout's prefill and decode with a KV cache, evaluation,
+PPO's value forward `hidden_and_values`, a model read through its forward) is not touched.
+
+One compiled function for every trunk: the module is an argument, so its parameters are graph
+inputs (dynamo's inlined nn.Modules) and a deep copy (the reference) or another instance of the
+same class reuses the graphs. `dynamic=True`: the micro-batch's rows and width are symbols from the
+first call, so widths that change every step do not recompile. What still makes a graph of its own
+(each compiles once, then is reused): gradient on or off (the trainer, the reference), packed or
+padded rows (positions and a mask, or neither), a micro-batch of ONE row (dynamo specialises sizes
+0 and 1), the autocast state and the weights' dtype (the bf16 reference on CUDA). A run of one stage
+thus compiles at most 2 × 2 × 2 graphs of its trunk (`graphs()` counts them; tests/test_compiled.py
+bounds them over steps of varying widths).
+
+Exactness: inductor fuses and reorders reductions (RMSNorm's mean, SwiGLU, the attention's softmax
+stay in fp32 but may add in another order), so compiled losses and gradients equal eager ones to
+~1e-6 in fp32, not to the bit: with compile on, the trainer's logprobs differ from the sampler's by
+that much (`mismatch/logprob_abs` ~1e-7 instead of 0). Off (the CPU's default) nothing changes.
+Whether it pays is a question of the run's length: `python benchmarks/compile.py` measures, side by
+side, the first step (the compile) and the steady step of both, and the break-even step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+
+import torch
+
+from posttrain import UsageError
+
+_ON: contextvars.ContextVar[bool] = contextvars.ContextVar("posttrain_compile", default=False)
+
+
+def resolve(setting: bool | str, device) -> bool:
+    """optim.compile → compile or not on this device (auto: on with CUDA only)."""
+    if setting not in (True, False, "auto"):
+        raise UsageError(f"optim.compile={setting!r} is unknown; use auto, true or false")
+    return setting is True or (setting == "auto" and torch.device(device).type == "cuda")
+
+
+@contextlib.contextmanager
+def compiling(on: bool):
+    """Inside: `trunk_hidden` runs the compiled trunk when `on` (a context variable, so a thread
+    that does not enter it, such as an async producer's, keeps the eager one)."""
+    token = _ON.set(on)
+    try:
+        yield
+    finally:
+        _ON.reset(token)
+
+
+def trunk_hidden(trunk, input_ids: torch.Tensor, positions=None, attn_mask=None) -> torch.Tensor:
+    """`trunk.hidden(input_ids, positions=, attn_mask=)` [B, T, d], compiled inside `compiling(True)`."""
+    if not _ON.get():
+        return _hidden(trunk, input_ids, positions, attn_mask)
+    # contiguous: a micro-batch's ids are a column slice of the batch's, and dynamo guards on strides
+    tensors = (x if x is None else x.contiguous() for x in (input_ids, positions, attn_mask))
+    return _compiled(BACKEND)(trunk, *tensors)
+
+
+def _hidden(trunk, input_ids, positions, attn_mask):
+    packed = {} if positions is None else {"positions": positions, "attn_mask": attn_mask}
+    return trunk.hidden(input_ids, **packed)
+
+
+BACKEND = "inductor"  # torch.compile's backend; the tests of the tracing alone take "aot_eager" (no codegen)
+
+
+@functools.cache
+def _compiled(backend: str):
+    return torch.compile(_hidden, dynamic=True, backend=backend)
+
+
+def graphs() -> int:
+    """Graphs dynamo has compiled in this process so far (every compiled function's)."""
+    from torch._dynamo.utils import counters  # the compiler stack loads only when asked
+
+    return int(counters["stats"]["unique_graphs"])
