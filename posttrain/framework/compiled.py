@@ -64,8 +64,11 @@ def trunk_hidden(trunk, input_ids: torch.Tensor, positions=None, attn_mask=None)
     """`trunk.hidden(input_ids, positions=, attn_mask=)` [B, T, d], compiled inside `compiling(True)`."""
     if not _ON.get():
         return _hidden(trunk, input_ids, positions, attn_mask)
-    # contiguous: a micro-batch's ids are a column slice of the batch's, and dynamo guards on strides
-    tensors = (x if x is None else x.contiguous() for x in (input_ids, positions, attn_mask))
+    # fresh contiguous copies (a few kB of ids): a micro-batch's ids are a slice of the batch's, and
+    # dynamo guards a view's strides and its base, so views and non-views would make graphs of their own
+    tensors = (
+        x if x is None else x.clone(memory_format=torch.contiguous_format) for x in (input_ids, positions, attn_mask)
+    )
     return _compiled(BACKEND)(trunk, *tensors)
 
 
