@@ -12,14 +12,15 @@ Everything else that calls `hidden` (the rollout's prefill and decode with a KV 
 PPO's value forward `hidden_and_values`, a model read through its forward) is not touched.
 
 One compiled function for every trunk: the module is an argument, so its parameters are graph
-inputs (dynamo's inlined nn.Modules) and a deep copy (the reference) or another instance of the
-same class reuses the graphs. `dynamic=True`: the micro-batch's rows and width are symbols from the
-first call, so widths that change every step do not recompile. What still makes a graph of its own
-(each compiles once, then is reused): gradient on or off (the trainer, the reference), packed or
-padded rows (positions and a mask, or neither), a micro-batch of ONE row (dynamo specialises sizes
-0 and 1), the autocast state and the weights' dtype (the bf16 reference on CUDA). A run of one stage
-thus compiles at most 2 × 2 × 2 graphs of its trunk (`graphs()` counts them; tests/test_compiled.py
-bounds them over steps of varying widths).
+inputs (dynamo's inlined nn.Modules) and another instance of the same class, with the same dtype and
+requires_grad (a resumed trainer, a fresh Trainer on the same policy), reuses the graphs.
+`dynamic=True`: the micro-batch's rows and width are symbols from the first call, so widths that
+change every step do not recompile. What makes a graph of its own (each compiled once, then reused):
+the trainer's forward (gradient) and the reference's (no gradient, frozen weights: the bf16 copy on
+CUDA), packed or padded rows (positions and a mask, or neither), a micro-batch of ONE row (dynamo
+specialises sizes 0 and 1). A run thus compiles at most 2 × 2 × 2 = 8 graphs of its trunk, dynamo's
+`recompile_limit` (past it a call would run eager); `graphs()` counts them, and tests/test_compiled.py
+counts 3 over 18 steps of 6 widths (trainer, reference, packed trainer).
 
 Exactness: inductor fuses and reorders reductions (RMSNorm's mean, SwiGLU, the attention's softmax
 stay in fp32 but may add in another order), so compiled losses and gradients equal eager ones to

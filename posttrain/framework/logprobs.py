@@ -15,7 +15,9 @@ ActorCritic: models/heads.lm_parts), the final hidden states [B, T, d] are score
 entropy) and dropped. Under autograd each chunk is a checkpoint (torch.utils.checkpoint): forward
 keeps only the chunk's hidden states, backward remakes one chunk's logits at a time. Peak logit
 memory is then a few copies of ONE chunk, `LOGIT_CHUNK_ELEMENTS` entries (sizing/memory.py, which
-counts it), whatever the batch and the vocabulary.
+counts it), whatever the batch and the vocabulary. The hidden states come from
+`compiled.trunk_hidden`: the trunk as it is, or through torch.compile inside the trainer's step and
+the reference's scores with `optim.compile` (framework/compiled.py); the chunks stay eager.
 
 Exactness. A chunk row is the same matmul row and the same full-vocabulary log-softmax as in one
 piece, so values equal the whole-logits path (bit for bit in fp32 on the CPU: the sampler's
