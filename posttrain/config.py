@@ -83,6 +83,9 @@ class OptimConfig:
     # wider rows fill up, but their (dense) attention costs more
     packing_attention: str = "auto"  # auto | dense | flex: the packed rows' attention (models/attention.py): a dense
     # mask through sdpa, or flex attention skipping masked tiles (CUDA only); auto = flex on CUDA, dense on CPU
+    compile: bool | str = False  # false | true | auto: torch.compile the trainer's and the reference's forward
+    # (the trunk to the final hidden states; framework/compiled.py); auto = on with CUDA only. Off by default
+    # until a GPU has measured its break-even (benchmarks/compile.py)
 
 
 @dataclass

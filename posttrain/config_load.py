@@ -199,7 +199,12 @@ def _coerce(tp, value, key):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         if value is None:
             return None
-        return _coerce(args[0], value, key)
+        for a in args[:-1]:  # the first type that takes the value (`bool | str`: true, false or auto)
+            try:
+                return _coerce(a, value, key)
+            except UsageError:
+                pass
+        return _coerce(args[-1], value, key)
     if origin in (tuple, list):
         if not isinstance(value, (list, tuple)):
             raise UsageError(f"config key {key!r} expects a list, got {value!r}")

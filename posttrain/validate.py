@@ -60,6 +60,11 @@ def one_of(*choices: str) -> Rule:
     return rule
 
 
+def _compile(v) -> str | None:
+    """optim.compile: true, false or auto (a bool is always fine; framework/compiled.py)."""
+    return None if v == "auto" else "torch.compile of the forward is auto, true or false; e.g. {key}=auto"
+
+
 def _betas(v) -> str | None:
     if all(math.isfinite(b) and 0.0 <= b < 1.0 for b in v):
         return None
@@ -95,6 +100,7 @@ RULES: dict[str | tuple[str, str], Rule] = {
     "micro_batch_tokens": count(1, "the micro-batch token budget", "8192"),
     "packing_width": count(0, "the packed rows' least width (0 = the longest sequence)", "0"),
     "packing_attention": one_of("auto", "dense", "flex"),  # models/attention.py KERNELS
+    ("OptimConfig", "compile"): _compile,
     "rollout_workers": count(1, "the rollout workers", "2"),
     "trainer_ranks": count(1, "the trainer processes", "1"),
     # schedules and sizes where 0 means "off" or "the default": never negative

@@ -21,6 +21,7 @@ from posttrain.distributed.async_rollout import AsyncRollout
 from posttrain.distributed.ray_rollout import RayReference, RayRollout
 from posttrain.distributed.trainer_group import check_trainer_config
 from posttrain.framework.backends import backend_of, make_engine, make_sync
+from posttrain.framework.compiled import resolve
 from posttrain.framework.reference import Reference
 from posttrain.framework.roles import ReferenceScorer, RolloutEngine, WeightSyncer, close_all
 from posttrain.framework.weight_sync import PushSync, WeightPublisher, WeightSync, switch_weights
@@ -66,7 +67,9 @@ class Placement:
         if cfg.scale.placement == "ray":
             self.ref = RayReference(policy, cfg.rollout.temperature, max(cfg.threads, 1))
         else:
-            self.ref = Reference(policy, cfg.rollout.temperature, runtime, cfg.optim.packing, cfg.optim.packing_width)
+            on = resolve(cfg.optim.compile, next(policy.parameters()).device)  # optim.compile, as the trainer
+            o = cfg.optim
+            self.ref = Reference(policy, cfg.rollout.temperature, runtime, o.packing, o.packing_width, compile=on)
         return self.ref
 
     def asynchronous(self, cfg, collect):

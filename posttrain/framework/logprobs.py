@@ -15,7 +15,9 @@ ActorCritic: models/heads.lm_parts), the final hidden states [B, T, d] are score
 entropy) and dropped. Under autograd each chunk is a checkpoint (torch.utils.checkpoint): forward
 keeps only the chunk's hidden states, backward remakes one chunk's logits at a time. Peak logit
 memory is then a few copies of ONE chunk, `LOGIT_CHUNK_ELEMENTS` entries (sizing/memory.py, which
-counts it), whatever the batch and the vocabulary.
+counts it), whatever the batch and the vocabulary. The hidden states come from
+`compiled.trunk_hidden`: the trunk as it is, or through torch.compile inside the trainer's step and
+the reference's scores with `optim.compile` (framework/compiled.py); the chunks stay eager.
 
 Exactness. A chunk row is the same matmul row and the same full-vocabulary log-softmax as in one
 piece, so values equal the whole-logits path (bit for bit in fp32 on the CPU: the sampler's
@@ -39,6 +41,7 @@ import torch.utils.checkpoint
 
 from posttrain.algorithms.core import entropy_from_logits
 from posttrain.framework.batch import view
+from posttrain.framework.compiled import trunk_hidden
 from posttrain.framework.packing import Packed
 from posttrain.framework.rollout import token_logprobs
 from posttrain.models.attention import chosen
@@ -56,7 +59,7 @@ def sequence_logprobs(model, input_ids: torch.Tensor, temperature: float = 1.0, 
     if parts is None:
         return logits_logprobs(model(input_ids), input_ids, temperature, with_entropy)
     trunk, head = parts
-    return hidden_logprobs(trunk.hidden(input_ids), head, input_ids, temperature, with_entropy)
+    return hidden_logprobs(trunk_hidden(trunk, input_ids), head, input_ids, temperature, with_entropy)
 
 
 def micro_logprobs(model, mb, temperature: float = 1.0, with_entropy: bool = False):
@@ -69,7 +72,7 @@ def micro_logprobs(model, mb, temperature: float = 1.0, with_entropy: bool = Fal
     if index is None or parts is None:
         return sequence_logprobs(model, ids, temperature, with_entropy)
     p = Packed.build(ids, index, chosen(parts[0]))  # the mask for the trunk's kernel (dense or flex)
-    h = parts[0].hidden(p.ids, positions=p.positions, attn_mask=p.mask)  # [R, w, d]
+    h = trunk_hidden(parts[0], p.ids, p.positions, p.mask)  # [R, w, d]
     lp, ent = hidden_logprobs(h, parts[1], p.ids, temperature, with_entropy)  # [R, w] each
     return p.unpack(lp), None if ent is None else p.unpack(ent)
 

@@ -19,6 +19,7 @@ import copy
 import torch
 
 from posttrain.framework.batch import Batch, split_micro_batches, view
+from posttrain.framework.compiled import compiling
 from posttrain.framework.logprobs import micro_logprobs
 
 
@@ -48,18 +49,28 @@ class Reference:
     and it scores under the same autocast as the trainer and the sampler, so every matmul sees the
     bf16 weights it would have seen anyway (the norms' weights are rounded too: bf16 noise). On the
     CPU's fp32 runtime, or without a runtime, the copy stays in fp32 and scores as before.
-    `packing`, `packing_width`: score packed micro-batches (optim.packing, as the trainer)."""
+    `packing`, `packing_width`: score packed micro-batches (optim.packing, as the trainer); `compile`:
+    through the compiled trunk (optim.compile resolved: framework/compiled.py)."""
 
-    def __init__(self, policy: torch.nn.Module, temperature: float = 1.0, runtime=None, packing=False, packing_width=0):
+    def __init__(
+        self,
+        policy: torch.nn.Module,
+        temperature: float = 1.0,
+        runtime=None,
+        packing=False,
+        packing_width=0,
+        compile=False,
+    ):
         self.model = copy.deepcopy(policy).eval().requires_grad_(False)
         self.temperature, self.runtime = temperature, runtime
-        self.packing, self.packing_width = packing, packing_width
+        self.packing, self.packing_width, self.compile = packing, packing_width, compile
         if runtime is not None and runtime.autocast_on:
             self.model.to(runtime.compute_dtype)
 
     def score(self, batch: Batch, micro_batch_tokens: int = 16384) -> torch.Tensor:
         """ref_logprobs [B, T], zero where loss_mask is 0 (the same convention as old_logprobs)."""
-        with self.runtime.autocast() if self.runtime is not None else contextlib.nullcontext():
+        autocast = self.runtime.autocast() if self.runtime is not None else contextlib.nullcontext()
+        with autocast, compiling(self.compile):
             return score_logprobs(
                 self.model, batch, self.temperature, micro_batch_tokens, self.packing, self.packing_width
             )
