@@ -3,7 +3,7 @@ gradients (≤1e-5 in fp32) through the trainer's GRPO step, compiles a bounded 
 steps whose micro-batch widths all differ, and the key's values are checked in one line.
 
 Inductor on the CPU generates and compiles C++: about a minute a graph, cold, on CI's two loaded
-cores, so its exactness (gpt_mini and a Hugging Face Llama) is in the slow lane. What dynamo decides
+cores, so its exactness (gpt_mini) is in the slow lane. What dynamo decides
 (graphs, guards, recompiles) does not depend on the backend: the counts and the Hugging Face paths
 (LoRA, gradient checkpointing, packing) trace through `aot_eager` (dynamo and autograd's graphs, run
 by eager kernels, no code generation): the counts in the quick lane, the Hugging Face model (~3 min of
@@ -119,10 +119,11 @@ def test_hugging_face_lora_checkpointing_and_packing_trace_to_the_same_gradients
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["gpt_mini", "llama"])
-def test_the_inductor_compiled_grpo_step_gives_the_eager_loss_and_gradients(tmp_path, name):
-    """Inductor generates C++ on the CPU (~1 min a graph, cold, on 2 loaded cores: the slow lane)."""
-    _check(_nano() if name == "gpt_mini" else _llama(tmp_path), _grpo_batch(12))
+def test_the_inductor_compiled_grpo_step_gives_the_eager_loss_and_gradients():
+    """Inductor generates C++ on the CPU (~1 min a graph, cold, on 2 loaded cores: the slow lane).
+    gpt_mini only: the Hugging Face trunk's graphs are the test above's, and inductor's code for them
+    differs in nothing this test would catch but a minute more of CI."""
+    _check(_nano(), _grpo_batch(12))
 
 
 def _check(model, batch, packing=False, budget=400):
