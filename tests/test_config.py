@@ -1,7 +1,7 @@
 import pytest
 
 from posttrain import UsageError
-from posttrain.config import PretrainConfig, SFTConfig, load_config, save_config
+from posttrain.config import PretrainConfig, RLConfig, SFTConfig, load_config, save_config
 
 
 def test_overrides_and_nested_defaults():
@@ -40,3 +40,15 @@ def test_bad_overrides(override, message):
 def test_missing_file():
     with pytest.raises(UsageError, match="config file 'nope.yaml' not found"):
         load_config(SFTConfig, "nope.yaml")
+
+
+def test_on_and_off_reach_a_key_that_takes_them():
+    """YAML 1.1 reads `on`/`off` as booleans: a `bool | str` key takes them as True/False (the first
+    type that fits), its words as strings, and anything else is one line naming the key."""
+    load = lambda *o: load_config(RLConfig, None, list(o))  # noqa: E731
+    assert load("rollout.vllm.sleep=on").rollout.vllm.sleep is True
+    assert load("rollout.vllm.sleep=off").rollout.vllm.sleep is False
+    assert load("rollout.vllm.sleep=auto").rollout.vllm.sleep == "auto"
+    assert load("optim.compile=on").optim.compile is True
+    with pytest.raises(UsageError, match="rollout.vllm.sleep"):
+        load("rollout.vllm.sleep=[1]")

@@ -115,6 +115,9 @@ def test_the_gpu_sleep_schedule_runs_the_same_code_on_cpu(micro, engine):
     assert [x.response_ids for x in asleep] == [x.response_ids for x in before] == [x.response_ids for x in again]
     with pytest.raises(UsageError, match="rollout.vllm.sleep=on needs CUDA"):
         sleep_wanted(VllmConfig(sleep="on"))
+    with pytest.raises(UsageError, match="rollout.vllm.sleep=on needs CUDA"):  # `sleep=on` as YAML reads it
+        sleep_wanted(load_config(RLConfig, None, ["rollout.vllm.sleep=on"]).rollout.vllm)
+    assert sleep_wanted(load_config(RLConfig, None, ["rollout.vllm.sleep=off"]).rollout.vllm) is False
 
 
 def test_a_partial_fused_group_is_refused():

@@ -49,12 +49,14 @@ def check_policy(model) -> None:
 
 
 def sleep_wanted(opts) -> bool:
-    """rollout.vllm.sleep: auto = on with CUDA (vLLM's sleep mode is a CUDA feature)."""
-    if opts.sleep not in SLEEP:
-        raise UsageError(f"rollout.vllm.sleep={opts.sleep!r} is unknown; use {', '.join(SLEEP)}")
-    if opts.sleep == "on" and not torch.cuda.is_available():
+    """rollout.vllm.sleep: auto = on with CUDA (vLLM's sleep mode is a CUDA feature). YAML 1.1 reads
+    `on`/`off` (and true/false) as booleans: they arrive as True/False."""
+    sleep = {True: "on", False: "off"}[opts.sleep] if isinstance(opts.sleep, bool) else opts.sleep
+    if sleep not in SLEEP:
+        raise UsageError(f"rollout.vllm.sleep={sleep!r} is unknown; use {', '.join(SLEEP)}")
+    if sleep == "on" and not torch.cuda.is_available():
         raise UsageError("rollout.vllm.sleep=on needs CUDA (vLLM's sleep mode frees GPU memory); use auto or off")
-    return opts.sleep == "on" or (opts.sleep == "auto" and torch.cuda.is_available())
+    return sleep == "on" or (sleep == "auto" and torch.cuda.is_available())
 
 
 def kv_cache_bytes(config, opts, max_slots: int, max_len: int, cuda: bool) -> int | None:
