@@ -96,8 +96,8 @@ class VllmConfig:
     # keeps the rest
     kv_cache_mb: int = 0  # KV cache size; 0 = room for max_slots sequences of the model's context. Explicit on
     # CPU: vLLM's own default reserves ~90% of the NUMA node
-    sleep: bool | str = "auto"  # auto | on | off (YAML reads on/off as true/false): sleep (weights and KV cache off the GPU) while the trainer runs, wake for
-    # the next rollout; auto = on with CUDA (sleep is a CUDA feature of vLLM)
+    sleep: bool | str = "auto"  # auto | on | off (YAML reads on/off as true/false): sleep (weights and KV cache
+    # off the GPU) while the trainer runs, wake for the next rollout; auto = on with CUDA (a CUDA feature of vLLM)
 
 
 @dataclass
