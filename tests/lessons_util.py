@@ -1,4 +1,4 @@
-"""Helpers shared by the lessons tests (test_lessons.py, test_lessons_rows.py)."""
+"""Helpers shared by the lessons tests (test_lessons.py, test_lessons_rows*.py)."""
 
 from posttrain.lessons import registry
 

@@ -1,6 +1,6 @@
 """The lessons site: JSON endpoints of a server started in-process on a free port, the widget
 registry's invariants, the CLI, and the newer lessons (00, 13's ablation, 23, 24, 27). The Part C
-numbers, widget by widget, are in test_lessons_rows.py."""
+numbers, widget by widget, are in test_lessons_rows.py and test_lessons_rows_systems.py."""
 
 from __future__ import annotations
 
