@@ -235,7 +235,14 @@ def test_steps_0_measures_the_rollout_only(tmp_path):
 
 @pytest.mark.gpu
 def test_tiny_on_cuda_reports_allocator_peaks_at_h100_defaults(tmp_path):
-    r = _tiny(tmp_path, "tiny-llama", "native", "2", device="cuda", extra=["--packing", "--length-spread"])
+    r = _tiny(
+        tmp_path,
+        "tiny-llama",
+        "native",
+        "2",
+        device="cuda",
+        extra=["--packing", "--attention", "dense", "--length-spread"],
+    )
     assert r["grpo"]["timed"]["rollout/graph_replays"] > 0  # in-window decode steps replayed (rollout.cuda_graphs)
     assert r["compute_dtype"] == "bfloat16" and r["model"]["weight_bytes"] == 2
     assert (r["peak"]["tflops"], r["peak"]["gbs"], r["peak"]["source"]) == (800.0, 3000.0, "default")
