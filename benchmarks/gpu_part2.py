@@ -31,10 +31,14 @@ peak memory, computed ÷ real tokens, the sampler/trainer mismatch and whether e
 Time on one H100, estimated here from part 1 (shared/gpu: a 0.5B step 11.2 s, rollout 15.4k tok/s
 at 256 rows, `generate` 590 and 2,796 tok/s at 64 and 256 rows); the JSON records each part's real
 wall time next to it. A part's timeout is the smaller of its own and the budget left (`--budget`,
-420 s); a part with less than MIN_START_S left is skipped, said in the JSON.
+420 s); a part with less than MIN_START_S left is skipped, said in the JSON. On the estimates
+(ESTIMATE_S, ~605 s in all) before + after + gpu_tests (~400 s) fit the default budget and async and
+the toggles are likely cut; `--budget 540` under a run of timeout_s=600 reaches further but leaves no
+device time for a second try. If compile fails or outlasts its part, `no_compile` is after without it.
 
 --tiny: tiny-qwen2 (2 prompts × 4 samples × 12 tokens, rows 2 and 4, threads 1), the same parts and
-flags (compile on, on the CPU too): every part's plumbing in a few minutes on a CPU, no GPU numbers.
+flags (compile on, on the CPU too): every part's plumbing in ~5 minutes on one CPU thread (311 s at
+cf67cf9's successor, 2 shared cores; the CPU compile is 2 minutes of it), no GPU numbers.
 """
 
 from __future__ import annotations
