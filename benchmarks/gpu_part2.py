@@ -37,8 +37,8 @@ the toggles are likely cut; `--budget 540` under a run of timeout_s=600 reaches 
 device time for a second try. If compile fails or outlasts its part, `no_compile` is after without it.
 
 --tiny: tiny-qwen2 (2 prompts × 4 samples × 12 tokens, rows 2 and 4, threads 1), the same parts and
-flags (compile on, on the CPU too): every part's plumbing in ~5 minutes on one CPU thread (311 s at
-cf67cf9's successor, 2 shared cores; the CPU compile is 2 minutes of it), no GPU numbers.
+flags (compile on, on the CPU too): every part's plumbing in ~5 minutes on one CPU thread (311 s here at
+7b9ef7f, 2 shared cores; the CPU compile is 2 minutes of it), no GPU numbers.
 """
 
 from __future__ import annotations
