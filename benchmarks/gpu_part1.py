@@ -59,9 +59,11 @@ def bench_args(arch: str, a) -> list[str]:
     return [*CLI, "bench", "step", *size, "--arch", arch, "--device", a.device]
 
 
-def run_part(name: str, cmd: list[str], a, timeout: float, env: dict | None = None) -> tuple[subprocess.Popen, dict]:
-    """Start `cmd` in its own process group, its output to DIR/gpu_part1_<name>.log."""
-    log = open(Path(a.out, f"gpu_part1_{name}.log"), "w")
+def run_part(
+    name: str, cmd: list[str], a, timeout: float, env: dict | None = None, script: str = "gpu_part1"
+) -> tuple[subprocess.Popen, dict]:
+    """Start `cmd` in its own process group, its output to DIR/<script>_<name>.log."""
+    log = open(Path(a.out, f"{script}_{name}.log"), "w")
     env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     p = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     return p, {"cmd": " ".join(cmd), "timeout_s": round(timeout), "t0": time.perf_counter(), "log": log}
@@ -103,6 +105,7 @@ def bench_summary(path: Path) -> dict:
         out["floor_s"], out["fraction"] = f["floor_s"], f["fraction"]
         out["throughput"] = g["throughput"]
         out["mismatch_logprob_abs"] = g["timed"].get("mismatch/logprob_abs")
+        out["computed_over_real"] = g.get("computed_over_real")  # absent from a JSON older than issue 33's knobs
     if "rollout_vs_generate" in r:
         out["rollout_vs_generate"] = r["rollout_vs_generate"]
     return out

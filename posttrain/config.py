@@ -107,6 +107,8 @@ class SamplerConfig:
     backend: str = "posttrain"  # posttrain (the built-in engine, exactly on-policy) | vllm (pip install
     # 'posttrain[vllm]'; HF-format policies, gpt_mini through its HF export; off-policy correction on)
     vllm: VllmConfig = field(default_factory=VllmConfig)  # rollout.backend=vllm only
+    cuda_graphs: bool = True  # CUDA: replay the decode loop's steps as CUDA graphs (framework/decode_graphs.py;
+    # vLLM: false = its enforce_eager); false = eager kernels, to measure what the graphs buy. No effect on CPU
 
 
 @dataclass
@@ -151,6 +153,8 @@ class RolloutConfig(SamplerConfig):
     temperature: float = 1.0  # sampling temperature; the trainer recomputes logprobs at the same one
     max_new_tokens: int = 0  # response cap; 0 = what a correct trace of the task needs, plus slack
     # (TRL: max_completion_length)
+    stop_token_ids: list[int] = field(default_factory=list)  # extra token ids that end a response, besides the
+    # tokenizer's end-of-turn (vLLM: stop_token_ids); the RL rollouts only, not the evaluation
     degenerate: str = "keep"  # groups whose rewards are all equal: keep | skip | resample
     max_resample_attempts: int = 3  # with degenerate=resample: rollout rounds per step at most
     overprovision: int = 0  # straggler cut-off: start samples_per_prompt + this per prompt, keep the first to finish

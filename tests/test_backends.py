@@ -115,3 +115,46 @@ def test_a_bad_backend_combination_is_one_usage_error_before_any_work(overrides,
 def test_vllm_missing_names_the_extra(nano, tok):
     with pytest.raises(UsageError, match=r"needs vLLM .*pip install 'posttrain\[vllm\]'"):
         make_engine(nano, tok, SamplerConfig(backend="vllm"))
+
+
+@pytest.mark.parametrize("async_", [False, True])
+def test_rollout_cuda_graphs_reaches_every_built_in_engine_of_a_run(nano, tok, async_):
+    """rollout.cuda_graphs (default on) sets the engine's capture_decode, in the sync and the
+    async placement alike, evaluation engine included; the async copy samples in the run's
+    runtime (bf16 autocast on CUDA), as the synchronous engine does."""
+    from posttrain import runtime
+    from posttrain.distributed.placement import place
+
+    rt = runtime.resolve("cpu", "auto", 1)
+    for graphs in (True, False):
+        keys = [f"scale.async={str(async_).lower()}", "init=none"] + ([] if graphs else ["rollout.cuda_graphs=false"])
+        cfg = load_config(RLConfig, None, keys)
+        assert cfg.rollout.cuda_graphs is graphs
+        p = place(cfg, nano, tok, rt)
+        assert (p.engine.capture_decode, p.eval_engine.capture_decode) == (graphs, graphs)
+        assert p.engine.runtime is rt and (p.engine.model is nano) is not async_  # async: a copy of its own
+        p.close()
+
+
+def test_rollout_stop_token_ids_end_the_rl_rollouts(nano, tok):
+    """rollout.stop_token_ids reaches the rollouts' sampling: with every id a stop, each response is one
+    token that stopped; without, the nano model's responses run longer. An id outside the vocabulary
+    is refused before the first rollout, in one line."""
+    from posttrain import algorithms
+    from posttrain.framework.controller import Controller
+    from posttrain.recipes.rl import check_context
+
+    task = ArithmeticTask(ArithmeticConfig())
+    lengths = {}
+    for stops in ([], list(range(tok.vocab_size))):
+        keys = ["rollout.prompts_per_step=2", "rollout.samples_per_prompt=2", "rollout.max_new_tokens=12"]
+        cfg = load_config(RLConfig, None, [*keys, f"rollout.stop_token_ids={stops}", "verifier.workers=0"])
+        assert cfg.rollout.stop_token_ids == stops
+        ctl = Controller(cfg, task, tok, make_engine(nano, tok), None, algorithms.get("grpo"), cfg.algo, None, None)
+        samples, _ = ctl.collect(0)
+        lengths[len(stops)] = [(len(s.response_ids), s.finish_reason) for s in samples]
+    assert lengths[tok.vocab_size] == [(1, "stop")] * 4
+    assert sum(n for n, _ in lengths[0]) > 8
+    cfg = load_config(RLConfig, None, [f"rollout.stop_token_ids=[3,{tok.vocab_size}]", "eval.problems=2"])
+    with pytest.raises(UsageError, match=rf"rollout.stop_token_ids has {tok.vocab_size}, not a token id of x \(0"):
+        check_context(cfg, nano, tok, task, "x")

@@ -11,7 +11,7 @@ import torch
 
 from posttrain import UsageError
 from posttrain.bench.floor import step_floor
-from posttrain.bench.hf_shapes import SHAPES, hf_config
+from posttrain.bench.hf_shapes import SHAPES, hf_config, spread_stops
 from posttrain.bench.step import main
 from posttrain.eval import evaluate
 from posttrain.sizing.shapes import count_params, resolve_model
@@ -83,6 +83,18 @@ def test_step_floor_by_hand():
     assert f["flop"]["train"] == 1200
 
 
+def test_spread_stops_by_hand():
+    s = spread_stops(151_936, 256, seed=0)
+    assert s["count"] == 1187 == len(set(s["ids"])) and s["ids"] == sorted(s["ids"])  # round(2 · 151,936 / 256)
+    assert 2 <= s["ids"][0] and s["ids"][-1] < 151_936  # never <pad> (0) nor <eos> (1)
+    p = 1187 / 151_936
+    assert s["p_stop"] == p and s["expected_truncated_frac"] == pytest.approx((1 - p) ** 256)
+    assert s["expected_mean_tokens"] == pytest.approx(sum((1 - p) ** k for k in range(256)))  # E[min(L, 256)]
+    assert 0.42 < s["expected_mean_tokens"] / 256 < 0.44 and 0.13 < s["expected_truncated_frac"] < 0.14
+    assert spread_stops(151_936, 256, seed=0) == s and spread_stops(151_936, 256, seed=1)["ids"] != s["ids"]
+    assert spread_stops(512, 1)["count"] == 510  # every id past <pad> and <eos>, at most
+
+
 def test_no_heldout_problems_means_no_evaluation(nano, tok):
     from posttrain.tasks.arithmetic import ArithmeticTask
 
@@ -96,6 +108,8 @@ def test_no_heldout_problems_means_no_evaluation(nano, tok):
         (["--shape", "tiny-qwen2", "--arch", "gpt2"], "--arch 'gpt2' is unknown"),
         (["--shape", "tiny-qwen2", "--prompts", "0"], "--prompts must be at least 1"),
         (["--shape", "tiny-qwen2", "--device", "tpu"], "device='tpu' is not a device"),
+        (["--shape", "tiny-qwen2", "--compile", "yes"], "--compile 'yes' is unknown; use false, true or auto"),
+        (["--shape", "tiny-qwen2", "--attention", "sparse"], "--attention 'sparse' is unknown"),
     ],
 )
 def test_bad_input_is_one_line(argv, names):
@@ -115,11 +129,11 @@ def test_cuda_without_a_gpu_exits_2_before_any_work(tmp_path):
     assert not (tmp_path / "x.json").exists()
 
 
-def _tiny(tmp_path, shape, arch, rows, device="cpu"):
+def _tiny(tmp_path, shape, arch, rows, device="cpu", extra=()):
     out = tmp_path / f"{shape}-{arch}.json"
     argv = ["--shape", shape, "--arch", arch, "--prompts", "2", "--samples", "4", "--new-tokens", "12"]
     argv += ["--steps", "2", "--rows", rows, "--prompt-len", "16", "--device", device, "--threads", "1"]
-    result = main([*argv, "--out", str(out)])
+    result = main([*argv, *extra, "--out", str(out)])
     assert json.loads(out.read_text()) == json.loads(json.dumps(result))  # what was returned was written
     return result
 
@@ -149,6 +163,7 @@ def _check_arithmetic(r):
     through = g["throughput"]
     assert through["samples_per_s"] == pytest.approx(8 / t["time/step_s"])
     assert through["train_tokens_per_s"] == pytest.approx(t["train/tokens"] / t["time/train_s"])
+    assert g["computed_over_real"] == t["train/padded_tokens"] / t["train/tokens"] >= 1
 
 
 @pytest.mark.slow
@@ -193,8 +208,14 @@ def test_tiny_qwen3_as_llama_with_given_peaks(tmp_path):
     out = tmp_path / "q3.json"
     argv = ["--shape", "tiny-qwen3", "--arch", "llama", "--prompts", "2", "--samples", "4", "--new-tokens", "12"]
     argv += ["--steps", "2", "--rows", "", "--prompt-len", "16", "--device", "cpu", "--threads", "1"]
-    r = main([*argv, "--peak-tflops", "0.5", "--peak-gbs", "20", "--out", str(out)])
+    knobs = ["--packing", "--attention", "dense", "--compile", "false", "--no-graphs", "--length-spread"]
+    r = main([*argv, *knobs, "--peak-tflops", "0.5", "--peak-gbs", "20", "--out", str(out)])
     assert r["model"]["class"] == "LlamaForCausalLM" and r["model"]["params"] == 131_392
+    run, t = r["run"], r["grpo"]["timed"]
+    knobs_run = [run[k] for k in ("packing", "attention", "compile", "graphs", "async", "generate")]
+    assert knobs_run == [True, "dense", "false", False, False, True]
+    assert run["length_spread"]["count"] == round(2 * 512 / 12) == 85  # tiny-qwen3's vocabulary is 512
+    assert t["length/mean"] < 12 and t["length/truncated_frac"] < 1  # answers end before the cap
     assert r["model"]["head_dim"] == 32 and r["model"]["kv_bytes"] == 2 * 2 * 2 * 32 * 4  # Qwen3's wide heads kept
     assert (r["peak"]["tflops"], r["peak"]["gbs"], r["peak"]["source"]) == (0.5, 20, "given")
     _check_arithmetic(r)
@@ -212,9 +233,17 @@ def test_steps_0_measures_the_rollout_only(tmp_path):
     assert 0 < r["rollout_vs_generate"]["memory"]["peak_rss_gib"] < 4
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.gpu
 def test_tiny_on_cuda_reports_allocator_peaks_at_h100_defaults(tmp_path):
-    r = _tiny(tmp_path, "tiny-llama", "native", "2", device="cuda")
+    r = _tiny(
+        tmp_path,
+        "tiny-llama",
+        "native",
+        "2",
+        device="cuda",
+        extra=["--packing", "--attention", "dense", "--length-spread"],
+    )
+    assert r["grpo"]["timed"]["rollout/graph_replays"] > 0  # in-window decode steps replayed (rollout.cuda_graphs)
     assert r["compute_dtype"] == "bfloat16" and r["model"]["weight_bytes"] == 2
     assert (r["peak"]["tflops"], r["peak"]["gbs"], r["peak"]["source"]) == (800.0, 3000.0, "default")
     mem = r["grpo"]["memory"]

@@ -14,9 +14,16 @@ Floor seconds = FLOP ÷ the peak FLOP rate + bytes ÷ the peak bandwidth (issue 
 reads on top of all the compute), per role too: rollout (prefill + decode FLOP and the bytes),
 reference, train. The fraction reached = floor ÷ measured seconds (1 = at the hardware's limit).
 Attention's own FLOPs (the T×T products) are left out, so fractions slightly understate the work.
+`peaks` picks the rates (`posttrain bench step`'s docstring: H100 defaults on CUDA, measured on CPU).
 """
 
 from __future__ import annotations
+
+import torch
+
+from posttrain.bench import copy_bandwidth_gbs, matmul_peak_gflops
+
+H100_TFLOPS, H100_GBS = 800.0, 3000.0  # what a large bf16 matmul and a stream of reads reach on one H100
 
 
 def step_floor(
@@ -70,3 +77,26 @@ def step_floor(
     }
     fraction = {k: floor[k] / measured[k] if measured[k] > 0 else None for k in measured}
     return {"tokens": tokens, "flop": flop, "bytes": nbytes, "floor_s": floor, "fraction": fraction}
+
+
+def peaks(device: str, threads: int, tflops: float | None, gbs: float | None) -> dict:
+    """The peaks the floor is taken at (see the module docstring) and the rates measured here."""
+    cuda = device.startswith("cuda")
+    measured = {
+        "matmul_tflops": matmul_peak_gflops(
+            threads, n=8192 if cuda else 1024, dtype=torch.bfloat16 if cuda else torch.float32, device=device
+        )
+        / 1e3,
+        "copy_gbs": copy_bandwidth_gbs(1024 if cuda else 128, device=device),
+    }
+    if tflops is not None or gbs is not None:
+        source = "given"
+    else:
+        source = "default" if cuda else "measured"
+    default_t, default_g = (H100_TFLOPS, H100_GBS) if cuda else (measured["matmul_tflops"], measured["copy_gbs"])
+    return {
+        "tflops": tflops if tflops is not None else default_t,
+        "gbs": gbs if gbs is not None else default_g,
+        "source": source,
+        "measured": measured,
+    }

@@ -172,3 +172,25 @@ def write_shape(out_dir: str | Path, shape: str | Shape, arch: str = "native", s
     del model
     train_tokenizer(s.dims.vocab, seed).save_pretrained(out)
     return out
+
+
+def spread_stops(vocab: int, cap: int, seed: int = 0) -> dict:
+    """Stop ids that give a random-init model RL-like answer lengths (`bench step --length-spread`).
+
+    A randomly initialised model's next-token distribution is nearly flat (logits of std ~0.6), so
+    almost no answer meets the end-of-turn before the cap, and every batch is padding-free by
+    accident. S = round(2·vocab / cap) ids drawn (seeded) from the vocabulary past <pad> and <eos>
+    stop a sample with probability p ≈ S / vocab per token: lengths roughly geometric, mean
+    (1 − (1 − p)^cap) / p ≈ 0.43·cap, and (1 − p)^cap ≈ 13% at the cap. The expectations assume a
+    flat distribution; the run's own `length/mean` and `length/truncated_frac` say what happened."""
+    count = max(1, min(vocab - 2, round(2 * vocab / cap)))
+    ids = sorted(random.Random(f"stops/{seed}").sample(range(2, vocab), count))
+    p = count / vocab
+    return {
+        "ids": ids,
+        "count": count,
+        "p_stop": p,
+        "expected_mean_tokens": (1 - (1 - p) ** cap) / p,
+        "expected_truncated_frac": (1 - p) ** cap,
+        "rule": "round(2·vocab/cap) ids past <pad>,<eos>, seeded: rollout.stop_token_ids (hf_shapes.spread_stops)",
+    }

@@ -2,7 +2,8 @@
 
     posttrain bench step [--shape qwen2.5-0.5b] [--arch native|llama] [--prompts 32] [--samples 8]
                          [--new-tokens 256] [--steps 3] [--rows 64,256] [--device auto] [--packing]
-                         [--out FILE.json]
+                         [--attention auto|dense|flex] [--compile false|true|auto] [--no-graphs] [--async]
+                         [--length-spread] [--no-generate] [--out FILE.json]
 
 A randomly initialised model of a named shape (bench/hf_shapes.py: qwen2.5-0.5b, qwen3-0.6b,
 llama-3.2-1b and tiny-* for tests; `--arch llama` = the same dimensions as a LlamaForCausalLM)
@@ -11,7 +12,14 @@ is written to a temporary directory. Then:
 1. **GRPO steps through the library** (`posttrain.rl`, as a user runs it): rows of made-up words
    about `--prompt-len` tokens long with the chat template, a reward that varies inside a group
    (so the loss has signal), the default GRPO (reference on), `--steps` steps (0 = skip this
-   part and the floor), no evaluation.
+   part and the floor), no evaluation. Issue 33's knobs, as config keys of that run: `--packing`
+   (optim.packing) with `--attention` (optim.packing_attention), `--compile` (optim.compile; its
+   compile lands in the warm-up step), `--no-graphs` (rollout.cuda_graphs=false: eager decode
+   steps), `--async` (scale.async, default staleness 1: the rollout of step s+1 beside the update
+   of s, on the same device). `--length-spread` adds stop ids (rollout.stop_token_ids,
+   hf_shapes.spread_stops) so that the random model's answers end at ~0.43 of the cap on average
+   instead of all at the cap: the padding that packing removes then shows in the trainer's
+   computed ÷ real tokens (`train/padded_tokens` ÷ `train/tokens`).
    The first step warms up (kernels, allocator) and is left out of the timed mean when there
    are more. Peak memory over the run: CUDA's allocator counters (allocated and reserved); on
    CPU the process's peak resident set, reset just before the run (bench/__init__.py).
@@ -26,22 +34,26 @@ is written to a temporary directory. Then:
    dtype) at each `--rows` count: random prompts of `--prompt-len` tokens, one sample each,
    exactly `--new-tokens` tokens (ours `ignore_eos`, HF `min_new_tokens`), one timed run after
    a warm-up; tokens/s, the ratio, and each one's fraction of the FLOP peak (2·N per token).
+   `--no-generate` times the engine alone (its decode steps captured unless `--no-graphs`).
 
 JSON (`--out`, rewritten after each part, so a crash keeps what ran): the header of every bench
 (threads, torch, cpu_count, load), then
   shape, arch, device, gpu, compute_dtype, transformers
   model        {class, hidden, layers, heads, kv_heads, head_dim, intermediate, vocab, tied, params,
                 weight_bytes (a parameter in the compute dtype), kv_bytes (a cached position, K and V)}
-  run          {prompts, samples, new_tokens, prompt_len, steps}
+  run          {prompts, samples, new_tokens, prompt_len, steps, packing, attention, compile, graphs,
+                async_, generate, length_spread: null | {count, p_stop, expected_mean_tokens,
+                expected_truncated_frac, rule}}
   peak         {tflops, gbs, source ("default" | "measured" | "given"), measured: {matmul_tflops, copy_gbs}}
   grpo         {wall_s, steps: [{step, time/*, rollout/*, train/*, ...}], timed_steps,
                 timed (mean of those steps' metrics), throughput {step_tokens_per_s, samples_per_s,
-                rollout_tokens_per_s, train_tokens_per_s}, memory {peak_allocated_gib,
+                rollout_tokens_per_s, train_tokens_per_s}, computed_over_real, memory {peak_allocated_gib,
                 peak_reserved_gib | peak_rss_gib}, predicted_peak_gib, predicted_note}
   floor        step_floor(params, grpo.timed, ...): {tokens, flop, bytes, floor_s, fraction}
   rollout_vs_generate  {rows: [{rows, new_tokens, prompt_len, tokens, engine_s, engine_tokens_per_s,
-                engine_flop_frac, hf_s, hf_tokens_per_s, hf_flop_frac, ratio}], fast_decode,
-                memory (the peak of this part: both models, their caches)}
+                engine_flop_frac, hf_s, hf_tokens_per_s, hf_flop_frac, ratio (hf_* and ratio: not with
+                --no-generate)}], fast_decode, graphs, generate, memory (the peak of this part: both
+                models, their caches)}
 Numbers only, no claims: speed lives in these JSON files, never in the tests, which check the
 structure and the arithmetic on tiny shapes.
 """
@@ -59,24 +71,22 @@ import torch
 
 from posttrain import UsageError, api, runtime
 from posttrain.bench import (
-    copy_bandwidth_gbs,
     finish,
-    matmul_peak_gflops,
     peak_memory,
     reset_peak_memory,
     run_header,
     transformers_version,
     write_json,
 )
-from posttrain.bench.floor import step_floor
-from posttrain.bench.hf_shapes import ARCHS, SHAPES, shape_of, words, write_shape
+from posttrain.bench.floor import peaks, step_floor
+from posttrain.bench.hf_shapes import ARCHS, SHAPES, shape_of, spread_stops, words, write_shape
 from posttrain.bench.rollout import hf_generate
 from posttrain.framework.rollout import Engine, SamplingParams
 from posttrain.models.hf import HFTokenizer, load_hf
 from posttrain.sizing.shapes import kv_bytes_per_token, resolve_model
 
-H100_TFLOPS, H100_GBS = 800.0, 3000.0  # what a large bf16 matmul and a stream of reads reach on one H100
-KEEP = ("time/", "rollout/", "train/", "mismatch/", "memory/", "reward/mean", "kl/ref", "length/mean")
+KEEP = ("time/", "rollout/", "train/", "mismatch/", "memory/", "reward/mean", "kl/ref", "length/", "staleness/")
+COMPILE = {"false": False, "true": True, "auto": "auto"}  # --compile: optim.compile's values
 
 
 def vowel_spread(prompts, completions, **kw) -> list[float]:
@@ -95,6 +105,10 @@ def prompt_rows(tok, n: int, prompt_len: int, seed: int) -> list[dict]:
             text += " " + words(rng, 1)
         rows.append({"prompt": text, "answer": "0"})
     return rows
+
+
+RUN_KEYS = ("prompts", "samples", "new_tokens", "prompt_len", "steps", "packing", "attention", "compile", "graphs")
+RUN_KEYS += ("async_", "generate")
 
 
 def sync(device) -> None:
@@ -124,29 +138,6 @@ def model_record(init: Path, compute_dtype: torch.dtype) -> dict:
         "params": params,
         "weight_bytes": weight_bytes,
         "kv_bytes": kv_bytes_per_token(resolve_model(str(init / "config.json")), weight_bytes),
-    }
-
-
-def peaks(device: str, threads: int, tflops: float | None, gbs: float | None) -> dict:
-    """The peaks the floor is taken at (see the module docstring) and the rates measured here."""
-    cuda = device.startswith("cuda")
-    measured = {
-        "matmul_tflops": matmul_peak_gflops(
-            threads, n=8192 if cuda else 1024, dtype=torch.bfloat16 if cuda else torch.float32, device=device
-        )
-        / 1e3,
-        "copy_gbs": copy_bandwidth_gbs(1024 if cuda else 128, device=device),
-    }
-    if tflops is not None or gbs is not None:
-        source = "given"
-    else:
-        source = "default" if cuda else "measured"
-    default_t, default_g = (H100_TFLOPS, H100_GBS) if cuda else (measured["matmul_tflops"], measured["copy_gbs"])
-    return {
-        "tflops": tflops if tflops is not None else default_t,
-        "gbs": gbs if gbs is not None else default_g,
-        "source": source,
-        "measured": measured,
     }
 
 
@@ -184,7 +175,13 @@ def grpo_steps(init: Path, rt, work: Path, a) -> dict:
         "rollout.samples_per_prompt": a.samples,
         "rollout.max_new_tokens": a.new_tokens,
         "optim.packing": a.packing,
+        "optim.packing_attention": a.attention,
+        "optim.compile": COMPILE[a.compile],
+        "rollout.cuda_graphs": a.graphs,
+        "scale.async": a.async_,
     }
+    if a.length_spread:
+        keys["rollout.stop_token_ids"] = a.stops["ids"]
     reset_peak_memory(str(rt.device))
     t0 = time.perf_counter()
     run = api.rl(dataset=rows[8:], test_dataset=rows[:8], reward_funcs=[vowel_spread], **keys)
@@ -201,6 +198,7 @@ def grpo_steps(init: Path, rt, work: Path, a) -> dict:
     mean = {k: sum(s[k] for s in timed) / len(timed) for k in timed[0] if k != "step" and all(k in s for s in timed)}
     batch_tokens = mean["rollout/prompt_tokens"] + mean["rollout/generated_tokens"]
     trained = mean["train/tokens"] * mean.get("train/optimizer_steps", 1.0)
+    computed = mean.get("train/padded_tokens")  # the trainer's computed ÷ real tokens (padding, rows' tails)
     return {
         "wall_s": wall,
         "steps": steps,
@@ -212,6 +210,7 @@ def grpo_steps(init: Path, rt, work: Path, a) -> dict:
             "rollout_tokens_per_s": mean["rollout/generated_tokens"] / mean["time/rollout_s"],
             "train_tokens_per_s": trained / mean["time/train_s"],
         },
+        "computed_over_real": computed / mean["train/tokens"] if computed is not None else None,
         "memory": memory,
         "predicted_peak_gib": predicted,
         "predicted_note": note,
@@ -226,16 +225,20 @@ def rollout_vs_generate(init: Path, rt, rows: list[int], a, params: int, peak_tf
     reset_peak_memory(str(dev))
     model, tok = load_hf(init, dev)
     engine = Engine(model, tok, max_slots=max(rows), runtime=rt)
-    hf = AutoModelForCausalLM.from_pretrained(
-        init, dtype=rt.compute_dtype, attn_implementation="sdpa", local_files_only=True
-    ).to(dev)
-    hf.eval()
+    engine.capture_decode = a.graphs  # as rollout.cuda_graphs sets it in a run
+    hf = None
+    if a.generate:
+        hf = AutoModelForCausalLM.from_pretrained(
+            init, dtype=rt.compute_dtype, attn_implementation="sdpa", local_files_only=True
+        ).to(dev)
+        hf.eval()
     vocab = model.config.vocab_size
     sampling = SamplingParams(temperature=1.0, max_new_tokens=a.new_tokens, ignore_eos=True)
     rng = random.Random(a.seed)
     warm = [[rng.randrange(2, vocab) for _ in range(a.prompt_len)] for _ in range(min(rows[0], 8))]
     engine.generate(warm, 1, SamplingParams(temperature=1.0, max_new_tokens=8, ignore_eos=True), seed=a.seed)
-    hf_generate(hf, warm, 8, tok.pad_id, tok.eot_id)
+    if hf is not None:
+        hf_generate(hf, warm, 8, tok.pad_id, tok.eot_id)
     out = []
     for n in rows:
         prompts = [[rng.randrange(2, vocab) for _ in range(a.prompt_len)] for _ in range(n)]
@@ -246,22 +249,31 @@ def rollout_vs_generate(init: Path, rt, rows: list[int], a, params: int, peak_tf
         sync(dev)
         t_ours = time.perf_counter() - t0
         assert all(len(s.response_ids) == a.new_tokens for s in samples)
-        t0 = time.perf_counter()
-        hf_generate(hf, prompts, a.new_tokens, tok.pad_id, tok.eot_id)
-        sync(dev)
-        t_hf = time.perf_counter() - t0
         row = {"rows": n, "new_tokens": a.new_tokens, "prompt_len": a.prompt_len, "tokens": tokens}
-        row.update(engine_s=t_ours, engine_tokens_per_s=tokens / t_ours, hf_s=t_hf, hf_tokens_per_s=tokens / t_hf)
-        row["ratio"] = row["engine_tokens_per_s"] / row["hf_tokens_per_s"]
+        row.update(engine_s=t_ours, engine_tokens_per_s=tokens / t_ours)
         row["engine_flop_frac"] = 2 * params * tokens / t_ours / (peak_tflops * 1e12)
-        row["hf_flop_frac"] = 2 * params * tokens / t_hf / (peak_tflops * 1e12)
+        said = ""
+        if hf is not None:
+            t0 = time.perf_counter()
+            hf_generate(hf, prompts, a.new_tokens, tok.pad_id, tok.eot_id)
+            sync(dev)
+            t_hf = time.perf_counter() - t0
+            row.update(hf_s=t_hf, hf_tokens_per_s=tokens / t_hf)
+            row["ratio"] = row["engine_tokens_per_s"] / row["hf_tokens_per_s"]
+            row["hf_flop_frac"] = 2 * params * tokens / t_hf / (peak_tflops * 1e12)
+            said = f", transformers generate {row['hf_tokens_per_s']:,.0f} tok/s ({row['ratio']:.2f}×)"
         out.append(row)
         print(
-            f"rollout {n} rows × {a.new_tokens} tokens: engine {row['engine_tokens_per_s']:,.0f} tok/s, "
-            f"transformers generate {row['hf_tokens_per_s']:,.0f} tok/s ({row['ratio']:.2f}×)",
+            f"rollout {n} rows × {a.new_tokens} tokens: engine {row['engine_tokens_per_s']:,.0f} tok/s{said}",
             flush=True,
         )
-    return {"rows": out, "fast_decode": engine.decoder() is not None, "memory": peak_memory(str(dev))}
+    return {
+        "rows": out,
+        "fast_decode": engine.decoder() is not None,
+        "graphs": a.graphs,
+        "generate": a.generate,
+        "memory": peak_memory(str(dev)),
+    }
 
 
 def run(a) -> dict:
@@ -288,9 +300,10 @@ def run(a) -> dict:
         init = write_shape(Path(tmp, "model"), shape, a.arch, a.seed)
         result["model"] = model = model_record(init, rt.compute_dtype)
         result["model_write_s"] = time.perf_counter() - t0
-        result["run"] = {
-            k: getattr(a, k) for k in ("prompts", "samples", "new_tokens", "prompt_len", "steps", "packing")
-        }
+        result["run"] = {k.rstrip("_"): getattr(a, k) for k in RUN_KEYS}
+        vocab = shape.dims.vocab
+        a.stops = spread_stops(vocab, a.new_tokens, a.seed) if a.length_spread else None
+        result["run"]["length_spread"] = {k: v for k, v in a.stops.items() if k != "ids"} if a.stops else None
         result["peak"] = peak = peaks(dev, torch.get_num_threads(), a.peak_tflops, a.peak_gbs)
         print(
             f"[bench step] {shape.name} as {model['class']}: {model['params']:,} params on {dev} "
@@ -340,6 +353,23 @@ def main(argv=None) -> dict:
     p.add_argument("--peak-gbs", type=float, help="the memory bandwidth of the floor, GB/s (same defaults)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--packing", action="store_true", help="packed micro-batches for the trainer and the reference")
+    p.add_argument("--attention", default="auto", help="optim.packing_attention: auto | dense | flex (with --packing)")
+    p.add_argument("--compile", default="false", help="optim.compile: false | true | auto (the trunk's torch.compile)")
+    p.add_argument(
+        "--graphs", action=argparse.BooleanOptionalAction, default=True, help="rollout.cuda_graphs (CUDA's decode)"
+    )
+    p.add_argument("--async", dest="async_", action="store_true", help="scale.async: rollouts one version ahead")
+    p.add_argument(
+        "--length-spread",
+        action="store_true",
+        help="stop ids that end answers at ~0.43 of the cap on average (hf_shapes.spread_stops; JSON run.length_spread)",
+    )
+    p.add_argument(
+        "--generate",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="time transformers generate beside the rollout (--no-generate: the engine alone)",
+    )
     p.add_argument("--work", default="", help="where the temporary model and run go (default: the system's temp)")
     p.add_argument("--out", help="write the results as JSON")
     a = p.parse_args(argv)
@@ -347,6 +377,10 @@ def main(argv=None) -> dict:
         least = 0 if name == "steps" else 1
         if getattr(a, name) < least:
             raise UsageError(f"--{name.replace('_', '-')} must be at least {least}, got {getattr(a, name)}")
+    if a.compile not in COMPILE:
+        raise UsageError(f"--compile {a.compile!r} is unknown; use false, true or auto")
+    if a.attention not in ("auto", "dense", "flex"):
+        raise UsageError(f"--attention {a.attention!r} is unknown; use auto, dense or flex")
     if not a.steps and not a.rows.strip():
         raise UsageError("--steps 0 and --rows '' leave nothing to measure; give steps or row counts")
     return run(a)

@@ -100,7 +100,7 @@ def place(cfg, model, tokenizer, runtime=None) -> Placement:
             copy=cfg.scale.weight_sync == "separate",
         )  # LoRA: the sampler gets merged W + (α/r)·B·A
         return Placement(engine, make_sync(model, engine, cfg.rollout, cfg.scale.weight_sync), engine)
-    eval_engine = make_engine(model, tokenizer, max_slots=cfg.rollout.max_slots, runtime=runtime)
+    eval_engine = make_engine(model, tokenizer, cfg.rollout, max_slots=cfg.rollout.max_slots, runtime=runtime)
     # async (pace, fixed) keeps the last K + 1 versions: fixed samples from old ones, and a checkpoint
     # carries the K older ones so the batches after a resume come from the same weights as without it
     keep = cfg.scale.max_staleness + 1 if cfg.scale.async_ and cfg.scale.stale in ("pace", "fixed") else 1
@@ -115,8 +115,10 @@ def place(cfg, model, tokenizer, runtime=None) -> Placement:
             transport=cfg.scale.sync_transport,
         )
         return Placement(engine, PushSync(publisher, engine), eval_engine, publisher)
-    # in-process async: the sampler needs its own copy (the optimizer writes the trainer's)
-    engine = make_engine(model, tokenizer, max_slots=cfg.rollout.max_slots, copy=True)
+    # in-process async: the sampler needs its own copy (the optimizer writes the trainer's), sampled in the
+    # runtime's compute dtype as the synchronous one is (bf16 autocast and caches on CUDA, not fp32)
+    rt = sampler_runtime(cfg.rollout.precision, runtime)
+    engine = make_engine(model, tokenizer, cfg.rollout, max_slots=cfg.rollout.max_slots, runtime=rt, copy=True)
     return Placement(engine, None, eval_engine, publisher)
 
 

@@ -45,7 +45,9 @@ class Controller:
         self.cfg, self.task, self.tok = cfg, task, tokenizer
         self.engine, self.reference, self.trainer, self.sync = engine, reference, trainer, sync
         self.algorithm, self.algo_cfg = algorithm, algo_cfg
-        self.sampling = SamplingParams(temperature=cfg.rollout.temperature, max_new_tokens=cfg.rollout.max_new_tokens)
+        r = cfg.rollout
+        stops = tuple(r.stop_token_ids)  # rollout.stop_token_ids: besides the end-of-turn
+        self.sampling = SamplingParams(temperature=r.temperature, max_new_tokens=r.max_new_tokens, stop_ids=stops)
         self.loss_fn = policy_loss_fn(algorithm, algo_cfg, cfg.rollout.temperature)
         self.timers: dict[str, float] = {}
         self.source = source  # None: collect inline (sync); else .get(step) -> (samples, metrics)

@@ -135,7 +135,8 @@ def check_group_size(cfg: RLConfig, algorithm, algo_cfg) -> None:
 
 def check_context(cfg: RLConfig, model, tok, task, init: str) -> None:
     """The longest prompt (of 200 train and the held-out ones) plus max_new_tokens must fit the
-    model's context: refused here, before the first rollout, not as a traceback mid-step."""
+    model's context, and every rollout.stop_token_ids a token id: refused here, before the first
+    rollout, not as a traceback mid-step."""
     items = task.items(200, "train", cfg.seed) + task.items(cfg.eval.problems, "test", cfg.seed)
     longest = max(len(tok.encode(tok.chat_prompt(task.prompt(it)))) for it in items)
     room = model.config.max_seq_len - longest
@@ -145,6 +146,10 @@ def check_context(cfg: RLConfig, model, tok, task, init: str) -> None:
             f"plus it exceeds the context of {init} ({model.config.max_seq_len} tokens); use "
             f"rollout.max_new_tokens <= {room} (0 = what the task needs)"
         )
+    vocab = model.config.vocab_size
+    bad = [i for i in cfg.rollout.stop_token_ids if not 0 <= i < vocab]
+    if bad:
+        raise UsageError(f"rollout.stop_token_ids has {bad[0]}, not a token id of {init} (0 … {vocab - 1})")
 
 
 def prompt_width(cfg: RLConfig, tok, task) -> int:

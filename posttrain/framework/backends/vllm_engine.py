@@ -58,7 +58,9 @@ FUSED = {"q_proj": "qkv", "k_proj": "qkv", "v_proj": "qkv", "gate_proj": "gate_u
 class VllmEngine:
     """The RolloutEngine interface over one in-process `vllm.LLM` holding its own copy of the policy."""
 
-    def __init__(self, model, tokenizer, opts, max_slots: int = 256, max_len: int | None = None):
+    def __init__(
+        self, model, tokenizer, opts, max_slots: int = 256, max_len: int | None = None, cuda_graphs: bool = True
+    ):
         check_policy(model)
         self.sleep = sleep_wanted(opts)
         self.tokenizer, self.policy_version = tokenizer, 0
@@ -87,7 +89,8 @@ class VllmEngine:
             enable_sleep_mode=self.sleep,
             gpu_memory_utilization=opts.gpu_memory_utilization,
             kv_cache_memory_bytes=kv_cache_bytes(model.config, opts, max_slots, self.max_len, cuda),
-            enforce_eager=not cuda,  # CPU: no torch.compile warm-up (minutes here for a model that runs in ms)
+            # CPU: no torch.compile warm-up (minutes here for a model that runs in ms); rollout.cuda_graphs=false
+            enforce_eager=not (cuda and cuda_graphs),
             seed=0,
         )
         torch.set_num_threads = set_threads
