@@ -71,6 +71,13 @@ def test_grpo_prediction_by_hand():
     assert c["persistent"]["decode fused copies"] == 4 * 2 * d * (3 * d + 2 * 688)
     # the slots: min(max_slots 256, the larger call: the evaluation's 200 problems × 8 samples)
     assert c["persistent"]["KV cache (slots)"] == kv_bytes_per_token(TINY, 4) * 256 * (14 + 128)
+    # the decode loop's slot state outlives a call (framework/decode_state.py); the rollout phase keeps
+    # the prompts' logits (256 slots + the 64 prompts prefilled ahead of them) and the sampler's temporaries
+    assert c["persistent"]["slot logits (fp32)"] == 4 * V * 256 and "decode graph pool" not in c["persistent"]
+    assert c["rollout"]["next-token logits (fp32)"] == 4 * V * (256 + 64)
+    assert c["rollout"]["sampler temporaries"] == 24 * V * 256
+    gpu = predict_run_peak(cfg, "rl", TINY, device="cuda", seq_len=142, prompt_len=14, hf=True)["components"]
+    assert gpu["persistent"]["decode graph pool"] == 24 * V * 256 and gpu["rollout"]["sampler temporaries"] == 0
     assert est["micro_batch_tokens"] == 16 * 142  # all 16 rows fit micro_batch_tokens=8192
     chunk = LOGIT_CHUNK_ELEMENTS * 4  # 16 × 142 × V entries are far more than a chunk
     head_grad = 4 * V * d

@@ -8,10 +8,11 @@ A step's shapes are fixed by (rows R, attended span): the loop rounds R up to th
 bucket and the span up to SPAN_BUCKET positions, so one call meets few shapes. A shape runs eagerly
 the first time it is met (its warm-up: cuBLAS picks its kernels, the caching allocator grows), is
 captured the second time and replayed from then on. Every graph reads and writes the loop's own
-preallocated tensors (the slot cache, the logits, the per-slot state), which keep their addresses for
-the whole generate() call, so a replay copies nothing in or out. Inside a capture autocast's cast
-cache is off (a cached bf16 copy of a weight would be freed under the graph): the graph casts the
-weights itself. The loop captures only without `on_decode_step` (partial rollouts may load new
+preallocated tensors (the slot cache, the logits, the per-slot state), which the engine keeps from
+one generate() call to the next (framework/decode_state.py): a replay copies nothing in or out, and
+the graphs of one call replay in the next while what they read keeps its address (a shape met in an
+earlier call is captured at once). Inside a capture autocast's cast cache is off (a cached bf16 copy of
+a weight would be freed under the graph): the graph casts the weights itself. The loop captures only without `on_decode_step` (partial rollouts may load new
 weight tensors between two steps, which a graph would not see) and only on the fast decode path.
 """
 
@@ -31,18 +32,21 @@ class StepGraphs:
         self.step = step
         self.seen: set[tuple[int, int]] = set()
         self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
-        self.pool = torch.cuda.graph_pool_handle()  # one memory pool for all of a call's graphs
-        self.replays = 0
+        self.pool = (
+            torch.cuda.graph_pool_handle()
+        )  # one memory pool for all these graphs (no tensor made in a step outlives it)
+        self.replays = self.captures = 0
 
     def __call__(self, R: int, span: int) -> None:
         key = (R, span)
         g = self.graphs.get(key)
-        if g is None and key not in self.seen:  # first time: eager, the warm-up
+        if g is None and key not in self.seen:  # first time (in any call): eager, the warm-up
             self.seen.add(key)
             self.step(R, span)
             return
         if g is None:  # second time: capture (records, runs nothing), then replay below
             g = self.graphs[key] = torch.cuda.CUDAGraph()
+            self.captures += 1
             torch.cuda.current_stream().synchronize()
             # thread_local: another thread's CUDA work (the trainer beside an async rollout) may go on
             with _uncached_autocast(), torch.cuda.graph(g, pool=self.pool, capture_error_mode="thread_local"):

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from posttrain.framework.decode_graphs import SPAN_BUCKET, StepGraphs
+from posttrain.framework.decode_graphs import SPAN_BUCKET
 from posttrain.framework.sampler import SamplingParams, draw_uniforms, sample_keys, sample_tokens
+from posttrain.models.decode import tensor_key
 from posttrain.models.gpt_mini import KVCache
 from posttrain.models.heads import lm_parts
 from posttrain.sizing.memory import LOGIT_CHUNK_ELEMENTS
@@ -37,8 +38,7 @@ class DecodeLoop:
         p = next(model.parameters())
         dev, V = p.device, model.config.vocab_size
         self.dev, self.pad = dev, engine.tokenizer.pad_id
-        stops = () if sampling.ignore_eos else tuple({engine.tokenizer.eot_id, *sampling.stop_ids})
-        self.stop_ids = torch.tensor(stops, dtype=torch.long, device=dev)
+        stops = () if sampling.ignore_eos else tuple(sorted({engine.tokenizer.eot_id, *sampling.stop_ids}))
 
         # prompt ring: group g's prompt cache lives in row g % C until its last sample is admitted.
         # Groups alive at once span at most S (one slot each) plus what is prefilled ahead.
@@ -49,32 +49,30 @@ class DecodeLoop:
         self.plen = torch.tensor([len(q) for q in prompts], dtype=torch.long, device=dev)
         self.prefilled = 0  # groups [0, prefilled) are done
 
-        # slot pool: per-slot state in tensors, rows [0, n_active) are the active slots
-        self.cache = engine._slot_cache(S, P + M)
-        self.logits = torch.empty(S, V, device=dev)  # next-token logits per slot
-        # a slot's draw t goes to column t; column M takes the draws of a row frozen at the cap
-        self.tok_buf = torch.zeros(S, M + 1, dtype=torch.long, device=dev)
-        self.lp_buf = torch.zeros(S, M + 1, device=dev)
-        self.ver_buf = torch.zeros(S, M + 1, dtype=torch.long, device=dev)  # version behind each token
-        self.lver = torch.zeros(S, dtype=torch.long, device=dev)  # version behind each slot's logits
-        self.t = torch.zeros(S, dtype=torch.long, device=dev)  # tokens generated so far
-        self.u = torch.zeros(S, M + 1, dtype=torch.float64, device=dev)  # the uniform of each draw of the slot's sample
-        self.sid = torch.zeros(S, dtype=torch.long, device=dev)  # sample id = group * n + index
-        self.last = torch.zeros(S, dtype=torch.long, device=dev)  # last token: next forward's input
-        self.live = torch.zeros(S, dtype=torch.bool, device=dev)  # the row's sequence is still running
-        self.ar = torch.arange(S, device=dev)
-        self.slot_state = [self.tok_buf, self.lp_buf, self.ver_buf, self.lver, self.t, self.u, self.sid, self.last]
-        self.slot_state += [self.live]  # what moves with a slot when holes are filled
+        # slot pool: per-slot state in tensors kept by the engine across calls (decode_state.py),
+        # rows [0, n_active) are the active slots
+        cut_off = keep is not None and keep < n
         # k decode steps between two read-backs (admission, retirement). Read back every step where
         # the host acts on a step's outcome: the straggler cut-off keeps the first `keep` to finish
         # (an order a window would blur), partial rollouts load weights between two given tokens
-        cut_off = keep is not None and keep < n
         self.k = 1 if cut_off or engine.on_decode_step is not None else engine.window(dev)
         self.bucket = engine.row_bucket(dev)
+        capture = dev.type == "cuda" and engine.capture_decode and self.decoder is not None and self.k > 1
+        self.span_bucket = engine.decode_span_bucket or (SPAN_BUCKET if capture else 1)
+        # captured: the cache's length rounds up to the span bucket, so a longer prompt rarely reallocates it
+        length = -(-(P + M) // SPAN_BUCKET) * SPAN_BUCKET if capture else P + M
+        self.cache = engine._slot_cache(S, length)
+        st = self.state = engine.slot_state(S, M, V, dev)
+        st.reset(stops, engine.policy_version)
+        self.stop_ids, self.version = st.stop_ids, st.version
+        self.logits, self.tok_buf, self.lp_buf, self.ver_buf = st.logits, st.tok_buf, st.lp_buf, st.ver_buf
+        self.lver, self.t, self.u, self.sid, self.last, self.live = st.lver, st.t, st.u, st.sid, st.last, st.live
+        self.ar, self.slot_state = st.ar, st.slot_buffers()
         self.decode_step, self.graphs = self._step_eager, None
-        if dev.type == "cuda" and engine.capture_decode and self.decoder is not None and self.k > 1:
-            self.decode_step = self.graphs = StepGraphs(self._step_eager)  # decode_graphs.py
-        self.span_bucket = engine.decode_span_bucket or (SPAN_BUCKET if self.graphs else 1)
+        if capture:
+            self.decode_step = self.graphs = st.step_graphs(self._step_eager, self._graph_key(sampling))
+        self.replays0: int = self.graphs.replays if self.graphs else 0  # earlier calls' replays, captures
+        self.captures0: int = self.graphs.captures if self.graphs else 0
 
         # results per sample, filled as sequences finish
         self.res_tok = torch.zeros(self.N, M, dtype=torch.long, device=dev)
@@ -117,9 +115,23 @@ class DecodeLoop:
             "rollout/prompt_tokens": int(self.plen.sum()) * self.n,  # ... without sharing
             "rollout/prefix_reuse": int(self.plen.sum()) * self.n / max(self.prefill_tokens, 1),
             "rollout/cancelled": self.N - int(self.res_kept.sum()),  # straggler cut-off
-            "rollout/graph_replays": self.graphs.replays if self.graphs else 0,  # steps served by a CUDA graph
+            # steps served by a CUDA graph, and the graphs this call captured (0 once a run is steady)
+            "rollout/graph_replays": self.graphs.replays - self.replays0 if self.graphs else 0,
+            "rollout/graph_captures": self.graphs.captures - self.captures0 if self.graphs else 0,
         }
         return self.res_tok, self.res_lp, self.res_len, self.res_stop, self.res_kept, self.res_ver, stats
+
+    def _graph_key(self, sampling: SamplingParams) -> tuple:
+        """What a captured step reads besides the slot state (decode_state.py): while it is unchanged,
+        the graphs of earlier calls replay here."""
+        c = self.cache
+        amp = torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda")
+        return (
+            (sampling.temperature, sampling.top_k, sampling.top_p),
+            amp,
+            tensor_key((c.k, c.v, c.lengths)),
+            self.decoder.addresses(),  # type: ignore[union-attr]
+        )
 
     def _window(self, n: int, top: int) -> tuple[int, int]:
         """Up to k decode steps over the rows [0, R) of n sequences without reading anything back
@@ -175,6 +187,7 @@ class DecodeLoop:
         newer weights here, between two tokens (KV cache kept); the step counters."""
         if self.engine.on_decode_step is not None:
             self.engine.on_decode_step()
+            self.version.fill_(self.engine.policy_version)
             if self.decoder is not None:
                 self.decoder.refresh()
         self.decode_steps += 1
@@ -189,7 +202,7 @@ class DecodeLoop:
         """One decode forward of one token per row in [0, R), attending over `span` positions
         (at least the longest live row's); rows [0, R) are a view of the cache."""
         live = self.live[:R]
-        self.lver[:R] = self.engine.policy_version
+        self.lver[:R] = self.version  # a device scalar: a graph replays the version of the call, not of its capture
         if self.decoder is not None:  # the one-token path: positions of frozen rows stay
             self.logits[:R] = self.decoder(self.last[:R], self.cache, R, span, live)
         else:

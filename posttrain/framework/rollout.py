@@ -19,7 +19,8 @@ What the engine does, in the order a reader should study it:
    The loop (framework/decode_loop.py) reads the device back once every k steps
    (`decode_window`: 1 on CPU, 8 on CUDA): in between, a step's shapes are static (rows
    rounded up to `decode_bucket`, the span known on the host) and a finished row is frozen
-   and masked, so on CUDA those steps replay as CUDA graphs (framework/decode_graphs.py).
+   and masked, so on CUDA those steps replay as CUDA graphs (framework/decode_graphs.py),
+   kept with the loop's slot state from one call to the next (framework/decode_state.py).
    Every k samples the same tokens; k = 1 is the step-by-step loop, logprobs bit for bit.
 3. **Behaviour logprobs at sampling time** (`sample_tokens`): the log-probability of the
    sampled token under the FULL temperature-scaled distribution, `token_logprobs` — the
@@ -59,6 +60,7 @@ from typing import Any
 import torch
 
 from posttrain.framework.decode_loop import PREFILL_BATCH, DecodeLoop
+from posttrain.framework.decode_state import SlotState
 from posttrain.framework.sampler import (  # noqa: F401  (re-exported: callers import them from here)
     SamplingParams,
     check_request,
@@ -128,6 +130,7 @@ class Engine:
         self.on_decode_step = None  # partial rollouts: called before each decode forward (may load new weights)
         self.stats: dict = {}
         self._slots: KVCache | None = None  # reused across calls while big enough
+        self._state: SlotState | None = None  # the decode loop's slot state and graphs (decode_state.py)
         self.fast_decode = True  # False: decode through model.forward (the reference path)
         self.decode_window: int | None = None  # decode steps between read-backs (None: 1 on CPU, 8 on CUDA)
         self.decode_bucket: int | None = None  # rows computed per step round up to this (None: 1 on CPU, 16 on CUDA)
@@ -196,7 +199,9 @@ class Engine:
             self.model, self.owns_copy = unadapted_copy(self.model), True
 
     def close(self) -> None:
-        """Nothing to release: the model and its cache are plain tensors of this process."""
+        """Release what outlives a call (the slot cache, the slot state and its CUDA graphs); the
+        model stays. A later generate() makes them anew."""
+        self._slots = self._state = None
 
     def decoder(self):
         """models/decode.Decoder for gpt_mini and the Llama-like HF families (None otherwise:
@@ -240,6 +245,14 @@ class Engine:
             self._slots = c = KVCache(self.model.config, rows, length, device=p.device, dtype=dtype)
         c.reset_rows(slice(None))
         return c
+
+    def slot_state(self, S: int, M: int, V: int, dev: torch.device) -> SlotState:
+        """The decode loop's slot state, kept across calls of the same slots, cap, vocabulary and device
+        (a CUDA graph captured over it replays in later calls); a call of another size replaces it."""
+        if self._state is None or self._state.key != (S, M, V, dev):
+            self._state = None  # its graphs and buffers go before the new ones are made
+            self._state = SlotState(S, M, V, dev)
+        return self._state
 
     def _samples(self, prompts, n, items, res_tok, res_lp, res_len, res_stop, res_kept, res_ver) -> list[Sample]:
         toks, lps, vers = res_tok.tolist(), res_lp.tolist(), res_ver.tolist()  # one conversion for all samples

@@ -66,6 +66,13 @@ class Decoder:
         place) is seen from the next refresh on."""
         self.w.refresh()
 
+    def addresses(self) -> tuple:
+        """Where the step reads its weights and rotary tables (address, shape, stride, dtype): a CUDA
+        graph captured over them stays valid while this is unchanged (framework/decode_state.py)."""
+        w = self.w.current()
+        tensors = [t for layer in w.layers for t in layer[:-1]]  # the last field is the `rotary` flag
+        return tensor_key([*tensors, w.embed, w.norm, w.head, self.cos, self.sin_signed])
+
     def still_plain(self) -> bool:
         """False once a layer was wrapped after this decoder was built (e.g. LoRA adapters):
         the engine checks it at every generate() and falls back to model.forward."""
@@ -127,3 +134,8 @@ class Decoder:
         cache.lengths[:n] += 1 if advance is None else advance
         logits = F.linear(F.rms_norm(x, x.shape[-1:], w.norm, self.eps), w.head)  # [n, V]
         return logits if w.logit_divisor is None else logits / w.logit_divisor
+
+
+def tensor_key(tensors) -> tuple:
+    """Where and how a kernel finds each tensor: address, shape, stride, dtype (None stays None)."""
+    return tuple(None if t is None else (t.data_ptr(), tuple(t.shape), t.stride(), t.dtype, t.device) for t in tensors)

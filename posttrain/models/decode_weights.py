@@ -239,27 +239,31 @@ class HFWeights(Weights):
         return self
 
     def _fuse(self) -> None:
+        """(Re-)fuse q/k/v and gate/up. A re-fusion writes into the copies it made before (same
+        shapes): their addresses stay, so CUDA graphs captured over them read the new weights."""
         nq, nlin = len(self.fam.qkv), len(self.fam.qkv) + 1 + len(self.fam.gate_up) + 1
+        before = getattr(self, "layers", None)
         self.layers = []
         for i, block in enumerate(self._blocks):
+            old = before[i] if before is not None and len(before) == len(self._blocks) else None
             an, mn, *qk_norms = block[: len(block) - nlin]
             lin = block[len(block) - nlin :]
             qkv, o, gate_up, down = lin[:nq], lin[nq], lin[nq + 1 : -1], lin[-1]
             qk = None
             if qk_norms:  # [H + Hkv, hd]: each q head's weight, then each k head's
                 qn, kn = (m.weight.detach() for m in qk_norms)
-                qk = torch.cat((qn.expand(self.H, self.hd), kn.expand(self.Hkv, self.hd)))
+                qk = _cat([qn.expand(self.H, self.hd), kn.expand(self.Hkv, self.hd)], old and old.qk_norm)
             self.layers.append(
                 Layer(
                     an.weight.detach(),
-                    _cat_w(qkv),
-                    _cat_b(qkv),
+                    _cat_w(qkv, old and old.qkv),
+                    _cat_b(qkv, old and old.qkv_bias),
                     qk,
                     o.weight.detach(),
                     _bias(o),
                     mn.weight.detach(),
-                    _cat_w(gate_up),
-                    _cat_b(gate_up),
+                    _cat_w(gate_up, old and old.gate_up),
+                    _cat_b(gate_up, old and old.gate_up_bias),
                     down.weight.detach(),
                     _bias(down),
                     self.rotary[i],
@@ -279,15 +283,27 @@ def _bias(mod: nn.Linear) -> torch.Tensor | None:
     return None if mod.bias is None else mod.bias.detach()
 
 
-def _cat_w(mods) -> torch.Tensor:
-    return mods[0].weight.detach() if len(mods) == 1 else torch.cat([m.weight for m in mods])
+def _cat(parts: list[torch.Tensor], into: torch.Tensor | None) -> torch.Tensor:
+    """torch.cat of `parts`, written into `into` (an earlier fusion's copy) when it fits."""
+    n, p = sum(p.shape[0] for p in parts), parts[0]
+    fits = into is not None and into.shape == (n, *p.shape[1:]) and (into.dtype, into.device) == (p.dtype, p.device)
+    # a copy made under inference_mode (inside generate) can only be written under it
+    if fits and not (into.is_inference() and not torch.is_inference_mode_enabled()):  # type: ignore[union-attr]
+        return torch.cat(parts, out=into)
+    return torch.cat(parts)
 
 
-def _cat_b(mods) -> torch.Tensor | None:
+def _cat_w(mods, into: torch.Tensor | None = None) -> torch.Tensor:
+    return mods[0].weight.detach() if len(mods) == 1 else _cat([m.weight.detach() for m in mods], into)
+
+
+def _cat_b(mods, into: torch.Tensor | None = None) -> torch.Tensor | None:
     """The stacked bias, zeros for a member without one; None when none has a bias."""
     if all(m.bias is None for m in mods):
         return None
-    return torch.cat([m.bias if m.bias is not None else m.weight.new_zeros(m.out_features) for m in mods])
+    if len(mods) == 1:
+        return mods[0].bias.detach()
+    return _cat([m.bias.detach() if m.bias is not None else m.weight.new_zeros(m.out_features) for m in mods], into)
 
 
 def why_not(model) -> str:

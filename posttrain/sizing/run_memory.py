@@ -13,7 +13,9 @@ posttrain allocates, role by role, in one process:
               reference held in the compute dtype (2 B under bf16 autocast, 4 on the CPU's fp32); a
               separate critic's trunk (16 B/param); a sampler copy (weight_sync=separate, async); a
               Hugging Face model's fused q/k/v and gate/up copies for the one-token decode path; the
-              engine's slot KV cache (kept between calls) in the compute dtype; a distillation teacher.
+              engine's slot KV cache (kept between calls) in the compute dtype; the decode loop's slot
+              state (fp32 next-token logits of every slot, kept between calls) and, on CUDA, the pool of
+              the decode graphs captured over it (one step's sampler temporaries); a distillation teacher.
   train       one micro-batch (`optim.micro_batch_tokens` padded tokens, whole rows): the tensors
               autograd saves per token and layer (`saved_bytes_per_token`; with grad_checkpointing a
               layer's input each and one layer's recomputed tensors), the final hidden states,
@@ -26,7 +28,7 @@ posttrain allocates, role by role, in one process:
               in the rollout and reference phases too) and AdamW's foreach temporaries (4 B).
   reference   the no-grad forward of a reference micro-batch (16,384 tokens): one layer's
               intermediates, the hidden states and two logit chunks.
-  rollout     fp32 next-token logits of every slot and prompt, the sampler's temporaries on them
+  rollout     fp32 next-token logits of every prompt, the sampler's temporaries on the slots' logits
               (log-softmax, probabilities, an fp64 cumulative sum: 24 B per entry), the prompt
               cache; under autocast, the cached bf16 weights.
 
@@ -118,6 +120,11 @@ def predict_run_peak(
             persistent["decode fused copies"] = 4.0 * shape.layers * d * (q + 2 * kv + 2 * shape.intermediate)
         slots = min(int(get("rollout.max_slots", 256)), max(samples))
         persistent["KV cache (slots)"] = float(kv_bytes_per_token(shape, c) * slots * (plen + max_new))
+        # the decode loop's slot state, kept between calls (framework/decode_state.py), and on CUDA the
+        # memory pool of the graphs captured over it: one decode step's sampler temporaries
+        persistent["slot logits (fp32)"] = 4.0 * V * slots
+        if str(device).startswith("cuda"):
+            persistent["decode graph pool"] = 24.0 * V * slots + (4.0 * V * slots if bf16 else 0.0)
 
     autocast_cache = 2.0 * P if bf16 else 0.0  # bf16 copies of the fp32 weights, cached per autocast region
     grads = 4.0 * Pt  # fp32, from a backward until the next step's zero_grad(set_to_none)
@@ -153,8 +160,10 @@ def predict_run_peak(
         groups = min(n + PREFILL_BATCH, max(samples))  # prompt rows alive at once (the engine's ring)
         phases["rollout"] = {
             "gradients (fp32)": grads if stage in ("rl", "distill") else 0.0,
-            "next-token logits (fp32)": 4.0 * V * (n + groups),
-            "sampler temporaries": 24.0 * V * n + (4.0 * V * n if bf16 else 0.0),
+            "next-token logits (fp32)": 4.0 * V * groups,  # the prompts'; the slots' are persistent
+            "sampler temporaries": 0.0
+            if str(device).startswith("cuda")  # in the graph pool
+            else 24.0 * V * n + (4.0 * V * n if bf16 else 0.0),
             "prompt cache": float(kv_bytes_per_token(shape, c) * groups * plen),
             "autocast weight copies": autocast_cache,
         }
