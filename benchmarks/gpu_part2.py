@@ -63,7 +63,15 @@ PARTS = ("before", "after", "gpu_tests", "async", "no_compile", "no_packing")
 ESTIMATE_S = {"before": 80, "after": 230, "gpu_tests": 90, "async": 80, "no_compile": 45, "no_packing": 80}
 TIMEOUTS = {"before": 150, "after": 280, "gpu_tests": 150, "async": 150, "no_compile": 100, "no_packing": 130}
 MIN_START_S = 40  # a part is not started with less budget left than this
-GPU_TESTS = ("test_decode_loop", "test_packing", "test_packing_flex", "test_gpu", "test_bench_step", "test_compiled")
+GPU_TESTS = (
+    "test_decode_loop",
+    "test_decode_state",
+    "test_packing",
+    "test_packing_flex",
+    "test_gpu",
+    "test_bench_step",
+    "test_compiled",
+)
 OFF = ["--attention", "dense", "--compile", "false", "--no-graphs"]  # optim.packing off: no --packing
 ON = ["--packing", "--attention", "auto", "--compile", "true", "--graphs"]
 GOALS = {"step_s_max": 2.5, "rollout_tokens_per_s_min": 60_000, "generate_ratio_min": 10.0}
@@ -113,7 +121,13 @@ def bench_part(path: Path) -> dict:
     if "grpo" in r:
         g = r["grpo"]
         out["steps_s"] = [s["time/step_s"] for s in g["steps"]]  # a compile in a timed step shows here
-        keep = ("length/mean", "length/truncated_frac", "rollout/graph_replays", "rollout/decode_steps")
+        keep = (
+            "length/mean",
+            "length/truncated_frac",
+            "rollout/graph_replays",
+            "rollout/graph_captures",
+            "rollout/decode_steps",
+        )
         out["timed"] = {k: g["timed"].get(k) for k in (*keep, "train/tokens", "train/padded_tokens")}
     return out
 

@@ -33,7 +33,10 @@ is written to a temporary directory. Then:
 3. **Rollout against transformers `generate`** on the same weights (HF's copy in the compute
    dtype) at each `--rows` count: random prompts of `--prompt-len` tokens, one sample each,
    exactly `--new-tokens` tokens (ours `ignore_eos`, HF `min_new_tokens`), one timed run after
-   a warm-up; tokens/s, the ratio, and each one's fraction of the FLOP peak (2·N per token).
+   a warm-up; tokens/s, the ratio, and each one's fraction of the FLOP peak (2·N per token). The
+   engine's timed call follows a first call of the same shape (other prompts), timed apart: the
+   first captures the CUDA graphs that every later call replays, as a run's rollouts do from the
+   second on (framework/decode_state.py).
    `--no-generate` times the engine alone (its decode steps captured unless `--no-graphs`).
 
 JSON (`--out`, rewritten after each part, so a crash keeps what ran): the header of every bench
@@ -50,7 +53,8 @@ JSON (`--out`, rewritten after each part, so a crash keeps what ran): the header
                 rollout_tokens_per_s, train_tokens_per_s}, computed_over_real, memory {peak_allocated_gib,
                 peak_reserved_gib | peak_rss_gib}, predicted_peak_gib, predicted_note}
   floor        step_floor(params, grpo.timed, ...): {tokens, flop, bytes, floor_s, fraction}
-  rollout_vs_generate  {rows: [{rows, new_tokens, prompt_len, tokens, engine_s, engine_tokens_per_s,
+  rollout_vs_generate  {rows: [{rows, new_tokens, prompt_len, tokens, engine_first_s, engine_first_captures,
+                engine_captures, engine_replays (CUDA graphs of the first and the timed call), engine_s, engine_tokens_per_s,
                 engine_flop_frac, hf_s, hf_tokens_per_s, hf_flop_frac, ratio (hf_* and ratio: not with
                 --no-generate)}], fast_decode, graphs, generate, memory (the peak of this part: both
                 models, their caches)}
@@ -241,16 +245,25 @@ def rollout_vs_generate(init: Path, rt, rows: list[int], a, params: int, peak_tf
         hf_generate(hf, warm, 8, tok.pad_id, tok.eot_id)
     out = []
     for n in rows:
-        prompts = [[rng.randrange(2, vocab) for _ in range(a.prompt_len)] for _ in range(n)]
+        first, prompts = ([[rng.randrange(2, vocab) for _ in range(a.prompt_len)] for _ in range(n)] for _ in "ab")
         tokens = n * a.new_tokens
+        # the first call of a shape captures its CUDA graphs, which later calls replay (framework/decode_state.py):
+        # timed apart, then the steady call a run makes from its second rollout on
         sync(dev)
+        t0 = time.perf_counter()
+        engine.generate(first, 1, sampling, seed=a.seed + 1)
+        sync(dev)
+        t_first, first_captures = time.perf_counter() - t0, engine.stats["rollout/graph_captures"]
         t0 = time.perf_counter()
         samples = engine.generate(prompts, 1, sampling, seed=a.seed)
         sync(dev)
         t_ours = time.perf_counter() - t0
         assert all(len(s.response_ids) == a.new_tokens for s in samples)
         row = {"rows": n, "new_tokens": a.new_tokens, "prompt_len": a.prompt_len, "tokens": tokens}
-        row.update(engine_s=t_ours, engine_tokens_per_s=tokens / t_ours)
+        st = engine.stats
+        row.update(engine_first_s=t_first, engine_first_captures=first_captures, engine_s=t_ours)
+        row.update(engine_captures=st["rollout/graph_captures"], engine_replays=st["rollout/graph_replays"])
+        row.update(engine_tokens_per_s=tokens / t_ours)
         row["engine_flop_frac"] = 2 * params * tokens / t_ours / (peak_tflops * 1e12)
         said = ""
         if hf is not None:
