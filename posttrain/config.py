@@ -109,6 +109,9 @@ class SamplerConfig:
     vllm: VllmConfig = field(default_factory=VllmConfig)  # rollout.backend=vllm only
     cuda_graphs: bool = True  # CUDA: replay the decode loop's steps as CUDA graphs (framework/decode_graphs.py;
     # vLLM: false = its enforce_eager); false = eager kernels, to measure what the graphs buy. No effect on CPU
+    prefill_chunk: int = 16384  # padded prompt tokens per prefill forward of the built-in engine (up to 64
+    # prompts); a longer prompt is prefilled alone, in chunks of this many through its cache: bounds the
+    # prefill's activations (vLLM: max_num_batched_tokens)
 
 
 @dataclass

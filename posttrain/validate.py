@@ -96,6 +96,7 @@ RULES: dict[str | tuple[str, str], Rule] = {
     "eval_samples": count(1, "the samples per held-out problem", "8"),
     ("EvalConfig", "samples"): count(1, "the samples per held-out problem", "8"),
     "max_slots": count(1, "the rollout engine's decode slots", "256"),
+    "prefill_chunk": count(1, "the prompt tokens per prefill forward", "16384"),
     "max_resample_attempts": count(1, "the rollout rounds per step", "3"),
     "micro_batch_tokens": count(1, "the micro-batch token budget", "8192"),
     "packing_width": count(0, "the packed rows' least width (0 = the longest sequence)", "0"),

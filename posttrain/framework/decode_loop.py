@@ -17,7 +17,8 @@ from posttrain.models.gpt_mini import KVCache
 from posttrain.models.heads import lm_parts
 from posttrain.sizing.memory import LOGIT_CHUNK_ELEMENTS
 
-PREFILL_BATCH = 64  # prompts per prefill forward
+PREFILL_BATCH = 64  # prompts per prefill forward, at most
+PREFILL_CHUNK = 16384  # padded prompt tokens per prefill forward (rollout.prefill_chunk): 64 prompts of 256
 
 
 class DecodeLoop:
@@ -275,25 +276,42 @@ class DecodeLoop:
 
     def _prefill(self, head: int, need: int) -> None:
         """Prefill prompts [self.prefilled, …) through `need`, and ahead as far as the ring
-        allows without overwriting group `head` (the oldest group still being admitted)."""
+        allows without overwriting group `head` (the oldest group still being admitted). A forward
+        takes up to PREFILL_BATCH prompts whose padded tokens fit the engine's `prefill_chunk`;
+        a prompt longer than that goes alone, in chunks of that many tokens through its cache."""
         end = min(self.G, head + self.C)
         assert need < end, "prompt ring too small"  # C >= S >= groups per admission
+        budget = self.engine.prefill_chunk
         while self.prefilled < end:
-            a, b = self.prefilled, min(end, self.prefilled + PREFILL_BATCH)
+            a = b = self.prefilled
+            T = 0  # the forward's width: its longest prompt (host-side lengths, no read-back)
+            while b < min(end, a + PREFILL_BATCH) and (b == a or max(T, len(self.prompts[b])) * (b + 1 - a) <= budget):
+                T, b = max(T, len(self.prompts[b])), b + 1
             lens = self.plen[a:b]
-            T = int(lens.max())
             ids = torch.full((b - a, T), self.pad, dtype=torch.long, device=self.dev)
             for i, q in enumerate(self.prompts[a:b]):  # right-padded; pads come after
                 ids[i, : len(q)] = torch.tensor(q, dtype=torch.long)  # every real token, so causal
             rows = torch.arange(a, b, device=self.dev) % self.C  # attention never sees them
             self.pcache.reset_rows(rows)
-            self.pcache.begin(T, rows)
-            self.plogits[rows] = self._last_logits(ids, lens).float()  # [b-a, V]
+            for lo in range(0, T - budget, budget):  # a prompt longer than the budget: its head, chunk by chunk
+                self.pcache.begin(budget, rows)
+                self._fill(ids[:, lo : lo + budget])
+            lo = max(0, (T - 1) // budget * budget)  # the last chunk (the whole prompt when it fits)
+            self.pcache.begin(T - lo, rows)
+            self.plogits[rows] = self._last_logits(ids[:, lo:], lens - lo).float()  # [b-a, V]
             self.pcache.lengths[rows] = lens  # forget the pad positions
             self.pver[rows] = self.engine.policy_version
-            self.prefill_tokens += int(lens.sum())
+            self.prefill_tokens += sum(len(q) for q in self.prompts[a:b])
             self.prefills += b - a
             self.prefilled = b
+
+    def _fill(self, ids: torch.Tensor) -> None:
+        """A forward that only writes the prompt's keys and values (a chunk before the last)."""
+        parts = lm_parts(self.model)
+        if parts is None:
+            self.model(ids, cache=self.pcache)
+        else:
+            parts[0].hidden(ids, cache=self.pcache)
 
     def _last_logits(self, ids: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
         """Next-token logits [b, V] after each prompt: the head at the last real positions only when

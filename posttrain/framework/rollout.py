@@ -59,7 +59,7 @@ from typing import Any
 
 import torch
 
-from posttrain.framework.decode_loop import PREFILL_BATCH, DecodeLoop
+from posttrain.framework.decode_loop import PREFILL_BATCH, PREFILL_CHUNK, DecodeLoop
 from posttrain.framework.decode_state import SlotState
 from posttrain.framework.sampler import (  # noqa: F401  (re-exported: callers import them from here)
     SamplingParams,
@@ -134,6 +134,7 @@ class Engine:
         self.fast_decode = True  # False: decode through model.forward (the reference path)
         self.decode_window: int | None = None  # decode steps between read-backs (None: 1 on CPU, 8 on CUDA)
         self.decode_bucket: int | None = None  # rows computed per step round up to this (None: 1 on CPU, 16 on CUDA)
+        self.prefill_chunk = PREFILL_CHUNK  # padded prompt tokens per prefill forward; longer prompts in chunks
         self.capture_decode = True  # on CUDA, replay in-window decode steps as CUDA graphs (decode_graphs.py)
         self.decode_span_bucket: int | None = (
             None  # in-window attended span rounds up to this (None: 64 captured, else 1)

@@ -58,6 +58,8 @@ def make_engine(
         return VllmEngine(model, tokenizer, sampler.vllm, max_slots=max_slots, max_len=max_len, cuda_graphs=graphs)
     engine = Engine(model, tokenizer, max_slots=max_slots, max_len=max_len, runtime=runtime)
     engine.capture_decode = sampler is None or sampler.cuda_graphs  # rollout.cuda_graphs (CUDA only)
+    if sampler is not None:
+        engine.prefill_chunk = sampler.prefill_chunk  # rollout.prefill_chunk
     if copy:
         engine.own_copy()
     return engine
