@@ -157,7 +157,7 @@ class _Block:
         if not (_IN_TRUNK.get() or (first is not None and first in _RECOMPUTE)):
             return type(self.block).forward(self.block, *args, **kwargs)
         grad = torch.is_grad_enabled()
-        if grad:
+        if grad and first is not None:
             _RECOMPUTE[first] = True  # a checkpoint's recompute, in backward, runs it compiled too
         return _region(type(self.block), grad, BACKEND)(self.block, *args, **kwargs)
 
