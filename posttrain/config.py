@@ -86,6 +86,8 @@ class OptimConfig:
     compile: bool | str = False  # false | true | auto: torch.compile the trainer's and the reference's forward
     # (the trunk to the final hidden states; framework/compiled.py); auto = on with CUDA only. Off by default
     # until a GPU has measured its break-even (benchmarks/compile.py)
+    compile_scope: str = "blocks"  # blocks | trunk: what optim.compile compiles; blocks = each repeated decoder
+    # block once (regional compilation: the compile does not grow with depth), trunk = the whole trunk as one
 
 
 @dataclass

@@ -102,6 +102,7 @@ RULES: dict[str | tuple[str, str], Rule] = {
     "packing_width": count(0, "the packed rows' least width (0 = the longest sequence)", "0"),
     "packing_attention": one_of("auto", "dense", "flex"),  # models/attention.py KERNELS
     ("OptimConfig", "compile"): _compile,
+    "compile_scope": one_of("blocks", "trunk"),  # framework/compiled.py SCOPES
     "rollout_workers": count(1, "the rollout workers", "2"),
     "trainer_ranks": count(1, "the trainer processes", "1"),
     # schedules and sizes where 0 means "off" or "the default": never negative

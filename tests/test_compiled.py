@@ -1,13 +1,15 @@
-"""optim.compile (framework/compiled.py, issue 33 part 2): the compiled trunk gives the eager losses and
-gradients (≤1e-5 in fp32) through the trainer's GRPO step, compiles a bounded number of graphs over
-steps whose micro-batch widths all differ, and the key's values are checked in one line.
+"""optim.compile (framework/compiled.py, issue 33 part 2): the compiled trunk, or its compiled
+blocks, give the eager losses and gradients (≤1e-5 in fp32) through the trainer's GRPO step, compile
+a bounded number of graphs over steps whose micro-batch widths all differ (blocks: as many for 4
+layers as for 1), and the keys' values are checked in one line.
 
-Inductor on the CPU generates and compiles C++: about a minute a graph, cold, on CI's two loaded
-cores, so its exactness (gpt_mini) is in the slow lane. What dynamo decides
+Inductor on the CPU generates and compiles C++: about a minute a graph of the trunk, cold, on CI's
+two loaded cores, so its exactness (gpt_mini) is in the slow lane. What dynamo decides
 (graphs, guards, recompiles) does not depend on the backend: the counts and the Hugging Face paths
 (LoRA, gradient checkpointing, packing) trace through `aot_eager` (dynamo and autograd's graphs, run
-by eager kernels, no code generation): the counts in the quick lane, the Hugging Face model (~3 min of
-tracing: padded and packed graphs) in the slow one."""
+by eager kernels, no code generation): the counts and the blocks of a Hugging Face model (a layer
+traced once) in the quick lane, its whole trunk (~3 min of tracing: padded and packed graphs) in the
+slow one."""
 
 import copy
 
@@ -18,7 +20,7 @@ from posttrain import UsageError, algorithms
 from posttrain.config import OptimConfig, RLConfig, SFTConfig, load_config
 from posttrain.framework import compiled
 from posttrain.framework.batch import map_batch, split_micro_batches, view
-from posttrain.framework.compiled import graphs, resolve
+from posttrain.framework.compiled import blocks_of, graphs, resolve
 from posttrain.framework.reference import Reference
 from posttrain.framework.trainer import Trainer, policy_loss_fn
 from posttrain.models.gpt_mini import GPTMini, ModelConfig
@@ -35,18 +37,20 @@ def _nano(layers=2):
     return GPTMini(ModelConfig(preset="nano", vocab_size=40, n_layers=layers, n_kv_heads=2).resolved())
 
 
-def _llama(tmp_path):
-    """A random one-layer Hugging Face Llama (dynamo's time is per layer traced)."""
+def _llama(tmp_path, layers=1):
+    """A random Hugging Face Llama, one layer unless asked (dynamo's time is per layer traced)."""
     pytest.importorskip("transformers")
     from posttrain.models.hf import load_hf, write_tiny
 
-    return load_hf(write_tiny(tmp_path / "llama", "llama", n_layers=1, seed=1))[0]
+    return load_hf(write_tiny(tmp_path / "llama", "llama", n_layers=layers, seed=1))[0]
 
 
-def _step(model, batch, compile, packing=False, budget=400):
+def _step(model, batch, compile, packing=False, budget=400, scope="trunk"):
     """One trainer step on a copy of `model`: (metrics, gradients by name)."""
     model = copy.deepcopy(model).train()
-    cfg = OptimConfig(lr=0.0, grad_clip=0.0, micro_batch_tokens=budget, packing=packing, compile=compile)
+    cfg = OptimConfig(
+        lr=0.0, grad_clip=0.0, micro_batch_tokens=budget, packing=packing, compile=compile, compile_scope=scope
+    )
     metrics = Trainer(model, cfg, 10).step(batch, LOSS)
     return metrics, {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
 
@@ -66,17 +70,26 @@ def _batches(widths):
     return [map_batch(b, lambda v, w=w: v[:, :w] if v.dim() == 2 else v) for w in widths]
 
 
-def test_the_setting_is_auto_true_or_false_and_auto_is_cuda_only():
+def test_the_settings_are_auto_true_or_false_and_blocks_or_trunk():
     assert load_config(RLConfig, None, ["optim.compile=true"]).optim.compile is True
     assert load_config(RLConfig, None, ["optim.compile=auto"]).optim.compile == "auto"
     assert load_config(SFTConfig, None, ["optim.compile=false"]).optim.compile is False
     assert load_config(RLConfig, None, []).optim.compile is False
+    assert load_config(RLConfig, None, []).optim.compile_scope == "blocks"
+    assert load_config(SFTConfig, None, ["optim.compile_scope=trunk"]).optim.compile_scope == "trunk"
     with pytest.raises(UsageError, match=r"optim.compile='sometimes': .* auto, true or false"):
         load_config(RLConfig, None, ["optim.compile=sometimes"])
-    assert [resolve("auto", d) for d in ("cpu", "cuda", "cuda:1")] == [False, True, True]
-    assert resolve(True, "cpu") and not resolve(False, "cuda")
+    with pytest.raises(UsageError, match=r"optim.compile_scope='layers': use one of \['blocks', 'trunk'\]"):
+        load_config(RLConfig, None, ["optim.compile_scope=layers"])
+    assert [resolve("auto", d) for d in ("cpu", "cuda", "cuda:1")] == ["", "blocks", "blocks"]
+    assert resolve(True, "cpu", "trunk") == "trunk" and resolve(False, "cuda") == ""
     with pytest.raises(UsageError, match="optim.compile"):
         Trainer(_nano(), OptimConfig(compile="yes"), 10)  # from Python, without the config's check
+    with pytest.raises(UsageError, match=r"optim.compile_scope='layer' is unknown; use one of \['blocks', 'trunk'\]"):
+        Trainer(_nano(), OptimConfig(compile=True, compile_scope="layer"), 10)
+    with pytest.raises(UsageError, match="has no repeated blocks .* use optim.compile_scope=trunk"):
+        blocks_of(torch.nn.Linear(2, 2))
+    assert blocks_of(_nano(layers=3)) is not None and len(blocks_of(_nano(layers=3))) == 3
 
 
 def test_graphs_are_compiled_once_per_kind_of_forward_whatever_the_widths(monkeypatch):
@@ -93,13 +106,68 @@ def test_graphs_are_compiled_once_per_kind_of_forward_whatever_the_widths(monkey
     for b in batches:
         _step(model, b, True)
     assert graphs() - start == 1  # the first step's, reused by the other five
-    ref = Reference(model, compile=True)
+    ref = Reference(model, compile="trunk")
     for b in batches:
         ref.score(b, 400)
     assert graphs() - start == 2  # + the reference's no-grad graph
     for b in batches:
         _step(model, b, True, packing=True)
     assert graphs() - start == 3  # + packed rows (positions, a block mask)
+
+
+def test_the_blocks_of_every_layer_share_graphs_and_recompute_compiled_inside_checkpoints(monkeypatch):
+    """compile_scope=blocks on 4 checkpointed layers, steps as in the test above: the same 3 graphs
+    (every layer reuses its block's), the first padded and packed steps equal eager's, and every
+    block runs compiled twice a micro-batch with gradient, in the forward and in backward's recompute
+    (gpt_mini checkpoints around the block's call: framework/compiled.py), once without."""
+    monkeypatch.setattr(compiled, "BACKEND", "aot_eager")
+    calls: list[bool] = []  # with gradient or not, a call of a compiled block each
+    region = compiled._region
+
+    def counted(cls, grad, backend):
+        def call(*args, **kwargs):
+            calls.append(grad)
+            return region(cls, grad, backend)(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(compiled, "_region", counted)
+    model = _nano(layers=4)
+    model.grad_checkpointing = True
+    batches = _batches([18, 11, 15])  # (the widths: the test above)
+    micro = sum(len(split_micro_batches(b, 400)) for b in batches)
+    start = graphs()
+    for i, b in enumerate(batches):
+        got = _step(model, b, True, scope="blocks")
+        if i == 0:
+            _assert_same(_step(model, b, False), got)
+    assert graphs() - start == 1
+    assert calls == [True] * (2 * 4 * micro)  # 4 layers × (forward + recompute) × micro-batches
+    ref = Reference(model, compile="blocks")
+    for b in batches:
+        ref.score(b, 400)
+    assert graphs() - start == 2 and calls.count(False) == 4 * micro  # no gradient: no checkpoint
+    for i, b in enumerate(batches):
+        got = _step(model, b, True, packing=True, scope="blocks")
+        if i == 0:
+            _assert_same(_step(model, b, False, packing=True), got)
+    assert graphs() - start == 3
+
+
+def test_hugging_face_blocks_with_lora_checkpointing_and_packing_give_the_same_gradients(tmp_path, monkeypatch):
+    """Two Llama layers with LoRA adapters and gradient checkpointing (transformers checkpoints inside
+    each layer's forward: the compiled block holds it) through compiled blocks: the eager losses and
+    gradients, padded and packed, in 2 graphs, one a kind, both layers reusing it."""
+    pytest.importorskip("peft")
+    from posttrain.models.lora import LoraConfig, apply_lora
+
+    monkeypatch.setattr(compiled, "BACKEND", "aot_eager")
+    model = _llama(tmp_path, layers=2)
+    apply_lora(model, LoraConfig(r=4))
+    model.grad_checkpointing = True
+    before = graphs()
+    _check(model, _grpo_batch(16), packing=True, budget=100, scope="blocks")  # padded and packed micro-batches
+    assert graphs() - before == 2
 
 
 @pytest.mark.slow
@@ -119,29 +187,31 @@ def test_hugging_face_lora_checkpointing_and_packing_trace_to_the_same_gradients
 
 
 @pytest.mark.slow
-def test_the_inductor_compiled_grpo_step_gives_the_eager_loss_and_gradients():
-    """Inductor generates C++ on the CPU (~1 min a graph, cold, on 2 loaded cores: the slow lane).
-    gpt_mini only: the Hugging Face trunk's graphs are the test above's, and inductor's code for them
-    differs in nothing this test would catch but a minute more of CI."""
-    _check(_nano(), _grpo_batch(12))
+@pytest.mark.parametrize("scope", ["trunk", "blocks"])
+def test_the_inductor_compiled_grpo_step_gives_the_eager_loss_and_gradients(scope):
+    """Inductor generates C++ on the CPU (~1 min a graph of the trunk, cold, on 2 loaded cores; ~30 s
+    of the block: the slow lane). gpt_mini only: the Hugging Face trunk's graphs are the tests above,
+    and inductor's code for them differs in nothing this test would catch but a minute more of CI."""
+    _check(_nano(), _grpo_batch(12), scope=scope)
 
 
-def _check(model, batch, packing=False, budget=400):
+def _check(model, batch, packing=False, budget=400, scope="trunk"):
     start = graphs()
-    got = _step(model, batch, True, packing, budget)
+    got = _step(model, batch, True, packing, budget, scope)
     assert graphs() > start  # the trunk did go through the compiler
     _assert_same(_step(model, batch, False, packing, budget), got)
 
 
-def test_the_compiled_reference_reads_packed_rows_through_a_flex_block_mask(monkeypatch):
-    """A packed micro-batch's flex BlockMask (models/attention.py) goes into the compiled trunk as it
-    is (only tensors are copied): the reference's scores equal the eager dense-mask ones ≤1e-5."""
+@pytest.mark.parametrize("scope", ["trunk", "blocks"])
+def test_the_compiled_reference_reads_packed_rows_through_a_flex_block_mask(scope, monkeypatch):
+    """A packed micro-batch's flex BlockMask (models/attention.py) goes into the compiled trunk or
+    blocks as it is (only tensors are copied): the reference's scores equal the eager dense-mask ones ≤1e-5."""
     monkeypatch.setattr(compiled, "BACKEND", "aot_eager")
     model = _nano(layers=1)
     batch = _grpo_batch(12)
     dense = Reference(model, packing=True).score(batch, 400)
     model.packing_attention = "flex"  # eager flex on the CPU: forward only, as the reference needs
     start = graphs()
-    flex = Reference(model, packing=True, compile=True).score(batch, 400)
+    flex = Reference(model, packing=True, compile=scope).score(batch, 400)
     assert graphs() > start and dense.abs().sum() > 0
     assert (flex - dense).abs().max() <= TOL

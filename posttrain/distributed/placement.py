@@ -67,8 +67,8 @@ class Placement:
         if cfg.scale.placement == "ray":
             self.ref = RayReference(policy, cfg.rollout.temperature, max(cfg.threads, 1))
         else:
-            on = resolve(cfg.optim.compile, next(policy.parameters()).device)  # optim.compile, as the trainer
             o = cfg.optim
+            on = resolve(o.compile, next(policy.parameters()).device, o.compile_scope)  # as the trainer
             self.ref = Reference(policy, cfg.rollout.temperature, runtime, o.packing, o.packing_width, compile=on)
         return self.ref
 

@@ -50,7 +50,7 @@ class Reference:
     bf16 weights it would have seen anyway (the norms' weights are rounded too: bf16 noise). On the
     CPU's fp32 runtime, or without a runtime, the copy stays in fp32 and scores as before.
     `packing`, `packing_width`: score packed micro-batches (optim.packing, as the trainer); `compile`:
-    through the compiled trunk (optim.compile resolved: framework/compiled.py)."""
+    through the compiled trunk or blocks (optim.compile resolved to its scope: framework/compiled.py)."""
 
     def __init__(
         self,

@@ -27,7 +27,7 @@ import torch
 from posttrain import UsageError
 from posttrain.algorithms.core import batch_norm, masked_mean
 from posttrain.framework.batch import Batch, RolloutBatch, map_batch, split_micro_batches, view
-from posttrain.framework.compiled import compiling, resolve
+from posttrain.framework.compiled import SCOPES, compiling, resolve
 from posttrain.framework.critic import logprobs_and_values, needs_critic
 from posttrain.framework.logprobs import micro_logprobs
 from posttrain.framework.packing import computed_tokens
@@ -71,7 +71,8 @@ class Trainer:
         self.nonfinite_in_a_row = 0
         self.nonfinite_total = 0
         self.dp = None  # a distributed.data_parallel.DataParallel: this rank trains on its rows only
-        self.compile = resolve(getattr(optim, "compile", False), self.device)  # framework/compiled.py
+        scope = getattr(optim, "compile_scope", SCOPES[0])
+        self.compile = resolve(getattr(optim, "compile", False), self.device, scope)  # framework/compiled.py
 
     def step(self, batch: Batch, loss_fn, max_len: float | None = None, unit: int = 1) -> dict:
         """One optimizer step on `batch` (accumulating over micro-batches of whole `unit`s of
