@@ -20,8 +20,14 @@ steps and `update_weights` keep the addresses (models/decode_weights re-fuses q/
 the same copies), so a replay computes with the current weights. The policy version stamped on each
 token is a device scalar (`version`) for the same reason: a Python int would be baked in at capture.
 
+What it costs: the kept state holds the slots' fp32 logits (S × vocabulary × 4 B: 155 MB at 256
+slots and Qwen's 151,936) between rollouts, and on CUDA the graphs' private memory pool stays
+reserved with them: one decode step's temporaries, mostly the sampler's on those logits (~24 B an
+entry: ~0.9 GB at that size). sizing/run_memory counts both as persistent; `rollout.cuda_graphs=false`
+captures nothing, and `Engine.close()` gives both back.
+
 On the CPU there is no capture; the same buffers are reused, zeroed, and the samples are the same
-bit for bit as with fresh ones (tests/test_decode_loop.py).
+bit for bit as with fresh ones (tests/test_decode_state.py).
 """
 
 from __future__ import annotations
