@@ -81,8 +81,9 @@ class OptimConfig:
     # trainer's and the reference's forwards compute no padding but the rows' tails (framework/packing.py)
     packing_width: int = 0  # packed rows of at least this many tokens (0 = the micro-batch's longest sequence):
     # wider rows fill up, but their (dense) attention costs more
-    packing_attention: str = "auto"  # auto | dense | flex: the packed rows' attention (models/attention.py): a dense
-    # mask through sdpa, or flex attention skipping masked tiles (CUDA only); auto = flex on CUDA, dense on CPU
+    packing_attention: str = "auto"  # auto | dense | flex | varlen: the packed rows' attention (models/attention.py):
+    # a dense mask through sdpa, flex attention skipping masked tiles (CUDA only), or torch's Flash Attention varlen
+    # kernel over the sequences' spans (CUDA, bf16/fp16 only); auto = flex on CUDA, dense on CPU
     compile: bool | str = False  # false | true | auto: torch.compile the trainer's and the reference's forward
     # (the trunk to the final hidden states; framework/compiled.py); auto = on with CUDA only. Off by default
     # until a GPU has measured its break-even (benchmarks/compile.py)

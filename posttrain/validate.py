@@ -100,7 +100,7 @@ RULES: dict[str | tuple[str, str], Rule] = {
     "max_resample_attempts": count(1, "the rollout rounds per step", "3"),
     "micro_batch_tokens": count(1, "the micro-batch token budget", "8192"),
     "packing_width": count(0, "the packed rows' least width (0 = the longest sequence)", "0"),
-    "packing_attention": one_of("auto", "dense", "flex"),  # models/attention.py KERNELS
+    "packing_attention": one_of("auto", "dense", "flex", "varlen"),  # models/attention.py KERNELS
     ("OptimConfig", "compile"): _compile,
     "compile_scope": one_of("blocks", "trunk"),  # framework/compiled.py SCOPES
     "rollout_workers": count(1, "the rollout workers", "2"),

@@ -2,7 +2,7 @@
 
     posttrain bench step [--shape qwen2.5-0.5b] [--arch native|llama] [--prompts 32] [--samples 8]
                          [--new-tokens 256] [--steps 3] [--rows 64,256] [--device auto] [--packing]
-                         [--attention auto|dense|flex] [--compile false|true|auto] [--no-graphs] [--async]
+                         [--attention auto|dense|flex|varlen] [--compile false|true|auto] [--no-graphs] [--async]
                          [--length-spread] [--no-generate] [--out FILE.json]
 
 A randomly initialised model of a named shape (bench/hf_shapes.py: qwen2.5-0.5b, qwen3-0.6b,
@@ -86,6 +86,7 @@ from posttrain.bench.floor import peaks, step_floor
 from posttrain.bench.hf_shapes import ARCHS, SHAPES, shape_of, spread_stops, words, write_shape
 from posttrain.bench.rollout import hf_generate
 from posttrain.framework.rollout import Engine, SamplingParams
+from posttrain.models import attention
 from posttrain.models.hf import HFTokenizer, load_hf
 from posttrain.sizing.shapes import kv_bytes_per_token, resolve_model
 
@@ -366,7 +367,9 @@ def main(argv=None) -> dict:
     p.add_argument("--peak-gbs", type=float, help="the memory bandwidth of the floor, GB/s (same defaults)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--packing", action="store_true", help="packed micro-batches for the trainer and the reference")
-    p.add_argument("--attention", default="auto", help="optim.packing_attention: auto | dense | flex (with --packing)")
+    p.add_argument(
+        "--attention", default="auto", help="optim.packing_attention: auto | dense | flex | varlen (with --packing)"
+    )
     p.add_argument("--compile", default="false", help="optim.compile: false | true | auto (the trunk's torch.compile)")
     p.add_argument(
         "--graphs", action=argparse.BooleanOptionalAction, default=True, help="rollout.cuda_graphs (CUDA's decode)"
@@ -392,8 +395,8 @@ def main(argv=None) -> dict:
             raise UsageError(f"--{name.replace('_', '-')} must be at least {least}, got {getattr(a, name)}")
     if a.compile not in COMPILE:
         raise UsageError(f"--compile {a.compile!r} is unknown; use false, true or auto")
-    if a.attention not in ("auto", "dense", "flex"):
-        raise UsageError(f"--attention {a.attention!r} is unknown; use auto, dense or flex")
+    if a.attention not in attention.KERNELS:
+        raise UsageError(f"--attention {a.attention!r} is unknown; use one of {', '.join(attention.KERNELS)}")
     if not a.steps and not a.rows.strip():
         raise UsageError("--steps 0 and --rows '' leave nothing to measure; give steps or row counts")
     return run(a)

@@ -118,7 +118,7 @@ def trunk_hidden(trunk, input_ids: torch.Tensor, positions=None, attn_mask=None)
         return _hidden(trunk, input_ids, positions, attn_mask)
     # fresh contiguous copies (a few kB of ids): a micro-batch's ids are a slice of the batch's, and
     # dynamo guards a view's strides and its base, so views and non-views would make graphs of their own
-    # (a flex BlockMask, models/attention.py, is passed as it is: dynamo reads it as a pytree of tensors)
+    # (a flex BlockMask or a Varlen, models/attention.py, is passed as it is: dynamo reads it as a pytree)
     tensors = (
         x.clone(memory_format=torch.contiguous_format) if isinstance(x, torch.Tensor) else x
         for x in (input_ids, positions, attn_mask)

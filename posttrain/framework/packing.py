@@ -12,7 +12,7 @@ is padding:
     d d d d . . . .
 
 Attention stays inside a sequence (a block-diagonal causal mask built from sequence ids,
-`seq_id` [R, W]: dense [R, 1, W, W] or flex's BlockMask, models/attention.py) and rotary positions
+`seq_id` [R, W]: dense [R, 1, W, W], flex's BlockMask or varlen's spans, models/attention.py) and rotary positions
 restart at 0 for each sequence, so every token sees what it saw padded; the row tail is its own
 block (a fully masked query row would give NaN). The
 model runs on the packed rows (`model.hidden(ids, positions=, attn_mask=)`), and its per-token
@@ -34,8 +34,9 @@ sequence (`optim.packing_width`) fill up, at an attention cost with the dense ma
 attends over W² where a padded causal row costs w²/2. Flex attention (`optim.packing_attention`,
 auto on CUDA) skips the 128 × 128 tiles the mask hides, so a row of short sequences costs about
 what they cost padded plus the tiles their diagonals cross (benchmarks/packing.py counts both);
-torch has no flex backward on the CPU, where training stays dense. Varlen kernels (flash-attn's
-cu_seqlens) would skip the tiles too; they are not used here.
+torch has no flex backward on the CPU, where training stays dense. Varlen (`optim.packing_attention=
+varlen`: torch's Flash Attention over the rows flattened and cut at each sequence, cu_seqlens as
+flash-attn's) computes no score across sequences at all; CUDA and bf16 only, chosen by name.
 Others: TRL's `padding_free` and verl's `use_remove_padding` pack a micro-batch into one row
 (flash varlen on CUDA); prime-rl packs samples into fixed-length rows.
 """
@@ -47,7 +48,7 @@ from dataclasses import dataclass
 import torch
 from torch.nn.attention.flex_attention import BlockMask
 
-from posttrain.models.attention import document_mask, kernel
+from posttrain.models.attention import Varlen, document_mask, kernel
 
 
 def _place(fill: list[int], n: int, width: int) -> tuple[int, int]:
@@ -147,14 +148,14 @@ class Packed:
 
     ids: torch.Tensor  # [R, W] the sequences end to end, 0 in the row tails
     positions: torch.Tensor  # [R, W] long, restarting at 0 per sequence (and in the tail)
-    mask: torch.Tensor | BlockMask  # key s visible to query t (same sequence, s ≤ t): [R, 1, W, W] bool or flex's
+    mask: torch.Tensor | BlockMask | Varlen  # key s visible to query t (same sequence, s ≤ t): models/attention.py
     seq_id: torch.Tensor  # [R, W] long: each token's row in the micro-batch, -1 in the row tails
     gather: torch.Tensor  # [b, w] long: where token (i, t)'s output sits in [R·W] (0 on padding)
     first: torch.Tensor  # [b, w] bool: column 0 of each row and its padding, where outputs are 0
 
     @classmethod
     def build(cls, input_ids: torch.Tensor, index: torch.Tensor, attention: str = "dense") -> Packed:
-        """`attention`: the mask's kernel, dense or flex (models/attention.py; "auto" by device)."""
+        """`attention`: the mask's kernel, dense, flex or varlen (models/attention.py; "auto" by device)."""
         b, w = input_ids.shape
         R, W = packed_shape(index)
         real = index[..., 0] >= 0  # [b, w]
@@ -168,7 +169,7 @@ class Packed:
         positions = (torch.arange(W, device=dev) - tail).clamp(min=0).view(-1)  # the tail from 0
         positions[flat] = pos[real]
         positions = positions.view(R, W)
-        mask = document_mask(seq_id, kernel(attention, dev))  # [R, 1, W, W] or its BlockMask
+        mask = document_mask(seq_id, kernel(attention, dev))  # [R, 1, W, W], its BlockMask or Varlen
         gather = (index[..., 0] * W + index[..., 1]).clamp(min=0)  # [b, w]
         return cls(ids.view(R, W), positions, mask, seq_id, gather, ~real | (pos == 0))
 

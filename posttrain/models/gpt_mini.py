@@ -104,7 +104,7 @@ class Attention(nn.Module):
         k = k * cos + rotate_half(k) * sin
         if cache is not None:
             k, v, mask = cache.update(self.layer, k, v)  # [B, Hkv, S, hd], mask [B, 1, T, S]
-        # causal (mask None), a bool mask, or the packed rows' document mask (dense or flex)
+        # causal (mask None), a bool mask, or the packed rows' document mask (dense, flex or varlen)
         y = attend(q, k, v, mask)  # [B, H, T, hd]
         return self.o(y.transpose(1, 2).reshape(B, T, self.n_heads * self.hd))
 
@@ -162,7 +162,7 @@ class GPTMini(nn.Module):
 
     def hidden(self, input_ids: torch.Tensor, cache=None, positions=None, attn_mask=None) -> torch.Tensor:
         """Final normed hidden states [B, T, d]; value and reward heads read these. `positions`
-        [B, T] and `attn_mask` (bool [B, 1, T, T], True = attend, or a flex BlockMask: models/attention.py)
+        [B, T] and `attn_mask` (bool [B, 1, T, T], True = attend, a flex BlockMask or a Varlen: models/attention.py)
         run packed rows, several sequences end to end (framework/packing.py); without them every
         row is one causal sequence."""
         T = input_ids.shape[1]

@@ -21,7 +21,7 @@ bridge object (`_CacheBridge`) is all the model sees; rotary positions come from
 boolean tensor [B, 1, T, S] (key s visible to query t iff s ≤ its position), which
 transformers uses as it is. Attention runs through `sdpa` (a boolean mask is what
 `F.scaled_dot_product_attention` reads), installed as "posttrain" (models/attention.py: packed
-rows' flex BlockMasks go to flex attention). tests/test_hf.py checks that the engine's
+rows' flex BlockMasks go to flex attention, their Varlens to varlen attention). tests/test_hf.py checks that the engine's
 behaviour logprobs equal a plain transformers forward over the finished sequences (≤1e-5, fp32).
 
 This bridge is the engine's slow path, for any architecture; the Llama-like families decode
@@ -142,7 +142,7 @@ class HFCausalLM(nn.Module):
                 f"{name}: config.json sets is_causal=false (bidirectional attention); posttrain samples and "
                 "trains causal LMs only: use one, or drop is_causal if this model was trained causal"
             )
-        use_in_hf(hf_model)  # sdpa, and flex for packed rows' BlockMasks (models/attention.py)
+        use_in_hf(hf_model)  # sdpa; flex / varlen for packed rows' BlockMasks / Varlens (models/attention.py)
         self.hf = hf_model
         self.config = shape_of(c)
         self._cache_key = _cache_keyword(hf_model)  # inspect.signature took ~1 ms a decode step
@@ -158,7 +158,7 @@ class HFCausalLM(nn.Module):
 
     def hidden(self, input_ids: torch.Tensor, cache=None, positions=None, attn_mask=None) -> torch.Tensor:
         """Final normed hidden states [B, T, d]; value and reward heads read these. `positions` [B, T]
-        and `attn_mask` (bool [B, 1, T, T], True = attend, or a flex BlockMask) run packed rows
+        and `attn_mask` (bool [B, 1, T, T], True = attend, a flex BlockMask or a Varlen) run packed rows
         (framework/packing.py): transformers takes a 4-D mask as it is and rotates by `position_ids`."""
         body = self.hf.base_model
         if cache is None:

@@ -30,7 +30,7 @@ class Run:
     def __init__(self, cfg, stage: str, resume: bool = False):
         self.cfg, self.stage = cfg, stage
         self.rt = runtime.resolve(cfg.device, cfg.dtype, cfg.threads)  # a bad device: refused before any write
-        attention.check(packing_attention(cfg), self.rt.device)  # flex on a CPU: refused too
+        attention.check(packing_attention(cfg), self.rt.device, self.rt.compute_dtype)  # flex/varlen on a CPU too
         self.dir = Path(cfg.out or f"runs/{stage}")
         self.resume_from = None
         self.resume_state = None
