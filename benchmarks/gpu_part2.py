@@ -24,6 +24,10 @@ important first (the budget cuts from the end):
               step s's update on the one GPU), 3 steps, no rollout rows
   no_compile  the after settings with optim.compile off       } single toggles: what each feature
   no_packing  the after settings with optim.packing off       } is worth inside the after step
+  varlen      the after settings with --attention varlen (torch's Flash Attention varlen kernel in
+              place of flex), 4 steps (its own compile first), no rollout rows: `varlen_over_after`
+              (> 1 = flex pays) and the reference and train seconds of both, which auto's default
+              waits on
 `acceptance` compares `after` with issue 33's goals (step ≤ 2.5 s; rollout ≥ 60,000 tokens/s and
 ≥ 10× `generate` at 256 rows) and gives the before → after speedups per role, the floor fractions,
 peak memory, computed ÷ real tokens, the sampler/trainer mismatch and whether every GPU test passed.
@@ -32,9 +36,11 @@ Time on one H100, estimated here from part 1 (shared/gpu: a 0.5B step 11.2 s, ro
 at 256 rows, `generate` 590 and 2,796 tok/s at 64 and 256 rows); the JSON records each part's real
 wall time next to it. A part's timeout is the smaller of its own and the budget left (`--budget`,
 420 s); a part with less than MIN_START_S left is skipped, said in the JSON. On the estimates
-(ESTIMATE_S, ~605 s in all) before + after + gpu_tests (~400 s) fit the default budget and async and
-the toggles are likely cut; `--budget 540` under a run of timeout_s=600 reaches further but leaves no
-device time for a second try. If compile fails or outlasts its part, `no_compile` is after without it.
+(ESTIMATE_S, ~735 s in all) before + after + gpu_tests (~400 s) fit the default budget and async,
+the toggles and varlen are likely cut; `--budget 540` under a run of timeout_s=600 reaches further but
+leaves no device time for a second try; `--parts after,varlen` (~360 s) sets the two packed-row kernels
+side by side alone. If compile fails or outlasts its part, `no_compile` is after without it.
+The varlen part is CUDA-only (refused on a CPU as any run refuses it: --tiny's varlen exits 2 at its run's start).
 
 --tiny: tiny-qwen2 (2 prompts × 4 samples × 12 tokens, rows 2 and 4, threads 1), the same parts and
 flags (compile on, on the CPU too): every part's plumbing in ~5 minutes on one CPU thread (311 s here at
@@ -54,20 +60,38 @@ from posttrain.bench import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 P1 = load_script(Path(__file__).resolve().parent / "gpu_part1.py", "posttrain_bench_gpu_part1")
-PARTS = ("before", "after", "gpu_tests", "async", "no_compile", "no_packing")
+PARTS = ("before", "after", "gpu_tests", "async", "no_compile", "no_packing", "varlen")
 # H100 seconds, from part 1: each bench process starts (imports, a 0.5B random init written as fp32
 # safetensors, a BPE trained, peaks measured) in ~25 s; a before step ~9-11 s (11.2 s at the cap, fewer
 # trained tokens with the spread); the engine alone at 64 + 256 rows ~11 s (2,464 and 15,372 tok/s);
 # torch.compile of the trunk 60-120 s cold, ~30 s from inductor's cache; `generate` at 64 + 256 rows
 # ~55 s (590 and 2,796 tok/s); the GPU tests are tiny models (flex's compile the longest).
-ESTIMATE_S = {"before": 80, "after": 230, "gpu_tests": 90, "async": 80, "no_compile": 45, "no_packing": 80}
-TIMEOUTS = {"before": 150, "after": 280, "gpu_tests": 150, "async": 150, "no_compile": 100, "no_packing": 130}
+# varlen: a start, its trunk compiled again (a new kernel in the graph; ~30-120 s), 4 steps
+ESTIMATE_S = {
+    "before": 80,
+    "after": 230,
+    "gpu_tests": 90,
+    "async": 80,
+    "no_compile": 45,
+    "no_packing": 80,
+    "varlen": 130,
+}
+TIMEOUTS = {
+    "before": 150,
+    "after": 280,
+    "gpu_tests": 150,
+    "async": 150,
+    "no_compile": 100,
+    "no_packing": 130,
+    "varlen": 200,
+}
 MIN_START_S = 40  # a part is not started with less budget left than this
 GPU_TESTS = (
     "test_decode_loop",
     "test_decode_state",
     "test_packing",
     "test_packing_flex",
+    "test_packing_varlen",
     "test_gpu",
     "test_bench_step",
     "test_compiled",
@@ -98,6 +122,7 @@ def bench_cmd(name: str, a, json_path: Path) -> list[str]:
         "async": [*ON, "--async", "--steps", "3", "--rows", ""],
         "no_compile": [*ON[:3], "--compile", "false", "--graphs", "--steps", "3", "--rows", ""],
         "no_packing": [*ON[1:], "--steps", "3", "--rows", ""],
+        "varlen": [*ON[:1], "--attention", "varlen", *ON[3:], "--steps", "4", "--rows", ""],
     }[name]
     cmd = [*P1.CLI, "bench", "step", *size, "--length-spread", *knobs, "--device", a.device]
     return [*cmd, "--out", str(json_path)]
@@ -190,7 +215,7 @@ def _rows(part: dict) -> dict:
 def acceptance(res: dict) -> dict:
     """Issue 33's GPU goals against what was measured (None where a part is missing). Rollout goals
     are read at the largest row count measured (256 on the GPU)."""
-    b, a = res.get("before", {}), res.get("after", {})
+    b, a, v = res.get("before", {}), res.get("after", {}), res.get("varlen", {})
     roles = ("step", "rollout", "reference", "train")
 
     def secs(part, role):
@@ -235,6 +260,11 @@ def acceptance(res: dict) -> dict:
         # a toggle's step over the after step: what turning that one feature off costs (> 1 = it pays)
         "toggle_over_after": {
             t: _ratio(res.get(t, {}).get("step_s"), step_after) for t in ("no_compile", "no_packing")
+        },
+        # the packed rows' kernels side by side: auto (flex) in `after`, varlen in `varlen`
+        "varlen_over_after": _ratio(v.get("step_s"), step_after),
+        "varlen_split_s": {
+            k: {r: secs(p, r) for r in ("reference", "train")} for k, p in (("after", a), ("varlen", v))
         },
     }
     return out

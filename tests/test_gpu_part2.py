@@ -27,7 +27,7 @@ def _values(flags, *names):
 
 
 def test_the_parts_run_bench_step_with_their_features():
-    for name in ("before", "after", "async", "no_compile", "no_packing"):
+    for name in ("before", "after", "async", "no_compile", "no_packing", "varlen"):
         words, flags = _cmd(name)
         assert _values(flags, "shape", "prompts", "samples", "new-tokens") == ["qwen2.5-0.5b", "32", "8", "256"]
         assert "--length-spread" in words and flags["--device"] == "cuda"
@@ -43,6 +43,11 @@ def test_the_parts_run_bench_step_with_their_features():
     assert {"--packing", "--graphs"} <= words and flags["--compile"] == "false"
     words, flags = _cmd("no_packing")
     assert "--packing" not in words and "--graphs" in words and flags["--compile"] == "true"
+    words, flags = _cmd("varlen")  # the after step, its packed rows through varlen attention
+    after_words, after_flags = _cmd("after")
+    assert words == after_words - {"auto", "64,256"} | {"varlen", ""}
+    assert flags == after_flags | {"--attention": "varlen", "--rows": ""}
+    assert G2.PARTS.index("varlen") > max(G2.PARTS.index(p) for p in ("before", "after", "gpu_tests"))
     words, flags = _cmd("after", tiny=True)
     assert _values(flags, "shape", "new-tokens", "rows", "threads") == ["tiny-qwen2", "12", "2,4", "1"]
 
@@ -77,6 +82,7 @@ def test_acceptance_by_hand():
     after["rollout_vs_generate"] = {"rows": rows}
     res = {"before": before, "after": after, "gpu_tests": {"counts": {"passed": 12, "skipped": 1}}}
     res |= {"async": {"step_s": 1.6}, "no_compile": {"step_s": 3.0}, "no_packing": {"step_s": 2.5}}
+    res["varlen"] = _part(1.8, 1.0, 0.4, 0.35)
     acc = G2.acceptance(res)
     assert acc["step_s"] == {"before": 10.0, "after": 2.0} and acc["step_goal_met"] is True
     assert acc["speedup"] == pytest.approx({"step": 5.0, "rollout": 5.0, "reference": 4.0, "train": 6.0})
@@ -92,6 +98,11 @@ def test_acceptance_by_hand():
     assert acc["gpu_tests_all_passed"] is True
     assert acc["async_speedup_over_after"] == pytest.approx(1.25)
     assert acc["toggle_over_after"] == pytest.approx({"no_compile": 1.5, "no_packing": 1.25})
+    assert acc["varlen_over_after"] == pytest.approx(0.9)  # varlen's step 1.8 s against flex's 2.0
+    assert acc["varlen_split_s"] == {
+        "after": {"reference": 0.5, "train": 0.5},
+        "varlen": {"reference": 0.4, "train": 0.35},
+    }
     # short of the goals: a slower step and rollout, a failed test; missing parts read None, not a guess
     after.update(step_s=3.0)
     rows[1].update(engine_tokens_per_s=59_000, ratio=9.5)
@@ -105,6 +116,7 @@ def test_acceptance_by_hand():
         acc["rollout_rows"] is None and acc["gpu_tests_all_passed"] is None and acc["async_speedup_over_after"] is None
     )
     assert acc["rollout_tokens_per_s"][256] == {"before": 15000, "after": None}
+    assert acc["varlen_over_after"] is None and acc["varlen_split_s"]["varlen"] == {"reference": None, "train": None}
 
 
 def test_timeouts_cover_the_estimates_within_the_budget():

@@ -101,7 +101,9 @@ def test_flex_gives_the_dense_and_the_padded_logprobs(models, name):  # noqa: F8
 def test_the_kernel_knob():
     assert load_config(RLConfig, None, []).optim.packing_attention == "auto"
     assert load_config(RLConfig, None, ["optim.packing_attention=flex"]).optim.packing_attention == "flex"
-    with pytest.raises(UsageError, match=r"^optim.packing_attention='sdpa': use one of \['auto', 'dense', 'flex', 'varlen'\]"):
+    with pytest.raises(
+        UsageError, match=r"^optim.packing_attention='sdpa': use one of \['auto', 'dense', 'flex', 'varlen'\]"
+    ):
         load_config(RLConfig, None, ["optim.packing_attention=sdpa"])
     assert attention.kernel("auto", "cpu") == "dense" and attention.kernel("auto", "cuda") == "flex"
     assert attention.kernel("dense", "cuda") == "dense" and attention.check("auto", "cpu") == "auto"

@@ -6,7 +6,6 @@ Hugging Face Llama / Qwen2 models; the refusals. Training through the real kerne
 compared with dense and flex on CUDA (@pytest.mark.gpu)."""
 
 import copy
-import sys
 
 import pytest
 import torch
@@ -54,9 +53,9 @@ def test_each_span_is_one_block_of_the_dense_mask():
 
 
 @pytest.mark.parametrize("heads, kv_heads", [(4, 4), (6, 2)])  # gpt_mini-like, grouped-query
-def test_the_varlen_path_is_dense_attention(heads, kv_heads):
+def test_the_varlen_path_is_dense_attention(heads, kv_heads, monkeypatch):
     """attend() with a Varlen: the same reshapes as on CUDA, the kernel's CPU stand-in; values and
-    gradients of q, k, v as the dense mask's."""
+    gradients of q, k, v as the dense mask's; under autocast the kernel is given its dtype."""
     torch.manual_seed(0)
     seq_id = torch.tensor([[0, 0, 0, 1, 1, 2, 2, 2], [3, 4, 4, 4, 4, 4, -1, -1], [5] * 8])
     q = torch.randn(3, heads, 8, 16, requires_grad=True)
@@ -67,8 +66,14 @@ def test_the_varlen_path_is_dense_attention(heads, kv_heads):
     want_grads = torch.autograd.grad((want * torch.linspace(-1, 1, 16)).sum(), (q, k, v))
     assert out.shape == want.shape == (3, heads, 8, 16) and (out - want).abs().max() <= 1e-6
     assert all((g - w).abs().max() <= 1e-6 for g, w in zip(grads, want_grads))
-    with torch.autocast("cpu", dtype=torch.bfloat16):  # no autocast op: the inputs cast to its dtype
+    given = []
+    kernel = attention.segments_reference
+    monkeypatch.setattr(attention, "segments_reference", lambda *a: given.append(a[:3]) or kernel(*a))
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # the kernel is no autocast op: attend casts for it
         low = attend(q, k, v, document_mask(seq_id, "varlen"), scale=0.3)
+    assert [x.dtype for x in given[0]] == [torch.bfloat16] * 3 and [x.shape[1] for x in given[0]] == [heads] + [
+        kv_heads
+    ] * 2
     assert low.dtype == torch.bfloat16 and (low.float() - want).abs().max() <= 3e-2
 
 
@@ -77,7 +82,9 @@ def test_varlen_gives_the_dense_hidden_states_and_gradients(models, name):  # no
     """A model's packed forward and backward, its mask a Varlen (transformers' mask creation hands it
     to the "posttrain" attention untouched) or the dense mask: the same numbers, ≤1e-5 fp32."""
     model = copy.deepcopy(models[name]).train()
-    mb = next(mb for mb in split_micro_batches(_lengths_batch(16), 80, packed=True, pack_width=32) if "pack_index" in mb)
+    mb = next(
+        mb for mb in split_micro_batches(_lengths_batch(16), 80, packed=True, pack_width=32) if "pack_index" in mb
+    )
     p = Packed.build(mb["input_ids"], mb["pack_index"])
     assert p.seq_id.shape[0] > 1 and (p.seq_id == -1).any()  # several rows, a tail
     out = {}
@@ -110,7 +117,7 @@ def test_varlen_is_refused_where_it_cannot_run(monkeypatch, tmp_path):
     with pytest.raises(UsageError, match=off_cuda):
         Run(cfg, "rl")
     assert not (tmp_path / "v").exists()  # refused before the run directory is written
-    monkeypatch.setitem(sys.modules, "torch.nn.attention.varlen", None)  # a torch without it
+    monkeypatch.setattr(attention, "varlen_attn", None)  # a torch without it
     with pytest.raises(UsageError, match=r"needs torch.nn.attention.varlen, which torch .* lacks"):
         attention.check("varlen", "cuda", torch.bfloat16)
 
@@ -126,29 +133,48 @@ def test_transformers_refusals_name_varlen(models):  # noqa: F811
         attention.hf_mask(hf.hf, mask)
 
 
-def _bf16_step(model, kernel, batch, fn):
-    model = copy.deepcopy(model).cuda().train()
+def _bf16_step(model, kernel, device="cuda"):
+    """A packed GRPO step (rows of 48: several sequences a row) under bf16 autocast over fp32 weights:
+    its loss and its gradient as one vector."""
+    algo = algorithms.get("grpo")
+    batch, fn = to_device(_grpo_batch(), device), policy_loss_fn(algo, algo.Config(kl_coef=0.0), 1.0)
+    model = copy.deepcopy(model).to(device).train()
     model.packing_attention = kernel
     cfg = OptimConfig(lr=0.0, grad_clip=0.0, micro_batch_tokens=100, packing=True, packing_width=48)
-    rt = Runtime(torch.device("cuda"), torch.float32, torch.bfloat16)  # bf16 autocast, fp32 weights
-    metrics = Trainer(model, cfg, 10, runtime=rt).step(batch, fn)
-    return metrics, torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+    rt = Runtime(torch.device(device), torch.float32, torch.bfloat16)
+    loss = Trainer(model, cfg, 10, runtime=rt).step(batch, fn)["loss"]
+    return loss, torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+
+
+def _rel(g, want):
+    return ((g - want).norm() / want.norm()).item()
+
+
+@pytest.mark.parametrize("name", ["gpt_mini", "qwen2"])
+def test_bf16_rounding_sits_far_under_the_gpu_bound(models, name, monkeypatch):  # noqa: F811
+    """The premise of the CUDA test's bound (gradients within 3%): on the CPU in bf16 autocast, the
+    trainer's packed step through varlen (the kernel's stand-in; kernel() lets it run here) differs
+    from dense by ~0.5% (0.54% gpt_mini, 0.39% qwen2, as much as bf16 dense differs from fp32),
+    and a broken mask (each row attended as one sequence) by 59% and 43%."""
+    import posttrain.framework.packing as packing
+
+    monkeypatch.setattr(packing, "kernel", lambda choice, device: choice)
+    loss, dense = _bf16_step(models[name], "dense", "cpu")
+    v_loss, varlen = _bf16_step(models[name], "varlen", "cpu")
+    assert _rel(varlen, dense) <= 1e-2 and abs(v_loss - loss) <= 1e-4
+    monkeypatch.setattr(packing, "document_mask", lambda seq_id, kernel: attention.varlen_mask(seq_id * 0))
+    assert _rel(_bf16_step(models[name], "varlen", "cpu")[1], dense) >= 0.3
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["gpt_mini", "qwen2"])
 def test_varlen_trains_as_dense_and_flex_in_bf16_on_cuda(models, name):  # noqa: F811
-    """A packed GRPO step (rows of 48: several sequences a row) under bf16 autocast through torch's
-    varlen Flash Attention, against the dense mask and flex. The kernels round differently in bf16
-    (8 mantissa bits, 2⁻⁸ ≈ 0.4% a rounding, a few roundings a layer), so: losses within 1e-2
-    absolute and gradient vectors within 3% of each other's norm. Attention across sequences or a
-    lost causal mask moves both far more (on the CPU, bf16, a row attended as one sequence moves
-    the gradient ~30% and the loss ~5e-2: benchmarks cannot measure it here, tests run it)."""
-    algo = algorithms.get("grpo")
-    batch = to_device(_grpo_batch(), "cuda")
-    fn = policy_loss_fn(algo, algo.Config(kl_coef=0.0), 1.0)
-    got, g = _bf16_step(models[name], "varlen", batch, fn)
+    """The packed step through torch's varlen Flash Attention against the dense mask and flex: the
+    same loss (1e-3) and gradient (the difference under 3% of its norm). bf16 kernels round
+    differently; on the CPU that is ~0.5%, a broken mask 43-59%
+    (test_bf16_rounding_sits_far_under_the_gpu_bound). The loss at lr 0 barely reads attention
+    (a broken mask moves it 4e-4 and 2e-5): it checks that the step ran, the gradient the mask."""
+    loss, g = _bf16_step(models[name], "varlen")
     for other in ("dense", "flex"):
-        want, g_want = _bf16_step(models[name], other, batch, fn)
-        assert abs(got["loss"] - want["loss"]) <= 1e-2, other
-        assert (g - g_want).norm() <= 3e-2 * g_want.norm() and g_want.norm() > 0, other
+        want, g_want = _bf16_step(models[name], other)
+        assert abs(loss - want) <= 1e-3 and _rel(g, g_want) <= 3e-2, other

@@ -52,6 +52,11 @@ from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
 from posttrain import UsageError
 
+try:
+    from torch.nn.attention.varlen import varlen_attn
+except ImportError:  # a torch before it: optim.packing_attention=varlen is refused (check)
+    varlen_attn = None
+
 KERNELS = ("auto", "dense", "flex", "varlen")
 HALF = (torch.bfloat16, torch.float16)  # what Flash Attention computes in
 BLOCK = 128  # flex's tile (queries × keys); its Triton kernels are tuned for 128
@@ -238,7 +243,7 @@ def flash_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Varlen
         )
     cu, n = mask.cu_seqlens, mask.max_len
     gqa = q.shape[1] != k.shape[1]
-    return _flash_varlen()(q, k, v, cu, cu, n, n, scale=scale, window_size=(-1, 0), enable_gqa=gqa)  # type: ignore[return-value]
+    return _flash_varlen()(q, k, v, cu, cu, n, n, scale=scale, window_size=(-1, 0), enable_gqa=gqa)
 
 
 def segments_reference(
@@ -258,13 +263,11 @@ def segments_reference(
 
 def _flash_varlen():
     """torch.nn.attention.varlen.varlen_attn, or a UsageError where this torch has none."""
-    try:
-        from torch.nn.attention.varlen import varlen_attn
-    except ImportError:
+    if varlen_attn is None:
         raise UsageError(
             f"optim.packing_attention=varlen needs torch.nn.attention.varlen, which torch {torch.__version__} lacks; "
             "upgrade torch or use optim.packing_attention=flex"
-        ) from None
+        )
     return varlen_attn
 
 
