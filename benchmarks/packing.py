@@ -25,7 +25,8 @@ The packed rows' attention, dense mask against flex (optim.packing_attention, mo
 `attention_pairs_flex_per_real` counts the (query, key) pairs flex computes (the tiles its BlockMask
 keeps × 128², a row's last partial tile counted whole) where `attention_pairs_per_real` counts the dense mask's W²; and `attention_kernels`
 times the attention alone on one packed trainer micro-batch of this step: padded (causal sdpa over
-[b, w]), packed with the dense mask, packed through flex. On CUDA (`--device cuda`, `--kernels-only`
+[b, w]), packed with the dense mask, packed through flex, and on CUDA packed through varlen (Flash
+Attention over the rows cut at each sequence, `packed_varlen`). On CUDA (`--device cuda`, `--kernels-only`
 to skip the CPU timings): forward and backward at Qwen2.5-0.5B's attention shape (14 heads, 2 kv
 heads, 64 wide, bf16), micro_batch_tokens 32768 in rows of 4096, flex compiled; on the CPU: forward
 only (torch's flex has no backward there) at nano's shape, rows of 1024, flex eager and compiled.
@@ -131,13 +132,16 @@ def kernel_times(batch, device: torch.device, repeats: int) -> dict:
         sync()
         return best_of(lambda: (fn(), sync()), repeats)
 
-    masks = {kind: Packed.build(ids, index, kind).mask for kind in ("dense", "flex")}
+    kinds = ("dense", "flex", "varlen") if cuda else ("dense", "flex")  # varlen: Flash Attention, CUDA only
+    masks = {kind: Packed.build(ids, index, kind).mask for kind in kinds}
     out: dict = {"device": str(device), "heads": heads, "kv_heads": kv, "head_dim": hd, "dtype": str(dtype)}
     R, W = masks["dense"].shape[0], masks["dense"].shape[-1]
     out["rows_padded"], out["rows_packed"] = list(ids.shape), [R, W]
     out["mask_build_s"] = {k: timed(lambda k=k: Packed.build(ids, index, k)) for k in masks}
     cases = {"padded": (ids.shape, None, attend), "packed_dense": (None, masks["dense"], attend)}
     cases["packed_flex"] = (None, masks["flex"], attend)
+    if cuda:  # the rows flattened and cut at each sequence (optim.packing_attention=varlen)
+        cases["packed_varlen"] = (None, masks["varlen"], attend)
     if not cuda:  # the CPU's compiled flex, forward only: does it pay against the dense mask?
         compiled = torch.compile(flex_attention)
         cases["packed_flex_compiled"] = (
