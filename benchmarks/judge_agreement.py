@@ -1,4 +1,4 @@
-"""How often a judge model agrees with the built-in task's verifier (tasks/judge.py), pointwise and pairwise.
+"""How often a judge model agrees with the built-in task's verifier (reward_models/judge.py), pointwise and pairwise.
 
     python benchmarks/judge_agreement.py --policy runs/cache/sft_cot/sft --mode pointwise
     python benchmarks/judge_agreement.py --policy runs/cache/sft_cot/sft --mode pairwise
@@ -55,8 +55,8 @@ def policy_samples(policy: str, items, n: int, seed: int):
 def judge_rows(pairs, template: str, mode: str, n: int):
     """SFT rows for the judge: pointwise one per response; pairwise one per neighbour pair of a problem's
     `n` responses, shown in a random order."""
+    from posttrain.reward_models.judge import render
     from posttrain.tasks.arithmetic import verify
-    from posttrain.tasks.judge import render
 
     if mode == "pointwise":
         return [
@@ -111,7 +111,7 @@ def pointwise_stats(task, heldout, verify) -> dict:
 
 
 def pairwise_stats(task, heldout, verify) -> dict:
-    from posttrain.tasks.judge import comparisons, parse_choice, render
+    from posttrain.reward_models.judge import comparisons, parse_choice, render
 
     items, texts = [it for it, _ in heldout], [t for _, t in heldout]
     task.reward_batch(items, texts, step=0)
@@ -212,9 +212,9 @@ def main(argv=None) -> dict:
     import posttrain
     from posttrain import checkpoint
     from posttrain.models.tokenizer import CharTokenizer
+    from posttrain.reward_models.judge import JudgeTask
     from posttrain.tasks.arithmetic import ArithmeticTask, verify
     from posttrain.tasks.base import JudgeConfig
-    from posttrain.tasks.judge import JudgeTask
 
     torch.set_num_threads(args.threads)
     work, path = Path(args.work) / args.mode, TEMPLATES[args.mode]

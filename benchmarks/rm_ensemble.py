@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from posttrain.preference.data import load_jsonl  # noqa: E402
-from posttrain.preference.reward_model import EnsembleScorer, RewardModelScorer  # noqa: E402
+from posttrain.reward_models.reward_model import EnsembleScorer, RewardModelScorer  # noqa: E402
 
 
 def accuracy(chosen: list[float], rejected: list[float]) -> float:

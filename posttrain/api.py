@@ -31,7 +31,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from posttrain import UsageError, tasks
+from posttrain import tasks
+from posttrain.errors import UsageError
 from posttrain.logging import read_metrics
 from posttrain.tasks import config_class, make
 from posttrain.tasks.rewards import describe
@@ -40,8 +41,8 @@ STAGES = {
     "pretrain": ("posttrain.config:PretrainConfig", "posttrain.recipes.pretrain"),
     "sft": ("posttrain.config:SFTConfig", "posttrain.recipes.sft"),
     "rl": ("posttrain.config:RLConfig", "posttrain.recipes.rl"),
-    "dpo": ("posttrain.recipes.dpo:DPOConfig", "posttrain.recipes.dpo"),
-    "rm": ("posttrain.recipes.rm:RMConfig", "posttrain.recipes.rm"),
+    "dpo": ("posttrain.config:DPOConfig", "posttrain.recipes.dpo"),
+    "rm": ("posttrain.config:RMConfig", "posttrain.recipes.rm"),
 }
 
 

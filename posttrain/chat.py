@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posttrain import UsageError
+from posttrain.errors import UsageError
 
 USER, ASSISTANT, EOT, THINK_OPEN, THINK_CLOSE, PAD = "<", ">", "#", "{", "}", "_"
 CALL_OPEN, CALL_CLOSE, RESULT_OPEN, RESULT_CLOSE = "⟦", "⟧", "⟨", "⟩"

@@ -20,7 +20,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from posttrain import TrainingHalted, UsageError
+from posttrain.errors import TrainingHalted, UsageError
 from posttrain.models import hf
 from posttrain.models.gpt_mini import GPTMini, ModelConfig
 from posttrain.models.lora import load_adapter, lora_layers, save_adapter

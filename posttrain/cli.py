@@ -9,6 +9,7 @@
     posttrain bench train|rollout|step|algorithms|claims|trl|search|precision|prm|overopt [--out FILE.json]
     posttrain memory MODEL --algo grpo [--gpu h100] [--gpus N --lora R ...] [--json]
     posttrain lessons [--port N] [--export DIR]
+    posttrain demo ALGO [key=value ...]
 
 A usage mistake (unknown key, wrong type, missing file, unreadable checkpoint) prints one
 line naming the problem and the fix, and exits with code 2.
@@ -23,15 +24,15 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from posttrain import TrainingHalted, UsageError
+from posttrain.errors import TrainingHalted, UsageError
 
 STAGES = {  # name -> (config class path, recipe module)
     "pretrain": ("posttrain.config:PretrainConfig", "posttrain.recipes.pretrain"),
     "sft": ("posttrain.config:SFTConfig", "posttrain.recipes.sft"),
-    "rm": ("posttrain.recipes.rm:RMConfig", "posttrain.recipes.rm"),
-    "dpo": ("posttrain.recipes.dpo:DPOConfig", "posttrain.recipes.dpo"),
+    "rm": ("posttrain.config:RMConfig", "posttrain.recipes.rm"),
+    "dpo": ("posttrain.config:DPOConfig", "posttrain.recipes.dpo"),
     "rl": ("posttrain.config:RLConfig", "posttrain.recipes.rl"),
-    "distill": ("posttrain.recipes.distill:DistillConfig", "posttrain.recipes.distill"),
+    "distill": ("posttrain.config:DistillConfig", "posttrain.recipes.distill"),
     "pipeline": ("posttrain.recipes.pipeline:PipelineConfig", "posttrain.recipes.pipeline"),
 }
 BENCHES = {
@@ -96,7 +97,7 @@ def run_stage(stage: str, args) -> None:
             shutil.rmtree(out, ignore_errors=True)
         raise
     except TrainingHalted as e:
-        from posttrain.sizing.card import OutOfMemory  # entry: the CLI loads torch only when a command runs
+        from posttrain.framework.card import OutOfMemory  # entry: the CLI loads torch only when a command runs
 
         if isinstance(e, OutOfMemory):  # before the step loop too (DPO's reference): say how to go on
             raise e.in_run(out) from None
@@ -137,7 +138,7 @@ def run_eval(args) -> None:
     items = task.items(args.problems, "test", args.seed)
     scorer = None
     if args.rm:  # best-of-n reranked by a reward model
-        from posttrain.preference.reward_model import load_scorer
+        from posttrain.reward_models.reward_model import load_scorer
 
         scorer = load_scorer(args.rm, device)
     engine = make_engine(model, tok, sampler, runtime=rt) if args.backend != "posttrain" else None  # no vLLM: one line
@@ -251,6 +252,9 @@ def parser() -> argparse.ArgumentParser:
     les = sub.add_parser("lessons", help="the interactive lessons: a local web app, or a static copy")
     les.add_argument("--port", type=int, default=8000, help="port to serve on (0 = any free port)")
     les.add_argument("--export", metavar="DIR", help="write a static copy with every widget precomputed")
+    d = sub.add_parser("demo", help="train one algorithm briefly on the built-in task (30 steps, from the default SFT)")
+    d.add_argument("algo", nargs="?", help="an algorithm's name: grpo, ppo, dapo, … (posttrain rl --help algo)")
+    d.add_argument("overrides", nargs="*", help="key=value overrides of the grpo_arith preset (e.g. steps=5)")
     return p
 
 
@@ -282,6 +286,10 @@ def main(argv=None) -> int:
             from posttrain.serve.server import main as serve_main
 
             serve_main(args.rest)
+        elif args.command == "demo":
+            from posttrain.demo import main as demo_main
+
+            demo_main([args.algo, *args.overrides] if args.algo else [])
         elif args.command == "lessons":
             _require("markdown_it", "the lessons", "lessons")
             from posttrain.lessons.server import main as lessons_main

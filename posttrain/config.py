@@ -35,6 +35,9 @@ __all__ = [
     "VerifierConfig",
     "ScaleConfig",
     "RLConfig",
+    "DPOConfig",
+    "RMConfig",
+    "DistillConfig",
     "RL_MOVED",
     "TRL_NAMES",
     "load_config",
@@ -93,7 +96,7 @@ class OptimConfig:
 
 @dataclass
 class VllmConfig:
-    """rollout.backend=vllm: the engine's memory and its colocation with the trainer (framework/backends/vllm.py)."""
+    """rollout.backend=vllm: the engine's memory and its colocation with the trainer (framework/backends/vllm_engine.py)."""
 
     gpu_memory_utilization: float = 0.3  # CUDA: fraction of the GPU vLLM takes (weights + KV cache); the trainer
     # keeps the rest
@@ -312,3 +315,82 @@ class RLConfig(RunConfig):
     reward_model: str = ""  # RLHF: an `rm` run whose frozen score is the reward (verifier logged as reward/true);
     # RUN_A,RUN_B = an ensemble, the mean of their scores
     renamed = (RL_MOVED, TRL_NAMES)  # not a key (no annotation): the loader's notes and refusals (config_load.py)
+
+
+@dataclass
+class DPOConfig(RunConfig):  # posttrain dpo (recipes/dpo.py)
+    steps: int = 100
+    eval_every: int = 50
+    init: str = ""  # SFT checkpoint or run dir; "" = the default SFT(CoT) checkpoint (cached)
+    task: TaskConfig = field(default_factory=ArithmeticConfig)  # prompts for sampled pairs and evaluation
+    optim: OptimConfig = field(
+        default_factory=lambda: OptimConfig(lr=1e-5, weight_decay=0.0, warmup_steps=10, schedule="constant")
+    )
+    lora: LoraConfig = field(default_factory=LoraConfig)  # lora.r > 0: train LoRA adapters only (Hugging Face models)
+    # dpo | cdpo | robust | hinge | ipo | simpo | orpo | kto | dpo_nll. The default is DPO + NLL,
+    # not TRL's plain "sigmoid": on this task plain DPO at lr 1e-5 pushes the chosen log-probs
+    # down with the rejected ones and held-out pass@1 falls (0.567 → 0.371 in 100 steps,
+    # benchmarks/dpo_family.py); the NLL term keeps the chosen likelihood (→ 0.621).
+    loss_type: str = "dpo_nll"
+    beta: float = 0.1  # β (ORPO's λ, IPO's τ); SimPO's paper uses 2.5
+    label_smoothing: float = 0.1  # ε of cdpo / robust
+    simpo_gamma: float = 1.375  # SimPO's target margin γ
+    nll_alpha: float = 1.0  # weight of the chosen NLL in dpo_nll
+    batch_size: int = 32  # pairs per step (64 rows)
+    pairs: str = ""  # JSONL file of prompt/chosen/rejected; "" = sample pairs from the init policy
+    on_bad: str = "error"  # a bad JSONL row: error (one line, file:line) | skip (counted)
+    pair_prompts: int = 2000  # train-split prompts sampled for pairs
+    samples_per_prompt: int = 8  # samples per prompt; a prompt with mixed rewards gives one pair
+    same_length: bool = False  # only pairs whose two responses have equal token counts
+    temperature: float = 1.0  # sampling temperature for pairs and evaluation
+    eval_problems: int = 200  # held-out problems per evaluation (0 = no evaluation: pairs from a file, no task)
+    eval_samples: int = 8  # samples per held-out problem: pass@1 and pass@<eval_samples>
+
+
+@dataclass
+class RMConfig(RunConfig):  # posttrain rm (recipes/rm.py)
+    steps: int = 600
+    eval_every: int = 100
+    init: str = ""  # SFT checkpoint or run dir for the trunk; "" = the default SFT(CoT) checkpoint (cached)
+    task: TaskConfig = field(default_factory=ArithmeticConfig)  # prompts for sampled pairs and evaluation
+    optim: OptimConfig = field(
+        default_factory=lambda: OptimConfig(lr=3e-4, weight_decay=0.0, warmup_steps=10, schedule="cosine")
+    )  # whole trunk trained; 1e-4 barely moves, 1e-3 stalls at ~0.63
+    objective: str = "bt"  # bt: Bradley–Terry on pairs | orm: BCE on each response's verifier label
+    margin_coef: float = 1.0  # bt: subtract margin_coef × the pair's `margin` (JSONL column; 0 for sampled pairs)
+    center_coef: float = 0.01  # bt: η of η·(r_w + r_l)², keeps scores near 0 for use as an RL reward (0 = off)
+    batch_size: int = 64  # pairs per step (2× rows)
+    pairs: str = ""  # JSONL file of prompt/chosen/rejected[/margin]; "" = sample pairs from the init policy
+    on_bad: str = "error"  # a bad JSONL row: error (one line, file:line) | skip (counted)
+    pair_prompts: int = 8000  # train-split prompts sampled for pairs; a prompt with mixed rewards gives one pair.
+    # The RM needs thousands of pairs: with ~1.3k it memorises them (held-out ≈ chance)
+    samples_per_prompt: int = 8  # samples per prompt; more finds pairs on easy/hard prompts too, at sampling cost
+    pairs_per_prompt: int = 1  # train pairs per mixed prompt, no response reused (8 samples: at most 4);
+    # more pairs from the same samples, free; held-out pairs stay one per prompt
+    same_length: bool = False  # only pairs whose two responses have equal token counts (no length shortcut)
+    temperature: float = 1.0  # sampling temperature for the pairs
+    eval_prompts: int = 500  # test-split prompts sampled for held-out pairs (one per mixed prompt; 0 = no eval)
+    eval_pairs: str = ""  # JSONL file of held-out pairs instead (for `pairs=FILE` data); "" = sample as above
+    synthetic_pairs: int = 0  # extra train pairs: a train problem's gold CoT vs the same trace with one mistake
+    # (preference/data.corrupted_pairs); free to build, they teach the RM to check steps
+
+
+@dataclass
+class DistillConfig(RunConfig):  # posttrain distill (recipes/distill.py)
+    steps: int = 100
+    eval_every: int = 25
+    init: str = ""  # the student; "" = the default SFT(CoT) checkpoint (cached)
+    teacher: str = ""  # the teacher checkpoint or run dir (required), e.g. an RL'd model
+    loss: str = "rkl"  # rkl: per-token reverse-KL advantage (policy gradient) | jsd: generalized JSD, backprop
+    beta: float = 0.5  # jsd: 0 = forward KL(T‖S) (mode-covering), 1 = reverse KL(S‖T) (mode-seeking)
+    coef: float = 1.0  # rkl: scale c of the advantage −c·(log π_S − log π_T)
+    task: ArithmeticConfig = field(default_factory=ArithmeticConfig)
+    optim: OptimConfig = field(
+        default_factory=lambda: OptimConfig(lr=5e-5, weight_decay=0.0, schedule="constant")
+    )  # an RL-sized lr: the teacher's signal is dense but on-policy
+    prompts_per_step: int = 16  # prompts per step
+    samples_per_prompt: int = 4  # student samples per prompt (no group baseline is needed: every token is scored)
+    temperature: float = 1.0  # sampling temperature; both models' distributions are taken at it
+    rollout: SamplerConfig = field(default_factory=SamplerConfig)  # the student's sampler (rollout.backend)
+    eval_problems: int = 200  # held-out problems per evaluation
+    eval_samples: int = 8  # samples per held-out problem (pass@1, pass@n)

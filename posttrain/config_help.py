@@ -16,7 +16,7 @@ import inspect
 import re
 from functools import cache
 
-from posttrain import UsageError
+from posttrain.errors import UsageError
 from posttrain.tasks import TASKS, config_class
 
 _FIELD = re.compile(r"^\s+(\w+)\s*:[^#]*?(?:#\s?(.*))?$")

@@ -22,8 +22,9 @@ from pathlib import Path
 
 import yaml
 
-from posttrain import UsageError, algorithms
+from posttrain import algorithms
 from posttrain.algorithms.base import AlgoConfig
+from posttrain.errors import UsageError
 from posttrain.tasks import config_class
 from posttrain.tasks.base import TaskConfig
 from posttrain.validate import validate

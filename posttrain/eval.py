@@ -17,11 +17,12 @@ from collections import Counter, defaultdict
 import numpy as np
 import torch
 
+from posttrain.framework.agent import episode_metrics, run_episodes, solved
 from posttrain.framework.backends import make_engine
+from posttrain.framework.card import phase
 from posttrain.framework.roles import RolloutEngine
 from posttrain.framework.rollout import SamplingParams
 from posttrain.progress import generate_with_progress
-from posttrain.sizing.card import phase
 from posttrain.tasks.arithmetic import last_integer
 from posttrain.tasks.base import correctness, faults, received_text, score_results
 
@@ -75,7 +76,7 @@ def evaluate(
     label: str = "evaluation",
 ) -> dict:
     """Greedy accuracy, and with n > 0 sampled pass@1, pass@k for k in ks, maj@n, the mean reward,
-    and with a reward-model `scorer` (`.score(prompts, responses)`, preference/reward_model.py) best@n.
+    and with a reward-model `scorer` (`.score(prompts, responses)`, reward_models/reward_model.py) best@n.
 
     "Correct" is the task's correctness signal (tasks/base.py `correctness`), not the reward: a
     format bonus never counts as a solved problem. A task that has none (a dataset with reward
@@ -144,6 +145,55 @@ def evaluate(
         k: {name: float(np.mean(v)) for name, v in cols.items()} | {"n": len(cols[next(iter(cols))])}
         for k, cols in sorted(rows.items())
     }
+    return out
+
+
+def evaluate_episodes(
+    engine,
+    tok,
+    task,
+    items,
+    n: int = 0,
+    ks=(1,),
+    temperature: float = 1.0,
+    max_new_tokens: int = 64,
+    seed: int = 0,
+    prefix: str = "eval/",
+) -> dict:
+    """Held-out evaluation of an env task, with the keys of eval.evaluate: greedy accuracy, and
+    with n > 0 sampled pass@1 and pass@k; plus the tool-call rate of each, and the episodes whose
+    environment reported an error (`errors`; episodes run without a deadline, so no `timeouts`)."""
+    greedy = run_episodes(
+        engine, tok, task, items, 1, SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens), seed=seed
+    )
+    out = {
+        f"{prefix}greedy_acc": float(np.mean([solved(e) for e in greedy])),
+        f"{prefix}length_mean": float(np.mean([len(e.response_ids) for e in greedy])),
+        f"{prefix}greedy_tool_call_rate": episode_metrics(greedy, "")["tool_call_rate"],
+    }
+    failed = [e.reward_error is not None for e in greedy]
+    if n > 0:
+        eps = run_episodes(
+            engine,
+            tok,
+            task,
+            items,
+            n,
+            SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens),
+            seed=seed,
+        )
+        correct = [sum(solved(e) for e in eps[i * n : (i + 1) * n]) for i in range(len(items))]
+        for k in ks:
+            if k <= n:
+                out[f"{prefix}pass@{k}"] = float(np.mean([pass_at_k(n, c, k) for c in correct]))
+        out[f"{prefix}tool_call_rate"] = episode_metrics(eps, "")["tool_call_rate"]
+        failed += [e.reward_error is not None for e in eps]
+        for name, used in (("with_tool", True), ("without_tool", False)):  # where the accuracy comes from
+            part = [solved(e) for e in eps if (e.tool_calls > 0) == used]
+            if part:
+                out[f"{prefix}acc_{name}"] = float(np.mean(part))
+    out[f"{prefix}errors"] = float(sum(failed))
+    out["per_k"] = {}
     return out
 
 

@@ -20,7 +20,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from posttrain import UsageError
+from posttrain.errors import UsageError
 
 RUN_LOGS = ("metrics.jsonl", "samples.jsonl")  # step-keyed jsonl files a resume truncates
 EVAL_FAULTS = ("eval/errors", "eval/timeouts", "eval/workers_replaced")  # shown on the console when not 0

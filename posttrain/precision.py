@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from posttrain import UsageError
+from posttrain.errors import UsageError
 
 FORMATS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 

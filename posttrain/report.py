@@ -20,7 +20,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from posttrain import UsageError, checkpoint
+from posttrain import checkpoint
+from posttrain.errors import UsageError
 from posttrain.eval import SUSPECT
 from posttrain.logging import read_jsonl, read_metrics
 from posttrain.report_plots import curves, plot
@@ -271,7 +272,7 @@ def _throughput(run_dir: Path) -> str:
 
 
 def _overoptimization(run_dir: Path) -> str:
-    """RLHF runs (preference/rlhf.write_curve): the proxy and the true reward against √KL, Gao et
+    """RLHF runs (reward_models/rlhf.write_curve): the proxy and the true reward against √KL, Gao et
     al.'s axes, with the true reward's 5-step running mean and where it peaked."""
     path = run_dir / "overoptimization.json"
     if not path.exists():

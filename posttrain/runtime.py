@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from posttrain import UsageError
+from posttrain.errors import UsageError
 
 # torch's thread count before any run changed it: what `threads: 0` means (a stage run earlier
 # in the same process with threads=1 must not leave the next one on one thread)

@@ -20,7 +20,7 @@ import dataclasses
 import math
 from collections.abc import Callable
 
-from posttrain import UsageError
+from posttrain.errors import UsageError
 
 Rule = Callable[[object], "str | None"]  # value -> why it is refused (None = fine)
 

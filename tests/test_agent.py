@@ -9,7 +9,8 @@ from posttrain import algorithms
 from posttrain.algorithms.core import batch_norm, broadcast
 from posttrain.framework.agent import Episode, episode_metrics, observation_ids, run_episodes
 from posttrain.framework.batch import collate_samples
-from posttrain.framework.rollout import Engine, Sample, SamplingParams
+from posttrain.framework.rollout import Engine, SamplingParams
+from posttrain.framework.sample import Sample
 from posttrain.framework.trainer import policy_loss_fn
 from posttrain.tasks.base import score_samples
 from posttrain.tasks.tools import (
@@ -251,7 +252,7 @@ def test_python_tool_env_runs_code_in_the_sandbox(tok):
 
 def test_evaluation_splits_accuracy_by_tool_use(tok, task):
     """eval/acc_with_tool and eval/acc_without_tool say where held-out accuracy comes from."""
-    from posttrain.framework.agent import evaluate_episodes
+    from posttrain.eval import evaluate_episodes
 
     items = task.items(8, "test", 0)
     odd = lambda text: int(text[1 : text.index(">")].split("+")[0]) % 2 == 1  # first term odd: call the tool

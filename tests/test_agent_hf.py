@@ -8,7 +8,8 @@ import torch
 from chatml_util import chatml_tokenizer
 
 from posttrain.framework.agent import run_episodes
-from posttrain.framework.rollout import Engine, Sample, SamplingParams
+from posttrain.framework.rollout import Engine, SamplingParams
+from posttrain.framework.sample import Sample
 from posttrain.tasks.base import RewardResult
 
 

@@ -192,7 +192,7 @@ def test_the_reward_bound_is_the_tasks():
 
 def test_bad_verifier_outputs_are_counted_and_never_kill_the_step():
     from posttrain.framework.controller import sample_metrics
-    from posttrain.framework.rollout import Sample
+    from posttrain.framework.sample import Sample
 
     items = [r for r, _ in BAD_VERIFIERS] + [RewardResult(1.0, {"correct": 1.0})]
     samples = [Sample([1], [2], [-0.1], [1], "stop", 0, 0, i, item=it, text="x") for i, it in enumerate(items)]

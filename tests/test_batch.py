@@ -11,7 +11,7 @@ from posttrain import UsageError, algorithms
 from posttrain.algorithms import core
 from posttrain.framework.batch import RolloutBatch, collate_samples, split_micro_batches
 from posttrain.framework.off_policy import correct_off_policy
-from posttrain.framework.rollout import Sample
+from posttrain.framework.sample import Sample
 from posttrain.models.gpt_mini import GPTMini, ModelConfig
 
 F64 = torch.float64

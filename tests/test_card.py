@@ -1,4 +1,4 @@
-"""The card a run is on (posttrain/sizing/card.py): what cannot fit is refused before any work, what
+"""The card a run is on (posttrain/framework/card.py): what cannot fit is refused before any work, what
 is predicted to overflow starts with a warning, and an out-of-memory error is one line naming
 the phase, the peaks and the knobs, after which --resume continues from the last checkpoint.
 
@@ -14,7 +14,7 @@ import torch
 
 from posttrain import TrainingHalted, UsageError, checkpoint
 from posttrain.cli import main
-from posttrain.sizing.card import (
+from posttrain.framework.card import (
     ANY_PHASE,
     GiB,
     OutOfMemory,
@@ -140,7 +140,7 @@ def test_eval_and_serve_refuse_device_cuda_without_a_gpu(sft_ckpt, capsys):
 INJECT = """
 import sys, torch
 from posttrain.framework import reference
-from posttrain.sizing import card
+from posttrain.framework import card
 card.peak_bytes = lambda: (3.25 * 2**30, "allocated")
 score, calls = reference.Reference.score, []
 def failing(self, *a, **k):

@@ -10,7 +10,8 @@ import pytest
 from chatml_util import chatml_tokenizer
 
 from posttrain.chat import DEFAULT_CHARS, SYSTEM
-from posttrain.framework.rollout import Engine, Sample, SamplingParams
+from posttrain.framework.rollout import Engine, SamplingParams
+from posttrain.framework.sample import Sample
 from posttrain.models.tokenizer import CharTokenizer
 from posttrain.tasks.base import correctness, score_samples
 from posttrain.tasks.dataset import DatasetConfig, DatasetTask

@@ -16,7 +16,7 @@ from posttrain.algorithms import grpo
 from posttrain.config import RLConfig
 from posttrain.framework.controller import Controller
 from posttrain.framework.roles import PolicyTrainer, ReferenceScorer, RolloutEngine, RolloutSource, WeightSyncer
-from posttrain.framework.rollout import Sample
+from posttrain.framework.sample import Sample
 from posttrain.models.tokenizer import CharTokenizer
 from posttrain.tasks.base import RewardResult
 

@@ -182,7 +182,7 @@ async def brief(completions, **kw):
 """)
     t = task_of(tmp_path, ROWS, reward=f"{tmp_path}/r.py:correct,{tmp_path}/r.py:brief", reward_weights=[1.0, 0.1])
     row = next(r for r in t.train if r.answer == 7)
-    from posttrain.framework.rollout import Sample
+    from posttrain.framework.sample import Sample
 
     samples = [
         Sample(
@@ -325,7 +325,7 @@ def test_safe_reward_passes_ids_to_tasks_that_want_them(tmp_path):
 def test_reward_functions_run_in_the_verifier_pool_under_its_deadline(tmp_path):
     """verifier.workers > 0: the same rewards as in-process; a batch that hangs is scored again one
     response at a time, so only the hanging response scores 0, as a timeout."""
-    from posttrain.framework.rollout import Sample
+    from posttrain.framework.sample import Sample
     from posttrain.tasks.base import score_samples
     from posttrain.tasks.pool import VerifierPool
 

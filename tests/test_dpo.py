@@ -186,7 +186,7 @@ class _ScriptedEngine:
         self.tok, self.responses = tok, responses
 
     def generate(self, prompts, n, sampling, seed=0, items=None):
-        from posttrain.framework.rollout import Sample
+        from posttrain.framework.sample import Sample
 
         out = []
         for g, p in enumerate(prompts):

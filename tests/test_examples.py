@@ -45,7 +45,7 @@ def test_math_word_data_and_rewards(math_data):
 def test_sort_digits_rows_and_exact_match_as_trl_hands_completions_over(tmp_path):
     """(the note of issue 29): chat rows with a system turn, disjoint splits, and the exact-match
     reward scoring each row's own demonstration 1 through the sampled path (gpt_mini's `#` skipped)."""
-    from posttrain.framework.rollout import Sample
+    from posttrain.framework.sample import Sample
     from posttrain.recipes.common import new_tokenizer
     from posttrain.tasks.base import score_samples
 

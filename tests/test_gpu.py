@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from posttrain.config import RLConfig, load_config
+from posttrain.framework.card import OutOfMemory, card_bytes, phase
 from posttrain.framework.logprobs import sequence_logprobs
 from posttrain.logging import read_metrics
 from posttrain.recipes import dpo, rl
-from posttrain.sizing.card import OutOfMemory, card_bytes, phase
 
 from conftest import TINY_TASK
 from test_recipes import _pairs_file

@@ -104,7 +104,7 @@ def test_tokenizer_adapter_uses_the_chat_template(dirs):
 def test_heads_read_hf_hidden_states(dirs):
     """Critic and reward-model trunks: hidden() is the final normed state whose head gives the logits."""
     from posttrain.models.heads import ActorCritic
-    from posttrain.preference.reward_model import RewardModel
+    from posttrain.reward_models.reward_model import RewardModel
 
     model, _ = load_hf(dirs["qwen2"])
     ids = torch.tensor([[1, 9, 16, 10, 2], [1, 12, 13, 2, 0]])

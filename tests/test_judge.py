@@ -1,4 +1,4 @@
-"""Judge rewards (tasks/judge.py, tasks/judges.py): parsing, order randomisation, failure counting
+"""Judge rewards (reward_models/judge.py, reward_models/judge_backends.py): parsing, order randomisation, failure counting
 against real HTTP servers started here, the in-process judge, the frozen template, config."""
 
 import re
@@ -9,9 +9,9 @@ import time
 import pytest
 
 from posttrain import UsageError
+from posttrain.reward_models.judge import JudgeError, JudgeTask, comparisons, parse_choice, parse_score, render
 from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
 from posttrain.tasks.base import JudgeConfig
-from posttrain.tasks.judge import JudgeError, JudgeTask, comparisons, parse_choice, parse_score, render
 
 from test_agent_hf import hf_dir  # noqa: F401 (the fixture: a BPE tokenizer and a tiny Llama trained here)
 
@@ -103,7 +103,7 @@ class Scripted:
     def __init__(self, answer):
         self.answer, self.prompts = answer, []
 
-    def start(self, task):
+    def start(self, probe):
         pass
 
     def complete(self, prompts, step=0):
@@ -231,7 +231,7 @@ def test_http_judge_counts_garbage_and_hangs_and_goes_on(faulty_judge, tok):
     url, calls = faulty_judge
     task = JudgeTask(_task(), JudgeConfig(model=url, timeout_s=1.0, concurrency=4))
     task.check(tok)
-    task.backend.start(task)
+    task.backend.start(task.probe())
     assert task.backend.name == "judge-1"  # the first model the server lists
     items = task.items(6, "train", 1)
     texts = ["17#", "19#", str(items[2].answer) + "#", str(items[3].answer + 1) + "#", "29#", "7#"]
@@ -252,7 +252,7 @@ def test_http_judge_unreachable_is_one_line():
         port = s.getsockname()[1]
     task = JudgeTask(_task(), JudgeConfig(model=f"http://127.0.0.1:{port}/v1", timeout_s=2))
     with pytest.raises(UsageError, match=r"task.judge.model=http://127.0.0.1:\d+/v1: GET .*/models failed"):
-        task.backend.start(task)
+        task.backend.start(task.probe())
 
 
 def _random_ckpt(tmp_path, tok, nano):

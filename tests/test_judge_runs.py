@@ -1,4 +1,4 @@
-"""Judge rewards in runs (tasks/judge.py): the frozen template, config keys and their one-line errors,
+"""Judge rewards in runs (reward_models/judge.py): the frozen template, config keys and their one-line errors,
 a judge over dataset rows, the judge served by `posttrain serve`, RL with a judge (logs, freezing,
 exact resume) and what RL refuses. Parsing and the backends are in test_judge.py."""
 
@@ -11,8 +11,9 @@ import pytest
 from test_judge import Scripted, _batch, _task
 
 from posttrain import UsageError
+from posttrain.recipes.common import make_task
+from posttrain.reward_models.judge import JudgeTask, render
 from posttrain.tasks.base import JudgeConfig
-from posttrain.tasks.judge import JudgeTask, render
 
 
 def test_template_is_frozen_in_the_run_dir(tmp_path):
@@ -39,7 +40,6 @@ def test_template_is_frozen_in_the_run_dir(tmp_path):
     ],
 )
 def test_bad_judge_config_is_one_line(tmp_path, keys, msg):
-    from posttrain import tasks
     from posttrain.config import RLConfig, load_config
 
     t = tmp_path / "t.txt"
@@ -48,24 +48,23 @@ def test_bad_judge_config_is_one_line(tmp_path, keys, msg):
         RLConfig, None, ["task.judge.model=http://127.0.0.1:1/v1", *[k.replace("=T", f"={t}") for k in keys]]
     )
     with pytest.raises(UsageError, match=re.escape(msg)):
-        tasks.make(cfg.task)
+        make_task(cfg)
 
 
 def test_config_wraps_any_task_and_records_the_judge(tmp_path):
-    from posttrain import tasks
     from posttrain.config import RLConfig, load_config, save_config
 
     cfg = load_config(
         RLConfig, None, ["task.name=countdown", "task.judge.model=http://127.0.0.1:1/v1", "task.judge.mode=pairwise"]
     )
-    task = tasks.make(cfg.task)
+    task = make_task(cfg)  # the recipes' one place: the task, wrapped with its judge
     assert isinstance(task, JudgeTask) and task.name == "judge/countdown"
     assert task.items(3, "test", 0) == task.task.items(3, "test", 0)  # the task's own problems
     save_config(cfg, tmp_path / "config.yaml")
     assert "judge:\n    model: http://127.0.0.1:1/v1\n    mode: pairwise" in (tmp_path / "config.yaml").read_text()
-    assert not isinstance(tasks.make(load_config(RLConfig, None, []).task), JudgeTask)  # no model: no judge
+    assert not isinstance(make_task(load_config(RLConfig, None, [])), JudgeTask)  # no model: no judge
     with pytest.raises(UsageError, match="multi-turn episodes"):
-        tasks.make(load_config(RLConfig, None, ["task.name=tool_arith", "task.judge.model=x"]).task)
+        make_task(load_config(RLConfig, None, ["task.name=tool_arith", "task.judge.model=x"]))
 
 
 def test_dataset_rows_without_answers_train_on_a_judge(tmp_path):
@@ -77,7 +76,7 @@ def test_dataset_rows_without_answers_train_on_a_judge(tmp_path):
     keys = ["task.name=dataset", f"task.train={rows}", "task.test_frac=0.2"]
     with pytest.raises(UsageError, match="no answer column"):
         tasks.make(load_config(RLConfig, None, keys).task)
-    task = tasks.make(load_config(RLConfig, None, [*keys, "task.judge.model=http://127.0.0.1:1/v1"]).task)
+    task = make_task(load_config(RLConfig, None, [*keys, "task.judge.model=http://127.0.0.1:1/v1"]))
     task._backend = Scripted(lambda p: "Score: 8" if "hi a" in p else "Score: 2")
     res = task.reward_batch(task.items(2, "train", 0), ["hi a", "hi b"], step=0)
     assert [r.reward for r in res] == [0.8, 0.2]

@@ -9,8 +9,8 @@ import pytest
 
 from posttrain.config import RLConfig, load_config
 from posttrain.logging import read_metrics
-from posttrain.recipes import rl
-from posttrain.recipes.pipeline import PipelineConfig, train_chain
+from posttrain.recipes import pretrain, rl, sft
+from posttrain.recipes.chain import PipelineConfig, train_chain
 
 pytestmark = pytest.mark.slow
 
@@ -21,7 +21,9 @@ def sft_run(tmp_path_factory):
     # The preset's SFT stops at held-out greedy accuracy 0.7 (target_acc): on the machine of earlier stops
     # that is never reached in 500 steps (pass@1 0.567); on an AMD EPYC box SFT jumps earlier and stops at
     # step 375 (pass@1 ≈ 0.58) where 500 steps would give 0.85, above the band.
-    train_chain(load_config(PipelineConfig, "pipeline", [f"out={root}/pipe"]), upto="sft")
+    train_chain(
+        load_config(PipelineConfig, "pipeline", [f"out={root}/pipe"]), {"pretrain": pretrain, "sft": sft}, upto="sft"
+    )
     return root
 
 

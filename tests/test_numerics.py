@@ -95,7 +95,7 @@ def test_kto_gradient_does_not_depend_on_the_micro_batch_size(sft_ckpt):
     from posttrain.framework.batch import split_micro_batches
     from posttrain.framework.reference import score_logprobs
     from posttrain.preference.data import Pair, collate_pairs, encode_pairs
-    from posttrain.recipes.dpo import DPOConfig, dpo_loss_fn, with_kto_reference_point
+    from posttrain.recipes.dpo import DPOConfig, dpo_loss_fn, loss_config, with_kto_reference_point
 
     model, tok, _ = checkpoint.load_model(sft_ckpt)
     pairs = [
@@ -106,7 +106,7 @@ def test_kto_gradient_does_not_depend_on_the_micro_batch_size(sft_ckpt):
         sums = score_logprobs(model, batch).sum(-1)  # [12]
     batch["ref_logps"] = sums - torch.linspace(0.5, 4.0, 12)  # ρ > 0, unequal: z0 > 0 matters
     batch = with_kto_reference_point(model, batch)
-    loss_fn = dpo_loss_fn(DPOConfig(loss_type="kto", beta=0.5).loss_config())
+    loss_fn = dpo_loss_fn(loss_config(DPOConfig(loss_type="kto", beta=0.5)))
     grads, parts = [], []
     for max_tokens in (10_000, 30):
         model.zero_grad()

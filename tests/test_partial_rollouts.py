@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from posttrain.distributed.async_rollout import AsyncRollout, token_staleness
-from posttrain.framework.rollout import Engine, Sample, SamplingParams
+from posttrain.framework.rollout import Engine, SamplingParams
+from posttrain.framework.sample import Sample
 from posttrain.framework.weight_sync.snapshots import WeightPublisher
 
 M = 8  # tokens per response (ignore_eos: all full length)

@@ -1,4 +1,4 @@
-"""The process reward model and test-time search (preference/prm.py, preference/search.py, bench/search.py):
+"""The process reward model and test-time search (reward_models/prm.py, preference/search.py, bench/search.py):
 step boundaries, the BCE on soft labels by hand, Monte-Carlo labels from scripted completions,
 the score table by hand, beam search 1×1 at temperature 0 = greedy decoding, and the
 `posttrain bench search` smoke run."""
@@ -10,9 +10,10 @@ import pytest
 import torch
 
 from posttrain.cli import main
-from posttrain.framework.rollout import Engine, Sample, SamplingParams
-from posttrain.preference.prm import PRM, aggregate, boundaries, collate_rows, mc_labels, prm_loss, step_scores
+from posttrain.framework.rollout import Engine, SamplingParams
+from posttrain.framework.sample import Sample
 from posttrain.preference.search import beam_search, sample_table
+from posttrain.reward_models.prm import PRM, aggregate, boundaries, collate_rows, mc_labels, prm_loss, step_scores
 from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask, Problem
 
 t = torch.tensor

@@ -173,7 +173,7 @@ def test_dpo_micro_batches_give_the_full_batch_gradient(sft_ckpt, tmp_path):
     encoded = encode_pairs(tok, load_jsonl(_pairs_file(tmp_path / "p.jsonl", 6))[0])
     batch = collate_pairs(encoded, range(6), tok.pad_id)
     batch["ref_logps"] = torch.linspace(-9, -3, 12)
-    loss_fn = dpo.dpo_loss_fn(dpo.DPOConfig().loss_config())
+    loss_fn = dpo.dpo_loss_fn(dpo.loss_config(dpo.DPOConfig()))
     grads = []
     for max_tokens in (10_000, 60):
         from posttrain.framework.batch import split_micro_batches

@@ -234,7 +234,7 @@ def test_page_shows_the_throughput_equation_when_the_run_wrote_one(tmp_path):
 
 
 def test_an_rlhf_run_gets_its_reward_against_root_kl_plot(tmp_path):
-    from posttrain.preference.rlhf import write_curve
+    from posttrain.reward_models.rlhf import write_curve
 
     run = synthetic_run(tmp_path / "run")
     assert "overoptimization" not in report.render(run)  # no RM: no section

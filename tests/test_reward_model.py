@@ -1,4 +1,4 @@
-"""The reward model (preference/reward_model.py) and its stage (recipes/rm.py): the BT worked
+"""The reward model (reward_models/reward_model.py) and its stage (recipes/rm.py): the BT worked
 values of docs/algorithms.md §21, the margin and ORM terms by hand, the head reading the last real
 token, micro-batches adding up to the full batch, save/load and resume, bad input, and a slow
 learning test on the default SFT(CoT) chain."""
@@ -18,7 +18,9 @@ from posttrain.config import load_config
 from posttrain.framework.batch import collate, split_micro_batches
 from posttrain.logging import read_metrics
 from posttrain.preference.data import Pair, collate_pairs, encode_pairs
-from posttrain.preference.reward_model import (
+from posttrain.recipes import rm as rm_recipe
+from posttrain.recipes.rm import RMConfig, rm_loss_fn
+from posttrain.reward_models.reward_model import (
     HEAD_FILE,
     RewardModel,
     RewardModelScorer,
@@ -29,8 +31,6 @@ from posttrain.preference.reward_model import (
     pairwise_accuracy,
     save_head,
 )
-from posttrain.recipes import rm as rm_recipe
-from posttrain.recipes.rm import RMConfig, rm_loss_fn
 
 from conftest import TINY_TASK
 

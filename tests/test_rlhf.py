@@ -1,4 +1,4 @@
-"""RLHF (preference/rlhf.py): a reward model as the reward of an RL run, scored in one batch,
+"""RLHF (reward_models/rlhf.py): a reward model as the reward of an RL run, scored in one batch,
 the verifier logged beside it, the over-optimisation curve and its turn, best@n in eval, and
 the corrupted-trace pairs (preference/data.corrupted_pairs)."""
 
@@ -12,12 +12,12 @@ from posttrain import checkpoint
 from posttrain.cli import main
 from posttrain.config import RLConfig, load_config
 from posttrain.eval import evaluate
-from posttrain.framework.rollout import Sample
+from posttrain.framework.sample import Sample
 from posttrain.logging import read_metrics
 from posttrain.preference.data import CORRUPTIONS, corrupt_trace, corrupted_pairs
-from posttrain.preference.reward_model import EnsembleScorer, RewardModel, RewardModelScorer, load_scorer, save_head
-from posttrain.preference.rlhf import RewardModelTask, curve, turn, write_curve
 from posttrain.recipes import rl
+from posttrain.reward_models.reward_model import EnsembleScorer, RewardModel, RewardModelScorer, load_scorer, save_head
+from posttrain.reward_models.rlhf import RewardModelTask, curve, turn, write_curve
 from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask, verify
 from posttrain.tasks.base import score_samples
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from posttrain.config import RLConfig, load_config
-from posttrain.sizing.memory import LOGIT_CHUNK_ELEMENTS
+from posttrain.models.heads import LOGIT_CHUNK_ELEMENTS
 from posttrain.sizing.run_memory import CHUNK_BACKWARD, CHUNK_FORWARD, predict_run_peak, saved_bytes_per_token
 from posttrain.sizing.run_memory_cli import format_prediction
 from posttrain.sizing.run_memory_cli import main as cli
@@ -123,8 +123,7 @@ def test_a_run_prints_its_prediction_and_logs_its_measured_peak(tmp_path, capsys
     """A stage writes its prediction at start (RUN_DIR/memory.json, the printed line) and logs
     `memory/peak_gib` (the process's peak RSS on a CPU: at least the RSS it started from) beside
     `memory/predicted_gib` every step; `posttrain memory RUN_DIR` puts the two side by side."""
-    import resource
-
+    from posttrain import runtime
     from posttrain.config import PretrainConfig
     from posttrain.logging import read_metrics
     from posttrain.recipes import pretrain
@@ -136,8 +135,23 @@ def test_a_run_prints_its_prediction_and_logs_its_measured_peak(tmp_path, capsys
     est = json.loads((out / "memory.json").read_text())
     assert est["stage"] == "pretrain" and est["micro_batch_tokens"] == 4 * 32 and est["baseline_bytes"] > 0
     rows = [m for m in read_metrics(out) if m["step"] > 0]
-    peak_now = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 2**30
+    peak_now = runtime.peak_memory_bytes("cpu") / 2**30  # the same reading (VmHWM), later: never lower
     assert all(0 < m["memory/peak_gib"] <= peak_now and m["memory/predicted_gib"] == est["peak_gib"] for m in rows)
     cli([str(out)])
     text = capsys.readouterr().out
     assert f"predicted peak {est['peak_gib']:.2f} GiB" in text and "peak RSS); predicted / measured = " in text
+
+
+def test_the_predictions_runtime_numbers_are_the_runtimes():
+    """sizing stays paper (no torch), so run_memory writes down the runtime numbers it predicts with; each
+    must be its runtime twin's value, or the prediction follows a run that no longer exists."""
+    import inspect
+
+    from posttrain.framework import decode_loop, reference
+    from posttrain.models import heads
+    from posttrain.sizing import run_memory
+
+    assert run_memory.LOGIT_CHUNK_ELEMENTS == heads.LOGIT_CHUNK_ELEMENTS == 2**24
+    assert run_memory.PREFILL_BATCH == decode_loop.PREFILL_BATCH == 64
+    default = inspect.signature(reference.Reference.score).parameters["micro_batch_tokens"].default
+    assert run_memory.REFERENCE_TOKENS == default == 16384

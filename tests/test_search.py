@@ -9,8 +9,10 @@ import torch
 pytest.importorskip("bm25s")
 
 from posttrain import UsageError
-from posttrain.framework.agent import evaluate_episodes, run_episodes
-from posttrain.framework.rollout import Engine, Sample, SamplingParams
+from posttrain.eval import evaluate_episodes
+from posttrain.framework.agent import run_episodes
+from posttrain.framework.rollout import Engine, SamplingParams
+from posttrain.framework.sample import Sample
 from posttrain.tasks.search import BM25Index, SearchConfig, SearchTask, calls_in, encyclopedia, final_answer
 
 from test_agent import ScriptedEngine

@@ -12,7 +12,8 @@ pytest.importorskip("fastapi")
 httpx = pytest.importorskip("httpx")
 
 from posttrain.framework.logprobs import sequence_logprobs
-from posttrain.framework.rollout import Engine, Sample
+from posttrain.framework.rollout import Engine
+from posttrain.framework.sample import Sample
 from posttrain.serve.app import RLPolicy, create_app
 from posttrain.serve.batcher import (
     Batcher,

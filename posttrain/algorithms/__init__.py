@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import difflib
 
-from posttrain import UsageError
 from posttrain.algorithms import cispo, dapo, dppo, dr_grpo, grpo, gspo, maxrl, mgpo, ppo, reinforce, reinforce_pp, rloo
+from posttrain.errors import UsageError
 
 ALGORITHMS = {
     "reinforce": reinforce,  # −A·log π, A = R or R − μ_G

@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from posttrain import UsageError
 from posttrain.algorithms import core, grpo, reinforce
 from posttrain.algorithms.base import AlgoConfig
+from posttrain.errors import UsageError
 
 if TYPE_CHECKING:
     from posttrain.framework.batch import RolloutBatch
@@ -68,9 +68,3 @@ def loss(logprobs: torch.Tensor, batch: RolloutBatch, cfg: Config, norm: dict, e
     clipped = (ratio > 1.0 + cfg.eps_high) | (ratio < floor)
     metrics.update(core.ratio_metrics(logprobs, old, mask, clipped))
     return total, metrics
-
-
-if __name__ == "__main__":  # python -m posttrain.algorithms.cispo [key=value ...]
-    from posttrain.recipes.rl import demo
-
-    demo("cispo")

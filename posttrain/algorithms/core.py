@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from posttrain import UsageError
+from posttrain.errors import UsageError
 
 if TYPE_CHECKING:
     from posttrain.framework.batch import RolloutBatch

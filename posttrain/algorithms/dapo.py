@@ -41,8 +41,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from posttrain import UsageError
 from posttrain.algorithms import core, grpo
+from posttrain.errors import UsageError
 
 if TYPE_CHECKING:
     from posttrain.framework.batch import RolloutBatch
@@ -119,9 +119,3 @@ def loss(logprobs: torch.Tensor, batch: RolloutBatch, cfg: Config, norm: dict, e
     metrics["loss/policy"] = metrics["loss/policy"] * (n_kept / n_full if n_full > 0 else 0.0)
     metrics["dapo/truncated_token_frac"] = (full - kept).sum() / n_full if n_full > 0 else full.sum() * 0.0
     return total, metrics
-
-
-if __name__ == "__main__":  # python -m posttrain.algorithms.dapo [key=value ...]
-    from posttrain.recipes.rl import demo
-
-    demo("dapo")

@@ -36,9 +36,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from posttrain import UsageError
 from posttrain.algorithms import core, grpo, reinforce
 from posttrain.algorithms.base import AlgoConfig
+from posttrain.errors import UsageError
 
 if TYPE_CHECKING:
     from posttrain.framework.batch import RolloutBatch
@@ -106,9 +106,3 @@ def loss(logprobs: torch.Tensor, batch: RolloutBatch, cfg: Config, norm: dict, e
     total, metrics = core.finish_loss(pg, logprobs, batch, cfg, norm, entropy, "dppo")
     metrics.update(core.ratio_metrics(logprobs, old, mask, ~keep))
     return total, metrics
-
-
-if __name__ == "__main__":  # python -m posttrain.algorithms.dppo [key=value ...]
-    from posttrain.recipes.rl import demo
-
-    demo("dppo")

@@ -39,9 +39,3 @@ class Config(grpo.Config):
 needs_reference = grpo.needs_reference
 advantages = grpo.advantages
 loss = grpo.loss
-
-
-if __name__ == "__main__":  # python -m posttrain.algorithms.dr_grpo [key=value ...]
-    from posttrain.recipes.rl import demo
-
-    demo("dr_grpo")

@@ -30,9 +30,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from posttrain import UsageError
 from posttrain.algorithms import core
 from posttrain.algorithms.base import AlgoConfig
+from posttrain.errors import UsageError
 
 if TYPE_CHECKING:
     from posttrain.framework.batch import RolloutBatch
@@ -102,9 +102,3 @@ def loss(logprobs: torch.Tensor, batch: RolloutBatch, cfg: Config, norm: dict, e
     total, metrics = core.finish_loss(pg, logprobs, batch, cfg, norm, entropy, who="grpo")
     metrics.update(core.ratio_metrics(logprobs, old, mask, clipped))
     return total, metrics
-
-
-if __name__ == "__main__":  # python -m posttrain.algorithms.grpo [key=value ...]
-    from posttrain.recipes.rl import demo
-
-    demo("grpo")

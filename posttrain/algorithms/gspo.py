@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from posttrain import UsageError
 from posttrain.algorithms import core, grpo
+from posttrain.errors import UsageError
 
 if TYPE_CHECKING:
     from posttrain.framework.batch import RolloutBatch
@@ -77,9 +77,3 @@ def loss(logprobs: torch.Tensor, batch: RolloutBatch, cfg: Config, norm: dict, e
     total, metrics = core.finish_loss(pg, logprobs, batch, cfg, norm, entropy, "gspo")
     metrics.update(core.ratio_metrics(log_s, zero, mask, clipped))
     return total, metrics
-
-
-if __name__ == "__main__":  # python -m posttrain.algorithms.gspo [key=value ...]
-    from posttrain.recipes.rl import demo
-
-    demo("gspo")

@@ -47,9 +47,3 @@ def advantages(rewards: torch.Tensor, group_index: torch.Tensor, cfg: Config, **
     p_hat, _, _ = core.group_stats(rewards, group_index, cfg.std)  # [B]  μ_G, the pass rate for 0/1 rewards
     ok = p_hat > 0
     return torch.where(ok, adv / torch.where(ok, p_hat, torch.ones_like(p_hat)), torch.zeros_like(adv))  # ← ÷ p̂
-
-
-if __name__ == "__main__":  # python -m posttrain.algorithms.maxrl [key=value ...]
-    from posttrain.recipes.rl import demo
-
-    demo("maxrl")

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 import torch
 
-from posttrain import UsageError
 from posttrain.algorithms import core, grpo
+from posttrain.errors import UsageError
 
 
 @dataclass
@@ -56,9 +56,3 @@ def advantages(rewards: torch.Tensor, group_index: torch.Tensor, cfg: Config, **
     p_hat, _, _ = core.group_stats(rewards, group_index, cfg.std)  # [B]  μ_G
     w = trainability(p_hat.clamp(0.0, 1.0), cfg.maxent_lambda)  # [B]
     return w * grpo.advantages(rewards, group_index, cfg)  # ← the trainability weight
-
-
-if __name__ == "__main__":  # python -m posttrain.algorithms.mgpo [key=value ...]
-    from posttrain.recipes.rl import demo
-
-    demo("mgpo")

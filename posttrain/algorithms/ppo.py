@@ -45,10 +45,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from posttrain import UsageError
 from posttrain.algorithms import core
 from posttrain.algorithms.base import AlgoConfig
 from posttrain.algorithms.reinforce_pp import token_rewards  # R on the last token − β·KL_t (shared)
+from posttrain.errors import UsageError
 
 if TYPE_CHECKING:
     from posttrain.framework.batch import RolloutBatch
@@ -252,9 +252,3 @@ def loss(logprobs: torch.Tensor, batch: RolloutBatch, cfg: Config, norm: dict, e
         }
     )
     return total, metrics
-
-
-if __name__ == "__main__":  # python -m posttrain.algorithms.ppo [key=value ...]
-    from posttrain.recipes.rl import demo
-
-    demo("ppo")

@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from posttrain import UsageError
 from posttrain.algorithms import core
 from posttrain.algorithms.base import AlgoConfig
+from posttrain.errors import UsageError
 
 if TYPE_CHECKING:
     from posttrain.framework.batch import RolloutBatch
@@ -96,9 +96,3 @@ def loss(logprobs: torch.Tensor, batch: RolloutBatch, cfg, norm: dict, entropy: 
     never = torch.zeros_like(mask, dtype=torch.bool)
     metrics.update(core.ratio_metrics(logprobs, old, mask, never))
     return total, metrics
-
-
-if __name__ == "__main__":  # python -m posttrain.algorithms.reinforce [key=value ...]
-    from posttrain.recipes.rl import demo
-
-    demo("reinforce")

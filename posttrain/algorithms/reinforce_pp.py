@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from posttrain import UsageError
 from posttrain.algorithms import core, grpo
+from posttrain.errors import UsageError
 
 if TYPE_CHECKING:
     from posttrain.framework.batch import RolloutBatch
@@ -129,9 +129,3 @@ def advantages(
 
 
 loss = grpo.loss
-
-
-if __name__ == "__main__":  # python -m posttrain.algorithms.reinforce_pp [key=value ...]
-    from posttrain.recipes.rl import demo
-
-    demo("reinforce_pp")

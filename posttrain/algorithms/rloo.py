@@ -54,9 +54,3 @@ def advantages(rewards: torch.Tensor, group_index: torch.Tensor, cfg: Config, **
     others = (mean * size - r) / (size - 1).clamp_min(1)  # ← leave-one-out baseline
     live = (size > 1) & (std > 0)  # equal rewards: exactly 0, not ±1e-17
     return torch.where(live, r - others, torch.zeros_like(r)).to(rewards.dtype)
-
-
-if __name__ == "__main__":  # python -m posttrain.algorithms.rloo [key=value ...]
-    from posttrain.recipes.rl import demo
-
-    demo("rloo")

@@ -19,10 +19,12 @@ import statistics
 import time
 from pathlib import Path
 
-from posttrain import UsageError, algorithms
+from posttrain import algorithms
 from posttrain.config import RLConfig, build, load_config
+from posttrain.errors import UsageError
 from posttrain.logging import read_metrics
 from posttrain.recipes import rl
+from posttrain.recipes.warm_start import default_init
 
 BUDGET = ["rollout.prompts_per_step=16", "optim.lr=3e-5"]  # on top of configs/grpo_arith.yaml
 ORDER = [
@@ -112,7 +114,7 @@ def main(argv=None) -> None:
     unknown = set(args.algorithms.split(",")) - set(algorithms.ALGORITHMS)
     if unknown:
         raise UsageError(f"--algorithms: unknown {sorted(unknown)}; choose from {', '.join(algorithms.ALGORITHMS)}")
-    init = args.init or rl.default_init()
+    init = args.init or default_init()
     out = Path(args.out)
     rows = json.loads(out.read_text()) if out.exists() else []  # earlier seeds stay; a re-run replaces its row
     for name in args.algorithms.split(","):

@@ -42,7 +42,7 @@ from posttrain.bench import update_json
 from posttrain.bench.algorithms import one_run
 from posttrain.eval import response_budget
 from posttrain.framework.rollout import Engine, SamplingParams
-from posttrain.recipes import rl
+from posttrain.recipes.warm_start import default_init
 from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
 from posttrain.tasks.base import safe_reward
 
@@ -133,7 +133,7 @@ def main(argv=None) -> None:
     p.add_argument("--runs", default="runs/claims")
     p.add_argument("--out", default="benchmarks/results/claims.json")
     args = p.parse_args(argv)
-    init, runs, out = args.init or rl.default_init(), Path(args.runs), Path(args.out)
+    init, runs, out = args.init or default_init(), Path(args.runs), Path(args.out)
     res = json.loads(out.read_text()) if out.exists() else {}
     run = lambda name, tag, overrides=(), algo=None: (
         _summary(one_run(name, init, args.steps, args.seed, runs / tag, [*overrides, f"threads={args.threads}"], algo))

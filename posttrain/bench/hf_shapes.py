@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from posttrain import UsageError
+from posttrain.errors import UsageError
 from posttrain.sizing.shapes import PRESETS, ModelShape
 
 PAD, EOS = "<pad>", "<eos>"  # ids 0 and 1 of the tokenizer

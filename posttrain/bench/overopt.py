@@ -9,7 +9,7 @@ bon   Best-of-n against each RM. N samples per held-out problem are drawn once; 
       first among n drawn at random is exact from the order statistics of the N: the sample of
       proxy rank j (ascending) wins with probability C(j−1, n−1)/C(N, n). Gao's KL of best-of-n
       is log n − (n−1)/n, so √KL runs from 0 to ≈1.7 at n = 32.
-rl    GRPO on each RM's score (`reward_model=`, preference/rlhf.py) for each KL coefficient: the
+rl    GRPO on each RM's score (`reward_model=`, reward_models/rlhf.py) for each KL coefficient: the
       per-step true and proxy reward against √(sequence KL) from the run's overoptimization.json
       (its report draws the same curve); reported: where the smoothed true reward peaked, and how
       far it fell by the end while the proxy kept rising.
@@ -35,8 +35,8 @@ from posttrain.config import RLConfig, load_config
 from posttrain.eval import response_budget
 from posttrain.framework.rollout import Engine, SamplingParams
 from posttrain.logging import read_metrics
-from posttrain.preference.reward_model import load_scorer
 from posttrain.recipes import rl
+from posttrain.reward_models.reward_model import load_scorer
 from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
 from posttrain.tasks.base import safe_reward
 

@@ -40,7 +40,7 @@ from posttrain.framework.reference import score_logprobs
 from posttrain.framework.rollout import Engine, SamplingParams
 from posttrain.logging import read_metrics
 from posttrain.precision import FORMATS, sampler_runtime
-from posttrain.recipes import rl
+from posttrain.recipes.warm_start import default_init
 from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
 from posttrain.tasks.base import score_samples
 
@@ -204,7 +204,7 @@ def main(argv=None) -> None:
     a = p.parse_args(argv)
 
     torch.set_num_threads(1)
-    init, out = a.init or rl.default_init(), Path(a.out)
+    init, out = a.init or default_init(), Path(a.out)
     seeds = [int(s) for s in a.seeds.split(",")]
     summary_keys = {
         "mismatch": (

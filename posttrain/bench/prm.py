@@ -6,7 +6,7 @@
 with K = 4 completions per step prefix for 300 steps, and its PRM best-of-8 fell below pass@1.
 This driver measures first whether the PRM predicts its labels, then compares:
 
-1. Labels: Monte-Carlo (preference/prm.mc_labels) on `--label-problems` train problems and,
+1. Labels: Monte-Carlo (reward_models/prm.mc_labels) on `--label-problems` train problems and,
    the same way, on `--eval-problems` held-out TEST problems (never trained on).
 2. Step-level accuracy on the held-out labels, at every `--check-every` PRM steps: at each
    non-final boundary, does σ(PRM) ≥ ½ agree with the Monte-Carlo label ≥ ½ (how a step is
@@ -44,10 +44,10 @@ from posttrain.bench.search import compare
 from posttrain.config import OptimConfig
 from posttrain.framework.rollout import Engine, SamplingParams
 from posttrain.framework.trainer import Trainer
-from posttrain.preference.prm import PRM, aggregate, boundaries, collate_rows, mc_labels, prm_loss_fn, step_scores
-from posttrain.preference.reward_model import load_scorer
 from posttrain.preference.search import sample_table, solved
 from posttrain.recipes.common import EpochIndices
+from posttrain.reward_models.prm import PRM, aggregate, boundaries, collate_rows, mc_labels, prm_loss_fn, step_scores
+from posttrain.reward_models.reward_model import load_scorer
 from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
 
 

@@ -34,7 +34,7 @@ from posttrain.framework.rollout import Engine, SamplingParams
 from posttrain.models.export import to_hf_model
 from posttrain.models.gpt_mini import ModelConfig, build_model
 from posttrain.models.tokenizer import BASE_CHARS, CharTokenizer
-from posttrain.recipes import rl
+from posttrain.recipes.warm_start import default_init
 from posttrain.tasks.arithmetic import ArithmeticTask
 
 
@@ -169,7 +169,7 @@ def invariance(
     every group in one batch (256 slots), 16 slots, and one group at a time. Reports the share
     of samples whose tokens differ from the one-batch run, the share of tokens from the first
     divergence on, and the largest logprob difference over the tokens that agree."""
-    model, tok, path = checkpoint.load_model(init or rl.default_init())
+    model, tok, path = checkpoint.load_model(init or default_init())
     task = ArithmeticTask()
     items = task.items(prompts, "train", seed)
     ids = [tok.encode(tok.chat_prompt(task.prompt(it))) for it in items]

@@ -2,7 +2,7 @@
 
     posttrain bench search --init runs/sft --rm runs/rm --n 8 --beam 2 --out search.json
 
-`main` labels steps by Monte-Carlo (preference/prm.mc_labels), trains the PRM from the
+`main` labels steps by Monte-Carlo (reward_models/prm.mc_labels), trains the PRM from the
 policy's trunk, runs the table on held-out problems at equal sample budgets and writes it as
 JSON with the tokens each method generated.
 """
@@ -21,10 +21,10 @@ from posttrain.bench import write_json
 from posttrain.config import OptimConfig
 from posttrain.framework.rollout import Engine, SamplingParams
 from posttrain.framework.trainer import Trainer
-from posttrain.preference.prm import PRM, aggregate, collate_rows, mc_labels, prm_loss_fn, step_scores
-from posttrain.preference.reward_model import load_scorer
 from posttrain.preference.search import beam_search, sample_table, solved
 from posttrain.recipes.common import EpochIndices
+from posttrain.reward_models.prm import PRM, aggregate, collate_rows, mc_labels, prm_loss_fn, step_scores
+from posttrain.reward_models.reward_model import load_scorer
 from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
 
 

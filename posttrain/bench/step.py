@@ -73,7 +73,7 @@ from pathlib import Path
 
 import torch
 
-from posttrain import UsageError, api, runtime
+from posttrain import api, runtime
 from posttrain.bench import (
     finish,
     peak_memory,
@@ -85,6 +85,7 @@ from posttrain.bench import (
 from posttrain.bench.floor import peaks, step_floor
 from posttrain.bench.hf_shapes import ARCHS, SHAPES, shape_of, spread_stops, words, write_shape
 from posttrain.bench.rollout import hf_generate
+from posttrain.errors import UsageError
 from posttrain.framework.rollout import Engine, SamplingParams
 from posttrain.models import attention
 from posttrain.models.hf import HFTokenizer, load_hf

@@ -35,9 +35,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from posttrain import UsageError
 from posttrain.bench import finish, matmul_peak_gflops, transformers_version
 from posttrain.config import RLConfig, load_config
+from posttrain.errors import UsageError
 from posttrain.framework.controller import Controller
 from posttrain.models.hf import load_hf, write_tiny
 from posttrain.recipes import rl

@@ -28,7 +28,7 @@ import zlib
 
 import numpy as np
 
-from posttrain import UsageError
+from posttrain.errors import UsageError
 from posttrain.framework.rollout import SamplingParams
 from posttrain.tasks.base import safe_reward, verifier_args
 

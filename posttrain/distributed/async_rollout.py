@@ -45,8 +45,8 @@ import queue
 import threading
 import time
 
+from posttrain.framework.card import OutOfMemory
 from posttrain.framework.weight_sync.snapshots import WeightPublisher, switch_weights
-from posttrain.sizing.card import OutOfMemory
 
 
 class AsyncRollout:
@@ -133,7 +133,7 @@ class AsyncRollout:
 
     def _take(self):
         while True:
-            if isinstance(self.error, OutOfMemory):  # already one line naming its phase (sizing/card.py)
+            if isinstance(self.error, OutOfMemory):  # already one line naming its phase (framework/card.py)
                 raise self.error
             if self.error is not None:
                 raise RuntimeError(f"rollout producer failed: {self.error!r}") from self.error

@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from posttrain import UsageError
+from posttrain.errors import UsageError
 from posttrain.framework.batch import Batch, map_batch, view
 
 BUCKET_BYTES = 25 * 2**20  # gradients per all-reduce call (DDP's default bucket size)

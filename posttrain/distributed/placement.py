@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from posttrain import UsageError
 from posttrain.algorithms.core import OFF_POLICY_CORRECTIONS
 from posttrain.distributed.async_rollout import AsyncRollout
 from posttrain.distributed.ray_rollout import RayReference, RayRollout
 from posttrain.distributed.trainer_group import check_trainer_config
+from posttrain.errors import UsageError
 from posttrain.framework.backends import backend_of, make_engine, make_sync
 from posttrain.framework.compiled import resolve
 from posttrain.framework.reference import Reference

@@ -32,7 +32,7 @@ import time
 
 import torch
 
-from posttrain import UsageError
+from posttrain.errors import UsageError
 from posttrain.framework.backends import make_engine
 from posttrain.framework.batch import Batch, view
 from posttrain.framework.reference import Reference

@@ -43,10 +43,11 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from posttrain import UsageError, algorithms, runtime
+from posttrain import algorithms, runtime
 from posttrain.distributed import fsdp
 from posttrain.distributed.data_parallel import DataParallel
 from posttrain.distributed.fsdp import full_state, gather_into
+from posttrain.errors import UsageError
 from posttrain.framework.batch import Batch, map_batch, to_device
 from posttrain.framework.critic import needs_critic
 from posttrain.framework.trainer import Trainer, policy_loss_fn

@@ -27,7 +27,7 @@ import asyncio
 import random
 from dataclasses import dataclass, field
 
-from posttrain import UsageError
+from posttrain.errors import UsageError
 from posttrain.tasks.base import RewardResult, TaskConfig
 
 TEST_SEEDS = 1_000_000_000  # held-out reset seeds start here; train seeds stay below

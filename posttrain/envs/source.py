@@ -36,7 +36,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from posttrain import UsageError, postmortem
+from posttrain import postmortem
+from posttrain.errors import UsageError
 from posttrain.eval import pass_at_k
 from posttrain.framework.controller import group_metrics, group_rewards, sample_metrics
 from posttrain.serve.batcher import Batcher

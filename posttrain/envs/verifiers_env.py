@@ -27,8 +27,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from posttrain import UsageError
 from posttrain.chat import check_messages, prompt_text
+from posttrain.errors import UsageError
 from posttrain.tasks.base import RewardResult, TaskConfig, in_heldout
 
 PREFIX = "verifiers:"

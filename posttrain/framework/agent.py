@@ -26,9 +26,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from posttrain import UsageError, postmortem
+from posttrain import postmortem
 from posttrain.chat import CALL_CLOSE, SPECIALS
-from posttrain.framework.rollout import Sample, SamplingParams
+from posttrain.errors import UsageError
+from posttrain.framework.rollout import SamplingParams
+from posttrain.framework.sample import Sample
 from posttrain.models.tokenizer import CharTokenizer
 
 
@@ -219,54 +221,3 @@ def solved(episode) -> bool:
     """Whether an episode is correct, for evaluation: its env's "correct" component when it logs
     one (a format or call reward is not a solved problem), else reward ≥ 1."""
     return float(episode.reward_components.get("correct", episode.reward)) >= 1.0
-
-
-def evaluate_episodes(
-    engine,
-    tok,
-    task,
-    items,
-    n: int = 0,
-    ks=(1,),
-    temperature: float = 1.0,
-    max_new_tokens: int = 64,
-    seed: int = 0,
-    prefix: str = "eval/",
-) -> dict:
-    """Held-out evaluation of an env task, with the keys of eval.evaluate: greedy accuracy, and
-    with n > 0 sampled pass@1 and pass@k; plus the tool-call rate of each, and the episodes whose
-    environment reported an error (`errors`; episodes run without a deadline, so no `timeouts`)."""
-    from posttrain.eval import pass_at_k  # upward: posttrain.eval
-
-    greedy = run_episodes(
-        engine, tok, task, items, 1, SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens), seed=seed
-    )
-    out = {
-        f"{prefix}greedy_acc": float(np.mean([solved(e) for e in greedy])),
-        f"{prefix}length_mean": float(np.mean([len(e.response_ids) for e in greedy])),
-        f"{prefix}greedy_tool_call_rate": episode_metrics(greedy, "")["tool_call_rate"],
-    }
-    failed = [e.reward_error is not None for e in greedy]
-    if n > 0:
-        eps = run_episodes(
-            engine,
-            tok,
-            task,
-            items,
-            n,
-            SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens),
-            seed=seed,
-        )
-        correct = [sum(solved(e) for e in eps[i * n : (i + 1) * n]) for i in range(len(items))]
-        for k in ks:
-            if k <= n:
-                out[f"{prefix}pass@{k}"] = float(np.mean([pass_at_k(n, c, k) for c in correct]))
-        out[f"{prefix}tool_call_rate"] = episode_metrics(eps, "")["tool_call_rate"]
-        failed += [e.reward_error is not None for e in eps]
-        for name, used in (("with_tool", True), ("without_tool", False)):  # where the accuracy comes from
-            part = [solved(e) for e in eps if (e.tool_calls > 0) == used]
-            if part:
-                out[f"{prefix}acc_{name}"] = float(np.mean(part))
-    out[f"{prefix}errors"] = float(sum(failed))
-    out["per_k"] = {}
-    return out

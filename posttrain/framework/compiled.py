@@ -72,7 +72,7 @@ import types
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
-from posttrain import UsageError
+from posttrain.errors import UsageError
 
 SCOPES = ("blocks", "trunk")  # optim.compile_scope; the first is the default
 _ON: contextvars.ContextVar[str] = contextvars.ContextVar("posttrain_compile", default="")  # "" = off

@@ -30,11 +30,12 @@ import numpy as np
 from posttrain.algorithms.core import broadcast
 from posttrain.framework.agent import Episode, episode_metrics, run_episodes
 from posttrain.framework.batch import collate_samples, to_device
+from posttrain.framework.card import phase
 from posttrain.framework.critic import critic_values, needs_critic
 from posttrain.framework.off_policy import correct_off_policy
-from posttrain.framework.rollout import Sample, SamplingParams
+from posttrain.framework.rollout import SamplingParams
+from posttrain.framework.sample import Sample
 from posttrain.framework.trainer import policy_loss_fn
-from posttrain.sizing.card import phase
 from posttrain.sizing.throughput import max_of_k
 from posttrain.tasks.base import MultiTurnTask, score_samples
 from posttrain.tasks.pool import make_pool, verifier_args
@@ -178,7 +179,7 @@ class Controller:
 
 @contextmanager
 def timed(timers: dict, name: str):
-    """Time a role, and name it in a CUDA out-of-memory error raised inside (sizing/card.py)."""
+    """Time a role, and name it in a CUDA out-of-memory error raised inside (framework/card.py)."""
     t0 = time.perf_counter()
     with phase(name):
         yield

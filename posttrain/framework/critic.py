@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from posttrain import UsageError
+from posttrain.errors import UsageError
 from posttrain.framework.batch import Batch, split_micro_batches, view
 from posttrain.framework.logprobs import hidden_logprobs, logits_logprobs
 from posttrain.framework.packing import Packed

@@ -14,8 +14,7 @@ from posttrain.framework.decode_graphs import SPAN_BUCKET
 from posttrain.framework.sampler import SamplingParams, draw_uniforms, sample_keys, sample_tokens
 from posttrain.models.decode import tensor_key
 from posttrain.models.gpt_mini import KVCache
-from posttrain.models.heads import lm_parts
-from posttrain.sizing.memory import LOGIT_CHUNK_ELEMENTS
+from posttrain.models.heads import LOGIT_CHUNK_ELEMENTS, lm_parts
 
 PREFILL_BATCH = 64  # prompts per prefill forward, at most
 PREFILL_CHUNK = 16384  # padded prompt tokens per prefill forward (rollout.prefill_chunk): 64 prompts of 256

@@ -14,8 +14,8 @@ ActorCritic: models/heads.lm_parts), the final hidden states [B, T, d] are score
 (`hidden_token_stats`): a chunk's logits are made, reduced to what is asked per token (logprob,
 entropy) and dropped. Under autograd each chunk is a checkpoint (torch.utils.checkpoint): forward
 keeps only the chunk's hidden states, backward remakes one chunk's logits at a time. Peak logit
-memory is then a few copies of ONE chunk, `LOGIT_CHUNK_ELEMENTS` entries (sizing/memory.py, which
-counts it), whatever the batch and the vocabulary. The hidden states come from
+memory is then a few copies of ONE chunk, `LOGIT_CHUNK_ELEMENTS` entries (models/heads.py;
+sizing/run_memory.py counts it), whatever the batch and the vocabulary. The hidden states come from
 `compiled.trunk_hidden`: the trunk as it is, or through torch.compile inside the trainer's step and
 the reference's scores with `optim.compile` (framework/compiled.py); the chunks stay eager.
 
@@ -45,8 +45,7 @@ from posttrain.framework.compiled import trunk_hidden
 from posttrain.framework.packing import Packed
 from posttrain.framework.rollout import token_logprobs
 from posttrain.models.attention import chosen
-from posttrain.models.heads import lm_parts
-from posttrain.sizing.memory import LOGIT_CHUNK_ELEMENTS
+from posttrain.models.heads import LOGIT_CHUNK_ELEMENTS, lm_parts
 
 
 def sequence_logprobs(model, input_ids: torch.Tensor, temperature: float = 1.0, with_entropy: bool = False):

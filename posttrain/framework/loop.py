@@ -17,11 +17,12 @@ import time
 
 import torch
 
-from posttrain import TrainingHalted, checkpoint, postmortem, runtime
+from posttrain import checkpoint, postmortem, runtime
 from posttrain.config import to_dict
+from posttrain.errors import TrainingHalted
+from posttrain.framework.card import OutOfMemory, phase
 from posttrain.framework.trainer import Trainer
 from posttrain.logging import RunLogger
-from posttrain.sizing.card import OutOfMemory, phase
 
 
 def eval_due(cfg, step: int) -> bool:

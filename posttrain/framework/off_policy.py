@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from posttrain import UsageError
 from posttrain.algorithms.core import off_policy_weights
+from posttrain.errors import UsageError
 from posttrain.framework.batch import RolloutBatch
 from posttrain.framework.reference import score_logprobs
 

@@ -33,7 +33,8 @@ import torch
 
 if TYPE_CHECKING:
     from posttrain.framework.batch import Batch
-    from posttrain.framework.rollout import Sample, SamplingParams
+    from posttrain.framework.rollout import SamplingParams
+    from posttrain.framework.sample import Sample
 
 LossFn = Callable[[torch.nn.Module, Any, dict], tuple[torch.Tensor, dict]]
 """loss_fn(model, micro_batch, norm) -> (loss, metrics): the only thing the trainer knows of an

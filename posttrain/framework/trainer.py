@@ -24,8 +24,8 @@ import warnings
 
 import torch
 
-from posttrain import UsageError
 from posttrain.algorithms.core import batch_norm, masked_mean
+from posttrain.errors import UsageError
 from posttrain.framework.batch import Batch, RolloutBatch, map_batch, split_micro_batches, view
 from posttrain.framework.compiled import SCOPES, compiling, resolve
 from posttrain.framework.critic import logprobs_and_values, needs_critic

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from posttrain import UsageError
+from posttrain.errors import UsageError
 from posttrain.lessons.content_gpt import GPT_LESSONS
 from posttrain.lessons.content_lesson import PARTS, G, Lesson  # noqa: F401  (content.G and content.PARTS, read by pages)
 from posttrain.lessons.content_rl_foundations import FOUNDATIONS

@@ -16,7 +16,7 @@ PRODUCTION = [
         "policy is then trained against that score, with a KL anchor.",
         "Preferences are cheap to collect and capture what is hard to write down, but the learned score "
         "is only right near the data it saw, which is why the anchor matters more here than with a verifier.",
-        ["posttrain.preference.reward_model:bradley_terry_loss", "posttrain.preference.reward_model:RewardModel"],
+        ["posttrain.reward_models.reward_model:bradley_terry_loss", "posttrain.reward_models.reward_model:RewardModel"],
         ["bt_rm"],
     ),
     Lesson(

@@ -22,7 +22,7 @@ from html import escape
 from pygments.lexers import PythonLexer
 from pygments.token import STANDARD_TYPES
 
-from posttrain import UsageError
+from posttrain.errors import UsageError
 from posttrain.lessons import facts, registry, sources
 
 BLOCK = ("widget", "code", "table")

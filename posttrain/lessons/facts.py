@@ -13,7 +13,7 @@ import functools
 import importlib
 from collections.abc import Callable
 
-from posttrain import UsageError
+from posttrain.errors import UsageError
 
 MODULES = ("facts_a", "facts_b", "facts_c")  # posttrain/lessons/<name>.py
 

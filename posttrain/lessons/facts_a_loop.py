@@ -9,7 +9,8 @@ from posttrain.config import RLConfig
 from posttrain.framework.agent import observation_ids
 from posttrain.framework.batch import RolloutBatch, collate, collate_samples, split_micro_batches
 from posttrain.framework.controller import group_metrics, group_rewards
-from posttrain.framework.rollout import Engine, Sample
+from posttrain.framework.rollout import Engine
+from posttrain.framework.sample import Sample
 from posttrain.framework.weight_sync import WeightSync
 from posttrain.lessons.facts_a_tools import (
     at,

@@ -13,22 +13,13 @@ import torch
 from posttrain.algorithms import core, grpo, reinforce
 from posttrain.framework.batch import RolloutBatch, collate_samples
 from posttrain.framework.rollout import Engine, SamplingParams
-from posttrain.lessons import registry
+from posttrain.lessons.registry import kpi  # noqa: F401 — the facts modules' one kpi
 from posttrain.models.gpt_mini import ModelConfig, build_model
 from posttrain.models.tokenizer import CharTokenizer
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 BANDIT = [0.1, 0.3, 0.9, 0.4, 0.2]  # the course's 5-armed bandit (lesson 01), arms A–E
 ARMS = "ABCDE"
-
-
-def kpi(widget: str, label: str, **knobs):
-    """The KPI `label` of `widget` at `knobs` (other knobs at their defaults), as the page shows it."""
-    out = registry.compute(widget, {k: registry.fmt(v) for k, v in knobs.items()})
-    found = dict(out["kpis"])
-    if label not in found:
-        raise KeyError(f"widget {widget} has no KPI {label!r}; it has {list(found)}")
-    return found[label]
 
 
 def at(widget: str, label: str, **knobs):

@@ -19,7 +19,7 @@ from posttrain.algorithms import core, dapo, dr_grpo, grpo
 from posttrain.lessons import claims, dapo_toy, facts_b_hw, facts_b_pref, facts_b_signal, facts_b_sys, runs
 from posttrain.lessons.facts_b_data import kpi, result, t
 from posttrain.preference.dpo import DPOLossConfig, SeqLogps, preference_loss
-from posttrain.preference.reward_model import bradley_terry_loss
+from posttrain.reward_models.reward_model import bradley_terry_loss
 
 # ---- 13 · DAPO ---------------------------------------------------------------------------------
 

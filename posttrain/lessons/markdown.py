@@ -24,7 +24,7 @@ from html import escape
 
 from markdown_it import MarkdownIt
 
-from posttrain import UsageError
+from posttrain.errors import UsageError
 from posttrain.lessons import content, directives
 
 DIRECTIVE = re.compile(r"\{\{(\w+):([^{}\n]*)\}\}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from posttrain import UsageError
+from posttrain.errors import UsageError
 from posttrain.lessons import content, glossary, markdown, registry, sources
 from posttrain.lessons.directives import Env, esc, highlight, widget_html
 from posttrain.lessons.sources import ROOT, code_ref, source_name  # noqa: F401  (pages.code_ref etc. for callers)

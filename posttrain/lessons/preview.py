@@ -21,7 +21,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from posttrain import UsageError
+from posttrain.errors import UsageError
 from posttrain.lessons import content, markdown, pages, registry, search, server
 
 WANT = (700, 1500)

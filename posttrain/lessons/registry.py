@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from posttrain import UsageError
+from posttrain.errors import UsageError
 
 MAX_GRID = 600
 WIDGET_MODULES = (
@@ -176,6 +176,16 @@ def compute(name: str, query: dict | None = None) -> dict:
 
 
 @functools.lru_cache(maxsize=4096)
+def kpi(widget: str, label: str, **knobs):
+    """The KPI `label` of `widget` at `knobs` (other knobs at their defaults), as the page shows it: computed
+    by the widget itself, so a fact quoted in the text and the plot beside it cannot disagree (the page's
+    {{kpi:…}} reads the defaults; the facts modules quote other settings through this)."""
+    found = dict(compute(widget, {k: fmt(v) for k, v in knobs.items()})["kpis"])
+    if label not in found:
+        raise KeyError(f"widget {widget} has no KPI {label!r}; it has {list(found)}")
+    return found[label]
+
+
 def _cached(name: str, knobs: tuple) -> dict:
     return WIDGETS[name].fn(**dict(knobs))
 

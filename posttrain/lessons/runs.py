@@ -18,8 +18,8 @@ from pathlib import Path
 
 import torch
 
-from posttrain import UsageError
 from posttrain.config import OptimConfig
+from posttrain.errors import UsageError
 from posttrain.eval import evaluate
 from posttrain.framework.batch import collate
 from posttrain.framework.rollout import Engine, SamplingParams

@@ -19,7 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from posttrain import UsageError
+from posttrain.errors import UsageError
 from posttrain.lessons import content, home, pages, registry, search
 
 STATIC = Path(__file__).resolve().parent / "static"

@@ -15,7 +15,7 @@ import re
 from functools import cache
 from pathlib import Path
 
-from posttrain import UsageError
+from posttrain.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[2]  # the directory holding the posttrain package
 CODE_DIRECTIVE = re.compile(r"\{\{code:([^{}]+)\}\}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 
-from posttrain import UsageError
+from posttrain.errors import UsageError
 from posttrain.lessons import content, registry
 
 # widgets whose lesson page does not list them yet (content.py is edited by the site engineer)

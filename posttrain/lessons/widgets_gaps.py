@@ -20,7 +20,7 @@ from posttrain.sizing import memory
 
 # name → (label, slots in after, prerequisite, force, effort, posttrain status, where)
 GAPS = {
-    "prm": ("PRM training", "L17", "03, 17", "signal", "medium", "closed", "posttrain.preference.prm:mc_labels"),
+    "prm": ("PRM training", "L17", "03, 17", "signal", "medium", "closed", "posttrain.reward_models.prm:mc_labels"),
     "rm": (
         "reward-model internals",
         "L15",
@@ -28,7 +28,7 @@ GAPS = {
         "signal",
         "small",
         "partly",
-        "posttrain.preference.reward_model:RewardModel",
+        "posttrain.reward_models.reward_model:RewardModel",
     ),
     "curriculum": (
         "curriculum and data mixing",

@@ -1,5 +1,5 @@
 """Widget of lesson 15: a Bradley–Terry reward model learning four responses' scores from noisy
-pairwise labels (preference/reward_model.bradley_terry_loss). The rest of the 'signal' lessons
+pairwise labels (reward_models/reward_model.bradley_terry_loss). The rest of the 'signal' lessons
 (17, 18, 18a) are widgets_signal.py, registered right after this module."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import math
 import torch
 
 from posttrain.lessons.registry import Knob, Widget, bar, figure, r, register
-from posttrain.preference.reward_model import bradley_terry_loss
+from posttrain.reward_models.reward_model import bradley_terry_loss
 
 # ---- 15 · a Bradley–Terry reward model on four responses -------------------------------------------
 
@@ -72,6 +72,6 @@ register(
             "swings the scores, and agreement drops to ~87%; the policy then optimises a jittery reward.",
         },
         "Hidden true scores and the reward model's scores after the labelled pairs.",
-        ["posttrain.preference.reward_model:bradley_terry_loss"],
+        ["posttrain.reward_models.reward_model:bradley_terry_loss"],
     )
 )

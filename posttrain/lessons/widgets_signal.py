@@ -16,8 +16,8 @@ from posttrain.data.curate import curate
 from posttrain.framework.batch import RolloutBatch
 from posttrain.lessons import claims
 from posttrain.lessons.registry import Knob, Widget, bar, figure, line, r, register
-from posttrain.preference.prm import aggregate
 from posttrain.preference.search import sample_table
+from posttrain.reward_models.prm import aggregate
 from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
 
 # ---- 17 · ORM and PRM reranking vs. PRM beam search ------------------------------------------------
@@ -145,7 +145,7 @@ register(
         "search.sample_table and prm.aggregate." + claims.caption("prm"),
         [
             "posttrain.preference.search:sample_table",
-            "posttrain.preference.prm:aggregate",
+            "posttrain.reward_models.prm:aggregate",
             "posttrain.tasks.arithmetic:ArithmeticTask.reward",
         ],
     )

@@ -13,7 +13,8 @@ from posttrain.algorithms import core, grpo
 from posttrain.config import OptimConfig
 from posttrain.framework.batch import collate, collate_samples
 from posttrain.framework.reference import Reference, score_logprobs
-from posttrain.framework.rollout import Engine, Sample, token_logprobs
+from posttrain.framework.rollout import Engine, token_logprobs
+from posttrain.framework.sample import Sample
 from posttrain.framework.trainer import Trainer, policy_loss_fn
 from posttrain.framework.weight_sync import WeightSync
 from posttrain.lessons.registry import Knob, Widget, bar, figure, line, r, register

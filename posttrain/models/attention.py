@@ -50,7 +50,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
-from posttrain import UsageError
+from posttrain.errors import UsageError
 
 try:
     from torch.nn.attention.varlen import varlen_attn

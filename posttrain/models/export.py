@@ -30,8 +30,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from posttrain import UsageError
 from posttrain.chat import ASSISTANT, EOT, PAD, RESULT_CLOSE, RESULT_OPEN, SYSTEM, USER
+from posttrain.errors import UsageError
 from posttrain.models.gpt_mini import GPTMini, ModelConfig
 from posttrain.models.tokenizer import CharTokenizer
 

@@ -26,7 +26,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 import torch.utils.checkpoint
 
-from posttrain import UsageError
+from posttrain.errors import UsageError
 from posttrain.models.attention import attend
 
 # name -> (d_model, n_layers, n_heads, d_ff). Head size 32 throughout.

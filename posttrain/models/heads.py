@@ -30,7 +30,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from posttrain import UsageError
+from posttrain.errors import UsageError
+
+# Entries of [tokens × vocab] logits made at once when a model is scored from its hidden states
+# (framework/logprobs.py) or a prefill reads its head (framework/decode_loop.py): 2**24 = 64 MiB in fp32,
+# 110 tokens a chunk at Qwen's 151,936 vocabulary. sizing/run_memory.py predicts with the same number.
+LOGIT_CHUNK_ELEMENTS = 2**24
 
 CRITICS = ("shared", "separate")
 

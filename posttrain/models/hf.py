@@ -45,7 +45,7 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from posttrain import UsageError
+from posttrain.errors import UsageError
 from posttrain.models import lora
 from posttrain.models.attention import hf_mask, use_in_hf
 from posttrain.models.export import _tokenizer_config

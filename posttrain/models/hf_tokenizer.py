@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from posttrain import UsageError
 from posttrain.chat import check_messages
+from posttrain.errors import UsageError
 
 
 class HFTokenizer:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from posttrain import UsageError
+from posttrain.errors import UsageError
 
 ADAPTER = "default"
 

@@ -24,7 +24,6 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from posttrain import UsageError
 from posttrain.chat import (  # noqa: F401
     ASSISTANT,
     BASE_CHARS,
@@ -44,6 +43,7 @@ from posttrain.chat import (  # noqa: F401
     check_messages,
     render_builtin,
 )
+from posttrain.errors import UsageError
 
 FILE_NAME = "tokenizer.posttrain.json"
 HF_SPECIALS = PAD + EOT + USER + ASSISTANT + SYSTEM  # special in an HF export: what skip_special_tokens drops

@@ -1,2 +1,3 @@
-"""Rewards from preferences: preference pairs (data.py), the DPO family (dpo.py), the
-Bradley–Terry / ORM reward model (reward_model.py)."""
+"""Learning from preferences and from a teacher: preference pairs (data.py), the DPO family (dpo.py),
+rejection sampling (rejection.py), on-policy distillation (distill.py) and test-time search (search.py).
+The models that give rewards (the reward model, the PRM, the judge) are posttrain/reward_models/."""

@@ -33,8 +33,8 @@ from pathlib import Path
 
 import torch
 
-from posttrain import UsageError
 from posttrain.chat import check_messages
+from posttrain.errors import UsageError
 from posttrain.framework.backends import make_engine
 from posttrain.framework.batch import collate
 from posttrain.framework.roles import RolloutEngine

@@ -26,8 +26,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from posttrain import UsageError
 from posttrain.algorithms.core import masked_mean
+from posttrain.errors import UsageError
 from posttrain.framework.batch import RolloutBatch
 from posttrain.framework.logprobs import logits_stats, position_stats
 from posttrain.framework.rollout import token_logprobs

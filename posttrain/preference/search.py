@@ -25,7 +25,7 @@ import torch
 
 from posttrain.framework.backends import make_engine
 from posttrain.framework.rollout import SamplingParams
-from posttrain.preference.prm import step_scores
+from posttrain.reward_models.prm import step_scores
 from posttrain.tasks.arithmetic import last_integer
 from posttrain.tasks.base import safe_reward
 

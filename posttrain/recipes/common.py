@@ -12,15 +12,17 @@ from pathlib import Path
 import torch
 import yaml
 
-from posttrain import UsageError, checkpoint, postmortem, runtime
+from posttrain import checkpoint, postmortem, runtime, tasks
 from posttrain.config import save_config, to_dict
+from posttrain.errors import UsageError
+from posttrain.framework import card
 from posttrain.framework.batch import split_micro_batches, to_device
 from posttrain.framework.logprobs import micro_logprobs
 from posttrain.models import attention
 from posttrain.models.gpt_mini import GPTMini
 from posttrain.models.lora import apply_lora
 from posttrain.models.tokenizer import BASE_CHARS, DEFAULT_CHARS, CharTokenizer
-from posttrain.sizing import card
+from posttrain.reward_models.wrap import with_judge
 from posttrain.sizing.run_memory import model_shape, predict_run_peak
 
 
@@ -99,7 +101,7 @@ def init_model(cfg, init: str, run: Run, task=None) -> tuple[GPTMini, CharTokeni
     """Start from a checkpoint (`init`: a run, a checkpoint or a Hugging Face directory) or from
     random weights shaped by `cfg.model` (with a vocabulary for `task`); then the training
     switches: gradient checkpointing and LoRA adapters (`cfg.lora.r > 0`); then the card
-    (sizing/card.py): weights and optimizer state that cannot fit it are refused (the whole run's
+    (framework/card.py): weights and optimizer state that cannot fit it are refused (the whole run's
     predicted peak above it is predict_memory's warning)."""
     device = run.rt.device
     if init:
@@ -124,7 +126,7 @@ def init_model(cfg, init: str, run: Run, task=None) -> tuple[GPTMini, CharTokeni
 
 def check_card(run: Run, model) -> None:
     """Before any work on a CUDA card: weights + optimizer state must fit it, else a UsageError
-    (sizing/card.py). Whether the whole run fits is said once its predicted peak is known
+    (framework/card.py). Whether the whole run fits is said once its predicted peak is known
     (predict_memory)."""
     card.check_state_fits(model, card.card_bytes(run.rt.device), run.rt.device)
 
@@ -139,6 +141,12 @@ def new_tokenizer(cfg, task=None) -> CharTokenizer:
         return CharTokenizer(BASE_CHARS)
     extra = task.vocabulary() if hasattr(task, "vocabulary") else ""
     return CharTokenizer(DEFAULT_CHARS + "".join(sorted(set(extra) - set(DEFAULT_CHARS))))
+
+
+def make_task(cfg, task=None):
+    """The stage's task: `task` when the Python API hands one over (your reward functions), else the one
+    `cfg.task` describes; scored by a judge when `task.judge.model` is set (reward_models/wrap.py)."""
+    return with_judge(task if task is not None else tasks.make(cfg.task), cfg.task)
 
 
 def prepare_task(task, tok, model, max_new_tokens: int, run_dir: Path, stage: str) -> None:
@@ -274,3 +282,9 @@ def supervised_step(trainer, batch_fn, loss_fn, device, unit: int = 1):
         return metrics
 
     return step_fn
+
+
+def prompt_width(cfg, tok, task) -> int:
+    """Tokens of the longest of 200 train prompts (of `cfg.seed`): an RL or distillation step's rows are at most
+    this + max_new_tokens."""
+    return max(len(tok.encode(tok.chat_prompt(task.prompt(it)))) for it in task.items(200, "train", cfg.seed))

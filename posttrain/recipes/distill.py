@@ -14,43 +14,22 @@ The teacher must share the student's tokenizer (any size of gpt_mini: the built-
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 
-from posttrain import UsageError, checkpoint
-from posttrain.config import OptimConfig, RunConfig, SamplerConfig, to_dict
+from posttrain import checkpoint
+from posttrain.config import DistillConfig, to_dict
+from posttrain.errors import UsageError
 from posttrain.eval import evaluate, response_budget
 from posttrain.framework.backends import make_engine, make_sync
 from posttrain.framework.batch import collate_samples, to_device
+from posttrain.framework.card import phase
 from posttrain.framework.loop import train_loop
 from posttrain.framework.rollout import SamplingParams
 from posttrain.framework.trainer import Trainer
 from posttrain.preference.distill import LOSSES, distill_loss_fn
-from posttrain.recipes.common import Run, init_model, predict_memory, print_plan
-from posttrain.recipes.rl import default_init, prompt_width
-from posttrain.sizing.card import phase
-from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
+from posttrain.recipes.common import Run, init_model, predict_memory, print_plan, prompt_width
+from posttrain.recipes.warm_start import default_init
+from posttrain.tasks.arithmetic import ArithmeticTask
 from posttrain.tasks.base import score_samples
-
-
-@dataclass
-class DistillConfig(RunConfig):
-    steps: int = 100
-    eval_every: int = 25
-    init: str = ""  # the student; "" = the default SFT(CoT) checkpoint (cached)
-    teacher: str = ""  # the teacher checkpoint or run dir (required), e.g. an RL'd model
-    loss: str = "rkl"  # rkl: per-token reverse-KL advantage (policy gradient) | jsd: generalized JSD, backprop
-    beta: float = 0.5  # jsd: 0 = forward KL(T‖S) (mode-covering), 1 = reverse KL(S‖T) (mode-seeking)
-    coef: float = 1.0  # rkl: scale c of the advantage −c·(log π_S − log π_T)
-    task: ArithmeticConfig = field(default_factory=ArithmeticConfig)
-    optim: OptimConfig = field(
-        default_factory=lambda: OptimConfig(lr=5e-5, weight_decay=0.0, schedule="constant")
-    )  # an RL-sized lr: the teacher's signal is dense but on-policy
-    prompts_per_step: int = 16  # prompts per step
-    samples_per_prompt: int = 4  # student samples per prompt (no group baseline is needed: every token is scored)
-    temperature: float = 1.0  # sampling temperature; both models' distributions are taken at it
-    rollout: SamplerConfig = field(default_factory=SamplerConfig)  # the student's sampler (rollout.backend)
-    eval_problems: int = 200  # held-out problems per evaluation
-    eval_samples: int = 8  # samples per held-out problem (pass@1, pass@n)
 
 
 def check(cfg: DistillConfig) -> None:

@@ -19,19 +19,19 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 
 import torch
 
-from posttrain import UsageError, tasks
-from posttrain.config import OptimConfig, RunConfig
+from posttrain.config import DPOConfig
+from posttrain.errors import UsageError
 from posttrain.eval import evaluate, response_budget
 from posttrain.framework.batch import to_device
+from posttrain.framework.card import phase
 from posttrain.framework.logprobs import micro_logprobs
 from posttrain.framework.loop import train_loop
 from posttrain.framework.reference import Reference, score_logprobs
 from posttrain.framework.trainer import Trainer
-from posttrain.models.lora import LoraConfig
 from posttrain.preference.data import (
     Pair,
     collate_pairs,
@@ -54,48 +54,18 @@ from posttrain.recipes.common import (
     Run,
     batch_plan,
     init_model,
+    make_task,
     predict_memory,
     print_plan,
     show_first_prompt,
     supervised_step,
 )
-from posttrain.recipes.rl import default_init, refuse_default_init
-from posttrain.sizing.card import phase
-from posttrain.tasks.arithmetic import ArithmeticConfig
-from posttrain.tasks.base import TaskConfig
+from posttrain.recipes.warm_start import default_init, refuse_default_init
 
 
-@dataclass
-class DPOConfig(RunConfig):
-    steps: int = 100
-    eval_every: int = 50
-    init: str = ""  # SFT checkpoint or run dir; "" = the default SFT(CoT) checkpoint (cached)
-    task: TaskConfig = field(default_factory=ArithmeticConfig)  # prompts for sampled pairs and evaluation
-    optim: OptimConfig = field(
-        default_factory=lambda: OptimConfig(lr=1e-5, weight_decay=0.0, warmup_steps=10, schedule="constant")
-    )
-    lora: LoraConfig = field(default_factory=LoraConfig)  # lora.r > 0: train LoRA adapters only (Hugging Face models)
-    # dpo | cdpo | robust | hinge | ipo | simpo | orpo | kto | dpo_nll. The default is DPO + NLL,
-    # not TRL's plain "sigmoid": on this task plain DPO at lr 1e-5 pushes the chosen log-probs
-    # down with the rejected ones and held-out pass@1 falls (0.567 → 0.371 in 100 steps,
-    # benchmarks/dpo_family.py); the NLL term keeps the chosen likelihood (→ 0.621).
-    loss_type: str = "dpo_nll"
-    beta: float = 0.1  # β (ORPO's λ, IPO's τ); SimPO's paper uses 2.5
-    label_smoothing: float = 0.1  # ε of cdpo / robust
-    simpo_gamma: float = 1.375  # SimPO's target margin γ
-    nll_alpha: float = 1.0  # weight of the chosen NLL in dpo_nll
-    batch_size: int = 32  # pairs per step (64 rows)
-    pairs: str = ""  # JSONL file of prompt/chosen/rejected; "" = sample pairs from the init policy
-    on_bad: str = "error"  # a bad JSONL row: error (one line, file:line) | skip (counted)
-    pair_prompts: int = 2000  # train-split prompts sampled for pairs
-    samples_per_prompt: int = 8  # samples per prompt; a prompt with mixed rewards gives one pair
-    same_length: bool = False  # only pairs whose two responses have equal token counts
-    temperature: float = 1.0  # sampling temperature for pairs and evaluation
-    eval_problems: int = 200  # held-out problems per evaluation (0 = no evaluation: pairs from a file, no task)
-    eval_samples: int = 8  # samples per held-out problem: pass@1 and pass@<eval_samples>
-
-    def loss_config(self) -> DPOLossConfig:
-        return DPOLossConfig(self.loss_type, self.beta, self.label_smoothing, self.simpo_gamma, self.nll_alpha)
+def loss_config(cfg: DPOConfig) -> DPOLossConfig:
+    """The loss's own keys (preference/dpo.py) out of the stage's config."""
+    return DPOLossConfig(cfg.loss_type, cfg.beta, cfg.label_smoothing, cfg.simpo_gamma, cfg.nll_alpha)
 
 
 def build_pairs(cfg: DPOConfig, r: Run, model, tok, task) -> list:
@@ -185,7 +155,7 @@ def run(cfg: DPOConfig, resume: bool = False, task=None) -> dict:
         raise UsageError(f"label_smoothing={cfg.label_smoothing} must be in [0, 0.5)")
     if cfg.pairs:
         load_jsonl(cfg.pairs, cfg.on_bad)  # validate before any work
-    task = task if task is not None else tasks.make(cfg.task)
+    task = make_task(cfg, task)
     refuse_default_init(cfg)
 
     r = Run(cfg, "dpo", resume)  # a bad --resume or out= fails before the default init
@@ -241,7 +211,7 @@ def run(cfg: DPOConfig, resume: bool = False, task=None) -> dict:
         res.pop("per_k")
         return res
 
-    step_fn = supervised_step(trainer, batch_fn, dpo_loss_fn(cfg.loss_config()), r.rt.device, unit=2)
+    step_fn = supervised_step(trainer, batch_fn, dpo_loss_fn(loss_config(cfg)), r.rt.device, unit=2)
     return train_loop(
         r,
         model,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import torch
 
-from posttrain import tasks
 from posttrain.config import PretrainConfig
 from posttrain.framework.logprobs import sequence_logprobs
 from posttrain.framework.loop import train_loop
@@ -20,6 +19,7 @@ from posttrain.recipes.common import (
     batch_plan,
     init_model,
     lm_loss,
+    make_task,
     predict_memory,
     print_plan,
     supervised_step,
@@ -42,7 +42,7 @@ class CorpusWindows:
 
 
 def run(cfg: PretrainConfig, resume: bool = False, task=None) -> dict:
-    task = task if task is not None else tasks.make(cfg.task)
+    task = make_task(cfg, task)
     r = Run(cfg, "pretrain", resume)
     model, tok = init_model(cfg, "", r, task)
     train_ids = torch.tensor(tok.encode(task.corpus(cfg.corpus_chars, cfg.seed)))

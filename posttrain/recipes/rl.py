@@ -2,80 +2,42 @@
 
     posttrain rl configs/grpo_arith.yaml [init=RUN_OR_CHECKPOINT] [key=value ...]
 
-Without `init`, the default SFT(CoT) checkpoint is trained once (pretrain → SFT, a few
-minutes on a CPU) into `runs/cache/` and reused by every later run.
+Without `init`, the run starts from the default SFT(CoT) checkpoint (recipes/warm_start.py: trained
+once, a few minutes on a CPU, into `runs/cache/`). This file is the composition root of the RL stage: it
+checks the config, builds each role once and hands `Controller.step` to the step loop; the audited
+samples are recipes/audit.py's.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
-import random
-from pathlib import Path
 
 import torch
 
-from posttrain import UsageError, algorithms, checkpoint, tasks
-from posttrain.config import RLConfig, load_config, save_config
+from posttrain import algorithms
+from posttrain.config import RLConfig, save_config
 from posttrain.distributed.placement import check_scale_config, place
 from posttrain.distributed.run_summary import write_summary
 from posttrain.distributed.trainer_group import TrainerGroup
 from posttrain.envs.source import ExternalRollouts
-from posttrain.eval import evaluate, response_budget
-from posttrain.framework.agent import evaluate_episodes
-from posttrain.framework.batch import RolloutBatch
+from posttrain.errors import UsageError
+from posttrain.eval import evaluate, evaluate_episodes, response_budget
 from posttrain.framework.controller import Controller
 from posttrain.framework.critic import needs_critic
-from posttrain.framework.logprobs import sequence_logprobs
-from posttrain.framework.loop import eval_due, train_loop
+from posttrain.framework.loop import train_loop
 from posttrain.framework.trainer import Trainer
 from posttrain.logging import read_metrics
 from posttrain.models.heads import ActorCritic
 from posttrain.precision import FORMATS
-from posttrain.preference.reward_model import load_scorer
-from posttrain.preference.rlhf import RewardModelTask, write_curve
-from posttrain.recipes.common import Run, init_model, predict_memory, prepare_task, print_plan
+from posttrain.recipes.audit import Audit
+from posttrain.recipes.common import Run, init_model, make_task, predict_memory, prepare_task, print_plan, prompt_width
+from posttrain.recipes.warm_start import default_init, refuse_default_init
+from posttrain.reward_models.judge import JudgeTask
+from posttrain.reward_models.rlhf import write_curve
+from posttrain.reward_models.wrap import with_reward_model
 from posttrain.tasks.base import MultiTurnTask
-from posttrain.tasks.judge import JudgeTask
 from posttrain.tasks.leaky import HackingMonitor
 from posttrain.tasks.pool import make_pool, verifier_args
-
-CACHE = Path(os.environ.get("POSTTRAIN_CACHE", "runs/cache"))
-
-
-def refuse_default_init(cfg) -> None:
-    """No init= on your own data (task.name=dataset, your Task class, an environment): refused in one
-    line before any work. The default checkpoint knows only the built-in sums, so RL from it on your
-    rows would spend minutes building it and then learn from a policy that has never seen their format
-    (issue 29); the line names the commands that warm a model up on your data instead."""
-    name = cfg.task.name
-    if cfg.init or (name in tasks.TASKS and name != "dataset"):
-        return
-    keys = f"task.name={name}" + "".join(
-        f" task.{k}={getattr(cfg.task, k)}" for k in ("train", "test") if getattr(cfg.task, k, "")
-    )
-    raise UsageError(
-        f"task.name={name} without init= would start from the default checkpoint, which "
-        f"knows only the built-in sums; warm a model up on your task first (posttrain pretrain {keys} "
-        f"out=runs/my/pt, then posttrain sft {keys} init=runs/my/pt out=runs/my/sft) and give init=runs/my/sft, "
-        "or init= a Hugging Face model directory"
-    )
-
-
-def default_init() -> str:
-    """The default SFT(CoT) checkpoint: trained once with the pipeline's defaults, then cached
-    (built-in tasks only: `refuse_default_init`)."""
-    from posttrain.recipes.pipeline import PipelineConfig, train_chain  # cycle: posttrain.recipes.pipeline
-
-    root = CACHE / "sft_cot"
-    if checkpoint.latest(root / "sft") is None:
-        print(
-            f"no init= given: training the default SFT(CoT) checkpoint once into {root} "
-            "(pretrain → SFT); later runs reuse it"
-        )
-    train_chain(load_config(PipelineConfig, "pipeline", [f"out={root}"]), upto="sft")
-    return str(root / "sft")
 
 
 def check_config(cfg: RLConfig) -> None:
@@ -152,11 +114,6 @@ def check_context(cfg: RLConfig, model, tok, task, init: str) -> None:
         raise UsageError(f"rollout.stop_token_ids has {bad[0]}, not a token id of {init} (0 … {vocab - 1})")
 
 
-def prompt_width(cfg: RLConfig, tok, task) -> int:
-    """Tokens of the longest of 200 train prompts: a step's rows are at most this + max_new_tokens."""
-    return max(len(tok.encode(tok.chat_prompt(task.prompt(it)))) for it in task.items(200, "train", cfg.seed))
-
-
 def rl_plan(cfg: RLConfig, tok, task) -> dict:
     """One RL step in units. Token and micro-batch counts are upper bounds: every sample padded to
     the longest prompt (of 200 train prompts) plus max_new_tokens; real batches are shorter."""
@@ -183,7 +140,7 @@ def run(cfg: RLConfig, resume: bool = False, task=None) -> dict:
     check_config(cfg)
     check_group_size(cfg, algorithm, algo_cfg)
     check_scale_config(cfg)
-    task = task if task is not None else tasks.make(cfg.task)  # rows and reward functions load here
+    task = make_task(cfg, task)  # rows and reward functions load here
     refuse_default_init(cfg)
     r = Run(cfg, "rl", resume)  # a bad --resume or out= fails before the default init
     init = cfg.init or default_init()
@@ -196,7 +153,7 @@ def run(cfg: RLConfig, resume: bool = False, task=None) -> dict:
     prepare_task(task, tok, model, max_new, r.dir, "rl")
     plen = prompt_width(cfg, tok, task)
     predict_memory(r, "rl", model, plen + max_new, plen, cfg)  # before anything else is built: the process's share
-    if isinstance(task, JudgeTask):  # freeze the template, reach the judge (tasks/judge.py)
+    if isinstance(task, JudgeTask):  # freeze the template, reach the judge (reward_models/judge.py)
         if cfg.verifier.workers > 0:
             raise UsageError(
                 "task.judge with verifier.workers > 0: the judge has its own deadline and concurrency "
@@ -222,7 +179,7 @@ def run(cfg: RLConfig, resume: bool = False, task=None) -> dict:
         trainer = TrainerGroup(trainer, cfg)
     controller = Controller(
         cfg,
-        rlhf_task(task, cfg.reward_model, r.rt.device),
+        with_reward_model(task, cfg.reward_model, r.rt.device),  # RLHF: the RM's score is the reward
         tok,
         engine,
         reference,
@@ -332,100 +289,4 @@ def run(cfg: RLConfig, resume: bool = False, task=None) -> dict:
     write_summary(r.dir, read_metrics(r.dir), "async" if cfg.scale.async_ else "colocated", n)  # throughput.json
     if cfg.reward_model:  # RLHF: the proxy-vs-true curve beside the metrics
         print(f"over-optimisation curve: {r.dir / 'overoptimization.csv'}  turn: {write_curve(r.dir)}")
-    return summary
-
-
-def rlhf_task(task, reward_model: str, device):
-    """The task as the controller sees it: with `reward_model=RUN`, a frozen RM's score is the
-    reward and the verifier is logged beside it (preference/rlhf.py); evaluation keeps the verifier."""
-    if not reward_model:
-        return task
-
-    return RewardModelTask(task, load_scorer(reward_model, device))
-
-
-class Audit:
-    """samples.jsonl, the per-sample trace (docs/architecture.md §7): at every evaluation, the highest-reward
-    and some random samples of the step just trained, token by token.
-
-    Hooked into the controller before the update (`Controller.on_batch`), so the batch still
-    holds what the loss saw: behaviour logprobs (sampler), reference logprobs, advantages. The
-    trainer's logprobs are one no-grad forward on the audited rows only, at the weights that
-    sampled them: trainer − behaviour is the sampler/trainer mismatch of each token.
-    """
-
-    def __init__(self, run_dir: Path, model, tok, cfg: RLConfig, runtime):
-        self.path, self.model, self.tok, self.cfg, self.rt = Path(run_dir, "samples.jsonl"), model, tok, cfg, runtime
-        self.rows: list[dict] = []
-
-    def on_batch(self, step: int, samples, batch: RolloutBatch) -> None:
-        if not eval_due(self.cfg, step) or self.cfg.eval.save_samples <= 0:
-            return
-        order = sorted(range(len(samples)), key=lambda i: -samples[i].reward)
-        top = order[: self.cfg.eval.save_samples // 2]
-        rest = [i for i in range(len(samples)) if i not in top]
-        rest = random.Random(f"{self.cfg.seed}/{step}").sample(
-            rest, min(len(rest), self.cfg.eval.save_samples - len(top))
-        )
-        pick = top + rest
-        with torch.no_grad(), self.rt.autocast():
-            trainer_lp, _ = sequence_logprobs(self.model, batch.input_ids[pick], self.cfg.rollout.temperature)  # [n, T]
-        columns = {
-            "behaviour_logprobs": batch.old_logprobs[pick],
-            "trainer_logprobs": trainer_lp,
-            "ref_logprobs": batch.ref_logprobs[pick] if batch.ref_logprobs is not None else None,
-            "advantages": batch.advantages[pick],
-        }
-        for row, i in enumerate(pick):
-            s = samples[i]
-            cols = slice(len(s.prompt_ids), len(s.prompt_ids) + len(s.response_ids))  # response tokens
-            per_token = {
-                k: None if v is None else [round(float(x), 5) for x in v[row, cols].float().cpu()]
-                for k, v in columns.items()
-            }
-            self.rows.append(
-                {
-                    "step": step,
-                    "selection": "top" if i in top else "random",
-                    "policy_version": s.policy_version,
-                    "prompt": self.tok.decode(s.prompt_ids),
-                    "response": s.text,
-                    "response_ids": s.response_ids,
-                    "response_tokens": [self.tok.decode([t]) for t in s.response_ids],
-                    **per_token,
-                    "advantage": round(sum(per_token["advantages"]) / max(len(s.response_ids), 1), 5),  # token mean
-                    "reward": s.reward,
-                    "components": s.reward_components,
-                    "finish_reason": s.finish_reason,
-                    "error": s.reward_error,
-                }
-            )
-
-    def flush(self) -> None:
-        """Append the rows captured for this evaluation (none at step 0: nothing was trained)."""
-        with open(self.path, "a") as f:
-            f.writelines(json.dumps(r) + "\n" for r in self.rows)
-        self.rows = []
-
-
-def demo(name: str, steps: int = 30, argv: list[str] | None = None) -> dict:
-    """`python -m posttrain.algorithms.<name>`: a short run of one algorithm on the shared task
-    from the default SFT(CoT) checkpoint; prints reward and held-out accuracy before/after."""
-    import sys
-
-    overrides = [
-        f"algo.name={name}",
-        f"steps={steps}",
-        f"out=runs/demo_{name}",
-        "overwrite=true",
-        f"eval_every={max(steps // 3, 1)}",
-        *(sys.argv[1:] if argv is None else argv),
-    ]
-    cfg = load_config(RLConfig, "grpo_arith", overrides)
-    summary = run(cfg)
-    print(
-        f"{name}: reward/mean {summary.get('reward/mean', 0):.3f}  "
-        f"held-out pass@1 {summary.get('eval/pass@1', 0):.3f}  pass@{cfg.eval.samples} "
-        f"{summary.get(f'eval/pass@{cfg.eval.samples}', 0):.3f}"
-    )
     return summary

@@ -7,26 +7,27 @@
    TRL's format, with an optional `margin` column. Held-out pairs come the same way from
    `eval_prompts` test-split prompts, or from `eval_pairs=FILE.jsonl`. Both are written to the run directory (`pairs.jsonl`,
    `eval_pairs.jsonl`, counts in `pairs_stats.json`) and re-read on resume.
-2. The model is the init checkpoint's trunk plus a fresh scalar head (preference/reward_model.py),
+2. The model is the init checkpoint's trunk plus a fresh scalar head (reward_models/reward_model.py),
    all of it trained. Each step: a batch of pairs as interleaved rows (chosen, rejected), one
    forward, the per-pair BT loss (or per-response ORM loss) summed and divided by the WHOLE
    batch's pairs (rows), so micro-batches, which keep both rows of a pair together
    (`Trainer.step(unit=2)`), add up to the full-batch mean.
 3. Held-out pairwise accuracy (`eval/rm_accuracy`) at step 0, every `eval_every` steps and at
    the end. The checkpoint is the trunk (`model.safetensors`) plus `reward_head.safetensors`;
-   `preference.reward_model.load_reward_model(RUN_DIR)` reads it back.
+   `reward_models.reward_model.load_reward_model(RUN_DIR)` reads it back.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 
 import torch
 
-from posttrain import UsageError, tasks
-from posttrain.config import OptimConfig, RunConfig
+from posttrain.config import RMConfig
+from posttrain.errors import UsageError
 from posttrain.eval import response_budget
+from posttrain.framework.card import phase
 from posttrain.framework.loop import train_loop
 from posttrain.framework.trainer import Trainer
 from posttrain.preference.data import (
@@ -38,7 +39,18 @@ from posttrain.preference.data import (
     load_jsonl,
     pairs_from_policy,
 )
-from posttrain.preference.reward_model import (
+from posttrain.recipes.common import (
+    EpochIndices,
+    Run,
+    batch_plan,
+    init_model,
+    make_task,
+    predict_memory,
+    print_plan,
+    supervised_step,
+)
+from posttrain.recipes.warm_start import default_init, refuse_default_init
+from posttrain.reward_models.reward_model import (
     RewardModel,
     bradley_terry_loss,
     head_state,
@@ -47,49 +59,8 @@ from posttrain.preference.reward_model import (
     save_head,
     score_pairs,
 )
-from posttrain.recipes.common import (
-    EpochIndices,
-    Run,
-    batch_plan,
-    init_model,
-    predict_memory,
-    print_plan,
-    supervised_step,
-)
-from posttrain.recipes.rl import default_init, refuse_default_init
-from posttrain.sizing.card import phase
-from posttrain.tasks.arithmetic import ArithmeticConfig
-from posttrain.tasks.base import TaskConfig
 
 OBJECTIVES = ("bt", "orm")
-
-
-@dataclass
-class RMConfig(RunConfig):
-    steps: int = 600
-    eval_every: int = 100
-    init: str = ""  # SFT checkpoint or run dir for the trunk; "" = the default SFT(CoT) checkpoint (cached)
-    task: TaskConfig = field(default_factory=ArithmeticConfig)  # prompts for sampled pairs and evaluation
-    optim: OptimConfig = field(
-        default_factory=lambda: OptimConfig(lr=3e-4, weight_decay=0.0, warmup_steps=10, schedule="cosine")
-    )  # whole trunk trained; 1e-4 barely moves, 1e-3 stalls at ~0.63
-    objective: str = "bt"  # bt: Bradley–Terry on pairs | orm: BCE on each response's verifier label
-    margin_coef: float = 1.0  # bt: subtract margin_coef × the pair's `margin` (JSONL column; 0 for sampled pairs)
-    center_coef: float = 0.01  # bt: η of η·(r_w + r_l)², keeps scores near 0 for use as an RL reward (0 = off)
-    batch_size: int = 64  # pairs per step (2× rows)
-    pairs: str = ""  # JSONL file of prompt/chosen/rejected[/margin]; "" = sample pairs from the init policy
-    on_bad: str = "error"  # a bad JSONL row: error (one line, file:line) | skip (counted)
-    pair_prompts: int = 8000  # train-split prompts sampled for pairs; a prompt with mixed rewards gives one pair.
-    # The RM needs thousands of pairs: with ~1.3k it memorises them (held-out ≈ chance)
-    samples_per_prompt: int = 8  # samples per prompt; more finds pairs on easy/hard prompts too, at sampling cost
-    pairs_per_prompt: int = 1  # train pairs per mixed prompt, no response reused (8 samples: at most 4);
-    # more pairs from the same samples, free; held-out pairs stay one per prompt
-    same_length: bool = False  # only pairs whose two responses have equal token counts (no length shortcut)
-    temperature: float = 1.0  # sampling temperature for the pairs
-    eval_prompts: int = 500  # test-split prompts sampled for held-out pairs (one per mixed prompt; 0 = no eval)
-    eval_pairs: str = ""  # JSONL file of held-out pairs instead (for `pairs=FILE` data); "" = sample as above
-    synthetic_pairs: int = 0  # extra train pairs: a train problem's gold CoT vs the same trace with one mistake
-    # (preference/data.corrupted_pairs); free to build, they teach the RM to check steps
 
 
 def check(cfg: RMConfig) -> None:
@@ -178,7 +149,7 @@ def rm_loss_fn(objective: str, margin_coef: float, center_coef: float):
 
 def run(cfg: RMConfig, resume: bool = False, task=None) -> dict:
     check(cfg)
-    task = task if task is not None else tasks.make(cfg.task)
+    task = make_task(cfg, task)
     refuse_default_init(cfg)
 
     r = Run(cfg, "rm", resume)  # a bad --resume or out= fails before the default init

@@ -11,12 +11,12 @@ the course's lesson 03 ablation. CoT changes the data, not the loss.
 
 from __future__ import annotations
 
-from posttrain import UsageError, tasks
 from posttrain.config import SFTConfig
-from posttrain.eval import evaluate, response_budget
-from posttrain.framework.agent import evaluate_episodes
+from posttrain.errors import UsageError
+from posttrain.eval import evaluate, evaluate_episodes, response_budget
 from posttrain.framework.backends import make_engine, make_sync
 from posttrain.framework.batch import collate
+from posttrain.framework.card import phase
 from posttrain.framework.loop import train_loop
 from posttrain.framework.trainer import Trainer
 from posttrain.preference.rejection import rejection_sample
@@ -26,12 +26,12 @@ from posttrain.recipes.common import (
     batch_plan,
     init_model,
     lm_loss,
+    make_task,
     predict_memory,
     prepare_task,
     print_plan,
     supervised_step,
 )
-from posttrain.sizing.card import phase
 
 
 class SFTBatches:
@@ -95,7 +95,7 @@ def run(cfg: SFTConfig, resume: bool = False, task=None) -> dict:
         raise UsageError(f"data={cfg.data!r} is unknown; use gold or rejection")
     if cfg.data == "rejection" and not cfg.init:
         raise UsageError("data=rejection samples from the model being tuned: give init=RUN_OR_CHECKPOINT")
-    task = task if task is not None else tasks.make(cfg.task)
+    task = make_task(cfg, task)
     r = Run(cfg, "sft", resume)
     model, tok = init_model(cfg, cfg.init, r, task)
     prepare_task(task, tok, model, response_budget(task, task.items(50, "train", cfg.seed)), r.dir, "sft")

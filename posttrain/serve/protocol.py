@@ -12,8 +12,8 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from posttrain import UsageError
 from posttrain.chat import check_messages
+from posttrain.errors import UsageError
 from posttrain.serve.batcher import Params
 
 

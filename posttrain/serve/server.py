@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 
-from posttrain import UsageError
+from posttrain.errors import UsageError
 
 
 def load_engine(run_or_model: str, device: str = "auto", threads: int = 0, max_slots: int = 256):

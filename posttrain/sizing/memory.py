@@ -55,7 +55,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, replace
 
-from posttrain import UsageError
+from posttrain.errors import UsageError
 from posttrain.sizing.shapes import (
     ModelShape,
     activation_bytes,
@@ -71,9 +71,6 @@ from posttrain.sizing.shapes import (
 )
 
 GB = 1e9
-# Entries of [tokens × vocab] logits made at once when a model is scored from its hidden states
-# (framework/logprobs.py): 2**24 = 64 MiB in fp32, 110 tokens a chunk at Qwen's 151,936 vocabulary.
-LOGIT_CHUNK_ELEMENTS = 2**24
 GPUS = {"h100": ("H100 80GB", 80e9), "h200": ("H200 141GB", 141e9), "a100": ("A100 80GB", 80e9)}  # bytes as sold
 # bytes per TRAINABLE param: (compute weights, fp32 master, grads, optimizer states). Row 59.
 PRECISION = {

@@ -42,7 +42,7 @@ holds the whole prediction against the measured peak.
 
 from __future__ import annotations
 
-from posttrain.sizing.memory import LOGIT_CHUNK_ELEMENTS
+from posttrain.errors import UsageError
 from posttrain.sizing.shapes import (
     ModelShape,
     count_params,
@@ -54,6 +54,9 @@ from posttrain.sizing.shapes import (
 
 GiB = 2**30
 STAGES = ("pretrain", "sft", "rl", "dpo", "rm", "distill")
+# The runtime numbers the prediction follows, written here so that sizing stays paper (no torch); each is
+# held equal to its runtime twin by tests/test_run_memory.py.
+LOGIT_CHUNK_ELEMENTS = 2**24  # logits made at once (models/heads.LOGIT_CHUNK_ELEMENTS)
 REFERENCE_TOKENS = 16384  # Reference.score's micro-batch (framework/reference.py)
 PREFILL_BATCH = 64  # prompts per prefill forward (framework/decode_loop.PREFILL_BATCH)
 CHUNK_FORWARD, CHUNK_BACKWARD = 6, 4  # logit-chunk copies live in a chunk's forward / backward (measured)
@@ -75,7 +78,7 @@ def predict_run_peak(
     """Predicted peak memory of one posttrain run: the bytes its tensors hold at the worst moment
     of a step (the module docstring says what is counted), plus `baseline_bytes` (a CPU process's
     own RSS), or `peak_so_far` (what the process already peaked at, loading the model) when that is
-    more. The peak the start-of-run card warning and the out-of-memory line quote (sizing/card.py).
+    more. The peak the start-of-run card warning and the out-of-memory line quote (framework/card.py).
 
     cfg: the stage's config, a dataclass or its dict (a run's config.yaml); stage: one of STAGES.
     shape: the model's ModelShape (sizing.shapes.resolve_model, or `model_shape(model)` of a live one).
@@ -220,7 +223,7 @@ def init_shape(init: str, fallback: ModelShape | None = None) -> tuple[ModelShap
     import json
     from pathlib import Path
 
-    from posttrain import UsageError, checkpoint  # entry: no torch until called
+    from posttrain import checkpoint  # entry: no torch until called
 
     if init:
         ckpt = checkpoint.resolve(init)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from posttrain import UsageError
+from posttrain.errors import UsageError
 from posttrain.sizing.run_memory import STAGES, GiB, init_shape, predict_run_peak
 from posttrain.sizing.shapes import mini_shape, resolve_model
 
@@ -23,9 +23,9 @@ CONFIGS = {  # stage -> its config class (module:name), imported when asked
     "pretrain": "posttrain.config:PretrainConfig",
     "sft": "posttrain.config:SFTConfig",
     "rl": "posttrain.config:RLConfig",
-    "dpo": "posttrain.recipes.dpo:DPOConfig",
-    "rm": "posttrain.recipes.rm:RMConfig",
-    "distill": "posttrain.recipes.distill:DistillConfig",
+    "dpo": "posttrain.config:DPOConfig",
+    "rm": "posttrain.config:RMConfig",
+    "distill": "posttrain.config:DistillConfig",
 }
 
 

@@ -21,7 +21,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from posttrain import UsageError
+from posttrain.errors import UsageError
 from posttrain.models.tokenizer import CharTokenizer
 
 

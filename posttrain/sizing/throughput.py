@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 
-from posttrain import UsageError
+from posttrain.errors import UsageError
 
 TOPOLOGIES = ("colocated", "disaggregated", "async")
 ROLE_TERMS = ("rollout", "reward", "reference", "train", "sync")

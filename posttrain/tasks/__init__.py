@@ -18,9 +18,8 @@ from __future__ import annotations
 import importlib
 from importlib.metadata import entry_points
 
-from posttrain import UsageError
+from posttrain.errors import UsageError
 from posttrain.tasks.base import TaskConfig
-from posttrain.tasks.judge import JudgeTask
 from posttrain.tasks.rewards import load_callable
 
 # name -> (module, task class, config class)
@@ -91,9 +90,6 @@ def config_class(name: str):
 
 def make(config, **kw):
     """The task a `task:` config section describes (`kw`: Python objects the API hands over, such
-    as a dataset's reward functions); with `task.judge.model` set, wrapped so a judge gives the reward."""
-    task = _lookup(config.name, 0)(config, **kw)
-    judge = getattr(config, "judge", None)
-    if judge is not None and judge.model:
-        task = JudgeTask(task, judge)
-    return task
+    as a dataset's reward functions). A judge's reward (`task.judge.model`) is not the task's own:
+    the recipe wraps it (reward_models/wrap.py)."""
+    return _lookup(config.name, 0)(config, **kw)

@@ -20,7 +20,7 @@ import random
 import re
 from dataclasses import dataclass
 
-from posttrain import UsageError
+from posttrain.errors import UsageError
 from posttrain.tasks.base import RewardResult, TaskConfig, in_heldout
 
 _INT = re.compile(r"-?\d+")

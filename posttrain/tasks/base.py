@@ -53,7 +53,7 @@ def correctness(result: RewardResult) -> float | None:
 
 @dataclass
 class JudgeConfig:
-    """A judge model as the reward of any single-turn task (tasks/judge.py); its verifier is logged beside."""
+    """A judge model as the reward of any single-turn task (reward_models/judge.py); its verifier is logged beside."""
 
     model: str = ""  # "" = no judge; a posttrain run/checkpoint or Hugging Face directory (sampled
     # in this process), or an OpenAI-compatible base URL http://HOST:PORT/v1

@@ -26,7 +26,7 @@ import re
 import zlib
 from dataclasses import dataclass
 
-from posttrain import UsageError
+from posttrain.errors import UsageError
 from posttrain.tasks.base import RewardResult, TaskConfig
 from posttrain.tasks.code_problems import FAMILIES
 from posttrain.tasks.sandbox import backend, run_python

@@ -20,8 +20,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from posttrain import UsageError
 from posttrain.chat import EOT, THINK_CLOSE
+from posttrain.errors import UsageError
 from posttrain.tasks.base import LineCorpus, RewardResult, TaskConfig, compose, split_draws
 from posttrain.tasks.tools import ToolError, safe_eval
 

@@ -31,8 +31,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from posttrain import UsageError, postmortem
+from posttrain import postmortem
 from posttrain.chat import EOT, SYSTEM, THINK_CLOSE, check_messages, prompt_text, split_last_assistant
+from posttrain.errors import UsageError
 from posttrain.tasks.base import BatchScored, RewardResult, TaskConfig, batch_lists, in_heldout
 from posttrain.tasks.rewards import RewardFn, describe, reward_fns, split_specs
 from posttrain.tasks.rows import read_rows

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from posttrain import UsageError
+from posttrain.errors import UsageError
 from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask, Problem, verify
 from posttrain.tasks.base import RewardResult, in_heldout
 

@@ -58,7 +58,7 @@ from multiprocessing.connection import wait
 
 import numpy as np
 
-from posttrain import UsageError
+from posttrain.errors import UsageError
 from posttrain.tasks.base import RewardResult, safe_reward, score_in_process
 from posttrain.tasks.sandbox import descendants
 

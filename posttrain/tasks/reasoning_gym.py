@@ -22,8 +22,8 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from posttrain import UsageError
 from posttrain.chat import DEFAULT_CHARS, EOT, SPECIALS, THINK_CLOSE
+from posttrain.errors import UsageError
 from posttrain.tasks.base import LineCorpus, RewardResult, TaskConfig, in_heldout
 
 TEXT_CHARS = set(DEFAULT_CHARS) - set(SPECIALS)

@@ -43,7 +43,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from posttrain import UsageError
+from posttrain.errors import UsageError
 from posttrain.tasks.base import validate_reward
 
 _NOT_COLUMNS = ("prompt", "completion", "completion_ids")  # TRL's GRPOTrainer passes every other column

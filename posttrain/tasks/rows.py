@@ -14,7 +14,7 @@ import csv
 import json
 from pathlib import Path
 
-from posttrain import UsageError
+from posttrain.errors import UsageError
 
 FORMATS = (".jsonl", ".json", ".csv", ".parquet")
 

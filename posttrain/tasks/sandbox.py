@@ -51,7 +51,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from posttrain import UsageError
+from posttrain.errors import UsageError
 from posttrain.tasks import sandbox_bwrap, sandbox_cgroup, sandbox_procs
 from posttrain.tasks.sandbox_procs import descendants as descendants  # re-exported: pool and the tests use it
 

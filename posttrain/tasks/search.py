@@ -35,8 +35,8 @@ import zlib
 from dataclasses import dataclass
 from functools import cached_property
 
-from posttrain import UsageError
 from posttrain.chat import CALL_CLOSE, CALL_OPEN, RESULT_CLOSE, RESULT_OPEN
+from posttrain.errors import UsageError
 from posttrain.tasks.base import LineCorpus, RewardResult, TaskConfig, in_heldout
 
 ATTRIBUTES = {"year": (1000, 1999), "size": (10, 99), "code": (100, 999)}

@@ -23,8 +23,8 @@ import operator
 from dataclasses import dataclass
 from fractions import Fraction
 
-from posttrain import UsageError
 from posttrain.chat import CALL_CLOSE, CALL_OPEN, RESULT_CLOSE, RESULT_OPEN
+from posttrain.errors import UsageError
 from posttrain.tasks.arithmetic import Problem, last_integer
 from posttrain.tasks.base import LineCorpus, RewardResult, TaskConfig, in_heldout, safe_reward, split_draws
 from posttrain.tasks.sandbox import run_python

@@ -21,7 +21,7 @@ bit, in fp32. vLLM's are not (other kernels, other summation order), so with
 
 from __future__ import annotations
 
-from posttrain import UsageError
+from posttrain.errors import UsageError
 from posttrain.framework.roles import RolloutEngine, WeightSyncer
 from posttrain.framework.rollout import Engine
 from posttrain.framework.weight_sync import LoraSync, WeightSync

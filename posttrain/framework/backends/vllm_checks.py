@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import vllm
 
-from posttrain import UsageError
+from posttrain.errors import UsageError
 
 SLEEP = ("auto", "on", "off")
 

@@ -45,9 +45,9 @@ import torch
 import vllm
 from vllm.inputs import TokensPrompt
 
-from posttrain import UsageError
+from posttrain.errors import UsageError
 from posttrain.framework.backends.vllm_checks import check_policy, kv_cache_bytes, sleep_wanted
-from posttrain.framework.rollout import Sample
+from posttrain.framework.sample import Sample
 from posttrain.framework.sampler import SamplingParams, check_request, sample_keys
 from posttrain.models.export import export_hf, to_hf_tensors
 from posttrain.models.gpt_mini import GPTMini

@@ -11,7 +11,7 @@ One explicit call in every mode, so the loop reads the same whichever it is:
   processes the same contract is kept by snapshots.py.
 - whole: the sampler keeps the weights in a format of its own (vLLM: HF names, q/k/v and
   gate/up in fused groups), so every sync sends the whole plain state, LoRA merged
-  (W + (α/r)·B·A), and the engine regroups it (framework/backends/vllm.py).
+  (W + (α/r)·B·A), and the engine regroups it (framework/backends/vllm_engine.py).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import time
 
 import torch
 
-from posttrain import UsageError
+from posttrain.errors import UsageError
 from posttrain.framework.roles import CopyingSampler
 from posttrain.models.lora import merged_state_dict
 

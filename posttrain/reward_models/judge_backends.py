@@ -1,7 +1,7 @@
 """Where a judge's replies come from: a model in this process, or an OpenAI-compatible server.
 
 Both answer `complete(prompts, step) -> [reply text | Exception]`: one user message per prompt,
-one reply each, an exception in place of a reply that failed, so tasks/judge.py counts failures
+one reply each, an exception in place of a reply that failed, so reward_models/judge.py counts failures
 per call and the step goes on.
 
   EngineJudge   a posttrain run/checkpoint or a Hugging Face directory, loaded once and sampled
@@ -17,7 +17,12 @@ from __future__ import annotations
 import asyncio
 import os
 
-from posttrain import UsageError
+import torch
+
+from posttrain import checkpoint
+from posttrain.errors import UsageError
+from posttrain.framework.backends import make_engine
+from posttrain.framework.rollout import SamplingParams
 from posttrain.tasks.base import JudgeConfig
 from posttrain.tasks.rewards import _await
 
@@ -34,25 +39,17 @@ class EngineJudge:
     """A checkpoint sampled in this process: greedy (temperature 0) unless `temperature` says otherwise."""
 
     def __init__(self, cfg: JudgeConfig, device="cpu"):
-        import torch
-
-        from posttrain import checkpoint  # upward: posttrain.checkpoint
-        from posttrain.framework.backends import make_engine  # upward: posttrain.framework.backends
-
         self.cfg = cfg
         self.model, self.tok, path = checkpoint.load_model(cfg.model, device)  # a UsageError names a bad path
         self.model.eval()
         for p in self.model.parameters():
             p.requires_grad_(False)  # frozen: never in an optimizer
-        self.engine, self.name, self._torch = make_engine(self.model, self.tok), str(path), torch
+        self.engine, self.name = make_engine(self.model, self.tok), str(path)
 
-    def start(self, task) -> None:
-        """The template must fit the judge's context with room for its reply (checked on a real item)."""
-        from posttrain.tasks.judge import render  # cycle: posttrain.tasks.judge
-
-        item = task.items(1, "train", 0)[0]
-        fields = task._fields(item)
-        text = render(task.template, response="", response_a="", response_b="", **fields)
+    def start(self, probe: str) -> None:
+        """The template must fit the judge's context with room for its reply: `probe` is the judge prompt
+        of a real item with empty responses (JudgeTask.probe)."""
+        text = probe
         n = len(self._encode(text))
         if n + self.cfg.max_tokens > self.engine.max_len:
             raise UsageError(
@@ -65,8 +62,6 @@ class EngineJudge:
         return self.tok.encode(self.tok.chat_prompt(text))
 
     def complete(self, prompts: list[str], step: int = 0) -> list:
-        from posttrain.framework.rollout import SamplingParams  # upward: posttrain.framework.rollout
-
         out: list = [None] * len(prompts)
         todo, ids = [], []
         for k, text in enumerate(prompts):
@@ -82,7 +77,7 @@ class EngineJudge:
             ids.append(enc)
         if ids:
             params = SamplingParams(temperature=self.cfg.temperature, max_new_tokens=self.cfg.max_tokens)
-            with self._torch.no_grad():
+            with torch.no_grad():
                 samples = self.engine.generate(ids, 1, params, seed=0, step=step)
             for k, s in zip(todo, samples):
                 out[k] = self.tok.completion_text(s.response_ids)  # the reply without its end of turn
@@ -106,8 +101,9 @@ class HTTPJudge:
         key = os.environ.get(self.cfg.api_key_env, "") if self.cfg.api_key_env else ""
         return {"Authorization": f"Bearer {key}"} if key else {}
 
-    def start(self, task=None) -> None:
-        """Reach the server once before training and learn the model's name when none is given."""
+    def start(self, probe: str = "") -> None:
+        """Reach the server once before training and learn the model's name when none is given (the
+        server sizes its own context: `probe` is not needed)."""
         try:
             r = self.httpx.get(f"{self.url}/models", headers=self._headers(), timeout=self.cfg.timeout_s)
             r.raise_for_status()

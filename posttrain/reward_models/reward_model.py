@@ -35,7 +35,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
-from posttrain import UsageError, checkpoint
+from posttrain import checkpoint
+from posttrain.errors import UsageError
 from posttrain.framework.batch import collate
 from posttrain.models.gpt_mini import GPTMini
 

@@ -34,10 +34,10 @@ import random
 import re
 from pathlib import Path
 
-from posttrain import UsageError
 from posttrain.chat import prompt_text
+from posttrain.errors import UsageError
+from posttrain.reward_models.judge_backends import make_backend
 from posttrain.tasks.base import BatchScored, JudgeConfig, RewardResult, batch_lists, correctness, safe_reward
-from posttrain.tasks.judges import make_backend
 
 POINTWISE = """Please act as an impartial judge and evaluate the response of an AI assistant to the question below.
 Judge correctness first, then helpfulness. {reference_note}
@@ -254,7 +254,12 @@ class JudgeTask(BatchScored):
                 "task.judge.mode=pairwise compares responses of one prompt: rollout.samples_per_prompt "
                 "must be >= 2 (or task.judge.opponent=reference)"
             )
-        self.backend.start(self)
+        self.backend.start(self.probe())
+
+    def probe(self) -> str:
+        """The judge prompt of the first train item with empty responses: what a backend checks at start."""
+        fields = self._fields(self.task.items(1, "train", 0)[0])
+        return render(self.template, response="", response_a="", response_b="", **fields)
 
     # ---- scoring ---------------------------------------------------------------------------
     def reward_batch(

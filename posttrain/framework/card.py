@@ -27,7 +27,8 @@ from pathlib import Path
 
 import torch
 
-from posttrain import TrainingHalted, UsageError, checkpoint, runtime
+from posttrain import checkpoint, runtime
+from posttrain.errors import TrainingHalted, UsageError
 from posttrain.sizing.memory import train_bytes_per_param
 
 GiB = 2**30

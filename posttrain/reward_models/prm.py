@@ -25,7 +25,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from posttrain import UsageError
+from posttrain.errors import UsageError
 from posttrain.framework.backends import make_engine
 from posttrain.framework.batch import collate
 from posttrain.framework.roles import RolloutEngine
