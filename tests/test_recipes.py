@@ -320,7 +320,7 @@ def test_nonfinite_steps_in_a_row_stop_the_run_with_a_checkpoint(sft_ckpt, tmp_p
 
 
 def test_sft_target_acc_stops_at_the_first_evaluation_that_reaches_it(sft_ckpt, tmp_path, monkeypatch):
-    from posttrain.recipes import pipeline
+    from posttrain.recipes import chain
 
     accs = iter([0.2, 0.4, 0.6, 0.8])  # greedy accuracy at steps 2, 4, 6, 8
 
@@ -347,4 +347,4 @@ def test_sft_target_acc_stops_at_the_first_evaluation_that_reaches_it(sft_ckpt, 
     assert last.name == "step_000006" and summary["eval/greedy_acc"] == 0.6
     assert "0.600 ≥ target_acc 0.5" in json.loads((last / "meta.json").read_text())["finished_early"]
     assert [m["step"] for m in read_metrics(tmp_path / "sft")][-1] == 6
-    assert pipeline._run_stage(sft, cfg, tmp_path / "sft") == 0.0  # the pipeline counts it as done
+    assert chain._run_stage(sft, cfg, tmp_path / "sft") == 0.0  # the pipeline counts it as done
