@@ -69,6 +69,11 @@ def resume_target(run_dir: str | Path) -> Path:
     return last
 
 
+def step_path(run_dir: str | Path, step: int) -> Path:
+    """Where the checkpoint of `step` lies once written."""
+    return Path(run_dir, "checkpoints", f"step_{step:06d}")
+
+
 def save(
     run_dir: str | Path,
     step: int,
@@ -80,7 +85,7 @@ def save(
 ) -> Path:
     root = Path(run_dir, "checkpoints")
     root.mkdir(parents=True, exist_ok=True)
-    final = root / f"step_{step:06d}"
+    final = step_path(run_dir, step)
     tmp = root / f"step_{step:06d}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     try:

@@ -73,6 +73,7 @@ RANKS = {
     "api": 8,
     "demo": 8,
     "cli": 9,
+    "__main__": 9,
 }
 ENTRY_POINTS = {"posttrain", "posttrain.cli"}  # lazy on purpose: `posttrain --help` without torch
 REASON = re.compile(r"#\s*(upward|entry):\s*\S")  # a reason on a function-level import's line

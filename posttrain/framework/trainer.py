@@ -80,8 +80,8 @@ class Trainer:
         self.model.train()
         mask = view(batch)["loss_mask"]  # [B, T]
         norm = batch_norm(mask, max_len if max_len is not None else mask.shape[1])
-        if self.dp is not None:  # norm stays that of the GLOBAL batch
-            batch = self.dp.shard(batch, unit)
+        if self.dp is not None:  # this rank's rows; norm that of the WHOLE batch (distributed/data_parallel.py)
+            batch, norm = self.dp.local(batch, norm, unit)
         self.optimizer.zero_grad(set_to_none=True)
         sums: dict[str, float] = {}
         maxes: dict[str, float] = {}
@@ -110,13 +110,17 @@ class Trainer:
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip))
         real = sum(float(view(mb)["attention_mask"].sum()) for mb in micro)  # this rank's tokens
         padded = sum(computed_tokens(view(mb)) for mb in micro)
+        counts = {"train/micro_batches": len(micro), "train/tokens": real, "train/padded_tokens": float(padded)}
+        if self.dp is not None:  # every rank's tokens; the most micro-batches of any rank
+            counts = self.dp.counts(counts)
+        real, padded = counts["train/tokens"], counts["train/padded_tokens"]
         out = {
             **sums,
             **maxes,
             "loss": total_loss,
             "grad/norm": grad_norm,
             "lr": self.scheduler.get_last_lr()[0],
-            "train/micro_batches": len(micro),
+            "train/micro_batches": counts["train/micro_batches"],
             "train/tokens": real,
             "train/padded_tokens": float(padded),  # real ones; as computed
             "train/pad_frac": 1.0 - real / max(padded, 1),

@@ -116,7 +116,7 @@ def run(cfg: DistillConfig, resume: bool = False) -> dict:
         meta={"task": "arithmetic", "teacher": str(t_path), "loss": cfg.loss},
         show=("distill/reverse_kl", "reward/mean", "eval/pass@1"),
     )
-    if teacher_res:
+    if teacher_res and r.world.main:
         (r.dir / "teacher_eval.json").write_text(json.dumps(teacher_res, indent=1))
         print(
             f"teacher held-out pass@1 {teacher_res['eval/pass@1']:.3f}; student "

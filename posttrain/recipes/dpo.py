@@ -95,8 +95,9 @@ def build_pairs(cfg: DPOConfig, r: Run, model, tok, task) -> list:
             f"no preference pairs ({stats}); raise pair_prompts or samples_per_prompt, "
             "or start from a checkpoint that is right on some prompts and wrong on others"
         )
-    saved.write_text("".join(json.dumps({k: v for k, v in asdict(p).items() if k != "item"}) + "\n" for p in pairs))
-    (r.dir / "pairs_stats.json").write_text(json.dumps(stats, indent=1))
+    if r.world.main:  # every rank built the same pairs (seeded): rank 0 writes them
+        saved.write_text("".join(json.dumps({k: v for k, v in asdict(p).items() if k != "item"}) + "\n" for p in pairs))
+        (r.dir / "pairs_stats.json").write_text(json.dumps(stats, indent=1))
     print(f"[dpo] pairs: {stats}")
     return pairs
 

@@ -89,10 +89,11 @@ def cached_pairs(r: Run, name: str, build) -> list[Pair]:
     if r.resume_from is not None and saved.exists():
         return [Pair(**json.loads(line)) for line in saved.read_text().splitlines()]
     pairs, stats = build()
-    saved.write_text("".join(json.dumps({k: v for k, v in asdict(p).items() if k != "item"}) + "\n" for p in pairs))
-    stats_file = r.dir / "pairs_stats.json"
-    all_stats = json.loads(stats_file.read_text()) if stats_file.exists() else {}
-    stats_file.write_text(json.dumps({**all_stats, name: stats}, indent=1))
+    if r.world.main:  # every rank built the same pairs (seeded): rank 0 writes them
+        saved.write_text("".join(json.dumps({k: v for k, v in asdict(p).items() if k != "item"}) + "\n" for p in pairs))
+        stats_file = r.dir / "pairs_stats.json"
+        all_stats = json.loads(stats_file.read_text()) if stats_file.exists() else {}
+        stats_file.write_text(json.dumps({**all_stats, name: stats}, indent=1))
     print(f"[rm] {name}: {stats}")
     return pairs
 

@@ -19,6 +19,7 @@ from posttrain.framework.batch import collate
 from posttrain.framework.card import phase
 from posttrain.framework.loop import train_loop
 from posttrain.framework.trainer import Trainer
+from posttrain.framework.world import current
 from posttrain.preference.rejection import rejection_sample
 from posttrain.recipes.common import (
     EpochIndices,
@@ -80,7 +81,8 @@ def rejection_examples(cfg: SFTConfig, model, tok, task, run_dir, engine=None):
             seed=cfg.seed,
             engine=engine,
         )
-    (run_dir / "rejection_stats.json").write_text(json.dumps(stats, indent=1))
+    if current().main:  # every rank sampled the same (seeded): rank 0 writes
+        (run_dir / "rejection_stats.json").write_text(json.dumps(stats, indent=1))
     print(f"[sft] rejection sampling: {stats}")
     if not responses:
         raise UsageError(
