@@ -24,6 +24,7 @@ from dataclasses import asdict
 import torch
 
 from posttrain.config import DPOConfig
+from posttrain.distributed.ranks import rank_trainer
 from posttrain.errors import UsageError
 from posttrain.eval import evaluate, response_budget
 from posttrain.framework.batch import to_device
@@ -173,7 +174,9 @@ def run(cfg: DPOConfig, resume: bool = False, task=None) -> dict:
         if cfg.loss_type in REFERENCE_FREE
         else reference_logps(model, encoded, tok.pad_id, runtime=r.rt, packing=cfg.optim.packing)
     )
-    trainer = Trainer(model, cfg.optim, cfg.steps, r.rt)
+    trainer = rank_trainer(
+        Trainer(model, cfg.optim, cfg.steps, r.rt), model, r.world, "replicate"
+    )  # N ranks: data parallel
     indices = EpochIndices(len(encoded), cfg.batch_size, cfg.seed)
 
     def batch_fn(step):  # on the model's device before KTO's reference point scores it

@@ -25,6 +25,7 @@ from dataclasses import asdict
 import torch
 
 from posttrain.config import RMConfig
+from posttrain.distributed.ranks import rank_trainer
 from posttrain.errors import UsageError
 from posttrain.eval import response_budget
 from posttrain.framework.card import phase
@@ -176,7 +177,7 @@ def run(cfg: RMConfig, resume: bool = False, task=None) -> dict:
     margins = torch.tensor([p.margin for p in pairs])  # [N] (0 for sampled pairs)
 
     rm = RewardModel(trunk)
-    trainer = Trainer(rm, cfg.optim, cfg.steps, r.rt)
+    trainer = rank_trainer(Trainer(rm, cfg.optim, cfg.steps, r.rt), rm, r.world, "replicate")  # N ranks: data parallel
     indices = EpochIndices(len(encoded), cfg.batch_size, cfg.seed)
 
     def batch_fn(step):

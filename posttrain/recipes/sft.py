@@ -12,6 +12,7 @@ the course's lesson 03 ablation. CoT changes the data, not the loss.
 from __future__ import annotations
 
 from posttrain.config import SFTConfig
+from posttrain.distributed.ranks import rank_trainer
 from posttrain.errors import UsageError
 from posttrain.eval import evaluate, evaluate_episodes, response_budget
 from posttrain.framework.backends import make_engine, make_sync
@@ -108,7 +109,9 @@ def run(cfg: SFTConfig, resume: bool = False, task=None) -> dict:
     else:
         prompts, responses = examples(task, tok, cfg.num_problems, cfg.seed, cfg.cot)
     heldout = task.items(cfg.eval_problems, "test", cfg.seed)
-    trainer = Trainer(model, cfg.optim, cfg.steps, r.rt)
+    trainer = rank_trainer(
+        Trainer(model, cfg.optim, cfg.steps, r.rt), model, r.world, "replicate"
+    )  # N ranks: data parallel
     masks = [tok.policy_mask(r) for r in responses] if hasattr(tok, "policy_mask") else []
     masks = masks if any(0 in m for m in masks) else None  # demonstrations with tool results: mask them
     batches = SFTBatches(prompts, responses, cfg.batch_size, tok.pad_id, cfg.seed, cfg.mask_prompt, masks)
