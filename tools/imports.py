@@ -55,6 +55,7 @@ RANKS = {
     "config_load": 2,
     "config_help": 2,
     "checkpoint": 2,
+    "checkpoint_shards": 2,
     "sizing": 3,
     "framework": 4,
     "eval": 5,

@@ -107,6 +107,7 @@ def shard_loaded_state(optimizer) -> None:
                 if isinstance(p, DTensor) and torch.is_tensor(v) and not isinstance(v, DTensor) and v.shape == p.shape:
                     optimizer.state[p][k] = distribute_tensor(v, p.device_mesh, p.placements, src_data_rank=None)
 
+
 @torch.no_grad()
 def scatter_from(plain: torch.nn.Module, sharded: torch.nn.Module) -> None:
     """The reverse of `gather_into`: every rank holds `plain`'s full weights (a resume restored them), so

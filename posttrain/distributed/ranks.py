@@ -97,12 +97,17 @@ class ShardedTrainer(Trainer):
         fsdp.gather_into(self.model, self.plain)  # the rank's sampler reads the weights just trained
         return out
 
+    sharded = True  # its optimizer state goes to the checkpoint's shards/, every rank its part (framework/loop.py)
+
     def state_dict(self) -> dict:
-        return fsdp.full_state(super().state_dict())  # the 1-rank format (a collective)
+        """The schedule and counters; the optimizer state is written by every rank (`save_shards`)."""
+        return {**super().state_dict(), "optimizer": None}
 
     def load_state_dict(self, state: dict) -> None:
-        """After the plain module's weights were restored (framework/loop.py): shards from them, then
-        the optimizer state cut the same way."""
+        """After the plain module's weights were restored (framework/loop.py): this rank's shard of them;
+        the optimizer state from the checkpoint's shards/ (`load_shards`) or, a checkpoint of one rank or
+        of replicas, its whole state cut the way the parameters are."""
         fsdp.scatter_from(self.plain, self.model)
         super().load_state_dict(state)
-        fsdp.shard_loaded_state(self.optimizer)
+        if state.get("optimizer") is not None:
+            fsdp.shard_loaded_state(self.optimizer)

@@ -21,7 +21,7 @@ import time
 
 import torch
 
-from posttrain import checkpoint, postmortem, runtime
+from posttrain import checkpoint, checkpoint_shards, postmortem, runtime
 from posttrain.config import to_dict
 from posttrain.errors import TrainingHalted
 from posttrain.framework.card import OutOfMemory, phase
@@ -76,6 +76,8 @@ def train_loop(
         state = getattr(run, "resume_state", None) or checkpoint.load_trainer_state(run.resume_from)
         checkpoint.restore_weights(model, run.resume_from)
         trainer.load_state_dict(state["trainer"])
+        if state["trainer"].get("optimizer") is None:  # a sharded run's: every rank reads its part
+            trainer.load_shards(run.resume_from / checkpoint_shards.DIR)
         runtime.set_rng_state(state["rng"])
         start = state["step"]
         if extra_state is not None:
@@ -105,6 +107,13 @@ def train_loop(
     def save(step):
         postmortem.step(f"writing the checkpoint of step {step}")
         t0 = time.monotonic()
+        staged = trainer.sharded  # every rank writes its optimizer shard into the checkpoint, then rank 0 the rest
+        if staged:
+            if world.main:
+                checkpoint.stage(run.dir, step)
+            world.barrier()
+            trainer.save_shards(checkpoint.tmp_path(run.dir, step) / checkpoint_shards.DIR)
+            world.barrier()
         state = {
             "trainer": trainer.state_dict(),
             "rng": runtime.rng_state(),
@@ -115,7 +124,7 @@ def train_loop(
         path = checkpoint.step_path(run.dir, step)
         if world.main:
             path = checkpoint.save(
-                run.dir, step, model, tokenizer, state, {"stage": run.stage, **(meta or {})}, cfg.keep_last
+                run.dir, step, model, tokenizer, state, {"stage": run.stage, **(meta or {})}, cfg.keep_last, staged
             )
         world.barrier()  # no rank goes on before the checkpoint is whole (a resume reads it)
         clock.update(last=time.monotonic(), cost=time.monotonic() - t0)

@@ -24,6 +24,7 @@ import warnings
 
 import torch
 
+from posttrain import checkpoint_shards
 from posttrain.algorithms.core import batch_norm, masked_mean
 from posttrain.errors import UsageError
 from posttrain.framework.batch import Batch, RolloutBatch, map_batch, split_micro_batches, view
@@ -172,8 +173,19 @@ class Trainer:
             "nonfinite_total": self.nonfinite_total,
         }
 
+    sharded = False  # a ShardedTrainer (distributed/ranks.py): every rank saves its optimizer shard
+
+    def save_shards(self, path) -> None:
+        """The optimizer state through torch.distributed.checkpoint (checkpoint_shards.py)."""
+        checkpoint_shards.save(self.model, self.optimizer, path)
+
+    def load_shards(self, path) -> None:
+        """The optimizer state of a sharded run's checkpoint, read whole (DCP reshards to one rank)."""
+        checkpoint_shards.load(self.model, self.optimizer, path)
+
     def load_state_dict(self, state: dict) -> None:
-        self.optimizer.load_state_dict(state["optimizer"])
+        if state.get("optimizer") is not None:  # None: a sharded run's checkpoint, loaded by load_shards
+            self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.nonfinite_total = state.get("nonfinite_total", 0)
 
