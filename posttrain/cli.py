@@ -304,7 +304,7 @@ def main(argv=None) -> int:
 
             lessons_main(args.port, args.export)
     except UsageError as e:
-        if _rank() == 0:  # every rank meets the same bad input: one line, from rank 0
+        if _rank() in (None, 0):  # every rank meets the same bad input: one line, from rank 0
             print(f"posttrain {args.command}: error: {e}", file=sys.stderr)
         return 2
     except TrainingHalted as e:

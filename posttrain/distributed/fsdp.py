@@ -5,7 +5,7 @@ run's process group: NCCL on GPUs, gloo on the CPU, where FSDP2 runs too in this
 under bf16 autocast the blocks all-gather their weights in bf16 and reduce-scatter gradients in fp32
 (MixedPrecisionPolicy), over fp32 master shards. A forward all-gathers
 each block's parameters, a backward reduce-scatters its gradients. Three things make the
-sharded step the same step as the 1-rank trainer's (tests/test_trainer_group.py):
+sharded step the same step as the 1-rank trainer's (tests/test_ranks.py):
 
 1. the loss reduction happens once, inside FSDP's reduce-scatter, with SUM: each rank's
    loss is already its additive share of the global loss (global normalisers, see

@@ -214,6 +214,8 @@ def predict_memory(r: Run, stage: str, model, seq_len: int = 0, prompt_len: int 
         hf=hasattr(model, "hf"),
         baseline_bytes=baseline,
         peak_so_far=runtime.peak_memory_bytes(dev),  # loading may already have peaked higher
+        ranks=r.world.size,  # per rank: its rows, and 1/N of the trainer's state when sharded
+        shard=getattr(getattr(r.cfg, "scale", None), "trainer_shard", "replicate"),
     )
     r.predicted_peak = est
     card.expect(est["peak_bytes"])  # an out-of-memory line quotes it
@@ -228,7 +230,9 @@ def predict_memory(r: Run, stage: str, model, seq_len: int = 0, prompt_len: int 
     top = max((k for k in ph if k != "persistent"), key=ph.__getitem__)
     what = "tensors allocated" if dev.type == "cuda" else "resident set"
     print(
-        f"[{stage} memory] predicted peak {est['peak_gib']:.2f} GiB ({what} on {dev.type}: "
+        f"[{stage} memory] predicted peak {est['peak_gib']:.2f} GiB"
+        + (f" per rank ({r.world.size} ranks, {est['shard']})" if r.world.size > 1 else "")
+        + f" ({what} on {dev.type}: "
         + (f"process {baseline / 2**30:.2f} + " if baseline else "")
         + f"persistent {ph['persistent']:.2f} + {top} {ph[top]:.2f}"
         + ("; already reached while loading" if est["peak_so_far"] >= est["peak_bytes"] else "")
