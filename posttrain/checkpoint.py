@@ -69,6 +69,25 @@ def resume_target(run_dir: str | Path) -> Path:
     return last
 
 
+def step_path(run_dir: str | Path, step: int) -> Path:
+    """Where the checkpoint of `step` lies once written."""
+    return Path(run_dir, "checkpoints", f"step_{step:06d}")
+
+
+def tmp_path(run_dir: str | Path, step: int) -> Path:
+    """Where it is written first (renamed into `step_path` once whole)."""
+    return Path(run_dir, "checkpoints", f"step_{step:06d}.tmp")
+
+
+def stage(run_dir: str | Path, step: int) -> Path:
+    """An empty `tmp_path` for the ranks of a sharded run to write their parts into before rank 0's
+    `save(..., staged=True)` adds the rest and renames it."""
+    tmp = tmp_path(run_dir, step)
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    return tmp
+
+
 def save(
     run_dir: str | Path,
     step: int,
@@ -77,14 +96,17 @@ def save(
     trainer_state: dict | None = None,
     meta: dict | None = None,
     keep_last: int = 2,
+    staged: bool = False,
 ) -> Path:
+    """`staged`: the ranks already wrote their parts into `tmp_path` (`stage`); it is completed, not replaced."""
     root = Path(run_dir, "checkpoints")
     root.mkdir(parents=True, exist_ok=True)
-    final = root / f"step_{step:06d}"
-    tmp = root / f"step_{step:06d}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
+    final = step_path(run_dir, step)
+    tmp = tmp_path(run_dir, step)
+    if not staged:
+        shutil.rmtree(tmp, ignore_errors=True)
     try:
-        tmp.mkdir()
+        tmp.mkdir(exist_ok=staged)
         _write(tmp, step, model, tokenizer, trainer_state, meta)
     except (OSError, RuntimeError, SafetensorError) as e:  # every writer: files, torch.save, safetensors
         full = _disk_full(e, root, model, trainer_state)  # asked before the partial write is freed

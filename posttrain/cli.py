@@ -2,6 +2,7 @@
 
     posttrain pipeline [CONFIG] [key=value ...]
     posttrain pretrain|sft|rm|dpo|rl|distill CONFIG [key=value ...] [--resume RUN_DIR]
+    posttrain rl CONFIG scale.gpus=N ...         N ranks, one GPU each (torchrun --nproc-per-node N -m posttrain rl ...)
     posttrain eval RUN_OR_CHECKPOINT [--k 1,8] [--rm RM_RUN]
     posttrain serve RUN_OR_MODEL [--port 8000] [--host 127.0.0.1]
     posttrain export CHECKPOINT --format hf OUT_DIR
@@ -69,8 +70,9 @@ def _require(module: str, what: str, extra: str) -> None:
         raise UsageError(f"{what} need {module}: pip install 'posttrain[{extra}]'")
 
 
-def run_stage(stage: str, args) -> None:
+def run_stage(stage: str, args) -> int:
     from posttrain.config import load_config
+    from posttrain.distributed import launch  # entry: the CLI loads torch only when a command runs
 
     cls_path, module = STAGES[stage]
     config, overrides = _split_config(args)
@@ -85,11 +87,16 @@ def run_stage(stage: str, args) -> None:
         from posttrain.config_help import stage_help
 
         print(stage_help(stage, cfg, args.help))
-        return
+        return 0
+    gpus = getattr(getattr(cfg, "scale", None), "gpus", 1)
+    if gpus > 1 and not launch.launched():  # scale.gpus=N: the same command on N ranks, through torchrun
+        return launch.relaunch(args.argv, gpus, stage)
     out = Path(getattr(cfg, "out", "") or f"runs/{stage}")
     fresh = not out.exists()
     try:
         importlib.import_module(module).run(cfg, resume=bool(args.resume))
+        launch.leave()
+        return 0
     except UsageError:  # refused before any work: leave no half-made run directory behind
         if fresh and out.is_dir() and not any(out.rglob("step_*")):
             import shutil
@@ -261,6 +268,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     p = parser()
     args, extra = p.parse_known_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # scale.gpus=N starts the same command on N ranks
     if extra and args.command in ("bench", "memory", "serve"):
         args.rest += extra
     elif extra and all("=" in x and not x.startswith("-") for x in extra) and hasattr(args, "overrides"):
@@ -269,7 +277,7 @@ def main(argv=None) -> int:
         p.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         if args.command in STAGES:
-            run_stage(args.command, args)
+            return run_stage(args.command, args)
         elif args.command == "eval":
             run_eval(args)
         elif args.command == "export":
@@ -296,19 +304,44 @@ def main(argv=None) -> int:
 
             lessons_main(args.port, args.export)
     except UsageError as e:
-        print(f"posttrain {args.command}: error: {e}", file=sys.stderr)
+        if _rank() in (None, 0):  # every rank meets the same bad input: one line, from rank 0
+            print(f"posttrain {args.command}: error: {e}", file=sys.stderr)
         return 2
     except TrainingHalted as e:
         print(f"posttrain {args.command}: stopped: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
+    except Exception as e:
+        if _rank() is None or not _collective_failed(e):
+            raise
+        print(
+            f"posttrain {args.command}: rank {_rank()} stopped: a collective failed, another rank has stopped "
+            f"({type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''})",
+            file=sys.stderr,
+        )
+        return 1
     except BrokenPipeError:  # `posttrain rl --help | head`: the reader left
         import os
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     return 0
+
+
+def _rank() -> int | None:
+    """This process's rank under torchrun, None outside it."""
+    import os
+
+    return int(os.environ["RANK"]) if "RANK" in os.environ and "WORLD_SIZE" in os.environ else None
+
+
+def _collective_failed(e: Exception) -> bool:
+    """A collective that failed because a peer is gone (gloo's closed connection, NCCL's abort, a timeout)."""
+    import torch.distributed as dist
+
+    text = str(e)
+    return isinstance(e, dist.DistError) or any(w in text for w in ("gloo", "NCCL", "Connection closed", "timed out"))
 
 
 if __name__ == "__main__":

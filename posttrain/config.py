@@ -223,9 +223,11 @@ class ScaleConfig:
     sync_bucket_mb: float = 64.0  # weight sync across copies/processes: MB per transfer bucket
     sync_transport: str = "object_store"  # placement=ray: object_store (ray.put per bucket) | broadcast (a process
     # group of trainer + workers, one broadcast per bucket; gloo: the workers are CPU actors)
-    trainer_ranks: int = 1  # trainer data-parallel over N local processes (gloo, CPU); rank 0 also runs the other roles
-    trainer_shard: str = "replicate"  # trainer_ranks > 1: replicate = every rank a full copy, gradients all-reduced
-    # | fsdp = FSDP2 fully_shard: params, grads, AdamW state split over ranks (less memory)
+    gpus: int = 1  # ranks of the run, one GPU each (processes on a CPU): N > 1 starts torchrun --nproc-per-node N
+    # for you; under torchrun its WORLD_SIZE decides. Every rank samples, scores and trains its share of the groups
+    trainer_shard: str = "fsdp"  # with N ranks: fsdp = FSDP2 fully_shard, params, grads and AdamW state split
+    # over the ranks (1/N each) | replicate = every rank a full copy, gradients all-reduced (PPO's critic needs it)
+    trainer_ranks: int = 1  # gone: N ranks now all sample and train (scale.gpus=N, or torchrun); only 1 is accepted
 
 
 # Flat names of the RL config before it had sections: accepted with a one-line note (until 0.3).

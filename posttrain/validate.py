@@ -105,6 +105,8 @@ RULES: dict[str | tuple[str, str], Rule] = {
     "compile_scope": one_of("blocks", "trunk"),  # framework/compiled.py SCOPES
     "rollout_workers": count(1, "the rollout workers", "2"),
     "trainer_ranks": count(1, "the trainer processes", "1"),
+    "gpus": count(1, "the ranks (one GPU each)", "2"),
+    "trainer_shard": one_of("fsdp", "replicate"),  # distributed/ranks.py SHARDS
     # schedules and sizes where 0 means "off" or "the default": never negative
     "save_every": count(0, "the checkpoint interval (0 = only at the end)", "50"),
     "eval_every": count(0, "the evaluation interval (0 = only at the end)", "50"),

@@ -55,6 +55,7 @@ RANKS = {
     "config_load": 2,
     "config_help": 2,
     "checkpoint": 2,
+    "checkpoint_shards": 2,
     "sizing": 3,
     "framework": 4,
     "eval": 5,
@@ -73,6 +74,7 @@ RANKS = {
     "api": 8,
     "demo": 8,
     "cli": 9,
+    "__main__": 9,
 }
 ENTRY_POINTS = {"posttrain", "posttrain.cli"}  # lazy on purpose: `posttrain --help` without torch
 REASON = re.compile(r"#\s*(upward|entry):\s*\S")  # a reason on a function-level import's line

@@ -15,6 +15,8 @@ Conventions (docs/architecture.md §3):
 
 from __future__ import annotations
 
+import contextlib
+import math
 from typing import TYPE_CHECKING
 
 import torch
@@ -260,6 +262,20 @@ def importance_ratio(logprobs: torch.Tensor, old_logprobs: torch.Tensor) -> torc
 # ----------------------------------------------------------------------------- shared by several algorithms
 
 
+@contextlib.contextmanager
+def across(ranks):
+    """Inside, `masked_whiten` takes its statistics over every rank's rows (`ranks.sum`, `ranks.max`:
+    framework/world.World; the controller wraps the advantages in it). One rank: nothing changes."""
+    _ACROSS.append(ranks)
+    try:
+        yield
+    finally:
+        _ACROSS.pop()
+
+
+_ACROSS: list = []  # the ranks of `across`, innermost last
+
+
 def masked_whiten(
     x: torch.Tensor, mask: torch.Tensor, std: str = "unbiased", eps: float = 1e-8, scale: bool = True
 ) -> torch.Tensor:
@@ -271,23 +287,33 @@ def masked_whiten(
     std="unbiased" divides the variance by n−1 (verl), "population" by n. scale=False only
     centres. If every loss token holds the same value the result is exactly 0 (a float mean
     of equal values need not be exact, and eps = 1e-8 would blow its error up to ~1e-9·x).
-    Used by REINFORCE++ and by PPO's whitened GAE.
+    Used by REINFORCE++ and by PPO's whitened GAE. Under `across(ranks)` the batch is every rank's
+    rows: the count, Σx, the extremes and Σ(x − mean)² are summed over the ranks (two passes, as here).
     """
     if std not in STD_MODES:
         raise UsageError(f"unknown std convention {std!r}; valid: {', '.join(STD_MODES)}")
     on = mask != 0
     zero = torch.zeros_like(x)
-    if not bool(on.any()):
-        return zero
     xd = x.double()  # stats in float64
     vals = xd[on]
-    if bool(vals.max() == vals.min()):
-        return zero
-    n = vals.numel()
-    centred = xd - vals.mean()  # [B, T]
+    ranks = _ACROSS[-1] if _ACROSS and _ACROSS[-1].size > 1 else None
+    if ranks is None:
+        if not bool(on.any()) or bool(vals.max() == vals.min()):
+            return zero
+        n, mean = vals.numel(), vals.mean()
+    else:
+        n, total = ranks.sum([float(vals.numel()), float(vals.sum())])
+        hi, neg_lo = ranks.max([float(vals.max()), -float(vals.min())] if vals.numel() else [-math.inf, -math.inf])
+        if n == 0 or hi == -neg_lo:
+            return zero
+        mean = total / n
+    centred = xd - mean  # [B, T]
     if scale:
-        var = (vals - vals.mean()).pow(2).sum() / (n - 1 if std == "unbiased" and n > 1 else n)
-        centred = centred / torch.sqrt(var + eps)
+        ss = (vals - mean).pow(2).sum()
+        if ranks is not None:
+            ss = ranks.sum([float(ss)])[0]
+        var = ss / (n - 1 if std == "unbiased" and n > 1 else n)
+        centred = centred / math.sqrt(var + eps) if ranks is not None else centred / torch.sqrt(var + eps)
     return torch.where(on, centred.to(x.dtype), zero)
 
 

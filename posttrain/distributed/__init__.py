@@ -7,8 +7,9 @@
                         copy each), bucketed weight sync through the object store, restarts;
                         the reference as an actor
     data_parallel.py  the trainer as a torch.distributed group: gradients reduced once
-    trainer_group.py  `trainer_ranks: N`: `posttrain rl` spawns N−1 trainer ranks; rank 0 the controller
-    fsdp.py           `trainer_shard: fsdp`: the group's module sharded with FSDP2 (fully_shard, on gloo)
+    launch.py         N ranks: torchrun's processes join the run's process group (NCCL / gloo); scale.gpus
+    ranks.py          a stage's trainer as one of N ranks: FSDP2-sharded (ShardedTrainer) or replicated
+    fsdp.py           `trainer_shard: fsdp`: the policy sharded with FSDP2 (fully_shard), gathered into the sampler's copy
     run_summary.py    the step-time decomposition and the bottleneck role of a run
 
 The weights' side of scale-out (versioned snapshots, the synchronous push, the broadcast

@@ -4,9 +4,10 @@
     trainer.dp = DataParallel()                                 # every rank: same model, same batch
     trainer.step(batch, loss_fn)                                # each rank trains on its rows
 
-Every rank is handed the same global batch. `Trainer.step` computes the normalisers of the
-WHOLE batch first (core.batch_norm: global token and sequence counts), then keeps only this
-rank's rows (`shard`). Each rank's loss is therefore its additive share of the global loss,
+Either every rank is handed the same global batch (SFT, DPO, RM, distillation: `Trainer.step`
+computes the normalisers of the WHOLE batch first, core.batch_norm's token and sequence counts, then
+keeps only this rank's rows, `shard`), or (RL, `local=True`) each rank holds only the rows it sampled
+and the normalisers are summed over the ranks (`local`). Each rank's loss is therefore its additive share of the global loss,
 and the global gradient is the plain SUM of the ranks' gradients: `reduce_grads` all-reduces
 once with SUM, after every micro-batch has been accumulated. No averaging over ranks is
 needed and none is done — DDP's default (mean over ranks of per-rank means) would be the
@@ -29,11 +30,30 @@ BUCKET_BYTES = 25 * 2**20  # gradients per all-reduce call (DDP's default bucket
 
 
 class DataParallel:
-    def __init__(self, group=None):
+    def __init__(self, group=None, local: bool = False):
         if not dist.is_initialized():
             raise UsageError("DataParallel needs torch.distributed initialised (torchrun, or init_process_group)")
-        self.group = group
+        self.group, self.local_rows = group, local
         self.rank, self.world = dist.get_rank(group), dist.get_world_size(group)
+
+    def local(self, batch: Batch, norm: dict, unit: int = 1) -> tuple[Batch, dict]:
+        """(this rank's rows, the WHOLE batch's normalisers): a global batch is cut here (`shard`); a
+        batch of this rank's own rows stays whole and its token and sequence counts are summed over the
+        ranks (max_len is the same everywhere)."""
+        if not self.local_rows:
+            return self.shard(batch, unit), norm
+        counts = torch.tensor([norm["tokens"], norm["seqs"]], dtype=torch.float64, device=_device())
+        dist.all_reduce(counts, op=dist.ReduceOp.SUM, group=self.group)
+        return batch, {**norm, "tokens": float(counts[0]), "seqs": float(counts[1])}
+
+    def counts(self, values: dict) -> dict:
+        """A step's token counts summed over ranks, its micro-batch count the largest of any rank."""
+        keys = sorted(values)
+        sums = torch.tensor([values[k] for k in keys], dtype=torch.float64, device=_device())
+        most = sums.clone()
+        dist.all_reduce(sums, op=dist.ReduceOp.SUM, group=self.group)
+        dist.all_reduce(most, op=dist.ReduceOp.MAX, group=self.group)
+        return {k: float(most[i] if k == "train/micro_batches" else sums[i]) for i, k in enumerate(keys)}
 
     def shard(self, batch: Batch, unit: int = 1) -> Batch:
         """This rank's contiguous block of rows, in whole units (2 keeps preference pairs
@@ -82,3 +102,8 @@ class DataParallel:
             for k, v in part_maxes.items():
                 m[k] = max(m.get(k, v), v)
         return loss, s, m
+
+
+def _device() -> str:
+    """NCCL reduces CUDA tensors only, gloo CPU ones."""
+    return "cuda" if dist.get_backend() == "nccl" else "cpu"

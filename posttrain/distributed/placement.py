@@ -16,9 +16,10 @@ from __future__ import annotations
 import dataclasses
 
 from posttrain.algorithms.core import OFF_POLICY_CORRECTIONS
+from posttrain.distributed import launch
 from posttrain.distributed.async_rollout import AsyncRollout
+from posttrain.distributed.ranks import check_rank_config
 from posttrain.distributed.ray_rollout import RayReference, RayRollout
-from posttrain.distributed.trainer_group import check_trainer_config
 from posttrain.errors import UsageError
 from posttrain.framework.backends import backend_of, make_engine, make_sync
 from posttrain.framework.compiled import resolve
@@ -157,7 +158,7 @@ def check_scale_config(cfg) -> None:
             "land mid-sample in the producer's engine); drop partial_rollouts or change those keys"
         )
 
-    check_trainer_config(cfg)
+    check_rank_config(cfg, launch.env_world())  # before any work: torchrun's environment says how many ranks
     if cfg.rollout.overprovision < 0:
         raise UsageError(
             f"rollout.overprovision must be ≥ 0 (got {cfg.rollout.overprovision}); it is extra samples per prompt"

@@ -17,6 +17,11 @@ from one role to the next, each role's output a field of a new batch (`dataclass
 framework/loop.py. In async mode (distributed/async_rollout.py) ❶–❸ run on a producer that
 works ahead of the trainer by at most `max_staleness` versions, and ❽ publishes a version
 that the producer loads between two requests; the step reads the same.
+
+With N ranks (framework/world.py) each rank's controller runs the same step on its own share: ❶ samples
+the rank's contiguous block of the step's prompt groups (prompt ids global, so every sample is the one a
+1-rank run draws), ❷ scores them, ❸–❼ on its own rows; the metrics, the degenerate-group decision and the
+whitening statistics are collectives over every rank's records (`_step_records`, `core.across`).
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from posttrain.algorithms.core import broadcast
+from posttrain.algorithms.core import across, broadcast
 from posttrain.framework.agent import Episode, episode_metrics, run_episodes
 from posttrain.framework.batch import collate_samples, to_device
 from posttrain.framework.card import phase
@@ -36,8 +41,9 @@ from posttrain.framework.off_policy import correct_off_policy
 from posttrain.framework.rollout import SamplingParams
 from posttrain.framework.sample import Sample
 from posttrain.framework.trainer import policy_loss_fn
+from posttrain.framework.world import current
 from posttrain.sizing.throughput import max_of_k
-from posttrain.tasks.base import MultiTurnTask, score_samples
+from posttrain.tasks.base import MultiTurnTask, component_means, score_samples
 from posttrain.tasks.pool import make_pool, verifier_args
 
 
@@ -58,6 +64,7 @@ class Controller:
         self.last_samples: list = []
         self.on_batch = None  # optional hook(step, samples, batch) before ❼: the audit trace
         self.pool = make_pool(task, *verifier_args(cfg))  # None = in-process
+        self.world = current()  # this rank among the run's (one in a plain process)
 
     def timer(self, name: str):
         return timed(self.timers, name)
@@ -81,7 +88,7 @@ class Controller:
                 batch = replace(
                     batch, values=critic_values(self.trainer.model, batch, self.trainer.cfg.micro_batch_tokens)
                 )
-        with self.timer("algorithm"):
+        with self.timer("algorithm"), across(self.world):  # batch-wide statistics: every rank's rows
             adv = self.algorithm.advantages(batch.rewards, batch.group_index, self.algo_cfg, batch=batch)
             if critic:  # the value loss's target
                 batch = replace(batch, returns=self.algorithm.value_targets(batch.rewards, batch, self.algo_cfg))
@@ -109,26 +116,31 @@ class Controller:
             sync = self.sync.sync()  # ❽
         metrics.update(train)
         metrics.update(sync)
-        metrics.update(self.timers)  # ❾
-        metrics["train/tokens_per_s"] = float(batch.loss_mask.sum()) / max(self.timers["time/train_s"], 1e-9)
+        timers = dict(zip(self.timers, self.world.max(list(self.timers.values()))))  # the slowest rank's
+        metrics.update(timers)  # ❾
+        tokens = self.world.sum([float(batch.loss_mask.sum())])[0]  # every rank's
+        metrics["train/tokens_per_s"] = tokens / max(timers["time/train_s"], 1e-9)
         metrics["train/skipped_step"] = 0.0
         return metrics
 
     def collect(self, step: int):
         """Generate and score groups until `prompts_per_step` groups are usable (or the
         attempt cap is hit). `degenerate`: keep = use every group; skip = drop groups whose
-        rewards are all equal; resample = also draw fresh prompts to refill the batch."""
-        cfg, kept, timers = (
-            self.cfg,
-            list[Sample](),
-            dict[str, float](),
-        )  # own timers: async runs this on another thread
+        rewards are all equal; resample = also draw fresh prompts to refill the batch.
+        With N ranks each samples its block of the groups; the decisions are every rank's."""
+        cfg, world, timers = self.cfg, self.world, dict[str, float]()  # own timers: async runs this on a thread
+        n, P = cfg.rollout.samples_per_prompt, cfg.rollout.prompts_per_step
+        kept: list[tuple[int, Sample]] = []  # (attempt, sample) of this rank's usable groups
+        order: list[tuple[int, int, int]] = []  # (attempt, group, index) of every rank's, in the 1-rank order
         first: dict | None = None  # the metrics of the first draw
         attempts = cfg.rollout.max_resample_attempts if cfg.rollout.degenerate == "resample" else 1
         for attempt in range(attempts):
-            want = cfg.rollout.prompts_per_step - len(kept) // cfg.rollout.samples_per_prompt
+            want = P - len(order) // n
             items = self.task.items(want, "train", seed=f"{cfg.seed}/{step}/{attempt}")
+            mine = world.span(want)  # this rank's whole groups; prompt ids stay global (group_offset)
+            items = items[mine.start : mine.stop]
             prompts = [self.tok.encode(self.tok.chat_prompt(self.task.prompt(it))) for it in items]
+            offset = len(order) // n + mine.start
             with timed(timers, "rollout"):
                 if isinstance(self.task, MultiTurnTask):  # agent episodes (framework/agent.py)
                     samples = run_episodes(
@@ -136,45 +148,67 @@ class Controller:
                         self.tok,
                         self.task,
                         items,
-                        cfg.rollout.samples_per_prompt,
+                        n,
                         self.sampling,
                         seed=cfg.seed,
                         step=step * 1000 + attempt,
-                        group_offset=len(kept) // cfg.rollout.samples_per_prompt,
+                        group_offset=offset,
                     )
                 else:
                     samples = self.engine.generate(
                         prompts,
-                        cfg.rollout.samples_per_prompt + cfg.rollout.overprovision,
+                        n + cfg.rollout.overprovision,
                         self.sampling,
                         seed=cfg.seed,
                         step=step * 1000 + attempt,
                         items=items,
-                        group_offset=len(kept) // cfg.rollout.samples_per_prompt,
-                        keep=cfg.rollout.samples_per_prompt if cfg.rollout.overprovision else None,
+                        group_offset=offset,
+                        keep=n if cfg.rollout.overprovision else None,
                     )
             with timed(timers, "reward"):
                 reward_metrics = score_samples(self.task, samples, self.pool, step)
-            groups = group_rewards(samples)
+            every = world.gather([_record(s) for s in samples]) if world.size > 1 else samples
+            groups = group_rewards(every)
             if first is None:  # metrics of the first draw
                 first = {
-                    **reward_metrics,
+                    **reduced(world, reward_metrics),
+                    **component_means(every),
                     **group_metrics(groups),
-                    **sample_metrics(samples, cfg.rollout.max_new_tokens),
+                    **sample_metrics(every, cfg.rollout.max_new_tokens),
                     **{
                         k if k.startswith("rollout/") else f"rollout/{k}": float(v)
-                        for k, v in self.engine.stats.items()
+                        for k, v in reduced(world, self.engine.stats).items()
                     },
-                    **episode_metrics([s for s in samples if isinstance(s, Episode)]),
+                    **episode_metrics([s for s in every if isinstance(s, Episode)]),
                 }
-            useful = [s for s in samples if cfg.rollout.degenerate == "keep" or not groups[s.group][1]]
-            kept.extend(useful)
-            if len(kept) >= cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt:
+            dropped = {g for g, (_, degenerate) in groups.items() if degenerate and cfg.rollout.degenerate != "keep"}
+            kept += [(attempt, s) for s in samples if s.group not in dropped]
+            order += [(attempt, s.group, s.index) for s in every if s.group not in dropped]
+            if len(order) >= P * n:
                 break
         assert first is not None  # attempts >= 1: one draw at least
         first["rollout/attempts"] = float(attempt + 1)
-        first["group/kept_frac"] = len(kept) / (cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt)
-        return kept[: cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt], {**first, **timers}
+        first["group/kept_frac"] = len(order) / (P * n)
+        first.update(zip(timers, world.max(list(timers.values()))))  # the slowest rank's
+        chosen = set(order[: P * n])  # the first prompts_per_step usable groups, as one rank takes them
+        mine = [(a, s) for a, s in kept if (a, s.group, s.index) in chosen]
+        if world.size > 1 and cfg.rollout.degenerate != "keep":
+            return self._even(mine), first
+        return [s for _, s in mine], first
+
+    def _even(self, mine: list) -> list:
+        """Several ranks, some groups dropped (degenerate skip / resample): whole groups dealt out again, a
+        contiguous block to each rank in the 1-rank order. A rank left with none gets the first group with
+        nothing to learn (loss mask 0), so that it still takes part in the step's collectives."""
+        by_group: dict[tuple, list] = {}
+        for a, s in self.world.gather(mine):  # (attempt, sample) of every rank, in the 1-rank order
+            by_group.setdefault((a, s.group), []).append(s)
+        blocks = list(by_group.values())
+        if not blocks:
+            return []
+        span = self.world.span(len(blocks))
+        out = [s for b in blocks[span.start : span.stop] for s in b]
+        return out or [dataclasses.replace(s, response_mask=[0] * len(s.response_mask)) for s in blocks[0]]
 
 
 @contextmanager
@@ -231,3 +265,27 @@ def max_of_k_metrics(lengths: np.ndarray) -> dict:
         "length/max_of_k": float(lengths.max()) / mean if mean > 0 else 0.0,
         "length/max_of_k_expected": max_of_k(len(lengths), cv),
     }
+
+
+def _record(s: Sample) -> Sample:
+    """A sample as the step's metrics and decisions read it on every rank: its ids, logprobs and item
+    stay on the rank that drew it."""
+    return dataclasses.replace(s, prompt_ids=[], response_logprobs=[], item=None, text="", completion=None)
+
+
+def reduced(world, metrics: dict) -> dict:
+    """One rank's share of the step's metrics made the step's: counts (ints, errors, timeouts) add up,
+    `*/max` and times take the largest, every other value (a rate, a mean) the mean over ranks."""
+    if world.size == 1:
+        return metrics
+    parts = world.gather([metrics])
+    out = {}
+    for k in metrics:
+        vals = [float(p[k]) for p in parts if k in p]
+        if k.endswith("/max") or k.startswith("time/"):
+            out[k] = max(vals)
+        elif isinstance(metrics[k], int) or k.endswith(("/errors", "/timeouts", "/workers_replaced")):
+            out[k] = sum(vals)
+        else:
+            out[k] = sum(vals) / len(vals)
+    return out

@@ -7,6 +7,10 @@ SIGINT/SIGTERM finish the current step, save a checkpoint, then stop. A death no
 handler sees (SIGKILL, a segfault, os._exit in a verifier) loses at most `save_minutes` of
 work: a checkpoint is written whenever that much time has passed since the last one, and
 the run's watcher (posttrain/postmortem.py) says where it died.
+
+With N ranks (framework/world.py) every rank runs this loop over the same steps; rank 0 alone logs,
+evaluates and writes checkpoints (the state in them is gathered from every rank: a collective), and
+the decisions only it can make (an early stop) or any rank can (a signal) reach every rank.
 """
 
 from __future__ import annotations
@@ -17,11 +21,12 @@ import time
 
 import torch
 
-from posttrain import checkpoint, postmortem, runtime
+from posttrain import checkpoint, checkpoint_shards, postmortem, runtime
 from posttrain.config import to_dict
 from posttrain.errors import TrainingHalted
 from posttrain.framework.card import OutOfMemory, phase
 from posttrain.framework.trainer import Trainer
+from posttrain.framework.world import current
 from posttrain.logging import RunLogger
 
 
@@ -66,26 +71,33 @@ def train_loop(
     """
     cfg = run.cfg
     start = 0
+    world = current()
     if run.resume_from is not None:
         state = getattr(run, "resume_state", None) or checkpoint.load_trainer_state(run.resume_from)
         checkpoint.restore_weights(model, run.resume_from)
         trainer.load_state_dict(state["trainer"])
+        if state["trainer"].get("optimizer") is None:  # a sharded run's: every rank reads its part
+            trainer.load_shards(run.resume_from / checkpoint_shards.DIR)
         runtime.set_rng_state(state["rng"])
         start = state["step"]
         if extra_state is not None:
             extra_state[1](state.get("extra", {}))
         print(f"resumed from {run.resume_from} at step {start}")
-    logger = RunLogger(
-        run.dir,
-        run.stage,
-        cfg.steps,
-        cfg.log_every,
-        show=show,
-        start_step=start,
-        tensorboard=cfg.tensorboard,
-        wandb=cfg.wandb,
-        config=to_dict(cfg),
-    )
+    if world.main:
+        logger = RunLogger(
+            run.dir,
+            run.stage,
+            cfg.steps,
+            cfg.log_every,
+            show=show,
+            start_step=start,
+            tensorboard=cfg.tensorboard,
+            wandb=cfg.wandb,
+            config=to_dict(cfg),
+        )
+    else:
+        logger = QuietLogger()
+        evaluate = None  # rank 0 evaluates: its plain module holds the same weights as every rank's
     if evaluate is not None and eval_at_start and start == 0:
         postmortem.step("the evaluation of the starting weights (step 0)")
         with phase("eval"):
@@ -95,6 +107,13 @@ def train_loop(
     def save(step):
         postmortem.step(f"writing the checkpoint of step {step}")
         t0 = time.monotonic()
+        staged = trainer.sharded  # every rank writes its optimizer shard into the checkpoint, then rank 0 the rest
+        if staged:
+            if world.main:
+                checkpoint.stage(run.dir, step)
+            world.barrier()
+            trainer.save_shards(checkpoint.tmp_path(run.dir, step) / checkpoint_shards.DIR)
+            world.barrier()
         state = {
             "trainer": trainer.state_dict(),
             "rng": runtime.rng_state(),
@@ -102,9 +121,12 @@ def train_loop(
             "data_position": step,
             "extra": extra_state[0]() if extra_state is not None else {},
         }
-        path = checkpoint.save(
-            run.dir, step, model, tokenizer, state, {"stage": run.stage, **(meta or {})}, cfg.keep_last
-        )
+        path = checkpoint.step_path(run.dir, step)
+        if world.main:
+            path = checkpoint.save(
+                run.dir, step, model, tokenizer, state, {"stage": run.stage, **(meta or {})}, cfg.keep_last, staged
+            )
+        world.barrier()  # no rank goes on before the checkpoint is whole (a resume reads it)
         clock.update(last=time.monotonic(), cost=time.monotonic() - t0)
         return path
 
@@ -135,7 +157,10 @@ def train_loop(
                 metrics["memory/predicted_gib"] = predicted["peak_gib"]
             logger.log(step, metrics)
             last = metrics
-            reason = until(metrics) if until is not None and eval_due(cfg, step) else ""
+            reason = until(metrics) if until is not None and eval_due(cfg, step) and world.main else ""
+            reason = world.broadcast(reason) if until is not None and eval_due(cfg, step) else reason
+            if world.size > 1:  # a signal that reached one rank stops them all, at the same step
+                stop[:] = [signal.SIGTERM] if world.max([float(bool(stop))])[0] else []
             if reason and step < cfg.steps:
                 end = step
                 logger.message(f"stopping early at step {step}: {reason}")
@@ -192,3 +217,16 @@ def nonfinite_warning(trainer, model, steps: int) -> tuple[str, bool] | None:
         f"are {'finite' if finite else 'NOT finite (NaN or inf)'}"
     )
     return text, finite
+
+
+class QuietLogger:
+    """The logger of a rank other than 0: rank 0 writes the run's logs."""
+
+    def log(self, step: int, metrics: dict) -> None:
+        pass
+
+    def message(self, text: str) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

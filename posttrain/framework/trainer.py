@@ -24,6 +24,7 @@ import warnings
 
 import torch
 
+from posttrain import checkpoint_shards
 from posttrain.algorithms.core import batch_norm, masked_mean
 from posttrain.errors import UsageError
 from posttrain.framework.batch import Batch, RolloutBatch, map_batch, split_micro_batches, view
@@ -80,8 +81,8 @@ class Trainer:
         self.model.train()
         mask = view(batch)["loss_mask"]  # [B, T]
         norm = batch_norm(mask, max_len if max_len is not None else mask.shape[1])
-        if self.dp is not None:  # norm stays that of the GLOBAL batch
-            batch = self.dp.shard(batch, unit)
+        if self.dp is not None:  # this rank's rows; norm that of the WHOLE batch (distributed/data_parallel.py)
+            batch, norm = self.dp.local(batch, norm, unit)
         self.optimizer.zero_grad(set_to_none=True)
         sums: dict[str, float] = {}
         maxes: dict[str, float] = {}
@@ -110,13 +111,17 @@ class Trainer:
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip))
         real = sum(float(view(mb)["attention_mask"].sum()) for mb in micro)  # this rank's tokens
         padded = sum(computed_tokens(view(mb)) for mb in micro)
+        counts = {"train/micro_batches": len(micro), "train/tokens": real, "train/padded_tokens": float(padded)}
+        if self.dp is not None:  # every rank's tokens; the most micro-batches of any rank
+            counts = self.dp.counts(counts)
+        real, padded = counts["train/tokens"], counts["train/padded_tokens"]
         out = {
             **sums,
             **maxes,
             "loss": total_loss,
             "grad/norm": grad_norm,
             "lr": self.scheduler.get_last_lr()[0],
-            "train/micro_batches": len(micro),
+            "train/micro_batches": counts["train/micro_batches"],
             "train/tokens": real,
             "train/padded_tokens": float(padded),  # real ones; as computed
             "train/pad_frac": 1.0 - real / max(padded, 1),
@@ -168,8 +173,19 @@ class Trainer:
             "nonfinite_total": self.nonfinite_total,
         }
 
+    sharded = False  # a ShardedTrainer (distributed/ranks.py): every rank saves its optimizer shard
+
+    def save_shards(self, path) -> None:
+        """The optimizer state through torch.distributed.checkpoint (checkpoint_shards.py)."""
+        checkpoint_shards.save(self.model, self.optimizer, path)
+
+    def load_shards(self, path) -> None:
+        """The optimizer state of a sharded run's checkpoint, read whole (DCP reshards to one rank)."""
+        checkpoint_shards.load(self.model, self.optimizer, path)
+
     def load_state_dict(self, state: dict) -> None:
-        self.optimizer.load_state_dict(state["optimizer"])
+        if state.get("optimizer") is not None:  # None: a sharded run's checkpoint, loaded by load_shards
+            self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.nonfinite_total = state.get("nonfinite_total", 0)
 

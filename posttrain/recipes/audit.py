@@ -12,6 +12,7 @@ from posttrain.config import RLConfig
 from posttrain.framework.batch import RolloutBatch
 from posttrain.framework.logprobs import sequence_logprobs
 from posttrain.framework.loop import eval_due
+from posttrain.framework.world import current
 
 
 class Audit:
@@ -22,22 +23,37 @@ class Audit:
     holds what the loss saw: behaviour logprobs (sampler), reference logprobs, advantages. The
     trainer's logprobs are one no-grad forward on the audited rows only, at the weights that
     sampled them: trainer − behaviour is the sampler/trainer mismatch of each token.
+
+    With N ranks the pick is the 1-rank run's, over every rank's samples in rank order (their rewards
+    gathered); each rank writes the rows of the picked samples it holds, and rank 0 gathers the rows.
     """
 
     def __init__(self, run_dir: Path, model, tok, cfg: RLConfig, runtime):
         self.path, self.model, self.tok, self.cfg, self.rt = Path(run_dir, "samples.jsonl"), model, tok, cfg, runtime
         self.rows: list[dict] = []
+        self.world = current()
 
     def on_batch(self, step: int, samples, batch: RolloutBatch) -> None:
         if not eval_due(self.cfg, step) or self.cfg.eval.save_samples <= 0:
             return
-        order = sorted(range(len(samples)), key=lambda i: -samples[i].reward)
+        rewards = self.world.gather([[s.reward for s in samples]])  # one list per rank
+        first = sum(len(r) for r in rewards[: self.world.rank])  # this rank's first sample, globally
+        every = [x for r in rewards for x in r]
+        order = sorted(range(len(every)), key=lambda i: -every[i])
         top = order[: self.cfg.eval.save_samples // 2]
-        rest = [i for i in range(len(samples)) if i not in top]
+        rest = [i for i in range(len(every)) if i not in top]
         rest = random.Random(f"{self.cfg.seed}/{step}").sample(
             rest, min(len(rest), self.cfg.eval.save_samples - len(top))
         )
-        pick = top + rest
+        chosen = top + rest
+        pick = [i - first for i in chosen if first <= i < first + len(samples)]  # the ones held here
+        rows = self._rows(step, samples, batch, pick, {i - first for i in top}) if pick else []
+        position = {i: k for k, i in enumerate(chosen)}
+        mine = [(position[i + first], row) for i, row in zip(pick, rows)]
+        self.rows += [row for _, row in sorted(self.world.gather(mine), key=lambda x: x[0])]
+
+    def _rows(self, step: int, samples, batch: RolloutBatch, pick: list[int], top: set[int]) -> list[dict]:
+        out = []
         with torch.no_grad(), self.rt.autocast():
             trainer_lp, _ = sequence_logprobs(self.model, batch.input_ids[pick], self.cfg.rollout.temperature)  # [n, T]
         columns = {
@@ -53,7 +69,7 @@ class Audit:
                 k: None if v is None else [round(float(x), 5) for x in v[row, cols].float().cpu()]
                 for k, v in columns.items()
             }
-            self.rows.append(
+            out.append(
                 {
                     "step": step,
                     "selection": "top" if i in top else "random",
@@ -70,9 +86,13 @@ class Audit:
                     "error": s.reward_error,
                 }
             )
+        return out
 
     def flush(self) -> None:
-        """Append the rows captured for this evaluation (none at step 0: nothing was trained)."""
+        """Append the rows captured for this evaluation (none at step 0: nothing was trained); rank 0 writes."""
+        if not self.world.main:
+            self.rows = []
+            return
         with open(self.path, "a") as f:
             f.writelines(json.dumps(r) + "\n" for r in self.rows)
         self.rows = []

@@ -14,10 +14,12 @@ import yaml
 
 from posttrain import checkpoint, postmortem, runtime, tasks
 from posttrain.config import save_config, to_dict
+from posttrain.distributed import launch
 from posttrain.errors import UsageError
 from posttrain.framework import card
 from posttrain.framework.batch import split_micro_batches, to_device
 from posttrain.framework.logprobs import micro_logprobs
+from posttrain.framework.world import current
 from posttrain.models import attention
 from posttrain.models.gpt_mini import GPTMini
 from posttrain.models.lora import apply_lora
@@ -31,7 +33,9 @@ class Run:
 
     def __init__(self, cfg, stage: str, resume: bool = False):
         self.cfg, self.stage = cfg, stage
-        self.rt = runtime.resolve(cfg.device, cfg.dtype, cfg.threads)  # a bad device: refused before any write
+        device = launch.join(cfg.device)  # under torchrun: this rank's device, in the run's process group
+        self.world = current()
+        self.rt = runtime.resolve(device, cfg.dtype, cfg.threads)  # a bad device: refused before any write
         attention.check(packing_attention(cfg), self.rt.device, self.rt.compute_dtype)  # flex/varlen on a CPU too
         self.dir = Path(cfg.out or f"runs/{stage}")
         self.resume_from = None
@@ -45,8 +49,10 @@ class Run:
                 f"run directory {str(self.dir)!r} already holds checkpoints; "
                 f"pass --resume {self.dir} to continue, overwrite=true to start over, or out=NEW_DIR"
             )
-        write_run_dir(self.dir, cfg)
-        postmortem.watch(self.dir, stage)  # a death from here on is named, on stderr and in RUN_DIR/crash.log
+        if self.world.main:  # rank 0 writes the run directory; the others read it
+            write_run_dir(self.dir, cfg)
+            postmortem.watch(self.dir, stage)  # a death from here on is named, on stderr and in RUN_DIR/crash.log
+        self.world.barrier()
         runtime.seed_everything(cfg.seed)
         self.predicted_peak: dict | None = None  # predict_memory
 
@@ -168,7 +174,8 @@ def prepare_task(task, tok, model, max_new_tokens: int, run_dir: Path, stage: st
 def show_first_prompt(text: str, run_dir: Path, stage: str) -> None:
     """What the model is trained on, visible: the first example as rendered, printed and saved."""
     print(f"first {stage} prompt, as the model sees it (chat template applied): {text!r}", flush=True)
-    (run_dir / "first_prompt.txt").write_text(text)
+    if current().main:  # rank 0 writes the run directory
+        (run_dir / "first_prompt.txt").write_text(text)
 
 
 def print_plan(stage: str, lines: dict) -> None:
@@ -207,20 +214,25 @@ def predict_memory(r: Run, stage: str, model, seq_len: int = 0, prompt_len: int 
         hf=hasattr(model, "hf"),
         baseline_bytes=baseline,
         peak_so_far=runtime.peak_memory_bytes(dev),  # loading may already have peaked higher
+        ranks=r.world.size,  # per rank: its rows, and 1/N of the trainer's state when sharded
+        shard=getattr(getattr(r.cfg, "scale", None), "trainer_shard", "replicate"),
     )
     r.predicted_peak = est
     card.expect(est["peak_bytes"])  # an out-of-memory line quotes it
     capacity = card.card_bytes(dev)
     if warning := card.over_card_warning(est["peak_bytes"], capacity, dev, card.peak_phase(est)):
         print(warning, flush=True)
-    tmp = r.dir / "memory.json.tmp"  # `posttrain memory RUN_DIR` holds it against memory/peak_gib
-    tmp.write_text(json.dumps(est, indent=1))
-    tmp.replace(r.dir / "memory.json")  # a temporary name, then renamed (docs/architecture.md §9)
+    if r.world.main:
+        tmp = r.dir / "memory.json.tmp"  # `posttrain memory RUN_DIR` holds it against memory/peak_gib
+        tmp.write_text(json.dumps(est, indent=1))
+        tmp.replace(r.dir / "memory.json")  # a temporary name, then renamed (docs/architecture.md §9)
     ph = {k: v / 2**30 for k, v in est["phases"].items()}
     top = max((k for k in ph if k != "persistent"), key=ph.__getitem__)
     what = "tensors allocated" if dev.type == "cuda" else "resident set"
     print(
-        f"[{stage} memory] predicted peak {est['peak_gib']:.2f} GiB ({what} on {dev.type}: "
+        f"[{stage} memory] predicted peak {est['peak_gib']:.2f} GiB"
+        + (f" per rank ({r.world.size} ranks, {est['shard']})" if r.world.size > 1 else "")
+        + f" ({what} on {dev.type}: "
         + (f"process {baseline / 2**30:.2f} + " if baseline else "")
         + f"persistent {ph['persistent']:.2f} + {top} {ph[top]:.2f}"
         + ("; already reached while loading" if est["peak_so_far"] >= est["peak_bytes"] else "")

@@ -17,6 +17,7 @@ import json
 
 from posttrain import checkpoint
 from posttrain.config import DistillConfig, to_dict
+from posttrain.distributed.ranks import rank_trainer
 from posttrain.errors import UsageError
 from posttrain.eval import evaluate, response_budget
 from posttrain.framework.backends import make_engine, make_sync
@@ -62,7 +63,9 @@ def run(cfg: DistillConfig, resume: bool = False) -> dict:
     engine = make_engine(student, tok, cfg.rollout)  # rollout.backend: the student's sampler
     sync = make_sync(student, engine, cfg.rollout)
     sampling = SamplingParams(temperature=cfg.temperature, max_new_tokens=max_new)
-    trainer = Trainer(student, cfg.optim, cfg.steps, r.rt)
+    trainer = rank_trainer(
+        Trainer(student, cfg.optim, cfg.steps, r.rt), student, r.world, "replicate"
+    )  # N ranks: data parallel
     loss_fn = distill_loss_fn(teacher, cfg.loss, cfg.beta, cfg.coef, cfg.temperature)
     heldout = task.items(cfg.eval_problems, "test", cfg.seed)
     k = cfg.eval_samples
@@ -116,7 +119,7 @@ def run(cfg: DistillConfig, resume: bool = False) -> dict:
         meta={"task": "arithmetic", "teacher": str(t_path), "loss": cfg.loss},
         show=("distill/reverse_kl", "reward/mean", "eval/pass@1"),
     )
-    if teacher_res:
+    if teacher_res and r.world.main:
         (r.dir / "teacher_eval.json").write_text(json.dumps(teacher_res, indent=1))
         print(
             f"teacher held-out pass@1 {teacher_res['eval/pass@1']:.3f}; student "

@@ -24,6 +24,7 @@ from dataclasses import asdict
 import torch
 
 from posttrain.config import DPOConfig
+from posttrain.distributed.ranks import rank_trainer
 from posttrain.errors import UsageError
 from posttrain.eval import evaluate, response_budget
 from posttrain.framework.batch import to_device
@@ -95,8 +96,9 @@ def build_pairs(cfg: DPOConfig, r: Run, model, tok, task) -> list:
             f"no preference pairs ({stats}); raise pair_prompts or samples_per_prompt, "
             "or start from a checkpoint that is right on some prompts and wrong on others"
         )
-    saved.write_text("".join(json.dumps({k: v for k, v in asdict(p).items() if k != "item"}) + "\n" for p in pairs))
-    (r.dir / "pairs_stats.json").write_text(json.dumps(stats, indent=1))
+    if r.world.main:  # every rank built the same pairs (seeded): rank 0 writes them
+        saved.write_text("".join(json.dumps({k: v for k, v in asdict(p).items() if k != "item"}) + "\n" for p in pairs))
+        (r.dir / "pairs_stats.json").write_text(json.dumps(stats, indent=1))
     print(f"[dpo] pairs: {stats}")
     return pairs
 
@@ -172,7 +174,9 @@ def run(cfg: DPOConfig, resume: bool = False, task=None) -> dict:
         if cfg.loss_type in REFERENCE_FREE
         else reference_logps(model, encoded, tok.pad_id, runtime=r.rt, packing=cfg.optim.packing)
     )
-    trainer = Trainer(model, cfg.optim, cfg.steps, r.rt)
+    trainer = rank_trainer(
+        Trainer(model, cfg.optim, cfg.steps, r.rt), model, r.world, "replicate"
+    )  # N ranks: data parallel
     indices = EpochIndices(len(encoded), cfg.batch_size, cfg.seed)
 
     def batch_fn(step):  # on the model's device before KTO's reference point scores it

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from posttrain.config import PretrainConfig
+from posttrain.distributed.ranks import rank_trainer
 from posttrain.framework.logprobs import sequence_logprobs
 from posttrain.framework.loop import train_loop
 from posttrain.framework.trainer import Trainer
@@ -48,7 +49,9 @@ def run(cfg: PretrainConfig, resume: bool = False, task=None) -> dict:
     train_ids = torch.tensor(tok.encode(task.corpus(cfg.corpus_chars, cfg.seed)))
     val_text = task.validation_text(cfg.seed)
     val = CorpusWindows(torch.tensor(tok.encode(val_text)), min(cfg.seq_len, 64), 32, cfg.seed + 1)(0)
-    trainer = Trainer(model, cfg.optim, cfg.steps, r.rt)
+    trainer = rank_trainer(
+        Trainer(model, cfg.optim, cfg.steps, r.rt), model, r.world, "replicate"
+    )  # N ranks: data parallel
     windows = CorpusWindows(train_ids, cfg.seq_len, cfg.batch_size, cfg.seed)
     predict_memory(r, "pretrain", model, windows(1)["input_ids"].shape[1])
     print_plan(

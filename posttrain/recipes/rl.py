@@ -17,8 +17,8 @@ import torch
 from posttrain import algorithms
 from posttrain.config import RLConfig, save_config
 from posttrain.distributed.placement import check_scale_config, place
+from posttrain.distributed.ranks import rank_trainer
 from posttrain.distributed.run_summary import write_summary
-from posttrain.distributed.trainer_group import TrainerGroup
 from posttrain.envs.source import ExternalRollouts
 from posttrain.errors import UsageError
 from posttrain.eval import evaluate, evaluate_episodes, response_budget
@@ -175,8 +175,8 @@ def run(cfg: RLConfig, resume: bool = False, task=None) -> dict:
         cfg.steps * cfg.optim.epochs * cfg.optim.minibatches,
         r.rt,
     )
-    if cfg.scale.trainer_ranks > 1:  # data-parallel over local processes (distributed/)
-        trainer = TrainerGroup(trainer, cfg)
+    # N ranks: each trains on the groups it sampled, sharded (FSDP2) or replicated (distributed/ranks.py)
+    trainer = rank_trainer(trainer, trainer.model, r.world, cfg.scale.trainer_shard, local_rows=True)
     controller = Controller(
         cfg,
         with_reward_model(task, cfg.reward_model, r.rt.device),  # RLHF: the RM's score is the reward
@@ -207,11 +207,7 @@ def run(cfg: RLConfig, resume: bool = False, task=None) -> dict:
             **({"rollout_backend": "vllm", "off_policy_correction": controller.correction} if vllm else {}),
             "placement": cfg.scale.placement,
             **({"rollout_workers": cfg.scale.rollout_workers} if cfg.scale.placement == "ray" else {}),
-            **(
-                {"trainer_ranks": cfg.scale.trainer_ranks, "trainer_shard": cfg.scale.trainer_shard}
-                if cfg.scale.trainer_ranks > 1
-                else {}
-            ),
+            **({"ranks": r.world.size, "trainer_shard": cfg.scale.trainer_shard} if r.world.size > 1 else {}),
             **({"async": True, "max_staleness": cfg.scale.max_staleness} if cfg.scale.async_ else {}),
             **({"critic": algo_cfg.critic} if actor_critic is not None else {}),
             **({"verifier_workers": len(controller.pool.workers)} if controller.pool is not None else {}),
@@ -284,8 +280,8 @@ def run(cfg: RLConfig, resume: bool = False, task=None) -> dict:
         if external is not None:
             external.close()
         placement.close()
-        if cfg.scale.trainer_ranks > 1:
-            trainer.close()
+    if not r.world.main:  # rank 0 writes what is read from the run's logs
+        return summary
     write_summary(r.dir, read_metrics(r.dir), "async" if cfg.scale.async_ else "colocated", n)  # throughput.json
     if cfg.reward_model:  # RLHF: the proxy-vs-true curve beside the metrics
         print(f"over-optimisation curve: {r.dir / 'overoptimization.csv'}  turn: {write_curve(r.dir)}")

@@ -25,6 +25,7 @@ from dataclasses import asdict
 import torch
 
 from posttrain.config import RMConfig
+from posttrain.distributed.ranks import rank_trainer
 from posttrain.errors import UsageError
 from posttrain.eval import response_budget
 from posttrain.framework.card import phase
@@ -89,10 +90,11 @@ def cached_pairs(r: Run, name: str, build) -> list[Pair]:
     if r.resume_from is not None and saved.exists():
         return [Pair(**json.loads(line)) for line in saved.read_text().splitlines()]
     pairs, stats = build()
-    saved.write_text("".join(json.dumps({k: v for k, v in asdict(p).items() if k != "item"}) + "\n" for p in pairs))
-    stats_file = r.dir / "pairs_stats.json"
-    all_stats = json.loads(stats_file.read_text()) if stats_file.exists() else {}
-    stats_file.write_text(json.dumps({**all_stats, name: stats}, indent=1))
+    if r.world.main:  # every rank built the same pairs (seeded): rank 0 writes them
+        saved.write_text("".join(json.dumps({k: v for k, v in asdict(p).items() if k != "item"}) + "\n" for p in pairs))
+        stats_file = r.dir / "pairs_stats.json"
+        all_stats = json.loads(stats_file.read_text()) if stats_file.exists() else {}
+        stats_file.write_text(json.dumps({**all_stats, name: stats}, indent=1))
     print(f"[rm] {name}: {stats}")
     return pairs
 
@@ -175,7 +177,7 @@ def run(cfg: RMConfig, resume: bool = False, task=None) -> dict:
     margins = torch.tensor([p.margin for p in pairs])  # [N] (0 for sampled pairs)
 
     rm = RewardModel(trunk)
-    trainer = Trainer(rm, cfg.optim, cfg.steps, r.rt)
+    trainer = rank_trainer(Trainer(rm, cfg.optim, cfg.steps, r.rt), rm, r.world, "replicate")  # N ranks: data parallel
     indices = EpochIndices(len(encoded), cfg.batch_size, cfg.seed)
 
     def batch_fn(step):

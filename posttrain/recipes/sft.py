@@ -12,6 +12,7 @@ the course's lesson 03 ablation. CoT changes the data, not the loss.
 from __future__ import annotations
 
 from posttrain.config import SFTConfig
+from posttrain.distributed.ranks import rank_trainer
 from posttrain.errors import UsageError
 from posttrain.eval import evaluate, evaluate_episodes, response_budget
 from posttrain.framework.backends import make_engine, make_sync
@@ -19,6 +20,7 @@ from posttrain.framework.batch import collate
 from posttrain.framework.card import phase
 from posttrain.framework.loop import train_loop
 from posttrain.framework.trainer import Trainer
+from posttrain.framework.world import current
 from posttrain.preference.rejection import rejection_sample
 from posttrain.recipes.common import (
     EpochIndices,
@@ -80,7 +82,8 @@ def rejection_examples(cfg: SFTConfig, model, tok, task, run_dir, engine=None):
             seed=cfg.seed,
             engine=engine,
         )
-    (run_dir / "rejection_stats.json").write_text(json.dumps(stats, indent=1))
+    if current().main:  # every rank sampled the same (seeded): rank 0 writes
+        (run_dir / "rejection_stats.json").write_text(json.dumps(stats, indent=1))
     print(f"[sft] rejection sampling: {stats}")
     if not responses:
         raise UsageError(
@@ -106,7 +109,9 @@ def run(cfg: SFTConfig, resume: bool = False, task=None) -> dict:
     else:
         prompts, responses = examples(task, tok, cfg.num_problems, cfg.seed, cfg.cot)
     heldout = task.items(cfg.eval_problems, "test", cfg.seed)
-    trainer = Trainer(model, cfg.optim, cfg.steps, r.rt)
+    trainer = rank_trainer(
+        Trainer(model, cfg.optim, cfg.steps, r.rt), model, r.world, "replicate"
+    )  # N ranks: data parallel
     masks = [tok.policy_mask(r) for r in responses] if hasattr(tok, "policy_mask") else []
     masks = masks if any(0 in m for m in masks) else None  # demonstrations with tool results: mask them
     batches = SFTBatches(prompts, responses, cfg.batch_size, tok.pad_id, cfg.seed, cfg.mask_prompt, masks)

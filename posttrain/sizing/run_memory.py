@@ -74,6 +74,8 @@ def predict_run_peak(
     hf: bool = False,
     baseline_bytes: float = 0.0,
     peak_so_far: float = 0.0,
+    ranks: int = 1,
+    shard: str = "replicate",
 ) -> dict:
     """Predicted peak memory of one posttrain run: the bytes its tensors hold at the worst moment
     of a step (the module docstring says what is counted), plus `baseline_bytes` (a CPU process's
@@ -86,6 +88,9 @@ def predict_run_peak(
     seq_len: the longest row of a step (prompt + response); 0 = the shape's context is not known,
     the config's own length or 512. prompt_len: RL/distill prompt tokens (0 = seq_len − max_new).
     hf: a Hugging Face model (the decode path's fused weight copies).
+    ranks, shard: the run's ranks (one GPU each) and how the trainer holds the policy over them
+    (distributed/ranks.py): per rank, a block of the step's rows; with "fsdp" the master weights,
+    gradients and AdamW moments 1/N each (16·P/N) beside the plain weights every rank samples from.
 
     Returns {"peak_bytes", "peak_gib", "tensor_bytes", "baseline_bytes", "peak_so_far", "phases",
     "components", "device", "compute_dtype", "stage", "micro_batch_tokens"}: components by phase, bytes.
@@ -105,9 +110,13 @@ def predict_run_peak(
     width = seq_len or int(get("seq_len", 0) or 0) or 512
     plen = prompt_len or max(1, width - max_new)
     rows, unit = _rows(get, stage)
+    rows = -(-rows // unit // ranks) * unit  # this rank's block of whole units
     micro = _micro_tokens(int(get("optim.micro_batch_tokens", 8192)), rows, width, unit)
+    sharded = ranks if ranks > 1 and shard == "fsdp" else 1  # what the trainer's state is divided by
 
-    persistent = {"weights (fp32)": 4.0 * P + (4.0 * Pt if lora_r else 0.0), "AdamW m, v (fp32)": 8.0 * Pt}
+    persistent = {"weights (fp32)": 4.0 * P + (4.0 * Pt if lora_r else 0.0), "AdamW m, v (fp32)": 8.0 * Pt / sharded}
+    if sharded > 1:
+        persistent["master shard (fp32)"] = 4.0 * Pt / sharded
     if stage == "rl" and _has_reference(get):
         persistent["reference"] = float(c * P)
     if stage == "rl" and get("algo.name", "") == "ppo" and get("algo.critic", "shared") == "separate":
@@ -116,7 +125,7 @@ def predict_run_peak(
         persistent["sampler copy"] = 4.0 * P
     if stage == "distill":
         persistent["teacher"] = 4.0 * P
-    samples = _sampled_rows(get, stage)
+    samples = _sampled_rows(get, stage, ranks)
     if samples:
         if hf:
             q, kv = shape.heads * shape.hd, shape.kv_heads * shape.hd
@@ -130,7 +139,7 @@ def predict_run_peak(
             persistent["decode graph pool"] = 24.0 * V * slots + (4.0 * V * slots if bf16 else 0.0)
 
     autocast_cache = 2.0 * P if bf16 else 0.0  # bf16 copies of the fp32 weights, cached per autocast region
-    grads = 4.0 * Pt  # fp32, from a backward until the next step's zero_grad(set_to_none)
+    grads = 4.0 * Pt / sharded  # fp32, from a backward until the next step's zero_grad(set_to_none)
     chunk = min(micro * V, LOGIT_CHUNK_ELEMENTS) * 4.0
     head_grad = 4.0 * V * d if stage != "rm" and not lora_r else 0.0  # the only gradient while chunks run
     phases = {
@@ -144,8 +153,9 @@ def predict_run_peak(
             if stage == "rm"
             else max(CHUNK_FORWARD * chunk, CHUNK_BACKWARD * chunk + 2 * head_grad),
             "autocast weight copies": autocast_cache,
+            **({"gathered blocks": 2.0 * c * P / max(shape.layers, 1)} if sharded > 1 else {}),  # FSDP's prefetch
         },
-        "step": {"gradients (fp32)": grads, "AdamW temporaries": 4.0 * Pt},
+        "step": {"gradients (fp32)": grads, "AdamW temporaries": 4.0 * Pt / sharded},
     }
     if stage == "rl" and _has_reference(get) or stage == "dpo":
         ref_tokens = min(REFERENCE_TOKENS, rows * width)
@@ -178,6 +188,8 @@ def predict_run_peak(
         "device": device,
         "compute_dtype": "bfloat16" if bf16 else "float32",
         "micro_batch_tokens": micro,
+        "ranks": ranks,
+        "shard": shard if ranks > 1 else "",
         "peak_bytes": peak,
         "peak_gib": peak / GiB,
         "tensor_bytes": tensors,
@@ -279,11 +291,13 @@ def _micro_tokens(budget: int, rows: int, width: int, unit: int) -> int:
     return min(rows, per) * width
 
 
-def _sampled_rows(get, stage: str) -> list[int]:
-    """Rows each generate() call of the run decodes at once: rollout and evaluation."""
+def _sampled_rows(get, stage: str, ranks: int = 1) -> list[int]:
+    """Rows each generate() call of the run decodes at once: rollout (RL: this rank's block of the groups)
+    and evaluation (rank 0: every held-out problem)."""
     out = []
     if stage in ("rl", "distill"):
-        out.append(_rows(get, stage)[0] * max(1, int(get("optim.minibatches", 1))))
+        rows = _rows(get, stage)[0] * max(1, int(get("optim.minibatches", 1)))
+        out.append(-(-rows // ranks) if stage == "rl" else rows)
     problems = int(get("eval.problems", 0) or get("eval_problems", 0) or 0)
     samples = int(get("eval.samples", 0) or get("eval_samples", 0) or (1 if stage == "sft" else 0))  # SFT: greedy
     if problems and samples and stage != "pretrain":

@@ -352,21 +352,22 @@ def score_samples(task: Task, samples, pool=None, step: int | None = None) -> di
     """Score every sample (score_results), fill its `reward`, `reward_components` and
     `reward_error`, and return the step's reward metrics."""
     results, metrics = score_results(task, samples, pool, step)
-    errors, comps = 0, dict[str, list[float]]()
     for s, res in zip(samples, results):
         s.reward, s.reward_components, s.reward_error = float(res.reward), res.components, res.error
-        errors += res.error is not None
-        for k, v in res.components.items():
-            comps.setdefault(k, []).append(v)
     logged = {f"reward/{k}": v for k, v in getattr(task, "logged", {}).items()}  # TRL's log_metric
-    return {
-        **faults(results, metrics, "reward/"),
-        **metrics,
-        **logged,
-        # a component's mean over the samples it scored (a TRL function's None leaves a sample out),
-        # a failed sample counting 0 in every component
-        **{f"reward/{k}": sum(v) / (len(v) + errors) for k, v in comps.items()},
-    }
+    return {**faults(results, metrics, "reward/"), **metrics, **logged, **component_means(samples)}
+
+
+def component_means(samples) -> dict:
+    """A reward component's mean over the samples it scored (a TRL function's None leaves a sample out),
+    a failed sample counting 0 in every component: from the scored samples alone, so the samples of
+    every rank give the step's value (framework/controller.py)."""
+    errors = sum(s.reward_error is not None for s in samples)
+    comps = dict[str, list[float]]()
+    for s in samples:
+        for k, v in s.reward_components.items():
+            comps.setdefault(k, []).append(v)
+    return {f"reward/{k}": sum(v) / (len(v) + errors) for k, v in comps.items()}
 
 
 def _batch_rewards(task, args: list[tuple], step=None) -> list | None:

@@ -1,7 +1,7 @@
 """Weight sync by collective broadcast: `placement: ray` with `sync_transport: broadcast`.
 
 The trainer's process (rank 0) and the W rollout workers (ranks 1..W) form a process group
-of their own, next to any trainer group (`trainer_ranks`), so it never touches the default
+of their own, next to the run's own ranks (torchrun, `scale.gpus`), so it never touches the default
 group. A sync sends each bucket of `state_buckets` as one flat byte tensor in one broadcast:
 
     trainer (rank 0)                          rollout worker k (rank k)
