@@ -132,7 +132,7 @@ class PretrainConfig(RunConfig):
 @dataclass
 class SFTConfig(RunConfig):
     steps: int = 500
-    init: str = ""  # checkpoint or run dir to start from ("" = random init from `model`)
+    init: str = ""  # checkpoint, run dir, HF directory or hub id org/name[@revision] ("" = random init from `model`)
     model: ModelConfig = field(default_factory=ModelConfig)
     task: TaskConfig = field(default_factory=ArithmeticConfig)  # `task.name` picks the task (tasks/__init__.py)
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-3, warmup_steps=30))
@@ -297,7 +297,8 @@ TRL_NAMES = {
 class RLConfig(RunConfig):
     steps: int = 150
     eval_every: int = 50
-    init: str = ""  # SFT checkpoint or run dir; "" = the default SFT(CoT) checkpoint (trained once, cached)
+    init: str = ""  # SFT checkpoint, run dir, HF directory or hub id org/name[@revision] (e.g.
+    # Qwen/Qwen2.5-0.5B-Instruct); "" = the default SFT(CoT) checkpoint (trained once, cached)
     task: TaskConfig = field(default_factory=ArithmeticConfig)  # `task.name` picks the task (tasks/__init__.py)
     algo: AlgoConfig = field(default_factory=lambda: grpo.Config(kl_coef=0.01))  # `algo.name` picks the algorithm;
     # the other keys are its Config (posttrain rl --help algo)
@@ -309,6 +310,6 @@ class RLConfig(RunConfig):
     verifier: VerifierConfig = field(default_factory=VerifierConfig)
     scale: ScaleConfig = field(default_factory=ScaleConfig)
     lora: LoraConfig = field(default_factory=LoraConfig)  # lora.r > 0: train LoRA adapters only
-    reward_model: str = ""  # RLHF: an `rm` run whose frozen score is the reward (verifier logged as reward/true);
-    # RUN_A,RUN_B = an ensemble, the mean of their scores
+    reward_model: str = ""  # RLHF: an `rm` run (or its hub id) whose frozen score is the reward (verifier logged
+    # as reward/true); RUN_A,RUN_B = an ensemble, the mean of their scores
     renamed = (RL_MOVED, TRL_NAMES)  # not a key (no annotation): the loader's notes and refusals (config_load.py)

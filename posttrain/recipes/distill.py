@@ -37,7 +37,7 @@ class DistillConfig(RunConfig):
     steps: int = 100
     eval_every: int = 25
     init: str = ""  # the student; "" = the default SFT(CoT) checkpoint (cached)
-    teacher: str = ""  # the teacher checkpoint or run dir (required), e.g. an RL'd model
+    teacher: str = ""  # the teacher checkpoint, run dir or hub id (required), e.g. an RL'd model
     loss: str = "rkl"  # rkl: per-token reverse-KL advantage (policy gradient) | jsd: generalized JSD, backprop
     beta: float = 0.5  # jsd: 0 = forward KL(T‖S) (mode-covering), 1 = reverse KL(S‖T) (mode-seeking)
     coef: float = 1.0  # rkl: scale c of the advantage −c·(log π_S − log π_T)

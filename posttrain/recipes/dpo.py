@@ -69,7 +69,7 @@ from posttrain.tasks.base import TaskConfig
 class DPOConfig(RunConfig):
     steps: int = 100
     eval_every: int = 50
-    init: str = ""  # SFT checkpoint or run dir; "" = the default SFT(CoT) checkpoint (cached)
+    init: str = ""  # SFT checkpoint, run dir or hub id org/name; "" = the default SFT(CoT) checkpoint (cached)
     task: TaskConfig = field(default_factory=ArithmeticConfig)  # prompts for sampled pairs and evaluation
     optim: OptimConfig = field(
         default_factory=lambda: OptimConfig(lr=1e-5, weight_decay=0.0, warmup_steps=10, schedule="constant")
