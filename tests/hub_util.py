@@ -132,18 +132,21 @@ def write_model(out: Path, family: str = "qwen", dims: dict | None = None, seed:
 
     tok = train_tokenizer(family)
     eos = [tok.convert_tokens_to_ids(t) for t in FAMILIES[family]["gen_eos"]]
-    common = dict(
-        vocab_size=len(tok),
-        max_position_embeddings=max_len,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=eos,
-        pad_token_id=tok.pad_token_id,
+    common = {  # `dims` may widen the vocabulary past the tokenizer's (a real model's 151,936)
+        "vocab_size": len(tok),
+        "max_position_embeddings": max_len,
+        "bos_token_id": tok.bos_token_id,
+        "eos_token_id": eos,
+        "pad_token_id": tok.pad_token_id,
         **(dims or QWEN_SMALL),
-    )
+    }
     cfg = Qwen2Config(tie_word_embeddings=True, rope_theta=1e6, **common) if family == "qwen" else LlamaConfig(**common)
     torch.manual_seed(seed)
     out.mkdir(parents=True, exist_ok=True)
-    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    if common["hidden_size"] < 512:  # the reduced sizes: transformers' own init
+        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    else:  # a real size: transformers' init of 0.5B parameters takes ~40 s on a loaded core, so one
+        model = _tiled_init(AutoModelForCausalLM, cfg, seed)  # random block tiles every tensor instead
     model.generation_config.eos_token_id = eos
     model.save_pretrained(out)
     tok.save_pretrained(out)
@@ -153,11 +156,35 @@ def write_model(out: Path, family: str = "qwen", dims: dict | None = None, seed:
     return out
 
 
-def place_model(hf_home: Path, repo_id: str, source: Path, commit: str) -> Path:
-    """Copy `source` into the hub cache as `repo_id`'s snapshot `commit`, refs/main pointing at it."""
+def _tiled_init(auto, cfg, seed: int):
+    """A model whose every tensor is a 2^20-value seeded N(0, 0.02) block repeated: random enough to
+    decode (no two positions alike), written in seconds at 0.5B parameters."""
+    import torch
+
+    try:
+        from transformers.initialization import no_init_weights
+    except ImportError:  # transformers 4
+        from transformers.modeling_utils import no_init_weights
+    with no_init_weights():
+        model = auto.from_config(cfg, dtype=torch.float32)
+    block = torch.randn(1 << 20, generator=torch.Generator().manual_seed(seed)) * 0.02
+    with torch.no_grad():
+        for p in model.parameters():
+            flat = p.view(-1)
+            for a in range(0, flat.numel(), block.numel()):
+                flat[a : a + block.numel()] = block[: flat.numel() - a]
+    return model
+
+
+def place_model(hf_home: Path, repo_id: str, source: Path, commit: str, move: bool = False) -> Path:
+    """Copy (or move) `source` into the hub cache as `repo_id`'s snapshot `commit`, refs/main at it."""
     root = hf_home / "hub" / ("models--" + repo_id.replace("/", "--"))
     snap = root / "snapshots" / commit
-    shutil.copytree(source, snap, dirs_exist_ok=True)
+    if move:
+        snap.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(source, snap)
+    else:
+        shutil.copytree(source, snap, dirs_exist_ok=True)
     (root / "refs").mkdir(parents=True, exist_ok=True)
     (root / "refs" / "main").write_text(commit)
     return snap
@@ -226,18 +253,23 @@ def hub_home(tmp_path_factory):
 @pytest.fixture
 def offline(hub_home, monkeypatch):
     """This process reads `hub_home` with HF_HUB_OFFLINE=1 (environment and the clients' settings)."""
+    return use_hub(hub_home, monkeypatch)
+
+
+def use_hub(home: Path, monkeypatch) -> Path:
+    """Point this process's huggingface_hub and `datasets` at `home`, offline, for one test."""
     import datasets.config
     import huggingface_hub.constants
 
     from posttrain.models import hub
     from posttrain.tasks import hub_data
 
-    for k, v in {"HF_HOME": str(hub_home), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}.items():
+    for k, v in {"HF_HOME": str(home), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}.items():
         monkeypatch.setenv(k, v)
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(hub_home / "hub"))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(home / "hub"))
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", hub_home / "datasets")
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", home / "datasets")
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(hub, "_MODELS", {})
     monkeypatch.setattr(hub_data, "RECORDS", {})
-    return hub_home
+    return home

@@ -17,7 +17,8 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("datasets")
-from hub_util import COMMITS, GSM8K, LLAMA, QWEN, RM, hub_home, offline  # noqa: E402, F401  (fixtures)
+import hub_util  # noqa: E402
+from hub_util import COMMITS, GSM8K, LLAMA, QWEN, QWEN_05B, RM, hub_home, offline, use_hub  # noqa: E402, F401
 
 from posttrain import UsageError, checkpoint  # noqa: E402
 from posttrain.cli import main  # noqa: E402
@@ -190,3 +191,23 @@ def test_the_command_line_reads_the_hub_cache_from_the_environment(hub_home, tmp
         line.startswith("posttrain rl: error: init='Qwen/Qwen2.5-7B-Instruct': no local path")
         and "HF_HUB_OFFLINE=1" in line
     )
+
+
+@pytest.mark.slow
+def test_qwen2_5_0_5b_at_its_full_shape_loads_by_id(tmp_path, monkeypatch):
+    """Qwen2.5-0.5B's published shape (hidden 896, 24 layers, 14 heads, 2 KV heads, MLP 4864, vocabulary
+    151,936, tied), randomly initialised, under its hub id: 494,032,768 parameters (its model card's
+    0.49B), loaded by id and sampled by the engine through the fast decode path."""
+    from posttrain.framework.rollout import Engine, SamplingParams
+
+    work, home = tmp_path / "w", tmp_path / "home"
+    src = hub_util.write_model(work / "q", "qwen", {**QWEN_05B, "vocab_size": 151936}, max_len=1024)
+    commit = "e5" * 20
+    hub_util.place_model(home, QWEN, src, commit, move=True)
+    use_hub(home, monkeypatch)
+    model, tok, path = checkpoint.load_model(QWEN, key="init")
+    assert path.name == commit and model.num_params() == 494_032_768 and model.config.vocab_size == 151_936
+    (s,) = Engine(model, tok).generate(
+        [tok.encode(tok.chat_prompt("2+2?"))], 1, SamplingParams(0.0, max_new_tokens=3), 0
+    )
+    assert len(s.response_ids) >= 1
