@@ -238,7 +238,7 @@ def hub_home(tmp_path_factory):
     from safetensors.torch import save_file
 
     work, home = tmp_path_factory.mktemp("models"), tmp_path_factory.mktemp("hf_home")
-    qwen = write_model(work / "qwen", "qwen")
+    qwen = write_model(work / "qwen", "qwen", max_len=2048)  # room for the quickstart's 512 new tokens
     place_model(home, QWEN, qwen, COMMITS[QWEN])
     place_model(home, LLAMA, write_model(work / "llama", "llama3", LLAMA_SMALL, seed=1), COMMITS[LLAMA])
     rm = place_model(home, RM, qwen, COMMITS[RM])  # the trunk and a score head: an `rm` run's files
