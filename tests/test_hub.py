@@ -71,6 +71,24 @@ def test_a_name_that_resolves_nowhere_is_one_line_naming_both_tries(offline):
         hub.resolve_model(f"{QWEN}@v9", "init")  # a revision not in the cache
 
 
+@pytest.mark.parametrize(
+    "offline_env,error,fix",
+    [
+        ("1", FileNotFoundError("outgoing traffic has been disabled"), "not in the cache"),
+        (None, ConnectionError("Got: ConnectError: [Errno -2] Name or service not known"), "the hub is unreachable"),
+        (None, PermissionError("403 Client Error: access to model org/x is restricted"), "set HF_TOKEN"),
+        (None, OSError("404 Client Error: Repository Not Found"), "check the id (org/name[@revision])"),
+    ],
+)
+def test_the_fix_matches_why_the_hub_refused(monkeypatch, offline_env, error, fix):
+    if offline_env is None:
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    else:
+        monkeypatch.setenv("HF_HUB_OFFLINE", offline_env)
+    msg = str(hub.hub_failure("init", "org/x", "org/x@main", error))
+    assert fix in msg and ("HF_HUB_OFFLINE=1" if offline_env else "HF_HUB_OFFLINE unset") in msg
+
+
 def test_every_key_that_names_a_model_is_resolved_and_recorded_before_any_model_loads(offline, tmp_path, monkeypatch):
     """record_sources (called when a run starts) resolves init=, reward_model= and the judge by id and
     writes their commits to RUN_DIR/sources.json; a bad one fails there, before any weights load."""

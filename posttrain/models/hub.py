@@ -5,7 +5,7 @@
     resolve_model("runs/sft")                        # a local path that exists wins: revision None
 
 The one place a model name becomes a directory: `init=`, `reward_model=`, `teacher=`, the judge's
-`task.judge.model`, `posttrain eval`, `serve`, `export` and `memory` all reach it through
+`task.judge.model`, `posttrain eval`, `serve`, `export` and `memory`'s `init=` all reach it through
 `checkpoint.resolve` or `models/hf.load_hf`. A hub id is fetched by huggingface_hub's
 `snapshot_download` into its cache, as `from_pretrained` fetches it: `HF_HOME` (or
 `HF_HUB_CACHE`) says where, `HF_TOKEN` authenticates a gated or private repository, and
@@ -83,15 +83,16 @@ def hub_failure(key: str, name: str, tried: str, error: Exception, what: str = "
     text = str(error).strip().splitlines()[0].split(". ")[0][:160] if str(error).strip() else ""
     offline = os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE")
     local = "a local directory" if what == "model" else "a local file"
+    unreachable = any(w in kind + text for w in ("Connect", "Timeout", "Name or service", "Couldn't reach"))
     if "Gated" in kind or "401" in text or "403" in text:
         fix = "set HF_TOKEN to a token with access to it (and accept its licence on the hub)"
-    elif offline or "LocalEntryNotFound" in kind or "Offline" in kind + text:
+    elif offline or "LocalEntryNotFound" in kind and not unreachable:
         where = hub_cache() if what == "model" else "HF_HOME/datasets, where `datasets` keeps what it read"
         fix = f"it is not in the cache ({where}): fetch it once online (unset HF_HUB_OFFLINE) or give {local}"
+    elif unreachable:
+        fix = f"the hub is unreachable and it is not in the cache: fetch it where the hub is reachable, or give {local}"
     elif "RevisionNotFound" in kind:
         fix = "check the revision after @ (a branch, a tag or a commit hash)"
-    elif "Connect" in kind or "Timeout" in kind:
-        fix = f"the hub is unreachable: set HF_HUB_OFFLINE=1 to use the cache, or give {local}"
     else:
         fix = "check the id (org/name[@revision]); a private or gated repository needs HF_TOKEN"
     return UsageError(
