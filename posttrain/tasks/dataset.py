@@ -7,11 +7,10 @@
 
 Rows (tasks/rows.py reads JSONL, JSON, CSV, Parquet, `datasets` folders and, by id, datasets on the
 Hugging Face Hub: tasks/hub_data.py, with `subset`, `split` and `test_split`) carry:
-  prompt         a string, or a list of {role, content} messages (system allowed): `prompt_key`
-                 (default `prompt`), else `messages` (SFT: split at its last assistant message),
-                 else `question`; or `prompt_template` formatted with the row's columns
-                 ("{question} Let's think…": the instruction a recipe adds, as verl's preprocessing
-                 scripts add it), which then is the user message.
+  prompt         a string, or {role, content} messages (system allowed): `prompt_key` (default
+                 `prompt`), else `messages` (SFT: split at its last assistant message), else `question`;
+                 or `prompt_template` filled with the row's columns ("{question} Let's think…", the
+                 instruction a recipe adds, as verl's preprocessing scripts add it): the user message.
   answer         under `answer`, else `ground_truth`, else `solution`, else verl's
                  `reward_model.ground_truth` (`answer_key` names another column); optional.
   columns        `columns` renames before all of this: {prompt: question} reads the prompt from
@@ -65,8 +64,7 @@ class DatasetConfig(TaskConfig):
     prompt_key: str = "prompt"  # column of the prompt (a string or {role, content} messages); else messages, question
     prompt_template: str = ""  # the user message made from each row's columns, "{question} Let's think…"
     # ({{ }} for literal braces); "" = the prompt column as it is
-    answer_key: str = ""  # column of the reference answer; "" = answer, ground_truth, solution or
-    # reward_model.ground_truth
+    answer_key: str = ""  # the reference answer's column; "" = answer, ground_truth, solution or verl's one
     completion_key: str = "completion"  # SFT: the demonstration column (a `messages` column works without it)
     system: str = ""  # a system message put before every prompt that has none
     reward: str = ""  # reward functions, comma-separated FILE.py:FUNC or module:FUNC (TRL or verl signature);
