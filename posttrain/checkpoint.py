@@ -21,7 +21,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from posttrain.errors import TrainingHalted, UsageError
-from posttrain.models import hf
+from posttrain.models import hf, hub
 from posttrain.models.gpt_mini import GPTMini, ModelConfig
 from posttrain.models.lora import load_adapter, lora_layers, save_adapter
 from posttrain.models.tokenizer import FILE_NAME as TOKENIZER_FILE
@@ -41,16 +41,21 @@ def latest(run_dir: str | Path) -> Path | None:
     return dirs[-1] if dirs else None
 
 
-def resolve(path: str | Path) -> Path:
-    """A checkpoint directory, or the latest checkpoint of a run directory."""
-    p = Path(path)
+def resolve(path: str | Path, key: str = "checkpoint") -> Path:
+    """A checkpoint directory, the latest checkpoint of a run directory, or the snapshot of a
+    Hugging Face Hub id (`org/name[@revision]`, fetched into the hub cache: models/hub.py).
+    `key` names the setting in the one-line error of a name that resolves nowhere."""
+    p = hub.resolve_model(path, key).local_dir  # a local path comes back as it is
     if (p / "model.safetensors").exists() or (p / "config.json").exists():  # ours, or an HF directory
         return p
     last = latest(p)
     if last is not None:
         return last
     if not p.exists():
-        raise UsageError(f"checkpoint {str(p)!r} does not exist; give a run directory or its checkpoints/step_N")
+        raise UsageError(
+            f"checkpoint {str(p)!r} does not exist; give a run directory, its checkpoints/step_N, a Hugging Face "
+            "directory or a hub id (org/name[@revision])"
+        )
     raise UsageError(
         f"{str(p)!r} holds no checkpoint (no model.safetensors, no checkpoints/step_N); "
         "train a stage first or point to its run directory"
@@ -174,8 +179,10 @@ def _write(tmp: Path, step: int, model, tokenizer, trainer_state, meta) -> None:
                 os.fsync(fh.fileno())
 
 
-def load_model(path: str | Path, device="cpu") -> tuple[GPTMini, CharTokenizer, Path]:
-    ckpt = resolve(path)
+def load_model(path: str | Path, device="cpu", key: str = "checkpoint") -> tuple[GPTMini, CharTokenizer, Path]:
+    """(model, tokenizer, checkpoint directory) of a posttrain checkpoint or run, a local Hugging
+    Face directory, or a hub id (resolve)."""
+    ckpt = resolve(path, key)
 
     if hf.is_hf_dir(ckpt):  # any local HF causal LM (models/hf.py)
         model, tokenizer = hf.load_hf(ckpt, device)

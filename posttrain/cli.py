@@ -126,7 +126,7 @@ def run_eval(args) -> None:
     rt = runtime.resolve(args.device)  # device=cuda without a GPU: one line before any work
     sampler = SamplerConfig(backend=args.backend)
     device = rt.device
-    model, tok, path = checkpoint.load_model(args.checkpoint, device)
+    path = checkpoint.resolve(args.checkpoint)  # a hub id: its snapshot; the model loads after the task
     run_cfg = path.parent.parent / "config.yaml"
     saved = (yaml.safe_load(run_cfg.read_text()) or {}) if run_cfg.exists() else {}
     task_cfg: dict = saved.get("task", {}) or {}
@@ -139,7 +139,8 @@ def run_eval(args) -> None:
         for p in parents:
             node = node.setdefault(p, {})
         node[leaf] = yaml.safe_load(value)
-    task = make(build(config_class(task_cfg.get("name", "arithmetic")), task_cfg, "task."))
+    task = make(build(config_class(task_cfg.get("name", "arithmetic")), task_cfg, "task."))  # bad rows: before
+    model, tok, path = checkpoint.load_model(path, device)
     ks = sorted({int(k) for k in args.k.split(",")})
     n = args.n or max(ks)
     items = task.items(args.problems, "test", args.seed)
@@ -218,7 +219,7 @@ def parser() -> argparse.ArgumentParser:
         s.add_argument("--preset", help="a preset name from configs/")
         s.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
     e = sub.add_parser("eval", help="evaluate a checkpoint on held-out problems")
-    e.add_argument("checkpoint", help="run directory or checkpoints/step_N")
+    e.add_argument("checkpoint", help="run directory, checkpoints/step_N, HF directory or hub id org/name[@revision]")
     e.add_argument("overrides", nargs="*", help="task.<key>=value to change the evaluated problems")
     e.add_argument("--k", default="1,8", help="comma-separated k for pass@k (default 1,8)")
     e.add_argument("--n", type=int, default=0, help="samples per problem (default max k)")

@@ -135,7 +135,7 @@ class PretrainConfig(RunConfig):
 @dataclass
 class SFTConfig(RunConfig):
     steps: int = 500
-    init: str = ""  # checkpoint or run dir to start from ("" = random init from `model`)
+    init: str = ""  # checkpoint, run dir, HF directory or hub id org/name[@revision] ("" = random init from `model`)
     model: ModelConfig = field(default_factory=ModelConfig)
     task: TaskConfig = field(default_factory=ArithmeticConfig)  # `task.name` picks the task (tasks/__init__.py)
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-3, warmup_steps=30))
@@ -302,7 +302,8 @@ TRL_NAMES = {
 class RLConfig(RunConfig):
     steps: int = 150
     eval_every: int = 50
-    init: str = ""  # SFT checkpoint or run dir; "" = the default SFT(CoT) checkpoint (trained once, cached)
+    init: str = ""  # SFT checkpoint, run dir, HF directory or hub id org/name[@revision] (e.g.
+    # Qwen/Qwen2.5-0.5B-Instruct); "" = the default SFT(CoT) checkpoint (trained once, cached)
     task: TaskConfig = field(default_factory=ArithmeticConfig)  # `task.name` picks the task (tasks/__init__.py)
     algo: AlgoConfig = field(default_factory=lambda: grpo.Config(kl_coef=0.01))  # `algo.name` picks the algorithm;
     # the other keys are its Config (posttrain rl --help algo)
@@ -314,8 +315,8 @@ class RLConfig(RunConfig):
     verifier: VerifierConfig = field(default_factory=VerifierConfig)
     scale: ScaleConfig = field(default_factory=ScaleConfig)
     lora: LoraConfig = field(default_factory=LoraConfig)  # lora.r > 0: train LoRA adapters only
-    reward_model: str = ""  # RLHF: an `rm` run whose frozen score is the reward (verifier logged as reward/true);
-    # RUN_A,RUN_B = an ensemble, the mean of their scores
+    reward_model: str = ""  # RLHF: an `rm` run (or its hub id) whose frozen score is the reward (verifier logged
+    # as reward/true); RUN_A,RUN_B = an ensemble, the mean of their scores
     renamed = (RL_MOVED, TRL_NAMES)  # not a key (no annotation): the loader's notes and refusals (config_load.py)
 
 
@@ -323,7 +324,7 @@ class RLConfig(RunConfig):
 class DPOConfig(RunConfig):  # posttrain dpo (recipes/dpo.py)
     steps: int = 100
     eval_every: int = 50
-    init: str = ""  # SFT checkpoint or run dir; "" = the default SFT(CoT) checkpoint (cached)
+    init: str = ""  # SFT checkpoint, run dir or hub id org/name; "" = the default SFT(CoT) checkpoint (cached)
     task: TaskConfig = field(default_factory=ArithmeticConfig)  # prompts for sampled pairs and evaluation
     optim: OptimConfig = field(
         default_factory=lambda: OptimConfig(lr=1e-5, weight_decay=0.0, warmup_steps=10, schedule="constant")
@@ -382,7 +383,7 @@ class DistillConfig(RunConfig):  # posttrain distill (recipes/distill.py)
     steps: int = 100
     eval_every: int = 25
     init: str = ""  # the student; "" = the default SFT(CoT) checkpoint (cached)
-    teacher: str = ""  # the teacher checkpoint or run dir (required), e.g. an RL'd model
+    teacher: str = ""  # the teacher checkpoint, run dir or hub id (required), e.g. an RL'd model
     loss: str = "rkl"  # rkl: per-token reverse-KL advantage (policy gradient) | jsd: generalized JSD, backprop
     beta: float = 0.5  # jsd: 0 = forward KL(T‖S) (mode-covering), 1 = reverse KL(S‖T) (mode-seeking)
     coef: float = 1.0  # rkl: scale c of the advantage −c·(log π_S − log π_T)

@@ -16,7 +16,8 @@ BAD = [
     (dict(train="{p}/rows.txt"), "task.train='{p}/rows.txt': unknown format '.txt'; use one of .jsonl"),
     (
         dict(train="{p}/q.jsonl"),
-        "{p}/q.jsonl:2: no 'prompt' column (columns: question, answer); set task.prompt_key=COLUMN",
+        "{p}/q.jsonl:2: no 'prompt', messages or question column (columns: query, answer); "
+        "set task.columns.prompt=COLUMN (or task.prompt_template)",
     ),
     (
         dict(train="{p}/roles.jsonl"),
@@ -43,7 +44,7 @@ BAD = [
 def bad_dir(tmp_path):
     write_jsonl(tmp_path / "ok.jsonl", ROWS)
     (tmp_path / "rows.txt").write_text("x")
-    write_jsonl(tmp_path / "q.jsonl", [{"prompt": "a", "answer": 1}, {"question": "b", "answer": 2}])
+    write_jsonl(tmp_path / "q.jsonl", [{"prompt": "a", "answer": 1}, {"query": "b", "answer": 2}])
     write_jsonl(tmp_path / "roles.jsonl", [{"prompt": [{"role": "human", "content": "hi"}], "answer": 1}])
     (tmp_path / "broken.py").write_text("x = undefined\n")
     (tmp_path / "r.py").write_text("""
@@ -115,8 +116,8 @@ def test_the_cli_refuses_bad_data_before_any_work(bad_dir):
     out = bad_dir / "run"
     p = _rl_cli("task.name=dataset", f"task.train={bad_dir}/q.jsonl", f"out={out}")
     assert p.returncode == 2 and p.stderr.strip() == (
-        f"posttrain rl: error: {bad_dir}/q.jsonl:2: no 'prompt' column (columns: question, answer); "
-        "set task.prompt_key=COLUMN"
+        f"posttrain rl: error: {bad_dir}/q.jsonl:2: no 'prompt', messages or question column (columns: query, "
+        "answer); set task.columns.prompt=COLUMN (or task.prompt_template)"
     )
     assert not out.exists()
 

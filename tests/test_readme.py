@@ -4,7 +4,8 @@ overrides to each stage; the README's own arguments come first, the small ones w
 a newcomer copies must work after the main command; this test is how that stays true.
 
 Skipped by design: the install commands (this test makes its own venv), `posttrain bench` and
-`posttrain lessons` (long-running; each has its own tests). Servers a block starts in the background
+`posttrain lessons` (long-running; each has its own tests). Hub ids resolve offline from a test
+HF_HOME (tests/hub_util.py: `Qwen/Qwen2.5-0.5B-Instruct` is a reduced random Qwen2.5 there). Servers a block starts in the background
 (`posttrain serve ... &`, an OpenEnv server) are stopped when the block ends.
 """
 
@@ -16,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from hub_util import hub_home  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
@@ -89,7 +91,7 @@ def python_blocks(text: str) -> list[str]:
     return [b for b in re.findall(r"```python\n(.*?)```", text, flags=re.S)]
 
 
-def test_every_readme_shell_block_runs(tmp_path):
+def test_every_readme_shell_block_runs(tmp_path, hub_home):
     repo = tmp_path / "repo"
     files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
     for f in files:
@@ -107,7 +109,10 @@ def test_every_readme_shell_block_runs(tmp_path):
         "POSTTRAIN_CACHE": str(tmp_path / "cache"),
         "OMP_NUM_THREADS": "1",
         "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "HF_HOME": str(hub_home),  # the GPU quickstart's hub ids: a reduced Qwen2.5 and GSM8K-shaped rows
+        "HF_HUB_OFFLINE": "1",  # (tests/hub_util.py), read from the cache as after a first fetch
     }
+    env.pop("HF_HUB_CACHE", None)
     readme = (repo / "README.md").read_text()
     blocks = shell_blocks(readme)
     assert len(blocks) >= 4

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from posttrain.framework.decode_graphs import SPAN_BUCKET
-from posttrain.framework.sampler import SamplingParams, draw_uniforms, sample_keys, sample_tokens
+from posttrain.framework.sampler import SamplingParams, draw_uniforms, sample_keys, sample_tokens, stop_ids
 from posttrain.models.decode import tensor_key
 from posttrain.models.gpt_mini import KVCache
 from posttrain.models.heads import LOGIT_CHUNK_ELEMENTS, lm_parts
@@ -38,7 +38,7 @@ class DecodeLoop:
         p = next(model.parameters())
         dev, V = p.device, model.config.vocab_size
         self.dev, self.pad = dev, engine.tokenizer.pad_id
-        stops = () if sampling.ignore_eos else tuple(sorted({engine.tokenizer.eot_id, *sampling.stop_ids}))
+        stops = () if sampling.ignore_eos else stop_ids(engine.tokenizer, sampling.stop_ids)
 
         # prompt ring: group g's prompt cache lives in row g % C until its last sample is admitted.
         # Groups alive at once span at most S (one slot each) plus what is prefilled ahead.

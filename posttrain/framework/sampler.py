@@ -20,8 +20,14 @@ class SamplingParams:
     top_k: int = 0  # keep the k most likely tokens; 0 = off (RL: off, see module doc)
     top_p: float = 1.0  # nucleus: smallest set with mass >= top_p; 1 = off (RL: off)
     max_new_tokens: int = 64  # length cap of a response, stop token included
-    stop_ids: tuple[int, ...] = ()  # extra stop tokens; the engine always adds the tokenizer's end-of-turn id
+    stop_ids: tuple[int, ...] = ()  # extra stop tokens; the engine always adds the tokenizer's (stop_ids below)
     ignore_eos: bool = False  # never stop on a stop id: every response is max_new_tokens long (benchmarks; vLLM's name)
+
+
+def stop_ids(tokenizer, extra=()) -> tuple[int, ...]:
+    """Every id that ends a response: the tokenizer's end of turn, the model's other end-of-sequence
+    ids (HFTokenizer.stop_ids: generation_config.json's eos_token_id list) and the request's own."""
+    return tuple(sorted({tokenizer.eot_id, *getattr(tokenizer, "stop_ids", ()), *extra}))
 
 
 def check_request(prompts, n: int, sampling: SamplingParams, items, max_len: int) -> None:

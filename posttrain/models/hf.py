@@ -1,6 +1,7 @@
 """Any local Hugging Face causal LM as a posttrain model: policy, reference, critic or RM trunk.
 
     model, tok = load_hf("path/to/dir", device)    # config.json + safetensors + tokenizer
+    model, tok = load_hf("Qwen/Qwen2.5-0.5B-Instruct")  # a hub id: its snapshot (models/hub.py)
     engine = Engine(model, tok)                     # the same sampler and KV cache as gpt_mini
     model.save(out_dir); tok.save(out_dir)          # a directory transformers opens again
 
@@ -46,7 +47,7 @@ import torch
 import torch.nn as nn
 
 from posttrain.errors import UsageError
-from posttrain.models import lora
+from posttrain.models import hub, lora
 from posttrain.models.attention import hf_mask, use_in_hf
 from posttrain.models.export import _tokenizer_config
 from posttrain.models.gpt_mini import KVCache
@@ -221,7 +222,11 @@ def is_hf_dir(path: str | Path) -> bool:
 
 
 def load_hf(path: str | Path, device="cpu") -> tuple[HFCausalLM, HFTokenizer]:
-    """A local HF causal-LM directory as (HFCausalLM in fp32 on `device`, HFTokenizer). Never downloads."""
+    """An HF causal-LM directory, or a hub id's snapshot (fetched once into the hub cache by
+    models/hub.resolve_model), as (HFCausalLM in fp32 on `device`, HFTokenizer). The tokenizer
+    stops a response at every end-of-sequence id of the model's generation_config.json too (Qwen2.5
+    Instruct: <|im_end|> and <|endoftext|>; Llama 3 Instruct: <|eot_id|> and <|end_of_text|>), as
+    transformers' `generate` does."""
     try:
         from transformers import AutoModelForCausalLM, AutoTokenizer
     except ImportError:
@@ -229,7 +234,7 @@ def load_hf(path: str | Path, device="cpu") -> tuple[HFCausalLM, HFTokenizer]:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # one line per stage, not a bar per load
-    d = Path(path)
+    d = hub.resolve_model(path).local_dir
     try:  # fp32 master weights always; autocast picks the compute dtype (runtime.py)
         hf = AutoModelForCausalLM.from_pretrained(
             d, dtype=torch.float32, attn_implementation="sdpa", local_files_only=True
@@ -244,7 +249,14 @@ def load_hf(path: str | Path, device="cpu") -> tuple[HFCausalLM, HFTokenizer]:
     model = HFCausalLM(hf.eval()).to(device)
     check_cache_path(model)
     check_head(model)
-    return model, HFTokenizer(tok)
+    return model, HFTokenizer(tok, generation_eos(hf))
+
+
+def generation_eos(hf_model) -> list[int]:
+    """The end-of-sequence ids of the model's generation config (an int or a list in
+    generation_config.json; transformers fills it from config.json when the file is absent)."""
+    ids = getattr(getattr(hf_model, "generation_config", None), "eos_token_id", None)
+    return [] if ids is None else [int(i) for i in (ids if isinstance(ids, (list, tuple)) else [ids])]
 
 
 @torch.inference_mode()

@@ -14,18 +14,24 @@ from posttrain.errors import UsageError
 class HFTokenizer:
     """A transformers tokenizer behind CharTokenizer's interface; prompts go through its chat template.
 
-    eot_id (where a response stops) is the tokenizer's eos token; pad_id is its pad token, or
-    eos when it has none (pads never reach a loss: masks travel with the tokens). Without a
-    chat template a prompt is the bare question and a response `answer + eos`.
+    eot_id (the end of turn a demonstration is written with) is the tokenizer's eos token;
+    `stop_ids`, where a sampled response stops, are eot_id and the model's generation_config
+    eos ids (`extra_eos`), as transformers' `generate` stops. pad_id is its pad token, or eos when
+    it has none (pads never reach a loss: masks travel with the tokens). Prompts and responses go
+    through the model's chat template exactly as `apply_chat_template` renders them, its default
+    system prompt included (Qwen2.5's "You are Qwen, created by Alibaba Cloud. …" when the
+    conversation has no system turn). Without a chat template a prompt is the bare question and a
+    response `answer + eos`.
     """
 
-    def __init__(self, tok):
+    def __init__(self, tok, extra_eos=()):
         if tok.eos_token_id is None:
             raise UsageError(
                 "the tokenizer has no eos_token; set eos_token (the end-of-turn token) in tokenizer_config.json"
             )
         self.tok = tok
         self.eot_id = tok.eos_token_id
+        self.stop_ids = tuple(sorted({self.eot_id, *(int(i) for i in extra_eos if 0 <= int(i) < len(tok))}))
         self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         self.vocab_size = len(tok)
 

@@ -20,12 +20,13 @@ from posttrain.framework import card
 from posttrain.framework.batch import split_micro_batches, to_device
 from posttrain.framework.logprobs import micro_logprobs
 from posttrain.framework.world import current
-from posttrain.models import attention
+from posttrain.models import attention, hub
 from posttrain.models.gpt_mini import GPTMini
 from posttrain.models.lora import apply_lora
 from posttrain.models.tokenizer import BASE_CHARS, DEFAULT_CHARS, CharTokenizer
 from posttrain.reward_models.wrap import with_judge
 from posttrain.sizing.run_memory import model_shape, predict_run_peak
+from posttrain.tasks import hub_data
 
 
 class Run:
@@ -49,10 +50,12 @@ class Run:
                 f"run directory {str(self.dir)!r} already holds checkpoints; "
                 f"pass --resume {self.dir} to continue, overwrite=true to start over, or out=NEW_DIR"
             )
-        if self.world.main:  # rank 0 writes the run directory; the others read it
+        self.sources: dict = {}
+        if self.world.main:  # rank 0 writes the run directory and fetches what the hub holds
             write_run_dir(self.dir, cfg)
+            self.sources = record_sources(self.dir, cfg, resume)  # hub ids: a bad one fails here, before any model
             postmortem.watch(self.dir, stage)  # a death from here on is named, on stderr and in RUN_DIR/crash.log
-        self.world.barrier()
+        self.world.barrier()  # the other ranks then read the run directory and the hub's cache
         runtime.seed_everything(cfg.seed)
         self.predicted_peak: dict | None = None  # predict_memory
 
@@ -103,6 +106,44 @@ def write_run_dir(directory: Path, cfg) -> None:
         ) from None
 
 
+MODEL_KEYS = ("init", "reward_model", "teacher", "task.judge.model")  # the config keys that name a model
+DATA_KEYS = ("task.train", "task.test")  # ... and a dataset
+
+
+def record_sources(run_dir: Path, cfg, resume: bool = False) -> dict:
+    """Resolve every Hugging Face Hub id the config names (models/hub.py: a name that resolves nowhere
+    is one line, before any model is loaded) and write RUN_DIR/sources.json: per key, the hub id and
+    the commit its files came from (`pinned`: `key=org/name@<commit>` reads the same files again).
+    Datasets were read when the task was built (tasks/hub_data.RECORDS). A resumed run whose inputs
+    moved on the hub since says so in one line (its weights come from its checkpoint)."""
+    out: dict = {}
+    for key in MODEL_KEYS:
+        value = str(_config_value(cfg, key) or "")
+        names = value.split(",") if key == "reward_model" else [value]  # RUN_A,RUN_B: an RM ensemble
+        for i, name in enumerate(names):
+            if hub.is_hub_name(name):
+                out[key if i == 0 else f"{key}[{i}]"] = hub.resolve_model(name, key).record()
+    for key in DATA_KEYS:
+        if rec := hub_data.RECORDS.get((key, str(_config_value(cfg, key) or ""))):
+            out[key] = rec
+    path = run_dir / "sources.json"
+    if resume and path.exists():
+        was = json.loads(path.read_text())
+        for key, rec in out.items():
+            if key in was and was[key].get("revision") != rec["revision"]:
+                print(f"sources: {key} was {was[key].get('revision')} when the run began, now {rec['revision']}")
+    if out:
+        path.write_text(json.dumps(out, indent=1))
+        print("sources: " + ", ".join(f"{k}={v['hub_id']}@{v['revision']}" for k, v in out.items()), flush=True)
+    return out
+
+
+def _config_value(cfg, dotted: str):
+    for part in dotted.split("."):
+        cfg = getattr(cfg, part, None)
+    return cfg
+
+
 def init_model(cfg, init: str, run: Run, task=None) -> tuple[GPTMini, CharTokenizer]:
     """Start from a checkpoint (`init`: a run, a checkpoint or a Hugging Face directory) or from
     random weights shaped by `cfg.model` (with a vocabulary for `task`); then the training
@@ -111,9 +152,11 @@ def init_model(cfg, init: str, run: Run, task=None) -> tuple[GPTMini, CharTokeni
     predicted peak above it is predict_memory's warning)."""
     device = run.rt.device
     if init:
-        model, tok, path = checkpoint.load_model(init, device)
-        model.lora_base = str(path.resolve())  # a LoRA checkpoint's adapter_config names its base
-        print(f"init: {path}")
+        model, tok, path = checkpoint.load_model(init, device, "init")
+        source = hub.resolve_model(init, "init")  # memoised: the hub commit (None for a local path)
+        # a LoRA checkpoint's adapter_config names its base: the hub id as PEFT writes it, else the directory
+        model.lora_base = source.repo_id or str(path.resolve())
+        print(f"init: {path}" if source.repo_id is None else f"init: {source.repo_id}@{source.revision} ({path})")
     else:
         tok = new_tokenizer(cfg, task)
         model = GPTMini(cfg.model.resolved(tok.vocab_size)).to(device)

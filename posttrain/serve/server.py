@@ -4,7 +4,8 @@
     curl localhost:8000/v1/chat/completions -d '{"model": "runs/rl", "messages": [{"role": "user", "content": "3+4"}]}'
 
 Any OpenAI client (the `openai` package, an agent framework, a `verifiers` environment) can chat
-with or evaluate a posttrain checkpoint or a local Hugging Face model directory. The model runs
+with or evaluate a posttrain checkpoint, a local Hugging Face model directory or a hub id
+(`posttrain serve Qwen/Qwen2.5-0.5B-Instruct`: models/hub.py). The model runs
 in the same `Engine` as RL's rollouts (framework/rollout.py); concurrent requests are grouped
 into shared engine calls (serve/batcher.py). It binds 127.0.0.1 unless told otherwise.
 
@@ -24,7 +25,7 @@ from posttrain.errors import UsageError
 
 
 def load_engine(run_or_model: str, device: str = "auto", threads: int = 0, max_slots: int = 256):
-    """(engine, tokenizer) for a run, a checkpoint or a local Hugging Face model directory."""
+    """(engine, tokenizer) for a run, a checkpoint, a local Hugging Face model directory or a hub id."""
     from posttrain import checkpoint, runtime  # entry: no torch until called
     from posttrain.framework.backends import make_engine  # entry: no torch until called
 
@@ -87,7 +88,9 @@ def main(argv=None) -> None:
         prog="posttrain serve", description="An OpenAI-compatible server on the rollout engine."
     )
     p.add_argument(
-        "model", metavar="RUN_OR_MODEL", help="a run directory, checkpoints/step_N, or a local HF model directory"
+        "model",
+        metavar="RUN_OR_MODEL",
+        help="a run directory, checkpoints/step_N, a local HF model directory or a hub id org/name[@revision]",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback only)")
     p.add_argument("--port", type=int, default=8000)

@@ -55,8 +55,8 @@ def correctness(result: RewardResult) -> float | None:
 class JudgeConfig:
     """A judge model as the reward of any single-turn task (reward_models/judge.py); its verifier is logged beside."""
 
-    model: str = ""  # "" = no judge; a posttrain run/checkpoint or Hugging Face directory (sampled
-    # in this process), or an OpenAI-compatible base URL http://HOST:PORT/v1
+    model: str = ""  # "" = no judge; a posttrain run/checkpoint, Hugging Face directory or hub id org/name
+    # (sampled in this process), or an OpenAI-compatible base URL http://HOST:PORT/v1
     mode: str = (
         "pointwise"  # pointwise (a 0..scale score per response) | pairwise (two responses, shown in random order)
     )

@@ -2,12 +2,19 @@
 
     posttrain rl task.name=dataset task.train=data/train.jsonl task.test=data/test.jsonl \\
         task.reward=rewards.py:correct,rewards.py:fmt task.reward_weights=[1.0,0.1] init=runs/sft
+    posttrain rl task.name=dataset task.train=openai/gsm8k task.test=openai/gsm8k task.subset=main \\
+        task.prompt_template="{question} Let's think step by step…" init=Qwen/Qwen2.5-0.5B-Instruct
 
-Rows (tasks/rows.py reads JSONL, JSON, CSV, Parquet and `datasets` folders) carry:
-  prompt         a string, or a list of {role, content} messages (system allowed); `prompt_key`
-                 renames it. A `messages` row (SFT) is split at its last assistant message.
-  answer         under `answer`, else `ground_truth`, else verl's `reward_model.ground_truth`
-                 (`answer_key` names another column); optional.
+Rows (tasks/rows.py reads JSONL, JSON, CSV, Parquet, `datasets` folders and, by id, datasets on the
+Hugging Face Hub: tasks/hub_data.py, with `subset`, `split` and `test_split`) carry:
+  prompt         a string, or {role, content} messages (system allowed): `prompt_key` (default
+                 `prompt`), else `messages` (SFT: split at its last assistant message), else `question`;
+                 or `prompt_template` filled with the row's columns ("{question} Let's think…", the
+                 instruction a recipe adds, as verl's preprocessing scripts add it): the user message.
+  answer         under `answer`, else `ground_truth`, else `solution`, else verl's
+                 `reward_model.ground_truth` (`answer_key` names another column); optional.
+  columns        `columns` renames before all of this: {prompt: question} reads the prompt from
+                 the `question` column (the original column stays, for reward functions).
   completion     the demonstration for SFT (`completion_key`), or the last assistant message.
   everything     else is kept and passed to the reward functions by column name (TRL), and
                  verl's `data_source` / `extra_info` to compute_score.
@@ -36,7 +43,7 @@ from posttrain.chat import EOT, SYSTEM, THINK_CLOSE, check_messages, prompt_text
 from posttrain.errors import UsageError
 from posttrain.tasks.base import BatchScored, RewardResult, TaskConfig, batch_lists, in_heldout
 from posttrain.tasks.rewards import RewardFn, describe, reward_fns, split_specs
-from posttrain.tasks.rows import read_rows
+from posttrain.tasks.rows import read_rows, rename_columns, render_template
 
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
@@ -46,11 +53,19 @@ class DatasetConfig(TaskConfig):
     """Rows from your own files, scored by your own reward functions."""
 
     name: str = "dataset"
-    train: str = ""  # training rows: .jsonl, .json, .csv, .parquet, or a `datasets` save_to_disk folder
-    test: str = ""  # held-out rows (same formats); "" = test_frac of the train rows, by a hash of the prompt
+    train: str = ""  # training rows: .jsonl, .json, .csv, .parquet, a `datasets` save_to_disk folder, or a
+    # Hugging Face dataset id org/name[@revision][:subset[:split]] (HF_HOME, HF_TOKEN, HF_HUB_OFFLINE apply)
+    test: str = ""  # held-out rows (same forms); "" = test_frac of the train rows, by a hash of the prompt
+    subset: str = ""  # a hub dataset's configuration (load_dataset's name, e.g. main for openai/gsm8k)
+    split: str = "train"  # the split `train` reads (a hub dataset or a saved DatasetDict)
+    test_split: str = "test"  # the split `test` reads
     test_frac: float = 0.1  # share of train rows held out when `test` is not given
-    prompt_key: str = "prompt"  # column of the prompt (a string or a list of {role, content} messages)
-    answer_key: str = ""  # column of the reference answer; "" = answer, ground_truth or reward_model.ground_truth
+    columns: dict = field(default_factory=dict)  # renames applied first, {prompt: question, answer: final}:
+    # the prompt read from column `question`, the answer from `final` (task.columns.prompt=question)
+    prompt_key: str = "prompt"  # column of the prompt (a string or {role, content} messages); else messages, question
+    prompt_template: str = ""  # the user message made from each row's columns, "{question} Let's think…"
+    # ({{ }} for literal braces); "" = the prompt column as it is
+    answer_key: str = ""  # the reference answer's column; "" = answer, ground_truth, solution or verl's one
     completion_key: str = "completion"  # SFT: the demonstration column (a `messages` column works without it)
     system: str = ""  # a system message put before every prompt that has none
     reward: str = ""  # reward functions, comma-separated FILE.py:FUNC or module:FUNC (TRL or verl signature);
@@ -122,9 +137,9 @@ class DatasetTask(BatchScored):  # wants_ids: verifier_args passes TRL's complet
             )
         if not 0 <= c.test_frac < 1:
             raise UsageError(f"task.test_frac={c.test_frac} must be in [0, 1)")
-        rows = [self._row(w, r) for w, r in self._read(c.train, "task.train", "train")]
+        rows = [self._row(w, r) for w, r in self._read(c.train, "task.train", c.split)]
         if c.test:
-            self.train, self.test = rows, [self._row(w, r) for w, r in self._read(c.test, "task.test", "test")]
+            self.train, self.test = rows, [self._row(w, r) for w, r in self._read(c.test, "task.test", c.test_split)]
         else:
             held = [in_heldout(json.dumps(r.prompt, sort_keys=True), c.test_frac) for r in rows]
             self.train = [r for r, h in zip(rows, held) if not h]
@@ -161,8 +176,8 @@ class DatasetTask(BatchScored):  # wants_ids: verifier_args passes TRL's complet
 
     # ---- rows ------------------------------------------------------------------------------
     def _read(self, path, key, split):
-        rows = read_rows(path, key, split)
-        return rows[: self.config.max_rows] if self.config.max_rows else rows
+        c = self.config
+        return rename_columns(read_rows(path, key, split, c.subset, c.max_rows), c.columns)
 
     def _sub(self, text: str) -> str:
         for a, b in self.config.text_subs.items():
@@ -172,9 +187,15 @@ class DatasetTask(BatchScored):  # wants_ids: verifier_args passes TRL's complet
     def _row(self, where: str, row: dict) -> Row:
         c = self.config
         completion = None
-        if c.prompt_key in row:
-            prompt = row[c.prompt_key]
-            if c.completion_key in row and row[c.completion_key] is not None:
+        if "messages" in row and not c.prompt_template and c.prompt_key not in row:
+            prompt, completion = split_last_assistant(check_messages(row["messages"], f"{where} messages"), where)
+        elif c.prompt_template or c.prompt_key in row or "question" in row:
+            prompt = (
+                render_template(c.prompt_template, row, where)
+                if c.prompt_template
+                else row[c.prompt_key if c.prompt_key in row else "question"]
+            )
+            if row.get(c.completion_key) is not None:
                 completion = row[c.completion_key]
                 if not isinstance(completion, str):  # conversational completion: its assistant text
                     completion = "".join(
@@ -182,11 +203,10 @@ class DatasetTask(BatchScored):  # wants_ids: verifier_args passes TRL's complet
                         for m in check_messages(completion, f"{where} {c.completion_key}")
                         if m["role"] == "assistant"
                     )
-        elif "messages" in row:
-            prompt, completion = split_last_assistant(check_messages(row["messages"], f"{where} messages"), where)
         else:
             raise UsageError(
-                f"{where}: no {c.prompt_key!r} column (columns: {', '.join(map(str, row))}); set task.prompt_key=COLUMN"
+                f"{where}: no {c.prompt_key!r}, messages or question column (columns: {', '.join(map(str, row))}); "
+                "set task.columns.prompt=COLUMN (or task.prompt_template)"
             )
         if isinstance(prompt, str):
             prompt = self._sub(prompt)
@@ -208,7 +228,7 @@ class DatasetTask(BatchScored):  # wants_ids: verifier_args passes TRL's complet
             if key not in row:
                 raise UsageError(f"{where}: no {key!r} column (task.answer_key); columns: {', '.join(map(str, row))}")
             return row[key]
-        for k in ("answer", "ground_truth"):
+        for k in ("answer", "ground_truth", "solution"):
             if k in row:
                 return row[k]
         rm = row.get("reward_model")

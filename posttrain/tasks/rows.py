@@ -1,6 +1,8 @@
-"""Reading a dataset's rows from disk: JSONL, JSON, CSV, Parquet, or a `datasets` save_to_disk folder.
+"""Reading a dataset's rows: JSONL, JSON, CSV, Parquet, a `datasets` save_to_disk folder, or a
+Hugging Face Hub dataset id (tasks/hub_data.py).
 
     rows = read_rows("data/train.jsonl")            # [(where, row dict), ...]
+    rows = read_rows("openai/gsm8k", subset="main") # a hub id that is not a local path
 
 `where` is "FILE:LINE" (or "FILE row N"), so every later error can name the row. Parquet needs
 pyarrow and a saved `datasets` folder needs `datasets` (both in the `data` extra); each is
@@ -12,16 +14,30 @@ from __future__ import annotations
 
 import csv
 import json
+import string
 from pathlib import Path
 
 from posttrain.errors import UsageError
+from posttrain.tasks.hub_data import FILE_SUFFIXES as FORMATS
+from posttrain.tasks.hub_data import is_hub_dataset, read_hub
 
-FORMATS = (".jsonl", ".json", ".csv", ".parquet")
+
+def read_rows(
+    path: str, key: str = "task.train", split: str = "train", subset: str = "", limit: int = 0
+) -> list[tuple[str, dict]]:
+    """Every row of the file, folder or hub dataset at `path` as (where, dict). `key` names the
+    config key in errors; `split` picks the split of a saved DatasetDict folder or a hub dataset,
+    `subset` a hub dataset's configuration; `limit` > 0 keeps the first rows only."""
+    if is_hub_dataset(path):
+        rows = read_hub(path, key, subset, split, limit)
+        if not rows:
+            raise UsageError(f"{key}={path!r} ({split}) holds no rows")
+        return rows
+    rows = _read_local(path, key, split)
+    return rows[:limit] if limit else rows
 
 
-def read_rows(path: str, key: str = "task.train", split: str = "train") -> list[tuple[str, dict]]:
-    """Every row of the file or folder at `path` as (where, dict). `key` names the config key in
-    errors; `split` picks the split of a saved DatasetDict folder."""
+def _read_local(path: str, key: str, split: str) -> list[tuple[str, dict]]:
     p = Path(path)
     if not p.exists():
         raise UsageError(f"{key}={path!r}: no such file or directory")
@@ -43,7 +59,7 @@ def read_rows(path: str, key: str = "task.train", split: str = "train") -> list[
     else:
         raise UsageError(
             f"{key}={path!r}: unknown format {p.suffix or '(no extension)'!r}; use one of "
-            f"{', '.join(FORMATS)} or a `datasets` save_to_disk folder"
+            f"{', '.join(FORMATS)}, a `datasets` save_to_disk folder or a hub id (org/name)"
         )
     if not rows:
         raise UsageError(f"{key}={path!r} holds no rows")
@@ -102,3 +118,41 @@ def _saved_dataset(p: Path, key: str, split: str) -> list[tuple[str, dict]]:
     else:
         where = str(p)
     return [(f"{where} row {i}", dict(r)) for i, r in enumerate(ds)]
+
+
+def rename_columns(rows: list[tuple[str, dict]], columns: dict) -> list[tuple[str, dict]]:
+    """`task.columns` applied: each {name: column} adds `name` holding that column's value (the
+    column itself stays, for reward functions). A column a row lacks is one UsageError naming the
+    row, the key and the columns it has."""
+    if not columns:
+        return rows
+    for where, row in rows:
+        for name, col in columns.items():
+            if col not in row:
+                raise UsageError(
+                    f"{where}: task.columns.{name}={col!r}, but the row has no {col!r} column "
+                    f"(columns: {', '.join(map(str, row))})"
+                )
+            row[name] = row[col]
+    return rows
+
+
+def render_template(template: str, row: dict, where: str) -> str:
+    """`task.prompt_template` formatted with the row's columns ("{question} Let's think…"); a field
+    the row lacks, or a template str.format cannot read, is one UsageError naming the row."""
+    try:
+        fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+    except ValueError as e:
+        raise UsageError(f"task.prompt_template={template!r}: {e}; write literal braces as {{{{ }}}}") from None
+    missing = [f for f in fields if f.split(".")[0].split("[")[0] not in row]
+    if missing:
+        raise UsageError(
+            f"{where}: task.prompt_template names {{{missing[0]}}}, not a column of the row "
+            f"(columns: {', '.join(map(str, row))})"
+        )
+    try:
+        return template.format_map(row)
+    except (KeyError, IndexError, AttributeError, ValueError) as e:
+        raise UsageError(
+            f"{where}: task.prompt_template={template!r} cannot be filled ({type(e).__name__}: {e})"
+        ) from None

@@ -48,7 +48,7 @@ from vllm.inputs import TokensPrompt
 from posttrain.errors import UsageError
 from posttrain.framework.backends.vllm_checks import check_policy, kv_cache_bytes, sleep_wanted
 from posttrain.framework.sample import Sample
-from posttrain.framework.sampler import SamplingParams, check_request, sample_keys
+from posttrain.framework.sampler import SamplingParams, check_request, sample_keys, stop_ids
 from posttrain.models.export import export_hf, to_hf_tensors
 from posttrain.models.gpt_mini import GPTMini
 
@@ -119,7 +119,7 @@ class VllmEngine:
         self._wake()
         groups = torch.arange(len(prompts), dtype=torch.long) + group_offset
         keys = sample_keys(seed, step, groups, torch.zeros_like(groups)).tolist()  # one seed per prompt
-        stops = [] if sampling.ignore_eos else sorted({self.tokenizer.eot_id, *sampling.stop_ids})
+        stops = [] if sampling.ignore_eos else list(stop_ids(self.tokenizer, sampling.stop_ids))
         params = [
             vllm.SamplingParams(
                 n=n,
