@@ -119,13 +119,13 @@ def test_init_the_judge_and_the_reward_model_load_by_id(offline):
     """The three entry points a run loads models through: checkpoint.load_model (init=), the judge's
     backend, the RM scorer (reward_model=); the RM's score equals its head on transformers' hidden
     state of the last token."""
-    from posttrain import tasks
+    from posttrain.recipes.common import make_task
     from posttrain.reward_models.reward_model import load_scorer
 
     model, tok, path = checkpoint.load_model(QWEN, key="init")
     assert path == snapshot(offline, QWEN) and type(model.hf).__name__ == "Qwen2ForCausalLM"
     cfg = load_config(RLConfig, None, [f"task.judge.model={LLAMA}"])
-    judge = tasks.make(cfg.task).backend
+    judge = make_task(cfg).backend  # the task with its judge, as every recipe makes it
     assert type(judge.model.hf).__name__ == "LlamaForCausalLM" and judge.name == str(snapshot(offline, LLAMA))
     assert judge.complete(["Is 3 + 4 = 7?"])[0] is not None
     scorer = load_scorer(RM)
