@@ -28,46 +28,83 @@ def gib(nbytes: float, digits: int = 1) -> str:
 
 # ---- 19 · topology -----------------------------------------------------------------------------
 
-COURSE_TIMES = {"rollout_s": 20, "train_s": 15, "sync_s": 2}  # lesson 19's widget defaults
+COURSE_TIMES = {"rollout_s": 20, "train_s": 15, "sync_s": 2}  # lesson 19's widget defaults, each pool N GPUs
+LABEL = {
+    "colocated": "colocated, all 2N GPUs",
+    "disaggregated": "disaggregated, on-policy",
+    "one_step_off": "disaggregated, one step off",
+    "async": "async (the sampler loads the weights)",
+    "async_double_buffered": "async, double-buffered weights",
+}
 
 
 def rl19_topology_table() -> dict:
-    runs = throughput.compare_topologies(**COURSE_TIMES)
+    """Each topology on the same 2N GPUs (throughput.compare_topologies): the course's role times
+    are those of N-GPU pools; colocated gives every phase all 2N. Two cases: every phase twice
+    as fast on twice the GPUs, and a rollout bound by its longest sequence (not shortened)."""
+    lin = throughput.compare_topologies(**COURSE_TIMES)
+    tail = throughput.compare_topologies(**COURSE_TIMES, rollout_parallel=0.0)
     return {
-        "columns": ["placement", "step time (s)", "steps per hour", "trainer idle per step (s)", "× colocated"],
+        "columns": [
+            "placement",
+            "samples",
+            "step (s), phases ∝ 1/GPUs",
+            "× colocated",
+            "step (s), rollout not shortened",
+            "× colocated",
+        ],
         "rows": [
             [
-                t,
-                round(r["step_s"], 1),
-                round(r["steps_per_hour"]),
-                round(r["idle_s"]["trainer"], 1),
-                round(r["speedup_vs_colocated"], 2),
+                LABEL[t],
+                {"0": "on-policy", "1": "one version stale", "≤ K": "up to K versions stale"}[throughput.STALENESS[t]],
+                round(lin[t]["step_s"], 1),
+                round(lin[t]["speedup_vs_colocated"], 2),
+                round(tail[t]["step_s"], 1),
+                round(tail[t]["speedup_vs_colocated"], 2),
             ]
-            for t, r in runs.items()
+            for t in throughput.TOPOLOGIES
         ],
     }
 
 
+SCENARIOS = {"rollout ≈ training": (15, 15, 2), "rollout-bound": (40, 5, 2), "heavy sync": (15, 15, 10)}
+
+
+def rl19_scenarios() -> dict:
+    return {k: throughput.compare_topologies(rollout_s=r, train_s=t, sync_s=s) for k, (r, t, s) in SCENARIOS.items()}
+
+
 def rl19_scenarios_table() -> dict:
-    """Async over colocated for three shapes of step: balanced, rollout-bound, sync-heavy."""
+    """Three shapes of step, each topology's speed-up over colocated on the same GPUs."""
     rows = []
-    for label, (r, t, s) in (
-        ("rollout ≈ training", (15, 15, 2)),
-        ("rollout-bound", (40, 5, 2)),
-        ("heavy sync", (15, 15, 10)),
-    ):
-        out = throughput.compare_topologies(rollout_s=r, train_s=t, sync_s=s)
+    for label, out in rl19_scenarios().items():
+        r, t, s = SCENARIOS[label]
+        tail = throughput.compare_topologies(rollout_s=r, train_s=t, sync_s=s, rollout_parallel=0.0)
         rows.append(
             [
                 label,
                 r,
                 t,
                 s,
-                round(out["disaggregated"]["speedup_vs_colocated"], 2),
+                round(out["one_step_off"]["speedup_vs_colocated"], 2),
                 round(out["async"]["speedup_vs_colocated"], 2),
+                round(out["async_double_buffered"]["speedup_vs_colocated"], 2),
+                round(tail["one_step_off"]["speedup_vs_colocated"], 2),
             ]
         )
-    return {"columns": ["step shape", "τ_R", "τ_T", "τ_S", "disaggregated ×", "async ×"], "rows": rows}
+    return {
+        "columns": [
+            "step shape",
+            "τ_R",
+            "τ_T",
+            "τ_S",
+            "one step off ×",
+            "async ×",
+            "async double-buffered ×",
+            "one step off ×, rollout not shortened",
+        ],
+        "rows": rows,
+    }
 
 
 def _async_bench() -> dict:
@@ -88,8 +125,8 @@ def _measured_sync_times() -> dict:
 
 
 def rl19_trainer_bound_idle() -> str:
-    """Share of a disaggregated step the rollout pool waits, at τ_R 5 s, τ_T 20 s, τ_S 2 s."""
-    r = throughput.step_time(rollout_s=5, train_s=20, sync_s=2)
+    """Share of a one-step-off step the rollout pool waits, at τ_R 5 s, τ_T 20 s, τ_S 2 s."""
+    r = throughput.step_time(rollout_s=5, train_s=20, sync_s=2, topology="one_step_off")
     return f"{100 * r['idle_s']['rollout'] / r['step_s']:.0f}%"
 
 
@@ -99,6 +136,8 @@ def rl19_cpu_train_share() -> str:
 
 
 def rl19_cpu_predicted() -> float:
+    """The synchronous run's role times, each side given a core of its own (the async run's two
+    threads): colocated step / async step."""
     t = _measured_sync_times()
     return round(
         throughput.step_time(**t, topology="colocated")["step_s"]
@@ -303,7 +342,7 @@ def rl22_state_table() -> dict:
             "model",
             "training state (18 B/param)",
             "in binary units",
-            "H100s to hold it",
+            "H100s to hold it (whole 8-GPU nodes past 8)",
             "train tokens/s per H100 (6P at 800 TFLOP/s)",
         ],
         "rows": rows,
@@ -340,9 +379,22 @@ FACTS: dict[str, Callable[[], object]] = {
     # 19 · topology
     "rl19_topology_table": rl19_topology_table,
     "rl19_scenarios_table": rl19_scenarios_table,
-    "rl19_trainer_bound_step": lambda: throughput.step_time(rollout_s=5, train_s=20, sync_s=2)["step_s"],
+    "rl19_trainer_bound_step": lambda: throughput.step_time(rollout_s=5, train_s=20, sync_s=2, topology="one_step_off")[
+        "step_s"
+    ],
     "rl19_trainer_bound_idle": rl19_trainer_bound_idle,
-    "rl19_rollout_bound_disagg": lambda: rl19_scenarios_table()["rows"][1][4],
+    "rl19_rollout_bound_split": lambda: round(
+        rl19_scenarios()["rollout-bound"]["one_step_off"]["speedup_vs_colocated"], 2
+    ),
+    "rl19_rollout_bound_tail": lambda: rl19_scenarios_table()["rows"][1][7],
+    "rl19_colo_step": lambda: throughput.compare_topologies(**COURSE_TIMES)["colocated"]["step_s"],
+    "rl19_split_step": lambda: throughput.compare_topologies(**COURSE_TIMES)["one_step_off"]["step_s"],
+    "rl19_onpolicy_step": lambda: throughput.compare_topologies(**COURSE_TIMES)["disaggregated"]["step_s"],
+    "rl19_colo_tail_step": lambda: throughput.compare_topologies(**COURSE_TIMES, rollout_parallel=0.0)["colocated"][
+        "step_s"
+    ],
+    "rl19_heavy_async": lambda: rl19_scenarios()["heavy sync"]["async"]["step_s"],
+    "rl19_heavy_double": lambda: rl19_scenarios()["heavy sync"]["async_double_buffered"]["step_s"],
     "rl19_sync_70b": lambda: f"{2 * 70e9 / 1e9:.0f} GB ({gib(2 * 70e9, 0)})",
     "rl19_cpu_train_share": rl19_cpu_train_share,
     "rl19_cpu_predicted": rl19_cpu_predicted,
