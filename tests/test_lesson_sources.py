@@ -125,3 +125,36 @@ def test_rl22a_h100_step_through_the_equation():
     colo2 = (rows["rollout"] + rows["reference"] + rows["train"]) / 2 + rows["reward"] + rows["sync"]
     assert v("rl22a_h100_colo2_s") == pytest.approx(colo2, abs=0.03)  # the same two GPUs, colocated
     assert abs(v("rl22a_h100_colo2_s") - v("rl22a_h100_split_s")) < 0.05 * split  # no gain per GPU
+
+
+# ---- claims about other frameworks and papers name the file or doc they were read from -------------
+# (the 2026-11-28 review: page, the claim as the page states it, and the source it must cite in the
+# same paragraph; the sources were read for that review's verdicts, docs/course_reviews.md)
+
+CITED = [
+    ("rl-19", "actor_rollout_ref.hybrid_engine: True", "verl/trainer/config/ppo_trainer.yaml"),
+    ("rl-19", "policy.generation.colocated.enabled: true", "examples/configs/grpo_math_1B.yaml"),
+    ("rl-19", 'vllm_mode="server"', "vLLM integration guide"),
+    ("rl-19", "increasing resources does not reduce the Rollout duration", "recipe/one_step_off_policy/README.md"),
+    ("rl-19", "interruptible rollout workers", "arXiv 2505.24298"),
+    ("rl-19", "time/rollout_sync_s", "distributed/async_rollout.py"),
+    ("rl-22a", "one step off", "recipe/one_step_off_policy"),
+    ("rl-22", "Free all non-split cached blocks and retry alloc", "c10/cuda/CUDACachingAllocator.cpp"),
+    ("rl-28", "at least one", "nvmlUtilization_t.gpu"),
+    ("rl-28", "DRAM and tensor-core activity", "DCGM_FI_PROF_DRAM_ACTIVE"),
+    ("rl-23", "SFT of the *base* model on ~800k examples", "§2.3.3"),
+    ("rl-23", "language consistency", "§2.3.2"),
+    ("rl-23", '"PPO-ptx"', "§3.5 Eq. 2"),
+    ("rl-26", "β = 0", '"Removing KL Divergence"'),
+    ("rl-26", "Oat-Zero", "arXiv 2503.20783"),
+    ("rl-17", "**product**", "Let's Verify Step by Step"),
+]
+
+
+@pytest.mark.parametrize("page, claim, source", CITED)
+def test_a_claim_about_another_framework_cites_its_source(page, claim, source):
+    from posttrain.lessons import markdown
+
+    paragraphs = [p.replace("\n", " ") for p in markdown.lesson_text(page).split("\n\n")]
+    claim, source = claim.replace("\n", " "), source.replace("\n", " ")
+    assert any(claim in p and source in p for p in paragraphs), f"{page}: {claim!r} without {source!r}"
