@@ -58,7 +58,7 @@ def write_summary(run_dir: Path, rows: list[dict], topology: str, samples_per_st
         return s
     Path(run_dir, "throughput.json").write_text(json.dumps(s, indent=2))
     roles = "  ".join(f"{k[:-2]} {v:.3f}" for k, v in s["roles_s"].items())
-    eq = "  ".join(f"{t} {v:.3f} (stale {STALENESS[t]})" for t, v in s["equation_by_topology_s"].items())
+    eq = "  ".join(f"{t} {v:.3f} ({STALENESS[t]})" for t, v in s["equation_by_topology_s"].items())
     print(
         f"throughput ({s['steps']} steps, {topology}): step {s['measured_step_s']:.3f} s measured, "
         f"{s['equation_step_s']:.3f} s by the equation; per role (s): {roles}; bottleneck: {s['bottleneck']}; "

@@ -27,7 +27,7 @@ def rl22c_topology_table() -> dict:
         [
             [
                 n,
-                {"0": "on-policy", "1": "one version stale"}.get(tp.STALENESS[n], "up to K versions stale"),
+                tp.STALENESS[n],
                 f"{r['step_s']:g} s",
                 f"{r['speedup_vs_colocated']:.2f}×",
                 f"{r['idle_s']['trainer']:g} s",

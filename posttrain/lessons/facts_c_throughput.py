@@ -36,7 +36,7 @@ def rl22a_worked_table() -> dict:
         rows.append(
             [
                 t,
-                {"0": "on-policy", "1": "one version stale"}.get(tp.STALENESS[t], "up to K versions stale"),
+                tp.STALENESS[t],
                 f"{r['step_s']:g} s",
                 r["bottleneck"],
                 f"{r['idle_s']['trainer']:g} s",

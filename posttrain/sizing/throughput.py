@@ -59,12 +59,12 @@ ASSUMES = {
     "async": "samples up to K versions stale; the pools overlap; the sampler pays the weight load",
     "async_double_buffered": "samples up to K versions stale; the load goes to a second weight copy, hidden",
 }
-STALENESS = {
-    "colocated": "0",
-    "disaggregated": "0",
-    "one_step_off": "1",
-    "async": "≤ K",
-    "async_double_buffered": "≤ K",
+STALENESS = {  # the samples each topology trains on
+    "colocated": "on-policy",
+    "disaggregated": "on-policy",
+    "one_step_off": "one version stale",
+    "async": "up to K versions stale",
+    "async_double_buffered": "up to K versions stale",
 }
 
 
