@@ -267,7 +267,11 @@ def _throughput(run_dir: Path) -> str:
         f"trainer idle {t['trainer_idle_frac']:.0%}, rollout idle {t['rollout_idle_frac']:.0%}.</p>"
     )
     roles = _table([[k[:-2], v] for k, v in t["roles_s"].items()], ["role", "mean seconds per step"])
-    topo = _table([[k, v] for k, v in t["equation_by_topology_s"].items()], ["topology", "equation s/step"])
+    assumes = t.get("assumes_by_topology", {})  # absent in a throughput.json from before 2026-11-28
+    topo = _table(
+        [[k, v, assumes.get(k, "")] for k, v in t["equation_by_topology_s"].items()],
+        ["topology", "equation s/step, on the same GPUs", "assumes"],
+    )
     return head + roles + topo
 
 

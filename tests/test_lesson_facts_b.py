@@ -234,15 +234,20 @@ def test_rl18a_widget_numbers_show_the_break():
 
 
 def test_rl19_topology_equations_by_hand():
+    """The course's step (20 s, 15 s on N-GPU pools, 2 s of sync) on the same 2N GPUs."""
     rows = {r[0]: r[1:] for r in v("rl19_topology_table")["rows"]}
-    assert rows["colocated"][:2] == [37.0, 97]  # 20 + 15 + 2; 3600/37
-    assert rows["disaggregated"][:2] == [22.0, 164]  # max(20, 15) + 2
-    assert rows["async"][:2] == [20.0, 180]  # max(20, 15, 2)
-    assert rows["async"][3] == pytest.approx(37 / 20, abs=0.01)
+    assert rows["colocated, all 2N GPUs"][1:5] == [20 / 2 + 15 / 2 + 2, 1.0, 20 + 15 / 2 + 2, 1.0]
+    assert rows["disaggregated, on-policy"][:2] == ["on-policy", 37.0]  # 20 + 15 + 2: the pools take turns
+    assert rows["disaggregated, one step off"][:3] == ["one version stale", 22.0, round(19.5 / 22, 2)]
+    assert rows["disaggregated, one step off"][3:] == [22.0, round(29.5 / 22, 2)]  # a tail-bound rollout
+    assert rows["async (the sampler loads the weights)"][1] == max(20 + 2, 15)
+    assert rows["async, double-buffered weights"][1] == max(20, 15, 2)
     sc = {r[0]: r[4:] for r in v("rl19_scenarios_table")["rows"]}
-    assert sc["rollout-bound"] == [round(47 / 42, 2), round(47 / 40, 2)]
-    assert sc["heavy sync"][1] == pytest.approx(40 / 15, abs=0.01)
-    assert v("rl19_rollout_bound_disagg") == sc["rollout-bound"][0]
+    assert sc["rollout-bound"][:3] == [round(24.5 / 42, 2), round(24.5 / 42, 2), round(24.5 / 40, 2)]
+    assert sc["rollout-bound"][3] == round((40 + 2.5 + 2) / 42, 2)
+    assert sc["heavy sync"][:3] == [1.0, round(25 / max(15 + 10, 15), 2), round(25 / 15, 2)]
+    assert v("rl19_rollout_bound_split") == sc["rollout-bound"][0] and v("rl19_heavy_async") == 25.0
+    assert (v("rl19_colo_step"), v("rl19_split_step"), v("rl19_onpolicy_step")) == (19.5, 22.0, 37.0)
     assert (
         v("rl19_trainer_bound_step") == 22.0 and v("rl19_trainer_bound_idle") == f"{100 * 15 / 22:.0f}%"
     )  # max(5, 20) + 2; waits 20 − 5

@@ -78,24 +78,29 @@ def test_every_fact_the_pages_quote_exists_and_every_fact_is_quoted():
 
 
 def test_rl22a_worked_example_by_hand():
-    assert f("rl22a_worked_colo_s") == 30 + 1 + 3 + 8 + 1
-    assert f("rl22a_worked_disagg_s") == max(30 + 1, 3 + 8) + 1 == 32
+    """The text's role times on two equal pools; colocated runs each phase on both (the same GPUs)."""
+    assert f("rl22a_worked_colo_s") == 30 / 2 + 1 + 3 / 2 + 8 / 2 + 1 == 22.5
+    assert f("rl22a_worked_colo_pool_s") == 30 + 1 + 3 + 8 + 1 == f("rl22a_worked_onpolicy_s")
+    assert f("rl22a_worked_colo_tail_s") == 30 + 1 + 3 / 2 + 8 / 2 + 1
+    assert f("rl22a_worked_split_s") == max(30 + 1, 3 + 8) + 1 == 32
     assert f("rl22a_worked_idle_s") == 31 - 11
     assert f("rl22a_worked_tokens") == 1_048_576
     assert f("rl22a_worked_tok_s") == 1_048_576 / 32
-    assert cell("rl22a_worked_table", 2, "τ_step") == "31 s"  # async: max(31, 11, 1)
+    assert cell("rl22a_worked_table", 3, "τ_step on the same GPUs") == "32 s"  # async: max(31 + 1, 11)
+    assert cell("rl22a_worked_table", 4, "τ_step on the same GPUs") == "31 s"  # double-buffered: max(31, 11, 1)
 
 
 def test_rl22a_role_model_by_hand():
     scale = 64 * 16 * 1024 / 1e6
     rollout = 21 * scale * (1 + 1.8 * math.tanh(1024 / 2048)) / 4
     train = 8 * scale / 4
-    step = max(rollout + 1.0, train / 3 + train) + (0.15 * 7 + 0.005 * 49)
+    sync = 0.15 * 7 + 0.005 * 49
+    step = max(rollout + 1.0, train / 3 + train) + sync
     assert f("rl22a_default_rollout_s") == pytest.approx(rollout)
     assert f("rl22a_default_step_s") == pytest.approx(step)
     assert f("rl22a_rollout_share") == pytest.approx(100 * rollout / step)
-    colo = rollout + 1.0 + train / 3 + train + 0.15 * 7 + 0.005 * 49
-    assert f("rl22a_colo_drop_pct") == pytest.approx(100 * (1 - step / colo))
+    colo = rollout / 2 + 1.0 + (train / 3 + train) / 2 + sync  # all 8 GPUs on every phase
+    assert f("rl22a_colo_gain_pct") == pytest.approx(100 * (step / colo - 1))
     assert f("rl22a_k32_rollout_ratio") == pytest.approx(2.0)
     assert f("rl22a_sync_70b_s") == pytest.approx(0.15 * 70 + 0.005 * 70**2)
     assert f("rl22a_share_8192") > 97
@@ -110,15 +115,22 @@ def test_rl22a_cpu_run_is_train_bound_and_the_timers_cover_the_step():
 # ---- 22b -------------------------------------------------------------------------------------
 
 
-def test_rl22b_max_of_k_table_matches_the_course_row_71():
-    want = {
+def test_rl22b_max_of_k_table_exact_beside_the_course_row_71():
+    """The exact expectation (the 2026-11-28 review's integral: c = 1 → 1.99, 3.44, 5.37, 7.88) beside
+    the course's √(2 ln K) envelope, row 71's numbers."""
+    rows = {r[0]: tuple(r[1:]) for r in f("rl22b_maxk_table")["rows"]}
+    assert [rows[k][1] for k in (4, 16, 64, 256)] == ["1.99", "3.44", "5.37", "7.88"]
+    assert rows[256][2] == "18.59"
+    assert {k: r[3:] for k, r in rows.items()} == {
         4: ("1.96", "2.83", "3.70"),
         16: ("2.72", "5.02", "8.87"),
         64: ("3.49", "7.80", "17.36"),
         256: ("4.31", "11.31", "30.57"),
     }
-    assert {r[0]: tuple(r[1:]) for r in f("rl22b_maxk_table")["rows"]} == want
-    assert round(f("rl22b_k32_c05_pct")) == 14 and round(f("rl22b_k32_c1_pct")) == 26  # row 72
+    # row 72's "K 16→32 adds ~15%" holds at c = 0.5 only, exactly as with the envelope
+    assert [round(f(f"rl22b_k32_{c}_pct")) for c in ("c05", "c1", "c2")] == [15, 26, 40]
+    assert round(f("rl22b_envelope_16_1_high_pct")) == 46
+    assert f("rl22b_course_p95_is_max_k") == 20  # floor(0.95 · 20) = 19 = K − 1; at 21, 19 < 20
 
 
 def test_rl22b_tail_share_agrees_with_monte_carlo():
@@ -161,10 +173,25 @@ def test_rl22b_widget_facts_order():
 
 
 def test_rl22c_topologies_by_hand():
-    assert [r[1] for r in f("rl22c_topology_table")["rows"]] == [f"{20 + 8 + 3} s", f"{max(20, 8) + 3} s", "20 s"]
-    assert f("rl22c_async_speedup") == pytest.approx(31 / 20)
-    assert f("rl22c_disagg_idle_s") == 20 - 8
+    """τ_R 20 s, τ_T 8 s on N-GPU pools, τ_S 3 s, on the same 2N GPUs."""
+    rows = {r[0]: r[1:] for r in f("rl22c_topology_table")["rows"]}
+    assert rows["colocated"][:2] == ["on-policy", f"{20 / 2 + 8 / 2 + 3:g} s"]
+    assert rows["disaggregated"][:2] == ["on-policy", f"{20 + 8 + 3} s"]  # the review's 31 s
+    assert rows["one_step_off"][:2] == ["one version stale", f"{max(20, 8) + 3} s"]  # 23 s
+    assert rows["async"][1] == f"{max(20 + 3, 8)} s" and rows["async_double_buffered"][1] == "20 s"
+    assert (f("rl22c_onpolicy_step_s"), f("rl22c_split_step_s"), f("rl22c_colo_step_s")) == (31, 23, 17)
+    assert f("rl22c_split_idle_s") == 20 - 8
     assert f("rl22c_course_clip_8") == pytest.approx(100 * (1 - math.exp(-0.4)))
+
+
+def test_rl22c_stale_table_baseline_is_the_on_policy_split():
+    """Δ = 0 cannot overlap: 65 steps × 31 s, the review's ≈ 34 min, not 65 × 23 s = 25 min."""
+    rows = {r[0]: r for r in f("rl22c_stale_table")["rows"]}
+    assert rows[0][3] == 65 and rows[0][5] == f"{65 * 31 / 60:.0f} min" == "34 min"
+    assert rows[2][5] == f"{rows[2][3] * 23 / 60:.0f} min"  # async, the sampler paying the 3 s load
+    assert f("rl22c_steps_d0") == 65 and f("rl22c_steps_d1_d4_max") <= 65  # the review's #19
+    assert f("rl22c_first_more_steps") == 8 and f("rl22c_first_losing_delta") == 32
+    assert f("rl22c_tis_last_ahead") == 32
 
 
 def test_rl22c_recorded_staleness_clips_more_without_a_correction():
@@ -188,7 +215,7 @@ def test_rl22c_measured_staleness_shows_in_the_log_ratio():
         if r["run"] == "sync" and r["seed"] == 0
     )["roles_s"]
     colo = sum(roles.values())
-    asyn = max(roles["rollout_s"] + roles["reward_s"], roles["reference_s"] + roles["train_s"], roles["sync_s"])
+    asyn = max(roles["rollout_s"] + roles["reward_s"] + roles["sync_s"], roles["reference_s"] + roles["train_s"])
     assert f("rl22c_cpu_async_speedup") == pytest.approx(colo / asyn)
 
 
@@ -284,14 +311,17 @@ def test_rl25_chunked_logsumexp_is_exact_and_a_forgotten_temperature_is_not():
 def test_rl26_cost_table_by_hand():
     rows = {r[0]: r for r in f("rl26_cost_table")["rows"]}
     assert rows["7B"][1] == f"{18 * 7e9 / 2**30:,.0f} GiB" and rows["7B"][2] == 2  # 126 GB → 2 H100s (row 60)
-    assert rows["70B"][2] == 16 and rows["405B"][2] == 96
+    assert rows["70B"][2] == 16 and rows["405B"][2] == 96  # 92 would hold it: whole 8-GPU nodes past 8
+    assert "whole 8-GPU nodes" in f("rl26_cost_table")["columns"][2]
     assert rows["7B"][4] == "128 KiB"  # 32·2·8·128·2 B
     assert f("rl26_train_over_serve") == 9
 
 
 def test_rl26_corners_recover_the_course_recipes():
     rows = {(r[0], r[1], r[2]): r[3:7] for r in f("rl26_extremes_table")["rows"]}
-    assert rows[("100%", "0%", 32)] == ["verifier", "Dr. GRPO", "disaggregated", "DeepSeek-R1"]  # row 90
+    # row 90 names the Dr. GRPO corner DeepSeek-R1; R1 ran GRPO with both normalisations (the review's #12)
+    assert rows[("100%", "0%", 32)] == ["verifier", "Dr. GRPO", "disaggregated", "Oat-Zero (the Dr. GRPO paper)"]
+    assert rows[("100%", "50%", 32)] == ["verifier", "GRPO", "disaggregated", "DeepSeek-R1"]
     assert rows[("20%", "50%", 8)][3] == "InstructGPT-style RLHF"
     assert rows[("20%", "50%", 1)][1] == "DPO (no rollouts)"
 

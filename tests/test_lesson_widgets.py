@@ -312,9 +312,10 @@ def test_break_forces_map():
 
 def test_break_topology():
     ok, bad = kpis("topology"), broken("topology")
-    idle = lambda k: max(pct(k["rollout pool idle (disaggregated)"]), pct(k["trainer pool idle (disaggregated)"]))
-    assert idle(ok) < 30 and pct(bad["rollout pool idle (disaggregated)"]) > 60
-    assert bad["async / colocated"] < ok["async / colocated"]
+    idle = lambda k: max(pct(k["rollout pool idle (one step off)"]), pct(k["trainer pool idle (one step off)"]))
+    assert idle(ok) < 30 and pct(bad["rollout pool idle (one step off)"]) > 60
+    assert bad["async / colocated"] < ok["async / colocated"] < 1  # on the same GPUs, colocated wins here
+    assert kpis("topology", par=0.0)["async / colocated"] > 1  # unless the rollout does not scale
 
 
 def test_break_classify():
@@ -365,14 +366,14 @@ def test_break_budget():
     ok, bad = kpis("budget"), broken("budget")
     assert float(ok["speed-up"][:-1]) > 2 and float(bad["speed-up"][:-1]) < 1.15
     assert bad["largest remaining slice"].startswith("rollout") and pct(bad["largest remaining slice"].split()[1]) > 60
-    dis = kpis("budget", **{**registry.get("budget").breaks["knobs"], "placement": "disaggregated"})
+    dis = kpis("budget", **{**registry.get("budget").breaks["knobs"], "placement": "one_step_off"})
     assert dis["speed-up"] == "1.00×"  # the trainer hides inside rollout
 
 
 def test_break_async_pipe():
     ok, bad = kpis("async_pipe"), broken("async_pipe")
     minutes = lambda k, key: float(k[key].split()[0])
-    key, sync = "wall clock to accuracy 0.7", "wall clock to accuracy 0.7, synchronous"
+    key, sync = "wall clock to accuracy 0.7", "wall clock to accuracy 0.7, on-policy"
     assert minutes(ok, key) < minutes(ok, sync)  # a little staleness pays
     assert minutes(bad, key) > minutes(bad, sync)  # a lot of it costs more than it buys
     assert bad["clip fraction (mean over the run)"] > 3 * ok["clip fraction (mean over the run)"]

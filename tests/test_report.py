@@ -231,6 +231,7 @@ def test_page_shows_the_throughput_equation_when_the_run_wrote_one(tmp_path):
     page = report.render(run)
     assert f"measured {s['measured_step_s']:.3f} s/step" in page and f"bottleneck <b>{s['bottleneck']}</b>" in page
     assert page.count("<td>colocated</td>") == 1 and "<td>async</td>" in page
+    assert "<td>samples one version stale; the two pools overlap; sync paid at every step boundary</td>" in page
 
 
 def test_an_rlhf_run_gets_its_reward_against_root_kl_plot(tmp_path):

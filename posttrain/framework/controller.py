@@ -255,8 +255,9 @@ def sample_metrics(samples, max_new_tokens: int) -> dict:
 
 def max_of_k_metrics(lengths: np.ndarray) -> dict:
     """The long tail of a step (lesson 22b): a synchronous rollout lasts as long as its longest
-    sample. max_of_k = longest / mean, observed; _expected = what K log-normal lengths with this
-    mean and CV predict (throughput.max_of_k), so a heavier tail than that stands out."""
+    sample. max_of_k = longest / mean, observed over the step's K = B·K samples; _expected = the
+    exact expectation for K log-normal lengths with this mean and CV (throughput.max_of_k), so a
+    tail heavier than log-normal reads above it and a lighter one below."""
     mean = float(lengths.mean())
     cv = float(lengths.std() / mean) if mean > 0 else 0.0
     return {

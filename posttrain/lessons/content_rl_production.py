@@ -84,11 +84,11 @@ PRODUCTION = [
         "19",
         "Topology: where the roles run",
         P3,
-        "Colocated: rollout and training share GPUs and take turns. Disaggregated: separate pools, so "
-        "one phase hides the other. Async: the sampler runs ahead of the trainer by a bounded number of "
-        "versions.",
-        "Rollout dominates a step; overlapping it with training is the largest speed-up available, and "
-        "its cost is staleness, which the importance ratio has to correct.",
+        "Colocated: rollout and training share GPUs and take turns. Disaggregated: separate pools, which "
+        "overlap only if the samples may be a version stale. Async: the sampler runs ahead of the trainer by "
+        "a bounded number of versions.",
+        "Compared on the same GPUs, overlap pays where a phase does not shorten on more GPUs (a rollout's "
+        "long tail); its cost is staleness, which the importance ratio has to correct.",
         ["posttrain.sizing.throughput:compare_topologies", "posttrain.framework.weight_sync:WeightSync.sync"],
         ["topology"],
     ),
@@ -142,7 +142,7 @@ PRODUCTION = [
         "22a",
         "The throughput equation",
         P3,
-        "A step's wall time is the sum (colocated) or the overlap (disaggregated, async) of per-role "
+        "A step's wall time is the sum (colocated, on-policy split) or the overlap (one step off, async) of per-role "
         "times: rollout, verification, reference, training, sync. Useful tokens per second divide the "
         "tokens that reach the loss by that time.",
         "It tells you which term to attack: at long responses rollout is almost the whole step, and "

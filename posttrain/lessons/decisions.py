@@ -77,7 +77,7 @@ DECISIONS = [
     ),
     (
         "22b",
-        "the p95 cap is sorted[floor(0.95·K)], the maximum itself for K ≤ 19, so the cap does nothing "
+        "the p95 cap is sorted[floor(0.95·K)], the maximum itself for K ≤ 20, so the cap does nothing "
         "at the default K = 16",
         "fixed, course kept as an option:",
         "'fixed' interpolates the 95th percentile; 'course' reproduces the no-op (τ_R 4015 with or without the cap).",
@@ -134,6 +134,32 @@ DECISIONS = [
         "corrected:",
         "the cast reads 140 GB and writes 70 GB (63 ms); the ratio is labelled the course's prompt-token "
         "ratio, next to the all-token ratio K(1 + G/P)/(1 + K·G/P).",
+    ),
+    (
+        "19, 22a, 22c",
+        "the disaggregated equation max(sides) + τ_S overlaps an on-policy split; async hides the sync; "
+        "every '× colocated' gives the split a second pool of GPUs",
+        "fixed:",
+        "throughput.step_time names each equation with what it assumes (colocated and the on-policy split "
+        "add the terms; one_step_off overlaps on samples one version stale; async puts the weight load on "
+        "the sampler, as posttrain's producer does; async_double_buffered hides it), and "
+        "compare_topologies sets them side by side on the same GPUs, with the share of a phase that more "
+        "GPUs shorten as a parameter.",
+    ),
+    (
+        "22b",
+        "the expected longest of K log-normals is exp(σ√(2 ln K) − σ²/2)",
+        "fixed, course kept beside it:",
+        "√(2 ln K) is the large-K envelope, 30–65% high at K = 4 to 256; throughput.max_of_k integrates "
+        "the expectation (K = 16, cv = 1: 3.44, not 5.02) and length/max_of_k_expected uses it; the "
+        "course's formula is max_of_k_envelope, shown next to it.",
+    ),
+    (
+        "26",
+        "the corner with full verifier coverage and no tolerance for bias (Dr. GRPO) is named DeepSeek-R1",
+        "corrected:",
+        "R1 ran GRPO with both normalisations Dr. GRPO removes; the GRPO corner is DeepSeek-R1, the Dr. GRPO "
+        "corner Oat-Zero (the Dr. GRPO paper).",
     ),
     (
         "21",

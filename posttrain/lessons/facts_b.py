@@ -4,8 +4,8 @@ functions or read from a committed JSON, so a page cannot drift from the code it
 `FACTS = {name: function}`: a function takes no argument and returns a number, a short string, or a
 table {"columns": [...], "rows": [[...], ...]} (lessons/facts.py has the contract). Names start with
 their lesson's number. This module holds lessons 13–16 and merges facts_b_signal (17–18a),
-facts_b_sys (19–22), facts_b_pref (15–16 held to their papers) and facts_b_hw (20–22 held to the
-H100). Nothing here trains; recorded runs are read from lessons/data/ and benchmarks/results/.
+facts_b_sys (19 through facts_b_topology, 20–22), facts_b_pref (15–16 held to their papers) and
+facts_b_hw (20–22 held to the H100). Nothing here trains; recorded runs are read from lessons/data/ and benchmarks/results/.
 """
 
 from __future__ import annotations

@@ -23,6 +23,13 @@ def bt_margin(p: float) -> float:
     return math.log(p / (1 - p))
 
 
+def preference_from_agreement(a: float) -> float:
+    """The probability q with which a labeller prefers the chosen answer, given that two labellers
+    agree at rate a: two independent labellers agree with probability q² + (1 − q)², so
+    q = (1 + √(2a − 1)) / 2 (every pair alike; a ≥ 1/2). 72.6% agreement → q = 0.84."""
+    return (1 + math.sqrt(2 * a - 1)) / 2
+
+
 def dpo_optimum(beta: float) -> list[float]:
     """DPO's optimum with infinitely many Bradley–Terry-labelled pairs on the widget's hidden scores
     and a uniform reference (Rafailov et al. 2023, Eq. 4): π*(y) ∝ π_ref(y)·exp(r(y)/β)."""
@@ -30,8 +37,12 @@ def dpo_optimum(beta: float) -> list[float]:
 
 
 FACTS: dict[str, Callable[[], object]] = {
-    "rl15_margin_agree_train": lambda: round(bt_margin(AGREEMENT["training labellers"]), 2),
-    "rl15_margin_agree_heldout": lambda: round(bt_margin(AGREEMENT["held-out labellers"]), 2),
+    "rl15_pref_agree_train": lambda: round(preference_from_agreement(AGREEMENT["training labellers"]), 2),
+    "rl15_pref_agree_heldout": lambda: round(preference_from_agreement(AGREEMENT["held-out labellers"]), 2),
+    "rl15_margin_agree_train": lambda: round(bt_margin(preference_from_agreement(AGREEMENT["training labellers"])), 2),
+    "rl15_margin_agree_heldout": lambda: round(
+        bt_margin(preference_from_agreement(AGREEMENT["held-out labellers"])), 2
+    ),
     "rl16_optimum_d_beta05": lambda: f"{dpo_optimum(0.5)[3]:.2f}",
     "rl16_optimum_d_beta005": lambda: f"{dpo_optimum(0.05)[3]:.5f}",
     "rl16_dpo4_small_beta_pi": lambda: kpi("dpo4", "final π", beta=0.05),

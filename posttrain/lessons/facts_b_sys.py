@@ -1,5 +1,5 @@
-"""Facts of the systems lessons 19–22 (text engineer B), merged into facts_b.FACTS: topology,
-the KV cache, the engine's scheduler, memory math. Memory is printed in binary units (GiB = 2^30
+"""Facts of the systems lessons 20–22 (text engineer B), merged into facts_b.FACTS: the KV cache,
+the engine's scheduler, memory math; lesson 19's topology is facts_b_topology, merged here. Memory is printed in binary units (GiB = 2^30
 bytes), as the widgets print it; posttrain's sizing/memory.py counts bytes and the course writes decimal GB,
 so wherever a course number is quoted the text gives both.
 """
@@ -13,7 +13,7 @@ from collections.abc import Callable
 import torch
 
 from posttrain.framework.rollout import Engine, SamplingParams
-from posttrain.lessons.facts_b_data import result
+from posttrain.lessons import facts_b_topology
 from posttrain.models.gpt_mini import GPTMini, KVCache, ModelConfig
 from posttrain.models.tokenizer import CharTokenizer
 from posttrain.sizing import memory, shapes, throughput
@@ -24,92 +24,6 @@ HBM_BYTES_PER_S = 3.35e12  # H100 SXM (course): every decode step streams weight
 
 def gib(nbytes: float, digits: int = 1) -> str:
     return f"{nbytes / GIB:,.{digits}f} GiB"
-
-
-# ---- 19 · topology -----------------------------------------------------------------------------
-
-COURSE_TIMES = {"rollout_s": 20, "train_s": 15, "sync_s": 2}  # lesson 19's widget defaults
-
-
-def rl19_topology_table() -> dict:
-    runs = throughput.compare_topologies(**COURSE_TIMES)
-    return {
-        "columns": ["placement", "step time (s)", "steps per hour", "trainer idle per step (s)", "× colocated"],
-        "rows": [
-            [
-                t,
-                round(r["step_s"], 1),
-                round(r["steps_per_hour"]),
-                round(r["idle_s"]["trainer"], 1),
-                round(r["speedup_vs_colocated"], 2),
-            ]
-            for t, r in runs.items()
-        ],
-    }
-
-
-def rl19_scenarios_table() -> dict:
-    """Async over colocated for three shapes of step: balanced, rollout-bound, sync-heavy."""
-    rows = []
-    for label, (r, t, s) in (
-        ("rollout ≈ training", (15, 15, 2)),
-        ("rollout-bound", (40, 5, 2)),
-        ("heavy sync", (15, 15, 10)),
-    ):
-        out = throughput.compare_topologies(rollout_s=r, train_s=t, sync_s=s)
-        rows.append(
-            [
-                label,
-                r,
-                t,
-                s,
-                round(out["disaggregated"]["speedup_vs_colocated"], 2),
-                round(out["async"]["speedup_vs_colocated"], 2),
-            ]
-        )
-    return {"columns": ["step shape", "τ_R", "τ_T", "τ_S", "disaggregated ×", "async ×"], "rows": rows}
-
-
-def _async_bench() -> dict:
-    return result("async_vs_sync")
-
-
-def _measured_sync_times() -> dict:
-    """Mean role times of the synchronous CPU runs (all seeds) as step_time arguments."""
-    runs = [r for r in _async_bench()["runs"] if r["run"] == "sync"]
-    mean = lambda k: sum(r["roles_s"][k] for r in runs) / len(runs)
-    return {
-        "rollout_s": mean("rollout_s"),
-        "reward_s": mean("reward_s"),
-        "reference_s": mean("reference_s"),
-        "train_s": mean("train_s"),
-        "sync_s": mean("sync_s"),
-    }
-
-
-def rl19_trainer_bound_idle() -> str:
-    """Share of a disaggregated step the rollout pool waits, at τ_R 5 s, τ_T 20 s, τ_S 2 s."""
-    r = throughput.step_time(rollout_s=5, train_s=20, sync_s=2)
-    return f"{100 * r['idle_s']['rollout'] / r['step_s']:.0f}%"
-
-
-def rl19_cpu_train_share() -> str:
-    t = _measured_sync_times()
-    return f"{100 * (t['train_s'] + t['reference_s']) / sum(t.values()):.0f}%"
-
-
-def rl19_cpu_predicted() -> float:
-    t = _measured_sync_times()
-    return round(
-        throughput.step_time(**t, topology="colocated")["step_s"]
-        / throughput.step_time(**t, topology="async")["step_s"],
-        2,
-    )
-
-
-def rl19_cpu_measured() -> float:
-    s = _async_bench()["summary"]
-    return round(s["async_tis"]["samples_per_s_mean"] / s["sync"]["samples_per_s_mean"], 2)
 
 
 # ---- 20 · the KV cache -------------------------------------------------------------------------
@@ -303,7 +217,7 @@ def rl22_state_table() -> dict:
             "model",
             "training state (18 B/param)",
             "in binary units",
-            "H100s to hold it",
+            "H100s to hold it (whole 8-GPU nodes past 8)",
             "train tokens/s per H100 (6P at 800 TFLOP/s)",
         ],
         "rows": rows,
@@ -337,17 +251,8 @@ def _plan(**kw) -> dict:
 
 
 FACTS: dict[str, Callable[[], object]] = {
-    # 19 · topology
-    "rl19_topology_table": rl19_topology_table,
-    "rl19_scenarios_table": rl19_scenarios_table,
-    "rl19_trainer_bound_step": lambda: throughput.step_time(rollout_s=5, train_s=20, sync_s=2)["step_s"],
-    "rl19_trainer_bound_idle": rl19_trainer_bound_idle,
-    "rl19_rollout_bound_disagg": lambda: rl19_scenarios_table()["rows"][1][4],
+    **facts_b_topology.FACTS,  # 19 · topology
     "rl19_sync_70b": lambda: f"{2 * 70e9 / 1e9:.0f} GB ({gib(2 * 70e9, 0)})",
-    "rl19_cpu_train_share": rl19_cpu_train_share,
-    "rl19_cpu_predicted": rl19_cpu_predicted,
-    "rl19_cpu_measured": rl19_cpu_measured,
-    "rl19_cpu_steps": lambda: _async_bench()["steps"],
     # 20 · the KV cache
     "rl20_kv_table": rl20_kv_table,
     "rl20_decode_table": rl20_decode_table,

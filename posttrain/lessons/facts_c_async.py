@@ -8,22 +8,30 @@ from collections.abc import Callable
 
 from posttrain.lessons import dapo_toy, runs
 from posttrain.lessons.facts_c_common import kpi, result, table
+from posttrain.lessons.widgets_async import pipeline_step_s
 from posttrain.sizing import throughput as tp
 
 # ---- 22c · async pipelining and staleness ---------------------------------------------------
 
 
 def rl22c_topologies() -> dict:
-    """The lesson's example: τ_R = 20 s, τ_T = 8 s, τ_S = 3 s."""
+    """The lesson's example on the same GPUs: τ_R = 20 s, τ_T = 8 s on pools of N GPUs, τ_S = 3 s;
+    colocated runs each phase on all 2N (throughput.compare_topologies)."""
     return tp.compare_topologies(rollout_s=20, train_s=8, sync_s=3)
 
 
 def rl22c_topology_table() -> dict:
     runs = rl22c_topologies()
     return table(
-        ["placement", "τ_step", "speed-up over colocated", "trainer idle per step"],
+        ["placement", "samples", "τ_step on the same GPUs", "speed-up over colocated", "trainer idle per step"],
         [
-            [n, f"{r['step_s']:g} s", f"{r['speedup_vs_colocated']:.2f}×", f"{r['idle_s']['trainer']:g} s"]
+            [
+                n,
+                tp.STALENESS[n],
+                f"{r['step_s']:g} s",
+                f"{r['speedup_vs_colocated']:.2f}×",
+                f"{r['idle_s']['trainer']:g} s",
+            ]
             for n, r in runs.items()
         ],
     )
@@ -87,12 +95,12 @@ def _first(curve: dict, target: float = 0.7):
 
 def rl22c_stale_table() -> dict:
     """Per staleness: mean clip fraction and steps to accuracy 0.7, without and with TIS; and the
-    wall clock to 0.7 at the widget's default role times (τ_R 20, τ_T 8, τ_S 3 s; Δ = 0 is the
-    synchronous disaggregated loop, Δ ≥ 1 async)."""
+    wall clock to 0.7 at the widget's default role times (τ_R 20, τ_T 8, τ_S 3 s; Δ = 0 the on-policy
+    split, whose pools take turns, Δ = 1 one step off, Δ ≥ 2 async: widgets_async.pipeline_step_s)."""
     none, tis = rl22c_stale_curves("none"), rl22c_stale_curves("tis")
     rows = []
     for d in none:
-        step_s = tp.step_time(rollout_s=20, train_s=8, sync_s=3, topology="async" if d else "disaggregated")["step_s"]
+        step_s = pipeline_step_s(20, 8, 3, d)
         wall = [f"{_first(c) * step_s / 60:.0f} min" if _first(c) else "not reached" for c in (none[d], tis[d])]
         rows.append(
             [
@@ -119,10 +127,39 @@ def rl22c_stale_table() -> dict:
 
 
 def rl22c_cpu_async_speedup() -> float:
-    """What the throughput equation predicts async would buy for the sync run's measured role times."""
-    run = _async_runs()["sync"]
-    t = tp.compare_topologies(**run["roles_s"])
-    return t["async"]["speedup_vs_colocated"]
+    """What the throughput equation predicts async would buy for the sync run's measured role times,
+    the sampler's thread given a core of its own (the async run's second thread)."""
+    roles = _async_runs()["sync"]["roles_s"]
+    return tp.step_time(**roles, topology="colocated")["step_s"] / tp.step_time(**roles, topology="async")["step_s"]
+
+
+def rl22c_steps_to_target(correction: str = "none") -> dict:
+    """{Δ: steps to accuracy 0.7} of the recorded staleness runs."""
+    return {d: _first(c) for d, c in rl22c_stale_curves(correction).items()}
+
+
+def rl22c_walls(correction: str = "none") -> dict:
+    """{Δ: seconds of wall clock to accuracy 0.7} at the widget's default role times."""
+    steps = rl22c_steps_to_target(correction)
+    return {d: n * pipeline_step_s(20, 8, 3, d) if n else math.inf for d, n in steps.items()}
+
+
+def rl22c_first_losing_delta() -> int:
+    """The smallest Δ whose wall clock to accuracy 0.7, uncorrected, exceeds the on-policy split's (Δ = 0)."""
+    wall = rl22c_walls("none")
+    return next(d for d in sorted(wall) if d and wall[d] > wall[0])
+
+
+def rl22c_tis_last_ahead() -> int:
+    """The largest Δ up to which every TIS run reaches accuracy 0.7 no later than the on-policy split."""
+    wall = rl22c_walls("tis")
+    ahead = [d for d in sorted(wall) if d]
+    last = 0
+    for d in ahead:
+        if wall[d] > wall[0]:
+            break
+        last = d
+    return last
 
 
 # ---- 28 · bottlenecks and where to optimise --------------------------------------------------
@@ -163,8 +200,19 @@ ALL_ON = dict(prefix=True, cbatch=True, spec=True, fp8=True, train_opts=True, sy
 
 FACTS: dict[str, Callable[[], object]] = {
     "rl22c_topology_table": rl22c_topology_table,
-    "rl22c_async_speedup": lambda: rl22c_topologies()["async"]["speedup_vs_colocated"],
-    "rl22c_disagg_idle_s": lambda: rl22c_topologies()["disaggregated"]["idle_s"]["trainer"],
+    "rl22c_onpolicy_step_s": lambda: rl22c_topologies()["disaggregated"]["step_s"],
+    "rl22c_split_step_s": lambda: rl22c_topologies()["one_step_off"]["step_s"],
+    "rl22c_async_step_s": lambda: rl22c_topologies()["async"]["step_s"],
+    "rl22c_double_step_s": lambda: rl22c_topologies()["async_double_buffered"]["step_s"],
+    "rl22c_colo_step_s": lambda: rl22c_topologies()["colocated"]["step_s"],
+    "rl22c_split_idle_s": lambda: rl22c_topologies()["one_step_off"]["idle_s"]["trainer"],
+    "rl22c_steps_d0": lambda: rl22c_steps_to_target()[0],
+    "rl22c_steps_d1_d4_max": lambda: max(rl22c_steps_to_target()[d] for d in (1, 2, 4)),
+    "rl22c_first_more_steps": lambda: next(
+        d for d, n in rl22c_steps_to_target().items() if d and n > rl22c_steps_to_target()[0]
+    ),
+    "rl22c_first_losing_delta": rl22c_first_losing_delta,
+    "rl22c_tis_last_ahead": rl22c_tis_last_ahead,
     "rl22c_course_clip_2": lambda: 100 * (1 - math.exp(-2 / 20)),
     "rl22c_course_clip_8": lambda: 100 * (1 - math.exp(-8 / 20)),
     "rl22c_measured_table": rl22c_measured_table,
@@ -188,7 +236,7 @@ FACTS: dict[str, Callable[[], object]] = {
     "rl28_train_8gpu_s": lambda: tp.train_time_s(32768, 7e9, gpus=8),
     "rl28_w_trainonly_speedup": lambda: kpi("budget", "speed-up", prefix=False, cbatch=False, train_opts=True),
     "rl28_w_trainonly_disagg": lambda: kpi(
-        "budget", "speed-up", prefix=False, cbatch=False, train_opts=True, placement="disaggregated"
+        "budget", "speed-up", prefix=False, cbatch=False, train_opts=True, placement="one_step_off"
     ),
     "rl28_w_prefixonly_speedup": lambda: kpi("budget", "speed-up", prefix=True, cbatch=False, train_opts=False),
     "rl28_w_all_speedup": lambda: kpi("budget", "speed-up", **ALL_ON),

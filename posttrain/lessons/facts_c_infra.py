@@ -187,6 +187,11 @@ FACTS: dict[str, Callable[[], object]] = {
     "rl24_train_tok_s": lambda: tp.train_tokens_per_s(7e9),
     "rl24_speed_ratio": lambda: tp.train_tokens_per_s(7e9) / tp.decode_tokens_per_s(14e9, 8.6e9, 32),
     "rl24_speed_ratio_400": lambda: tp.train_tokens_per_s(7e9, 400e12) / tp.decode_tokens_per_s(14e9, 8.6e9, 32),
+    "rl24_decode_128_tok_s": lambda: tp.decode_tokens_per_s(14e9, 128 * 2048 * 131072, 128),  # 7B, GQA KV
+    "rl24_speed_ratio_128": lambda: tp.train_tokens_per_s(7e9) / tp.decode_tokens_per_s(14e9, 128 * 2048 * 131072, 128),
+    "rl24_speed_ratio_128_400": lambda: (
+        tp.train_tokens_per_s(7e9, 400e12) / tp.decode_tokens_per_s(14e9, 128 * 2048 * 131072, 128)
+    ),
     "rl24_sizing_table": rl24_sizing_table,
     "rl24_state_tib": rl24_state_tib,
     "rl24_hbm_gib": lambda: 8 * units.H100_REPORTED_GIB,  # what nvidia-smi reports, 81,559 MiB a card

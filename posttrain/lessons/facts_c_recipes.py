@@ -161,7 +161,7 @@ def rl26_cost_table() -> dict:
         [
             "model",
             "training state (18 B/param)",
-            "H100s just to hold it",
+            "H100s to hold it (whole 8-GPU nodes past 8)",
             "bf16 weights to serve",
             "KV cache per token",
         ],
@@ -169,7 +169,7 @@ def rl26_cost_table() -> dict:
     )
 
 
-FORCE_SETTINGS = [(100, 0, 32), (100, 50, 8), (100, 100, 512), (60, 50, 64), (20, 50, 8), (20, 50, 1)]
+FORCE_SETTINGS = [(100, 0, 32), (100, 50, 32), (100, 50, 8), (100, 100, 512), (60, 50, 64), (20, 50, 8), (20, 50, 1)]
 
 
 def memory_ratio() -> float:

@@ -12,6 +12,7 @@ from posttrain.algorithms.dapo import overlong_penalty
 from posttrain.framework.rollout import Engine, SamplingParams
 from posttrain.lessons.facts_b_hw import h100_run
 from posttrain.lessons.facts_c_common import kpi, result, table
+from posttrain.lessons.widgets_scale import p95
 from posttrain.models.gpt_mini import GPTMini, ModelConfig
 from posttrain.models.tokenizer import BASE_CHARS, CharTokenizer
 from posttrain.sizing import throughput as tp
@@ -22,8 +23,10 @@ WORKED = {"rollout_s": 30, "reward_s": 1, "reference_s": 3, "train_s": 8, "sync_
 WORKED_TOKENS = 64 * 16 * 1024  # B·K·L̄
 
 
-def rl22a_worked(topology: str = "disaggregated") -> dict:
-    return tp.step_time(**WORKED, topology=topology)
+def rl22a_worked(topology: str = "one_step_off", **kw) -> dict:
+    """The worked example's role times as those of two equal pools; every topology on the same GPUs
+    (colocated runs each phase on both pools: throughput.compare_topologies)."""
+    return tp.compare_topologies(**WORKED, **kw)[topology]
 
 
 def rl22a_worked_table() -> dict:
@@ -33,13 +36,17 @@ def rl22a_worked_table() -> dict:
         rows.append(
             [
                 t,
+                tp.STALENESS[t],
                 f"{r['step_s']:g} s",
                 r["bottleneck"],
                 f"{r['idle_s']['trainer']:g} s",
                 f"{tp.useful_tokens_per_s(64, 16, 1024, r['step_s']) / 1000:.1f}k",
             ]
         )
-    return table(["topology", "τ_step", "bottleneck", "trainer idle per step", "useful tokens/s"], rows)
+    return table(
+        ["topology", "samples", "τ_step on the same GPUs", "bottleneck", "trainer idle per step", "useful tokens/s"],
+        rows,
+    )
 
 
 SIDE = {
@@ -78,10 +85,11 @@ def rl22a_length_table() -> dict:
     return table(["response length L", "tail factor", "τ_R", "τ_step", "rollout share", "trainer idle"], rows)
 
 
-def rl22a_colo_drop() -> float:
-    """How much useful tokens/s colocation costs at the role model's defaults, in %."""
-    colo, dis = tp.role_model(topology="colocated"), tp.role_model()
-    return 100 * (1 - colo["useful_tokens_per_s"] / dis["useful_tokens_per_s"])
+def rl22a_colo_gain() -> float:
+    """How much more useful tokens/s colocation gives on the same 8 GPUs at the role model's
+    defaults (one step off on 4 + 4), in %."""
+    colo, split = tp.role_model(topology="colocated"), tp.role_model()
+    return 100 * (colo["useful_tokens_per_s"] / split["useful_tokens_per_s"] - 1)
 
 
 def rl22a_k_doubling() -> dict:
@@ -112,12 +120,13 @@ def rl22a_cpu_table() -> dict:
 def rl22a_h100_roles() -> dict:
     """The same accounting on one H100 (this project's run; lessons/data/h100_run.json): the last
     GRPO step's timers through throughput.from_metrics, colocated as it ran and, by the equation,
-    split over two pools."""
+    split over two such GPUs one step off, or colocated on the same two (phases ∝ 1/GPUs)."""
     timers = h100_run()["grpo"]["timers"]
     roles = tp.from_metrics(timers)
     return {
         "colocated": tp.step_time(**roles, topology="colocated"),
-        "disaggregated": tp.step_time(**roles, topology="disaggregated"),
+        "one_step_off": tp.step_time(**roles, topology="one_step_off"),
+        "colocated_2gpu": tp.compare_topologies(**roles)["colocated"],  # each phase on both GPUs
         "measured_s": timers["time/step_s"],
     }
 
@@ -136,13 +145,24 @@ CVS = (0.5, 1.0, 2.0)
 
 
 def rl22b_maxk_table() -> dict:
+    """E[longest of K]/mean, exact (throughput.max_of_k) against the √(2 ln K) shortcut."""
     return table(
-        ["K", *[f"cv = {c}" for c in CVS]], [[k, *[f"{tp.max_of_k(k, c):.2f}" for c in CVS]] for k in (4, 16, 64, 256)]
+        ["K", *[f"cv = {c}" for c in CVS], *[f"shortcut, cv = {c}" for c in CVS]],
+        [
+            [k, *[f"{tp.max_of_k(k, c):.2f}" for c in CVS], *[f"{tp.max_of_k_envelope(k, c):.2f}" for c in CVS]]
+            for k in (4, 16, 64, 256)
+        ],
     )
 
 
 def rl22b_k32_pct(cv: float) -> float:
     return 100 * (tp.max_of_k(32, cv) / tp.max_of_k(16, cv) - 1)
+
+
+def rl22b_course_p95_is_max_k() -> int:
+    """The largest K for which the course's p95 rule, sorted[floor(0.95·K)], picks the maximum
+    (widgets_scale.p95 with rule="course", on K distinct lengths)."""
+    return max(k for k in range(1, 200) if p95(list(range(k)), "course") == k - 1)
 
 
 def rl22b_tail_table() -> dict:
@@ -217,8 +237,11 @@ def rl22b_overlong_table() -> dict:
 
 FACTS: dict[str, Callable[[], object]] = {
     "rl22a_worked_table": rl22a_worked_table,
-    "rl22a_worked_disagg_s": lambda: rl22a_worked()["step_s"],
+    "rl22a_worked_split_s": lambda: rl22a_worked()["step_s"],
+    "rl22a_worked_onpolicy_s": lambda: rl22a_worked("disaggregated")["step_s"],
     "rl22a_worked_colo_s": lambda: rl22a_worked("colocated")["step_s"],
+    "rl22a_worked_colo_pool_s": lambda: tp.step_time(**WORKED, topology="colocated")["step_s"],  # on one pool
+    "rl22a_worked_colo_tail_s": lambda: rl22a_worked("colocated", rollout_parallel=0.0)["step_s"],
     "rl22a_worked_idle_s": lambda: rl22a_worked()["idle_s"]["trainer"],
     "rl22a_worked_tok_s": lambda: tp.useful_tokens_per_s(64, 16, 1024, rl22a_worked()["step_s"]),
     "rl22a_worked_tokens": lambda: WORKED_TOKENS,
@@ -226,7 +249,10 @@ FACTS: dict[str, Callable[[], object]] = {
     "rl22a_rollout_share": lambda: 100 * tp.role_model()["shares"]["rollout"],
     "rl22a_length_table": rl22a_length_table,
     "rl22a_share_8192": lambda: 100 * tp.role_model(response_len=8192)["shares"]["rollout"],
-    "rl22a_colo_drop_pct": rl22a_colo_drop,
+    "rl22a_colo_gain_pct": rl22a_colo_gain,
+    "rl22a_side_ratio": lambda: (lambda t: (t["rollout"] + t["reward"]) / (t["reference"] + t["train"]))(
+        tp.role_model()["terms"]
+    ),
     "rl22a_k32_rollout_ratio": lambda: rl22a_k_doubling()["rollout_ratio"],
     "rl22a_k32_step_ratio": lambda: rl22a_k_doubling()["step_ratio"],
     "rl22a_sync_70b_s": lambda: tp.role_model(params_b=70, topology="async")["terms"]["sync"],
@@ -241,11 +267,15 @@ FACTS: dict[str, Callable[[], object]] = {
     "rl22a_h100_equation_s": lambda: rl22a_h100_roles()["colocated"]["step_s"],
     "rl22a_h100_measured_s": lambda: rl22a_h100_roles()["measured_s"],
     "rl22a_h100_bottleneck": lambda: rl22a_h100_roles()["colocated"]["bottleneck"],
-    "rl22a_h100_disagg_s": lambda: rl22a_h100_roles()["disaggregated"]["step_s"],
+    "rl22a_h100_split_s": lambda: rl22a_h100_roles()["one_step_off"]["step_s"],
+    "rl22a_h100_colo2_s": lambda: rl22a_h100_roles()["colocated_2gpu"]["step_s"],
     "rl22a_default_rollout_s": lambda: tp.role_model()["terms"]["rollout"],
     "rl22a_default_step_s": lambda: tp.role_model()["step_s"],
     "rl22b_maxk_table": rl22b_maxk_table,
     "rl22b_maxk_16_1": lambda: tp.max_of_k(16, 1.0),
+    "rl22b_envelope_16_1": lambda: tp.max_of_k_envelope(16, 1.0),
+    "rl22b_envelope_16_1_high_pct": lambda: 100 * (tp.max_of_k_envelope(16, 1.0) / tp.max_of_k(16, 1.0) - 1),
+    "rl22b_course_p95_is_max_k": rl22b_course_p95_is_max_k,
     "rl22b_k32_c05_pct": lambda: rl22b_k32_pct(0.5),
     "rl22b_k32_c1_pct": lambda: rl22b_k32_pct(1.0),
     "rl22b_k32_c2_pct": lambda: rl22b_k32_pct(2.0),

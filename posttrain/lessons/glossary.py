@@ -59,7 +59,8 @@ TERMS = [  # (term, lesson id, definition)
         "Colocated, disaggregated, async",
         "rl-19",
         "Where the roles run: colocated shares the GPUs between rollout and training in turns; disaggregated "
-        "gives each its own pool; async lets the sampler run ahead of the trainer by a bounded number of versions.",
+        "gives each its own pool (on-policy, the pools take turns; one step off, they overlap on samples one "
+        "version stale); async lets the sampler run ahead of the trainer by a bounded number of versions.",
     ),
     (
         "Continuous batching",

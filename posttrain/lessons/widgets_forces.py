@@ -23,8 +23,8 @@ def recipe(signal: int, bias: int, cost: int) -> tuple[str, str, str, str]:
     topo = "colocated" if cost <= 8 else "disaggregated" if cost <= 64 else "async"
     if algo.startswith("DPO"):
         named = "DPO ablation"
-    elif signal >= 80 and bias < 30 and cost >= 32:
-        named = "DeepSeek-R1"
+    elif signal >= 80 and cost >= 32:  # R1 ran GRPO with both normalisations Dr. GRPO removes
+        named = {"GRPO": "DeepSeek-R1", "Dr. GRPO": "Oat-Zero (the Dr. GRPO paper)", "DAPO": "DAPO"}[algo]
     elif signal < 30 and cost <= 16:
         named = "InstructGPT-style RLHF"
     elif signal < 30 and cost <= 64:

@@ -162,7 +162,7 @@ def sizing(model: str, gpus: int, placement: str, lora: int) -> dict:
         placement=placement,
         **{k: v for k, v in split.items() if k != "gpus"},
     )
-    topo = "colocated" if placement == "colocated" else "disaggregated"
+    topo = "colocated" if placement == "colocated" else "one_step_off"
     t = throughput.role_model(PARAMS_B[model], topology=topo)
     pools = list(p["pools"].items())
     state = 18 * p["params"]  # mixed precision, bytes
@@ -173,7 +173,7 @@ def sizing(model: str, gpus: int, placement: str, lora: int) -> dict:
                 line(
                     [pools[0][0], pools[-1][0]],
                     [units.gib(p["capacity_bytes"])] * 2,
-                    "H100 capacity",
+                    "H100 budget (80·10⁹ B of 79.6 GiB)",
                     line={"dash": "dash", "color": "black"},
                 ),
                 bar(list(t["terms"]), list(t["terms"].values()), "seconds per step", xaxis="x2", yaxis="y2"),
@@ -290,8 +290,9 @@ def off_policy(delta: int, mode: str, cap: float) -> dict:
                 ["largest weight", r(m["offpolicy/weight_max"], 3)],
                 ["mean |log ρ|", r(m["offpolicy/log_ratio_abs"], 3)],
             ],
-            "note": "Without a weight the stale samples estimate the old policy; capping trades a little bias "
-            "for bounded variance; masking drops the tokens that moved most.",
+            "note": "Without a weight an average of stale samples estimates the old policy (a loss with no ratio "
+            "does the same; PPO's ratio against μ carries the weight and over-clips instead); capping trades a "
+            "little bias for bounded variance; masking drops the tokens that moved most.",
         },
     )
 
@@ -308,8 +309,8 @@ register(
         ],
         {
             "knobs": {"delta": 16, "mode": "none"},
-            "what": "Samples 16 versions old used with no correction: the estimate is the old policy's value, "
-            "far from the current one, and the gradient points where the policy used to be.",
+            "what": "Samples 16 versions old averaged with no weight: the estimate is the old policy's value, far "
+            "from the current one. A policy-gradient loss with no ratio would train on it as if it were fresh.",
         },
         "Each point: the mean over 200 batches of 64 tokens of the weighted estimate minus the truth. The "
         "16-token policies are a deliberate toy; the weights are core.off_policy_weights."

@@ -28,7 +28,7 @@ def lengths(K: int, mu: float, cv: float) -> list[float]:
 
 
 def p95(xs: list[float], rule: str) -> float:
-    """'course': sorted[floor(0.95·K)], the maximum itself for K ≤ 19; 'fixed': the linearly
+    """'course': sorted[floor(0.95·K)], the maximum itself for K ≤ 20; 'fixed': the linearly
     interpolated 95th percentile."""
     xs = sorted(xs)
     if rule == "course":
@@ -74,7 +74,7 @@ def stragglers(K: int, mu: int, cv: float, cap: bool, dynk: bool, rule: str) -> 
             ["mean response", f"{mean:.0f} tok"],
             ["straggler tax max/mean − 1", f"{100 * (tau / mean - 1):.0f}%"],
             ["decode saved", f"{100 * (1 - sum(eff) / sum(orig)):.0f}%"],
-            ["max-of-K formula (× μ)", r(throughput.max_of_k(K, cv), 2)],
+            ["expected max-of-K (× μ)", r(throughput.max_of_k(K, cv), 2)],
         ],
         "note": "The step waits for the longest response; everyone else's slot idles meanwhile.",
     }
@@ -191,7 +191,8 @@ def budget(
 ) -> dict:
     """The course's 100 s step (rollout 60, train 20, reference 10, sync 5, algorithm 5) with each
     optimisation's multiplier on its role, composed into a step by throughput.step_time under the
-    placement (colocated: the sum; disaggregated: the rollout side and the trainer side overlap).
+    placement (colocated: the sum; one_step_off: the rollout side and the trainer side overlap, the
+    samples one version stale).
     The trainer's memory with and without checkpointing comes from memory.plan (llama3-8b, GRPO,
     8 H100s)."""
     t = dict(BASE)
@@ -236,7 +237,7 @@ def budget(
         "note": (
             f"Step {base_total:.1f} s → {total:.1f} s ({base_total / total:.2f}×); {largest} is now "
             f"{100 * t[largest] / sum(t.values()):.0f}% of the role time. A 2× on a 10% slice buys 5%, and under "
-            "a disaggregated placement a faster trainer buys nothing while rollout is the longer side."
+            "a one-step-off placement a faster trainer buys nothing while rollout is the longer side."
         ),
     }
 
@@ -254,12 +255,12 @@ register(
             Knob("train_opts", "chunked CE + packing + FSDP/ckpt", [False, True], True, "check"),
             Knob("sync", "weight sync", ["every step", "every 5 steps", "overlapped"], "every step", "select"),
             Knob("refpool", "separate reference pool", [False, True], False, "check"),
-            Knob("placement", "placement", ["colocated", "disaggregated"], "colocated", "select"),
+            Knob("placement", "placement", ["colocated", "one_step_off"], "colocated", "select"),
         ],
         {
             "knobs": {"prefix": False, "cbatch": False, "train_opts": True},
             "what": "Optimising only the trainer: 1.12× overall, because rollout is still 60 of the 100 "
-            "seconds; the week goes to the wrong slice (and disaggregated, where rollout is the longer "
+            "seconds; the week goes to the wrong slice (and one step off, where rollout is the longer "
             "side, it buys 1.00×).",
         },
         "Seconds per role before and after the chosen optimisations (the course's multipliers: a deliberate "

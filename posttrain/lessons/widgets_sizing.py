@@ -8,7 +8,7 @@ throughput.step_time. The KV cache and the scheduler (lessons 20–21) are widge
 from __future__ import annotations
 
 from posttrain.lessons import units
-from posttrain.lessons.registry import Knob, Widget, bar, figure, line, register
+from posttrain.lessons.registry import Knob, Widget, bar, figure, line, r, register
 from posttrain.sizing import memory
 from posttrain.sizing import throughput as tp
 
@@ -86,15 +86,25 @@ register(
 
 # ---- 22a · the throughput equation ---------------------------------------------------------------
 
-TOPO = {"colo": "colocated", "disagg": "disaggregated", "async": "async"}
+TOPO = {
+    "colo": "colocated",
+    "disagg": "disaggregated",
+    "1off": "one_step_off",
+    "async": "async",
+    "async2buf": "async_double_buffered",
+}
 
 
 def throughput(P: int, K: int, L: int, topo: str) -> dict:
-    """throughput.role_model: per-role seconds of one step (64 prompts × K responses × L tokens,
-    4 GPUs a side) as the course's widget computes them, and the step time of the placement."""
+    """throughput.role_model: per-role seconds of one step (64 prompts × K responses × L tokens)
+    as the course's widget computes them, on 8 GPUs: 4 a side split, all 8 for every phase
+    colocated; and the step time of the placement."""
     m = tp.role_model(params_b=P, k=K, response_len=L, topology=TOPO[topo])
     t, step = m["terms"], m["step_s"]
-    text = tp.step_time(rollout_s=30, reward_s=1, reference_s=3, train_s=8, sync_s=1)  # the lesson's worked example
+    colo = tp.role_model(params_b=P, k=K, response_len=L, topology="colocated")["step_s"]
+    text = tp.step_time(  # the lesson's worked example, split one step off
+        rollout_s=30, reward_s=1, reference_s=3, train_s=8, sync_s=1, topology="one_step_off"
+    )
     return {
         "figure": figure(
             [
@@ -111,6 +121,7 @@ def throughput(P: int, K: int, L: int, topo: str) -> dict:
             ["useful tokens/s", f"{m['useful_tokens_per_s'] / 1000:.1f}k"],
             ["rollout share of the step", f"{100 * t['rollout'] / step:.0f}%"],
             ["bottleneck", m["bottleneck"]],
+            ["colocated on the same 8 GPUs / this placement", r(step / colo, 2)],
             [
                 "the text's worked example (30/1/3/8/1 s)",
                 (
@@ -119,7 +130,11 @@ def throughput(P: int, K: int, L: int, topo: str) -> dict:
                 ),
             ],
         ],
-        "note": "τ_colo adds every term; disaggregated overlaps the two sides; async also hides the sync.",
+        "note": (
+            f"{m['equation']}: {m['assumes']}. Colocated runs every phase on all 8 GPUs and adds the terms; the "
+            "on-policy split adds them too, on 4 GPUs a side; one step off overlaps the two sides; async puts the "
+            "sync on the sampler's side, and only double-buffered weights hide it."
+        ),
     }
 
 
@@ -132,15 +147,17 @@ register(
             Knob("P", "params (B)", [1, 7, 13, 34, 70], 7),
             Knob("K", "responses per prompt K", [1, 4, 8, 16, 32], 16),
             Knob("L", "response length", [256, 1024, 4096, 8192], 1024),
-            Knob("topo", "placement", ["colo", "disagg", "async"], "disagg", "select"),
+            Knob("topo", "placement", list(TOPO), "1off", "select"),
         ],
         {
             "knobs": {"L": 8192},
             "what": "Responses of 8k tokens: rollout is 98% of the step (its long tail grows with L), the "
             "trainer idles nearly all the time, and adding trainer GPUs buys nothing.",
         },
-        "Seconds per role for one step, and the step time of the chosen placement: the course's role-time "
-        "model (throughput.role_model), not a measurement.",
+        "Seconds per role for one step, and the step time of the chosen placement on the same 8 GPUs "
+        "(colo: colocated; disagg: split, on-policy; 1off: split, one step off; async: the sampler loads the "
+        "weights; async2buf: double-buffered): the course's role-time model (throughput.role_model), not a "
+        "measurement.",
         ["posttrain.sizing.throughput:role_model", "posttrain.sizing.throughput:step_time"],
     )
 )
@@ -164,7 +181,7 @@ def planner(model: str, algo: str, gpus: int, lora: int, ckpt: bool) -> dict:
                 line(
                     [phases[0][0], phases[-1][0]],
                     [units.gib(p["capacity_bytes"])] * 2,
-                    "H100 capacity",
+                    "H100 budget (80·10⁹ B of 79.6 GiB)",
                     xaxis="x2",
                     yaxis="y2",
                     line={"dash": "dash", "color": "black"},
@@ -181,7 +198,7 @@ def planner(model: str, algo: str, gpus: int, lora: int, ckpt: bool) -> dict:
         "kpis": [
             ["peak per GPU", units.size(p["peak_bytes"])],
             ["fits on H100?", "yes" if p["fits"] else "no"],
-            ["H100 capacity", units.size(p["capacity_bytes"])],
+            ["H100 budget (80·10⁹ B of 79.6 GiB)", units.size(p["capacity_bytes"])],
             ["trainable params", f"{p['trainable_params'] / 1e9:.2f} B"],
             ["KV per token", units.size(p["notes"]["kv_bytes_per_token"])],
             ["cheapest change that fits", fix],
