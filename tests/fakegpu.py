@@ -18,7 +18,13 @@ an op on fakegpu tensors. `.numpy()` of one is refused as on cuda. `.tolist()`, 
 `float()`, formatting and `torch.save` read the held CPU tensor.
 
 A stage runs on it with `device=fakegpu` (runtime.resolve takes any torch device); a process
-registers the backend once (`install()`), and nothing changes for tensors on the CPU. The
+registers the backend once (`install()`), and nothing changes for tensors on the CPU.
+
+Several devices, as a machine with several GPUs has: `install(devices=N)` gives fakegpu:0 … fakegpu:N−1,
+and an op that meets tensors of two of them is refused as CUDA refuses cuda:0 beside cuda:1 (a move,
+`.to("fakegpu:1")` or `copy_`, crosses them as on CUDA). A run of N ranks puts rank r on fakegpu:r
+(distributed/launch.join: `LOCAL_RANK`), so a tensor that reaches another rank's device fails the
+2-rank test (tests/test_ranks.py) with CUDA's error. The
 dtype stays float32 (autocast needs a real backend), so a fakegpu run's numbers equal the CPU
 run's bit for bit: tests/test_device_placement.py asserts both.
 """
@@ -39,12 +45,13 @@ _LIBS: list = []  # the registrations live as long as the process
 
 
 class FakeGPUTensor(torch.Tensor):
-    """A tensor on fakegpu:0: `elem` is the CPU tensor that holds its values."""
+    """A tensor on fakegpu:`index`: `elem` is the CPU tensor that holds its values."""
 
     elem: torch.Tensor
+    index: int
 
     @staticmethod
-    def __new__(cls, elem: torch.Tensor):
+    def __new__(cls, elem: torch.Tensor, index: int = 0):
         with torch.inference_mode(False):  # a view of a normal tensor must be normal (its version counter)
             r = torch.Tensor._make_wrapper_subclass(
                 cls,
@@ -53,14 +60,14 @@ class FakeGPUTensor(torch.Tensor):
                 storage_offset=elem.storage_offset(),
                 dtype=elem.dtype,
                 layout=elem.layout,
-                device=torch.device(NAME, 0),
+                device=torch.device(NAME, index),
                 requires_grad=False,
             )
-        r.elem = elem
+        r.elem, r.index = elem, index
         return r
 
     def __repr__(self, *, tensor_contents=None):
-        return repr(self.elem)[:-1] + f", device='{NAME}:0')"
+        return repr(self.elem)[:-1] + f", device='{NAME}:{self.index}')"
 
     def __format__(self, spec: str) -> str:
         return self.elem.__format__(spec)
@@ -79,7 +86,9 @@ class FakeGPUTensor(torch.Tensor):
         if func is F.scaled_dot_product_attention:
             return _attention_as_on_cpu(func, *args, **(kwargs or {}))
         if func is torch.Tensor.numpy:
-            raise TypeError(f"can't convert {NAME}:0 device type tensor to numpy. Use Tensor.cpu() first.")
+            raise TypeError(
+                f"can't convert {NAME}:{args[0].index} device type tensor to numpy. Use Tensor.cpu() first."
+            )
         with torch._C.DisableTorchFunctionSubclass():
             return func(*args, **(kwargs or {}))
 
@@ -114,11 +123,13 @@ def run_op(func, args: tuple, kwargs: dict):
     put the results back on fakegpu (in-place results are the same wrapper objects)."""
     wrappers: dict[int, FakeGPUTensor] = {}
     found = {"fake": False, "cpu": False}
+    devices: set[int] = set()  # the fakegpu indices the op meets
     index_args = func in CPU_INDICES
 
     def unwrap(v, is_index: bool = False):
         if isinstance(v, FakeGPUTensor):
             found["fake"] = True
+            devices.add(v.index)
             wrappers[id(v.elem)] = v
             return v.elem
         if isinstance(v, torch.Tensor):
@@ -133,24 +144,33 @@ def run_op(func, args: tuple, kwargs: dict):
     new_kwargs = {k: unwrap(v) for k, v in kwargs.items()}
     if found["fake"] and found["cpu"] and func not in MOVES:
         raise RuntimeError(
-            f"Expected all tensors to be on the same device, but found at least two devices, {NAME}:0 and cpu! "
-            f"(in {func})"
+            f"Expected all tensors to be on the same device, but found at least two devices, "
+            f"{NAME}:{min(devices)} and cpu! (in {func})"
+        )
+    if len(devices) > 1 and func not in MOVES:
+        a, b = sorted(devices)[:2]
+        raise RuntimeError(
+            f"Expected all tensors to be on the same device, but found at least two devices, {NAME}:{a} and "
+            f"{NAME}:{b}! (in {func})"
         )
     target = kwargs.get("device")
     on_fake = _is_fake_device(target) if target is not None else found["fake"]
+    index = (torch.device(target).index or 0) if on_fake and target is not None else min(devices, default=0)
+    if func in MOVES and func is not aten._to_copy.default and args and isinstance(args[0], FakeGPUTensor):
+        index = args[0].index  # copy_(dst, src): the result is dst, on dst's device
     if target is not None:
         new_kwargs["device"] = torch.device("cpu")
     out = func(*new_args, **new_kwargs)
-    return _wrap(out, wrappers, on_fake)
+    return _wrap(out, wrappers, on_fake, index)
 
 
-def _wrap(v, wrappers: dict, on_fake: bool):
+def _wrap(v, wrappers: dict, on_fake: bool, index: int = 0):
     if isinstance(v, torch.Tensor):
         if id(v) in wrappers:
             return wrappers[id(v)]
-        return FakeGPUTensor(v) if on_fake and not isinstance(v, FakeGPUTensor) else v
+        return FakeGPUTensor(v, index) if on_fake and not isinstance(v, FakeGPUTensor) else v
     if isinstance(v, (list, tuple)):
-        return type(v)(_wrap(x, wrappers, on_fake) for x in v)
+        return type(v)(_wrap(x, wrappers, on_fake, index) for x in v)
     return v
 
 
@@ -177,12 +197,19 @@ class _Module(torch.utils.backend_registration._DummyBackendModule):
     dtype is supported, so autocast on fakegpu is a no-op (a warning when enabled) and the dtype
     stays float32; `autocast(enabled=False)` (rotary tables, checkpointed recomputation) works."""
 
+    devices = 1  # install(devices=N)
+
     def get_amp_supported_dtype(self) -> list:
         return []
 
+    def device_count(self) -> int:
+        return self.devices
 
-def install() -> torch.device:
-    """Register fakegpu once per process; returns the device."""
+
+def install(devices: int = 1) -> torch.device:
+    """Register fakegpu once per process, with `devices` devices (fakegpu:0 … fakegpu:N−1); returns
+    the first."""
+    _Module.devices = max(_Module.devices, devices)
     if not _LIBS:
         torch.utils.backend_registration._setup_privateuseone_for_python_backend(NAME, _Module())
         fallback = torch.library.Library("_", "IMPL")  # factories and moves that name device=fakegpu

@@ -43,10 +43,12 @@ COMMON = [
 ]
 
 
-def _run(stage: str, out: Path, keys: list[str], ranks: int = 1, resume: bool = False, wait: bool = True):
-    """`posttrain STAGE` in a subprocess: plain (1 rank) or through torchrun on `ranks` gloo ranks."""
+def _run(stage: str, out: Path, keys: list[str], ranks: int = 1, resume: bool = False, wait: bool = True, fake=False):
+    """`posttrain STAGE` in a subprocess: plain (1 rank) or through torchrun on `ranks` gloo ranks (`fake`:
+    each on its own fake GPU, tests/fakegpu_rank.py)."""
     launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}"]
-    cmd = [*(launch if ranks > 1 else [sys.executable]), "-m", "posttrain", stage, f"out={out}", *keys]
+    entry = [str(ROOT / "tests" / "fakegpu_rank.py")] if fake else ["-m", "posttrain"]
+    cmd = [*(launch if ranks > 1 else [sys.executable]), *entry, stage, f"out={out}", *keys]
     cmd += ["--resume", str(out)] if resume else []
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "POSTTRAIN_TIMEOUT_S": "60"}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
@@ -111,6 +113,30 @@ def test_sft_and_dpo_are_data_parallel_over_two_ranks(sft_ckpt, tmp_path):
                 if k in x:
                     assert y[k] == pytest.approx(x[k], abs=1e-5), (stage, k)
         assert _max_diff(_weights(tmp_path / f"{stage}1"), _weights(tmp_path / f"{stage}2")) <= 1e-5, stage
+
+
+@pytest.mark.slow
+def test_each_rank_keeps_its_tensors_on_its_own_device(sft_ckpt, tmp_path):
+    """2 ranks on fakegpu:0 and fakegpu:1 (an op meeting two devices is refused, as CUDA refuses it)
+    give the numbers of 2 ranks on the CPU: no tensor crossed to the other rank's device."""
+    keys = [f"init={sft_ckpt}", *COMMON, "scale.trainer_shard=replicate", "eval_every=0", "eval.save_samples=0"]
+    _run("rl", tmp_path / "cpu", keys, ranks=2)
+    _run("rl", tmp_path / "fake", [*keys, "device=fakegpu"], ranks=2, fake=True)
+    cpu, fake = read_metrics(tmp_path / "cpu"), read_metrics(tmp_path / "fake")
+    for a, b in zip(cpu[1:], fake[1:]):
+        for k in ("reward/mean", "loss", "grad/norm", "kl/ref", "train/tokens"):
+            assert b[k] == pytest.approx(a[k], abs=1e-6), k
+    assert _max_diff(_weights(tmp_path / "cpu"), _weights(tmp_path / "fake")) <= 1e-6
+
+
+def test_a_tensor_on_another_ranks_device_is_refused_as_cuda_refuses_it():
+    from fakegpu import install
+
+    install(devices=2)
+    model = torch.nn.Linear(3, 2).to("fakegpu:0")  # rank 0's policy
+    with pytest.raises(RuntimeError, match="two devices, fakegpu:0 and fakegpu:1"):
+        model(torch.ones(1, 3, device="fakegpu:1"))  # a batch on rank 1's card
+    assert model(torch.ones(1, 3, device="fakegpu:0")).device == torch.device("fakegpu", 0)
 
 
 def _rank_pids(proc) -> dict[int, int]:

@@ -86,9 +86,11 @@ class DataParallel:
 
     def _all_reduce(self, params) -> None:
         flat = torch.cat([p.grad.reshape(-1) for p in params])  # [Σ numel]
+        if _device() == "cpu" and flat.device.type != "cpu":  # gloo reduces CPU tensors only
+            flat = flat.cpu()
         dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=self.group)
         for p, g in zip(params, flat.split([p.numel() for p in params])):
-            p.grad.copy_(g.view_as(p))
+            p.grad.copy_(g.view_as(p))  # back on the gradient's device
 
     def reduce_metrics(self, total_loss: float, sums: dict, maxes: dict):
         """Loss and token-weighted metric shares add over ranks; `*/max` take the max."""

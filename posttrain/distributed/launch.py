@@ -61,6 +61,8 @@ def join(device: str = "auto") -> str:
             )
         torch.cuda.set_device(local)
         device = f"cuda:{local}"
+    elif device not in ("auto", "cpu"):  # another accelerator (the tests' fakegpu): one device a rank too
+        device = f"{torch.device(device).type}:{local}"
     if not dist.is_initialized():
         backend = "nccl" if cuda else "gloo"
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=TIMEOUT_S))
