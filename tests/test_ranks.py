@@ -174,6 +174,30 @@ def test_a_killed_rank_stops_every_rank_and_resume_reaches_the_uninterrupted_run
     assert _max_diff(_weights(tmp_path / "cut"), _weights(tmp_path / "whole")) <= 1e-6
 
 
+@pytest.mark.slow
+def test_under_bf16_the_sampler_copy_is_bf16_and_a_checkpoint_keeps_the_fp32_master_weights(sft_ckpt, tmp_path):
+    """FSDP under bf16 autocast: each rank's plain copy (its sampler's) holds bf16 weights; a checkpoint
+    still writes the fp32 master weights gathered from the shards, so a resume continues exactly."""
+    import shutil
+
+    from posttrain import checkpoint
+
+    keys = [f"init={sft_ckpt}", *COMMON, "steps=4", "save_every=2", "eval_every=0", "eval.save_samples=0"]
+    keys.append("dtype=bfloat16")
+    _run("rl", tmp_path / "whole", keys, ranks=2)
+    shutil.copytree(tmp_path / "whole", tmp_path / "cut")
+    shutil.rmtree(tmp_path / "cut" / "checkpoints" / "step_000004")  # as if it had stopped after step 2
+    _run("rl", tmp_path / "cut", keys, ranks=2, resume=True)
+    whole, cut = _weights(tmp_path / "whole"), _weights(tmp_path / "cut")
+    assert {str(v.dtype) for v in whole.values()} == {"torch.float32"}
+    assert _max_diff(whole, cut) == 0.0
+    step2 = checkpoint.step_dirs(tmp_path / "whole")[0]
+    from safetensors.torch import load_file
+
+    moved = _max_diff(whole, load_file(step2 / "model.safetensors"))
+    assert moved > 1e-5 and any(w.float().ne(w.bfloat16().float()).any() for w in whole.values())  # not bf16 values
+
+
 def test_scale_gpus_names_the_rank_that_died_in_one_line():
     from posttrain.distributed.launch import dead_rank
 

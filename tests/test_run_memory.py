@@ -155,3 +155,25 @@ def test_the_predictions_runtime_numbers_are_the_runtimes():
     assert run_memory.PREFILL_BATCH == decode_loop.PREFILL_BATCH == 64
     default = inspect.signature(reference.Reference.score).parameters["micro_batch_tokens"].default
     assert run_memory.REFERENCE_TOKENS == default == 16384
+
+
+def test_per_rank_the_sharded_state_is_divided_by_the_ranks_and_the_sampler_copy_is_not():
+    """scale.gpus=2 with FSDP under bf16: master weights, gradients and AdamW 1/2 a rank, the sampler's plain
+    copy 2 bytes a parameter on every rank, each rank's rows half the step's (hand-worked from the counts)."""
+    from posttrain.config import RLConfig
+
+    shape = ModelShape("t", hidden=64, layers=2, heads=4, kv_heads=4, intermediate=128, vocab=100, tie_embeddings=True)
+    cfg = load_config(RLConfig, None, ["rollout.prompts_per_step=4", "rollout.samples_per_prompt=4"])
+    kw = dict(device="cuda", compute_dtype="bfloat16", seq_len=40, prompt_len=20)
+    one = predict_run_peak(cfg, "rl", shape, **kw)
+    two = predict_run_peak(cfg, "rl", shape, **kw, ranks=2, shard="fsdp")
+    P = count_params(shape)
+    p1, p2 = one["components"]["persistent"], two["components"]["persistent"]
+    assert p1["weights (fp32)"] == 4 * P and p1["AdamW m, v (fp32)"] == 8 * P
+    assert "weights (fp32)" not in p2 and p2["sampler weights (compute dtype)"] == 2 * P
+    assert p2["master shard (fp32)"] == 4 * P / 2 and p2["AdamW m, v (fp32)"] == 8 * P / 2
+    assert two["components"]["step"]["gradients (fp32)"] == 4 * P / 2
+    assert two["micro_batch_tokens"] * 2 == one["micro_batch_tokens"]  # 8 of the 16 rows a rank, 40 tokens each
+    assert two["ranks"] == 2 and two["shard"] == "fsdp" and one["shard"] == ""
+    rep = predict_run_peak(cfg, "rl", shape, **kw, ranks=2, shard="replicate")
+    assert rep["components"]["persistent"] == p1  # replicas hold the whole state

@@ -19,17 +19,19 @@ rank's shard out of them again (`load_state_dict`).
 
 from __future__ import annotations
 
+import contextlib
 import copy
+from pathlib import Path
 
 import torch
 
-from posttrain import algorithms
+from posttrain import algorithms, checkpoint
 from posttrain.distributed import fsdp
 from posttrain.distributed.data_parallel import DataParallel
 from posttrain.errors import UsageError
 from posttrain.framework.critic import needs_critic
 from posttrain.framework.trainer import Trainer
-from posttrain.framework.world import World
+from posttrain.framework.world import World, current
 
 SHARDS = ("fsdp", "replicate")
 
@@ -91,6 +93,13 @@ class ShardedTrainer(Trainer):
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, trainer.scheduler.lr_lambdas[0])
         self.plain = plain
         self.dp = fsdp.FSDPShard(local=local_rows)
+        # The plain copy serves the sampler, the reference's copy and evaluation, all in the compute dtype: under
+        # bf16 autocast it holds bf16 weights (2P bytes a rank, not 4P); the fp32 master weights are the shards'
+        lora = any("lora_" in name for name, _ in plain.named_parameters())
+        self.plain_dtype = dtype if dtype not in (None, torch.float32) and not lora else None
+        if self.plain_dtype is not None:
+            for q in plain.parameters():
+                q.data = q.data.to(self.plain_dtype)
 
     def train(self, batch, loss_fn, epochs: int = 1, minibatches: int = 1, max_len=None) -> dict:
         out = super().train(batch, loss_fn, epochs, minibatches, max_len)
@@ -103,6 +112,28 @@ class ShardedTrainer(Trainer):
         """The schedule and counters; the optimizer state is written by every rank (`save_shards`)."""
         return {**super().state_dict(), "optimizer": None}
 
+    @contextlib.contextmanager
+    def master_weights(self):
+        """Inside, rank 0's plain module holds the fp32 master weights gathered from the shards (a collective:
+        every rank enters), what a checkpoint writes; outside again, the sampler's copy as it was."""
+        if self.plain_dtype is None:  # the plain copy already holds the master weights' values
+            yield
+            return
+        kept = {}
+        for name, (q, p) in zip(
+            dict(self.plain.named_parameters()), zip(self.plain.parameters(), self.model.parameters())
+        ):
+            full = p.full_tensor() if hasattr(p, "full_tensor") else p
+            if current().main:
+                kept[name] = q.data
+                q.data = full.detach().float().cpu()
+        try:
+            yield
+        finally:
+            for name, q in self.plain.named_parameters():
+                if name in kept:
+                    q.data = kept[name]
+
     def load_state_dict(self, state: dict) -> None:
         """After the plain module's weights were restored (framework/loop.py): this rank's shard of them;
         the optimizer state from the checkpoint's shards/ (`load_shards`) or, a checkpoint of one rank or
@@ -111,3 +142,13 @@ class ShardedTrainer(Trainer):
         super().load_state_dict(state)
         if state.get("optimizer") is not None:
             fsdp.shard_loaded_state(self.optimizer)
+
+    def load_shards(self, path) -> None:
+        """A sharded checkpoint: the master weights exact from its fp32 model.safetensors (the plain copy may
+        hold them in bf16), then every rank's part of the optimizer state."""
+        if self.plain_dtype is not None:
+            saved, _, _ = checkpoint.load_model(Path(path).parent)
+            fsdp.scatter_from(saved, self.model)
+            del saved
+            fsdp.gather_into(self.model, self.plain)
+        super().load_shards(path)

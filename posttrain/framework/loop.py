@@ -122,10 +122,11 @@ def train_loop(
             "extra": extra_state[0]() if extra_state is not None else {},
         }
         path = checkpoint.step_path(run.dir, step)
-        if world.main:
-            path = checkpoint.save(
-                run.dir, step, model, tokenizer, state, {"stage": run.stage, **(meta or {})}, cfg.keep_last, staged
-            )
+        with trainer.master_weights():  # sharded: the fp32 weights, gathered from every rank
+            if world.main:
+                path = checkpoint.save(
+                    run.dir, step, model, tokenizer, state, {"stage": run.stage, **(meta or {})}, cfg.keep_last, staged
+                )
         world.barrier()  # no rank goes on before the checkpoint is whole (a resume reads it)
         clock.update(last=time.monotonic(), cost=time.monotonic() - t0)
         return path

@@ -17,6 +17,7 @@ aggregation mode (tests/test_trainer.py). `.backward()` is called here and nowhe
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
@@ -174,6 +175,11 @@ class Trainer:
         }
 
     sharded = False  # a ShardedTrainer (distributed/ranks.py): every rank saves its optimizer shard
+
+    def master_weights(self):
+        """What a checkpoint writes as the weights: here the model's own (distributed/ranks.ShardedTrainer
+        gathers its shards' fp32 weights into the sampler's bf16 copy for the save)."""
+        return contextlib.nullcontext()
 
     def save_shards(self, path) -> None:
         """The optimizer state through torch.distributed.checkpoint (checkpoint_shards.py)."""

@@ -160,11 +160,6 @@ def run(cfg: RLConfig, resume: bool = False, task=None) -> dict:
                 "(task.judge.timeout_s, task.judge.concurrency); set verifier.workers=0"
             )
         task.start(r.dir, resume, cfg.rollout.samples_per_prompt)
-    placement = place(cfg, model, tok, r.rt)  # in-process or Ray workers (distributed/)
-    engine = placement.engine
-    # RLHF measures the KL from the start even without a KL term: it is the x-axis of the over-optimisation curve
-    measure_kl = bool(cfg.reward_model) and "kl_coef" in {f.name for f in dataclasses.fields(algo_cfg)}
-    reference = placement.reference(cfg, model, r.rt) if algorithm.needs_reference(algo_cfg) or measure_kl else None
     # Critic (PPO): the trainer optimises policy + value head (+ a separate critic trunk) as one
     # module; the sampler, the reference and model.safetensors keep the bare policy, and the
     # critic's weights travel in trainer.pt with the optimizer (extra state below).
@@ -175,8 +170,14 @@ def run(cfg: RLConfig, resume: bool = False, task=None) -> dict:
         cfg.steps * cfg.optim.epochs * cfg.optim.minibatches,
         r.rt,
     )
-    # N ranks: each trains on the groups it sampled, sharded (FSDP2) or replicated (distributed/ranks.py)
+    # N ranks: each trains on the groups it sampled, sharded (FSDP2) or replicated (distributed/ranks.py); built
+    # before the sampler: sharded under bf16, the sampler's plain copy then holds bf16 weights, not fp32 ones
     trainer = rank_trainer(trainer, trainer.model, r.world, cfg.scale.trainer_shard, local_rows=True)
+    placement = place(cfg, model, tok, r.rt)  # in-process or Ray workers (distributed/)
+    engine = placement.engine
+    # RLHF measures the KL from the start even without a KL term: it is the x-axis of the over-optimisation curve
+    measure_kl = bool(cfg.reward_model) and "kl_coef" in {f.name for f in dataclasses.fields(algo_cfg)}
+    reference = placement.reference(cfg, model, r.rt) if algorithm.needs_reference(algo_cfg) or measure_kl else None
     controller = Controller(
         cfg,
         with_reward_model(task, cfg.reward_model, r.rt.device),  # RLHF: the RM's score is the reward

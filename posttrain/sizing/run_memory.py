@@ -115,8 +115,11 @@ def predict_run_peak(
     sharded = ranks if ranks > 1 and shard == "fsdp" else 1  # what the trainer's state is divided by
 
     persistent = {"weights (fp32)": 4.0 * P + (4.0 * Pt if lora_r else 0.0), "AdamW m, v (fp32)": 8.0 * Pt / sharded}
-    if sharded > 1:
+    if sharded > 1:  # the fp32 master weights 1/N a rank; the sampler's plain copy in the compute dtype
         persistent["master shard (fp32)"] = 4.0 * Pt / sharded
+        if not lora_r:  # (with LoRA it stays fp32: distributed/ranks.ShardedTrainer)
+            del persistent["weights (fp32)"]
+            persistent["sampler weights (compute dtype)"] = float(c * P)
     if stage == "rl" and _has_reference(get):
         persistent["reference"] = float(c * P)
     if stage == "rl" and get("algo.name", "") == "ppo" and get("algo.critic", "shared") == "separate":
