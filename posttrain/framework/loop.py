@@ -83,6 +83,7 @@ def train_loop(
         if extra_state is not None:
             extra_state[1](state.get("extra", {}))
         print(f"resumed from {run.resume_from} at step {start}")
+    logger: RunLogger | QuietLogger
     if world.main:
         logger = RunLogger(
             run.dir,

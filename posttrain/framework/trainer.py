@@ -111,8 +111,12 @@ class Trainer:
         clip = self.cfg.grad_clip if self.cfg.grad_clip > 0 else math.inf
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip))
         real = sum(float(view(mb)["attention_mask"].sum()) for mb in micro)  # this rank's tokens
-        padded = sum(computed_tokens(view(mb)) for mb in micro)
-        counts = {"train/micro_batches": len(micro), "train/tokens": real, "train/padded_tokens": float(padded)}
+        padded = float(sum(computed_tokens(view(mb)) for mb in micro))
+        counts: dict[str, float] = {
+            "train/micro_batches": len(micro),
+            "train/tokens": real,
+            "train/padded_tokens": padded,
+        }
         if self.dp is not None:  # every rank's tokens; the most micro-batches of any rank
             counts = self.dp.counts(counts)
         real, padded = counts["train/tokens"], counts["train/padded_tokens"]
