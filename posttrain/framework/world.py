@@ -48,17 +48,16 @@ class World:
 
     def sum(self, values: list[float]) -> list[float]:
         """Element-wise sums over ranks, in float64 (counts, token totals, Σx and Σx² of a whitening)."""
-        if self.size == 1:
-            return list(values)
-        t = torch.tensor(values, dtype=torch.float64, device=_device())
-        dist.all_reduce(t, op=dist.ReduceOp.SUM)
-        return t.cpu().tolist()
+        return self._reduce(values, dist.ReduceOp.SUM)
 
     def max(self, values: list[float]) -> list[float]:
+        return self._reduce(values, dist.ReduceOp.MAX)
+
+    def _reduce(self, values: list[float], op) -> list[float]:
         if self.size == 1:
             return list(values)
         t = torch.tensor(values, dtype=torch.float64, device=_device())
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        dist.all_reduce(t, op=op)
         return t.cpu().tolist()
 
     def broadcast(self, obj):
