@@ -41,7 +41,7 @@ import torch.utils.checkpoint
 
 from posttrain.algorithms.core import entropy_from_logits
 from posttrain.framework.batch import view
-from posttrain.framework.compiled import trunk_hidden
+from posttrain.framework.compiled import active, trunk_hidden
 from posttrain.framework.packing import Packed
 from posttrain.framework.rollout import token_logprobs
 from posttrain.models.attention import chosen
@@ -71,7 +71,7 @@ def micro_logprobs(model, mb, temperature: float = 1.0, with_entropy: bool = Fal
     parts = lm_parts(model)
     if index is None or parts is None:
         return sequence_logprobs(model, ids, temperature, with_entropy)
-    p = Packed.build(ids, index, chosen(parts[0]))  # the mask for the trunk's kernel (dense, flex or varlen)
+    p = Packed.build(ids, index, chosen(parts[0]), compiled=active())  # the mask for the trunk's kernel
     h = trunk_hidden(parts[0], p.ids, p.positions, p.mask)  # [R, w, d]
     lp, ent = hidden_logprobs(h, parts[1], p.ids, temperature, with_entropy)  # [R, w] each
     return p.unpack(lp), None if ent is None else p.unpack(ent)
