@@ -76,7 +76,10 @@ class OptimConfig:
     warmup_steps: int = 0  # linear warm-up from 0 to lr
     schedule: str = "cosine"  # constant | cosine | linear ; decay after warm-up, to min_lr_frac·lr
     min_lr_frac: float = 0.1  # floor of the decay as a fraction of lr
-    micro_batch_tokens: int = 8192  # largest micro-batch (computed tokens); bigger batches accumulate gradients
+    micro_batch_tokens: int | str = "auto"  # largest micro-batch (computed tokens); bigger batches accumulate
+    # gradients. auto: 8192 on the CPU (the reference 16,384); on CUDA the largest the run's memory prediction
+    # (sizing/run_memory) fits in 75% of the card, at most 4 × a micro-batch's fixed cost (65,536 tokens), the
+    # reference's and other passes without gradient sized alike; printed at start ([stage memory])
     packing: bool = False  # lay a micro-batch's sequences end to end in rows (attention kept within each): the
     # trainer's and the reference's forwards compute no padding but the rows' tails (framework/packing.py)
     packing_width: int = 0  # packed rows of at least this many tokens (0 = the micro-batch's longest sequence):
@@ -303,7 +306,7 @@ class RLConfig(RunConfig):
     # the other keys are its Config (posttrain rl --help algo)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     optim: RLOptimConfig = field(
-        default_factory=lambda: RLOptimConfig(lr=3e-5, weight_decay=0.0, schedule="constant", micro_batch_tokens=8192)
+        default_factory=lambda: RLOptimConfig(lr=3e-5, weight_decay=0.0, schedule="constant")
     )  # RL lr ≈ SFT lr / 30
     eval: EvalConfig = field(default_factory=EvalConfig)
     verifier: VerifierConfig = field(default_factory=VerifierConfig)

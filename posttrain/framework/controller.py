@@ -29,7 +29,7 @@ import numpy as np
 
 from posttrain.algorithms.core import broadcast
 from posttrain.framework.agent import Episode, episode_metrics, run_episodes
-from posttrain.framework.batch import collate_samples, to_device
+from posttrain.framework.batch import budgets, collate_samples, to_device
 from posttrain.framework.critic import critic_values, needs_critic
 from posttrain.framework.off_policy import correct_off_policy
 from posttrain.framework.rollout import Sample, SamplingParams
@@ -58,6 +58,11 @@ class Controller:
         self.on_batch = None  # optional hook(step, samples, batch) before ❼: the audit trace
         self.pool = make_pool(task, *verifier_args(cfg))  # None = in-process
 
+    def score_tokens(self) -> int:
+        """The micro-batch budget of the trainer's model without gradient (PPO's V_old, the off-policy
+        correction): optim.micro_batch_tokens as framework/batch.budgets reads it."""
+        return budgets(self.trainer.cfg.micro_batch_tokens, getattr(self.trainer, "runtime", None)).score
+
     def timer(self, name: str):
         return timed(self.timers, name)
 
@@ -77,9 +82,7 @@ class Controller:
                 batch = replace(batch, ref_logprobs=self.reference.score(batch))  # ❺
         if critic:  # critic hook (PPO only):
             with self.timer("critic"):  # V_old of the rollout for GAE
-                batch = replace(
-                    batch, values=critic_values(self.trainer.model, batch, self.trainer.cfg.micro_batch_tokens)
-                )
+                batch = replace(batch, values=critic_values(self.trainer.model, batch, self.score_tokens()))
         with self.timer("algorithm"):
             adv = self.algorithm.advantages(batch.rewards, batch.group_index, self.algo_cfg, batch=batch)
             if critic:  # the value loss's target
@@ -96,7 +99,7 @@ class Controller:
                     self.correction,
                     cfg.scale.off_policy_cap,
                     cfg.rollout.temperature,
-                    self.trainer.cfg.micro_batch_tokens,
+                    self.score_tokens(),
                     self.trainer.cfg.packing,
                 )
                 metrics.update(corrected)

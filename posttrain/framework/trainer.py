@@ -26,7 +26,7 @@ import torch
 
 from posttrain import UsageError
 from posttrain.algorithms.core import batch_norm, masked_mean
-from posttrain.framework.batch import Batch, RolloutBatch, map_batch, split_micro_batches, view
+from posttrain.framework.batch import Batch, RolloutBatch, budgets, map_batch, split_micro_batches, view
 from posttrain.framework.compiled import SCOPES, compiling, resolve
 from posttrain.framework.critic import logprobs_and_values, needs_critic
 from posttrain.framework.logprobs import micro_logprobs
@@ -74,6 +74,13 @@ class Trainer:
         scope = getattr(optim, "compile_scope", SCOPES[0])
         self.compile = resolve(getattr(optim, "compile", False), self.device, scope)  # framework/compiled.py
 
+    @property
+    def budgets(self):
+        """The micro-batch budgets this trainer splits by (optim.micro_batch_tokens; auto: what the
+        run resolved for its device, runtime.MicroBatches): `train` for its steps, `score` for its
+        model's passes without gradient (PPO's V_old, the off-policy correction)."""
+        return budgets(self.cfg.micro_batch_tokens, self.runtime)
+
     def step(self, batch: Batch, loss_fn, max_len: float | None = None, unit: int = 1) -> dict:
         """One optimizer step on `batch` (accumulating over micro-batches of whole `unit`s of
         rows: 2 for preference pairs)."""
@@ -86,7 +93,7 @@ class Trainer:
         sums: dict[str, float] = {}
         maxes: dict[str, float] = {}
         total_loss = 0.0
-        micro = split_micro_batches(batch, self.cfg.micro_batch_tokens, unit, self.cfg.packing, self.cfg.packing_width)
+        micro = split_micro_batches(batch, self.budgets.train, unit, self.cfg.packing, self.cfg.packing_width)
         if self.dp is not None:  # FSDP: as many forwards on every rank
             micro = self.dp.even_out(micro)
         for mb in micro:

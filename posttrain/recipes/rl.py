@@ -24,7 +24,7 @@ from posttrain.distributed.trainer_group import TrainerGroup
 from posttrain.envs.source import ExternalRollouts
 from posttrain.eval import evaluate, response_budget
 from posttrain.framework.agent import evaluate_episodes
-from posttrain.framework.batch import RolloutBatch
+from posttrain.framework.batch import RolloutBatch, budgets
 from posttrain.framework.controller import Controller
 from posttrain.framework.critic import needs_critic
 from posttrain.framework.logprobs import sequence_logprobs
@@ -157,12 +157,14 @@ def prompt_width(cfg: RLConfig, tok, task) -> int:
     return max(len(tok.encode(tok.chat_prompt(task.prompt(it)))) for it in task.items(200, "train", cfg.seed))
 
 
-def rl_plan(cfg: RLConfig, tok, task) -> dict:
+def rl_plan(cfg: RLConfig, tok, task, micro_batch_tokens: int | None = None) -> dict:
     """One RL step in units. Token and micro-batch counts are upper bounds: every sample padded to
-    the longest prompt (of 200 train prompts) plus max_new_tokens; real batches are shorter."""
+    the longest prompt (of 200 train prompts) plus max_new_tokens; real batches are shorter.
+    `micro_batch_tokens`: the trainer's budget (Trainer.budgets.train; None: the config's, auto's CPU value)."""
     n = cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt
     width = prompt_width(cfg, tok, task) + cfg.rollout.max_new_tokens
-    rows_per_micro = max(1, cfg.optim.micro_batch_tokens // width)  # how the trainer packs rows
+    budget = micro_batch_tokens or budgets(cfg.optim.micro_batch_tokens).train
+    rows_per_micro = max(1, budget // width)  # how the trainer packs rows
     steps = cfg.optim.epochs * cfg.optim.minibatches  # minibatches divide n (check_config)
     micro = steps * -(-(n // cfg.optim.minibatches) // rows_per_micro)
     return {
@@ -242,7 +244,7 @@ def run(cfg: RLConfig, resume: bool = False, task=None) -> dict:
         "rl",
         {
             "params": model.num_params(),
-            **rl_plan(cfg, tok, task),
+            **rl_plan(cfg, tok, task, trainer.budgets.train),
             "steps": cfg.steps,
             "algorithm": cfg.algo.name,
             "reference": reference is not None,

@@ -26,13 +26,21 @@ posttrain allocates, role by role, in one process:
               autocast, the bf16 copies of the weights autocast caches.
   step        the fp32 gradients (4 B per trainable param, alive until the next step's zero_grad:
               in the rollout and reference phases too) and AdamW's foreach temporaries (4 B).
-  reference   the no-grad forward of a reference micro-batch (16,384 tokens): one layer's
-              intermediates, the hidden states and two logit chunks.
+  reference   the no-grad forward of a reference micro-batch (16,384 tokens, or auto's budget): one
+              layer's intermediates, the hidden states and two logit chunks; an RL run without a
+              reference that scores without gradient (PPO's V_old, the off-policy correction) the same.
   rollout     fp32 next-token logits of every prompt, the sampler's temporaries on the slots' logits
               (log-softmax, probabilities, an fp64 cumulative sum: 24 B per entry), the prompt
               cache; under autocast, the cached bf16 weights.
 
-peak = persistent + the largest phase (each phase frees its buffers before the next). On a CPU
+peak = persistent + the largest phase (each phase frees its buffers before the next).
+
+`optim.micro_batch_tokens=auto` is sized here (`auto_budgets`): on CUDA, the largest trainer budget
+(whole units of rows of the step's width) whose predicted tensors fit AUTO_HEADROOM short of the card,
+at most AUTO_MAX_TOKENS, and then the largest budget of the passes without gradient (the reference,
+PPO's V_old, the off-policy correction) that still fits, at most the whole step; a run that does not
+fit at one row keeps the peak it has there. On any other device, or with the card unknown, the
+numbers from before auto (MicroBatches' defaults in runtime.py: 8192 and 16,384). On a CPU
 the process itself (interpreter, torch, transformers: its RSS when the run starts, less the
 model) adds to it, `baseline_bytes`; a process that already peaked higher (loading the model)
 keeps that peak, `peak_so_far`. The counts of chunk copies and AdamW temporaries were measured
@@ -54,7 +62,14 @@ from posttrain.sizing.shapes import (
 
 GiB = 2**30
 STAGES = ("pretrain", "sft", "rl", "dpo", "rm", "distill")
-REFERENCE_TOKENS = 16384  # Reference.score's micro-batch (framework/reference.py)
+DEFAULTS = {"train": 8192, "score": 8192, "reference": 16384}  # runtime.MicroBatches(): the CPU's, and before auto
+# auto leaves a quarter of the card to what the prediction does not count: the CUDA context (~0.5 GiB),
+# the allocator's cached and fragmented blocks (reserved ÷ allocated was 1.09-1.18 on the H200 at
+# micro-batches of ~3,100 tokens, issue 43) and the prediction's own error (measured/predicted 1.08)
+AUTO_HEADROOM = 0.25
+# a micro-batch needs no more tokens than 4 × its fixed cost on CUDA (framework/batch.CUDA_MICRO_BATCH_COST_TOKENS,
+# 16,384): the cost is then at most a fifth of it, and a bigger one only holds more activations
+AUTO_MAX_TOKENS = 65536
 PREFILL_BATCH = 64  # prompts per prefill forward (framework/decode_loop.PREFILL_BATCH)
 CHUNK_FORWARD, CHUNK_BACKWARD = 6, 4  # logit-chunk copies live in a chunk's forward / backward (measured)
 
@@ -71,6 +86,8 @@ def predict_run_peak(
     hf: bool = False,
     baseline_bytes: float = 0.0,
     peak_so_far: float = 0.0,
+    capacity: float | None = None,
+    budgets: dict | None = None,
 ) -> dict:
     """Predicted peak memory of one posttrain run: the bytes its tensors hold at the worst moment
     of a step (the module docstring says what is counted), plus `baseline_bytes` (a CPU process's
@@ -83,9 +100,12 @@ def predict_run_peak(
     seq_len: the longest row of a step (prompt + response); 0 = the shape's context is not known,
     the config's own length or 512. prompt_len: RL/distill prompt tokens (0 = seq_len − max_new).
     hf: a Hugging Face model (the decode path's fused weight copies).
+    capacity: the card's bytes (sizing/card.card_bytes), which optim.micro_batch_tokens=auto fits on
+    CUDA (`auto_budgets`); budgets: {"train", "score", "reference"} tokens given, the config's ignored.
 
     Returns {"peak_bytes", "peak_gib", "tensor_bytes", "baseline_bytes", "peak_so_far", "phases",
-    "components", "device", "compute_dtype", "stage", "micro_batch_tokens"}: components by phase, bytes.
+    "components", "device", "compute_dtype", "stage", "micro_batch_tokens", "budgets"}: components by
+    phase, bytes; micro_batch_tokens the largest trainer micro-batch's padded tokens, budgets the ones used.
     """
     if stage not in STAGES:
         raise ValueError(f"stage {stage!r} is not one of {', '.join(STAGES)}")
@@ -102,7 +122,10 @@ def predict_run_peak(
     width = seq_len or int(get("seq_len", 0) or 0) or 512
     plen = prompt_len or max(1, width - max_new)
     rows, unit = _rows(get, stage)
-    micro = _micro_tokens(int(get("optim.micro_batch_tokens", 8192)), rows, width, unit)
+    if budgets is None:
+        where = {"device": device, "compute_dtype": compute_dtype, "seq_len": width, "prompt_len": plen, "hf": hf}
+        budgets = resolve_budgets(cfg, stage, shape, capacity=capacity, **where)
+    micro = _micro_tokens(int(budgets["train"]), rows, width, unit)
 
     persistent = {"weights (fp32)": 4.0 * P + (4.0 * Pt if lora_r else 0.0), "AdamW m, v (fp32)": 8.0 * Pt}
     if stage == "rl" and _has_reference(get):
@@ -144,8 +167,8 @@ def predict_run_peak(
         },
         "step": {"gradients (fp32)": grads, "AdamW temporaries": 4.0 * Pt},
     }
-    if stage == "rl" and _has_reference(get) or stage == "dpo":
-        ref_tokens = min(REFERENCE_TOKENS, rows * width)
+    if stage == "rl" and _scores_without_grad(get) or stage == "dpo":
+        ref_tokens = min(int(budgets["reference"]), rows * width)
         ref = {
             "gradients (fp32)": grads if stage == "rl" else 0.0,
             "activations (no grad)": float(ref_tokens * (3 * d + shape.heads * shape.hd + 3 * shape.intermediate) * c),
@@ -175,6 +198,7 @@ def predict_run_peak(
         "device": device,
         "compute_dtype": "bfloat16" if bf16 else "float32",
         "micro_batch_tokens": micro,
+        "budgets": {k: int(v) for k, v in budgets.items()},
         "peak_bytes": peak,
         "peak_gib": peak / GiB,
         "tensor_bytes": tensors,
@@ -183,6 +207,54 @@ def predict_run_peak(
         "components": {"persistent": persistent, **phases},
         "phases": {"persistent": sum(persistent.values()), **totals},
     }
+
+
+def resolve_budgets(cfg, stage: str, shape: ModelShape, *, capacity: float | None = None, **where) -> dict:
+    """{"train", "score", "reference"}: the micro-batch budgets of optim.micro_batch_tokens (as
+    framework/batch.budgets reads it): a number N is the trainer's and its passes' without gradient,
+    the reference keeping 16,384; auto, `auto_budgets` on CUDA with the card known, else DEFAULTS.
+    `where`: predict_run_peak's device, compute_dtype, seq_len, prompt_len and hf."""
+    setting = _getter(cfg)("optim.micro_batch_tokens", "auto")
+    if setting != "auto":
+        return {"train": int(setting), "score": int(setting), "reference": DEFAULTS["reference"]}
+    if capacity is None or not str(where.get("device", "cpu")).startswith("cuda"):
+        return dict(DEFAULTS)
+    return auto_budgets(cfg, stage, shape, capacity=capacity, **where)
+
+
+def auto_budgets(cfg, stage: str, shape: ModelShape, *, capacity: float, seq_len: int = 0, **where) -> dict:
+    """optim.micro_batch_tokens=auto on a card of `capacity` bytes (the module docstring): the trainer's
+    budget, the largest whole number of units of rows of the step's width whose predicted tensors fit
+    (1 − AUTO_HEADROOM) of the card (less vLLM's `gpu_memory_utilization` with rollout.backend=vllm), at
+    most AUTO_MAX_TOKENS; then the passes without gradient (score,
+    reference) the largest that still fits, at most the whole step. Where even one unit of rows does not
+    fit, nothing may raise the peak above the one it has there."""
+    get = _getter(cfg)
+    width = seq_len or int(get("seq_len", 0) or 0) or 512
+    rows, unit = _rows(get, stage)
+    units = max(1, rows // unit)
+
+    def tensors(train_units: int, no_grad_units: int) -> float:
+        b = {"train": train_units * unit * width, "reference": no_grad_units * unit * width}
+        b["score"] = b["reference"]
+        return predict_run_peak(cfg, stage, shape, seq_len=width, budgets=b, **where)["tensor_bytes"]
+
+    if get("rollout.backend", "posttrain") == "vllm":  # vLLM's share of the card is not the trainer's
+        capacity *= 1 - float(get("rollout.vllm.gpu_memory_utilization", 0.3))
+    target = max(capacity * (1 - AUTO_HEADROOM), tensors(1, 1))
+    train = _largest(units, lambda k: tensors(k, 1) <= target)
+    train_tokens = max(unit * width, min(train * unit * width, AUTO_MAX_TOKENS // (unit * width) * unit * width))
+    no_grad = _largest(units, lambda k: tensors(train_tokens // (unit * width), k) <= target)
+    return {"train": train_tokens, "score": no_grad * unit * width, "reference": no_grad * unit * width}
+
+
+def _largest(n: int, fits) -> int:
+    """The largest k in 1..n with fits(k) (fits is monotone: true up to some k, false after); 1 if none."""
+    lo, hi = 1, n
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    return lo
 
 
 def _saved_per_token(s: ModelShape, c: int, hf: bool, checkpointing: bool) -> float:
@@ -257,6 +329,16 @@ def _getter(cfg):
 def _has_reference(get) -> bool:
     """RL builds the reference when the algorithm's KL coefficient is > 0 or an RM run measures KL."""
     return float(get("algo.kl_coef", 0.0) or 0.0) > 0 or bool(get("reward_model", ""))
+
+
+def _scores_without_grad(get) -> bool:
+    """An RL step with a forward of its whole batch without gradient: the reference's, PPO's V_old, or
+    the off-policy correction's (async, vLLM, or asked for by scale.off_policy_correction)."""
+    correction = str(get("scale.off_policy_correction", "auto"))
+    asynchronous = get("scale.async_", False) or get("scale.async", False)  # a dataclass, or config.yaml's key
+    off_policy = asynchronous or get("rollout.backend", "posttrain") == "vllm"
+    corrected = correction not in ("auto", "none") or (correction == "auto" and off_policy)
+    return _has_reference(get) or get("algo.name", "") == "ppo" or corrected
 
 
 def _rows(get, stage: str) -> tuple[int, int]:
