@@ -111,7 +111,8 @@ class SamplerConfig:
     """Which engine samples (framework/backends/): the stage's rollouts and evaluations."""
 
     backend: str = "posttrain"  # posttrain (the built-in engine, exactly on-policy) | vllm (pip install
-    # 'posttrain[vllm]'; HF-format policies, gpt_mini through its HF export; off-policy correction on)
+    # 'posttrain[vllm]'; HF-format policies, gpt_mini through its HF export; off-policy correction on).
+    # mismatch/logprob_abs compares the sampler's logprobs with the trainer's on either: backends side by side
     vllm: VllmConfig = field(default_factory=VllmConfig)  # rollout.backend=vllm only
     cuda_graphs: bool = True  # CUDA: replay the decode loop's steps as CUDA graphs (framework/decode_graphs.py;
     # vLLM: false = its enforce_eager); false = eager kernels, to measure what the graphs buy. No effect on CPU
@@ -219,6 +220,7 @@ class ScaleConfig:
     partial_rollouts: bool = False  # async, in-process: an update may land mid-sample (between decode steps);
     # each token records the version that produced it. Fresher tokens, mixed samples
     off_policy_correction: str = "auto"  # none | tis | seq_tis | mask (IS weights from behaviour logprobs); auto = tis if async or rollout.backend=vllm
+    # (mismatch/logprob_abs stays the sampler's logprobs against the trainer's either way: the same gap on every backend)
     off_policy_cap: float = 2.0  # C: truncate weights at C (tis, seq_tis) or zero them outside [1/C, C] (mask)
     sync_bucket_mb: float = 64.0  # weight sync across copies/processes: MB per transfer bucket
     sync_transport: str = "object_store"  # placement=ray: object_store (ray.put per bucket) | broadcast (a process

@@ -37,6 +37,13 @@ def policy_loss_fn(algorithm, algo_cfg, temperature: float):
     """The RL loss as the trainer sees it: recompute logprobs (sampler's temperature), call the
     algorithm, and measure the sampler/trainer mismatch on the same tokens.
 
+    `mismatch/logprob_abs` means one thing on every backend: the mean over loss tokens of |the
+    sampler's recorded logprob − the trainer's|, the sampler's read from `behaviour_logprobs` when
+    the off-policy correction moved them there (its `old_logprobs` are then the trainer's own, and
+    the gap against them 0: a vLLM run read 0.0 every step, issue 43), else from `old_logprobs`.
+    Trainer.train keeps the first optimizer step's, whose weights are the sampler's (in an async run
+    a stale sample's gap also holds the updates since it was drawn: staleness/*).
+
     Critic hook (PPO, framework/critic.py): `model` is then a models.heads.ActorCritic; the
     same forward also gives V(s_t) [B, T], handed to the loss as `new_values` in a new
     micro-batch. Every other algorithm takes the unchanged path."""
@@ -52,8 +59,9 @@ def policy_loss_fn(algorithm, algo_cfg, temperature: float):
         else:
             lp, ent = micro_logprobs(model, mb, temperature, with_entropy=True)  # packed if mb says so
         loss, metrics = algorithm.loss(lp, mb, algo_cfg, norm, ent)
-        assert mb.old_logprobs is not None  # the loss above has read it
-        metrics["mismatch/logprob_abs"] = float(masked_mean((lp.detach() - mb.old_logprobs).abs(), mb.loss_mask))
+        sampled = mb.behaviour_logprobs if mb.behaviour_logprobs is not None else mb.old_logprobs
+        assert sampled is not None  # the loss above has read old_logprobs
+        metrics["mismatch/logprob_abs"] = masked_mean((lp.detach() - sampled).abs(), mb.loss_mask)
         return loss, metrics
 
     return loss_fn
