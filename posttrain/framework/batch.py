@@ -230,15 +230,17 @@ def split_micro_batches(
         groups = [torch.tensor(g) for g in plan]
     else:
         groups = [order[a:b] for a, b in _length_groups(lengths[order].tolist(), max_tokens, unit, cost)]
+    units = [group.sort().values for group in groups]  # batch order within each group
+    rows = [(u[:, None] * unit + torch.arange(unit)).flatten() for u in units]  # [b] each
+    # the row indices reach the device in one copy (a copy per field and micro-batch was a sync each on CUDA)
+    on_device = torch.cat(rows).to(mask.device).split([len(r) for r in rows]) if rows else ()
     out: list[Any] = []
-    for group in groups:
-        units = group.sort().values  # batch order within the group
-        rows = (units[:, None] * unit + torch.arange(unit)).flatten()  # [b]
-        width = int(lengths[units].max())
-        mb = map_batch(batch, functools.partial(_take, rows=rows, width=width, T=mask.shape[1]))
-        mb = with_fields(mb, row_index=rows.to(mask.device))
+    for u, r, r_dev in zip(units, rows, on_device):
+        width = int(lengths[u].max())
+        mb = map_batch(batch, functools.partial(_take, rows=r, width=width, T=mask.shape[1], moved=r_dev))
+        mb = with_fields(mb, row_index=r_dev)
         index = pack_index(view(mb)["attention_mask"], unit, pack_width) if packed else None
-        if index is not None and packed_shape(index)[0] < len(rows):  # rows shared: else padded is the same
+        if index is not None and packed_shape(index)[0] < len(r):  # rows shared: else padded is the same
             mb = with_fields(mb, pack_index=index)
         out.append(mb)
     return out
@@ -264,7 +266,8 @@ def _length_groups(widths: list[int], max_tokens: int, unit: int, cost: int) -> 
     return groups[::-1]
 
 
-def _take(v: torch.Tensor, rows: torch.Tensor, width: int, T: int) -> torch.Tensor:
-    """Rows `rows` of one tensor, its time axis (dim 1 of length T) cut to `width` columns."""
-    v = v[rows.to(v.device)]
+def _take(v: torch.Tensor, rows: torch.Tensor, width: int, T: int, moved: torch.Tensor | None = None) -> torch.Tensor:
+    """Rows `rows` of one tensor, its time axis (dim 1 of length T) cut to `width` columns; `moved`:
+    the same rows already on the batch's device."""
+    v = v[moved if moved is not None and moved.device == v.device else rows.to(v.device)]
     return v[:, :width] if v.dim() >= 2 and v.shape[1] == T else v

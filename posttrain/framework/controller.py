@@ -26,6 +26,7 @@ import time
 from contextlib import contextmanager
 
 import numpy as np
+import torch
 
 from posttrain.algorithms.core import broadcast
 from posttrain.framework.agent import Episode, episode_metrics, run_episodes
@@ -181,9 +182,10 @@ class Controller:
 
 @contextmanager
 def timed(timers: dict, name: str):
-    """Time a role, and name it in a CUDA out-of-memory error raised inside (sizing/card.py)."""
+    """Time a role, name it in a CUDA out-of-memory error raised inside (sizing/card.py), and mark it
+    for torch.profiler (`posttrain/NAME`: bench/profile.py groups a step's ops by it)."""
     t0 = time.perf_counter()
-    with phase(name):
+    with phase(name), torch.profiler.record_function(f"posttrain/{name}"):
         yield
     timers[f"time/{name}_s"] = timers.get(f"time/{name}_s", 0.0) + time.perf_counter() - t0
 

@@ -104,15 +104,23 @@ class Trainer:
         micro = split_micro_batches(batch, self.budgets.train, unit, self.cfg.packing, self.cfg.packing_width)
         if self.dp is not None:  # FSDP: as many forwards on every rank
             micro = self.dp.even_out(micro)
+        kept, keys = [], []  # per micro-batch: its loss, loss tokens, real tokens and metrics, read after the loop
         for mb in micro:
             ctx = self.runtime.autocast() if self.runtime else torch.autocast("cpu", enabled=False)
             with ctx, compiling(self.compile):
                 loss, metrics = loss_fn(self.model, mb, norm)
             loss.backward()  # the one backward of the project
-            total_loss += float(loss.detach())
-            share = float(view(mb)["loss_mask"].sum()) / max(norm["tokens"], 1.0)
-            for k, v in metrics.items():
-                v = float(v)
+            fields = view(mb)
+            kept.append([loss.detach(), fields["loss_mask"].sum(), fields["attention_mask"].sum(), *metrics.values()])
+            keys.append(list(metrics))
+        # one host read for all of them (on CUDA each read waits for the queue: read inside the loop,
+        # the card idled between micro-batches, issue 43); then the same float arithmetic as before
+        real = 0.0  # this rank's tokens
+        for (loss_v, tokens, attended, *metric_values), mb_keys in zip(host_floats(kept), keys):
+            total_loss += loss_v
+            real += attended
+            share = tokens / max(norm["tokens"], 1.0)
+            for k, v in zip(mb_keys, metric_values):
                 if k.endswith("/max"):
                     maxes[k] = max(maxes.get(k, -math.inf), v)
                 else:
@@ -123,7 +131,6 @@ class Trainer:
         params = [p for p in self.model.parameters() if p.grad is not None]
         clip = self.cfg.grad_clip if self.cfg.grad_clip > 0 else math.inf
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip))
-        real = sum(float(view(mb)["attention_mask"].sum()) for mb in micro)  # this rank's tokens
         padded = sum(computed_tokens(view(mb)) for mb in micro)
         out = {
             **sums,
@@ -187,6 +194,18 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.nonfinite_total = state.get("nonfinite_total", 0)
+
+
+def host_floats(rows: list[list]) -> list[list[float]]:
+    """`rows` of 0-dim tensors and numbers as Python floats, each the `float(x)` it would be alone,
+    with one device-to-host read per device (not one per value: each is a sync on CUDA)."""
+    tensors: dict[torch.device, list[torch.Tensor]] = {}
+    for row in rows:
+        for x in row:
+            if isinstance(x, torch.Tensor):
+                tensors.setdefault(x.device, []).append(x.detach() if x.dim() == 0 else x.detach().reshape(()))
+    read = {dev: iter(torch.stack(ts).tolist()) for dev, ts in tensors.items()}  # stack promotes: float32 stays exact
+    return [[next(read[x.device]) if isinstance(x, torch.Tensor) else float(x) for x in row] for row in rows]
 
 
 def _rows(v: torch.Tensor, rows: slice) -> torch.Tensor:
