@@ -222,6 +222,49 @@ def test_tiny_qwen3_as_llama_with_given_peaks(tmp_path):
     assert "rollout_vs_generate" not in r  # --rows '' skips it
 
 
+def test_the_profile_groups_ops_by_the_controller_s_phases():
+    """bench/profile.phase_table on a real torch.profiler trace: an op belongs to the phase range that
+    encloses it (the controller's `posttrain/NAME`), ops are sorted by time and cut at `top`."""
+    from posttrain.bench.profile import format_table, phase_table
+    from posttrain.framework.controller import timed
+
+    a, b = torch.randn(64, 64), torch.randn(64, 64)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        with timed({}, "train"):
+            for _ in range(3):
+                a @ b
+            (a + b).relu()
+        with timed({}, "reference"):
+            a.sum()
+        a * 2  # outside any phase
+    t = phase_table(prof.events(), top=2)
+    assert set(t) == {"train", "reference", "other"} and t["train"]["wall_ms"] > 0
+    names = {p: [r["name"] for r in t[p]["ops"]] for p in t}
+    assert "aten::mm" in names["train"] or "aten::matmul" in names["train"]
+    assert "aten::sum" in names["reference"] and "aten::mul" in names["other"]
+    assert len(t["train"]["ops"]) == 2 and t["train"]["op_calls"] >= 5  # top 2 of them kept
+    ms = [r["self_cpu_ms"] for r in t["train"]["ops"]]
+    assert ms == sorted(ms, reverse=True) and t["train"]["kernels"] == []  # no kernels on a CPU
+    text = format_table({"step": 1, "sort_by": "self_cpu_ms", "phases": t})
+    assert text.startswith("profile of step 1") and "  train " in text
+
+
+@pytest.mark.slow
+def test_profile_of_a_tiny_run(tmp_path):
+    """--profile: one more step under torch.profiler, left out of the timed mean; its table by phase."""
+    r = _tiny(tmp_path, "tiny-llama", "native", "", extra=["--profile", "--profile-top", "4"])
+    g = r["grpo"]
+    assert r["run"]["profile"] is True and [s["step"] for s in g["steps"]] == [1, 2] and g["timed_steps"] == [2]
+    prof = g["profile"]
+    assert prof["step"] == 3 and prof["sort_by"] == "self_cpu_ms" and prof["activities"] == ["CPU"]
+    assert {"rollout", "reward", "collate", "reference", "algorithm", "train", "sync"} <= set(prof["phases"])
+    for phase, p in prof["phases"].items():
+        assert len(p["ops"]) <= 4 and p["kernels"] == [] and p["wall_ms"] >= 0, phase
+    for phase in ("rollout", "collate", "reference", "algorithm", "train"):  # reward: Python; sync: colocated
+        assert {"name", "calls", "self_cpu_ms", "self_device_ms"} == set(prof["phases"][phase]["ops"][0])
+    assert prof["phases"]["train"]["op_calls"] > prof["phases"]["reference"]["op_calls"] > 0
+
+
 @pytest.mark.slow
 def test_steps_0_measures_the_rollout_only(tmp_path):
     argv = ["--shape", "tiny-llama", "--steps", "0", "--rows", "3", "--new-tokens", "5", "--prompt-len", "4"]

@@ -182,7 +182,9 @@ def _phase_of(e, spans) -> str:
 
 
 def _device_us(e) -> float:
-    return float(getattr(e, "self_device_time_total", 0.0) or getattr(e, "self_cuda_time_total", 0.0) or 0.0)
+    """An op's own device time, µs (torch before 2.4 calls it self_cuda_time_total)."""
+    name = "self_device_time_total" if hasattr(e, "self_device_time_total") else "self_cuda_time_total"
+    return float(getattr(e, name, 0.0) or 0.0)
 
 
 @contextmanager
