@@ -327,3 +327,31 @@ def test_gpu_script_reads_pytest_summaries():
     assert acc["qwen2_over_llama_step"] == pytest.approx(1.1) and acc["qwen2_within_10pct_of_llama"] is True
     assert acc["peak_le_20_gib"] == {"qwen2": True, "llama": False}
     assert acc["pipeline_finished"] is None and acc["quick_lane_failed_or_errors"] is None
+
+
+def test_gpu_part3_acceptance_by_hand():
+    """benchmarks/gpu_part3.py's acceptance on made-up part results: the rates are the trained tokens
+    over the train and reference seconds, each goal a comparison, a missing part None."""
+    from pathlib import Path
+
+    from posttrain.bench import load_script
+
+    g3 = load_script(Path(__file__).parents[1] / "benchmarks" / "gpu_part3.py", "gpu_part3")
+    after = {
+        "step_s": 2.4,
+        "split_s": {"time/rollout_s": 1.0, "time/reference_s": 0.4, "time/train_s": 1.5},
+        "timed": {"train/tokens": 48_000.0},
+        "memory": {"peak_allocated_gib": 31.0, "peak_reserved_gib": 40.0},
+        "mismatch_logprob_abs": 0.005,
+        "micro_batches": 2.0,
+    }
+    a = g3.acceptance({"after": after, "gpu_tests": {"counts": {"passed": 50, "skipped": 3}}})
+    assert a["after_s"] == {"step": 2.4, "rollout": 1.0, "reference": 0.4, "train": 1.5}
+    assert a["train_tokens_per_s"] == 32_000 and a["train_goal_met"] is True
+    assert a["reference_tokens_per_s"] == 120_000 and a["reference_goal_met"] is True
+    assert a["step_goal_met"] is True and a["peak_goal_met"] is False and a["mismatch_unchanged"] is True
+    assert a["gpu_tests_all_passed"] is True and a["varlen_step_s"] is None and a["micro_batches"] == 2.0
+    assert g3.acceptance({})["step_goal_met"] is None
+    assert g3.BEFORE["features_off"]["step"] == 10.89  # the H200 at 27cdacc, issue 43's table
+    cmd = g3.bench_cmd("after", type("A", (), {"tiny": False, "device": "cuda"})(), Path("x.json"))
+    assert cmd[cmd.index("--shape") + 1] == "qwen2.5-0.5b" and "--profile" in cmd and "--length-spread" in cmd

@@ -50,8 +50,8 @@ def check_request(prompts, n: int, sampling: SamplingParams, items, max_len: int
 # ---- temperature and sampling: the one place their semantics live --------------------------
 
 
-def log_probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """log_softmax(logits / T) in fp32, T = 0 read as 1 (greedy is scored at T = 1): [..., V]."""
+def _log_probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """log_softmax(logits / T) in fp32, T = 0 read as 1 (greedy is scored at T = 1)."""
     logits = logits.float()
     if temperature > 0 and temperature != 1.0:
         logits = logits / temperature
@@ -64,7 +64,11 @@ def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: floa
     The sampler records exactly this at sampling time and the trainer recomputes it, so
     the two can only differ by float noise of the forward passes. T = 0 is treated as 1.
     """
-    return log_probs(logits, temperature).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    return _log_probs(logits, temperature).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
+log_probs = _log_probs  # the whole log-softmax [..., V] that token_logprobs gathers from (framework/logprobs.py
+# reads a chunk's logprob and entropy from one)
 
 
 # splitmix64 (Steele et al. 2014) on int64 tensors. torch's >> is arithmetic, so logical
@@ -124,7 +128,7 @@ def sample_tokens(
     token_logprobs of the full, untruncated distribution at the sampling temperature.
     `u` [B] float64 passes the uniforms of `keys` already drawn (draw_uniforms); keys is then unused.
     """
-    logp = log_probs(logits, sampling.temperature)  # [B, V] fp32
+    logp = _log_probs(logits, sampling.temperature)  # [B, V] fp32
     if sampling.temperature <= 0:
         tokens = logp.argmax(-1)  # greedy; first index on ties
         return tokens, logp.gather(-1, tokens[:, None]).squeeze(1)
