@@ -137,7 +137,14 @@ def synthetic_batch(rows: int, prompt: int, cap: int, vocab: int, seed: int = 0)
         ids[i, n:] = 0
     old = -3 * torch.rand(rows, T, generator=g) * loss
     adv = torch.randn(rows, 1, generator=g) * loss
-    return RolloutBatch(input_ids=ids, attention_mask=attn, loss_mask=loss, old_logprobs=old, ref_logprobs=old - 0.01 * loss, advantages=adv)
+    return RolloutBatch(
+        input_ids=ids,
+        attention_mask=attn,
+        loss_mask=loss,
+        old_logprobs=old,
+        ref_logprobs=old - 0.01 * loss,
+        advantages=adv,
+    )
 
 
 def trainer_part(a) -> dict:
@@ -196,7 +203,9 @@ def trainer_part(a) -> dict:
         computed = sum(mb.attention_mask.numel() for mb in micro)
         try:
             s, gib = peak(lambda: timed(lambda: trainer.step(batch, loss_fn)))
-            rows_out.append({"budget": budget, "micro_batches": len(micro), "computed": computed, "s": s, "peak_gib": gib})
+            rows_out.append(
+                {"budget": budget, "micro_batches": len(micro), "computed": computed, "s": s, "peak_gib": gib}
+            )
         except torch.OutOfMemoryError:
             rows_out.append({"budget": budget, "micro_batches": len(micro), "computed": computed, "oom": True})
             torch.cuda.empty_cache()

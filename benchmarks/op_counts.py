@@ -119,9 +119,7 @@ def trainer_counts(dev, packed: bool) -> dict:
         torch.manual_seed(0)
         model = GPTMini(ModelConfig(preset="nano").resolved(60)).to(dev)
         if budget == 0:  # the budget that cuts this batch into exactly 4 micro-batches
-            budget = next(
-                b for b in range(100, 4000, 10) if len(split_micro_batches(batch, b, packed=packed)) == 4
-            )
+            budget = next(b for b in range(100, 4000, 10) if len(split_micro_batches(batch, b, packed=packed)) == 4)
         cfg = OptimConfig(lr=1e-4, micro_batch_tokens=budget, packing=packed)
         trainer = Trainer(model, cfg, 10)
         trainer.step(batch, loss_fn)  # the first step allocates the optimizer's state: counted apart

@@ -136,7 +136,10 @@ def train_ceiling(peak: float, repeats: int) -> dict:
     step_s = best_of(step, repeats, warmup=True)
     tok = CharTokenizer(BASE_CHARS)
     batch = RolloutBatch(**load_script(HERE / "ab_refs.py", "posttrain_bench_ab_refs").rl_batch(tok))
-    shapes = [tuple(mb.attention_mask.shape) for mb in split_micro_batches(batch, budgets(OptimConfig().micro_batch_tokens).train)]
+    shapes = [
+        tuple(mb.attention_mask.shape)
+        for mb in split_micro_batches(batch, budgets(OptimConfig().micro_batch_tokens).train)
+    ]
     c = ModelConfig(preset="nano").resolved(tok.vocab_size)
     lin = linear_shapes(c, tok.vocab_size)
     computed = sum(b * T for b, T in shapes)

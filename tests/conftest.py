@@ -1,4 +1,5 @@
 import os
+import sys
 import threading
 
 # torch.compile's inductor compiles kernels in a pool of worker processes (one per core, up to 32),
@@ -20,10 +21,12 @@ def pytest_sessionfinish(session, exitstatus):
     """Nothing of the tests' may keep the process from exiting: inductor's compile workers, if a
     test started them anyway, are shut down here, and a thread left running that Python would wait
     for at exit (not a daemon) is named, so a hang says whose it is."""
-    inductor = __import__("sys").modules.get("torch._inductor.async_compile")
+    inductor = sys.modules.get("torch._inductor.async_compile")
     if inductor is not None:
         inductor.shutdown_compile_workers()
-    alive = [t.name for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+    alive = [
+        t.name for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()
+    ]
     if alive:
         print(f"\nconftest: threads still running at the end of the session (Python waits for them at exit): {alive}")
 

@@ -138,6 +138,9 @@ def test_a_run_resolves_auto_once_its_memory_is_predicted(tmp_path):
     r = Run(load_config(PretrainConfig, None, [f"out={tmp_path}/a", "device=cpu"]), "pretrain")
     predict_memory(r, "pretrain", model, 96)
     assert r.rt.micro_batches == MicroBatches() and r.predicted_peak["budgets"]["train"] == 8192
-    r = Run(load_config(PretrainConfig, None, [f"out={tmp_path}/b", "device=cpu", "optim.micro_batch_tokens=96"]), "pretrain")
+    r = Run(
+        load_config(PretrainConfig, None, [f"out={tmp_path}/b", "device=cpu", "optim.micro_batch_tokens=96"]),
+        "pretrain",
+    )
     predict_memory(r, "pretrain", model, 96)
     assert r.rt.micro_batches is None and r.predicted_peak["micro_batch_tokens"] == 96

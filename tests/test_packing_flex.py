@@ -124,10 +124,14 @@ def test_auto_asks_for_flex_only_inside_a_compiled_trunk(models, monkeypatch):  
 
     asked = []
     monkeypatch.setattr(packing, "auto_kernel", lambda device, compiled: asked.append(compiled) or "dense")
-    eager_trunk = lambda trunk, ids, positions=None, attn_mask=None: trunk.hidden(ids, positions=positions, attn_mask=attn_mask)
+    eager_trunk = lambda trunk, ids, positions=None, attn_mask=None: trunk.hidden(
+        ids, positions=positions, attn_mask=attn_mask
+    )
     monkeypatch.setattr(logprobs, "trunk_hidden", eager_trunk)  # no compile on the CPU
     model = copy.deepcopy(models["gpt_mini"]).eval()
-    mb = next(mb for mb in split_micro_batches(_lengths_batch(16), 80, packed=True, pack_width=32) if "pack_index" in mb)
+    mb = next(
+        mb for mb in split_micro_batches(_lengths_batch(16), 80, packed=True, pack_width=32) if "pack_index" in mb
+    )
     with torch.no_grad():
         eager = micro_logprobs(model, mb, 1.0)[0]
         with compiling("blocks"):

@@ -134,10 +134,14 @@ def _as_torch(version: str, seen: list):
     def v2_10(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, is_causal=False, return_aux=None):
         return run(query, key, value, cu_seq_q, max_q, is_causal)
 
-    def v2_11(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, return_aux=None, scale=None, window_size=(-1, -1)):
+    def v2_11(
+        query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, return_aux=None, scale=None, window_size=(-1, -1)
+    ):
         return run(query, key, value, cu_seq_q, max_q, tuple(window_size) == (-1, 0), scale)
 
-    def v2_13(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, scale=None, window_size=(-1, -1), enable_gqa=False):
+    def v2_13(
+        query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, scale=None, window_size=(-1, -1), enable_gqa=False
+    ):
         return run(query, key, value, cu_seq_q, max_q, tuple(window_size) == (-1, 0), scale, enable_gqa)
 
     return {"2.10": v2_10, "2.11": v2_11, "2.13": v2_13}[version]

@@ -94,7 +94,9 @@ def test_the_mismatch_is_the_sampler_s_gap_with_the_correction_on_or_off(nano, t
     prompts = [tok.encode(tok.chat_prompt(p)) for p in ("3+4", "12+5+1", "7+7+7+7")]
     gap = {}
     for fmt in ("fp32", "bf16"):
-        samples = Engine(nano, tok, runtime=sampler_runtime(fmt)).generate(prompts, 2, SamplingParams(temperature=1.0, max_new_tokens=12), seed=0)
+        samples = Engine(nano, tok, runtime=sampler_runtime(fmt)).generate(
+            prompts, 2, SamplingParams(temperature=1.0, max_new_tokens=12), seed=0
+        )
         batch = collate_samples(samples, tok.pad_id)
         batch = with_fields(batch, advantages=torch.linspace(-1, 1, len(samples))[:, None] * batch.loss_mask)
         corrected, off = correct_off_policy(nano, batch, "tis", 2.0, 1.0)

@@ -154,7 +154,9 @@ class Packed:
     first: torch.Tensor  # [b, w] bool: column 0 of each row and its padding, where outputs are 0
 
     @classmethod
-    def build(cls, input_ids: torch.Tensor, index: torch.Tensor, attention: str = "dense", compiled: bool = False) -> Packed:
+    def build(
+        cls, input_ids: torch.Tensor, index: torch.Tensor, attention: str = "dense", compiled: bool = False
+    ) -> Packed:
         """`attention`: the mask's kernel, dense, flex or varlen (models/attention.py); "auto" by the
         device and `compiled`, whether the trunk that reads the mask runs compiled (flex only then)."""
         b, w = input_ids.shape
