@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -248,70 +247,41 @@ def trainer_part(a) -> dict:
 
 
 def main(argv=None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", default=os.environ.get("OUT", "."), help="folder of the JSON and logs (default $OUT)")
-    p.add_argument("--device", default="cuda")
-    p.add_argument("--tiny", action="store_true", help="tiny shapes and runs: a check of this script on a CPU")
-    p.add_argument("--parts", default=",".join(PARTS), help="a comma list, run in PARTS' order")
-    p.add_argument("--budget", type=float, default=480, help="seconds for all parts together")
+    p = P1.script_parser(__doc__, PARTS, 480)
     p.add_argument("--inner", default="", help=argparse.SUPPRESS)  # a part's own process (trainer)
-    a = p.parse_args(argv)
+    a = P1.parse_parts(p, argv, PARTS)
     if a.inner == "trainer":
         print(json.dumps(trainer_part(a)))
         return {}
-    unknown = set(a.parts.split(",")) - set(PARTS)
-    if unknown:
-        p.error(f"--parts: unknown {sorted(unknown)}; use some of {','.join(PARTS)}")
-    Path(a.out).mkdir(parents=True, exist_ok=True)
-    t_start = time.perf_counter()
     res: dict = {"script": "benchmarks/gpu_part3.py", "tiny": a.tiny, "device": a.device, "before": BEFORE}
     res.update(budget_s=a.budget, estimate_s=ESTIMATE_S, machine=P1.machine())
-    out = Path(a.out, "gpu_part3.json")
 
-    def save():
-        res["wall_s"] = round(time.perf_counter() - t_start, 1)
-        res["acceptance"] = acceptance(res)
-        tmp = out.with_name(out.name + ".tmp")
-        tmp.write_text(json.dumps(res, indent=1) + "\n")
-        tmp.replace(out)
-
-    for name in (n for n in PARTS if n in a.parts.split(",")):
-        left = a.budget - (time.perf_counter() - t_start)
-        if left < MIN_START_S:
-            res[name] = {"skipped": f"budget: {left:.0f} s left of {a.budget:.0f}, under {MIN_START_S}"}
-            save()
-            continue
-        timeout = min(TIMEOUTS[name], left)
+    def run_one(name: str, timeout: float) -> dict:
         if name == "quick_lane" and a.tiny:
-            res[name] = {"skipped": "--tiny: the whole quick lane is not a check of this script"}
-            save()
-            continue
+            return {"skipped": "--tiny: the whole quick lane is not a check of this script"}
         if name in ("gpu_tests", "quick_lane"):
             cmd = tests_cmd(name == "quick_lane", a.tiny)
             proc, info = P1.run_part(name, cmd, a, timeout, {"OMP_NUM_THREADS": "1"}, "gpu_part3")
-            res[name], text = P1.wait_part(proc, info)
-            res[name].update(P1.pytest_summary(text))
-        elif name == "trainer":
+            part, text = P1.wait_part(proc, info)
+            return {**part, **P1.pytest_summary(text)}
+        if name == "trainer":
             cmd = [sys.executable, str(Path(__file__).resolve()), "--inner", "trainer", "--device", a.device]
             proc, info = P1.run_part(name, [*cmd, *(["--tiny"] if a.tiny else [])], a, timeout, script="gpu_part3")
-            res[name], text = P1.wait_part(proc, info)
+            part, text = P1.wait_part(proc, info)
             try:
-                res[name].update(json.loads(text.strip().splitlines()[-1]))
+                return {**part, **json.loads(text.strip().splitlines()[-1])}
             except (ValueError, IndexError):
-                pass  # a crash or a timeout: the tail says why
-        else:
-            path = Path(a.out, f"bench_step_{name}.json")
-            proc, info = P1.run_part(name, bench_cmd(name, a, path), a, timeout, script="gpu_part3")
-            res[name], _ = P1.wait_part(proc, info)
-            res[name].update(P2.bench_part(path))
-            grpo = json.loads(path.read_text()).get("grpo", {}) if path.exists() else {}
-            res[name]["micro_batches"] = grpo.get("timed", {}).get("train/micro_batches")
-            if name == "after":
-                res[name]["profile"] = grpo.get("profile")
-        save()
-    print(json.dumps({k: res[k] for k in ("acceptance", "wall_s")}, indent=1))
-    print(f"wrote {out}")
-    return res
+                return part  # a crash or a timeout: the tail says why
+        path = Path(a.out, f"bench_step_{name}.json")
+        proc, info = P1.run_part(name, bench_cmd(name, a, path), a, timeout, script="gpu_part3")
+        part, _ = P1.wait_part(proc, info)
+        grpo = json.loads(path.read_text()).get("grpo", {}) if path.exists() else {}
+        part.update(P2.bench_part(path), micro_batches=grpo.get("timed", {}).get("train/micro_batches"))
+        if name == "after":
+            part["profile"] = grpo.get("profile")
+        return part
+
+    return P1.drive(a, PARTS, res, acceptance, run_one, TIMEOUTS, MIN_START_S, "gpu_part3")
 
 
 def _rate(tokens, seconds):

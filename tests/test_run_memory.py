@@ -117,6 +117,14 @@ def test_cli_predicts_a_config_and_a_hugging_face_directory(tmp_path, capsys):
     assert est["compute_dtype"] == "bfloat16" and est["components"]["persistent"]["decode fused copies"] > 0
     text = format_prediction(est, measured=est["peak_gib"] / 2)
     assert "predicted / measured = 2.00" in text and "max_memory_allocated" in text
+    assert est["budgets"]["train"] == 8192  # auto without a card: the numbers from before auto
+    fitted = {}
+    for gib in ("100", "0.3"):  # --card-gib: auto fits the card (128 rows of 96 tokens a step)
+        cli([str(d), "rollout.max_new_tokens=32", "--device", "cuda", "--seq-len", "96", "--card-gib", gib, "--json"])
+        fitted[gib] = json.loads(capsys.readouterr().out)["predicted"]
+    assert fitted["100"]["budgets"]["train"] == 128 * 96  # the whole step
+    train = fitted["0.3"]["budgets"]["train"]
+    assert 96 < train < 128 * 96 and train % 96 == 0 and fitted["0.3"]["tensor_bytes"] <= 0.75 * 0.3 * 2**30
 
 
 def test_a_run_prints_its_prediction_and_logs_its_measured_peak(tmp_path, capsys):
