@@ -197,13 +197,15 @@ def run(cfg: DPOConfig, resume: bool = False, task=None) -> dict:
     show_first_prompt(
         tok.chat_prompt(pairs[0].prompt) + tok.chat_continuation(pairs[0].prompt, pairs[0].chosen), r.dir, "dpo"
     )
+    indices = EpochIndices(len(encoded), cfg.batch_size, cfg.seed)
+    # before the reference pass, which reads the micro-batch budget it resolves (optim.micro_batch_tokens=auto)
+    predict_memory(r, "dpo", model, collate_pairs(encoded, indices(1), tok.pad_id)["input_ids"].shape[1])
     ref = (
         None
         if cfg.loss_type in REFERENCE_FREE
         else reference_logps(model, encoded, tok.pad_id, runtime=r.rt, packing=cfg.optim.packing)
     )
     trainer = Trainer(model, cfg.optim, cfg.steps, r.rt)
-    indices = EpochIndices(len(encoded), cfg.batch_size, cfg.seed)
 
     def batch_fn(step):  # on the model's device before KTO's reference point scores it
         idx = indices(step)
@@ -213,7 +215,6 @@ def run(cfg: DPOConfig, resume: bool = False, task=None) -> dict:
             batch["ref_logps"] = ref[rows]  # [2B]
         return with_kto_reference_point(model, batch) if cfg.loss_type == "kto" else batch
 
-    predict_memory(r, "dpo", model, batch_fn(1)["input_ids"].shape[1])
     print_plan(
         "dpo",
         {
