@@ -86,7 +86,8 @@ class OptimConfig:
     # wider rows fill up, but their (dense) attention costs more
     packing_attention: str = "auto"  # auto | dense | flex | varlen: the packed rows' attention (models/attention.py):
     # a dense mask through sdpa, flex attention skipping masked tiles (CUDA only), or torch's Flash Attention varlen
-    # kernel over the sequences' spans (CUDA, bf16/fp16 only); auto = flex on CUDA, dense on CPU
+    # kernel over the sequences' spans (CUDA, bf16/fp16 only); auto = flex on CUDA inside a compiled trunk
+    # (optim.compile), dense otherwise (eager flex was slower than padded rows on an H200: README, On a GPU)
     compile: bool | str = False  # false | true | auto: torch.compile the trainer's and the reference's forward
     # (the trunk to the final hidden states; framework/compiled.py); auto = on with CUDA only. Off by default
     # until a GPU has measured its break-even (benchmarks/compile.py)
