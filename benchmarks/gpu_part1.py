@@ -219,6 +219,54 @@ def acceptance(res: dict) -> dict:
     }
 
 
+def script_parser(doc: str, parts: tuple, budget: float) -> argparse.ArgumentParser:
+    """The options every part-by-part GPU script takes (gpu_part2, gpu_part3)."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    p.add_argument("--out", default=os.environ.get("OUT", "."), help="folder of the JSON and logs (default $OUT)")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--tiny", action="store_true", help="tiny shapes and runs: a check of this script on a CPU")
+    p.add_argument("--parts", default=",".join(parts), help="a comma list, run in the script's order")
+    p.add_argument("--budget", type=float, default=budget, help="seconds for all parts together")
+    return p
+
+
+def parse_parts(p: argparse.ArgumentParser, argv, parts: tuple):
+    """script_parser's arguments, a part not in `parts` refused, DIR made."""
+    a = p.parse_args(argv)
+    unknown = set(a.parts.split(",")) - set(parts)
+    if unknown:
+        p.error(f"--parts: unknown {sorted(unknown)}; use some of {','.join(parts)}")
+    Path(a.out).mkdir(parents=True, exist_ok=True)
+    return a
+
+
+def drive(a, parts: tuple, res: dict, acceptance, run_one, timeouts: dict, min_start: float, name: str) -> dict:
+    """The parts of a GPU script chosen by `a.parts`, in `parts`' order, within `a.budget` seconds: each
+    `run_one(part, timeout) -> dict` under the smaller of its own timeout and what is left, one with less
+    than `min_start` s left skipped and said so; DIR/<name>.json (`res`, its wall time and
+    `acceptance(res)`) rewritten after each, so a crash keeps what ran. Returns `res`."""
+    t_start = time.perf_counter()
+    out = Path(a.out, f"{name}.json")
+
+    def save():
+        res["wall_s"] = round(time.perf_counter() - t_start, 1)
+        res["acceptance"] = acceptance(res)
+        tmp = out.with_name(out.name + ".tmp")
+        tmp.write_text(json.dumps(res, indent=1) + "\n")
+        tmp.replace(out)
+
+    for part in (n for n in parts if n in a.parts.split(",")):
+        left = a.budget - (time.perf_counter() - t_start)
+        if left < min_start:
+            res[part] = {"skipped": f"budget: {left:.0f} s left of {a.budget:.0f}, under {min_start}"}
+        else:
+            res[part] = run_one(part, min(timeouts[part], left))
+        save()
+    print(json.dumps({k: res[k] for k in ("acceptance", "wall_s")}, indent=1))
+    print(f"wrote {out}")
+    return res
+
+
 def machine() -> dict:
     """The machine as the parts will see it (torch, transformers, the GPU), from a subprocess."""
     code = (

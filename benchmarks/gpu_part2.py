@@ -49,11 +49,8 @@ flags (compile on, on the CPU too): every part's plumbing in ~5 minutes on one C
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import sys
-import time
 from pathlib import Path
 
 from posttrain.bench import load_script
@@ -158,50 +155,22 @@ def bench_part(path: Path) -> dict:
 
 
 def main(argv=None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", default=os.environ.get("OUT", "."), help="folder of the JSON and logs (default $OUT)")
-    p.add_argument("--device", default="cuda")
-    p.add_argument("--tiny", action="store_true", help="tiny shapes and runs: a check of this script on a CPU")
-    p.add_argument("--parts", default=",".join(PARTS), help="a comma list, run in PARTS' order")
-    p.add_argument("--budget", type=float, default=420, help="seconds for all parts together")
-    a = p.parse_args(argv)
-    unknown = set(a.parts.split(",")) - set(PARTS)
-    if unknown:
-        p.error(f"--parts: unknown {sorted(unknown)}; use some of {','.join(PARTS)}")
-    Path(a.out).mkdir(parents=True, exist_ok=True)
-    t_start = time.perf_counter()
+    a = P1.parse_parts(P1.script_parser(__doc__, PARTS, 420), argv, PARTS)
     res: dict = {"script": "benchmarks/gpu_part2.py", "tiny": a.tiny, "device": a.device, "before_is": BEFORE_IS}
     res.update(budget_s=a.budget, estimate_s=ESTIMATE_S, machine=P1.machine())
-    out = Path(a.out, "gpu_part2.json")
 
-    def save():
-        res["wall_s"] = round(time.perf_counter() - t_start, 1)
-        res["acceptance"] = acceptance(res)
-        tmp = out.with_name(out.name + ".tmp")
-        tmp.write_text(json.dumps(res, indent=1) + "\n")
-        tmp.replace(out)
-
-    for name in (n for n in PARTS if n in a.parts.split(",")):
-        left = a.budget - (time.perf_counter() - t_start)
-        if left < MIN_START_S:
-            res[name] = {"skipped": f"budget: {left:.0f} s left of {a.budget:.0f}, under {MIN_START_S}"}
-            save()
-            continue
-        timeout = min(TIMEOUTS[name], left)
+    def run_one(name: str, timeout: float) -> dict:
         if name == "gpu_tests":
             cmd, missing = tests_cmd()
             proc, info = P1.run_part(name, cmd, a, timeout, {"OMP_NUM_THREADS": "1"}, script="gpu_part2")
-            res[name], text = P1.wait_part(proc, info)
-            res[name].update(P1.pytest_summary(text), missing_files=missing)
-        else:
-            path = Path(a.out, f"bench_step_{name}.json")
-            proc, info = P1.run_part(name, bench_cmd(name, a, path), a, timeout, script="gpu_part2")
-            res[name], _ = P1.wait_part(proc, info)
-            res[name].update(bench_part(path))
-        save()
-    print(json.dumps({k: res[k] for k in ("acceptance", "wall_s")}, indent=1))
-    print(f"wrote {out}")
-    return res
+            part, text = P1.wait_part(proc, info)
+            return {**part, **P1.pytest_summary(text), "missing_files": missing}
+        path = Path(a.out, f"bench_step_{name}.json")
+        proc, info = P1.run_part(name, bench_cmd(name, a, path), a, timeout, script="gpu_part2")
+        part, _ = P1.wait_part(proc, info)
+        return {**part, **bench_part(path)}
+
+    return P1.drive(a, PARTS, res, acceptance, run_one, TIMEOUTS, MIN_START_S, "gpu_part2")
 
 
 def _ratio(x, y):

@@ -48,7 +48,7 @@ from posttrain.bench import best_of, finish, load_script, matmul_peak_gflops, ru
 from posttrain.bench import rollout as bench_rollout  # noqa: E402
 from posttrain.bench.trl import MODEL  # noqa: E402
 from posttrain.config import OptimConfig  # noqa: E402
-from posttrain.framework.batch import RolloutBatch, split_micro_batches  # noqa: E402
+from posttrain.framework.batch import RolloutBatch, budgets, split_micro_batches  # noqa: E402
 from posttrain.framework.rollout import Engine, SamplingParams  # noqa: E402
 from posttrain.models.gpt_mini import ModelConfig, build_model  # noqa: E402
 from posttrain.models.tokenizer import BASE_CHARS, CharTokenizer  # noqa: E402
@@ -136,7 +136,10 @@ def train_ceiling(peak: float, repeats: int) -> dict:
     step_s = best_of(step, repeats, warmup=True)
     tok = CharTokenizer(BASE_CHARS)
     batch = RolloutBatch(**load_script(HERE / "ab_refs.py", "posttrain_bench_ab_refs").rl_batch(tok))
-    shapes = [tuple(mb.attention_mask.shape) for mb in split_micro_batches(batch, OptimConfig().micro_batch_tokens)]
+    shapes = [
+        tuple(mb.attention_mask.shape)
+        for mb in split_micro_batches(batch, budgets(OptimConfig().micro_batch_tokens).train)
+    ]
     c = ModelConfig(preset="nano").resolved(tok.vocab_size)
     lin = linear_shapes(c, tok.vocab_size)
     computed = sum(b * T for b, T in shapes)

@@ -79,14 +79,18 @@ class OptimConfig:
     warmup_steps: int = 0  # linear warm-up from 0 to lr
     schedule: str = "cosine"  # constant | cosine | linear ; decay after warm-up, to min_lr_frac·lr
     min_lr_frac: float = 0.1  # floor of the decay as a fraction of lr
-    micro_batch_tokens: int = 8192  # largest micro-batch (computed tokens); bigger batches accumulate gradients
+    micro_batch_tokens: int | str = "auto"  # largest micro-batch (computed tokens); bigger batches accumulate
+    # gradients. auto: 8192 on the CPU (the reference 16,384); on CUDA the largest the run's memory prediction
+    # (sizing/run_memory) fits in 75% of the card, at most 4 × a micro-batch's fixed cost (65,536 tokens), the
+    # reference's and other passes without gradient sized alike; printed at start ([stage memory])
     packing: bool = False  # lay a micro-batch's sequences end to end in rows (attention kept within each): the
     # trainer's and the reference's forwards compute no padding but the rows' tails (framework/packing.py)
     packing_width: int = 0  # packed rows of at least this many tokens (0 = the micro-batch's longest sequence):
     # wider rows fill up, but their (dense) attention costs more
     packing_attention: str = "auto"  # auto | dense | flex | varlen: the packed rows' attention (models/attention.py):
     # a dense mask through sdpa, flex attention skipping masked tiles (CUDA only), or torch's Flash Attention varlen
-    # kernel over the sequences' spans (CUDA, bf16/fp16 only); auto = flex on CUDA, dense on CPU
+    # kernel over the sequences' spans (CUDA, bf16/fp16 only); auto = flex on CUDA inside a compiled trunk
+    # (optim.compile), dense otherwise (eager flex was slower than padded rows on an H200: README, On a GPU)
     compile: bool | str = False  # false | true | auto: torch.compile the trainer's and the reference's forward
     # (the trunk to the final hidden states; framework/compiled.py); auto = on with CUDA only. Off by default
     # until a GPU has measured its break-even (benchmarks/compile.py)
@@ -111,7 +115,8 @@ class SamplerConfig:
     """Which engine samples (framework/backends/): the stage's rollouts and evaluations."""
 
     backend: str = "posttrain"  # posttrain (the built-in engine, exactly on-policy) | vllm (pip install
-    # 'posttrain[vllm]'; HF-format policies, gpt_mini through its HF export; off-policy correction on)
+    # 'posttrain[vllm]'; HF-format policies, gpt_mini through its HF export; off-policy correction on).
+    # mismatch/logprob_abs compares the sampler's logprobs with the trainer's on either: backends side by side
     vllm: VllmConfig = field(default_factory=VllmConfig)  # rollout.backend=vllm only
     cuda_graphs: bool = True  # CUDA: replay the decode loop's steps as CUDA graphs (framework/decode_graphs.py;
     # vLLM: false = its enforce_eager); false = eager kernels, to measure what the graphs buy. No effect on CPU
@@ -219,6 +224,7 @@ class ScaleConfig:
     partial_rollouts: bool = False  # async, in-process: an update may land mid-sample (between decode steps);
     # each token records the version that produced it. Fresher tokens, mixed samples
     off_policy_correction: str = "auto"  # none | tis | seq_tis | mask (IS weights from behaviour logprobs); auto = tis if async or rollout.backend=vllm
+    # (mismatch/logprob_abs stays the sampler's logprobs against the trainer's either way: the same gap on every backend)
     off_policy_cap: float = 2.0  # C: truncate weights at C (tis, seq_tis) or zero them outside [1/C, C] (mask)
     sync_bucket_mb: float = 64.0  # weight sync across copies/processes: MB per transfer bucket
     sync_transport: str = "object_store"  # placement=ray: object_store (ray.put per bucket) | broadcast (a process
@@ -309,7 +315,7 @@ class RLConfig(RunConfig):
     # the other keys are its Config (posttrain rl --help algo)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     optim: RLOptimConfig = field(
-        default_factory=lambda: RLOptimConfig(lr=3e-5, weight_decay=0.0, schedule="constant", micro_batch_tokens=8192)
+        default_factory=lambda: RLOptimConfig(lr=3e-5, weight_decay=0.0, schedule="constant")
     )  # RL lr ≈ SFT lr / 30
     eval: EvalConfig = field(default_factory=EvalConfig)
     verifier: VerifierConfig = field(default_factory=VerifierConfig)

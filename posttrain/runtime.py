@@ -17,11 +17,24 @@ from posttrain.errors import UsageError
 DEFAULT_THREADS = torch.get_num_threads()
 
 
+@dataclass(frozen=True)
+class MicroBatches:
+    """The micro-batch budgets of a run's forwards, in computed tokens (framework/batch.py splits by
+    them): what `optim.micro_batch_tokens=auto` resolves to on the run's device, once its memory is
+    predicted (recipes/common.predict_memory; sizing/run_memory.auto_budgets). The defaults are the
+    numbers from before auto, which the CPU keeps."""
+
+    train: int = 8192  # the trainer's forward and backward
+    score: int = 8192  # the trainer's model without gradient: PPO's V_old, the off-policy correction's
+    reference: int = 16384  # the reference's scores (RL's KL term, DPO's reference pass)
+
+
 @dataclass
 class Runtime:
     device: torch.device
     param_dtype: torch.dtype  # master weights: always fp32
     compute_dtype: torch.dtype  # autocast dtype: bf16 on CUDA by default, fp32 on CPU unless dtype=bfloat16
+    micro_batches: MicroBatches | None = None  # optim.micro_batch_tokens=auto, resolved (None: not yet)
 
     @property
     def autocast_on(self) -> bool:

@@ -65,6 +65,13 @@ def _compile(v) -> str | None:
     return None if v == "auto" else "torch.compile of the forward is auto, true or false; e.g. {key}=auto"
 
 
+def _micro_batch_tokens(v) -> str | None:
+    """optim.micro_batch_tokens: auto (sized for the device: framework/batch.budgets) or a count ≥ 1."""
+    if v == "auto" or (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
+        return None
+    return "the micro-batch token budget is auto or a number ≥ 1; e.g. {key}=auto or {key}=8192"
+
+
 def _betas(v) -> str | None:
     if all(math.isfinite(b) and 0.0 <= b < 1.0 for b in v):
         return None
@@ -98,7 +105,7 @@ RULES: dict[str | tuple[str, str], Rule] = {
     "max_slots": count(1, "the rollout engine's decode slots", "256"),
     "prefill_chunk": count(1, "the prompt tokens per prefill forward", "16384"),
     "max_resample_attempts": count(1, "the rollout rounds per step", "3"),
-    "micro_batch_tokens": count(1, "the micro-batch token budget", "8192"),
+    "micro_batch_tokens": _micro_batch_tokens,
     "packing_width": count(0, "the packed rows' least width (0 = the longest sequence)", "0"),
     "packing_attention": one_of("auto", "dense", "flex", "varlen"),  # models/attention.py KERNELS
     ("OptimConfig", "compile"): _compile,

@@ -1,10 +1,34 @@
 import os
+import sys
+import threading
 
-import pytest
-import torch
+# torch.compile's inductor compiles kernels in a pool of worker processes (one per core, up to 32),
+# shut down by an atexit hook that waits up to 300 s on a pool whose start was cold: on torch 2.11
+# (pytorch/pytorch#162199, fixed by #184038 in 2.13) a process that compiled once can then sit at
+# exit for minutes. On the H200 machine (16 cores) the quick lane's first run reached 100% and hung
+# until its 170 s limit (issue 43); the tests compile tiny graphs, so they compile in-process, as
+# torch's own distributed tests do. Set before torch imports inductor's config, which reads it.
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 THREADS = int(os.environ.get("POSTTRAIN_TEST_THREADS", "2"))
 torch.set_num_threads(THREADS)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Nothing of the tests' may keep the process from exiting: inductor's compile workers, if a
+    test started them anyway, are shut down here, and a thread left running that Python would wait
+    for at exit (not a daemon) is named, so a hang says whose it is."""
+    inductor = sys.modules.get("torch._inductor.async_compile")
+    if inductor is not None:
+        inductor.shutdown_compile_workers()
+    alive = [
+        t.name for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()
+    ]
+    if alive:
+        print(f"\nconftest: threads still running at the end of the session (Python waits for them at exit): {alive}")
 
 
 def pytest_collection_modifyitems(config, items):

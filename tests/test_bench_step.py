@@ -222,6 +222,49 @@ def test_tiny_qwen3_as_llama_with_given_peaks(tmp_path):
     assert "rollout_vs_generate" not in r  # --rows '' skips it
 
 
+def test_the_profile_groups_ops_by_the_controller_s_phases():
+    """bench/profile.phase_table on a real torch.profiler trace: an op belongs to the phase range that
+    encloses it (the controller's `posttrain/NAME`), ops are sorted by time and cut at `top`."""
+    from posttrain.bench.profile import format_table, phase_table
+    from posttrain.framework.controller import timed
+
+    a, b = torch.randn(64, 64), torch.randn(64, 64)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        with timed({}, "train"):
+            for _ in range(3):
+                a @ b
+            (a + b).relu()
+        with timed({}, "reference"):
+            a.sum()
+        a * 2  # outside any phase
+    t = phase_table(prof.events(), top=2)
+    assert set(t) == {"train", "reference", "other"} and t["train"]["wall_ms"] > 0
+    names = {p: [r["name"] for r in t[p]["ops"]] for p in t}
+    assert "aten::mm" in names["train"] or "aten::matmul" in names["train"]
+    assert "aten::sum" in names["reference"] and "aten::mul" in names["other"]
+    assert len(t["train"]["ops"]) == 2 and t["train"]["op_calls"] >= 5  # top 2 of them kept
+    ms = [r["self_cpu_ms"] for r in t["train"]["ops"]]
+    assert ms == sorted(ms, reverse=True) and t["train"]["kernels"] == []  # no kernels on a CPU
+    text = format_table({"step": 1, "sort_by": "self_cpu_ms", "phases": t})
+    assert text.startswith("profile of step 1") and "  train " in text
+
+
+@pytest.mark.slow
+def test_profile_of_a_tiny_run(tmp_path):
+    """--profile: one more step under torch.profiler, left out of the timed mean; its table by phase."""
+    r = _tiny(tmp_path, "tiny-llama", "native", "", extra=["--profile", "--profile-top", "4"])
+    g = r["grpo"]
+    assert r["run"]["profile"] is True and [s["step"] for s in g["steps"]] == [1, 2] and g["timed_steps"] == [2]
+    prof = g["profile"]
+    assert prof["step"] == 3 and prof["sort_by"] == "self_cpu_ms" and prof["activities"] == ["CPU"]
+    assert {"rollout", "reward", "collate", "reference", "algorithm", "train", "sync"} <= set(prof["phases"])
+    for phase, p in prof["phases"].items():
+        assert len(p["ops"]) <= 4 and p["kernels"] == [] and p["wall_ms"] >= 0, phase
+    for phase in ("rollout", "collate", "reference", "algorithm", "train"):  # reward: Python; sync: colocated
+        assert {"name", "calls", "self_cpu_ms", "self_device_ms"} == set(prof["phases"][phase]["ops"][0])
+    assert prof["phases"]["train"]["op_calls"] > prof["phases"]["reference"]["op_calls"] > 0
+
+
 @pytest.mark.slow
 def test_steps_0_measures_the_rollout_only(tmp_path):
     argv = ["--shape", "tiny-llama", "--steps", "0", "--rows", "3", "--new-tokens", "5", "--prompt-len", "4"]
@@ -284,3 +327,31 @@ def test_gpu_script_reads_pytest_summaries():
     assert acc["qwen2_over_llama_step"] == pytest.approx(1.1) and acc["qwen2_within_10pct_of_llama"] is True
     assert acc["peak_le_20_gib"] == {"qwen2": True, "llama": False}
     assert acc["pipeline_finished"] is None and acc["quick_lane_failed_or_errors"] is None
+
+
+def test_gpu_part3_acceptance_by_hand():
+    """benchmarks/gpu_part3.py's acceptance on made-up part results: the rates are the trained tokens
+    over the train and reference seconds, each goal a comparison, a missing part None."""
+    from pathlib import Path
+
+    from posttrain.bench import load_script
+
+    g3 = load_script(Path(__file__).parents[1] / "benchmarks" / "gpu_part3.py", "gpu_part3")
+    after = {
+        "step_s": 2.4,
+        "split_s": {"time/rollout_s": 1.0, "time/reference_s": 0.4, "time/train_s": 1.5},
+        "timed": {"train/tokens": 48_000.0},
+        "memory": {"peak_allocated_gib": 31.0, "peak_reserved_gib": 40.0},
+        "mismatch_logprob_abs": 0.005,
+        "micro_batches": 2.0,
+    }
+    a = g3.acceptance({"after": after, "gpu_tests": {"counts": {"passed": 50, "skipped": 3}}})
+    assert a["after_s"] == {"step": 2.4, "rollout": 1.0, "reference": 0.4, "train": 1.5}
+    assert a["train_tokens_per_s"] == 32_000 and a["train_goal_met"] is True
+    assert a["reference_tokens_per_s"] == 120_000 and a["reference_goal_met"] is True
+    assert a["step_goal_met"] is True and a["peak_goal_met"] is False and a["mismatch_unchanged"] is True
+    assert a["gpu_tests_all_passed"] is True and a["varlen_step_s"] is None and a["micro_batches"] == 2.0
+    assert g3.acceptance({})["step_goal_met"] is None
+    assert g3.BEFORE["features_off"]["step"] == 10.89  # the H200 at 27cdacc, issue 43's table
+    cmd = g3.bench_cmd("after", type("A", (), {"tiny": False, "device": "cuda"})(), Path("x.json"))
+    assert cmd[cmd.index("--shape") + 1] == "qwen2.5-0.5b" and "--profile" in cmd and "--length-spread" in cmd

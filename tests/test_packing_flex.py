@@ -105,10 +105,42 @@ def test_the_kernel_knob():
         UsageError, match=r"^optim.packing_attention='sdpa': use one of \['auto', 'dense', 'flex', 'varlen'\]"
     ):
         load_config(RLConfig, None, ["optim.packing_attention=sdpa"])
-    assert attention.kernel("auto", "cpu") == "dense" and attention.kernel("auto", "cuda") == "flex"
+    # auto: flex only inside a compiled trunk on CUDA (eager flex: 8.52 s where padded dense took 3.60, issue 43)
+    assert attention.kernel("auto", "cpu") == "dense" and attention.kernel("auto", "cuda") == "dense"
+    assert attention.kernel("auto", "cuda", compiled=True) == "flex"
+    assert attention.kernel("auto", "cpu", compiled=True) == "dense"
     assert attention.kernel("dense", "cuda") == "dense" and attention.check("auto", "cpu") == "auto"
     with pytest.raises(UsageError, match="flex needs CUDA"):
         attention.check("flex", "cpu")
+
+
+def test_auto_asks_for_flex_only_inside_a_compiled_trunk(models, monkeypatch):  # noqa: F811
+    """Logprob scoring tells the packed rows' mask whether the trunk that reads it runs compiled
+    (framework/compiled.active): auto is flex there on CUDA, and dense in an eager trunk, where flex
+    was slower than padded rows (issue 43); PPO's value forward (`hidden_and_values`) is never compiled."""
+    import posttrain.framework.logprobs as logprobs
+    import posttrain.framework.packing as packing
+    from posttrain.framework.compiled import compiling
+
+    asked = []
+    monkeypatch.setattr(packing, "auto_kernel", lambda device, compiled: asked.append(compiled) or "dense")
+    eager_trunk = lambda trunk, ids, positions=None, attn_mask=None: trunk.hidden(
+        ids, positions=positions, attn_mask=attn_mask
+    )
+    monkeypatch.setattr(logprobs, "trunk_hidden", eager_trunk)  # no compile on the CPU
+    model = copy.deepcopy(models["gpt_mini"]).eval()
+    mb = next(
+        mb for mb in split_micro_batches(_lengths_batch(16), 80, packed=True, pack_width=32) if "pack_index" in mb
+    )
+    with torch.no_grad():
+        eager = micro_logprobs(model, mb, 1.0)[0]
+        with compiling("blocks"):
+            compiled = micro_logprobs(model, mb, 1.0)[0]
+    assert asked == [False, True] and torch.equal(eager, compiled)
+    model.packing_attention = "dense"  # a kernel named by the user is not auto's to change
+    with torch.no_grad(), compiling("blocks"):
+        micro_logprobs(model, mb, 1.0)
+    assert asked == [False, True]
 
 
 def test_a_run_carries_the_knob_to_its_model_and_refuses_flex_on_the_cpu(tmp_path):

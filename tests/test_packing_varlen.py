@@ -105,7 +105,7 @@ def test_varlen_is_refused_where_it_cannot_run(monkeypatch, tmp_path):
         attention.kernel("varlen", "cpu")
     with pytest.raises(UsageError, match=off_cuda):
         attention.check("varlen", "cpu")
-    assert attention.kernel("varlen", "cuda") == "varlen" and attention.kernel("auto", "cuda") == "flex"
+    assert attention.kernel("varlen", "cuda") == "varlen" and attention.kernel("auto", "cuda") == "dense"
     assert attention.check("varlen", "cuda", torch.bfloat16) == "varlen"  # the device is only named here
     with pytest.raises(UsageError, match=r"^optim.packing_attention=varlen needs bf16 or fp16 .*torch.float32: drop"):
         attention.check("varlen", "cuda", torch.float32)
@@ -119,6 +119,56 @@ def test_varlen_is_refused_where_it_cannot_run(monkeypatch, tmp_path):
     assert not (tmp_path / "v").exists()  # refused before the run directory is written
     monkeypatch.setattr(attention, "varlen_attn", None)  # a torch without it
     with pytest.raises(UsageError, match=r"needs torch.nn.attention.varlen, which torch .* lacks"):
+        attention.check("varlen", "cuda", torch.bfloat16)
+
+
+def _as_torch(version: str, seen: list):
+    """torch's varlen_attn as `version` spells its keywords, computing with the CPU stand-in; it
+    refuses what that torch's kernel refuses (k, v with fewer heads than q without enable_gqa)."""
+
+    def run(q, k, v, cu, max_len, causal, scale=None, gqa=False):
+        assert causal and (gqa or k.shape[1] == q.shape[1]), "this torch's kernel: as many k, v heads as q"
+        seen.append({"causal": causal, "gqa": gqa, "scale": scale, "kv_heads": k.shape[1]})
+        return attention.segments_reference(q, k, v, Varlen(cu, max_len, 1, q.shape[0]), scale)
+
+    def v2_10(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, is_causal=False, return_aux=None):
+        return run(query, key, value, cu_seq_q, max_q, is_causal)
+
+    def v2_11(
+        query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, return_aux=None, scale=None, window_size=(-1, -1)
+    ):
+        return run(query, key, value, cu_seq_q, max_q, tuple(window_size) == (-1, 0), scale)
+
+    def v2_13(
+        query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, scale=None, window_size=(-1, -1), enable_gqa=False
+    ):
+        return run(query, key, value, cu_seq_q, max_q, tuple(window_size) == (-1, 0), scale, enable_gqa)
+
+    return {"2.10": v2_10, "2.11": v2_11, "2.13": v2_13}[version]
+
+
+@pytest.mark.parametrize("version", ["2.10", "2.11", "2.13"])
+def test_flash_varlen_speaks_the_keywords_of_each_torch(version, monkeypatch):
+    """torch 2.11's varlen_attn has no enable_gqa (the H200's quick lane: `unexpected keyword argument
+    'enable_gqa'`), 2.10's no window_size or scale: flash_varlen reads the signature and repeats k, v
+    to the query heads, or scales q, where the kernel cannot; the attention is the same."""
+    seen: list = []
+    monkeypatch.setattr(attention, "varlen_attn", _as_torch(version, seen))
+    torch.manual_seed(0)
+    mask = document_mask(torch.tensor([[0, 0, 0, 1, 1, 2, 2, 2, 2, 3]]), "varlen")
+    q = torch.randn(10, 6, 16, dtype=torch.bfloat16)
+    k, v = (torch.randn(10, 2, 16, dtype=torch.bfloat16) for _ in range(2))
+    out = attention.flash_varlen(q, k, v, mask, 0.3)
+    want = attention.segments_reference(q, k, v, mask, 0.3)  # [N, H, hd], grouped-query sdpa
+    assert out.shape == want.shape == (10, 6, 16) and (out.float() - want.float()).abs().max() <= 2e-2
+    gqa, heads = {"2.10": (False, 6), "2.11": (False, 6), "2.13": (True, 2)}[version]
+    assert seen == [{"causal": True, "gqa": gqa, "scale": None if version == "2.10" else 0.3, "kv_heads": heads}]
+    assert attention.check("varlen", "cuda", torch.bfloat16) == "varlen"  # every one of them runs
+
+
+def test_a_varlen_attn_that_says_causal_neither_way_is_refused(monkeypatch):
+    monkeypatch.setattr(attention, "varlen_attn", lambda query, key, value, cu_seq_q, cu_seq_k, max_q, max_k: None)
+    with pytest.raises(UsageError, match=r"^optim.packing_attention=varlen needs torch.nn.attention.varlen, which"):
         attention.check("varlen", "cuda", torch.bfloat16)
 
 

@@ -76,6 +76,39 @@ def test_an_emulated_bf16_sampler_records_logprobs_the_fp32_trainer_does_not_rep
     assert gaps["fp32"] < 1e-4 and 1e-4 < gaps["bf16"] < 0.5
 
 
+def test_the_mismatch_is_the_sampler_s_gap_with_the_correction_on_or_off(nano, tok):
+    """`mismatch/logprob_abs` (the trainer's policy loss) reads the sampler's logprobs against the
+    trainer's on every backend: with the off-policy correction on, the sampler's are the batch's
+    `behaviour_logprobs` (its old_logprobs are the trainer's own: the gap to them was 0, what a vLLM
+    run logged every step, issue 43). The same number as without the correction, and as the
+    correction's own measure of it (offpolicy/log_ratio_abs); an fp32 sampler's is float noise."""
+    from posttrain import algorithms
+    from posttrain.algorithms.core import batch_norm
+    from posttrain.framework.batch import collate_samples, with_fields
+    from posttrain.framework.off_policy import correct_off_policy
+    from posttrain.framework.trainer import policy_loss_fn
+
+    torch.set_num_threads(1)
+    algo = algorithms.get("grpo")
+    loss_fn = policy_loss_fn(algo, algo.Config(kl_coef=0.0), 1.0)
+    prompts = [tok.encode(tok.chat_prompt(p)) for p in ("3+4", "12+5+1", "7+7+7+7")]
+    gap = {}
+    for fmt in ("fp32", "bf16"):
+        samples = Engine(nano, tok, runtime=sampler_runtime(fmt)).generate(
+            prompts, 2, SamplingParams(temperature=1.0, max_new_tokens=12), seed=0
+        )
+        batch = collate_samples(samples, tok.pad_id)
+        batch = with_fields(batch, advantages=torch.linspace(-1, 1, len(samples))[:, None] * batch.loss_mask)
+        corrected, off = correct_off_policy(nano, batch, "tis", 2.0, 1.0)
+        assert torch.equal(corrected.behaviour_logprobs, batch.old_logprobs)
+        norm = batch_norm(batch.loss_mask)
+        with torch.no_grad():
+            plain, on = (float(loss_fn(nano, b, norm)[1]["mismatch/logprob_abs"]) for b in (batch, corrected))
+        assert on == plain and abs(on - off["offpolicy/log_ratio_abs"]) <= 1e-9
+        gap[fmt] = on
+    assert gap["fp32"] < 1e-6 and gap["bf16"] > 1e-4
+
+
 @pytest.mark.slow
 def test_rl_with_a_bf16_sampler_logs_the_mismatch_and_corrects_it(sft_ckpt, tmp_path):
     from posttrain.config import RLConfig, load_config
@@ -102,9 +135,11 @@ def test_rl_with_a_bf16_sampler_logs_the_mismatch_and_corrects_it(sft_ckpt, tmp_
         runs[name] = read_metrics(tmp_path / name)[1:]
     assert all(m["mismatch/logprob_abs"] < 1e-5 for m in runs["fp32"])
     assert all(m["mismatch/logprob_abs"] > 1e-5 for m in runs["bf16"])
-    # TIS scores the batch with the fp32 trainer first: the PPO ratio is then taken against it
-    # (mismatch 0) and the precision gap moves into the IS weights
-    assert all(m["mismatch/logprob_abs"] < 1e-5 and m["offpolicy/log_ratio_abs"] > 1e-5 for m in runs["tis"])
+    # TIS scores the batch with the fp32 trainer first: the PPO ratio is then taken against it and the
+    # precision gap moves into the IS weights; mismatch/logprob_abs still reads the sampler's gap, the
+    # uncorrected run's number at step 1 (same samples, same weights)
+    assert all(m["mismatch/logprob_abs"] > 1e-5 and m["offpolicy/log_ratio_abs"] > 1e-5 for m in runs["tis"])
+    assert runs["tis"][0]["mismatch/logprob_abs"] == runs["bf16"][0]["mismatch/logprob_abs"]
     with pytest.raises(UsageError, match="in-process only"):
         rl.run(
             load_config(

@@ -117,6 +117,14 @@ def test_cli_predicts_a_config_and_a_hugging_face_directory(tmp_path, capsys):
     assert est["compute_dtype"] == "bfloat16" and est["components"]["persistent"]["decode fused copies"] > 0
     text = format_prediction(est, measured=est["peak_gib"] / 2)
     assert "predicted / measured = 2.00" in text and "max_memory_allocated" in text
+    assert est["budgets"]["train"] == 8192  # auto without a card: the numbers from before auto
+    fitted = {}
+    for gib in ("100", "0.3"):  # --card-gib: auto fits the card (128 rows of 96 tokens a step)
+        cli([str(d), "rollout.max_new_tokens=32", "--device", "cuda", "--seq-len", "96", "--card-gib", gib, "--json"])
+        fitted[gib] = json.loads(capsys.readouterr().out)["predicted"]
+    assert fitted["100"]["budgets"]["train"] == 128 * 96  # the whole step
+    train = fitted["0.3"]["budgets"]["train"]
+    assert 96 < train < 128 * 96 and train % 96 == 0 and fitted["0.3"]["tensor_bytes"] <= 0.75 * 0.3 * 2**30
 
 
 def test_a_run_prints_its_prediction_and_logs_its_measured_peak(tmp_path, capsys):
@@ -145,16 +153,20 @@ def test_a_run_prints_its_prediction_and_logs_its_measured_peak(tmp_path, capsys
 def test_the_predictions_runtime_numbers_are_the_runtimes():
     """sizing stays paper (no torch), so run_memory writes down the runtime numbers it predicts with; each
     must be its runtime twin's value, or the prediction follows a run that no longer exists."""
-    import inspect
+    import dataclasses
 
-    from posttrain.framework import decode_loop, reference
+    from posttrain import runtime
+    from posttrain.framework import decode_loop
     from posttrain.models import heads
     from posttrain.sizing import run_memory
 
     assert run_memory.LOGIT_CHUNK_ELEMENTS == heads.LOGIT_CHUNK_ELEMENTS == 2**24
     assert run_memory.PREFILL_BATCH == decode_loop.PREFILL_BATCH == 64
-    default = inspect.signature(reference.Reference.score).parameters["micro_batch_tokens"].default
-    assert run_memory.REFERENCE_TOKENS == default == 16384
+    assert run_memory.DEFAULTS == dataclasses.asdict(runtime.MicroBatches()) == {
+        "train": 8192,
+        "score": 8192,
+        "reference": 16384,
+    }
 
 
 def test_per_rank_the_sharded_state_is_divided_by_the_ranks_and_the_sampler_copy_is_not():

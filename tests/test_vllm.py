@@ -177,6 +177,10 @@ def test_grpo_through_vllm_pushes_every_step_and_resumes(micro, tmp_path, capsys
     assert all(r["sync/bytes"] == 4 * model.num_params() for r in steps)  # the whole state, every step
     for r in steps:  # the correction is on, and the sampler is the trainer's policy to float noise
         assert r["offpolicy/log_ratio_abs"] < 1e-6 and r["mismatch/sampler_max"] < 1e-4
+    # mismatch/logprob_abs is the sampler's gap here too (issue 43: it read 0.0 every step, the trainer
+    # against its own proximal logprobs): the first step's is the correction's own measure of it
+    assert 0 < steps[0]["mismatch/logprob_abs"] < 1e-6
+    assert steps[0]["mismatch/logprob_abs"] == pytest.approx(steps[0]["offpolicy/log_ratio_abs"], rel=1e-3)
     _rl(tmp_path, "cut", 1, init)  # stopped after step 1, then resumed to 2: the same step 2
     _rl_resume(tmp_path)
     cut = [json.loads(line) for line in open(tmp_path / "cut" / "metrics.jsonl")]

@@ -120,9 +120,12 @@ def aggregate(per_token: torch.Tensor, mask: torch.Tensor, mode: str, norm: dict
 def as_token_weighted(value: torch.Tensor, loss_mask: torch.Tensor, norm: dict) -> torch.Tensor:
     """Rescale a micro-batch's additive share of a batch quantity (e.g. its aggregate()) into
     a metric the trainer can average with token weights (local tokens / batch tokens): the
-    weighted mean over micro-batches is then exactly the batch quantity."""
-    local = float(loss_mask.sum())
-    return value.detach() * (norm["tokens"] / local) if local > 0 else value.detach() * 0.0
+    weighted mean over micro-batches is then exactly the batch quantity. Without a host read (on
+    CUDA a sync in every micro-batch, issue 43): the factor in float64, then rounded to the value's
+    dtype, is what the Python float it was before gave, bit for bit."""
+    local = loss_mask.sum().to(torch.float64)  # 0-dim, on the device
+    factor = (norm["tokens"] / torch.where(local > 0, local, torch.ones_like(local))).to(value.dtype)
+    return torch.where(local > 0, value.detach() * factor, value.detach() * 0.0)
 
 
 # ----------------------------------------------------------------------------- KL and entropy
@@ -154,7 +157,12 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     """Token entropy H = −Σ_v p_v log p_v of the categorical given by logits [B, T, V] → [B, T].
     Computed in float32 at least; −inf logits (banned tokens) contribute exactly 0."""
     x = logits if logits.dtype in (torch.float32, torch.float64) else logits.float()
-    logp = torch.log_softmax(x, dim=-1)  # [B, T, V]
+    return entropy_from_logprobs(torch.log_softmax(x, dim=-1))  # [B, T, V] → [B, T]
+
+
+def entropy_from_logprobs(logp: torch.Tensor) -> torch.Tensor:
+    """H = −Σ_v p_v log p_v from log-probabilities [..., V] (a log_softmax already made, e.g. the one a
+    token's logprob is read from) → [...]."""
     p = logp.exp()
     # clamp turns log 0 = −inf into a finite number, so 0·log 0 = 0 in value and in gradient
     return -(p * logp.clamp_min(torch.finfo(logp.dtype).min)).sum(-1)  # [B, T]

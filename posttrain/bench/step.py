@@ -3,7 +3,7 @@
     posttrain bench step [--shape qwen2.5-0.5b] [--arch native|llama] [--prompts 32] [--samples 8]
                          [--new-tokens 256] [--steps 3] [--rows 64,256] [--device auto] [--packing]
                          [--attention auto|dense|flex|varlen] [--compile false|true|auto] [--no-graphs] [--async]
-                         [--length-spread] [--no-generate] [--out FILE.json]
+                         [--length-spread] [--no-generate] [--profile] [--out FILE.json]
 
 A randomly initialised model of a named shape (bench/hf_shapes.py: qwen2.5-0.5b, qwen3-0.6b,
 llama-3.2-1b and tiny-* for tests; `--arch llama` = the same dimensions as a LlamaForCausalLM)
@@ -21,7 +21,9 @@ is written to a temporary directory. Then:
    instead of all at the cap: the padding that packing removes then shows in the trainer's
    computed ÷ real tokens (`train/padded_tokens` ÷ `train/tokens`).
    The first step warms up (kernels, allocator) and is left out of the timed mean when there
-   are more. Peak memory over the run: CUDA's allocator counters (allocated and reserved); on
+   are more. `--profile` runs one step more, under torch.profiler, left out of the mean too: its
+   top ops and kernels by time for each phase (rollout, reference, train, …: bench/profile.py),
+   printed and in the JSON. Peak memory over the run: CUDA's allocator counters (allocated and reserved); on
    CPU the process's peak resident set, reset just before the run (bench/__init__.py).
 2. **The floor** of the mean timed step (bench/floor.py): FLOP (train 6·N, reference and prefill
    2·N per token, decode 2·N per generated token) and decode bytes (the weights in the compute
@@ -51,7 +53,10 @@ JSON (`--out`, rewritten after each part, so a crash keeps what ran): the header
   grpo         {wall_s, steps: [{step, time/*, rollout/*, train/*, ...}], timed_steps,
                 timed (mean of those steps' metrics), throughput {step_tokens_per_s, samples_per_s,
                 rollout_tokens_per_s, train_tokens_per_s}, computed_over_real, memory {peak_allocated_gib,
-                peak_reserved_gib | peak_rss_gib}, predicted_peak_gib, predicted_note}
+                peak_reserved_gib | peak_rss_gib}, predicted_peak_gib, predicted_note, profile (--profile:
+                {step, activities, sort_by, phases: {phase: {wall_ms, self_cpu_ms, self_device_ms, op_calls,
+                kernel_calls, ops: [{name, calls, self_cpu_ms, self_device_ms}], kernels: [{name, calls,
+                device_ms}]}}})}
   floor        step_floor(params, grpo.timed, ...): {tokens, flop, bytes, floor_s, fraction}
   rollout_vs_generate  {rows: [{rows, new_tokens, prompt_len, tokens, engine_first_s, engine_first_captures,
                 engine_captures, engine_replays (CUDA graphs of the first and the timed call), engine_s, engine_tokens_per_s,
@@ -65,6 +70,7 @@ structure and the arithmetic on tiny shapes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import tempfile
@@ -84,6 +90,7 @@ from posttrain.bench import (
 )
 from posttrain.bench.floor import peaks, step_floor
 from posttrain.bench.hf_shapes import ARCHS, SHAPES, shape_of, spread_stops, words, write_shape
+from posttrain.bench.profile import format_table, profile_step
 from posttrain.bench.rollout import hf_generate
 from posttrain.errors import UsageError
 from posttrain.framework.rollout import Engine, SamplingParams
@@ -114,7 +121,7 @@ def prompt_rows(tok, n: int, prompt_len: int, seed: int) -> list[dict]:
 
 
 RUN_KEYS = ("prompts", "samples", "new_tokens", "prompt_len", "steps", "packing", "attention", "compile", "graphs")
-RUN_KEYS += ("async_", "generate")
+RUN_KEYS += ("async_", "generate", "profile", "micro_batch_tokens")
 
 
 def sync(device) -> None:
@@ -164,10 +171,11 @@ def grpo_steps(init: Path, rt, work: Path, a) -> dict:
 
     tok = HFTokenizer(AutoTokenizer.from_pretrained(init, local_files_only=True))
     rows = prompt_rows(tok, max(64, 2 * a.prompts * a.steps) + 8, a.prompt_len, a.seed)
+    profiled = a.steps + 1 if a.profile else 0  # the step under torch.profiler, after the timed ones
     keys = {
         "init": str(init),
         "out": str(work / "run"),
-        "steps": a.steps,
+        "steps": max(a.steps, profiled),
         "seed": a.seed,
         "device": str(rt.device),
         "threads": a.threads,
@@ -183,6 +191,7 @@ def grpo_steps(init: Path, rt, work: Path, a) -> dict:
         "optim.packing": a.packing,
         "optim.packing_attention": a.attention,
         "optim.compile": COMPILE[a.compile],
+        "optim.micro_batch_tokens": a.micro_batch_tokens,
         "rollout.cuda_graphs": a.graphs,
         "scale.async": a.async_,
     }
@@ -190,7 +199,9 @@ def grpo_steps(init: Path, rt, work: Path, a) -> dict:
         keys["rollout.stop_token_ids"] = a.stops["ids"]
     reset_peak_memory(str(rt.device))
     t0 = time.perf_counter()
-    run = api.rl(dataset=rows[8:], test_dataset=rows[:8], reward_funcs=[vowel_spread], **keys)
+    profile: dict = {}
+    with profile_step(profiled, profile, a.profile_top) if profiled else contextlib.nullcontext():
+        run = api.rl(dataset=rows[8:], test_dataset=rows[:8], reward_funcs=[vowel_spread], **keys)
     sync(rt.device)
     wall = time.perf_counter() - t0
     memory = peak_memory(str(rt.device))
@@ -198,7 +209,7 @@ def grpo_steps(init: Path, rt, work: Path, a) -> dict:
     steps = [
         {"step": m["step"], **{k: v for k, v in m.items() if k.startswith(KEEP) and isinstance(v, (int, float))}}
         for m in run.metrics
-        if m.get("step", 0) >= 1 and "time/step_s" in m
+        if 1 <= m.get("step", 0) != profiled and "time/step_s" in m
     ]
     timed = steps[1:] if len(steps) > 1 else steps
     mean = {k: sum(s[k] for s in timed) / len(timed) for k in timed[0] if k != "step" and all(k in s for s in timed)}
@@ -220,6 +231,7 @@ def grpo_steps(init: Path, rt, work: Path, a) -> dict:
         "memory": memory,
         "predicted_peak_gib": predicted,
         "predicted_note": note,
+        **({"profile": profile} if profiled else {}),
     }
 
 
@@ -333,6 +345,8 @@ def run(a) -> dict:
             )
             save()
             _print_step(g, f)
+            if "profile" in g:
+                print(format_table(g["profile"]), flush=True)
         if rows:
             result["rollout_vs_generate"] = rollout_vs_generate(init, rt, rows, a, model["params"], peak["tflops"])
     return finish(result, out) if out else result
@@ -373,6 +387,9 @@ def main(argv=None) -> dict:
     )
     p.add_argument("--compile", default="false", help="optim.compile: false | true | auto (the trunk's torch.compile)")
     p.add_argument(
+        "--micro-batch-tokens", default="auto", help="optim.micro_batch_tokens: auto (sized for the device) or a number"
+    )
+    p.add_argument(
         "--graphs", action=argparse.BooleanOptionalAction, default=True, help="rollout.cuda_graphs (CUDA's decode)"
     )
     p.add_argument("--async", dest="async_", action="store_true", help="scale.async: rollouts one version ahead")
@@ -387,6 +404,10 @@ def main(argv=None) -> dict:
         default=True,
         help="time transformers generate beside the rollout (--no-generate: the engine alone)",
     )
+    p.add_argument(
+        "--profile", action="store_true", help="one more step under torch.profiler: top ops and kernels per phase"
+    )
+    p.add_argument("--profile-top", type=int, default=15, help="ops and kernels kept per phase (--profile)")
     p.add_argument("--work", default="", help="where the temporary model and run go (default: the system's temp)")
     p.add_argument("--out", help="write the results as JSON")
     a = p.parse_args(argv)
@@ -394,6 +415,10 @@ def main(argv=None) -> dict:
         least = 0 if name == "steps" else 1
         if getattr(a, name) < least:
             raise UsageError(f"--{name.replace('_', '-')} must be at least {least}, got {getattr(a, name)}")
+    if a.micro_batch_tokens != "auto":
+        if not a.micro_batch_tokens.isdigit() or int(a.micro_batch_tokens) < 1:
+            raise UsageError(f"--micro-batch-tokens {a.micro_batch_tokens!r}: auto or a number ≥ 1")
+        a.micro_batch_tokens = int(a.micro_batch_tokens)
     if a.compile not in COMPILE:
         raise UsageError(f"--compile {a.compile!r} is unknown; use false, true or auto")
     if a.attention not in attention.KERNELS:

@@ -33,6 +33,7 @@ from typing import Any, overload
 import torch
 
 from posttrain.framework.packing import pack_index, packed_shape, plan_groups
+from posttrain.runtime import MicroBatches
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -157,11 +158,34 @@ def collate_samples(samples, pad_id: int) -> RolloutBatch:
 
 # ----------------------------------------------------------------------------- micro-batches
 
-# The fixed cost of one more micro-batch (one more forward and backward: hundreds of kernel
-# launches) in token-equivalents: split_micro_batches cuts rows into another micro-batch only
-# where that saves more padded tokens than this. ~5 ms of launches on a CPU ≈ 100-200 tokens of
-# the nano model; on bigger models and GPUs a token costs more and the constant matters less.
+# The fixed cost of one more micro-batch (one more forward and backward: its kernel launches, the
+# logit chunks' per-chunk work, the host reads between micro-batches) in token-equivalents, per
+# device: split_micro_batches cuts rows into another micro-batch only where that saves more padded
+# tokens than this. CPU: ~5 ms of launches ≈ 100-200 tokens of the nano model. CUDA: measured on one
+# H200 (issue 43, ../shared/gpu/h200_2026-11-28, Qwen2.5-0.5B's shape in bf16): a micro-batch of
+# ~3,100 tokens took ~250 ms where its matmuls take ~30 ms at 40% of the card's 800 TFLOP/s, so
+# ~220 ms of it is fixed, ~23,000 token-equivalents at that rate; 16,384 after this issue's removal
+# of per-micro-batch host reads. At a budget below it the split cuts the fewest micro-batches that
+# fit and pads them; benchmarks/gpu_part3.py (part cost) measures it again (train time against
+# micro-batch count at equal tokens). Any other device (a test's fakegpu) is priced as the CPU.
 MICRO_BATCH_COST_TOKENS = 128
+CUDA_MICRO_BATCH_COST_TOKENS = 16384
+
+
+def micro_batch_cost(device) -> int:
+    """The fixed cost of one micro-batch on `device`, in token-equivalents (the constants above)."""
+    return CUDA_MICRO_BATCH_COST_TOKENS if torch.device(device).type == "cuda" else MICRO_BATCH_COST_TOKENS
+
+
+def budgets(setting: int | str, runtime=None) -> MicroBatches:
+    """optim.micro_batch_tokens as the forwards read it: a number is the trainer's budget and its
+    no-gradient passes' (the reference keeps its own, 16,384, as before); `auto` is what the run
+    resolved for its device (`runtime.micro_batches`: sizing/run_memory.auto_budgets), the numbers
+    from before auto (the CPU's) where nothing was resolved."""
+    if setting == "auto":
+        resolved = getattr(runtime, "micro_batches", None)
+        return resolved if resolved is not None else MicroBatches()
+    return MicroBatches(train=int(setting), score=int(setting))
 
 
 @overload
@@ -186,7 +210,8 @@ def split_micro_batches(
 
     Rows go in units of `unit` (2 keeps a preference pair's chosen and rejected together).
     Units are sorted by length, longest first, and cut into consecutive groups minimising
-    Σ rows·width + MICRO_BATCH_COST_TOKENS per group (exact, by dynamic programming), with
+    Σ rows·width + the device's cost of a micro-batch per group (`micro_batch_cost`: 128 tokens on
+    the CPU, 16,384 on CUDA; exact, by dynamic programming), with
     rows·width <= max_tokens. Within a micro-batch rows keep their batch order, and columns
     past its last real token are trimmed. Each micro-batch carries `row_index` [b], the
     positions of its rows in `batch`, for callers that write results back by row. Losses are
@@ -199,28 +224,31 @@ def split_micro_batches(
         raise ValueError(f"batch of {B} rows does not split into units of {unit}")
     lengths = mask.sum(1).view(-1, unit).amax(1).long().cpu()  # [B / unit]; the plan lives on the CPU
     order = torch.sort(lengths, descending=True, stable=True).indices  # longest unit first
+    cost = micro_batch_cost(mask.device)
     if packed:
-        plan = plan_groups(mask.sum(1).long().tolist(), max_tokens, unit, MICRO_BATCH_COST_TOKENS, pack_width)
+        plan = plan_groups(mask.sum(1).long().tolist(), max_tokens, unit, cost, pack_width)
         groups = [torch.tensor(g) for g in plan]
     else:
-        groups = [order[a:b] for a, b in _length_groups(lengths[order].tolist(), max_tokens, unit)]
+        groups = [order[a:b] for a, b in _length_groups(lengths[order].tolist(), max_tokens, unit, cost)]
+    units = [group.sort().values for group in groups]  # batch order within each group
+    rows = [(u[:, None] * unit + torch.arange(unit)).flatten() for u in units]  # [b] each
+    # the row indices reach the device in one copy (a copy per field and micro-batch was a sync each on CUDA)
+    on_device = torch.cat(rows).to(mask.device).split([len(r) for r in rows]) if rows else ()
     out: list[Any] = []
-    for group in groups:
-        units = group.sort().values  # batch order within the group
-        rows = (units[:, None] * unit + torch.arange(unit)).flatten()  # [b]
-        width = int(lengths[units].max())
-        mb = map_batch(batch, functools.partial(_take, rows=rows, width=width, T=mask.shape[1]))
-        mb = with_fields(mb, row_index=rows.to(mask.device))
+    for u, r, r_dev in zip(units, rows, on_device):
+        width = int(lengths[u].max())
+        mb = map_batch(batch, functools.partial(_take, rows=r, width=width, T=mask.shape[1], moved=r_dev))
+        mb = with_fields(mb, row_index=r_dev)
         index = pack_index(view(mb)["attention_mask"], unit, pack_width) if packed else None
-        if index is not None and packed_shape(index)[0] < len(rows):  # rows shared: else padded is the same
+        if index is not None and packed_shape(index)[0] < len(r):  # rows shared: else padded is the same
             mb = with_fields(mb, pack_index=index)
         out.append(mb)
     return out
 
 
-def _length_groups(widths: list[int], max_tokens: int, unit: int) -> list[tuple[int, int]]:
-    """[a, b) cuts of units sorted by decreasing width: minimum Σ (b-a)·unit·widths[a] +
-    MICRO_BATCH_COST_TOKENS over groups, each within max_tokens unless it is a single unit."""
+def _length_groups(widths: list[int], max_tokens: int, unit: int, cost: int) -> list[tuple[int, int]]:
+    """[a, b) cuts of units sorted by decreasing width: minimum Σ (b-a)·unit·widths[a] + `cost` over
+    groups, each within max_tokens unless it is a single unit."""
     U = len(widths)
     best, cut = [0.0] + [float("inf")] * U, [0] * (U + 1)
     for b in range(1, U + 1):
@@ -228,9 +256,9 @@ def _length_groups(widths: list[int], max_tokens: int, unit: int) -> list[tuple[
             size = (b - a) * unit * widths[a]
             if b - a > 1 and size > max_tokens:
                 break  # wider and longer further left
-            cost = best[a] + size + MICRO_BATCH_COST_TOKENS
-            if cost < best[b]:
-                best[b], cut[b] = cost, a
+            total = best[a] + size + cost
+            if total < best[b]:
+                best[b], cut[b] = total, a
     groups, b = [], U
     while b > 0:
         groups.append((cut[b], b))
@@ -238,7 +266,8 @@ def _length_groups(widths: list[int], max_tokens: int, unit: int) -> list[tuple[
     return groups[::-1]
 
 
-def _take(v: torch.Tensor, rows: torch.Tensor, width: int, T: int) -> torch.Tensor:
-    """Rows `rows` of one tensor, its time axis (dim 1 of length T) cut to `width` columns."""
-    v = v[rows.to(v.device)]
+def _take(v: torch.Tensor, rows: torch.Tensor, width: int, T: int, moved: torch.Tensor | None = None) -> torch.Tensor:
+    """Rows `rows` of one tensor, its time axis (dim 1 of length T) cut to `width` columns; `moved`:
+    the same rows already on the batch's device."""
+    v = v[moved if moved is not None and moved.device == v.device else rows.to(v.device)]
     return v[:, :width] if v.dim() >= 2 and v.shape[1] == T else v

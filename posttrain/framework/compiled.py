@@ -102,6 +102,12 @@ def compiling(scope: bool | str):
         _ON.reset(token)
 
 
+def active() -> bool:
+    """Does `trunk_hidden` compile here (inside `compiling` with a scope)? optim.packing_attention=auto
+    reads it: flex only inside a compiled trunk (models/attention.auto_kernel)."""
+    return bool(_ON.get())
+
+
 def trunk_hidden(trunk, input_ids: torch.Tensor, positions=None, attn_mask=None) -> torch.Tensor:
     """`trunk.hidden(input_ids, positions=, attn_mask=)` [B, T, d], compiled inside `compiling`."""
     scope = _ON.get()

@@ -31,10 +31,11 @@ import time
 from contextlib import contextmanager
 
 import numpy as np
+import torch
 
 from posttrain.algorithms.core import across, broadcast
 from posttrain.framework.agent import Episode, episode_metrics, run_episodes
-from posttrain.framework.batch import collate_samples, to_device
+from posttrain.framework.batch import budgets, collate_samples, to_device
 from posttrain.framework.card import phase
 from posttrain.framework.critic import critic_values, needs_critic
 from posttrain.framework.off_policy import correct_off_policy
@@ -66,6 +67,11 @@ class Controller:
         self.pool = make_pool(task, *verifier_args(cfg))  # None = in-process
         self.world = current()  # this rank among the run's (one in a plain process)
 
+    def score_tokens(self) -> int:
+        """The micro-batch budget of the trainer's model without gradient (PPO's V_old, the off-policy
+        correction): optim.micro_batch_tokens as framework/batch.budgets reads it."""
+        return budgets(self.trainer.cfg.micro_batch_tokens, getattr(self.trainer, "runtime", None)).score
+
     def timer(self, name: str):
         return timed(self.timers, name)
 
@@ -85,9 +91,7 @@ class Controller:
                 batch = replace(batch, ref_logprobs=self.reference.score(batch))  # ❺
         if critic:  # critic hook (PPO only):
             with self.timer("critic"):  # V_old of the rollout for GAE
-                batch = replace(
-                    batch, values=critic_values(self.trainer.model, batch, self.trainer.cfg.micro_batch_tokens)
-                )
+                batch = replace(batch, values=critic_values(self.trainer.model, batch, self.score_tokens()))
         with self.timer("algorithm"), across(self.world):  # batch-wide statistics: every rank's rows
             adv = self.algorithm.advantages(batch.rewards, batch.group_index, self.algo_cfg, batch=batch)
             if critic:  # the value loss's target
@@ -104,7 +108,7 @@ class Controller:
                     self.correction,
                     cfg.scale.off_policy_cap,
                     cfg.rollout.temperature,
-                    self.trainer.cfg.micro_batch_tokens,
+                    self.score_tokens(),
                     self.trainer.cfg.packing,
                 )
                 metrics.update(corrected)
@@ -213,9 +217,10 @@ class Controller:
 
 @contextmanager
 def timed(timers: dict, name: str):
-    """Time a role, and name it in a CUDA out-of-memory error raised inside (framework/card.py)."""
+    """Time a role, name it in a CUDA out-of-memory error raised inside (framework/card.py), and mark it
+    for torch.profiler (`posttrain/NAME`: bench/profile.py groups a step's ops by it)."""
     t0 = time.perf_counter()
-    with phase(name):
+    with phase(name), torch.profiler.record_function(f"posttrain/{name}"):
         yield
     timers[f"time/{name}_s"] = timers.get(f"time/{name}_s", 0.0) + time.perf_counter() - t0
 

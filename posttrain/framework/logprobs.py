@@ -39,11 +39,11 @@ import torch
 import torch.nn.functional as F
 import torch.utils.checkpoint
 
-from posttrain.algorithms.core import entropy_from_logits
+from posttrain.algorithms.core import entropy_from_logprobs
 from posttrain.framework.batch import view
-from posttrain.framework.compiled import trunk_hidden
+from posttrain.framework.compiled import active, trunk_hidden
 from posttrain.framework.packing import Packed
-from posttrain.framework.rollout import token_logprobs
+from posttrain.framework.sampler import log_probs, token_logprobs
 from posttrain.models.attention import chosen
 from posttrain.models.heads import LOGIT_CHUNK_ELEMENTS, lm_parts
 
@@ -70,7 +70,7 @@ def micro_logprobs(model, mb, temperature: float = 1.0, with_entropy: bool = Fal
     parts = lm_parts(model)
     if index is None or parts is None:
         return sequence_logprobs(model, ids, temperature, with_entropy)
-    p = Packed.build(ids, index, chosen(parts[0]))  # the mask for the trunk's kernel (dense, flex or varlen)
+    p = Packed.build(ids, index, chosen(parts[0]), compiled=active())  # the mask for the trunk's kernel
     h = trunk_hidden(parts[0], p.ids, p.positions, p.mask)  # [R, w, d]
     lp, ent = hidden_logprobs(h, parts[1], p.ids, temperature, with_entropy)  # [R, w] each
     return p.unpack(lp), None if ent is None else p.unpack(ent)
@@ -143,19 +143,22 @@ def logits_logprobs(
 
 
 def _logprob_stats(temperature: float, with_entropy: bool):
-    """fn for position_stats: logits [..., V], tokens [...] → (logprob [...], entropy [...])."""
+    """fn for position_stats: logits [..., V], tokens [...] → (logprob [...], entropy [...]).
+
+    With the entropy, both are read from ONE log-softmax of logits / T (sampler.log_probs, whose
+    gather is token_logprobs): one fp32 copy, one log-softmax and one backward of it per chunk fewer
+    than making each apart (issue 43). The values are the same floats (an entropy of logits / 1.0 is
+    that of the logits), and so are the gradients while the entropy is no part of the loss (every
+    algorithm's entropy_coef = 0 by default); with a bonus, the two gradients meet before the
+    log-softmax's backward instead of after it: float rounding."""
 
     def stats(logits, tokens):
-        lp = token_logprobs(logits, tokens, temperature)
-        return (lp, _entropy(logits, temperature)) if with_entropy else (lp,)
+        if not with_entropy:
+            return (token_logprobs(logits, tokens, temperature),)
+        logp = log_probs(logits, temperature)  # [..., V] fp32
+        return logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1), entropy_from_logprobs(logp)
 
     return stats
-
-
-def _entropy(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """Entropy [...] of softmax(logits / T), T = 0 read as 1 (as token_logprobs reads it)."""
-    t = temperature if temperature > 0 else 1.0
-    return entropy_from_logits(logits.float() / t)
 
 
 def _out_features(head) -> int | None:

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 import torch
 from torch.nn.attention.flex_attention import BlockMask
 
-from posttrain.models.attention import Varlen, document_mask, kernel
+from posttrain.models.attention import Varlen, auto_kernel, document_mask, kernel
 
 
 def _place(fill: list[int], n: int, width: int) -> tuple[int, int]:
@@ -154,8 +154,11 @@ class Packed:
     first: torch.Tensor  # [b, w] bool: column 0 of each row and its padding, where outputs are 0
 
     @classmethod
-    def build(cls, input_ids: torch.Tensor, index: torch.Tensor, attention: str = "dense") -> Packed:
-        """`attention`: the mask's kernel, dense, flex or varlen (models/attention.py; "auto" by device)."""
+    def build(
+        cls, input_ids: torch.Tensor, index: torch.Tensor, attention: str = "dense", compiled: bool = False
+    ) -> Packed:
+        """`attention`: the mask's kernel, dense, flex or varlen (models/attention.py); "auto" by the
+        device and `compiled`, whether the trunk that reads the mask runs compiled (flex only then)."""
         b, w = input_ids.shape
         R, W = packed_shape(index)
         real = index[..., 0] >= 0  # [b, w]
@@ -169,7 +172,8 @@ class Packed:
         positions = (torch.arange(W, device=dev) - tail).clamp(min=0).view(-1)  # the tail from 0
         positions[flat] = pos[real]
         positions = positions.view(R, W)
-        mask = document_mask(seq_id, kernel(attention, dev))  # [R, 1, W, W], its BlockMask or Varlen
+        choice = auto_kernel(dev, compiled) if attention == "auto" else attention
+        mask = document_mask(seq_id, kernel(choice, dev))  # [R, 1, W, W], its BlockMask or Varlen
         gather = (index[..., 0] * W + index[..., 1]).clamp(min=0)  # [b, w]
         return cls(ids.view(R, W), positions, mask, seq_id, gather, ~real | (pos == 0))
 

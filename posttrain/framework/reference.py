@@ -18,7 +18,7 @@ import copy
 
 import torch
 
-from posttrain.framework.batch import Batch, split_micro_batches, view
+from posttrain.framework.batch import Batch, budgets, split_micro_batches, view
 from posttrain.framework.compiled import compiling
 from posttrain.framework.logprobs import micro_logprobs
 
@@ -67,8 +67,12 @@ class Reference:
         if runtime is not None and runtime.autocast_on:
             self.model.to(runtime.compute_dtype)
 
-    def score(self, batch: Batch, micro_batch_tokens: int = 16384) -> torch.Tensor:
-        """ref_logprobs [B, T], zero where loss_mask is 0 (the same convention as old_logprobs)."""
+    def score(self, batch: Batch, micro_batch_tokens: int | None = None) -> torch.Tensor:
+        """ref_logprobs [B, T], zero where loss_mask is 0 (the same convention as old_logprobs), in
+        micro-batches of `micro_batch_tokens` computed tokens (None: the run's reference budget,
+        runtime.MicroBatches.reference: 16,384 unless optim.micro_batch_tokens=auto resolved more)."""
+        if micro_batch_tokens is None:
+            micro_batch_tokens = budgets("auto", self.runtime).reference
         autocast = self.runtime.autocast() if self.runtime is not None else contextlib.nullcontext()
         with autocast, compiling(self.compile):
             return score_logprobs(

@@ -73,6 +73,10 @@ def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: floa
     return _log_probs(logits, temperature).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
 
 
+log_probs = _log_probs  # the whole log-softmax [..., V] that token_logprobs gathers from (framework/logprobs.py
+# reads a chunk's logprob and entropy from one)
+
+
 # splitmix64 (Steele et al. 2014) on int64 tensors. torch's >> is arithmetic, so logical
 # shifts mask the sign-extended bits; multiplication wraps modulo 2**64 as in C.
 def _i64(x: int) -> int:

@@ -28,7 +28,7 @@ import torch
 from posttrain import checkpoint_shards
 from posttrain.algorithms.core import batch_norm, masked_mean
 from posttrain.errors import UsageError
-from posttrain.framework.batch import Batch, RolloutBatch, map_batch, split_micro_batches, view
+from posttrain.framework.batch import Batch, RolloutBatch, budgets, map_batch, split_micro_batches, view
 from posttrain.framework.compiled import SCOPES, compiling, resolve
 from posttrain.framework.critic import logprobs_and_values, needs_critic
 from posttrain.framework.logprobs import micro_logprobs
@@ -38,6 +38,13 @@ from posttrain.framework.packing import computed_tokens
 def policy_loss_fn(algorithm, algo_cfg, temperature: float):
     """The RL loss as the trainer sees it: recompute logprobs (sampler's temperature), call the
     algorithm, and measure the sampler/trainer mismatch on the same tokens.
+
+    `mismatch/logprob_abs` means one thing on every backend: the mean over loss tokens of |the
+    sampler's recorded logprob − the trainer's|, the sampler's read from `behaviour_logprobs` when
+    the off-policy correction moved them there (its `old_logprobs` are then the trainer's own, and
+    the gap against them 0: a vLLM run read 0.0 every step, issue 43), else from `old_logprobs`.
+    Trainer.train keeps the first optimizer step's, whose weights are the sampler's (in an async run
+    a stale sample's gap also holds the updates since it was drawn: staleness/*).
 
     Critic hook (PPO, framework/critic.py): `model` is then a models.heads.ActorCritic; the
     same forward also gives V(s_t) [B, T], handed to the loss as `new_values` in a new
@@ -54,8 +61,9 @@ def policy_loss_fn(algorithm, algo_cfg, temperature: float):
         else:
             lp, ent = micro_logprobs(model, mb, temperature, with_entropy=True)  # packed if mb says so
         loss, metrics = algorithm.loss(lp, mb, algo_cfg, norm, ent)
-        assert mb.old_logprobs is not None  # the loss above has read it
-        metrics["mismatch/logprob_abs"] = float(masked_mean((lp.detach() - mb.old_logprobs).abs(), mb.loss_mask))
+        sampled = mb.behaviour_logprobs if mb.behaviour_logprobs is not None else mb.old_logprobs
+        assert sampled is not None  # the loss above has read old_logprobs
+        metrics["mismatch/logprob_abs"] = masked_mean((lp.detach() - sampled).abs(), mb.loss_mask)
         return loss, metrics
 
     return loss_fn
@@ -76,6 +84,13 @@ class Trainer:
         scope = getattr(optim, "compile_scope", SCOPES[0])
         self.compile = resolve(getattr(optim, "compile", False), self.device, scope)  # framework/compiled.py
 
+    @property
+    def budgets(self):
+        """The micro-batch budgets this trainer splits by (optim.micro_batch_tokens; auto: what the
+        run resolved for its device, runtime.MicroBatches): `train` for its steps, `score` for its
+        model's passes without gradient (PPO's V_old, the off-policy correction)."""
+        return budgets(self.cfg.micro_batch_tokens, self.runtime)
+
     def step(self, batch: Batch, loss_fn, max_len: float | None = None, unit: int = 1) -> dict:
         """One optimizer step on `batch` (accumulating over micro-batches of whole `unit`s of
         rows: 2 for preference pairs)."""
@@ -88,18 +103,26 @@ class Trainer:
         sums: dict[str, float] = {}
         maxes: dict[str, float] = {}
         total_loss = 0.0
-        micro = split_micro_batches(batch, self.cfg.micro_batch_tokens, unit, self.cfg.packing, self.cfg.packing_width)
+        micro = split_micro_batches(batch, self.budgets.train, unit, self.cfg.packing, self.cfg.packing_width)
         if self.dp is not None:  # FSDP: as many forwards on every rank
             micro = self.dp.even_out(micro)
+        kept, keys = [], []  # per micro-batch: its loss, loss tokens, real tokens and metrics, read after the loop
         for mb in micro:
             ctx = self.runtime.autocast() if self.runtime else torch.autocast("cpu", enabled=False)
             with ctx, compiling(self.compile):
                 loss, metrics = loss_fn(self.model, mb, norm)
             loss.backward()  # the one backward of the project
-            total_loss += float(loss.detach())
-            share = float(view(mb)["loss_mask"].sum()) / max(norm["tokens"], 1.0)
-            for k, v in metrics.items():
-                v = float(v)
+            fields = view(mb)
+            kept.append([loss.detach(), fields["loss_mask"].sum(), fields["attention_mask"].sum(), *metrics.values()])
+            keys.append(list(metrics))
+        # one host read for all of them (on CUDA each read waits for the queue: read inside the loop,
+        # the card idled between micro-batches, issue 43); then the same float arithmetic as before
+        real = 0.0  # this rank's tokens
+        for (loss_v, tokens, attended, *metric_values), mb_keys in zip(host_floats(kept), keys):
+            total_loss += loss_v
+            real += attended
+            share = tokens / max(norm["tokens"], 1.0)
+            for k, v in zip(mb_keys, metric_values):
                 if k.endswith("/max"):
                     maxes[k] = max(maxes.get(k, -math.inf), v)
                 else:
@@ -110,7 +133,6 @@ class Trainer:
         params = [p for p in self.model.parameters() if p.grad is not None]
         clip = self.cfg.grad_clip if self.cfg.grad_clip > 0 else math.inf
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip))
-        real = sum(float(view(mb)["attention_mask"].sum()) for mb in micro)  # this rank's tokens
         padded = float(sum(computed_tokens(view(mb)) for mb in micro))
         counts: dict[str, float] = {
             "train/micro_batches": len(micro),
@@ -198,6 +220,18 @@ class Trainer:
             self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.nonfinite_total = state.get("nonfinite_total", 0)
+
+
+def host_floats(rows: list[list]) -> list[list[float]]:
+    """`rows` of 0-dim tensors and numbers as Python floats, each the `float(x)` it would be alone,
+    with one device-to-host read per device (not one per value: each is a sync on CUDA)."""
+    tensors: dict[torch.device, list[torch.Tensor]] = {}
+    for row in rows:
+        for x in row:
+            if isinstance(x, torch.Tensor):
+                tensors.setdefault(x.device, []).append(x.detach() if x.dim() == 0 else x.detach().reshape(()))
+    read = {dev: iter(torch.stack(ts).tolist()) for dev, ts in tensors.items()}  # stack promotes: float32 stays exact
+    return [[next(read[x.device]) if isinstance(x, torch.Tensor) else float(x) for x in row] for row in rows]
 
 
 def _rows(v: torch.Tensor, rows: slice) -> torch.Tensor:

@@ -14,21 +14,31 @@ ways to hand it to the attention kernel, chosen by `optim.packing_attention`:
             TRL's padding_free and verl's use_remove_padding run as flash-attn's varlen kernel):
             Σ wᵢ² / 2, no tiles across sequences; CUDA, bf16/fp16 only
 
-`auto` is flex on CUDA and dense elsewhere: torch's flex attention has no backward on the CPU
-(its forward there is a reference that computes every score), so training on the CPU stays
-dense. On CUDA the kernel is `torch.compile(flex_attention)`, compiled once per process at its
-first use (the Triton template; eager flex would materialise the scores). varlen is chosen by
-name only: auto stays flex until a GPU has measured the two side by side (benchmarks/gpu_part2.py,
-part varlen). Off CUDA a Varlen mask runs `segments_reference` (causal sdpa per sequence, the
-same reshapes around it: the tests' CPU stand-in for the kernel), but a run there is refused.
+`auto` never picks a kernel slower than padded rows: flex on CUDA when the trunk is compiled
+(`optim.compile`: the flex call is traced with the trunk's graph), dense everywhere else. Measured on
+one H200 (issue 43, ../shared/gpu/h200_2026-11-28, the 0.5B GRPO step's trainer): packed rows through
+flex with the trunk eager (the flex call alone compiled) took 8.52 s and peaked at 79.0 GiB where
+padded dense rows took 3.60 s and 31.4 GiB (mbt64k_*.json); with the trunk compiled, 4.62 s. Torch's
+flex attention has no backward on the CPU (its forward there is a reference that computes every
+score), so the CPU stays dense. varlen is chosen by name only, until a GPU has measured it against
+dense and flex (benchmarks/gpu_part3.py, part varlen). Off CUDA a Varlen mask runs
+`segments_reference` (causal sdpa per sequence, the same reshapes around it: the tests' CPU
+stand-in for the kernel), but a run there is refused.
+
+torch's `varlen_attn` changed its keywords between the versions pyproject allows (torch>=2.4):
+2.10 takes `is_causal`, 2.11 a `window_size` ((-1, 0) is causal) and no `enable_gqa`, 2.13 both
+`window_size` and `enable_gqa`. `flash_varlen` reads the signature: a torch without `enable_gqa`
+gets k and v repeated to the query heads (what enable_gqa does inside the kernel), one without
+`scale` a q scaled so that the kernel's default 1/√hd gives `scale`; a torch before 2.10 has no
+varlen at all and `check` refuses it in one line.
 
 The interface: framework/packing.py makes the mask, gpt_mini's Attention calls `attend`, and
 transformers models call `hf_attention` (models/hf.py installs it as their attention function
 "posttrain": transformers' own sdpa function for every other mask):
 
     chosen(model)                   -> "auto" | "dense" | "flex" | "varlen"  (the model's choice)
-    kernel(choice, device)          -> "dense" | "flex" | "varlen"  ("auto" resolved; varlen off
-                                       CUDA: UsageError)
+    kernel(choice, device, compiled=False) -> "dense" | "flex" | "varlen"  ("auto" resolved by
+                                       `auto_kernel`; varlen off CUDA: UsageError)
     check(choice, device, dtype)    -> choice, or UsageError for flex or varlen off CUDA, varlen in
                                        fp32 compute (recipes/common.Run, before any work)
     document_mask(seq_id, kernel)   -> bool [R, 1, W, W] | BlockMask | Varlen  (seq_id [R, W]: one
@@ -44,6 +54,8 @@ transformers models call `hf_attention` (models/hf.py installs it as their atten
 
 from __future__ import annotations
 
+import functools
+import inspect
 from typing import NamedTuple
 
 import torch
@@ -63,8 +75,15 @@ BLOCK = 128  # flex's tile (queries × keys); its Triton kernels are tuned for 1
 _compiled = None  # torch.compile(flex_attention): made once, at the first CUDA call
 
 
-def kernel(choice: str, device: torch.device | str) -> str:
-    """The kernel `choice` (optim.packing_attention) names on `device`: auto = flex on CUDA."""
+def auto_kernel(device: torch.device | str, compiled: bool = False) -> str:
+    """What optim.packing_attention=auto runs on `device`: flex on CUDA inside a compiled trunk (or
+    its compiled blocks), dense otherwise, so auto is never slower than padded rows (module docstring)."""
+    return "flex" if compiled and torch.device(device).type == "cuda" else "dense"
+
+
+def kernel(choice: str, device: torch.device | str, compiled: bool = False) -> str:
+    """The kernel `choice` (optim.packing_attention) names on `device`; `compiled`: the trunk runs
+    compiled (framework/compiled.py), which auto reads (`auto_kernel`)."""
     if choice not in KERNELS:
         raise UsageError(f"optim.packing_attention={choice!r} is unknown; use one of {list(KERNELS)}")
     if choice == "varlen" and torch.device(device).type != "cuda":
@@ -72,7 +91,7 @@ def kernel(choice: str, device: torch.device | str) -> str:
             "optim.packing_attention=varlen needs CUDA (torch's varlen_attn is Flash Attention, CUDA only); use auto or dense"
         )
     if choice == "auto":
-        return "flex" if torch.device(device).type == "cuda" else "dense"
+        return auto_kernel(device, compiled)
     return choice
 
 
@@ -242,8 +261,25 @@ def flash_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Varlen
             "run under bf16 autocast (dtype=auto on CUDA) or use optim.packing_attention=flex"
         )
     cu, n = mask.cu_seqlens, mask.max_len
-    gqa = q.shape[1] != k.shape[1]
-    return _flash_varlen()(q, k, v, cu, cu, n, n, scale=scale, window_size=(-1, 0), enable_gqa=gqa)
+    fn = _flash_varlen()
+    takes = _keywords(fn)
+    kw: dict = {"window_size": (-1, 0)} if "window_size" in takes else {"is_causal": True}  # causal: 2.11+ / 2.10
+    if q.shape[1] != k.shape[1]:  # grouped-query attention
+        if "enable_gqa" in takes:
+            kw["enable_gqa"] = True
+        else:  # torch 2.10-2.12: the kernel wants as many k, v heads as q has
+            k, v = (x.repeat_interleave(q.shape[1] // x.shape[1], dim=1) for x in (k, v))  # [N, H, hd]
+    if scale is not None and "scale" in takes:
+        kw["scale"] = scale
+    elif scale is not None:  # the kernel's own 1/√hd, times q's factor, is `scale`
+        q = q * (scale * q.shape[-1] ** 0.5)
+    return fn(q, k, v, cu, cu, n, n, **kw)
+
+
+@functools.lru_cache(maxsize=4)
+def _keywords(fn) -> frozenset[str]:
+    """The keyword parameters of torch's varlen_attn, which differ between torch versions (module docstring)."""
+    return frozenset(inspect.signature(fn).parameters)
 
 
 def segments_reference(
@@ -262,11 +298,12 @@ def segments_reference(
 
 
 def _flash_varlen():
-    """torch.nn.attention.varlen.varlen_attn, or a UsageError where this torch has none."""
-    if varlen_attn is None:
+    """torch.nn.attention.varlen.varlen_attn, or a UsageError where this torch has none (or one that
+    says causal neither way: a torch before 2.10's)."""
+    if varlen_attn is None or not {"window_size", "is_causal"} & _keywords(varlen_attn):
         raise UsageError(
-            f"optim.packing_attention=varlen needs torch.nn.attention.varlen, which torch {torch.__version__} lacks; "
-            "upgrade torch or use optim.packing_attention=flex"
+            f"optim.packing_attention=varlen needs torch.nn.attention.varlen, which torch {torch.__version__} lacks "
+            "(it came with 2.10); upgrade torch or use optim.packing_attention=dense"
         )
     return varlen_attn
 

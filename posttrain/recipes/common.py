@@ -25,7 +25,7 @@ from posttrain.models.gpt_mini import GPTMini
 from posttrain.models.lora import apply_lora
 from posttrain.models.tokenizer import BASE_CHARS, DEFAULT_CHARS, CharTokenizer
 from posttrain.reward_models.wrap import with_judge
-from posttrain.sizing.run_memory import model_shape, predict_run_peak
+from posttrain.sizing.run_memory import AUTO_HEADROOM, model_shape, predict_run_peak
 from posttrain.tasks import hub_data
 
 
@@ -246,6 +246,7 @@ def predict_memory(r: Run, stage: str, model, seq_len: int = 0, prompt_len: int 
                 t.sum()
         baseline = max(0, runtime.current_memory_bytes(dev) - sum(t.numel() * t.element_size() for t in tensors))
     bf16 = r.rt.autocast_on and r.rt.compute_dtype == torch.bfloat16
+    capacity = card.card_bytes(dev)
     est = predict_run_peak(
         cfg if cfg is not None else r.cfg,  # a config resolved since the run began (RL's max_new_tokens)
         stage,
@@ -257,12 +258,22 @@ def predict_memory(r: Run, stage: str, model, seq_len: int = 0, prompt_len: int 
         hf=hasattr(model, "hf"),
         baseline_bytes=baseline,
         peak_so_far=runtime.peak_memory_bytes(dev),  # loading may already have peaked higher
+        capacity=capacity,  # optim.micro_batch_tokens=auto fits the card (CUDA)
         ranks=r.world.size,  # per rank: its rows, and 1/N of the trainer's state when sharded
         shard=getattr(getattr(r.cfg, "scale", None), "trainer_shard", "replicate"),
     )
     r.predicted_peak = est
+    if getattr(getattr(r.cfg, "optim", None), "micro_batch_tokens", None) == "auto":
+        r.rt.micro_batches = runtime.MicroBatches(**est["budgets"])  # the trainer's and the reference's splits
+        if capacity is not None:
+            b = est["budgets"]
+            print(
+                f"[{stage} memory] optim.micro_batch_tokens=auto: train {b['train']:,}, reference and other passes "
+                f"without gradient {b['reference']:,} tokens (fit in {1 - AUTO_HEADROOM:.0%} of "
+                f"{capacity / 2**30:.1f} GiB)",
+                flush=True,
+            )
     card.expect(est["peak_bytes"])  # an out-of-memory line quotes it
-    capacity = card.card_bytes(dev)
     if warning := card.over_card_warning(est["peak_bytes"], capacity, dev, card.peak_phase(est)):
         print(warning, flush=True)
     if r.world.main:
@@ -287,7 +298,8 @@ def predict_memory(r: Run, stage: str, model, seq_len: int = 0, prompt_len: int 
 
 def batch_plan(batch: dict, micro_batch_tokens: int, unit: int = 1) -> dict:
     """Token and micro-batch counts of one optimizer step on `batch`, split as the trainer splits it
-    (the supervised stages measure step 1's batch; later batches differ only by padding)."""
+    (the supervised stages measure step 1's batch; later batches differ only by padding):
+    `micro_batch_tokens` the trainer's budget (Trainer.budgets.train)."""
     return {
         "tokens/step": int(batch["attention_mask"].sum()),
         "loss tokens/step": int(batch["loss_mask"].sum()),

@@ -169,6 +169,9 @@ def run(cfg: DPOConfig, resume: bool = False, task=None) -> dict:
     show_first_prompt(
         tok.chat_prompt(pairs[0].prompt) + tok.chat_continuation(pairs[0].prompt, pairs[0].chosen), r.dir, "dpo"
     )
+    indices = EpochIndices(len(encoded), cfg.batch_size, cfg.seed)
+    # before the reference pass, which reads the micro-batch budget it resolves (optim.micro_batch_tokens=auto)
+    predict_memory(r, "dpo", model, collate_pairs(encoded, indices(1), tok.pad_id)["input_ids"].shape[1])
     ref = (
         None
         if cfg.loss_type in REFERENCE_FREE
@@ -177,7 +180,6 @@ def run(cfg: DPOConfig, resume: bool = False, task=None) -> dict:
     trainer = rank_trainer(
         Trainer(model, cfg.optim, cfg.steps, r.rt), model, r.world, "replicate"
     )  # N ranks: data parallel
-    indices = EpochIndices(len(encoded), cfg.batch_size, cfg.seed)
 
     def batch_fn(step):  # on the model's device before KTO's reference point scores it
         idx = indices(step)
@@ -187,7 +189,6 @@ def run(cfg: DPOConfig, resume: bool = False, task=None) -> dict:
             batch["ref_logps"] = ref[rows]  # [2B]
         return with_kto_reference_point(model, batch) if cfg.loss_type == "kto" else batch
 
-    predict_memory(r, "dpo", model, batch_fn(1)["input_ids"].shape[1])
     print_plan(
         "dpo",
         {
@@ -195,7 +196,7 @@ def run(cfg: DPOConfig, resume: bool = False, task=None) -> dict:
             "pairs": len(encoded),
             "prompts/step": cfg.batch_size,
             "samples/step": 2 * cfg.batch_size,
-            **batch_plan(batch_fn(1), cfg.optim.micro_batch_tokens, 2),
+            **batch_plan(batch_fn(1), trainer.budgets.train, 2),
             "optimizer steps/step": 1,
             "steps": cfg.steps,
             "epochs": round(cfg.steps * cfg.batch_size / len(encoded), 2),

@@ -61,7 +61,7 @@ def run(cfg: PretrainConfig, resume: bool = False, task=None) -> dict:
             "corpus tokens": len(train_ids),
             "prompts/step": 0,
             "samples/step": cfg.batch_size,
-            **batch_plan(windows(1), cfg.optim.micro_batch_tokens),
+            **batch_plan(windows(1), trainer.budgets.train),
             "optimizer steps/step": 1,
             "steps": cfg.steps,
             "total tokens": cfg.batch_size * cfg.seq_len * cfg.steps,

@@ -22,6 +22,7 @@ from posttrain.distributed.run_summary import write_summary
 from posttrain.envs.source import ExternalRollouts
 from posttrain.errors import UsageError
 from posttrain.eval import evaluate, evaluate_episodes, response_budget
+from posttrain.framework.batch import budgets
 from posttrain.framework.controller import Controller
 from posttrain.framework.critic import needs_critic
 from posttrain.framework.loop import train_loop
@@ -114,12 +115,14 @@ def check_context(cfg: RLConfig, model, tok, task, init: str) -> None:
         raise UsageError(f"rollout.stop_token_ids has {bad[0]}, not a token id of {init} (0 … {vocab - 1})")
 
 
-def rl_plan(cfg: RLConfig, tok, task) -> dict:
+def rl_plan(cfg: RLConfig, tok, task, micro_batch_tokens: int | None = None) -> dict:
     """One RL step in units. Token and micro-batch counts are upper bounds: every sample padded to
-    the longest prompt (of 200 train prompts) plus max_new_tokens; real batches are shorter."""
+    the longest prompt (of 200 train prompts) plus max_new_tokens; real batches are shorter.
+    `micro_batch_tokens`: the trainer's budget (Trainer.budgets.train; None: the config's, auto's CPU value)."""
     n = cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt
     width = prompt_width(cfg, tok, task) + cfg.rollout.max_new_tokens
-    rows_per_micro = max(1, cfg.optim.micro_batch_tokens // width)  # how the trainer packs rows
+    budget = micro_batch_tokens or budgets(cfg.optim.micro_batch_tokens).train
+    rows_per_micro = max(1, budget // width)  # how the trainer packs rows
     steps = cfg.optim.epochs * cfg.optim.minibatches  # minibatches divide n (check_config)
     micro = steps * -(-(n // cfg.optim.minibatches) // rows_per_micro)
     return {
@@ -200,7 +203,7 @@ def run(cfg: RLConfig, resume: bool = False, task=None) -> dict:
         "rl",
         {
             "params": model.num_params(),
-            **rl_plan(cfg, tok, task),
+            **rl_plan(cfg, tok, task, trainer.budgets.train),
             "steps": cfg.steps,
             "algorithm": cfg.algo.name,
             "reference": reference is not None,

@@ -195,7 +195,7 @@ def run(cfg: RMConfig, resume: bool = False, task=None) -> dict:
             "pairs": len(encoded),
             "prompts/step": cfg.batch_size,
             "samples/step": 2 * cfg.batch_size,
-            **batch_plan(batch_fn(1), cfg.optim.micro_batch_tokens, 2),
+            **batch_plan(batch_fn(1), trainer.budgets.train, 2),
             "optimizer steps/step": 1,
             "steps": cfg.steps,
             "epochs": round(cfg.steps * cfg.batch_size / len(encoded), 2),

@@ -123,7 +123,7 @@ def run(cfg: SFTConfig, resume: bool = False, task=None) -> dict:
             "examples": len(prompts),
             "prompts/step": cfg.batch_size,
             "samples/step": cfg.batch_size,
-            **batch_plan(batches(1), cfg.optim.micro_batch_tokens),
+            **batch_plan(batches(1), trainer.budgets.train),
             "optimizer steps/step": 1,
             "steps": cfg.steps,
             "epochs": round(cfg.steps * cfg.batch_size / len(prompts), 2),

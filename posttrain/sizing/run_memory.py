@@ -26,13 +26,21 @@ posttrain allocates, role by role, in one process:
               autocast, the bf16 copies of the weights autocast caches.
   step        the fp32 gradients (4 B per trainable param, alive until the next step's zero_grad:
               in the rollout and reference phases too) and AdamW's foreach temporaries (4 B).
-  reference   the no-grad forward of a reference micro-batch (16,384 tokens): one layer's
-              intermediates, the hidden states and two logit chunks.
+  reference   the no-grad forward of a reference micro-batch (16,384 tokens, or auto's budget): one
+              layer's intermediates, the hidden states and two logit chunks; an RL run without a
+              reference that scores without gradient (PPO's V_old, the off-policy correction) the same.
   rollout     fp32 next-token logits of every prompt, the sampler's temporaries on the slots' logits
               (log-softmax, probabilities, an fp64 cumulative sum: 24 B per entry), the prompt
               cache; under autocast, the cached bf16 weights.
 
-peak = persistent + the largest phase (each phase frees its buffers before the next). On a CPU
+peak = persistent + the largest phase (each phase frees its buffers before the next).
+
+`optim.micro_batch_tokens=auto` is sized here (`auto_budgets`): on CUDA, the largest trainer budget
+(whole units of rows of the step's width) whose predicted tensors fit AUTO_HEADROOM short of the card,
+at most AUTO_MAX_TOKENS, and then the largest budget of the passes without gradient (the reference,
+PPO's V_old, the off-policy correction) that still fits, at most the whole step; a run that does not
+fit at one row keeps the peak it has there. On any other device, or with the card unknown, the
+numbers from before auto (MicroBatches' defaults in runtime.py: 8192 and 16,384). On a CPU
 the process itself (interpreter, torch, transformers: its RSS when the run starts, less the
 model) adds to it, `baseline_bytes`; a process that already peaked higher (loading the model)
 keeps that peak, `peak_so_far`. The counts of chunk copies and AdamW temporaries were measured
@@ -57,7 +65,14 @@ STAGES = ("pretrain", "sft", "rl", "dpo", "rm", "distill")
 # The runtime numbers the prediction follows, written here so that sizing stays paper (no torch); each is
 # held equal to its runtime twin by tests/test_run_memory.py.
 LOGIT_CHUNK_ELEMENTS = 2**24  # logits made at once (models/heads.LOGIT_CHUNK_ELEMENTS)
-REFERENCE_TOKENS = 16384  # Reference.score's micro-batch (framework/reference.py)
+DEFAULTS = {"train": 8192, "score": 8192, "reference": 16384}  # runtime.MicroBatches(): the CPU's, and before auto
+# auto leaves a quarter of the card to what the prediction does not count: the CUDA context (~0.5 GiB),
+# the allocator's cached and fragmented blocks (reserved ÷ allocated was 1.09-1.18 on the H200 at
+# micro-batches of ~3,100 tokens, issue 43) and the prediction's own error (measured/predicted 1.08)
+AUTO_HEADROOM = 0.25
+# a micro-batch needs no more tokens than 4 × its fixed cost on CUDA (framework/batch.CUDA_MICRO_BATCH_COST_TOKENS,
+# 16,384): the cost is then at most a fifth of it, and a bigger one only holds more activations
+AUTO_MAX_TOKENS = 65536
 PREFILL_BATCH = 64  # prompts per prefill forward (framework/decode_loop.PREFILL_BATCH)
 CHUNK_FORWARD, CHUNK_BACKWARD = 6, 4  # logit-chunk copies live in a chunk's forward / backward (measured)
 
@@ -74,6 +89,8 @@ def predict_run_peak(
     hf: bool = False,
     baseline_bytes: float = 0.0,
     peak_so_far: float = 0.0,
+    capacity: float | None = None,
+    budgets: dict | None = None,
     ranks: int = 1,
     shard: str = "replicate",
 ) -> dict:
@@ -88,12 +105,15 @@ def predict_run_peak(
     seq_len: the longest row of a step (prompt + response); 0 = the shape's context is not known,
     the config's own length or 512. prompt_len: RL/distill prompt tokens (0 = seq_len − max_new).
     hf: a Hugging Face model (the decode path's fused weight copies).
+    capacity: the card's bytes (framework/card.card_bytes), which optim.micro_batch_tokens=auto fits on
+    CUDA (`auto_budgets`); budgets: {"train", "score", "reference"} tokens given, the config's ignored.
     ranks, shard: the run's ranks (one GPU each) and how the trainer holds the policy over them
     (distributed/ranks.py): per rank, a block of the step's rows; with "fsdp" the master weights,
-    gradients and AdamW moments 1/N each (16·P/N) beside the plain weights every rank samples from.
+    gradients and AdamW moments 1/N each (16·P/N) beside the sampler's plain copy in the compute dtype.
 
     Returns {"peak_bytes", "peak_gib", "tensor_bytes", "baseline_bytes", "peak_so_far", "phases",
-    "components", "device", "compute_dtype", "stage", "micro_batch_tokens"}: components by phase, bytes.
+    "components", "device", "compute_dtype", "stage", "micro_batch_tokens", "budgets"}: components by
+    phase, bytes; micro_batch_tokens the largest trainer micro-batch's padded tokens, budgets the ones used.
     """
     if stage not in STAGES:
         raise ValueError(f"stage {stage!r} is not one of {', '.join(STAGES)}")
@@ -109,9 +129,11 @@ def predict_run_peak(
     max_new = int(get("rollout.max_new_tokens", 0) or get("max_new_tokens", 0) or 0)
     width = seq_len or int(get("seq_len", 0) or 0) or 512
     plen = prompt_len or max(1, width - max_new)
-    rows, unit = _rows(get, stage)
-    rows = -(-rows // unit // ranks) * unit  # this rank's block of whole units
-    micro = _micro_tokens(int(get("optim.micro_batch_tokens", 8192)), rows, width, unit)
+    rows, unit = _rows(get, stage, ranks)  # this rank's block of whole units
+    if budgets is None:
+        where = {"device": device, "compute_dtype": compute_dtype, "seq_len": width, "prompt_len": plen, "hf": hf}
+        budgets = resolve_budgets(cfg, stage, shape, capacity=capacity, ranks=ranks, shard=shard, **where)
+    micro = _micro_tokens(int(budgets["train"]), rows, width, unit)
     sharded = ranks if ranks > 1 and shard == "fsdp" else 1  # what the trainer's state is divided by
 
     persistent = {"weights (fp32)": 4.0 * P + (4.0 * Pt if lora_r else 0.0), "AdamW m, v (fp32)": 8.0 * Pt / sharded}
@@ -160,8 +182,8 @@ def predict_run_peak(
         },
         "step": {"gradients (fp32)": grads, "AdamW temporaries": 4.0 * Pt / sharded},
     }
-    if stage == "rl" and _has_reference(get) or stage == "dpo":
-        ref_tokens = min(REFERENCE_TOKENS, rows * width)
+    if stage == "rl" and _scores_without_grad(get) or stage == "dpo":
+        ref_tokens = min(int(budgets["reference"]), rows * width)
         ref = {
             "gradients (fp32)": grads if stage == "rl" else 0.0,
             "activations (no grad)": float(ref_tokens * (3 * d + shape.heads * shape.hd + 3 * shape.intermediate) * c),
@@ -191,6 +213,7 @@ def predict_run_peak(
         "device": device,
         "compute_dtype": "bfloat16" if bf16 else "float32",
         "micro_batch_tokens": micro,
+        "budgets": {k: int(v) for k, v in budgets.items()},
         "ranks": ranks,
         "shard": shard if ranks > 1 else "",
         "peak_bytes": peak,
@@ -201,6 +224,54 @@ def predict_run_peak(
         "components": {"persistent": persistent, **phases},
         "phases": {"persistent": sum(persistent.values()), **totals},
     }
+
+
+def resolve_budgets(cfg, stage: str, shape: ModelShape, *, capacity: float | None = None, **where) -> dict:
+    """{"train", "score", "reference"}: the micro-batch budgets of optim.micro_batch_tokens (as
+    framework/batch.budgets reads it): a number N is the trainer's and its passes' without gradient,
+    the reference keeping 16,384; auto, `auto_budgets` on CUDA with the card known, else DEFAULTS.
+    `where`: predict_run_peak's device, compute_dtype, seq_len, prompt_len, hf, ranks and shard."""
+    setting = _getter(cfg)("optim.micro_batch_tokens", "auto")
+    if setting != "auto":
+        return {"train": int(setting), "score": int(setting), "reference": DEFAULTS["reference"]}
+    if capacity is None or not str(where.get("device", "cpu")).startswith("cuda"):
+        return dict(DEFAULTS)
+    return auto_budgets(cfg, stage, shape, capacity=capacity, **where)
+
+
+def auto_budgets(cfg, stage: str, shape: ModelShape, *, capacity: float, seq_len: int = 0, **where) -> dict:
+    """optim.micro_batch_tokens=auto on a card of `capacity` bytes (the module docstring): the trainer's
+    budget, the largest whole number of units of rows of the step's width whose predicted tensors fit
+    (1 − AUTO_HEADROOM) of the card (less vLLM's `gpu_memory_utilization` with rollout.backend=vllm), at
+    most AUTO_MAX_TOKENS; then the passes without gradient (score,
+    reference) the largest that still fits, at most the whole step. Where even one unit of rows does not
+    fit, nothing may raise the peak above the one it has there."""
+    get = _getter(cfg)
+    width = seq_len or int(get("seq_len", 0) or 0) or 512
+    rows, unit = _rows(get, stage, int(where.get("ranks", 1)))  # this rank's
+    units = max(1, rows // unit)
+
+    def tensors(train_units: int, no_grad_units: int) -> float:
+        b = {"train": train_units * unit * width, "reference": no_grad_units * unit * width}
+        b["score"] = b["reference"]
+        return predict_run_peak(cfg, stage, shape, seq_len=width, budgets=b, **where)["tensor_bytes"]
+
+    if get("rollout.backend", "posttrain") == "vllm":  # vLLM's share of the card is not the trainer's
+        capacity *= 1 - float(get("rollout.vllm.gpu_memory_utilization", 0.3))
+    target = max(capacity * (1 - AUTO_HEADROOM), tensors(1, 1))
+    train = _largest(units, lambda k: tensors(k, 1) <= target)
+    train_tokens = max(unit * width, min(train * unit * width, AUTO_MAX_TOKENS // (unit * width) * unit * width))
+    no_grad = _largest(units, lambda k: tensors(train_tokens // (unit * width), k) <= target)
+    return {"train": train_tokens, "score": no_grad * unit * width, "reference": no_grad * unit * width}
+
+
+def _largest(n: int, fits) -> int:
+    """The largest k in 1..n with fits(k) (fits is monotone: true up to some k, false after); 1 if none."""
+    lo, hi = 1, n
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    return lo
 
 
 def _saved_per_token(s: ModelShape, c: int, hf: bool, checkpointing: bool) -> float:
@@ -277,15 +348,25 @@ def _has_reference(get) -> bool:
     return float(get("algo.kl_coef", 0.0) or 0.0) > 0 or bool(get("reward_model", ""))
 
 
-def _rows(get, stage: str) -> tuple[int, int]:
-    """(rows of one optimizer step, rows that stay together in a micro-batch)."""
+def _scores_without_grad(get) -> bool:
+    """An RL step with a forward of its whole batch without gradient: the reference's, PPO's V_old, or
+    the off-policy correction's (async, vLLM, or asked for by scale.off_policy_correction)."""
+    correction = str(get("scale.off_policy_correction", "auto"))
+    asynchronous = get("scale.async_", False) or get("scale.async", False)  # a dataclass, or config.yaml's key
+    off_policy = asynchronous or get("rollout.backend", "posttrain") == "vllm"
+    corrected = correction not in ("auto", "none") or (correction == "auto" and off_policy)
+    return _has_reference(get) or get("algo.name", "") == "ppo" or corrected
+
+
+def _rows(get, stage: str, ranks: int = 1) -> tuple[int, int]:
+    """(rows of one optimizer step on one of `ranks` ranks, rows that stay together in a micro-batch)."""
     if stage in ("rl", "distill"):
         prompts = int(get("rollout.prompts_per_step", 0) or get("prompts_per_step", 16))
         k = int(get("rollout.samples_per_prompt", 0) or get("samples_per_prompt", 8))
-        return prompts * (k + int(get("rollout.overprovision", 0) or 0)) // max(1, int(get("optim.minibatches", 1))), 1
-    if stage in ("dpo", "rm"):
-        return 2 * int(get("batch_size", 32)), 2
-    return int(get("batch_size", 32)), 1
+        rows = prompts * (k + int(get("rollout.overprovision", 0) or 0)) // max(1, int(get("optim.minibatches", 1)))
+        return -(-rows // ranks), 1
+    unit = 2 if stage in ("dpo", "rm") else 1
+    return -(-int(get("batch_size", 32)) // ranks) * unit, unit
 
 
 def _micro_tokens(budget: int, rows: int, width: int, unit: int) -> int:
@@ -299,8 +380,7 @@ def _sampled_rows(get, stage: str, ranks: int = 1) -> list[int]:
     and evaluation (rank 0: every held-out problem)."""
     out = []
     if stage in ("rl", "distill"):
-        rows = _rows(get, stage)[0] * max(1, int(get("optim.minibatches", 1)))
-        out.append(-(-rows // ranks) if stage == "rl" else rows)
+        out.append(_rows(get, stage, ranks if stage == "rl" else 1)[0] * max(1, int(get("optim.minibatches", 1))))
     problems = int(get("eval.problems", 0) or get("eval_problems", 0) or 0)
     samples = int(get("eval.samples", 0) or get("eval_samples", 0) or (1 if stage == "sft" else 0))  # SFT: greedy
     if problems and samples and stage != "pretrain":

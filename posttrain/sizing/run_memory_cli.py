@@ -3,7 +3,7 @@ ran, the peak it measured.
 
     posttrain memory RUN_DIR                          predicted (RUN_DIR/memory.json, written at start)
                                                       vs measured (max memory/peak_gib in metrics.jsonl)
-    posttrain memory CONFIG.yaml --stage rl [key=value ...] [--device cuda] [--dtype bfloat16]
+    posttrain memory CONFIG.yaml --stage rl [key=value ...] [--device cuda] [--dtype bfloat16] [--card-gib 80]
     posttrain memory HF_DIR [--stage rl] [key=value ...] [--seq-len 1024 --prompt-len 256]
 
 memory_cli.main hands over here when the first argument is a directory or `--stage` is given; a
@@ -45,6 +45,9 @@ def main(argv: list[str]) -> None:
     p.add_argument("--dtype", choices=["float32", "bfloat16"], help="default: the config's (auto: bf16 on cuda)")
     p.add_argument("--seq-len", type=int, default=0, help="longest row of a step (default: the model's context)")
     p.add_argument("--prompt-len", type=int, default=0, help="RL prompt tokens (default: seq-len − max_new_tokens)")
+    p.add_argument(
+        "--card-gib", type=float, help="the card's memory: optim.micro_batch_tokens=auto fits it (with --device cuda)"
+    )
     p.add_argument("--json", action="store_true", help="print the prediction (and measurement) as JSON")
     a = p.parse_args(argv)
     target = Path(a.target)
@@ -94,7 +97,10 @@ def predict_config(a, target: Path) -> dict:
         raise UsageError(f"{target}: give a run directory, a stage's YAML config or a Hugging Face model directory")
     shape, hf = init_shape(getattr(cfg, "init", ""), _model_shape(cfg))
     where = _where(cfg, a.device, a.dtype)
-    return predict_run_peak(cfg, stage, shape, **where, seq_len=a.seq_len, prompt_len=a.prompt_len, hf=hf)
+    capacity = a.card_gib * GiB if a.card_gib else None
+    return predict_run_peak(
+        cfg, stage, shape, **where, seq_len=a.seq_len, prompt_len=a.prompt_len, hf=hf, capacity=capacity
+    )
 
 
 def format_prediction(est: dict, measured: float | None = None) -> str:
