@@ -11,6 +11,7 @@
     posttrain memory MODEL --algo grpo [--gpu h100] [--gpus N --lora R ...] [--json]
     posttrain lessons [--port N] [--export DIR]
     posttrain demo ALGO [key=value ...]
+    posttrain --version
 
 A usage mistake (unknown key, wrong type, missing file, unreadable checkpoint) prints one
 line naming the problem and the fix, and exits with code 2.
@@ -201,8 +202,22 @@ def run_export(args) -> None:
     print(f"exported {path} -> {args.out_dir} (Hugging Face LlamaForCausalLM)")
 
 
+def _version() -> str:
+    """posttrain's version and the torch it runs on (read from the installed metadata: no torch import)."""
+    from importlib import metadata
+
+    from posttrain import __version__
+
+    try:
+        torch = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch = "not installed"
+    return f"posttrain {__version__} (torch {torch}, Python {sys.version.split()[0]})"
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="posttrain", description="RL post-training for language models.")
+    p.add_argument("--version", action="version", version=_version())
     sub = p.add_subparsers(dest="command", required=True)
     for stage in STAGES:
         s = sub.add_parser(stage, help=f"run the {stage} stage", add_help=False)
@@ -266,8 +281,29 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def unknown_command(p: argparse.ArgumentParser, argv: list[str]) -> str | None:
+    """One line for a first word that is no command: the nearest one and every one (argparse would
+    print its usage and a set of choices)."""
+    if not argv or argv[0].startswith("-"):
+        return None
+    # the sub-parsers' names (argparse keeps them on its private action; no public accessor)
+    commands = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction)).choices
+    if argv[0] in commands:
+        return None
+    import difflib
+
+    close = difflib.get_close_matches(argv[0], list(commands), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    listed = f"commands: {', '.join(commands)}; `posttrain -h` says what each does"
+    return f"posttrain: error: unknown command {argv[0]!r}{hint} ({listed})"
+
+
 def main(argv=None) -> int:
     p = parser()
+    bad = unknown_command(p, sys.argv[1:] if argv is None else list(argv))
+    if bad:
+        print(bad, file=sys.stderr)
+        return 2
     args, extra = p.parse_known_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # scale.gpus=N starts the same command on N ranks
     if extra and args.command in ("bench", "memory", "serve"):

@@ -200,7 +200,7 @@ class VerifierConfig:
 
     workers: int = -1  # verifier processes (tasks/pool.py); -1 = auto: 2 when scoring runs your code (task.name=
     # FILE.py:Class, task.reward / task.correct functions), 0 for the built-in tasks; 0 = in-process: cheapest,
-    # but a hang stalls the step and a crash (segfault, os._exit) ends the run (README: what workers=0 risks)
+    # but a hang stalls the step and a crash (segfault, os._exit) ends the run (docs/running.md: what workers=0 risks)
     timeout_s: float = 30.0  # per-call deadline with workers > 0; a late call scores 0 (reward/timeouts)
     memory_mb: int = 4096  # address space a worker may add to what it inherits (0 = no cap); past it an
     # allocation fails (MemoryError, reward 0) and the worker is replaced. Virtual memory: thread stacks and

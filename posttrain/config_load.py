@@ -208,7 +208,8 @@ def _coerce(tp, value, key):
         return _coerce(args[-1], value, key)
     if origin in (tuple, list):
         if not isinstance(value, (list, tuple)):
-            raise UsageError(f"config key {key!r} expects a list, got {value!r}")
+            items = ",".join(str(value).replace(",", " ").split())  # '1.0,0.1' or '1.0 0.1' → 1.0,0.1
+            raise UsageError(f"config key {key!r} expects a list, got {value!r}; write it in brackets: {key}=[{items}]")
         args = typing.get_args(tp)
         if origin is tuple and args and args[-1] is not Ellipsis:
             if len(args) != len(value):

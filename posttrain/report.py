@@ -2,10 +2,11 @@
 
     posttrain report runs/rl            # → runs/rl/report.html, opens offline (plotly.js inlined)
 
-Sections: health alarms, the evaluation table, curves for every metric group (reward, group,
-kl, entropy, clip, ratio, grad, length, rollout, time, staleness, mismatch, eval, then the
-stage's own groups such as loss, lr, train, pref; report_plots.py draws them one scale per panel,
-accuracies on 0–1), the time per role, and the audited samples
+Sections: health alarms, the evaluation table, curves for every metric group (reward/mean's panel
+beside eval/pass@1's first, then reward, group, kl, entropy, clip, ratio, grad, length, rollout,
+time, staleness, mismatch, eval, then the stage's own groups such as loss, lr, train, pref;
+report_plots.py draws them one scale per panel, accuracies on 0–1, series with the same points as
+one line named `a = b`), the time per role, and the audited samples
 of samples.jsonl with each token coloured by its advantage, logprob or mismatch.
 
 The alarms are pure functions of metric series (`alarms(metrics)`), so they are unit-tested
@@ -42,6 +43,7 @@ DESIGN_GROUPS = (
     "mismatch",
     "eval",
 )  # docs/architecture.md §7, in its order; other groups follow
+LEAD = ("reward/mean", "eval/pass@1")  # their panels first, side by side: is the reward rising, and held-out with it?
 
 
 # ---- health alarms: pure functions of (step, value) series ------------------------------------
@@ -358,7 +360,7 @@ def render(run_dir: str | Path) -> str:
         f"<p>{len(metrics)} logged steps (last step {metrics[-1]['step']}) · {html.escape(about)}</p>",
         f'<h2 id="alarms">Health alarms</h2>{alarm_html}',
         f'<h2 id="eval">Evaluation</h2>{_eval_table(metrics)}',
-        f'<h2 id="curves">Metric curves</h2>{"".join(curves(metrics, groups))}',
+        f'<h2 id="curves">Metric curves</h2>{"".join(curves(metrics, groups, lead=LEAD))}',
         *(
             [f'<h2 id="overoptimization">Reward-model over-optimisation</h2>{_overoptimization(run_dir)}']
             if (run_dir / "overoptimization.json").exists()

@@ -128,8 +128,29 @@ def plot(div: str, traces: list[dict], title: str, barmode: str | None = None, a
     )
 
 
-def curves(metrics: list[dict], groups: dict[str, list[str]]) -> list[str]:
-    """One figure per panel of every group (`plot-<group>`, then `plot-<group>-2`, ...)."""
+def _traces(panel: list[str], pts: dict, short: dict) -> list[dict]:
+    """One line per distinct series. Series with the same points share one line named `a = b`: drawn
+    apart, the later would hide the earlier (a single reward function's `reward/correct` is
+    `reward/mean`; counters that stay 0, such as `reward/errors` and `reward/timeouts`)."""
+    same: dict[tuple, list[str]] = {}
+    for k in panel:
+        same.setdefault(tuple(pts[k]), []).append(k)
+    return [
+        {
+            "x": [p[0] for p in points],
+            "y": [p[1] for p in points],
+            "name": " = ".join(short[k] for k in keys),
+            "type": "scatter",
+            "mode": "lines+markers" if len(points) < 30 else "lines",
+        }
+        for points, keys in same.items()
+    ]
+
+
+def curves(metrics: list[dict], groups: dict[str, list[str]], lead: tuple[str, ...] = ()) -> list[str]:
+    """One figure per panel of every group (`plot-<group>`, then `plot-<group>-2`, ...), in group
+    order, except that the panels holding the `lead` keys come first, in that order (the report puts
+    reward/mean beside eval/pass@1: the two plots a reader looks at first, side by side)."""
     out = []
     for g, keys in groups.items():
         pts = {
@@ -139,20 +160,12 @@ def curves(metrics: list[dict], groups: dict[str, list[str]]) -> list[str]:
         cut = panels(keys, {k: [v for _, v in p] for k, p in pts.items()})
         for i, (panel, kind) in enumerate(cut):
             short = {k: k.split("/", 1)[1] if "/" in k else k for k in panel}
-            traces = [
-                {
-                    "x": [p[0] for p in pts[k]],
-                    "y": [p[1] for p in pts[k]],
-                    "name": short[k],
-                    "type": "scatter",
-                    "mode": "lines+markers" if len(pts[k]) < 30 else "lines",
-                }
-                for k in panel
-            ]
             yaxis = _yaxis(panel, short, kind, [v for k in panel for _, v in pts[k]])
             title = _title(g, panel, short, kind, len(cut) == 1)
-            out.append(plot(f"plot-{g}" + (f"-{i + 1}" if i else ""), traces, title, axes={"yaxis": yaxis}))
-    return out
+            div = f"plot-{g}" + (f"-{i + 1}" if i else "")
+            rank = next((j for j, k in enumerate(lead) if k in panel), len(lead))
+            out.append((rank, len(out), plot(div, _traces(panel, pts, short), title, axes={"yaxis": yaxis})))
+    return [figure for _, _, figure in sorted(out)]
 
 
 def _yaxis(panel: list[str], short: dict, kind: str, ys: list[float]) -> dict:

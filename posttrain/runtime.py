@@ -96,7 +96,8 @@ def busy_machine_hint() -> str:
         return ""
     line = (
         f"note: the load average ({load:.1f}) is above this machine's {cores} cores: other jobs share it, and with "
-        f"a thread per core each job runs several times slower; pass threads=1"
+        f"a thread per core each job runs several times slower; pass threads=1 (its sums run in another "
+        f"order, so the numbers differ from a default run's, the README's pipeline table among them)"
     )
     print(line, flush=True)
     return line

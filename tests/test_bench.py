@@ -64,6 +64,22 @@ def test_tiny_run_writes_json(tiny):
     assert json.loads(out.read_text()) == json.loads(json.dumps(r))
 
 
+def test_without_transformers_it_names_the_extra_before_any_work(monkeypatch, tmp_path):
+    import importlib.util
+
+    from posttrain import UsageError
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "transformers" else real(name, *a)
+    )
+    with pytest.raises(UsageError, match=r"pip install 'posttrain\[hf\]', or pass --no-hf to time gpt_mini alone"):
+        run(str(tmp_path / "t.json"), preset="nano", batch=2, seq_len=8, steps=1, warmup=0, threads=1)
+    assert not (tmp_path / "t.json").exists()
+    alone = run(None, preset="nano", batch=2, seq_len=8, steps=1, warmup=0, threads=1, hf=False)
+    assert "hf" not in alone and alone["ours"]["step_s"] > 0
+
+
 @pytest.mark.slow
 def test_cli_bench_train_subprocess(tmp_path):
     out = tmp_path / "t.json"

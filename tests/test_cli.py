@@ -23,6 +23,19 @@ def posttrain(*args, cwd=None):
             ["eval", "no/such/run"],
             "posttrain eval: error: checkpoint 'no/such/run' does not exist; give a run directory",
         ),
+        (["rll", "steps=3"], "posttrain: error: unknown command 'rll'; did you mean 'rl'? (commands: pretrain, sft,"),
+        (["pipline"], "posttrain: error: unknown command 'pipline'; did you mean 'pipeline'?"),
+        (["frobnicate"], "posttrain: error: unknown command 'frobnicate' (commands: pretrain, sft, rm, dpo, rl,"),
+        (
+            ["rl", "task.name=dataset", "task.reward_weights=1.0,0.1"],
+            "posttrain rl: error: config key 'task.reward_weights' expects a list, got '1.0,0.1'; write it in "
+            "brackets: task.reward_weights=[1.0,0.1]",
+        ),
+        (
+            ["rl", "task.name=dataset", "task.reward_weights=0.5"],
+            "posttrain rl: error: config key 'task.reward_weights' expects a list, got 0.5; write it in "
+            "brackets: task.reward_weights=[0.5]",
+        ),
     ],
 )
 def test_usage_errors_exit_2_with_one_line(tmp_path, args, message):
@@ -30,6 +43,29 @@ def test_usage_errors_exit_2_with_one_line(tmp_path, args, message):
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(message), r.stderr
+
+
+def test_an_unknown_command_names_every_command_the_parser_has():
+    """The list comes from the parser itself: a command added later is named too."""
+    from posttrain import cli
+
+    p = cli.parser()
+    line = cli.unknown_command(p, ["evl", "runs/rl"])
+    assert line.startswith("posttrain: error: unknown command 'evl'; did you mean 'eval'?")
+    for name in ("pipeline", "eval", "serve", "lessons", "memory"):
+        assert f" {name}," in line or f" {name};" in line
+    assert cli.unknown_command(p, ["rl", "steps=3"]) is None and cli.unknown_command(p, ["--version"]) is None
+
+
+def test_version_names_posttrain_and_torch(tmp_path):
+    import re
+    from pathlib import Path
+
+    pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    version = re.search(r'^version = "([^"]+)"', pyproject, re.M)[1]  # tomllib is Python 3.11+
+    r = posttrain("--version", cwd=tmp_path)
+    assert r.returncode == 0 and r.stderr == ""
+    assert r.stdout.startswith(f"posttrain {version} (torch ") and ", Python 3." in r.stdout
 
 
 def test_unreadable_checkpoint(tmp_path):

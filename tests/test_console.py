@@ -22,7 +22,8 @@ def test_busy_machine_hint_says_once_to_use_one_thread(monkeypatch, capsys):
     out = capsys.readouterr().out.splitlines()
     assert out == [
         "note: the load average (9.1) is above this machine's 2 cores: other jobs share it, and with a "
-        "thread per core each job runs several times slower; pass threads=1"
+        "thread per core each job runs several times slower; pass threads=1 (its sums run in another order, "
+        "so the numbers differ from a default run's, the README's pipeline table among them)"
     ]
     runtime.resolve("cpu", "auto", threads=1)  # the user chose: no hint
     assert capsys.readouterr().out == ""

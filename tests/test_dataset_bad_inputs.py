@@ -35,7 +35,13 @@ BAD = [
     (dict(reward="{p}/missing.py:f"), "task.reward: file '{p}/missing.py' not found"),
     (
         dict(reward="{p}/r.py:few", reward_weights=[1.0, 2.0]),
-        "task.reward_weights has 2 weights for 1 reward functions",
+        "task.reward_weights has 2 weights for 1 reward function; give one per function, in their order: "
+        "task.reward_weights=[1.0]",
+    ),
+    (
+        dict(reward="{p}/r.py:few,{p}/r.py:many", reward_weights=[0.5]),
+        "task.reward_weights has 1 weight for 2 reward functions; give one per function, in their order: "
+        "task.reward_weights=[0.5,1.0]",
     ),
 ]
 

@@ -95,3 +95,28 @@ def test_the_defaults_on_the_algorithms_page_are_the_code_s():
             if key not in fields or not _same(text, getattr(cfg, key)):
                 wrong.append(f"{path}.{key}: page {text}, code {getattr(cfg, key, '(no such key)')}")
     assert wrong == []
+
+
+def _anchors(path: Path) -> set[str]:
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces to hyphens."""
+    heads = re.findall(r"^#{1,6} (.+)$", path.read_text(), re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in heads}
+
+
+def test_the_readme_and_the_user_pages_link_to_what_exists():
+    """The README sends a newcomer on to docs/running.md and docs/results.md: every relative link
+    (file and #heading) and every benchmark script or JSON they name must be there."""
+    broken = []
+    for doc in ("README.md", "docs/running.md", "docs/results.md"):
+        text = (ROOT / doc).read_text()
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"\w+://", target):
+                continue
+            file, _, anchor = target.partition("#")
+            path = (ROOT / doc).parent / file if file else ROOT / doc
+            if not path.exists() or (anchor and anchor not in _anchors(path)):
+                broken.append(f"{doc}: {target}")
+        for name in re.findall(r"benchmarks/[\w/.-]+\.(?:py|json)", text):
+            if not (ROOT / name).exists():
+                broken.append(f"{doc}: {name}")
+    assert broken == []

@@ -185,7 +185,9 @@ def test_page_has_every_section_and_a_plot_per_panel_of_each_metric_group(tmp_pa
     assert groups["eval"] == ["eval/length_mean", "eval/pass@1", "eval/pass@8"]
     page = report.render(run)
     assert re.findall(r'<h2 id="(\w+)"', page) == ["alarms", "eval", "curves", "time", "samples", "config"]
-    panels = [*DESIGN_GROUPS[:8], "length-2", "rollout", "rollout-2", "time", "time-2", *DESIGN_GROUPS[10:], "eval-2"]
+    # reward/mean's panel beside eval/pass@1's, then every group's other panels in order
+    panels = ["reward", "eval", *DESIGN_GROUPS[1:8], "length-2", "rollout", "rollout-2", "time", "time-2"]
+    panels += [*DESIGN_GROUPS[10:12], "eval-2"]
     assert re.findall(r'<div class="plot" id="plot-([\w-]+)"', page) == panels + ["loss", "lr", "time-roles"]
     assert "<script src=" not in page and "<link" not in page  # nothing fetched
     assert page.count('class="tok"') == 8 and ">/s&gt;</span>" in page  # escaped tokens
@@ -219,6 +221,42 @@ def test_a_group_is_cut_into_panels_of_one_unit_and_scale():
     ]
     big = {"rollout/samples": [128.0], "rollout/cancelled": [0.0]}
     assert panels(list(big), big) == [(["rollout/cancelled"], "other"), (["rollout/samples"], "other")]
+
+
+def _figures(page: str) -> dict[str, dict]:
+    specs = re.findall(r'<div class="plot" id="([\w-]+)"></div><script>\(function\(\)\{var s=(.*?);Plotly', page)
+    return {div: json.loads(spec.replace("<\\/", "</")) for div, spec in specs}
+
+
+def test_series_with_the_same_points_are_one_line_named_for_each(tmp_path):
+    """One reward function with weight 1: reward/correct is reward/mean; errors and timeouts stay
+    0. Drawn as five lines, two would hide under the others; drawn as three, each says what it is."""
+    rows = [
+        {"step": s, "reward/mean": r, "reward/correct": r, "reward/std": 0.4, "reward/errors": 0.0}
+        | {"reward/timeouts": 0.0, "eval/pass@1": 0.2 + r / 2}
+        for s, r in enumerate([0.1, 0.3, 0.2, 0.5])
+    ]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    figures = _figures(report.render(tmp_path))
+    assert list(figures)[:2] == ["plot-reward", "plot-eval"]  # the page opens with these two, side by side
+    lines = {t["name"]: t["y"] for t in figures["plot-reward"]["data"]}
+    assert lines == {"errors = timeouts": [0.0] * 4, "correct = mean": [0.1, 0.3, 0.2, 0.5], "std": [0.4] * 4}
+    assert figures["plot-reward"]["layout"]["showlegend"]
+
+
+def test_the_lead_panels_come_first_and_keep_their_names():
+    from posttrain.report_plots import curves
+
+    rows = [{"step": 1, "loss": 0.5, "reward/mean": 0.2, "eval/pass@1": 0.3, "eval/length_mean": 30.0}]
+    groups = {"loss": ["loss"], "reward": ["reward/mean"], "eval": ["eval/length_mean", "eval/pass@1"]}
+    ids = [re.search(r'id="([\w-]+)"', f)[1] for f in curves(rows, groups, lead=("reward/mean", "eval/pass@1"))]
+    assert ids == ["plot-reward", "plot-eval", "plot-loss", "plot-eval-2"]
+    assert [re.search(r'id="([\w-]+)"', f)[1] for f in curves(rows, groups)] == [
+        "plot-loss",
+        "plot-reward",
+        "plot-eval",
+        "plot-eval-2",
+    ]
 
 
 def test_page_shows_the_throughput_equation_when_the_run_wrote_one(tmp_path):

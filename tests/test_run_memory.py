@@ -162,11 +162,15 @@ def test_the_predictions_runtime_numbers_are_the_runtimes():
 
     assert run_memory.LOGIT_CHUNK_ELEMENTS == heads.LOGIT_CHUNK_ELEMENTS == 2**24
     assert run_memory.PREFILL_BATCH == decode_loop.PREFILL_BATCH == 64
-    assert run_memory.DEFAULTS == dataclasses.asdict(runtime.MicroBatches()) == {
-        "train": 8192,
-        "score": 8192,
-        "reference": 16384,
-    }
+    assert (
+        run_memory.DEFAULTS
+        == dataclasses.asdict(runtime.MicroBatches())
+        == {
+            "train": 8192,
+            "score": 8192,
+            "reference": 16384,
+        }
+    )
 
 
 def test_per_rank_the_sharded_state_is_divided_by_the_ranks_and_the_sampler_copy_is_not():

@@ -155,7 +155,7 @@ def summarize(rows) -> list[dict]:
 
 
 def format_summary(rows) -> str:
-    """summarize() as a Markdown table (the README's)."""
+    """summarize() as a Markdown table (docs/results.md's)."""
     lines = [
         "| algorithm | seeds | pass@1 start → end (mean ± std) | gain | improved | pass@8 start → end | entropy |",
         "|---|---|---|---|---|---|---|",

@@ -22,7 +22,7 @@
                it: each wrong answer's length minus the length of ITS problem's correct trace,
                on held-out problems, before and after training.
 
-Each claim is reported, not asserted: the numbers go to JSON and the README says whether the
+Each claim is reported, not asserted: the numbers go to JSON and docs/results.md says whether the
 claim held here.
 """
 

@@ -1,6 +1,7 @@
 """Training-step throughput: gpt_mini against a Hugging Face Llama of the same shape.
 
     posttrain bench train [--preset micro] [--batch 32] [--seq-len 96] [--steps 10] [--threads 2] [--out FILE.json]
+    posttrain bench train --no-hf       # gpt_mini alone: no `hf` extra needed
 
 One step is what the trainer does for one micro-batch, with plain next-token cross-entropy
 as the loss: forward, cross-entropy, backward, clip the gradient norm to 1, AdamW (betas
@@ -21,12 +22,14 @@ a measurement before and after the steps). Times are the best of `steps` timed s
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import statistics
 import time
 
 import torch
 import torch.nn.functional as F
 
+from posttrain import UsageError
 from posttrain.bench import matmul_peak_gflops, transformers_version, write_json
 from posttrain.models.export import to_hf_model
 from posttrain.models.gpt_mini import ModelConfig, build_model
@@ -61,6 +64,11 @@ def run(
     hf: bool = True,
     seed: int = 0,
 ) -> dict:
+    if hf and importlib.util.find_spec("transformers") is None:  # before any work: one line naming the extra
+        raise UsageError(
+            "posttrain bench train times gpt_mini beside transformers' LlamaForCausalLM: pip install "
+            "'posttrain[hf]', or pass --no-hf to time gpt_mini alone"
+        )
     old_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:

@@ -218,9 +218,10 @@ def reward_fns(specs, weights, key: str = "task.reward") -> list[RewardFn]:
     """RewardFn per spec (a "FILE.py:FUNC" / "module:FUNC" string or a callable), with its weight;
     names made unique (`f`, `f_2`)."""
     if weights and len(weights) != len(specs):
+        n, fit = len(weights), ([*weights, *[1.0] * len(specs)])[: len(specs)]
         raise UsageError(
-            f"task.reward_weights has {len(weights)} weights for {len(specs)} reward functions; "
-            "give one weight per function"
+            f"task.reward_weights has {n} weight{'s' * (n != 1)} for {len(specs)} reward function{'s' * (len(specs) != 1)}; "
+            f"give one per function, in their order: task.reward_weights=[{','.join(str(float(w)) for w in fit)}]"
         )
     out, seen = [], {}
     for i, spec in enumerate(specs):
