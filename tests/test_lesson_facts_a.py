@@ -272,7 +272,7 @@ def test_rl07_degenerate_share_from_the_benchmark():
 
 def test_rl08_masked_loss_ignores_tool_tokens():
     (_m_on, n_on, l_on, g_on, grad_on), (_m_off, n_off, l_off, g_off, grad_off) = rows("rl08_mask_table")
-    assert (n_on, n_off) == (49, 55)  # the course's counts
+    assert (n_on, n_off) == (18, 24)  # "⟦123+456+789⟧" 13 + "1368#" 5 policy tokens; + "⟨1368⟩" 6 unmasked
     assert l_on == g_on and float(grad_on) == 0.0
     assert l_off != g_off and float(grad_off) == 1.0  # −A·log π: ∂/∂log π = −A, |A| = 1
     assert FACTS["rl08_observation_text"]() == "⟨1368⟩"

@@ -148,6 +148,17 @@ CITED = [
     ("rl-26", "β = 0", '"Removing KL Divergence"'),
     ("rl-26", "Oat-Zero", "arXiv 2503.20783"),
     ("rl-17", "**product**", "Let's Verify Step by Step"),
+    # the blind reads of the remaining pages (docs/course_reviews.md §3)
+    ("rl-05", "# recompute old_log_probs", "verl/trainer/ppo/ray_trainer.py"),
+    ("rl-05", "weight_decay: 0.01", "verl/trainer/config/optim/fsdp.yaml"),
+    ("rl-06", "Copy, not share memory", "verl/workers/sharding_manager/fsdp_vllm.py"),
+    ("rl-06", "# recompute old_log_probs", "verl/trainer/ppo/ray_trainer.py"),
+    ("rl-06", "decoupled PPO objective", "arXiv 2505.24298"),
+    ("rl-09", "reinforcement baseline", "Williams 1992, §3"),
+    ("rl-09", "clip-higher, dynamic sampling", "arXiv 2503.14476"),
+    ("rl-09", "standard-deviation normalisations", "arXiv 2503.20783"),
+    ("rl-15", "6B reward models from a 6B SFT model", "§3.5"),
+    ("rl-15", "mitigate reward hacking but do not eliminate it", "arXiv 2312.09244"),
 ]
 
 

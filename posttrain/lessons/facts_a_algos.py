@@ -77,11 +77,22 @@ def rl09_reinforce_runs() -> dict:
             r["seed"],
             f"{r['pass@1_start']:.3f} → {r['pass@1_end']:.3f}",
             f"{r['reward_first10']:.3f} → {r['reward_last10']:.3f}",
+            f"{r['entropy']:.3f}",
         ]
         for r in algo_runs()
         if r["algorithm"] == "reinforce"
     ]
-    return table(["seed", "held-out pass@1 (50 steps)", "train reward, first → last 10 steps"], rows)
+    return table(
+        ["seed", "held-out pass@1 (50 steps)", "train reward, first → last 10 steps", "entropy (mean over the run)"],
+        rows,
+    )
+
+
+def rl09_seed0_entropy_ratio() -> float:
+    """REINFORCE's mean entropy on seed 0 over that of seeds 1 and 2 (algorithms.json): the seeds
+    did not start from one checkpoint."""
+    ent = {r["seed"]: r["entropy"] for r in algo_runs() if r["algorithm"] == "reinforce"}
+    return ent[0] / ((ent[1] + ent[2]) / 2)
 
 
 # ---- 10 · PPO ------------------------------------------------------------------------------------
