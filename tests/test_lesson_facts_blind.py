@@ -104,3 +104,47 @@ def test_rl18a_probe_and_curation_facts_by_hand():
     assert v("rl18a_widget_max_band") == "[0.45, 0.55]"  # ½ ± (½ − 0.45)
     sig = inspect.signature(curate.curate).parameters
     assert (v("rl18a_near_threshold"), v("rl18a_ngram")) == (sig["near_threshold"].default, sig["ngram"].default)
+
+
+# ---- the gpt_mini track (review D) -----------------------------------------------------------------
+
+
+def test_g01_unscaled_scores_are_small_at_posttrains_init_and_root_k_for_unit_variance():
+    assert v("g01_init_score_std_nano") < 1 < math.sqrt(32)  # N(0, 0.02): nowhere near √k at step 0
+    assert 3 < v("g01_init_score_std_512") < v("g01_sqrt512") == pytest.approx(22.63, abs=0.01)
+    course, ours = 796_416, 799_104  # widgets_gpt at d 128, L 4, V 29: GPT-2 layout (T_max 11), gpt_mini
+    assert (v("g01_course_params"), v("g01_same_v_params")) == (course, ours)
+    assert v("g01_layout_gap_pct") == pytest.approx(100 * (ours / course - 1))
+    assert v("g01_layout_gap_pct") < 1  # at equal V; against nano's 806,528 (V = 58) it would be 1.3%
+
+
+def test_g02_g03_corrected_landmarks():
+    from posttrain.lessons import runs
+    from posttrain.lessons.widgets_gpt import EXAMPLES
+
+    assert v("g02_final_loss_mean4") == pytest.approx(sum(runs.recorded()["pretrain"]["loss"][-4:]) / 4)
+    assert v("g02_window") == runs.PRETRAIN_WINDOW == 32
+    assert v("g03_term_floor") == pytest.approx(math.log(20))  # terms 0..19, uniform
+    assert v("g03_widget_example") == EXAMPLES[0] == "<3+4+5+6>18#"
+    assert dict(registry.compute("sft_mask")["kpis"])["trained positions"] == "3 of 11"  # 1, 8, #
+
+
+def test_g05_excerpts_show_the_losses_they_name_and_pass8_falls_everywhere():
+    from posttrain.lessons.render import code_md
+
+    assert "loss = -F.logsigmoid(beta * h)" in code_md("posttrain.preference.dpo:preference_loss:8-13")
+    assert "cfg.nll_alpha * s.chosen / s.len_chosen" in code_md("posttrain.preference.dpo:preference_loss:34-35")
+    for row in v("g05_family_table")["rows"]:
+        start, end = (float(x) for x in row[4].split(" → "))
+        assert end < start  # the pass@1 gains are a trade against pass@8
+
+
+def test_g06_per_sampled_answer_small_groups_are_not_slower():
+    from posttrain.lessons.widgets_gpt_train import grpo_sim
+
+    for K in (2, 8):
+        k = dict(grpo_sim(K, 0.05)["kpis"])
+        assert k["answers sampled per seed to reach 0.9"] == k["first step with P(correct) ≥ 0.9"] * K
+    assert v("g06_w_k2_answers") < v("g06_w_k8_answers")  # fewer answers, more steps
+    assert v("g06_target_acc") == 0.7 and v("g06_sync_samples") == 16 * 8
+    assert v("g06_sync_gain_sd_pts") > 0.5 * v("g06_sync_gain_pts")  # the spread is the gain's size

@@ -159,6 +159,13 @@ CITED = [
     ("rl-09", "standard-deviation normalisations", "arXiv 2503.20783"),
     ("rl-15", "6B reward models from a 6B SFT model", "§3.5"),
     ("rl-15", "mitigate reward hacking but do not eliminate it", "arXiv 2312.09244"),
+    ("gpt-01", "non-embedding", "Kaplan et al. (2020, §2.1)"),
+    ("gpt-02", "about 20 training tokens per parameter", "arXiv 2203.15556"),
+    ("gpt-05", "*likelihood displacement*", "arXiv 2410.08847"),
+    ("gpt-05", "DPOConfig.rpo_alpha", "trl/trainer/dpo_config.py"),
+    ("gpt-06", ".std(dim=1)", "trl/trainer/grpo_trainer.py"),
+    ("gpt-06", "torch.std", "verl/trainer/ppo/core_algos.py"),
+    ("gpt-06", "seq-mean-token-mean", "arXiv 2402.03300"),
 ]
 
 
