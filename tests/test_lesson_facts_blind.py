@@ -148,3 +148,34 @@ def test_g06_per_sampled_answer_small_groups_are_not_slower():
     assert v("g06_w_k2_answers") < v("g06_w_k8_answers")  # fewer answers, more steps
     assert v("g06_target_acc") == 0.7 and v("g06_sync_samples") == 16 * 8
     assert v("g06_sync_gain_sd_pts") > 0.5 * v("g06_sync_gain_pts")  # the spread is the gain's size
+
+
+# ---- 00–04 (review A) ------------------------------------------------------------------------------
+
+
+def test_rl00_the_cost_force_changes_only_the_critic():
+    from posttrain.sizing import memory
+
+    kw = dict(gpus=8, checkpointing=True, suggest=False)
+    grpo, ppo = (memory.plan("qwen2.5-14b", algo=a, critic="separate", **kw) for a in ("grpo", "ppo"))
+    shared = memory.plan("qwen2.5-14b", algo="ppo", critic="shared", **kw)
+    assert grpo["fits"] and not ppo["fits"] and shared["fits"]  # the separate critic alone tips it over
+    assert v("rl00_cost_grpo_gib") == pytest.approx(grpo["peak_bytes"] / 2**30)
+    assert v("rl00_bytes_per_param") == 2 + 4 + 4 + 8  # bf16 weights, fp32 master, grads, Adam m and v
+
+
+def test_rl01_wrong_arm_share_starts_between_0_2_and_0_4():
+    shares = [registry.kpi("bandit", "seeds ending on a wrong arm", lr=lr) for lr in (0.2, 0.4, 0.8, 1.2, 1.6, 2.0)]
+    assert shares[0] == v("rl01_wrong_share_02") == 0.0 < shares[1] == v("rl01_wrong_share_04")
+    assert shares[1:] == sorted(shares[1:]) and shares[-1] == v("rl01_break_wrong_share")
+
+
+def test_rl03_k3_spreads_less_than_k1_only_near_the_reference():
+    from posttrain.algorithms import core
+    from posttrain.lessons.widgets_reward import kl_toy
+
+    assert v("rl03_sd_k3_near") < v("rl03_sd_k1_near") and v("rl03_sd_k3_far") > v("rl03_sd_k1_far")
+    lp, ref = kl_toy(0.25)
+    kl = float((lp.exp() * (lp - ref)).sum())
+    assert float((lp.exp() * core.kl(lp, ref, "k3")).sum()) == pytest.approx(kl, abs=1e-12)  # unbiased there
+    assert (v("rl03_k3_cap"), v("rl03_log_ratio_clamp")) == (f"{core.K3_CAP:g}", f"{core.LOG_RATIO_CLAMP:g}")

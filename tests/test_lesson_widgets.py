@@ -301,7 +301,7 @@ def test_break_dpo_pair():
 def test_break_lineage():
     ok, bad = kpis("lineage"), broken("lineage")
     assert ok["algorithms with no signal here"] == "none"
-    assert bad["algorithms with no signal here"] == "grpo, rloo, dapo, dr_grpo"
+    assert bad["algorithms with no signal here"] == "ppo, grpo, rloo, dapo, dr_grpo"  # PPO: a one-group batch whitened
     assert floats(bad["reinforce"]) == [1.0] * 4
 
 
