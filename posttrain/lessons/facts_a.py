@@ -7,8 +7,8 @@ setting other than its default (registry.compute: the page then quotes exactly w
 shows), or read from a committed benchmark JSON. None trains a model; each runs in well under a
 second on one core. Names carry their lesson number (rl03_…) and are unique across facts_a/b/c.
 
-The facts of lessons 05–08 live in facts_a_loop.py and those of 09–12 in facts_a_algos.py, the ones
-added to lessons 00–04 by their blind read in facts_a_intro.py (shared helpers: facts_a_tools.py);
+The facts of lessons 05–08 live in facts_a_loop.py and those of 09–12 in facts_a_algos.py, a few added
+by the blind reads of lessons 00–09 in facts_a_intro.py (shared helpers: facts_a_tools.py);
 FACTS below gathers them all, which is what the loader reads.
 """
 

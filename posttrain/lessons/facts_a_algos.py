@@ -88,13 +88,6 @@ def rl09_reinforce_runs() -> dict:
     )
 
 
-def rl09_seed0_entropy_ratio() -> float:
-    """REINFORCE's mean entropy on seed 0 over that of seeds 1 and 2 (algorithms.json): the seeds
-    did not start from one checkpoint."""
-    ent = {r["seed"]: r["entropy"] for r in algo_runs() if r["algorithm"] == "reinforce"}
-    return ent[0] / ((ent[1] + ent[2]) / 2)
-
-
 # ---- 10 · PPO ------------------------------------------------------------------------------------
 
 

@@ -1,11 +1,12 @@
-"""Facts of lessons 00–04 added by their blind read (issue 44, docs/course_reviews.md §3): what the
-forces map's cost assumes, where the bandit's wrong-arm share starts, and the exact per-token spread of
-the KL estimators in the lesson-03 toy. The rest of these lessons' facts are in facts_a.py."""
+"""Facts added to lessons 00–09 by their blind reads (issue 44, docs/course_reviews.md §3) where the
+lesson's own module is full: what the forces map's cost assumes, where the bandit's wrong-arm share
+starts, the exact per-token spread of the KL estimators in the lesson-03 toy, and the sign that lesson
+09's seeds did not share a checkpoint. The rest of these lessons' facts are in facts_a*.py."""
 
 from __future__ import annotations
 
 from posttrain.algorithms import core
-from posttrain.lessons.facts_a_tools import at
+from posttrain.lessons.facts_a_tools import algo_runs, at
 from posttrain.lessons.widgets_lineage import COST_MODEL
 from posttrain.lessons.widgets_reward import kl_toy
 from posttrain.sizing import memory
@@ -27,6 +28,13 @@ def cost_peak_gib(algo: str) -> float:
     )
 
 
+def rl09_seed0_entropy_ratio() -> float:
+    """REINFORCE's mean entropy on seed 0 over that of seeds 1 and 2 (algorithms.json): the seeds
+    did not start from one checkpoint."""
+    ent = {r["seed"]: r["entropy"] for r in algo_runs() if r["algorithm"] == "reinforce"}
+    return ent[0] / ((ent[1] + ent[2]) / 2)
+
+
 FACTS = {
     "rl00_cost_model": lambda: COST_MODEL,
     "rl00_cost_grpo_gib": lambda: cost_peak_gib("grpo"),
@@ -40,4 +48,5 @@ FACTS = {
     "rl03_sd_k3_near": lambda: kl_sd("k3", 0.25),
     "rl03_sd_k1_far": lambda: kl_sd("k1", 1.0),
     "rl03_sd_k3_far": lambda: kl_sd("k3", 1.0),
+    "rl09_seed0_entropy_ratio": rl09_seed0_entropy_ratio,
 }
