@@ -59,9 +59,10 @@ def main(argv=None) -> None:
         pairs = pairs or str(out / "pairs.jsonl")
         evals = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
         evals = [m for m in evals if "eval/pass@1" in m]
-        last_train = [
+        train = [
             json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if "logps/chosen" in line
-        ][-1]
+        ]
+        first_train, last_train = train[0], train[-1]
         rows.append(
             {
                 "run": name,
@@ -69,6 +70,7 @@ def main(argv=None) -> None:
                 "wall_s": round(time.time() - t0, 1),
                 "start": {k: evals[0][k] for k in ("eval/greedy_acc", "eval/pass@1", "eval/pass@8")},
                 "evals": [{k: m[k] for k in ("step", "eval/greedy_acc", "eval/pass@1", "eval/pass@8")} for m in evals],
+                "first_logps_chosen": first_train["logps/chosen"],  # the first batch's: where displacement starts
                 "final_logps_chosen": last_train["logps/chosen"],
                 "final_logps_rejected": last_train["logps/rejected"],
             }

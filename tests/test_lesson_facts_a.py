@@ -60,6 +60,9 @@ def test_rl00_lineage_on_one_right_answer_of_four():
     assert t["rloo"] == pytest.approx([1.0, -1 / 3, -1 / 3, -1 / 3], abs=1e-2)
     assert t["dr_grpo"] == pytest.approx([0.75, -0.25, -0.25, -0.25], abs=1e-2)
     assert t["reinforce"] == [1.0, 0.0, 0.0, 0.0]
+    # ppo.advantages with its defaults: V = 0 gives A = R, whitened over the batch (here the one group):
+    # (r − ¼)/σ with the unbiased σ = ½ — GRPO's numbers, not REINFORCE's
+    assert t["ppo"] == pytest.approx([1.5, -0.5, -0.5, -0.5], abs=1e-2)
 
 
 def test_rl00_each_force_fails_alone():
@@ -189,8 +192,10 @@ def test_rl04_defaults_are_each_algorithms_config():
 
     t = {r[0]: r for r in rows("rl04_defaults_table")}
     assert set(t) == set(algorithms.ALGORITHMS)
-    assert t["grpo"][1:] == ["seq-mean-token-mean", "0.04", "yes", "0.2 / 0.2"]
-    assert t["dapo"][4] == "0.2 / 0.28" and t["reinforce"][4] == "—"
+    assert t["grpo"][1:] == ["seq-mean-token-mean", "0.04", "—", "yes", "0.2 / 0.2"]
+    assert t["dapo"][5] == "0.2 / 0.28" and t["reinforce"][5] == "—"
+    assert t["ppo"][2:4] == ["0", "0.05"]  # ppo.Config: kl_in="reward", kl_coef 0.05 (k1, InstructGPT-style)
+    assert t["reinforce_pp"][2:5] == ["0", "0.01", "yes"]  # its reference is for the reward KL
 
 
 # ---- 05 -----------------------------------------------------------------------------------------
@@ -272,7 +277,7 @@ def test_rl07_degenerate_share_from_the_benchmark():
 
 def test_rl08_masked_loss_ignores_tool_tokens():
     (_m_on, n_on, l_on, g_on, grad_on), (_m_off, n_off, l_off, g_off, grad_off) = rows("rl08_mask_table")
-    assert (n_on, n_off) == (49, 55)  # the course's counts
+    assert (n_on, n_off) == (18, 24)  # "⟦123+456+789⟧" 13 + "1368#" 5 policy tokens; + "⟨1368⟩" 6 unmasked
     assert l_on == g_on and float(grad_on) == 0.0
     assert l_off != g_off and float(grad_off) == 1.0  # −A·log π: ∂/∂log π = −A, |A| = 1
     assert FACTS["rl08_observation_text"]() == "⟨1368⟩"

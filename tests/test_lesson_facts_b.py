@@ -119,7 +119,8 @@ def test_rl15_worked_pair_and_real_rm_numbers():
     assert v("rl15_worked_loss_centred") == pytest.approx(math.log1p(math.exp(-0.8)) + 0.01 * 1.2**2, abs=1e-6)
     assert v("rl15_cd_worse_pick") == "38%"  # σ(2 − 2.5)
     assert v("rl15_rm_ensemble") > v("rl15_rm_best_member")
-    assert float(v("rl15_agreement_lr1").rstrip("%")) < 90
+    assert float(v("rl15_all_right_lr1").rstrip("%")) < 50 < 95 < float(v("rl15_all_right_lr001").rstrip("%"))
+    assert float(v("rl15_cd_wrong_lr1").rstrip("%")) > 20
 
 
 # ---- 16 · DPO and its family -----------------------------------------------------------------------
@@ -222,7 +223,7 @@ def test_rl18a_buckets_and_curation_run():
     ]
     rows = dict(map(tuple, v("rl18a_curation_table")["rows"]))
     assert rows["never solved"] + rows["learnable (in the band)"] + rows["always solved"] == rows["prompts probed"]
-    assert rows["groups with signal after"] == 1.0 > rows["groups with signal before"]
+    assert rows["groups with signal after (the probe's own samples)"] == 1.0 > rows["groups with signal before"]
 
 
 def test_rl18a_widget_numbers_show_the_break():

@@ -93,12 +93,12 @@ def test_row_15_controller():
     up, *down = floats(k["Δ log π(y) of the trainer"])
     assert up > 0 and all(d < 0 for d in down)  # the step raised 12#, lowered 11# and 14#
     assert "rewards" not in kpis("controller", phase=1, answers="12, 11, 14")  # phases reveal in order
-    assert kpis("controller", phase=5, answers="12, 12, 12")["skip the step (degenerate)?"] == "yes"
+    assert kpis("controller", phase=5, answers="12, 12, 12")["degenerate (dropped under skip / resample)?"] == "yes"
 
 
 def test_row_17_tool_mask_counts():
     on, off = kpis("tool_mask", mask_tools=True), kpis("tool_mask", mask_tools=False)
-    assert (on["assistant tokens"], on["tool tokens"], on["tokens scored"], off["tokens scored"]) == (49, 6, 49, 55)
+    assert (on["assistant tokens"], on["tool tokens"], on["tokens scored"], off["tokens scored"]) == (18, 6, 18, 24)
 
 
 def test_row_19_snr_course_floor_and_fixed_error():
@@ -225,8 +225,11 @@ def test_recorded_runs_are_reproducible():
 def test_rows_35_36_bradley_terry():
     k = kpis("bt_rm", lr=0.3, pairs=500)
     assert k["σ(1), σ(3)"] == "0.73, 0.95"
-    assert 94.0 <= float(k["cumulative agreement"][:-1]) <= 96.5  # plateaus short of 100%
-    assert float(kpis("bt_rm", lr=1.0, pairs=500)["cumulative agreement"][:-1]) < 91  # noisier at η = 1
+    whole = lambda **kn: float(kpis("bt_rm", **kn)["whole ranking right, share of 200 runs"][:-1])
+    cd = lambda **kn: float(kpis("bt_rm", **kn)["C above D at the end, share of runs"][:-1])
+    assert whole(lr=0.01, pairs=500) > 95 > whole(lr=0.3, pairs=500) > whole(lr=1.0, pairs=500)  # the final ranking
+    assert whole(lr=1.0, pairs=500) < 50 and cd(lr=1.0, pairs=500) < 75  # the close pair is the weak one
+    assert whole(lr=0.01, pairs=50) < 75  # few labels: a small step has not settled C vs D
 
 
 def test_row_40_prm_search():
@@ -258,9 +261,9 @@ def test_rows_44_45_curation():
         k = kpis("curation", policy=policy, curation=0, K=8)
         assert k["prompts kept"] == 380 and k["duplicates removed"] == 20  # curate() drops the 20 copies
         assert pct(k["rollouts in groups with no signal"]) == pytest.approx(42, abs=3)
-        assert k["signal per 100 rollouts"] == pytest.approx(1.51, abs=0.05)
+        assert k["expected gradient per 100 rollouts"] == pytest.approx(1.51, abs=0.05)
     k = kpis("curation", policy=80, curation=80, K=8)
-    assert pct(k["rollouts in groups with no signal"]) < 10 and k["signal per 100 rollouts"] > 2.6
+    assert pct(k["rollouts in groups with no signal"]) < 10 and k["expected gradient per 100 rollouts"] > 2.6
 
 
 def test_row_90_three_forces():

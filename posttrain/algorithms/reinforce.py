@@ -44,7 +44,7 @@ BASELINES = ("none", "mean")
 @dataclass
 class Config(AlgoConfig):
     name: str = "reinforce"
-    baseline: str = "none"  # none: A = R (Williams) | mean: A = R − μ_G (lower variance, gradient × (G−1)/G)
+    baseline: str = "none"  # none: A = R (b = 0) | mean: A = R − μ_G (lower variance, gradient × (G−1)/G)
     aggregation: str = "seq-mean-token-sum"  # core.AGGREGATIONS; the paper: sum over tokens, mean over sequences
     kl_coef: float = 0.0  # β of a per-token KL to the reference in the loss; 0 = none (no reference model)
     kl_estimator: str = "k3"  # k1 | k2 | k3 (core.kl); k2's gradient is the reverse KL's, k3's the forward KL's

@@ -75,6 +75,7 @@ def one_run(name: str, init: str, steps: int, seed: int, out: Path, overrides=()
     return {
         "algorithm": name,
         "seed": seed,
+        "init": init,  # the checkpoint every seed of a table should share
         "steps": steps,
         "wall_s": round(time.time() - t0, 1),
         "pass@1_start": ms[0]["eval/pass@1"],

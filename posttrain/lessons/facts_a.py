@@ -7,8 +7,9 @@ setting other than its default (registry.compute: the page then quotes exactly w
 shows), or read from a committed benchmark JSON. None trains a model; each runs in well under a
 second on one core. Names carry their lesson number (rl03_…) and are unique across facts_a/b/c.
 
-The facts of lessons 05–08 live in facts_a_loop.py and those of 09–12 in facts_a_algos.py (shared
-helpers: facts_a_tools.py); FACTS below gathers all three, which is what the loader reads.
+The facts of lessons 05–08 live in facts_a_loop.py and those of 09–12 in facts_a_algos.py, a few added
+by the blind reads of lessons 00–09 in facts_a_intro.py (shared helpers: facts_a_tools.py);
+FACTS below gathers them all, which is what the loader reads.
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ import dataclasses
 import torch
 
 from posttrain import algorithms
-from posttrain.algorithms import core, dr_grpo, grpo, rloo
+from posttrain.algorithms import core, dr_grpo, grpo, ppo, rloo
 from posttrain.framework.logprobs import sequence_logprobs
 from posttrain.framework.reference import Reference, score_logprobs
-from posttrain.lessons import facts_a_algos, facts_a_loop
+from posttrain.lessons import facts_a_algos, facts_a_intro, facts_a_loop
 from posttrain.lessons.facts_a_tools import (
     ARMS,
     BANDIT,
@@ -54,6 +55,8 @@ def rl00_lineage_table() -> dict:
     for name in LINEAGE:
         roles = memory.ROLES[name]
         extra = [k for k in ("reference", "critic") if getattr(roles, k)]
+        if name == "ppo" and ppo.Config().critic == "shared":  # the critic is a head, not a second model
+            extra = [k if k != "critic" else "critic (a value head on the policy's trunk)" for k in extra]
         rows.append([name, signed(adv[name]), " + ".join(extra) or "none"])
     return table(["algorithm", "A for rewards (1, 0, 0, 0)", "models besides the policy"], rows)
 
@@ -65,7 +68,7 @@ def rl00_forces_table() -> dict:
         ("none (the defaults)", {}),
         ("signal: a leaky reward model", {"signal": SIGNALS[1]}),
         ("estimator: one sample, no baseline", {"estimator": ESTIMATORS[1]}),
-        ("cost: PPO on a 70B model", {"cost": COSTS[1]}),
+        ("cost: PPO with a separate critic", {"cost": COSTS[1]}),
     ]
     return table(
         ["force moved", "SIGNAL", "ESTIMATOR", "COST"],
@@ -168,7 +171,7 @@ def rl02_degenerate_observed() -> dict:
     """claims.json: the SFT(CoT) model on 300 train prompts; observed vs predicted degenerate share."""
     d = load_json("claims.json")["degenerate"]
     return table(
-        ["K", "observed", "Σ per prompt p^K + (1−p)^K", "at the mean p"],
+        ["K", "observed", "mean over prompts of p^K + (1−p)^K", "at the mean p"],
         [[r["K"], r["observed"], r["predicted_per_prompt"], r["predicted_mean_p"]] for r in d["rows"]],
     )
 
@@ -210,13 +213,17 @@ def rl03_k_table() -> dict:
     )
 
 
+SWAP = {"shift": 1.0, "samples": 4096}  # the swap table's setting of the kl widget
+
+
 def rl03_swap_table() -> dict:
-    """The kl widget at shift 1.0, 4096 samples, with the arguments in order and swapped."""
+    """The kl widget at SWAP, with the arguments in order and swapped."""
     rows = []
     for order in ("policy, ref", "ref, policy"):
-        k = {lab: kpi("kl", lab, shift=1.0, samples=4096, order=order) for lab in ("exact KL", "k1 mean", "k3 mean")}
+        k = {lab: kpi("kl", lab, order=order, **SWAP) for lab in ("exact KL", "k1 mean", "k3 mean")}
         rows.append([order, k["exact KL"], k["k1 mean"], k["k3 mean"]])
-    return table(["arguments of kl()", "exact KL(π_θ‖π_ref)", "k1 mean", "k3 mean"], rows)
+    head = f"arguments of kl() (shift {SWAP['shift']:g}, {SWAP['samples']} tokens)"
+    return table([head, "exact KL(π_θ‖π_ref)", "k1 mean", "k3 mean"], rows)
 
 
 BETAS = (0.0, 0.001, 0.002, 0.005, 0.05, 0.2, 1.0)
@@ -302,16 +309,33 @@ def rl04_defaults_table() -> dict:
         cfg = mod.Config()
         show = lambda x: "none" if x is None else f"{x:g}"
         clip = f"{show(cfg.eps_low)} / {show(cfg.eps_high)}" if hasattr(cfg, "eps_low") else "—"
+        beta = getattr(cfg, "kl_coef", 0.0)
+        in_reward = 0.0
+        if getattr(cfg, "kl_in", "loss") == "reward":  # PPO's default: a k1 KL in the token rewards
+            beta, in_reward = 0.0, cfg.kl_coef
+        elif hasattr(mod, "reward_kl"):  # REINFORCE++: its own reward KL, besides the loss's
+            in_reward = mod.reward_kl(cfg)
         rows.append(
             [
                 name,
                 getattr(cfg, "aggregation", "—"),
-                f"{getattr(cfg, 'kl_coef', 0.0):g}",
+                f"{beta:g}",
+                f"{in_reward:g}" if in_reward else "—",
                 "yes" if mod.needs_reference(cfg) else "no",
                 clip,
             ]
         )
-    return table(["algorithm", "loss aggregation", "KL coefficient β", "reference loaded", "clip ε low / high"], rows)
+    return table(
+        [
+            "algorithm",
+            "loss aggregation",
+            "KL in the loss β",
+            "KL in the reward β",
+            "reference loaded",
+            "clip ε low / high",
+        ],
+        rows,
+    )
 
 
 # ---- one KPI of a widget at another setting ------------------------------------------------------
@@ -334,7 +358,7 @@ def _gather() -> dict:
         if name.startswith("rl") and name[2:4].isdigit() and callable(fn)
     }
     out.update(AT)
-    for mod in (facts_a_loop, facts_a_algos):
+    for mod in (facts_a_loop, facts_a_algos, facts_a_intro):
         clash = set(out) & set(mod.FACTS)
         if clash:
             raise ValueError(f"facts defined twice in facts_a*: {sorted(clash)}")

@@ -77,11 +77,15 @@ def rl09_reinforce_runs() -> dict:
             r["seed"],
             f"{r['pass@1_start']:.3f} → {r['pass@1_end']:.3f}",
             f"{r['reward_first10']:.3f} → {r['reward_last10']:.3f}",
+            f"{r['entropy']:.3f}",
         ]
         for r in algo_runs()
         if r["algorithm"] == "reinforce"
     ]
-    return table(["seed", "held-out pass@1 (50 steps)", "train reward, first → last 10 steps"], rows)
+    return table(
+        ["seed", "held-out pass@1 (50 steps)", "train reward, first → last 10 steps", "entropy (mean over the run)"],
+        rows,
+    )
 
 
 # ---- 10 · PPO ------------------------------------------------------------------------------------

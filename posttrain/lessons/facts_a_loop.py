@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 
 from posttrain.algorithms import core, grpo, reinforce
 from posttrain.config import RLConfig
 from posttrain.framework.agent import observation_ids
 from posttrain.framework.batch import RolloutBatch, collate, collate_samples, split_micro_batches
-from posttrain.framework.controller import group_metrics, group_rewards
+from posttrain.framework.controller import Controller, group_metrics, group_rewards
 from posttrain.framework.rollout import Engine
 from posttrain.framework.sample import Sample
 from posttrain.framework.weight_sync import WeightSync
@@ -20,7 +22,7 @@ from posttrain.lessons.facts_a_tools import (
     tiny_model,
     toy_batch,
 )
-from posttrain.lessons.widgets_step import TURNS
+from posttrain.lessons.widgets_step import CONTROLLER_LR, TURNS
 from posttrain.models.tokenizer import CharTokenizer
 from posttrain.tasks.arithmetic import verify
 
@@ -66,6 +68,13 @@ def rl05_clip_equals_reinforce() -> float:
         loss, _ = mod.loss(lp, b, cfg, norm)
         grads.append(torch.autograd.grad(loss, lp)[0])
     return float((grads[0] - grads[1]).abs().max())
+
+
+def rl05_sync_ratio_max() -> str:
+    """async_vs_sync.json: the synchronous runs' step maximum of π_θ/π_old, averaged over the run and
+    the seeds (fp32, built-in engine): 1 up to the sampler/trainer numerical difference."""
+    runs = [r["mean ratio/max"] for r in load_json("async_vs_sync.json")["runs"] if r["run"] == "sync"]
+    return f"{sum(runs) / len(runs):.5f}"
 
 
 def rl05_optim_table() -> dict:
@@ -145,7 +154,7 @@ def rl06_separate_sync() -> dict:
 
 
 def rl06_stale_runs() -> dict:
-    """async_vs_sync.json, seed 0: the same GRPO run on fresh samples and on samples exactly 4
+    """async_vs_sync.json, seed 0: the same GRPO run on fresh samples and on samples up to 4
     versions old, with and without the importance correction."""
     names = {
         "sync": "synchronous (fresh)",
@@ -163,6 +172,37 @@ def rl06_stale_runs() -> dict:
         if r["seed"] == 0 and r["run"] in names
     ]
     return table(["run (60 steps)", "held-out pass@1", "mean of max ratio", "mean clip/frac"], rows)
+
+
+def _stale_run(name: str) -> dict:
+    return next(r for r in load_json("async_vs_sync.json")["runs"] if r["seed"] == 0 and r["run"] == name)
+
+
+def rl06_fixed4_staleness() -> str:
+    """Mean versions behind of the 'fixed4' runs: 4 at most, less over the first steps."""
+    return f"{_stale_run('fixed4_none')['mean staleness/mean']:.2f}"
+
+
+def rl06_fixed4_ratio_max() -> str:
+    return f"{_stale_run('fixed4_none')['mean ratio/max']:.2f}"
+
+
+def rl06_fixed4_clip() -> float:
+    return _stale_run("fixed4_none")["mean clip/frac"]
+
+
+def rl06_fixed4_tis_loss_pts() -> float:
+    """Points of held-out pass@1 the 4-stale TIS run lost over its 60 steps (seed 0)."""
+    r = _stale_run("fixed4_tis")
+    return 100 * (r["pass@1_before"] - r["pass@1_after"])
+
+
+def rl06_fixed4_tis_reward() -> str:
+    return f"{_stale_run('fixed4_tis')['mean reward/mean']:.3f}"
+
+
+def rl06_sync_reward() -> str:
+    return f"{_stale_run('sync')['mean reward/mean']:.3f}"
 
 
 # ---- 07 · the controller -----------------------------------------------------------------------
@@ -232,6 +272,19 @@ def rl07_widget_step() -> dict:
         for answers in ("12, 11, 14", "12, 12, 12")
     ]
     return table(["answers"] + list(labels), rows)
+
+
+def rl07_step_lines() -> int:
+    """The length of Controller.step in lines, read from the source."""
+    return len(inspect.getsourcelines(Controller.step)[0])
+
+
+def rl07_widget_lr() -> str:
+    return f"{CONTROLLER_LR:g}"
+
+
+def rl07_recipe_lr() -> str:
+    return f"{RLConfig().optim.lr:g}"
 
 
 def _grpo_length_run() -> dict:
@@ -304,6 +357,7 @@ AT = {
     "rl06_break_reward50": at("sync", "expected reward at step 50", sync_every=20),
     "rl06_break_behind": at("sync", "sampler versions behind at most", sync_every=20),
     "rl06_break_clip": at("sync", "clip/frac (mean over the run)", sync_every=20),
+    "rl06_break_tis_reward50": at("sync", "expected reward at step 50", sync_every=20, correction="tis"),
 }
 
 

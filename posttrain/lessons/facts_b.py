@@ -18,6 +18,7 @@ import torch
 from posttrain.algorithms import core, dapo, dr_grpo, grpo
 from posttrain.lessons import claims, dapo_toy, facts_b_hw, facts_b_pref, facts_b_signal, facts_b_sys, runs
 from posttrain.lessons.facts_b_data import kpi, result, t
+from posttrain.lessons.widgets_reward_model import KPI_ALL, KPI_CD
 from posttrain.preference.dpo import DPOLossConfig, SeqLogps, preference_loss
 from posttrain.reward_models.reward_model import bradley_terry_loss
 
@@ -369,7 +370,10 @@ FACTS: dict[str, Callable[[], object]] = {
     "rl15_worked_loss": lambda: round(float(bradley_terry_loss(t(1.0), t(0.2))), 6),
     "rl15_worked_loss_centred": lambda: round(float(bradley_terry_loss(t(1.0), t(0.2), center_coef=0.01)), 6),
     "rl15_cd_worse_pick": lambda: f"{100 / (1 + math.exp(COURSE_SCORES[3] - COURSE_SCORES[2])):.0f}%",
-    "rl15_agreement_lr1": lambda: kpi("bt_rm", "cumulative agreement", lr=1.0),
+    "rl15_all_right_lr1": lambda: kpi("bt_rm", KPI_ALL, lr=1.0),
+    "rl15_all_right_lr001": lambda: kpi("bt_rm", KPI_ALL, lr=0.01),
+    "rl15_all_right_50pairs": lambda: kpi("bt_rm", KPI_ALL, lr=0.01, pairs=50),
+    "rl15_cd_wrong_lr1": lambda: f"{100 - float(kpi('bt_rm', KPI_CD, lr=1.0).rstrip('%')):.1f}%",
     "rl15_rm_pairs": lambda: result("rm_ensemble")["pairs"],
     "rl15_rm_members": lambda: ", ".join(f"{a:.3f}" for a in result("rm_ensemble")["members"].values()),
     "rl15_rm_best_member": lambda: round(max(result("rm_ensemble")["members"].values()), 3),

@@ -3,6 +3,7 @@ verifiers and reward hacking, data curation."""
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable
 
@@ -13,6 +14,7 @@ from posttrain.data import curate
 from posttrain.eval import pass_at_k
 from posttrain.lessons import claims
 from posttrain.lessons.facts_b_data import kpi, result
+from posttrain.lessons.widgets_signal import CURATE_DUPS, CURATE_POOL, CURATE_PROBE, curation_band
 from posttrain.tasks import math_answer
 from posttrain.tasks.arithmetic import verify
 from posttrain.tasks.leaky import (
@@ -141,7 +143,7 @@ def rl18a_signal_table(k: int = 8) -> dict:
 def rl18a_degenerate_table() -> dict:
     d = result("claims")["degenerate"]
     return {
-        "columns": ["K", "observed", "Σ over prompts of p^K + (1−p)^K", "(mean p)^K + (1 − mean p)^K"],
+        "columns": ["K", "observed", "mean over prompts of p^K + (1−p)^K", "(mean p)^K + (1 − mean p)^K"],
         "rows": [[r["K"], r["observed"], r["predicted_per_prompt"], r["predicted_mean_p"]] for r in d["rows"]],
     }
 
@@ -166,7 +168,7 @@ def rl18a_curation_table() -> dict:
         ("removed: out of band", "removed/out_of_band"),
         ("keep rate", "keep_rate"),
         ("groups with signal before", "frac_groups_with_signal_before"),
-        ("groups with signal after", "frac_groups_with_signal"),
+        ("groups with signal after (the probe's own samples)", "frac_groups_with_signal"),
     ]
     return {
         "columns": ["curate() on the SFT checkpoint", "value"],
@@ -228,7 +230,15 @@ FACTS: dict[str, Callable[[], object]] = {
     "rl18a_bucket_table": rl18a_bucket_table,
     "rl18a_curation_table": rl18a_curation_table,
     "rl18a_widget_dead_off": lambda: kpi("curation", "rollouts in groups with no signal", curation=0),
-    "rl18a_widget_signal_off": lambda: kpi("curation", "signal per 100 rollouts", curation=0),
+    "rl18a_widget_signal_off": lambda: kpi("curation", "expected gradient per 100 rollouts", curation=0),
+    "rl18a_widget_pool": lambda: CURATE_POOL + CURATE_DUPS,
+    "rl18a_widget_dups": lambda: CURATE_DUPS,
+    "rl18a_widget_probe": lambda: CURATE_PROBE,
+    "rl18a_widget_probe_se": lambda: math.sqrt(0.25 / CURATE_PROBE),  # binomial SE of a measured ½
+    "rl18a_widget_max_band": lambda: "[{:.2f}, {:.2f}]".format(*curation_band(100)),
+    "rl18a_fresh_dead_1of8": lambda: (7 / 8) ** 8,  # a fresh group of 8 at p = 1/8 all wrong
+    "rl18a_near_threshold": lambda: inspect.signature(curate.curate).parameters["near_threshold"].default,
+    "rl18a_ngram": lambda: inspect.signature(curate.curate).parameters["ngram"].default,
     "rl18a_widget_dead_strong": lambda: kpi("curation", "rollouts in groups with no signal", policy=100, curation=0),
     "rl18a_curation_band": lambda: " – ".join(str(b) for b in result("curation")["band"]),
     "rl18a_curation_wall_s": lambda: round(result("curation")["wall_s"], 1),

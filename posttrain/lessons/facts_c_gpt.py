@@ -12,9 +12,10 @@ from posttrain.config import PretrainConfig
 from posttrain.framework.batch import collate
 from posttrain.lessons import runs
 from posttrain.lessons.facts_c_common import kpi, table
+from posttrain.lessons.widgets_gpt import EXAMPLES, course_gpt2_params, ours_params
 from posttrain.models.gpt_mini import PRESETS, GPTMini, ModelConfig, count_params
 from posttrain.models.tokenizer import BASE_CHARS, CharTokenizer
-from posttrain.tasks.arithmetic import ArithmeticTask
+from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
 
 # ---- gpt_mini 01 · the model under every stage ----------------------------------------------
 
@@ -72,6 +73,30 @@ def g01_softmax_peak(d_head: int, scaled: bool) -> float:
     q, k = torch.randn(256, 1, d_head, generator=g), torch.randn(256, 16, d_head, generator=g)
     scores = (q @ k.transpose(1, 2)).squeeze(1) / (math.sqrt(d_head) if scaled else 1.0)  # [256, 16]
     return float(torch.softmax(scores, -1).max(-1).values.mean())
+
+
+def g01_init_score_std(d: int, h: int) -> float:
+    """Std of the unscaled q·k scores of block 0 of a freshly initialised GPTMini (4 layers, width d,
+    h heads; posttrain's N(0, 0.02) init) on random tokens, before the rotary rotation (which keeps
+    each vector's length)."""
+    import torch
+
+    torch.manual_seed(0)
+    c = ModelConfig(d_model=d, n_layers=4, n_heads=h, d_ff=8 * round(8 * d / 3 / 8), max_seq_len=64)
+    model = GPTMini(c.resolved(len(BASE_CHARS)))
+    ids = torch.randint(0, len(BASE_CHARS), (8, 16), generator=torch.Generator().manual_seed(0))
+    block = model.blocks[0]
+    with torch.no_grad():
+        x = block.attn_norm(model.embed(ids))  # [8, 16, d]
+        q, k, _ = block.attn.qkv(x).split([h * (d // h)] * 3, -1)
+        q = q.view(8, 16, h, d // h).transpose(1, 2)  # [8, h, 16, d/h]
+        k = k.view(8, 16, h, d // h).transpose(1, 2)
+        return float((q @ k.transpose(-1, -2)).std())
+
+
+def g01_layouts(V: int = 29) -> tuple[int, int]:
+    """(course GPT-2 layout with T_max 11, gpt_mini) at the width, depth and vocabulary of the shapes widget."""
+    return sum(course_gpt2_params(128, 4, V, t_max=11).values()), ours_params(128, 4, 4, V)[1]
 
 
 # ---- gpt_mini 02 · pretraining ----------------------------------------------------------------
@@ -144,9 +169,9 @@ def g02_context_table() -> dict:
             "context",
             "what follows in the corpus",
             "model's top choice (probability)",
-            "entropy at T = 0.5",
-            "T = 1",
-            "T = 2",
+            "entropy at τ = 0.5",
+            "τ = 1",
+            "τ = 2",
         ],
         rows,
     )
@@ -256,11 +281,18 @@ FACTS: dict[str, Callable[[], object]] = {
     "g01_peak_32_unscaled": lambda: g01_softmax_peak(32, False),
     "g01_peak_32_scaled": lambda: g01_softmax_peak(32, True),
     "g01_peak_512_unscaled": lambda: g01_softmax_peak(512, False),
+    "g01_init_score_std_nano": lambda: g01_init_score_std(128, 4),
+    "g01_init_score_std_512": lambda: g01_init_score_std(512, 1),
+    "g01_sqrt512": lambda: math.sqrt(512),
+    "g01_same_v_params": lambda: g01_layouts()[1],
+    "g01_layout_gap_pct": lambda: 100 * (g01_layouts()[1] / g01_layouts()[0] - 1),
     "g01_flops_fwd": lambda: 2 * __import__("posttrain.models.gpt_mini", fromlist=["x"]).count_params(_nano()),
     "g02_loss_table": g02_loss_table,
     "g02_context_table": g02_context_table,
     "g02_floor": lambda: g02_corpus_stats()["floor"],
-    "g02_final_loss": lambda: __import__("posttrain.lessons.runs", fromlist=["x"]).recorded()["pretrain"]["loss"][-1],
+    "g02_final_loss_mean4": lambda: sum(runs.recorded()["pretrain"]["loss"][-4:]) / 4,
+    "g02_window": lambda: runs.PRETRAIN_WINDOW,
+    "g02_record_every": lambda: runs.EVAL_EVERY,
     "g02_p_7_after_34": lambda: g02_prob("3+4=", "7"),
     "g02_targets_per_step": lambda: g02_tokens()["targets"],
     "g02_tokens_seen": lambda: g02_tokens()["seen"],
@@ -275,6 +307,12 @@ FACTS: dict[str, Callable[[], object]] = {
     "g02_w_trace10": lambda: kpi("next_char", "share of samples that are the right next char", temperature=2.0) ** 10,
     "g02_w_right_t2": lambda: kpi("next_char", "share of samples that are the right next char", temperature=2.0),
     "g03_mask_table": g03_mask_table,
+    "g03_widget_example": lambda: EXAMPLES[0],
+    "g03_max_value": lambda: ArithmeticConfig().max_value,
+    "g03_min_value": lambda: ArithmeticConfig().min_value,
+    "g03_term_values": lambda: ArithmeticConfig().max_value - ArithmeticConfig().min_value + 1,
+    "g03_term_floor": lambda: math.log(ArithmeticConfig().max_value - ArithmeticConfig().min_value + 1),  # nats
+    "g03_gap_end": lambda: _mask_run(True)["acc"][-1] - _mask_run(False)["acc"][-1],
     "g03_prompt_share_direct": lambda: 100 * g03_prompt_share()[False],
     "g03_prompt_share_cot": lambda: 100 * g03_prompt_share()[True],
     "g03_recorded_table": g03_recorded_table,

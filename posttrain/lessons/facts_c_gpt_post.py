@@ -11,6 +11,7 @@ from posttrain.config import RLConfig, load_config
 from posttrain.lessons.facts_c_async import rl22c_gain
 from posttrain.lessons.facts_c_common import kpi, result, table
 from posttrain.preference.dpo import DPOLossConfig, SeqLogps, preference_loss
+from posttrain.recipes.chain import PipelineConfig
 from posttrain.tasks.arithmetic import Problem
 
 # ---- gpt_mini 04 · chain of thought -----------------------------------------------------------
@@ -40,6 +41,13 @@ def g04_target(terms: tuple, cot: bool) -> str:
     return Problem(terms).target(cot)
 
 
+def g04_sync_role_s(role: str) -> float:
+    """Seconds a step of posttrain's synchronous GRPO on nano spends in one role (async_vs_sync.json,
+    the 'sync' runs, mean over seeds)."""
+    rs = [r["roles_s"][role] for r in result("async_vs_sync")["runs"] if r["run"] == "sync"]
+    return sum(rs) / len(rs)
+
+
 # ---- gpt_mini 05 · DPO ------------------------------------------------------------------------
 
 
@@ -62,16 +70,24 @@ def g05_family_table() -> dict:
     for r in result("dpo_family"):
         if r["run"] in ("dpo lr 1e-5", "dpo lr 3e-6", "dpo_nll lr 1e-5", "orpo lr 1e-5"):
             ev = {e["step"]: e["eval/pass@1"] for e in r["evals"]}
+            p8 = {e["step"]: e["eval/pass@8"] for e in r["evals"]}
             rows.append(
                 [
                     r["run"],
                     f"{ev[0]:.3f} → {ev[50]:.3f} → {ev[100]:.3f}",
                     f"{r['final_logps_chosen']:.2f}",
                     f"{r['final_logps_rejected']:.2f}",
+                    f"{p8[0]:.3f} → {p8[100]:.3f}",
                 ]
             )
     return table(
-        ["loss, learning rate", "held-out pass@1 at steps 0 → 50 → 100", "log π(chosen), end", "log π(rejected), end"],
+        [
+            "loss, learning rate",
+            "held-out pass@1 at steps 0 → 50 → 100",
+            "log π(chosen), last batch",
+            "log π(rejected), last batch",
+            "held-out pass@8, 0 → 100",
+        ],
         rows,
     )
 
@@ -144,6 +160,9 @@ FACTS: dict[str, Callable[[], object]] = {
     "g04_example_direct": lambda: g04_target((3, 4, 5, 6), False),
     "g04_example_len": lambda: len(g04_target((3, 4, 5, 6), True)),
     "g04_compound_100": lambda: 0.99**100,
+    "g04_rollout_s": lambda: g04_sync_role_s("rollout_s"),
+    "g04_train_s": lambda: g04_sync_role_s("train_s"),
+    "g04_w_direct_1layer": lambda: kpi("cot", "direct answers, K = 2 → 6", layers=1, cot=False),
     "g04_w_cot_1layer": lambda: kpi("cot", "chain of thought, K = 2 → 6", layers=1),
     "g04_w_direct6": lambda: kpi("cot", "held-out accuracy (this setting)", cot=False, K=6),
     "g04_w_cot6": lambda: kpi("cot", "held-out accuracy (this setting)", cot=True, K=6),
@@ -182,4 +201,10 @@ FACTS: dict[str, Callable[[], object]] = {
     "g06_w_k2_dead": lambda: kpi("grpo_sim", "groups with no signal, steps 1–40", K=2),
     "g06_w_k2_p40": lambda: kpi("grpo_sim", "P(correct) at step 40", K=2),
     "g06_sync_gain_pts": lambda: 100 * rl22c_gain("sync", "pass@1_gain_mean"),
+    "g06_sync_gain_sd_pts": lambda: 100 * rl22c_gain("sync", "pass@1_gain_sd"),
+    "g06_sync_samples": lambda: result("async_vs_sync")["samples_per_step"],
+    "g06_sync_lr": lambda: result("async_vs_sync")["overrides"][0].split("=")[1],
+    "g06_target_acc": lambda: load_config(PipelineConfig, "pipeline", []).sft.target_acc,
+    "g06_w_k2_answers": lambda: kpi("grpo_sim", "answers sampled per seed to reach 0.9", K=2),
+    "g06_w_k8_answers": lambda: kpi("grpo_sim", "answers sampled per seed to reach 0.9", K=8),
 }

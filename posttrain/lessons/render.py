@@ -50,13 +50,16 @@ def code_md(spec: str) -> str:
     return f"`{module.rsplit('.', 1)[-1]}.{qual}` ({rel}:{a}–{b}):\n\n```python\n{body}\n```"
 
 
+def values_md(values) -> str:
+    """A knob's values, separated so that values with commas in them ("12, 11, 14") stay apart."""
+    shown = [registry.fmt(v) for v in values]
+    return (" | " if any("," in v for v in shown) else ", ").join(shown)
+
+
 def widget_md(name: str) -> str:
     w = registry.get(name)
     out = registry.compute(name)
-    knobs = "; ".join(
-        f"{k.label} = **{registry.fmt(k.default)}** (values: {', '.join(registry.fmt(v) for v in k.values)})"
-        for k in w.knobs
-    )
+    knobs = "; ".join(f"{k.label} = **{registry.fmt(k.default)}** (values: {values_md(k.values)})" for k in w.knobs)
     kpis = "\n".join(f"- {label}: {directives.js_str(value)}" for label, value in out["kpis"])
     brk = ", ".join(f"{k} = {registry.fmt(v)}" for k, v in w.breaks["knobs"].items())
     parts = [

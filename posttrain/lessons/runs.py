@@ -33,6 +33,7 @@ from posttrain.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
 DATA = Path(__file__).resolve().parent / "data" / "runs.json"
 TASK = ArithmeticConfig(min_terms=2, max_terms=3, max_value=9)
 EVAL_EVERY = 25
+PRETRAIN_WINDOW = 32  # characters per window of the recorded pretraining run
 CONTEXTS = ["3+4=", "3+4=7;7+", "7+5=1", "9+9="]  # each read at the start of a line of the corpus
 
 
@@ -134,7 +135,7 @@ def pretrain_run(steps: int = 1000, seed: int = 0) -> dict:
     data = torch.tensor(text)
     trainer = Trainer(model, OptimConfig(lr=3e-3, schedule="constant"), steps)
     gen = torch.Generator().manual_seed(seed)
-    T, losses = 32, []
+    T, losses = PRETRAIN_WINDOW, []
     for step in range(1, steps + 1):
         starts = torch.randint(0, len(text) - T - 1, (32,), generator=gen)
         ids = torch.stack([data[s : s + T] for s in starts.tolist()])  # [32, T]

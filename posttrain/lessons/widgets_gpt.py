@@ -88,13 +88,13 @@ def shapes(d: int, h: int, L: int, V: int) -> dict:
             ["posttrain gpt_mini (count_params)", f"{total:,}"],
             ["blocks / embeddings (course)", r((n - emb) / emb, 1)],
             ["unscaled q·k std √k", r(math.sqrt(d // h), 2)],
-            ["train FLOPs/token 6N", f"{6 * n:,}"],
-            ["Chinchilla tokens ≈ 20N", f"{20 * n:,}"],
+            ["train FLOPs/token 6N (N of the course layout, embeddings included)", f"{6 * n:,}"],
+            ["Chinchilla tokens ≈ 20N (Hoffmann et al. 2022; same N)", f"{20 * n:,}"],
         ],
         "note": (
             f"In the course's layout the blocks hold {100 * (n - emb) / n:.1f}% of the {n:,} parameters "
-            f"(attention 4d², MLP 8d² per block); with heads of {d // h} dimensions an unscaled q·k score "
-            f"would have std {math.sqrt(d // h):.1f} at initialisation."
+            f"(attention 4d², MLP 8d² per block); with heads of {d // h} dimensions an unscaled q·k score of "
+            f"unit-variance q and k would have std {math.sqrt(d // h):.1f}."
         ),
     }
 
@@ -112,8 +112,9 @@ register(
         ],
         {
             "knobs": {"d": 512, "h": 1},
-            "what": "One 512-dimensional head: unscaled q·k scores would have std √512 ≈ 23 at initialisation, "
-            "a one-hot softmax from the first step with vanishing attention gradients. That is why "
+            "what": f"One 512-dimensional head: once q and k have unit-variance entries (where training takes the "
+            f"weights; posttrain's N(0, 0.02) initialisation starts below), unscaled q·k scores would have std "
+            f"√512 ≈ {math.sqrt(512):.0f}, a nearly one-hot softmax with vanishing attention gradients. That is why "
             "every attention (posttrain's too) divides the scores by √k.",
         },
         "Parameters by part, for the course's GPT-2 layout and for posttrain's gpt_mini at the same size.",
@@ -146,7 +147,7 @@ def next_char(context: str, temperature: float) -> dict:
     return {
         "figure": figure(
             [
-                bar(labels, [float(freq[i]) for i in top], f"sampled at T = {temperature} (2000 draws)"),
+                bar(labels, [float(freq[i]) for i in top], f"sampled at τ = {temperature} (2000 draws)"),
                 line(rec["step"], rec["loss"], "training loss (recorded run)", xaxis="x2", yaxis="y2"),
             ],
             f"next character after {context!r}",
@@ -161,14 +162,14 @@ def next_char(context: str, temperature: float) -> dict:
             ["most likely next char", repr(tok.chars[top[0]])],
             ["entropy H of the sampled distribution (nats)", r(ent, 3)],
             ["perplexity e^H", r(math.exp(ent), 2)],
-            ["entropy H at T = 1 (nats)", r(core.entropy_from_logits(logits), 3)],
-            ["greedy (T = 0) always picks", repr(tok.chars[int(logits.argmax())])],
+            ["entropy H at τ = 1 (nats)", r(core.entropy_from_logits(logits), 3)],
+            ["greedy (τ = 0) always picks", repr(tok.chars[int(logits.argmax())])],
             [
                 "share of samples that are the right next char",
                 "— (any digit can follow)" if RIGHT[context] is None else r(freq[tok.stoi[RIGHT[context]]], 3),
             ],
         ],
-        "note": "The model was pretrained (1000 steps, recorded) on arithmetic traces; T = 0 is truly greedy.",
+        "note": "The model was pretrained (1000 steps, recorded) on arithmetic traces; τ = 0 is truly greedy.",
     }
 
 
@@ -179,12 +180,12 @@ register(
         next_char,
         [
             Knob("context", "context", runs.CONTEXTS, runs.CONTEXTS[0], "select"),
-            Knob("temperature", "temperature T", [0.0, 0.5, 1.0, 1.5, 2.0], 1.0),
+            Knob("temperature", "temperature τ", [0.0, 0.5, 1.0, 1.5, 2.0], 1.0),
         ],
         {
             "knobs": {"temperature": 2.0},
-            "what": "At T = 2 the distribution flattens: after '3+4=' about one sampled digit in nine is wrong "
-            "(against 3 in 1000 at T = 1), traces carry more errors, and an RL stage sampling there sees "
+            "what": "At τ = 2 the distribution flattens: after '3+4=' about one sampled digit in nine is wrong "
+            "(against 3 in 1000 at τ = 1), traces carry more errors, and an RL stage sampling there sees "
             "fewer rewards to learn from.",
         },
         "Left: next-character frequencies from the sampler. Right: the recorded pretraining loss.",
@@ -273,10 +274,10 @@ register(
         ],
         {
             "knobs": {"mask_prompt": False},
-            "what": "Training on the prompt too: three quarters of each example's loss tokens are random question "
-            "digits that cannot be predicted, the answer gets a quarter of the gradient, and the model learns "
-            "the answers about half as fast: at step 200 it answers about half as many held-out sums as the "
-            "masked one (right plot).",
+            "what": "Training on the prompt too: most of each example's loss tokens are prompt characters, the "
+            "random digits among them cannot be predicted, the answer gets a small share of the gradient, "
+            "and the model learns the answers more slowly: at step 200 it answers fewer held-out sums than "
+            "the masked one (right plot).",
         },
         "Left: the loss mask of one example (collate). Right: held-out accuracy of recorded SFT runs, prompt "
         "masked vs trained on (3 seeds each).",

@@ -7,6 +7,7 @@ import torch
 
 from posttrain import algorithms
 from posttrain.algorithms import ppo
+from posttrain.framework.batch import RolloutBatch
 from posttrain.lessons import dapo_toy, runs
 from posttrain.lessons.registry import Knob, Widget, bar, figure, line, r, register
 from posttrain.lessons.widgets_algos import BASELINES, _estimates, _expected
@@ -20,15 +21,17 @@ GROUPS = ["1,0,0,0", "1,1,0,0", "1,1,1,0", "1,1,1,1", "0,0,0,0"]
 
 
 def lineage_advantages(rewards: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Each algorithm's own advantages(...) with its default Config on one group [K]. PPO's comes
-    from ppo.gae with an untrained critic (V = 0, γ = λ = 1): on a one-token outcome that is A = R."""
+    """Each algorithm's own advantages(...) with its default Config on one group [K]. PPO's is
+    ppo.advantages with its defaults on a batch that is this one group, one token per answer, at the
+    first step: an untrained (zero-initialised) critic V = 0 and the reference equal to the policy, so
+    GAE gives A = R and the default whitening over the batch's tokens centres and scales it."""
     g = torch.zeros(len(rewards), dtype=torch.long)
     out = {}
     for name in LINEAGE:
         if name == "ppo":
-            one = torch.ones(len(rewards), 1, dtype=rewards.dtype)
-            adv, _ = ppo.gae(rewards.unsqueeze(1), torch.zeros_like(one), one, gamma=1.0, lam=1.0)
-            out[name] = adv[:, 0]
+            zero = torch.zeros(len(rewards), 1, dtype=rewards.dtype)  # [K, 1] V_old, old and ref logprobs
+            first = RolloutBatch(loss_mask=torch.ones_like(zero), values=zero, old_logprobs=zero, ref_logprobs=zero)
+            out[name] = ppo.advantages(rewards, g, ppo.Config(), batch=first)[:, 0]
         else:
             mod = algorithms.get(name)
             out[name] = mod.advantages(rewards, g, mod.Config())
@@ -74,13 +77,15 @@ register(
         {
             "knobs": {"group": "1,1,1,1"},
             "what": "All four answers right: every group-baseline algorithm (GRPO, RLOO, DAPO, Dr. GRPO) gives "
-            "A = 0, so the prompt teaches nothing; REINFORCE and PPO's untrained critic push every answer "
-            "up by the same +1, which only adds noise.",
+            "A = 0, so the prompt teaches nothing; REINFORCE pushes every answer up by the same +1, which only "
+            "adds noise. PPO's 0 here comes from whitening a batch that is this one group: in a real batch "
+            "these answers would sit above the batch's mean and be pushed up too.",
         },
-        "Advantages of each algorithm in the lineage, computed by its own advantages() with its defaults.",
+        "Advantages of each algorithm in the lineage, computed by its own advantages() with its defaults "
+        "(PPO's on a batch that is this one group, at the first step).",
         [
             "posttrain.algorithms.reinforce:advantages",
-            "posttrain.algorithms.ppo:gae",
+            "posttrain.algorithms.ppo:advantages",
             "posttrain.algorithms.grpo:advantages",
             "posttrain.algorithms.rloo:advantages",
             "posttrain.algorithms.dapo:advantages",
@@ -93,7 +98,8 @@ register(
 
 SIGNALS = ["verifier", "leaky reward model"]
 ESTIMATORS = ["group baseline, K = 8", "no baseline, K = 1"]
-COSTS = ["GRPO · llama3-8b · 8 H100", "PPO · llama-70b · 8 H100"]
+COSTS = ["GRPO · qwen2.5-14b · 8 H100", "PPO, separate critic · qwen2.5-14b · 8 H100"]  # one change: the critic
+COST_MODEL = "qwen2.5-14b"
 FORCE_LESSONS = {
     "SIGNAL": "how do we know an answer is good? humans → reward models → verifiers · lessons 03, 15–18a",
     "ESTIMATOR": "a low-variance, low-bias gradient? baselines, clip, KL anchor · lessons 04, 09–14",
@@ -106,13 +112,14 @@ def forces_map(signal: str, estimator: str, cost: str) -> dict:
     force, by posttrain: SIGNAL, the lesson-18 hacking run (reinforce.loss) with an honest
     verifier or a reward model that leaks ρ = 0.5, 200 steps; ESTIMATOR, 2000 gradient estimates
     of the lesson-09 toy with rloo.advantages at K = 8 or reinforce.advantages at K = 1 (their
-    error against the true gradient); COST, memory.plan of the recipe on 8 H100s."""
+    error against the true gradient); COST, memory.plan of GRPO or of PPO with a separate critic on the
+    same model and 8 H100s (the plan's defaults otherwise: full fine-tuning, FSDP, no offload)."""
 
     _pi, train, held = _hack_run(0.0 if signal == SIGNALS[0] else 0.5)[200]
     K, base = (8, BASELINES[1]) if estimator == ESTIMATORS[0] else (1, BASELINES[0])
     err = float((_estimates(K, 2000, torch.Generator().manual_seed(1), base) - _expected()).norm(dim=-1).mean())
-    algo, model = ("grpo", "llama3-8b") if cost == COSTS[0] else ("ppo", "llama-70b")
-    plan = memory.plan(model, algo=algo, gpus=8, checkpointing=True, suggest=False)
+    algo = "grpo" if cost == COSTS[0] else "ppo"
+    plan = memory.plan(COST_MODEL, algo=algo, gpus=8, checkpointing=True, suggest=False, critic="separate")
     ok = {"SIGNAL": held > 0.6, "ESTIMATOR": err < 0.3, "COST": plan["fits"]}
     pos = {"SIGNAL": (0.0, 1.0), "ESTIMATOR": (-1.0, -0.6), "COST": (1.0, -0.6)}
     traces = [line([0, x], [0, y], "", line={"color": "#bbbbbb"}, hoverinfo="skip") for x, y in pos.values()]
@@ -155,7 +162,11 @@ def forces_map(signal: str, estimator: str, cost: str) -> dict:
         "kpis": [
             ["SIGNAL", f"{verdict['SIGNAL']}: held-out correctness {held:.2f} (train reward {train:.2f})"],
             ["ESTIMATOR", f"{verdict['ESTIMATOR']}: gradient error {err:.2f}"],
-            ["COST", f"{verdict['COST']}: peak {plan['peak_bytes'] / 2**30:.0f} GiB per GPU of a 74.5 GiB budget"],
+            [
+                "COST",
+                f"{verdict['COST']}: peak {plan['peak_bytes'] / 2**30:.0f} GiB per GPU of a "
+                f"{plan['capacity_bytes'] / 2**30:.1f} GiB budget",
+            ],
             ["forces that hold", sum(ok.values())],
         ],
         "note": (
@@ -179,7 +190,8 @@ register(
             "knobs": {"signal": SIGNALS[1], "estimator": ESTIMATORS[1], "cost": COSTS[1]},
             "what": "All three forces at their failing setting: the leaky reward model is optimised instead of the "
             "task (held-out correctness falls below 0.5), a single sample without a baseline gives a "
-            "gradient error several times larger, and PPO on a 70B model does not fit on 8 H100s.",
+            "gradient error several times larger, and a separate PPO critic makes a 14B model that fits on 8 "
+            "H100s under GRPO overflow them.",
         },
         "The map of the course: every lesson answers one of three questions. Each force has a measurement "
         "made by posttrain on a lesson's toy (hover a box for its lessons); its colour says whether the "

@@ -66,12 +66,16 @@ register(
 )
 
 
+def kl_toy(shift: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The KL widget's two distributions over 16 tokens: log π_θ, and log π_ref moved `shift` of the
+    way toward the mirror image of π_θ."""
+    base = torch.linspace(-1.5, 1.5, 16, dtype=torch.float64)
+    return torch.log_softmax(base, -1), torch.log_softmax(base.flip(0) * shift + base * (1 - shift), -1)
+
+
 def kl_estimators(shift: float, samples: int, order: str) -> dict:
     """Monte-Carlo k1/k2/k3 (core.kl) on tokens drawn from π_θ, against the exact KL(π_θ‖π_ref)."""
-    V = 16
-    base = torch.linspace(-1.5, 1.5, V, dtype=torch.float64)
-    lp_theta = torch.log_softmax(base, -1)
-    lp_ref = torch.log_softmax(base.flip(0) * shift + base * (1 - shift), -1)
+    lp_theta, lp_ref = kl_toy(shift)
     exact = float((lp_theta.exp() * (lp_theta - lp_ref)).sum())
     gen = torch.Generator().manual_seed(0)
     y = torch.multinomial(lp_theta.exp(), samples, replacement=True, generator=gen)  # [n] ~ π_θ

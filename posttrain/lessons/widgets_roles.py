@@ -112,8 +112,8 @@ _DIGIT_LOGITS = torch.tensor([0.3, 2.2, 0.9, -0.4, 0.6, -1.0, 0.1, 1.2, -0.6, 0.
 
 
 def sampler(temperature: float, top_k: int, top_p: float, K: int) -> dict:
-    """Draws from rollout.sample_tokens on one fixed next-digit distribution; a response to
-    <3+4+5> is two digits, right iff both are."""
+    """Draws from rollout.sample_tokens on one fixed next-digit distribution; a response is two draws
+    from it, right iff both are the right digit ("1")."""
     params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)
     N = 4000
     logits = _DIGIT_LOGITS.expand(N, 10)

@@ -249,6 +249,12 @@ register(
 CURATE_POOL, CURATE_DUPS, CURATE_PROBE = 380, 20, 16
 
 
+def curation_band(curation: int) -> tuple[float, float]:
+    """The band the curation knob keeps: [½ − w, ½ + w], w = ½ − 0.45·curation/100."""
+    w = 0.5 - 0.45 * curation / 100
+    return max(0.0, 0.5 - w), min(1.0, 0.5 + w)
+
+
 @functools.lru_cache(maxsize=1)
 def _pool():
     """A pool of 400 prompts (380 sums from ArithmeticTask + 20 repeated ones) and a hidden
@@ -266,20 +272,19 @@ def curation(policy: int, curation: int, K: int) -> dict:
     """The curation loop of data/curate.py on a simulated policy: each prompt's true pass rate is
     σ(6(s − d)) for policy strength s; probe draws CURATE_PROBE samples per prompt (the
     pass-rate estimate `probe` makes), curate() drops duplicates and keeps the band
-    [½ − w, ½ + w], w = ½ − 0.45·curation/100; training then draws K rollouts per kept prompt,
+    curation_band(curation); training then draws K fresh rollouts per kept prompt,
     and dapo.degenerate finds the groups whose rewards are all equal (no gradient)."""
     gen = torch.Generator().manual_seed(0)
     items, prompts, d = _pool()
     p = torch.sigmoid(6 * (policy / 100 - d))  # [N] true pass rates
     probe = (torch.rand(len(items), CURATE_PROBE, generator=gen, dtype=torch.float64) < p[:, None]).double()
     rates = probe.mean(1)
-    w = 0.5 - 0.45 * curation / 100
     kept, m = curate(
         list(range(len(items))),
         prompts,
         rates.numpy(),
         (probe.std(1) > 0).numpy(),
-        band=(max(0.0, 0.5 - w), min(1.0, 0.5 + w)),
+        band=curation_band(curation),
     )
     kept_t = torch.tensor(kept, dtype=torch.long)
     pk = p[kept_t]
@@ -315,13 +320,14 @@ def curation(policy: int, curation: int, K: int) -> dict:
             ["duplicates removed", m["removed/exact_dup"] + m["removed/near_dup"]],
             ["out of band removed", m["removed/out_of_band"]],
             ["rollouts in groups with no signal", f"{100 * wasted:.0f}%"],
-            ["expected signal Σp(1−p)", r(signal, 1)],
-            ["signal per 100 rollouts", r(100 * signal / rollouts, 2)],
+            ["expected gradient Σp(1−p)", r(signal, 1)],
+            ["expected gradient per 100 rollouts", r(100 * signal / rollouts, 2)],
         ],
         "note": (
             f"curate() kept {len(kept)} of {len(items)} prompts; {100 * wasted:.0f}% of the training rollouts "
             f"then land in groups whose {K} rewards are all equal and teach nothing "
-            f"({100 * signal / rollouts:.2f} units of signal per 100 rollouts)."
+            f"({100 * signal / rollouts:.2f} units of expected gradient p(1−p) per 100 rollouts; more rollouts per "
+            "prompt do not raise a prompt's expected gradient, they lower the noise of its estimate)."
         ),
     }
 
@@ -338,13 +344,13 @@ register(
         ],
         {
             "knobs": {"policy": 80, "curation": 0},
-            "what": "A strong policy on an uncurated pool: most prompts pass every time, nearly 40% of the "
-            "rollouts land in all-right groups and teach nothing, and the signal per rollout falls to "
-            "little more than half of the curated pool's.",
+            "what": "A strong policy on an uncurated pool: most prompts pass every time, a large share of the "
+            "rollouts land in all-right groups and teach nothing, and the expected gradient per rollout "
+            "falls well below the curated pool's.",
         },
         "Histogram of the pass rates the probe measured, the prompts curate() kept, and the chance that a "
-        "group of K rollouts has all-equal rewards. The policy is simulated (a deliberate toy); the "
-        "curation is posttrain's data/curate.py.",
+        "group of K rollouts has all-equal rewards. The policy and its probe are simulated (a deliberate "
+        "toy); the curation is posttrain's data/curate.py, the degenerate test dapo.degenerate.",
         ["posttrain.data.curate:curate", "posttrain.data.curate:bucket", "posttrain.algorithms.dapo:degenerate"],
     )
 )

@@ -10,7 +10,9 @@ import functools
 import torch
 
 from posttrain.algorithms import core, grpo
+from posttrain.chat import CALL_CLOSE, CALL_OPEN
 from posttrain.config import OptimConfig
+from posttrain.framework.agent import observation_ids
 from posttrain.framework.batch import collate, collate_samples
 from posttrain.framework.reference import Reference, score_logprobs
 from posttrain.framework.rollout import Engine, token_logprobs
@@ -37,12 +39,14 @@ PHASES = [
     "8 · metrics",
 ]
 _NODES = ["rollout", "reward", "collate", "reference", "algorithm", "trainer", "weight sync", "metrics"]
+DEGENERATE = "degenerate (dropped under skip / resample)?"
 ANSWER_SETS = ["12, 11, 14", "12, 12, 11", "11, 13, 14", "12, 12, 12"]
+CONTROLLER_LR = 1e-2  # far above the RL recipe's, so that one step moves the log-probabilities visibly
 
 
 @functools.lru_cache(maxsize=8)
 def _controller_step(answers: str) -> dict:
-    """One real step of the loop on a tiny gpt_mini (1 layer, 32 wide, seeded) for the prompt
+    """One step of the loop, its roles called by hand, on a tiny gpt_mini (1 layer, 32 wide, seeded) for the prompt
     <3+4+5> and three given responses, each role the framework's own: the behaviour logprobs
     the sampler records (rollout.token_logprobs), the verifier (ArithmeticTask.reward),
     collate_samples, Reference.score, grpo.advantages, Trainer.step with policy_loss_fn(grpo),
@@ -82,7 +86,7 @@ def _controller_step(answers: str) -> dict:
     cfg = grpo.Config(std="population", kl_coef=0.05)
     adv = grpo.advantages(batch.rewards, batch.group_index, cfg)  # ❺
     batch = dataclasses.replace(batch, advantages=core.broadcast(adv, batch.loss_mask))
-    trainer = Trainer(model, OptimConfig(lr=1e-2, weight_decay=0.0, schedule="constant"), 1)
+    trainer = Trainer(model, OptimConfig(lr=CONTROLLER_LR, weight_decay=0.0, schedule="constant"), 1)
     metrics = trainer.step(batch, policy_loss_fn(grpo, cfg, 1.0))  # ❻
     with torch.no_grad():
         new_lp = (score_logprobs(model, batch) * batch.loss_mask).sum(1)  # trainer, after the step
@@ -214,7 +218,7 @@ def controller(phase: int, answers: str) -> dict:
             r(core.masked_mean(core.kl(st["old_tok"], st["ref_tok"]), st["mask_t"]), 4),
         ),
         (5, "advantages (population std)", ", ".join(f"{a:+.2f}" for a in st["adv"])),
-        (5, "skip the step (degenerate)?", "yes" if max(abs(a) for a in st["adv"]) == 0 else "no"),
+        (5, DEGENERATE, "yes" if max(abs(a) for a in st["adv"]) == 0 else "no"),
         (6, "loss", r(m["loss"], 4)),
         (6, "grad norm", r(m["grad/norm"], 4)),
         (6, "Δ log π(y) of the trainer", ", ".join(f"{n - o:+.3f}" for n, o in zip(st["new"], st["old"]))),
@@ -283,11 +287,13 @@ register(
         ],
         {
             "knobs": {"answers": "12, 12, 12", "phase": 5},
-            "what": "All three responses right: every advantage is 0; training on this group would spend a "
-            "forward and backward on nothing, so the controller skips (or resamples) it.",
+            "what": "All three responses right: every advantage is 0; training on this group spends a forward "
+            "and backward on nothing. Under degenerate=skip (or resample) the controller drops it; the default, "
+            "keep, trains on it.",
         },
-        "Left: the roles, the active one red. Right: what the active role produced, computed by running "
-        "one real step of posttrain's loop on a tiny gpt_mini with three fixed responses.",
+        "Left: the roles, the active one red. Right: what the active role produced, computed by calling the "
+        "step's roles in order on a tiny gpt_mini with three fixed responses (a learning rate far above the "
+        "recipe's, so that one step shows).",
         [
             "posttrain.framework.rollout:token_logprobs",
             "posttrain.tasks.base:safe_reward",
@@ -304,11 +310,11 @@ register(
 
 # ---- 08 · agent episodes: the tool mask ---------------------------------------------------------
 
-TURNS = [
+TURNS = [  # posttrain's tool markup (models/tokenizer.py, tasks/tools.py): the call ⟦…⟧, the result ⟨…⟩
     ("prompt", "<123+456+789>"),
-    ("assistant", "let me compute c(123+456+789)#"),
-    ("tool", "=1368#"),
-    ("assistant", "the answer is 1368#"),
+    ("assistant", f"{CALL_OPEN}123+456+789{CALL_CLOSE}"),
+    ("tool", CharTokenizer().decode(observation_ids(CharTokenizer(), "1368"))),  # as the episode runner inserts it
+    ("assistant", "1368#"),
 ]
 
 
@@ -358,8 +364,8 @@ register(
         [Knob("mask_tools", "mask tool output", [False, True], True, kind="check")],
         {
             "knobs": {"mask_tools": False},
-            "what": "Without the mask the loss also trains the policy to produce '=1368#' itself: it learns "
-            "to imitate the tool's output instead of when to call the tool.",
+            "what": f"Without the mask the loss also trains the policy to produce '{TURNS[2][1]}' itself: it "
+            "learns to imitate the tool's output instead of when to call the tool.",
         },
         "One bar per response token; height 1 = in the loss.",
         ["posttrain.framework.batch:collate"],
