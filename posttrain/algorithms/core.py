@@ -120,9 +120,8 @@ def aggregate(per_token: torch.Tensor, mask: torch.Tensor, mode: str, norm: dict
 def as_token_weighted(value: torch.Tensor, loss_mask: torch.Tensor, norm: dict) -> torch.Tensor:
     """Rescale a micro-batch's additive share of a batch quantity (e.g. its aggregate()) into
     a metric the trainer can average with token weights (local tokens / batch tokens): the
-    weighted mean over micro-batches is then exactly the batch quantity. Without a host read (on
-    CUDA a sync in every micro-batch, issue 43): the factor in float64, then rounded to the value's
-    dtype, is what the Python float it was before gave, bit for bit."""
+    weighted mean over micro-batches is then exactly the batch quantity. No host read (a CUDA sync,
+    issue 43): the factor in float64, rounded to the value's dtype, is the old Python float's."""
     local = loss_mask.sum().to(torch.float64)  # 0-dim, on the device
     factor = (norm["tokens"] / torch.where(local > 0, local, torch.ones_like(local))).to(value.dtype)
     return torch.where(local > 0, value.detach() * factor, value.detach() * 0.0)
@@ -161,8 +160,7 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
 
 
 def entropy_from_logprobs(logp: torch.Tensor) -> torch.Tensor:
-    """H = −Σ_v p_v log p_v from log-probabilities [..., V] (a log_softmax already made, e.g. the one a
-    token's logprob is read from) → [...]."""
+    """H = −Σ_v p_v log p_v from log-probabilities [..., V] (a log_softmax already made) → [...]."""
     p = logp.exp()
     # clamp turns log 0 = −inf into a finite number, so 0·log 0 = 0 in value and in gradient
     return -(p * logp.clamp_min(torch.finfo(logp.dtype).min)).sum(-1)  # [B, T]
@@ -272,8 +270,7 @@ def importance_ratio(logprobs: torch.Tensor, old_logprobs: torch.Tensor) -> torc
 
 @contextlib.contextmanager
 def across(ranks):
-    """Inside, `masked_whiten` takes its statistics over every rank's rows (`ranks.sum`, `ranks.max`:
-    framework/world.World; the controller wraps the advantages in it). One rank: nothing changes."""
+    """Inside, `masked_whiten`'s statistics are every rank's rows' (framework/world.World's sum and max)."""
     _ACROSS.append(ranks)
     try:
         yield
@@ -295,8 +292,7 @@ def masked_whiten(
     std="unbiased" divides the variance by n−1 (verl), "population" by n. scale=False only
     centres. If every loss token holds the same value the result is exactly 0 (a float mean
     of equal values need not be exact, and eps = 1e-8 would blow its error up to ~1e-9·x).
-    Used by REINFORCE++ and by PPO's whitened GAE. Under `across(ranks)` the batch is every rank's
-    rows: the count, Σx, the extremes and Σ(x − mean)² are summed over the ranks (two passes, as here).
+    Used by REINFORCE++ and by PPO's whitened GAE; under `across(ranks)`, over every rank's rows (two passes).
     """
     if std not in STD_MODES:
         raise UsageError(f"unknown std convention {std!r}; valid: {', '.join(STD_MODES)}")
@@ -317,9 +313,7 @@ def masked_whiten(
         mean = total / n
     centred = xd - mean  # [B, T]
     if scale:
-        ss = (vals - mean).pow(2).sum()
-        if ranks is not None:
-            ss = ranks.sum([float(ss)])[0]
+        ss = (vals - mean).pow(2).sum() if ranks is None else ranks.sum([float((vals - mean).pow(2).sum())])[0]
         var = ss / (n - 1 if std == "unbiased" and n > 1 else n)
         centred = centred / math.sqrt(var + eps) if ranks is not None else centred / torch.sqrt(var + eps)
     return torch.where(on, centred.to(x.dtype), zero)
