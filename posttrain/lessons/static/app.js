@@ -388,10 +388,11 @@
       var hits = [];
       PT.searchIndex.forEach(function (e) {
         var head = (e.t + " " + e.s).toLowerCase(), body = e.x.toLowerCase(), score = 0;
-        for (var i = 0; i < terms.length; i++) {
-          var inHead = head.indexOf(terms[i]) >= 0, inBody = body.indexOf(terms[i]) >= 0;
-          if (!inHead && !inBody) return;
-          score += (inHead ? 5 : 0) + (inBody ? 1 : 0);
+        for (var i = 0; i < terms.length; i++) {  // a title match, then how often the text says it (up to 5)
+          var inHead = head.indexOf(terms[i]) >= 0, n = 0, k = body.indexOf(terms[i]);
+          while (k >= 0 && n < 5) { n++; k = body.indexOf(terms[i], k + terms[i].length); }
+          if (!inHead && !n) return;
+          score += (inHead ? 5 : 0) + n;
         }
         hits.push([score, e]);
       });
