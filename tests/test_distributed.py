@@ -60,6 +60,7 @@ def _rank(rank, world, port, out):
         res = {a: _step(a, DataParallel(), micro_batch_tokens=24) for a in AGGREGATIONS}  # + accumulation
         if rank == 0:
             torch.save(res, out)
+        dist.barrier()  # no rank closes its gloo pairs while another still talks over them
     finally:
         dist.destroy_process_group()
 

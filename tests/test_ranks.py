@@ -285,6 +285,7 @@ def _fsdp_rank(rank, world, port, out):
         grads, params, metrics, state = _fsdp_step(shard_module(_model()), FSDPShard())
         if rank == 0:
             torch.save((grads, params, metrics, state), out)
+        dist.barrier()  # no rank closes its gloo pairs while another still talks over them
     finally:
         dist.destroy_process_group()
 

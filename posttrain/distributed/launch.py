@@ -72,8 +72,11 @@ def join(device: str = "auto") -> str:
 
 
 def leave() -> None:
-    """Close the process group at the end of a run (every rank)."""
+    """Close the process group at the end of a run (every rank), after a barrier: a rank that closes its
+    gloo pairs while another still reads them can abort that one ("terminate called without an active
+    exception")."""
     if launched() and dist.is_initialized():
+        dist.barrier()
         dist.destroy_process_group()
 
 
