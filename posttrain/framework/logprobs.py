@@ -113,8 +113,9 @@ def hidden_token_stats(h: torch.Tensor, head, fn, *per_token: torch.Tensor, chun
 
     The rows are split evenly (sizes differ by at most 1; at least 8 rows a chunk, so at least 4
     after the split), never into a last chunk of a row or two: a CPU BLAS computes a product of
-    fewer than 4 rows on another path, whose rows differ from the same rows in a bigger product
-    in the last bit (tests/test_logprob_chunks.py)."""
+    few rows on another path, whose rows differ from the same rows in a bigger product in the last
+    bit (MKL's AVX-512 path below 4 rows, and 4-5 at some widths; its AVX2 path at most sizes: a
+    1-ulp gap there, tests/test_logprob_chunks.py EXACT)."""
 
     def one(h_c, *xs):
         return fn(head(h_c), *xs)
