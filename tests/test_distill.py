@@ -136,7 +136,14 @@ def test_teacher_equal_to_student_gives_zero_divergence(sft_ckpt, tmp_path):
     distill.run(load_config(DistillConfig, None, _args(sft_ckpt, sft_ckpt, out, "steps=2", "device=cpu")))  # 1e-6: fp32
     m = read_metrics(out)
     assert [x["step"] for x in m] == [0, 1, 2] and "eval/pass@1" in m[0] and "eval/pass@1" in m[-1]
-    assert all(abs(x["distill/reverse_kl"]) < 1e-6 and abs(x["loss"]) < 1e-6 for x in m[1:])
+    # Step 1 (no update yet): zero to fp32 rounding, its gradient too. Where the teacher's and the student's
+    # passes round alike, that gradient is exactly 0, Adam moves nothing and every step stays at 0 (MKL's
+    # AVX-512 path). Where a product's last bit depends on the batch's shape (MKL's AVX2 path: grad norm
+    # 1.1e-7), Adam turns it into an lr-sized move, and step 2's KL read 1.7e-6 (its loss, a surrogate, 1e-4)
+    assert abs(m[1]["distill/reverse_kl"]) < 1e-6 and abs(m[1]["loss"]) < 1e-6 and m[1]["grad/norm"] < 1e-6
+    if m[1]["grad/norm"] == 0.0:
+        assert all(abs(x["distill/reverse_kl"]) < 1e-6 and abs(x["loss"]) < 1e-6 for x in m[1:])
+    assert all(abs(x["distill/reverse_kl"]) < 1e-5 for x in m[1:])
     assert all(x["mismatch/logprob_abs"] < 1e-4 for x in m[1:])  # the student samples its own batch
     assert (out / "teacher_eval.json").exists()
 

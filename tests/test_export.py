@@ -87,7 +87,9 @@ def test_hf_from_pretrained_gives_same_logits(exported):
     x = _ids()
     ours, theirs = model(x), hf(x).logits
     assert theirs.shape == ours.shape == (2, 48, TOK.vocab_size)
-    assert (ours - theirs).abs().max().item() <= 1e-5
+    # two implementations in fp32: ≤1e-5 under MKL's AVX-512 path, 1.5e-5 under its AVX2 path (an
+    # AVX2-only CPU); a wrong weight or layout is off by O(1)
+    assert (ours - theirs).abs().max().item() <= 3e-5
 
 
 @torch.no_grad()

@@ -64,12 +64,13 @@ def _rows_keep_their_bits() -> bool:
 EXACT = _rows_keep_their_bits()
 
 
-def _same(a: torch.Tensor, b: torch.Tensor, tol: float = 2e-6) -> bool:
-    """Bit for bit where the BLAS allows it (EXACT); else within tol, ~4 float32 ulps of a logprob of
-    -6 (the AVX2 path's measured gap is 1 ulp)."""
+def _same(a: torch.Tensor, b: torch.Tensor, rel: float = 1e-6) -> bool:
+    """Bit for bit where the BLAS allows it (EXACT); else within rel·max(1, max|a|), ~8 float32 ulps of
+    the values' scale: under MKL's AVX2 path the logprobs measured 1 ulp apart, the entropy (a sum over
+    the vocabulary) up to 5."""
     if EXACT:
         return torch.equal(a, b)
-    return a.shape == b.shape and float((a - b).abs().max()) <= tol
+    return a.shape == b.shape and float((a - b).abs().max()) <= rel * max(1.0, float(a.abs().max()))
 
 
 def _grads(model):
@@ -297,9 +298,10 @@ def test_trainer_loss_keeps_the_mismatch_of_the_sampler(monkeypatch):
     _, whole = fn(model, batch, norm)
     monkeypatch.setattr(L, "LOGIT_CHUNK_ELEMENTS", tok.vocab_size * 8)
     _, chunked = fn(model, batch, norm)
-    tol = 0.0 if EXACT else 2e-6  # the mismatch is a mean |difference|; entropy a mean (module docstring)
+    tol = 0.0 if EXACT else 1e-6  # both are means of the values _same compares (module docstring)
     assert abs(chunked["mismatch/logprob_abs"] - whole["mismatch/logprob_abs"]) <= tol
-    assert whole["mismatch/logprob_abs"] < 1e-6 and abs(chunked["entropy"] - whole["entropy"]) <= tol
+    assert whole["mismatch/logprob_abs"] < 1e-6
+    assert abs(chunked["entropy"] - whole["entropy"]) <= tol * max(1.0, abs(whole["entropy"]))
 
 
 CHILD = r"""
